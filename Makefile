@@ -1,0 +1,59 @@
+# One command per task. `make help` lists them. People, the before-stop hook and CI use the same.
+SHELL := /bin/bash
+PY_BOOT ?= python3
+VENV ?= .venv
+PY := $(VENV)/bin/python
+CARGO ?= cargo
+CARGO_DIR := sandbox_core
+AGENT := $(CARGO_DIR)/target/release/sandbox-agent
+DEPS := grpcio grpcio-tools protobuf prometheus-client rich uvloop pytest pytest-asyncio pytest-timeout maturin ruff
+PYTEST_ARGS ?=
+
+.PHONY: help install build build-agent build-dev serve test test-rust test-python lint bench proto clean
+
+help: ## list the targets
+	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | sort
+
+$(VENV)/.deps: pyproject.toml
+	$(PY_BOOT) -m venv $(VENV)
+	$(PY) -m pip install -q --upgrade pip
+	$(PY) -m pip install -q $(DEPS)
+	touch $@
+
+build-agent: ## build the agent binary and place it where the package finds it
+	cd $(CARGO_DIR) && $(CARGO) build --release -p sandbox-agent
+	mkdir -p sandboxes/_bin && cp -f $(AGENT) sandboxes/_bin/sandbox-agent
+
+build-dev: $(VENV)/.deps ## build the native extension into the project venv (editable)
+	VIRTUAL_ENV=$(abspath $(VENV)) PATH=$(abspath $(VENV))/bin:$$PATH $(VENV)/bin/maturin develop --release -q
+
+build: build-agent build-dev ## build everything (agent, extension, package) into the project venv
+
+install: build-agent ## install the package, its extension and the agent into the active Python environment
+	python3 -m pip install -q "maturin>=1.7,<2"
+	rm -rf dist && python3 -m maturin build --release -o dist -q
+	python3 -m pip install -q --force-reinstall dist/*.whl
+
+serve: build ## build everything and serve the API on the embedded local backend
+	$(VENV)/bin/sandboxes serve --backend local --port 50051 --metrics-port 9090 --warm 8 --insecure
+
+test-rust: ## cargo tests of the workspace
+	cd $(CARGO_DIR) && $(CARGO) test --release --workspace --exclude sandboxes-native
+
+test-python: build ## pytest against the real agent binary
+	$(PY) -m pytest -q $(PYTEST_ARGS)
+
+test: build test-rust test-python ## build everything and run every test
+
+lint: $(VENV)/.deps ## clippy, rustfmt and ruff
+	cd $(CARGO_DIR) && $(CARGO) clippy --workspace -- -D warnings && $(CARGO) fmt --check
+	$(VENV)/bin/ruff check sandboxes tests bench
+
+bench: build ## run every benchmark against its baselines in one run
+	$(PY) -m bench
+
+proto: $(VENV)/.deps ## regenerate the Python stubs of proto/service.proto
+	$(PY) -m sandboxes._proto.generate
+
+clean: ## remove build outputs
+	rm -rf $(CARGO_DIR)/target dist sandboxes/_bin sandboxes/_native*.so $(VENV)

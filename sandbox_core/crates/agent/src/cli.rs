@@ -1,0 +1,71 @@
+//! Command line of the agent. The launcher (local), the container entrypoint (docker) and the pod
+//! spec (kubernetes) all start the agent through these flags.
+
+use std::path::PathBuf;
+
+use clap::Parser;
+
+#[derive(Debug, Parser)]
+#[command(name = "sandbox-agent", version, about = "Execution agent of one sandbox")]
+pub struct Args {
+    /// Where to listen: `unix:/path/agent.sock` or `tcp:0.0.0.0:7000`.
+    #[arg(long, conflicts_with = "listen_fd")]
+    pub listen: Option<String>,
+    /// Serve on an inherited, already listening unix socket (the local launcher binds it outside
+    /// the sandbox, so user code never sees its path).
+    #[arg(long)]
+    pub listen_fd: Option<i32>,
+    /// Write one byte to this inherited fd once serving: readiness is pushed, never polled.
+    #[arg(long)]
+    pub ready_fd: Option<i32>,
+    /// Read the per-sandbox token from this inherited fd (until EOF).
+    #[arg(long, conflicts_with = "token_file")]
+    pub token_fd: Option<i32>,
+    /// Read the per-sandbox token from a file (also env SANDBOX_AGENT_TOKEN_FILE).
+    #[arg(long, env = "SANDBOX_AGENT_TOKEN_FILE")]
+    pub token_file: Option<PathBuf>,
+    /// Seconds the owner's lease lasts without renewal; the agent kills everything and exits when
+    /// it lapses. 0 disables the lease.
+    #[arg(long, default_value_t = 30.0)]
+    pub lease_ttl: f64,
+    /// Working directory of user programs and root of relative file paths.
+    #[arg(long, default_value = "/work")]
+    pub work_dir: PathBuf,
+    /// uid user programs run as (default: nobody). Ignored when the agent is not root.
+    #[arg(long, default_value_t = 65534)]
+    pub uid: u32,
+    #[arg(long, default_value_t = 65534)]
+    pub gid: u32,
+    /// Run user programs with the agent's own uid/gid (inside a user namespace, or in tests).
+    #[arg(long)]
+    pub keep_uid: bool,
+    #[arg(long)]
+    pub no_seccomp: bool,
+    #[arg(long)]
+    pub no_cgroups: bool,
+    /// Build a fresh root file system (tmpfs, read-only /usr, private /tmp and work dir) and pivot
+    /// into it. Needs fresh mount, pid and cgroup namespaces (the local launcher makes them).
+    #[arg(long)]
+    pub new_root: bool,
+    /// Extra host paths bind-mounted read-only into the new root.
+    #[arg(long = "ro-bind")]
+    pub ro_binds: Vec<PathBuf>,
+    /// Size of the work dir tmpfs in bytes (0: 256 MiB).
+    #[arg(long, default_value_t = 0)]
+    pub work_size: u64,
+    /// Size of the /tmp tmpfs in bytes (0: 256 MiB).
+    #[arg(long, default_value_t = 0)]
+    pub tmp_size: u64,
+    /// Hostname inside the sandbox (with a fresh uts namespace).
+    #[arg(long)]
+    pub hostname: Option<String>,
+    /// Bring up the loopback interface of a fresh network namespace.
+    #[arg(long)]
+    pub loopback: bool,
+    /// Environment given to every user program: KEY=VALUE, repeatable.
+    #[arg(long = "env")]
+    pub env: Vec<String>,
+    /// Namespaces this agent runs in, reported by Info (the launcher knows them).
+    #[arg(long, value_delimiter = ',')]
+    pub namespaces: Vec<String>,
+}

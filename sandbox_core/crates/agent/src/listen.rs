@@ -1,0 +1,44 @@
+//! Where the agent listens: an inherited unix socket (local launcher), a unix path (docker), or
+//! TCP (kubernetes, where the manager dials the pod IP).
+
+use std::os::fd::FromRawFd;
+use std::os::unix::fs::PermissionsExt;
+
+use tokio_stream::wrappers::{TcpListenerStream, UnixListenerStream};
+
+pub enum Listener {
+    Unix(UnixListenerStream),
+    Tcp(TcpListenerStream),
+}
+
+fn set_cloexec(fd: i32) {
+    // SAFETY: fcntl on an fd we own; user programs must never inherit the control socket.
+    unsafe {
+        let flags = libc::fcntl(fd, libc::F_GETFD);
+        if flags >= 0 {
+            libc::fcntl(fd, libc::F_SETFD, flags | libc::FD_CLOEXEC);
+        }
+    }
+}
+
+pub fn from_fd(fd: i32) -> std::io::Result<Listener> {
+    set_cloexec(fd);
+    // SAFETY: the launcher handed us this fd: a bound, listening unix socket we now own.
+    let std_listener = unsafe { std::os::unix::net::UnixListener::from_raw_fd(fd) };
+    std_listener.set_nonblocking(true)?;
+    Ok(Listener::Unix(UnixListenerStream::new(tokio::net::UnixListener::from_std(std_listener)?)))
+}
+
+pub async fn from_spec(spec: &str) -> std::io::Result<Listener> {
+    if let Some(path) = spec.strip_prefix("unix:") {
+        let _ = std::fs::remove_file(path);
+        let l = tokio::net::UnixListener::bind(path)?;
+        // Only the agent's own uid (the manager side) may connect.
+        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+        Ok(Listener::Unix(UnixListenerStream::new(l)))
+    } else if let Some(addr) = spec.strip_prefix("tcp:") {
+        Ok(Listener::Tcp(TcpListenerStream::new(tokio::net::TcpListener::bind(addr).await?)))
+    } else {
+        Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("listen spec must be unix:PATH or tcp:ADDR, got {spec}")))
+    }
+}

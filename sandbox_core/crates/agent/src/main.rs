@@ -1,0 +1,194 @@
+//! The sandbox agent: reads its flags, builds the sandbox around itself, then serves the agent
+//! protocol until its owner's lease lapses or it is told to stop.
+
+mod auth;
+mod cli;
+mod error;
+mod lease;
+mod listen;
+mod paths;
+mod server;
+mod setup;
+
+use std::io::Read;
+use std::os::fd::FromRawFd;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use clap::Parser;
+use sandbox_exec::{Executor, ExecutorConfig};
+use sandbox_proto::agent_server::AgentServer;
+
+pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), "+proto", "1");
+const MAX_MESSAGE: usize = 1 << 30;
+
+fn fail(msg: impl std::fmt::Display) -> ! {
+    eprintln!("sandbox-agent: {msg}");
+    std::process::exit(2)
+}
+
+fn read_token(args: &cli::Args) -> String {
+    let token = if let Some(fd) = args.token_fd {
+        let mut s = String::new();
+        // SAFETY: the launcher handed us this fd (a pipe) to read the token from.
+        let mut f = unsafe { std::fs::File::from_raw_fd(fd) };
+        f.read_to_string(&mut s).unwrap_or_else(|e| fail(format!("read token fd: {e}")));
+        s
+    } else if let Some(p) = &args.token_file {
+        std::fs::read_to_string(p).unwrap_or_else(|e| fail(format!("read token file {}: {e}", p.display())))
+    } else if let Ok(t) = std::env::var("SANDBOX_AGENT_TOKEN") {
+        // Not inherited by user programs: they get an environment built from scratch.
+        std::env::remove_var("SANDBOX_AGENT_TOKEN");
+        t
+    } else {
+        fail("no token: pass --token-fd, --token-file or SANDBOX_AGENT_TOKEN")
+    };
+    let token = token.trim().to_string();
+    if token.len() < 16 {
+        fail("token too short (at least 16 characters)");
+    }
+    token
+}
+
+fn base_env(args: &cli::Args) -> std::collections::BTreeMap<String, String> {
+    let mut env: std::collections::BTreeMap<String, String> = [
+        ("PATH", "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"),
+        ("LANG", "C.UTF-8"),
+        ("TMPDIR", "/tmp"),
+        ("USER", "sandbox"),
+    ]
+    .into_iter()
+    .map(|(k, v)| (k.to_string(), v.to_string()))
+    .collect();
+    env.insert("HOME".into(), args.work_dir.display().to_string());
+    for kv in &args.env {
+        match kv.split_once('=') {
+            Some((k, v)) if !k.is_empty() => {
+                env.insert(k.to_string(), v.to_string());
+            }
+            _ => fail(format!("--env expects KEY=VALUE, got {kv:?}")),
+        }
+    }
+    env
+}
+
+fn main() {
+    let args = cli::Args::parse();
+    let token = read_token(&args);
+    // SAFETY: geteuid has no preconditions.
+    let is_root = unsafe { libc::geteuid() } == 0;
+    let (uid, gid) = if args.keep_uid || !is_root {
+        // SAFETY: getuid/getgid have no preconditions.
+        unsafe { (libc::getuid(), libc::getgid()) }
+    } else {
+        (args.uid, args.gid)
+    };
+
+    if let Some(h) = &args.hostname {
+        setup::net::set_hostname(h).unwrap_or_else(|e| fail(e));
+    }
+    if args.loopback {
+        setup::net::loopback_up().unwrap_or_else(|e| fail(e));
+    }
+    if args.new_root {
+        let spec = setup::rootfs::RootSpec {
+            work_dir: args.work_dir.clone(),
+            work_size: args.work_size,
+            tmp_size: args.tmp_size,
+            ro_binds: args.ro_binds.clone(),
+            uid,
+            gid,
+        };
+        setup::rootfs::build(&spec).unwrap_or_else(|e| fail(e));
+    } else if !args.work_dir.exists() {
+        std::fs::create_dir_all(&args.work_dir).unwrap_or_else(|e| fail(format!("create {}: {e}", args.work_dir.display())));
+    }
+
+    // One thread: an idle sandbox should cost as little memory as possible; blocking file work
+    // goes to tokio's blocking pool, which starts threads only when needed.
+    let runtime = tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+        .unwrap_or_else(|e| fail(format!("tokio runtime: {e}")));
+    let code = runtime.block_on(serve(args, token, uid, gid, is_root));
+    std::process::exit(code);
+}
+
+async fn serve(args: cli::Args, token: String, uid: u32, gid: u32, is_root: bool) -> i32 {
+    let drop_uid = is_root && !args.keep_uid;
+    let config = ExecutorConfig {
+        uid: drop_uid.then_some(uid),
+        gid: drop_uid.then_some(gid),
+        seccomp: !args.no_seccomp,
+        use_cgroups: !args.no_cgroups,
+        cgroup_parent: None,
+        work_dir: args.work_dir.clone(),
+        base_env: base_env(&args),
+        default_limits: sandbox_exec::Limits::default(),
+    };
+    let executor = Arc::new(Executor::new(config).unwrap_or_else(|e| fail(e)));
+    let listener = match (args.listen_fd, &args.listen) {
+        (Some(fd), _) => listen::from_fd(fd),
+        (None, Some(spec)) => listen::from_spec(spec).await,
+        (None, None) => fail("nowhere to listen: pass --listen or --listen-fd"),
+    }
+    .unwrap_or_else(|e| fail(format!("listen: {e}")));
+
+    let mut roots = vec![args.work_dir.clone()];
+    if args.new_root {
+        roots.push(PathBuf::from("/tmp"));
+    }
+    let lease = lease::Lease::new(Duration::from_secs_f64(args.lease_ttl.max(0.0)));
+    let service = server::AgentService {
+        executor: executor.clone(),
+        lease: lease.clone(),
+        roots: Arc::new(paths::Roots::new(roots)),
+        owner: server::Owner { uid, gid },
+        namespaces: args.namespaces.clone(),
+        started: Instant::now(),
+        total_execs: Default::default(),
+    };
+    let check = auth::TokenCheck::new(&token);
+    let svc = AgentServer::new(service)
+        .max_decoding_message_size(MAX_MESSAGE)
+        .max_encoding_message_size(MAX_MESSAGE);
+    let svc = tonic::service::interceptor::InterceptedService::new(svc, move |req| check.check(req));
+
+    let stop = async {
+        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+            .unwrap_or_else(|e| fail(format!("SIGTERM handler: {e}")));
+        tokio::select! {
+            _ = lease.lapsed() => eprintln!("sandbox-agent: owner's lease lapsed, stopping"),
+            _ = term.recv() => {}
+        }
+    };
+    let router = tonic::transport::Server::builder()
+        .http2_keepalive_interval(Some(Duration::from_secs(30)))
+        .add_service(svc);
+    let served = async {
+        match listener {
+            listen::Listener::Unix(incoming) => router.serve_with_incoming(incoming).await,
+            listen::Listener::Tcp(incoming) => router.serve_with_incoming(incoming).await,
+        }
+    };
+    if let Some(fd) = args.ready_fd {
+        // SAFETY: the launcher handed us the write end of its readiness pipe.
+        let mut ready = unsafe { std::fs::File::from_raw_fd(fd) };
+        let _ = std::io::Write::write_all(&mut ready, b"R");
+    }
+    // No graceful drain: the owner is gone or wants us gone, and open connections would keep a
+    // graceful shutdown waiting forever.
+    let code = tokio::select! {
+        result = served => match result {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("sandbox-agent: server: {e}");
+                1
+            }
+        },
+        _ = stop => 0,
+    };
+    executor.kill_all();
+    code
+}

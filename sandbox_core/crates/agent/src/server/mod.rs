@@ -1,0 +1,171 @@
+//! The tonic service: one module per group of verbs, this file only dispatches.
+
+mod exec;
+mod files;
+mod stream;
+
+use std::pin::Pin;
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use futures::Stream;
+use sandbox_exec::Executor;
+use sandbox_proto as pb;
+use sandbox_proto::agent_server::Agent;
+use tokio::sync::mpsc;
+use tokio_stream::wrappers::ReceiverStream;
+use tonic::{Request, Response, Status, Streaming};
+
+use crate::error::AgentError;
+use crate::lease::{Lease, MAX_TTL};
+use crate::paths::Roots;
+pub use files::Owner;
+
+pub struct AgentService {
+    pub executor: Arc<Executor>,
+    pub lease: Arc<Lease>,
+    pub roots: Arc<Roots>,
+    pub owner: Owner,
+    pub namespaces: Vec<String>,
+    pub started: Instant,
+    pub total_execs: AtomicU64,
+}
+
+type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
+
+/// Runs blocking file work off the async workers.
+async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, AgentError> + Send + 'static) -> Result<T, Status> {
+    tokio::task::spawn_blocking(f)
+        .await
+        .map_err(|e| Status::internal(format!("file task failed: {e}")))?
+        .map_err(Status::from)
+}
+
+fn cgroup_memory() -> u64 {
+    for p in ["/sys/fs/cgroup/memory/memory.usage_in_bytes", "/sys/fs/cgroup/memory.current"] {
+        if let Ok(s) = std::fs::read_to_string(p) {
+            if let Ok(v) = s.trim().parse() {
+                return v;
+            }
+        }
+    }
+    0
+}
+
+#[tonic::async_trait]
+impl Agent for AgentService {
+    async fn exec(&self, request: Request<pb::ExecRequest>) -> Result<Response<pb::ExecResult>, Status> {
+        let req = request.into_inner();
+        let cmd = exec::command(&req, &self.executor.config().default_limits)?;
+        self.total_execs.fetch_add(1, Ordering::Relaxed);
+        // If the caller goes away this future is dropped, and with it the running program.
+        let outcome = self.executor.run(cmd, req.stdin).await.map_err(AgentError::from)?;
+        Ok(Response::new(exec::result(outcome, pb::ExecPath::Spawn)))
+    }
+
+    type ExecStreamStream = BoxStream<pb::ExecEvent>;
+
+    async fn exec_stream(
+        &self,
+        request: Request<Streaming<pb::ExecInput>>,
+    ) -> Result<Response<Self::ExecStreamStream>, Status> {
+        let (tx, rx) = mpsc::channel(64);
+        self.total_execs.fetch_add(1, Ordering::Relaxed);
+        stream::start(self.executor.clone(), request.into_inner(), tx).await?;
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+
+    async fn write_files(&self, request: Request<pb::WriteFilesRequest>) -> Result<Response<pb::WriteFilesResponse>, Status> {
+        let files = request.into_inner().files;
+        let (roots, owner) = (self.roots.clone(), self.owner);
+        let bytes_written = blocking(move || files::write_files(&roots, owner, files)).await?;
+        Ok(Response::new(pb::WriteFilesResponse { bytes_written }))
+    }
+
+    type ReadFileStream = BoxStream<pb::FileChunk>;
+
+    async fn read_file(&self, request: Request<pb::ReadFileRequest>) -> Result<Response<Self::ReadFileStream>, Status> {
+        let req = request.into_inner();
+        let chunk = match req.chunk_size as usize {
+            0 => files::DEFAULT_CHUNK,
+            n => n.min(files::MAX_CHUNK),
+        };
+        let roots = self.roots.clone();
+        let path = req.path.clone();
+        let (mut file, total_size) = blocking(move || files::open_read(&roots, &path)).await?;
+        let (tx, rx) = mpsc::channel(4);
+        tokio::task::spawn_blocking(move || {
+            let mut offset = 0u64;
+            loop {
+                let data = match files::read_chunk(&mut file, chunk) {
+                    Ok(d) => d,
+                    Err(e) => {
+                        let _ = tx.blocking_send(Err(e.into()));
+                        return;
+                    }
+                };
+                let n = data.len() as u64;
+                // An empty file still answers with one (empty) chunk.
+                if n == 0 && offset > 0 {
+                    return;
+                }
+                if tx.blocking_send(Ok(pb::FileChunk { offset, total_size, data: data.into() })).is_err() {
+                    return;
+                }
+                offset += n;
+                if n == 0 || offset >= total_size {
+                    return;
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+
+    async fn list_dir(&self, request: Request<pb::ListDirRequest>) -> Result<Response<pb::ListDirResponse>, Status> {
+        let path = request.into_inner().path;
+        let roots = self.roots.clone();
+        let entries = blocking(move || files::list_dir(&roots, &path)).await?;
+        Ok(Response::new(pb::ListDirResponse { entries }))
+    }
+
+    async fn remove(&self, request: Request<pb::RemoveRequest>) -> Result<Response<pb::RemoveResponse>, Status> {
+        let req = request.into_inner();
+        let roots = self.roots.clone();
+        blocking(move || files::remove(&roots, &req.path, req.recursive)).await?;
+        Ok(Response::new(pb::RemoveResponse {}))
+    }
+
+    async fn info(&self, _request: Request<pb::InfoRequest>) -> Result<Response<pb::InfoResponse>, Status> {
+        let caps = self.executor.capabilities();
+        Ok(Response::new(pb::InfoResponse {
+            version: crate::VERSION.to_string(),
+            capabilities: Some(pb::Capabilities {
+                cgroup_version: caps.cgroup_version.to_string(),
+                seccomp: caps.seccomp,
+                namespaces: self.namespaces.clone(),
+                languages: vec![],
+                zygote: false,
+                sandbox_uid: caps.uid,
+                sandbox_gid: caps.gid,
+            }),
+            usage: Some(pb::Usage {
+                running_execs: self.executor.running(),
+                total_execs: self.total_execs.load(Ordering::Relaxed),
+                memory_bytes: cgroup_memory(),
+                uptime_s: self.started.elapsed().as_secs_f64(),
+            }),
+            work_dir: self.roots.work_dir().display().to_string(),
+            default_limits: Some(exec::limits_message(&self.executor.config().default_limits)),
+        }))
+    }
+
+    async fn renew_lease(&self, request: Request<pb::RenewLeaseRequest>) -> Result<Response<pb::RenewLeaseResponse>, Status> {
+        let ttl = request.into_inner().ttl_s;
+        if !ttl.is_finite() || ttl <= 0.0 || ttl > MAX_TTL.as_secs_f64() {
+            return Err(Status::invalid_argument(format!("lease ttl must be in (0, {}] seconds, got {ttl}", MAX_TTL.as_secs())));
+        }
+        let granted = self.lease.renew(Duration::from_secs_f64(ttl));
+        Ok(Response::new(pb::RenewLeaseResponse { expires_in_s: granted.as_secs_f64() }))
+    }
+}

@@ -1,0 +1,97 @@
+//! ExecStream: the first message starts the program, later ones feed stdin or send signals; events
+//! flow back until `exit`. The program dies if the caller goes away.
+
+use std::sync::Arc;
+use std::time::Duration;
+
+use futures::StreamExt;
+use sandbox_exec::{Event, Executor};
+use sandbox_proto as pb;
+use tokio::io::AsyncWriteExt;
+use tokio::sync::mpsc;
+use tonic::{Status, Streaming};
+
+use crate::error::AgentError;
+use crate::server::exec;
+
+pub const KEEPALIVE: Duration = Duration::from_secs(10);
+
+pub type EventTx = mpsc::Sender<Result<pb::ExecEvent, Status>>;
+
+fn event(kind: pb::exec_event::Kind) -> Result<pb::ExecEvent, Status> {
+    Ok(pb::ExecEvent { kind: Some(kind) })
+}
+
+/// Starts the program named by the first message and returns the task driving it.
+pub async fn start(
+    executor: Arc<Executor>,
+    mut input: Streaming<pb::ExecInput>,
+    tx: EventTx,
+) -> Result<(), Status> {
+    let first = input
+        .message()
+        .await?
+        .ok_or_else(|| Status::invalid_argument("empty stream: the first message must carry `start`"))?;
+    let Some(pb::exec_input::Kind::Start(req)) = first.kind else {
+        return Err(Status::invalid_argument("the first message must carry `start`"));
+    };
+    let cmd = exec::command(&req, &executor.config().default_limits)?;
+    let mut running = executor.start(cmd).map_err(AgentError::from)?;
+    tokio::spawn(async move {
+        let mut stdin = running.stdin.take();
+        let _ = tx.send(event(pb::exec_event::Kind::Started(pb::exec_event::Started { pid: running.pid }))).await;
+        let mut input_open = true;
+        let mut keepalive = tokio::time::interval_at(tokio::time::Instant::now() + KEEPALIVE, KEEPALIVE);
+        loop {
+            tokio::select! {
+                ev = running.events.recv() => {
+                    let kind = match ev {
+                        Some(Event::Stdout(b)) => pb::exec_event::Kind::Stdout(b),
+                        Some(Event::Stderr(b)) => pb::exec_event::Kind::Stderr(b),
+                        Some(Event::Exit(o)) => pb::exec_event::Kind::Exit(exec::result(o, pb::ExecPath::Spawn)),
+                        None => break,
+                    };
+                    let exit = matches!(kind, pb::exec_event::Kind::Exit(_));
+                    // A caller that went away drops `running`, which kills the program.
+                    if tx.send(event(kind)).await.is_err() || exit {
+                        break;
+                    }
+                }
+                msg = input.next(), if input_open => match msg {
+                    Some(Ok(pb::ExecInput { kind: Some(k) })) => match k {
+                        pb::exec_input::Kind::Stdin(data) => {
+                            if let Some(w) = stdin.as_mut() {
+                                if w.write_all(&data).await.is_err() {
+                                    stdin = None; // the program closed its stdin
+                                }
+                            }
+                        }
+                        pb::exec_input::Kind::CloseStdin(_) => stdin = None,
+                        pb::exec_input::Kind::Signal(signo) => {
+                            if !(1..=64).contains(&signo) {
+                                let _ = tx.send(Err(Status::invalid_argument(format!("no signal {signo}")))).await;
+                                break;
+                            }
+                            let _ = running.signal(signo);
+                        }
+                        pb::exec_input::Kind::Start(_) => {
+                            let _ = tx.send(Err(Status::invalid_argument("`start` may only be the first message"))).await;
+                            break;
+                        }
+                    },
+                    Some(Ok(_)) => {}
+                    // Half-close by the caller: the program keeps running until it exits.
+                    None => input_open = false,
+                    Some(Err(_)) => break,
+                },
+                _ = keepalive.tick() => {
+                    if tx.send(event(pb::exec_event::Kind::Keepalive(pb::exec_event::Keepalive {}))).await.is_err() {
+                        break;
+                    }
+                }
+            }
+        }
+        drop(running);
+    });
+    Ok(())
+}

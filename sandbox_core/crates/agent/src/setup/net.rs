@@ -1,0 +1,37 @@
+//! Brings up `lo` in a fresh network namespace so programs can talk to themselves over localhost;
+//! nothing else exists in that namespace, so there is no way out.
+
+use super::SetupError;
+
+pub fn loopback_up() -> Result<(), SetupError> {
+    // SAFETY: plain socket/ioctl calls on a zeroed ifreq with a NUL-terminated name.
+    unsafe {
+        let fd = libc::socket(libc::AF_INET, libc::SOCK_DGRAM | libc::SOCK_CLOEXEC, 0);
+        if fd < 0 {
+            return Err(SetupError::Loopback(std::io::Error::last_os_error()));
+        }
+        let mut req: libc::ifreq = std::mem::zeroed();
+        for (i, b) in b"lo\0".iter().enumerate() {
+            req.ifr_name[i] = *b as libc::c_char;
+        }
+        let mut rc = libc::ioctl(fd, libc::SIOCGIFFLAGS as _, &mut req);
+        if rc == 0 {
+            req.ifr_ifru.ifru_flags |= (libc::IFF_UP | libc::IFF_RUNNING) as libc::c_short;
+            rc = libc::ioctl(fd, libc::SIOCSIFFLAGS as _, &req);
+        }
+        let err = std::io::Error::last_os_error();
+        libc::close(fd);
+        if rc != 0 {
+            return Err(SetupError::Loopback(err));
+        }
+    }
+    Ok(())
+}
+
+pub fn set_hostname(name: &str) -> Result<(), SetupError> {
+    // SAFETY: sethostname with a pointer/length pair of a live string.
+    if unsafe { libc::sethostname(name.as_ptr() as *const libc::c_char, name.len()) } != 0 {
+        return Err(SetupError::Hostname(std::io::Error::last_os_error()));
+    }
+    Ok(())
+}

@@ -1,0 +1,668 @@
+//! Per-exec cgroups on v1 (one directory per controller hierarchy) or v2 (one directory).
+//!
+//! Why cgroups at all: they are the only kernel object that follows every process an exec creates,
+//! including grandchildren that `setsid` away from the process group, and they enforce memory and
+//! pid limits over the whole tree and report what happened (oom kills, peak memory, fork failures).
+//!
+//! Layout: children are created under the agent's own cgroup (or the configured parent), never
+//! at a hierarchy's root unless the agent itself lives there. Which hierarchies are usable is
+//! detected from /proc/self/cgroup and /proc/self/mountinfo and a probe mkdir; nothing is assumed.
+//! On a hybrid host the v2 hierarchy is used only if it actually has controllers.
+//!
+//! cgroup v2 "no internal processes": controllers can be enabled for children only in a cgroup
+//! without member processes (the root excepted). When the agent's own cgroup has processes (the
+//! usual case in a container), they are all moved into a leaf child named `agent` first, then
+//! `memory` and `pids` are enabled in `cgroup.subtree_control`, and exec cgroups become siblings of
+//! `agent`.
+
+use std::collections::{HashMap, HashSet};
+use std::fs;
+use std::io::{self, Write};
+use std::os::fd::OwnedFd;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::time::Duration;
+
+use crate::error::{SetupError, SpawnError, Step};
+use crate::limits::Limits;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Version {
+    V1,
+    V2,
+}
+
+/// The parent directories per-exec cgroups are created in (v2: all the same directory).
+#[derive(Debug, Clone)]
+pub struct Cgroups {
+    version: Version,
+    memory: Option<PathBuf>,
+    pids: Option<PathBuf>,
+    cpu: Option<PathBuf>,
+}
+
+/// What an exec's cgroup saw.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Stats {
+    pub oom_kills: u64,
+    pub peak_memory_bytes: Option<u64>,
+    /// How often a fork failed because `pids.max` was reached.
+    pub pids_max_events: u64,
+    /// CPU time of every process that ran in the cgroup.
+    pub cpu_usage: Option<Duration>,
+}
+
+static PROBE_COUNTER: AtomicU64 = AtomicU64::new(0);
+
+impl Cgroups {
+    /// Finds usable hierarchies. `Ok(None)`: cgroups are not usable here (read-only, no permission,
+    /// v2 without controllers) and the executor runs without them. With an explicit `parent` an
+    /// unusable parent is an error: the operator asked for it.
+    pub fn detect(parent: Option<&Path>) -> Result<Option<Cgroups>, SetupError> {
+        let mounts = cgroup_mounts().map_err(|e| setup_err("/proc/self/mountinfo", e))?;
+        match parent {
+            Some(p) => Self::from_parent(p, &mounts).map(Some),
+            None => {
+                let membership = membership().map_err(|e| setup_err("/proc/self/cgroup", e))?;
+                Ok(Self::from_membership(&membership, &mounts))
+            }
+        }
+    }
+
+    fn from_membership(m: &Membership, mounts: &[Mount]) -> Option<Cgroups> {
+        if let Some(path) = &m.v2 {
+            let dir = mounts.iter().filter(|mt| mt.fstype == "cgroup2").find_map(|mt| mt.dir_of(path));
+            if let Some(dir) = dir {
+                if has_v2_controllers(&dir) {
+                    match setup_v2(&dir) {
+                        Ok(c) => return Some(c),
+                        Err(e) => {
+                            tracing::warn!(dir = %dir.display(), error = %e, "cgroup v2 unusable; running without cgroups");
+                            return None;
+                        }
+                    }
+                }
+            }
+        }
+        let find = |ctrl: &str| -> Option<PathBuf> {
+            let path = m.v1.get(ctrl)?;
+            let dir = mounts
+                .iter()
+                .filter(|mt| mt.fstype == "cgroup" && mt.controllers().any(|c| c == ctrl))
+                .find_map(|mt| mt.dir_of(path))?;
+            probe(&dir).then_some(dir)
+        };
+        Self::v1(find("memory"), find("pids"), find("cpuacct"))
+    }
+
+    fn from_parent(parent: &Path, mounts: &[Mount]) -> Result<Cgroups, SetupError> {
+        let unusable = |why: &str| setup_err(&parent.display().to_string(), io::Error::other(why.to_string()));
+        let mount = mounts
+            .iter()
+            .filter(|mt| parent.starts_with(&mt.point))
+            .max_by_key(|mt| mt.point.as_os_str().len())
+            .ok_or_else(|| unusable("not inside a cgroup mount"))?;
+        if mount.fstype == "cgroup2" {
+            return setup_v2(parent).map_err(|e| setup_err(&parent.display().to_string(), e));
+        }
+        // v1: the same cgroup path in each controller's hierarchy.
+        let rel = parent.strip_prefix(&mount.point).map_err(|_| unusable("bad prefix"))?;
+        let find = |ctrl: &str| -> Option<PathBuf> {
+            let mt = mounts.iter().find(|mt| mt.fstype == "cgroup" && mt.controllers().any(|c| c == ctrl))?;
+            let dir = mt.point.join(rel);
+            fs::create_dir_all(&dir).ok()?;
+            probe(&dir).then_some(dir)
+        };
+        Self::v1(find("memory"), find("pids"), find("cpuacct"))
+            .ok_or_else(|| unusable("no usable memory or pids hierarchy"))
+    }
+
+    fn v1(memory: Option<PathBuf>, pids: Option<PathBuf>, cpu: Option<PathBuf>) -> Option<Cgroups> {
+        if memory.is_none() && pids.is_none() {
+            return None;
+        }
+        Some(Cgroups { version: Version::V1, memory, pids, cpu })
+    }
+
+    /// "v1" or "v2".
+    pub fn version(&self) -> &'static str {
+        match self.version {
+            Version::V1 => "v1",
+            Version::V2 => "v2",
+        }
+    }
+
+    pub fn has_memory(&self) -> bool {
+        self.memory.is_some()
+    }
+
+    pub fn has_pids(&self) -> bool {
+        self.pids.is_some()
+    }
+
+    /// Parent directories exec cgroups are created in (deduplicated).
+    pub fn parents(&self) -> Vec<&Path> {
+        let mut v: Vec<&Path> = Vec::new();
+        for p in [&self.memory, &self.pids, &self.cpu].into_iter().flatten() {
+            if !v.contains(&p.as_path()) {
+                v.push(p);
+            }
+        }
+        v
+    }
+
+    /// Creates the cgroup `name` in every usable hierarchy and applies the limits.
+    pub fn create(&self, name: &str, limits: &Limits) -> Result<ExecCgroup, SpawnError> {
+        let mut cg = ExecCgroup {
+            version: self.version,
+            memory: None,
+            pids: None,
+            cpu: None,
+            dirs: Vec::new(),
+            removed: AtomicBool::new(false),
+        };
+        let create = |parent: &Option<PathBuf>, cg: &mut ExecCgroup| -> Result<Option<PathBuf>, SpawnError> {
+            let Some(parent) = parent else { return Ok(None) };
+            let dir = parent.join(name);
+            if !cg.dirs.contains(&dir) {
+                make_dir(&dir).map_err(|e| isolation(Step::CreateCgroup, &dir, e))?;
+                cg.dirs.push(dir.clone());
+            }
+            Ok(Some(dir))
+        };
+        // On error `cg` is dropped, which removes what was created so far.
+        cg.memory = create(&self.memory, &mut cg)?;
+        cg.pids = create(&self.pids, &mut cg)?;
+        cg.cpu = create(&self.cpu, &mut cg)?;
+        cg.apply(limits)?;
+        Ok(cg)
+    }
+}
+
+/// One exec's cgroup(s). Dropping it kills what is left inside and removes it (retrying in the
+/// background if the kernel still reports it busy).
+#[derive(Debug)]
+pub struct ExecCgroup {
+    version: Version,
+    memory: Option<PathBuf>,
+    pids: Option<PathBuf>,
+    cpu: Option<PathBuf>,
+    dirs: Vec<PathBuf>,
+    removed: AtomicBool,
+}
+
+impl ExecCgroup {
+    fn apply(&self, limits: &Limits) -> Result<(), SpawnError> {
+        let set = |dir: &Path, file: &str, value: &str| {
+            write_file(&dir.join(file), value).map_err(|e| isolation(Step::CgroupLimit, &dir.join(file), e))
+        };
+        let mem = limits.memory_bytes.to_string();
+        if let Some(dir) = &self.memory {
+            match self.version {
+                Version::V1 => {
+                    set(dir, "memory.limit_in_bytes", &mem)?;
+                    // Without this the program could swap past its limit (absent: no swap accounting).
+                    if dir.join("memory.memsw.limit_in_bytes").exists() {
+                        set(dir, "memory.memsw.limit_in_bytes", &mem)?;
+                    }
+                }
+                Version::V2 => {
+                    set(dir, "memory.max", &mem)?;
+                    if dir.join("memory.swap.max").exists() {
+                        set(dir, "memory.swap.max", "0")?;
+                    }
+                    // An exec is one unit: an oom kill takes the whole group (best effort, 4.19+).
+                    let _ = write_file(&dir.join("memory.oom.group"), "1");
+                }
+            }
+        }
+        if let Some(dir) = &self.pids {
+            set(dir, "pids.max", &limits.max_pids.to_string())?;
+        }
+        Ok(())
+    }
+
+    /// Directories of this cgroup, one per hierarchy.
+    pub fn dirs(&self) -> &[PathBuf] {
+        &self.dirs
+    }
+
+    /// `cgroup.procs` of every hierarchy, opened for the child to write itself into after fork.
+    pub fn open_procs(&self) -> Result<Vec<OwnedFd>, SpawnError> {
+        self.dirs
+            .iter()
+            .map(|d| {
+                let p = d.join("cgroup.procs");
+                fs::OpenOptions::new()
+                    .write(true)
+                    .open(&p)
+                    .map(OwnedFd::from)
+                    .map_err(|e| isolation(Step::JoinCgroup, &p, e))
+            })
+            .collect()
+    }
+
+    /// Processes in the cgroup now.
+    pub fn procs(&self) -> Vec<libc::pid_t> {
+        let mut all = HashSet::new();
+        for d in &self.dirs {
+            if let Ok(s) = fs::read_to_string(d.join("cgroup.procs")) {
+                all.extend(s.lines().filter_map(|l| l.trim().parse::<libc::pid_t>().ok()));
+            }
+        }
+        all.into_iter().collect()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.procs().is_empty()
+    }
+
+    /// SIGKILLs everything in the cgroup. v2 with `cgroup.kill` does it atomically (new forks
+    /// included); otherwise kill the listed processes, a few passes to catch fresh forks (the
+    /// pids limit bounds how many there can be). Callers that need emptiness poll `is_empty`.
+    pub fn kill(&self) {
+        if self.version == Version::V2 {
+            if let Some(d) = self.dirs.first() {
+                if write_file(&d.join("cgroup.kill"), "1").is_ok() {
+                    return;
+                }
+            }
+        }
+        let mut seen = HashSet::new();
+        for _ in 0..16 {
+            let procs = self.procs();
+            let mut fresh = false;
+            for pid in procs {
+                if pid > 0 {
+                    fresh |= seen.insert(pid);
+                    // SAFETY: plain syscall. The pid is in our cgroup right now; a recycled pid
+                    // would have to be created inside this cgroup, i.e. be ours to kill anyway.
+                    unsafe { libc::kill(pid, libc::SIGKILL) };
+                }
+            }
+            if !fresh {
+                break;
+            }
+        }
+    }
+
+    /// CPU time used so far by everything in the cgroup.
+    pub fn cpu_usage(&self) -> Option<Duration> {
+        let dir = self.cpu.as_ref()?;
+        match self.version {
+            Version::V1 => read_u64(&dir.join("cpuacct.usage")).map(Duration::from_nanos),
+            Version::V2 => keyed(&dir.join("cpu.stat"), "usage_usec").map(Duration::from_micros),
+        }
+    }
+
+    pub fn stats(&self) -> Stats {
+        let mut s = Stats { cpu_usage: self.cpu_usage(), ..Stats::default() };
+        if let Some(dir) = &self.memory {
+            match self.version {
+                Version::V1 => {
+                    s.oom_kills = keyed(&dir.join("memory.oom_control"), "oom_kill").unwrap_or(0);
+                    s.peak_memory_bytes = read_u64(&dir.join("memory.max_usage_in_bytes"));
+                }
+                Version::V2 => {
+                    s.oom_kills = keyed(&dir.join("memory.events"), "oom_kill").unwrap_or(0);
+                    s.peak_memory_bytes = read_u64(&dir.join("memory.peak"));
+                }
+            }
+        }
+        if let Some(dir) = &self.pids {
+            s.pids_max_events = keyed(&dir.join("pids.events"), "max").unwrap_or(0);
+        }
+        s
+    }
+
+    /// One removal attempt of every directory; `Err` (EBUSY) while processes are still exiting.
+    pub fn remove(&self) -> io::Result<()> {
+        let mut result = Ok(());
+        for d in &self.dirs {
+            match fs::remove_dir(d) {
+                Ok(()) => {}
+                Err(e) if e.kind() == io::ErrorKind::NotFound => {}
+                Err(e) => result = Err(e),
+            }
+        }
+        if result.is_ok() {
+            self.removed.store(true, Ordering::Release);
+        }
+        result
+    }
+
+    /// Kills until nothing is left, polling (bounded: a process stuck in the kernel can outlast
+    /// it). `false` if processes remain.
+    pub async fn kill_until_empty(&self) -> bool {
+        let mut delay = Duration::from_millis(1);
+        for _ in 0..60 {
+            self.kill();
+            if self.is_empty() {
+                return true;
+            }
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_millis(200));
+        }
+        false
+    }
+
+    /// Removes the (empty) cgroup, retrying while the kernel still reports it busy (bounded).
+    pub async fn remove_retrying(&self) -> io::Result<()> {
+        let mut delay = Duration::from_millis(1);
+        let mut last = Ok(());
+        for _ in 0..40 {
+            last = self.remove();
+            if last.is_ok() {
+                return last;
+            }
+            self.kill();
+            tokio::time::sleep(delay).await;
+            delay = (delay * 2).min(Duration::from_millis(200));
+        }
+        last
+    }
+
+    fn blocking_kill_and_remove(&self) -> io::Result<()> {
+        let mut delay = Duration::from_millis(1);
+        let mut last = Ok(());
+        for _ in 0..50 {
+            self.kill();
+            if self.is_empty() {
+                last = self.remove();
+                if last.is_ok() {
+                    return Ok(());
+                }
+            }
+            std::thread::sleep(delay);
+            delay = (delay * 2).min(Duration::from_millis(200));
+        }
+        last.and(Err(io::Error::other("cgroup still has processes")))
+    }
+}
+
+impl Drop for ExecCgroup {
+    fn drop(&mut self) {
+        if self.removed.load(Ordering::Acquire) || self.dirs.is_empty() {
+            return;
+        }
+        self.kill();
+        if self.is_empty() && self.remove().is_ok() {
+            return;
+        }
+        // Still busy (processes exiting): finish off the runtime that is dropping us, on a
+        // short-lived thread so a cancelled supervisor never blocks a runtime shutdown.
+        let dirs = std::mem::take(&mut self.dirs);
+        let rest = ExecCgroup {
+            version: self.version,
+            memory: None,
+            pids: None,
+            cpu: None,
+            dirs,
+            removed: AtomicBool::new(false),
+        };
+        let spawned = std::thread::Builder::new().name("cgroup-cleanup".into()).spawn(move || {
+            if let Err(e) = rest.blocking_kill_and_remove() {
+                tracing::warn!(dirs = ?rest.dirs, error = %e, "cgroup left behind");
+            }
+            rest.removed.store(true, Ordering::Release);
+        });
+        if let Err(e) = spawned {
+            tracing::warn!(error = %e, "cannot start cgroup cleanup");
+        }
+    }
+}
+
+fn isolation(step: Step, path: &Path, e: io::Error) -> SpawnError {
+    SpawnError::Isolation { step, source: io::Error::new(e.kind(), format!("{}: {e}", path.display())) }
+}
+
+fn setup_err(path: &str, source: io::Error) -> SetupError {
+    SetupError::Cgroup { path: path.to_string(), source }
+}
+
+/// mkdir; a leftover of the same name (a crashed agent with the same pid) is removed first.
+fn make_dir(dir: &Path) -> io::Result<()> {
+    match fs::create_dir(dir) {
+        Err(e) if e.kind() == io::ErrorKind::AlreadyExists => {
+            fs::remove_dir(dir)?;
+            fs::create_dir(dir)
+        }
+        r => r,
+    }
+}
+
+fn write_file(path: &Path, value: &str) -> io::Result<()> {
+    fs::OpenOptions::new().write(true).open(path)?.write_all(value.as_bytes())
+}
+
+fn read_u64(path: &Path) -> Option<u64> {
+    fs::read_to_string(path).ok()?.trim().parse().ok()
+}
+
+/// Value of `key` in a flat-keyed file ("key value" per line).
+fn keyed(path: &Path, key: &str) -> Option<u64> {
+    let s = fs::read_to_string(path).ok()?;
+    s.lines().find_map(|l| {
+        let mut it = l.split_whitespace();
+        (it.next() == Some(key)).then(|| it.next()?.parse().ok()).flatten()
+    })
+}
+
+/// Whether creating a child cgroup works here (permissions, read-only mounts).
+fn probe(dir: &Path) -> bool {
+    let n = PROBE_COUNTER.fetch_add(1, Ordering::Relaxed);
+    let p = dir.join(format!("probe-{}-{n}", std::process::id()));
+    match fs::create_dir(&p) {
+        Ok(()) => fs::remove_dir(&p).is_ok(),
+        Err(e) => {
+            tracing::debug!(dir = %dir.display(), error = %e, "cgroup hierarchy not writable");
+            false
+        }
+    }
+}
+
+fn has_v2_controllers(dir: &Path) -> bool {
+    fs::read_to_string(dir.join("cgroup.controllers"))
+        .map(|s| s.split_whitespace().any(|c| c == "memory" || c == "pids"))
+        .unwrap_or(false)
+}
+
+/// Enables `memory` and `pids` for children of `dir` (moving its processes into the `agent` leaf
+/// if needed, see the module doc) and checks a child can be created.
+fn setup_v2(dir: &Path) -> io::Result<Cgroups> {
+    let available = fs::read_to_string(dir.join("cgroup.controllers"))?;
+    let wanted: Vec<&str> =
+        ["memory", "pids"].into_iter().filter(|c| available.split_whitespace().any(|a| a == *c)).collect();
+    if wanted.is_empty() {
+        return Err(io::Error::other("no memory or pids controller"));
+    }
+    let enabled = |c: &str| {
+        fs::read_to_string(dir.join("cgroup.subtree_control"))
+            .map(|s| s.split_whitespace().any(|e| e == c))
+            .unwrap_or(false)
+    };
+    for c in &wanted {
+        if enabled(c) {
+            continue;
+        }
+        let control = dir.join("cgroup.subtree_control");
+        match write_file(&control, &format!("+{c}")) {
+            Ok(()) => {}
+            Err(e) if e.raw_os_error() == Some(libc::EBUSY) => {
+                move_into_leaf(dir)?;
+                write_file(&control, &format!("+{c}"))?;
+            }
+            Err(e) => return Err(e),
+        }
+    }
+    if !probe(dir) {
+        return Err(io::Error::from_raw_os_error(libc::EACCES));
+    }
+    let dir = dir.to_path_buf();
+    let memory = enabled("memory").then(|| dir.clone());
+    let pids = enabled("pids").then(|| dir.clone());
+    Ok(Cgroups { version: Version::V2, memory, pids, cpu: Some(dir) })
+}
+
+fn move_into_leaf(dir: &Path) -> io::Result<()> {
+    let leaf = dir.join("agent");
+    match fs::create_dir(&leaf) {
+        Err(e) if e.kind() != io::ErrorKind::AlreadyExists => return Err(e),
+        _ => {}
+    }
+    let procs = fs::read_to_string(dir.join("cgroup.procs"))?;
+    for pid in procs.lines().map(str::trim).filter(|l| !l.is_empty()) {
+        if let Err(e) = write_file(&leaf.join("cgroup.procs"), pid) {
+            // A process that exited meanwhile is fine; anything else leaves the parent non-empty.
+            if e.raw_os_error() != Some(libc::ESRCH) {
+                return Err(e);
+            }
+        }
+    }
+    tracing::info!(leaf = %leaf.display(), "moved the agent's processes into a leaf cgroup");
+    Ok(())
+}
+
+/// Membership of this process, from /proc/self/cgroup.
+#[derive(Debug, Default)]
+struct Membership {
+    /// controller -> cgroup path (v1 hierarchies).
+    v1: HashMap<String, String>,
+    /// The v2 path ("0::path").
+    v2: Option<String>,
+}
+
+fn membership() -> io::Result<Membership> {
+    Ok(parse_membership(&fs::read_to_string("/proc/self/cgroup")?))
+}
+
+fn parse_membership(s: &str) -> Membership {
+    let mut m = Membership::default();
+    for line in s.lines() {
+        let mut parts = line.splitn(3, ':');
+        let (Some(id), Some(ctrls), Some(path)) = (parts.next(), parts.next(), parts.next()) else {
+            continue;
+        };
+        if id == "0" && ctrls.is_empty() {
+            m.v2 = Some(path.to_string());
+        } else {
+            for c in ctrls.split(',').filter(|c| !c.is_empty()) {
+                m.v1.insert(c.to_string(), path.to_string());
+            }
+        }
+    }
+    m
+}
+
+/// A cgroup mount from /proc/self/mountinfo.
+#[derive(Debug, Clone)]
+struct Mount {
+    root: String,
+    point: PathBuf,
+    fstype: String,
+    super_opts: String,
+}
+
+impl Mount {
+    fn controllers(&self) -> impl Iterator<Item = &str> {
+        self.super_opts.split(',')
+    }
+
+    /// The directory of cgroup `path` in this mount, if the mount shows it.
+    fn dir_of(&self, path: &str) -> Option<PathBuf> {
+        let rel = if self.root == "/" {
+            path
+        } else {
+            let rest = path.strip_prefix(self.root.as_str())?;
+            if !(rest.is_empty() || rest.starts_with('/')) {
+                return None;
+            }
+            rest
+        };
+        let dir = self.point.join(rel.trim_start_matches('/'));
+        dir.is_dir().then_some(dir)
+    }
+}
+
+fn cgroup_mounts() -> io::Result<Vec<Mount>> {
+    Ok(parse_mountinfo(&fs::read_to_string("/proc/self/mountinfo")?))
+}
+
+fn parse_mountinfo(s: &str) -> Vec<Mount> {
+    s.lines()
+        .filter_map(|line| {
+            let (pre, post) = line.split_once(" - ")?;
+            let pre: Vec<&str> = pre.split(' ').collect();
+            let mut post = post.split(' ');
+            let fstype = post.next()?;
+            let _source = post.next()?;
+            let super_opts = post.next().unwrap_or("");
+            if fstype != "cgroup" && fstype != "cgroup2" {
+                return None;
+            }
+            Some(Mount {
+                root: unescape(pre.get(3)?),
+                point: PathBuf::from(unescape(pre.get(4)?)),
+                fstype: fstype.to_string(),
+                super_opts: super_opts.to_string(),
+            })
+        })
+        .collect()
+}
+
+/// mountinfo escapes space, tab, newline and backslash as `\ooo`.
+fn unescape(s: &str) -> String {
+    let b = s.as_bytes();
+    let mut out = Vec::with_capacity(b.len());
+    let mut i = 0;
+    while i < b.len() {
+        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
+            let v = (b[i + 1] - b'0') as u32 * 64 + (b[i + 2] - b'0') as u32 * 8 + (b[i + 3] - b'0') as u32;
+            if let Ok(v) = u8::try_from(v) {
+                out.push(v);
+                i += 4;
+                continue;
+            }
+        }
+        out.push(b[i]);
+        i += 1;
+    }
+    String::from_utf8_lossy(&out).into_owned()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_hybrid_membership() {
+        let m = parse_membership("9:name=systemd:/\n8:pids:/\n4:memory:/a/b\n2:cpu,cpuacct:/c\n0::/\n");
+        assert_eq!(m.v1.get("memory").map(String::as_str), Some("/a/b"));
+        assert_eq!(m.v1.get("cpuacct").map(String::as_str), Some("/c"));
+        assert_eq!(m.v1.get("cpu").map(String::as_str), Some("/c"));
+        assert_eq!(m.v2.as_deref(), Some("/"));
+    }
+
+    #[test]
+    fn parses_mountinfo() {
+        let s = "35 31 0:32 / /sys/fs/cgroup/memory rw,relatime - cgroup cgroup rw,memory\n\
+                 41 31 0:38 / /sys/fs/cgroup/unified rw,relatime - cgroup2 cgroup2 rw\n\
+                 42 31 0:39 /x /mnt/with\\040space rw shared:5 - cgroup2 none rw\n\
+                 1 0 8:1 / / rw - ext4 /dev/sda rw\n";
+        let m = parse_mountinfo(s);
+        assert_eq!(m.len(), 3);
+        assert!(m[0].controllers().any(|c| c == "memory"));
+        assert_eq!(m[1].fstype, "cgroup2");
+        assert_eq!(m[2].point, PathBuf::from("/mnt/with space"));
+        assert_eq!(m[2].root, "/x");
+    }
+
+    #[test]
+    fn keyed_files() {
+        let dir = std::env::temp_dir().join(format!("keyed-{}", std::process::id()));
+        fs::write(&dir, "oom_kill_disable 0\nunder_oom 0\noom_kill 3\n").unwrap();
+        assert_eq!(keyed(&dir, "oom_kill"), Some(3));
+        assert_eq!(keyed(&dir, "max"), None);
+        fs::remove_file(&dir).unwrap();
+    }
+}

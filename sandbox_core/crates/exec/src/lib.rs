@@ -1,0 +1,18 @@
+//! Spawning and isolation of sandboxed programs.
+//!
+//! The agent builds one [`Executor`] at start-up and asks it to start programs. Every program runs
+//! in its own process group and (where cgroups are usable) its own child cgroup, as an unprivileged
+//! uid/gid, with `no_new_privs`, a seccomp filter and rlimits. Timeouts and memory kills take down
+//! the whole process tree. Output is capped per stream.
+
+pub mod cgroup;
+pub mod error;
+pub mod limits;
+pub mod reaper;
+pub mod run;
+pub mod seccomp;
+pub mod spawn;
+
+pub use error::{SetupError, SpawnError, Step};
+pub use limits::Limits;
+pub use run::{Event, Executor, ExecutorConfig, Outcome, Running, Capabilities, Command};

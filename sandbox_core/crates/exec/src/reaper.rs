@@ -1,0 +1,256 @@
+//! The one place in the process that waits for children.
+//!
+//! The agent is a child subreaper (often pid 1 of its pid namespace), so orphaned grandchildren
+//! of user programs are reparented to it and must be reaped or they pile up as zombies. Waiting per
+//! child (std / tokio `Child`) cannot see those, and two waiters in one process steal each other's
+//! statuses. So a single reaper, driven by SIGCHLD, loops `wait4` over every exited child and hands
+//! the status of registered pids to their waiter; orphans are reaped and forgotten.
+//!
+//! Consequence for the rest of the process: nothing else may wait for children (no
+//! `std::process::Command::status`, no `tokio::process`), or it will find them already reaped.
+//!
+//! The reaper runs on its own thread with a small current-thread runtime, not on the caller's
+//! runtime: it is process-wide state and must outlive any one runtime (tests, embedders with
+//! several runtimes).
+//!
+//! Races closed by the map lock:
+//! - a child exiting before it is registered: `fork_registered` holds the lock across fork and
+//!   insertion, and the reaper holds it across wait and dispatch;
+//! - pid reuse: a pid is only freed by `wait4` under the lock, so while a pid is in the map it
+//!   still names our child (possibly a zombie) and its process group id is still allocated.
+
+use std::collections::HashMap;
+use std::io;
+use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
+
+use tokio::sync::oneshot;
+
+/// What `wait4` reported for one child.
+#[derive(Clone, Copy)]
+pub struct ExitInfo {
+    /// Raw wait status (`WIFEXITED`, `WTERMSIG`, ... apply).
+    pub status: libc::c_int,
+    pub rusage: libc::rusage,
+}
+
+impl std::fmt::Debug for ExitInfo {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("ExitInfo")
+            .field("status", &self.status)
+            .field("maxrss_kib", &self.rusage.ru_maxrss)
+            .finish()
+    }
+}
+
+impl ExitInfo {
+    pub fn exit_code(&self) -> Option<i32> {
+        libc::WIFEXITED(self.status).then(|| libc::WEXITSTATUS(self.status))
+    }
+    pub fn signal(&self) -> Option<i32> {
+        libc::WIFSIGNALED(self.status).then(|| libc::WTERMSIG(self.status))
+    }
+}
+
+type Waiters = HashMap<libc::pid_t, oneshot::Sender<ExitInfo>>;
+
+/// Handle to the process-wide reaper.
+pub struct Reaper {
+    waiters: Arc<Mutex<Waiters>>,
+}
+
+static REAPER: OnceLock<Reaper> = OnceLock::new();
+static START: Mutex<()> = Mutex::new(());
+
+impl Reaper {
+    /// The process-wide reaper, started on first use.
+    pub fn global() -> io::Result<&'static Reaper> {
+        if let Some(r) = REAPER.get() {
+            return Ok(r);
+        }
+        // Serialise starts so a failed start can be retried and two callers never start two.
+        let _g = START.lock().unwrap_or_else(|e| e.into_inner());
+        if let Some(r) = REAPER.get() {
+            return Ok(r);
+        }
+        let reaper = Reaper::start()?;
+        Ok(REAPER.get_or_init(|| reaper))
+    }
+
+    fn start() -> io::Result<Reaper> {
+        let waiters: Arc<Mutex<Waiters>> = Arc::default();
+        let shared = waiters.clone();
+        let (ready_tx, ready_rx) = std::sync::mpsc::channel::<io::Result<()>>();
+        std::thread::Builder::new().name("sandbox-reaper".into()).spawn(move || {
+            let rt = match tokio::runtime::Builder::new_current_thread().enable_io().build() {
+                Ok(rt) => rt,
+                Err(e) => {
+                    let _ = ready_tx.send(Err(e));
+                    return;
+                }
+            };
+            rt.block_on(async move {
+                use tokio::signal::unix::{signal, SignalKind};
+                let mut sigchld = match signal(SignalKind::child()) {
+                    Ok(s) => s,
+                    Err(e) => {
+                        let _ = ready_tx.send(Err(e));
+                        return;
+                    }
+                };
+                let _ = ready_tx.send(Ok(()));
+                loop {
+                    // Signals coalesce: one SIGCHLD may stand for many exits, so drain them all.
+                    reap_all(&shared);
+                    if sigchld.recv().await.is_none() {
+                        tracing::error!("SIGCHLD stream ended; children will no longer be reaped");
+                        return;
+                    }
+                }
+            });
+        })?;
+        match ready_rx.recv() {
+            Ok(Ok(())) => Ok(Reaper { waiters }),
+            Ok(Err(e)) => Err(e),
+            Err(_) => Err(io::Error::other("reaper thread exited during start-up")),
+        }
+    }
+
+    fn lock(&self) -> MutexGuard<'_, Waiters> {
+        self.waiters.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// Forks, runs `child` in the child and registers the child's pid before the reaper can see
+    /// its exit. All signals are blocked in the calling thread across fork, so the child starts
+    /// with every signal blocked: `child` must reset dispositions and unblock before exec.
+    ///
+    /// # Safety
+    /// `child` runs in the child of a multi-threaded process: it may only make async-signal-safe
+    /// calls (no allocation, no locks) and must not return.
+    pub unsafe fn fork_registered<F: FnOnce() -> !>(
+        &self,
+        child: F,
+    ) -> io::Result<(libc::pid_t, oneshot::Receiver<ExitInfo>)> {
+        let (tx, rx) = oneshot::channel();
+        let mut waiters = self.lock();
+        let mut all: libc::sigset_t = std::mem::zeroed();
+        let mut old: libc::sigset_t = std::mem::zeroed();
+        libc::sigfillset(&mut all);
+        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+        let pid = libc::fork();
+        if pid == 0 {
+            child();
+        }
+        let fork_err = io::Error::last_os_error();
+        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+        if pid < 0 {
+            return Err(fork_err);
+        }
+        waiters.insert(pid, tx);
+        Ok((pid, rx))
+    }
+
+    /// Sends `sig` to the process group led by `pid` if `pid` has not been reaped yet. Under the
+    /// lock the group id cannot have been recycled, so this never signals a stranger.
+    pub fn signal_group(&self, pid: libc::pid_t, sig: libc::c_int) -> io::Result<()> {
+        let waiters = self.lock();
+        if !waiters.contains_key(&pid) {
+            return Err(io::Error::from_raw_os_error(libc::ESRCH));
+        }
+        // SAFETY: plain syscall.
+        if unsafe { libc::killpg(pid, sig) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// Sends `sig` to `pid` itself if it has not been reaped yet (same guarantee as above).
+    pub fn signal_pid(&self, pid: libc::pid_t, sig: libc::c_int) -> io::Result<()> {
+        let waiters = self.lock();
+        if !waiters.contains_key(&pid) {
+            return Err(io::Error::from_raw_os_error(libc::ESRCH));
+        }
+        // SAFETY: plain syscall.
+        if unsafe { libc::kill(pid, sig) } < 0 {
+            return Err(io::Error::last_os_error());
+        }
+        Ok(())
+    }
+
+    /// Waits synchronously for a registered child that is known to be exiting right now (a child
+    /// that reported a failed start step and called `_exit`). Used where no runtime can be awaited.
+    pub fn reap_blocking(
+        &self,
+        pid: libc::pid_t,
+        mut rx: oneshot::Receiver<ExitInfo>,
+    ) -> Option<ExitInfo> {
+        let mut waiters = self.lock();
+        // The reaper may have been faster.
+        if let Ok(info) = rx.try_recv() {
+            return Some(info);
+        }
+        // Still registered: the child is unreaped and, with the lock held, stays ours to wait for.
+        waiters.remove(&pid)?;
+        let mut status = 0;
+        // SAFETY: zeroed rusage is a valid out-parameter.
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        loop {
+            // SAFETY: plain syscall with valid out-pointers.
+            let r = unsafe { libc::wait4(pid, &mut status, libc::__WALL, &mut ru) };
+            if r == pid {
+                return Some(ExitInfo { status, rusage: ru });
+            }
+            if r < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            return None;
+        }
+    }
+
+    /// Number of children waited for right now.
+    pub fn registered(&self) -> usize {
+        self.lock().len()
+    }
+}
+
+/// Reaps every exited child. Before reaping a registered program, kills its process group: the
+/// exited program is still a zombie, so its group id is still ours, and background processes of a
+/// finished exec must not outlive it.
+fn reap_all(waiters: &Mutex<Waiters>) {
+    loop {
+        let mut waiters = waiters.lock().unwrap_or_else(|e| e.into_inner());
+        // SAFETY: zeroed siginfo is a valid out-parameter.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        let flags = libc::WEXITED | libc::WNOHANG | libc::WNOWAIT | libc::__WALL;
+        // SAFETY: plain syscall with a valid out-pointer.
+        let r = unsafe { libc::waitid(libc::P_ALL, 0, &mut info, flags) };
+        if r < 0 {
+            if io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            return; // ECHILD: no children at all
+        }
+        // SAFETY: waitid filled a SIGCHLD siginfo (or left it zeroed: si_pid 0).
+        let pid = unsafe { info.si_pid() };
+        if pid == 0 {
+            return; // children exist, none has exited
+        }
+        if waiters.contains_key(&pid) {
+            // SAFETY: plain syscall; ESRCH (no other member) is fine.
+            unsafe { libc::killpg(pid, libc::SIGKILL) };
+        }
+        let mut status = 0;
+        // SAFETY: zeroed rusage is a valid out-parameter.
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        // SAFETY: plain syscall with valid out-pointers.
+        let r = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG | libc::__WALL, &mut ru) };
+        if r < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+            continue;
+        }
+        if r != pid {
+            return;
+        }
+        if let Some(tx) = waiters.remove(&pid) {
+            let _ = tx.send(ExitInfo { status, rusage: ru });
+        }
+    }
+}

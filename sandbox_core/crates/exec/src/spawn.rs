@@ -1,0 +1,490 @@
+//! fork + exec with every isolation step, done by hand.
+//!
+//! `std::process::Command` cannot join a cgroup or load seccomp between fork and exec without
+//! `pre_exec` closures whose safety is as hard to argue, and it waits for its children itself,
+//! which the process-wide reaper forbids. So everything the child needs (strings, env block, BPF
+//! program, rlimits, cgroup.procs fds, pipes) is prepared before fork, and the child only makes
+//! async-signal-safe system calls, reporting a failed step as (step, errno) over a close-on-exec
+//! pipe: EOF on that pipe means exec succeeded.
+
+use std::collections::BTreeMap;
+use std::ffi::{CString, OsStr};
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::fs::PermissionsExt;
+use std::path::{Path, PathBuf};
+
+use tokio::sync::oneshot;
+
+use crate::cgroup::ExecCgroup;
+use crate::error::{SpawnError, Step};
+use crate::limits::Limits;
+use crate::reaper::{ExitInfo, Reaper};
+use crate::run::{Command, ExecutorConfig};
+use crate::seccomp::Filter;
+
+/// PATH used to find the program when its environment has none.
+pub const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
+
+/// Credentials the child switches to. `groups` is set whenever an identity is configured, so the
+/// program never keeps the agent's supplementary groups.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Identity {
+    pub groups: Option<libc::gid_t>,
+    pub gid: Option<libc::gid_t>,
+    pub uid: Option<libc::uid_t>,
+}
+
+/// Isolation settings of one spawn.
+pub struct Isolation<'a> {
+    pub identity: Identity,
+    pub seccomp: Option<&'a Filter>,
+    pub cgroup: Option<&'a ExecCgroup>,
+    /// No pids cgroup: bound the process count with RLIMIT_NPROC (per uid, weaker).
+    pub nproc_rlimit: bool,
+    /// No memory cgroup: bound memory with RLIMIT_AS (address space, weaker).
+    pub as_rlimit: bool,
+}
+
+/// A started program: its pid, its exit status to come, and the agent's ends of its pipes.
+pub struct Spawned {
+    pub pid: libc::pid_t,
+    pub exit: oneshot::Receiver<ExitInfo>,
+    pub stdin: OwnedFd,
+    pub stdout: OwnedFd,
+    pub stderr: OwnedFd,
+}
+
+/// A command checked and converted to what `execve` takes.
+#[derive(Debug)]
+pub struct Prepared {
+    pub program: CString,
+    pub argv: Vec<CString>,
+    pub env: Vec<CString>,
+    pub cwd: CString,
+}
+
+/// Validates `cmd`, builds its environment (base env unless `clear_env`, request env on top) and
+/// resolves argv[0] through the program's own PATH, so a missing program fails here, unforked.
+pub fn prepare(cmd: &Command, config: &ExecutorConfig) -> Result<Prepared, SpawnError> {
+    let invalid = |m: String| SpawnError::Invalid(m);
+    let Some(argv0) = cmd.argv.first() else {
+        return Err(invalid("argv is empty".into()));
+    };
+    if argv0.is_empty() {
+        return Err(invalid("argv[0] is empty".into()));
+    }
+    let argv = cmd
+        .argv
+        .iter()
+        .map(|a| CString::new(a.as_bytes()).map_err(|_| invalid(format!("NUL byte in argument {a:?}"))))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut env: BTreeMap<&str, &str> = BTreeMap::new();
+    if !cmd.clear_env {
+        env.extend(config.base_env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    }
+    env.extend(cmd.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+    let env_block = env
+        .iter()
+        .map(|(k, v)| {
+            if k.is_empty() || k.contains('=') {
+                return Err(invalid(format!("bad environment variable name {k:?}")));
+            }
+            CString::new(format!("{k}={v}")).map_err(|_| invalid(format!("NUL byte in environment variable {k}")))
+        })
+        .collect::<Result<Vec<_>, _>>()?;
+    let cwd_path = cmd.cwd.as_deref().unwrap_or(&config.work_dir);
+    let cwd = CString::new(cwd_path.as_os_str().as_bytes())
+        .map_err(|_| invalid(format!("NUL byte in cwd {cwd_path:?}")))?;
+    let program = resolve_program(argv0, env.get("PATH").copied(), cwd_path)?;
+    let program = CString::new(program.as_os_str().as_bytes())
+        .map_err(|_| invalid("NUL byte in program path".into()))?;
+    Ok(Prepared { program, argv, env: env_block, cwd })
+}
+
+/// Finds `name` like `execvp` would, relative paths (in `name` or PATH) taken from `cwd`.
+pub fn resolve_program(name: &str, path_var: Option<&str>, cwd: &Path) -> Result<PathBuf, SpawnError> {
+    let not_found = |errno| SpawnError::NotFound {
+        program: name.to_string(),
+        source: io::Error::from_raw_os_error(errno),
+    };
+    if name.contains('/') {
+        let p = cwd.join(name);
+        return match executable(&p) {
+            Ok(()) => Ok(p),
+            Err(errno) => Err(not_found(errno)),
+        };
+    }
+    let mut denied = false;
+    for dir in path_var.unwrap_or(DEFAULT_PATH).split(':') {
+        let dir = if dir.is_empty() { Path::new(".") } else { Path::new(dir) };
+        let candidate = cwd.join(dir).join(name);
+        match executable(&candidate) {
+            Ok(()) => return Ok(candidate),
+            Err(libc::EACCES) => denied = true,
+            Err(_) => {}
+        }
+    }
+    Err(not_found(if denied { libc::EACCES } else { libc::ENOENT }))
+}
+
+/// A regular file with an execute bit; exact permission checks are the kernel's at exec time
+/// (the program may run as another uid than the agent).
+fn executable(p: &Path) -> Result<(), i32> {
+    match std::fs::metadata(p) {
+        Ok(m) if m.is_file() && m.permissions().mode() & 0o111 != 0 => Ok(()),
+        Ok(_) => Err(libc::EACCES),
+        Err(e) => Err(e.raw_os_error().unwrap_or(libc::ENOENT)),
+    }
+}
+
+/// Everything the child touches, as raw values and pointers into memory owned by the parent's
+/// stack frame (which the child's copy of the address space keeps alive until exec).
+struct ChildPlan<'a> {
+    procs_fds: &'a [RawFd],
+    rlimits: &'a [(i32, libc::rlimit)],
+    cwd: *const libc::c_char,
+    identity: Identity,
+    seccomp: &'a [libc::sock_fprog],
+    stdio: [RawFd; 3],
+    err_fd: RawFd,
+    program: *const libc::c_char,
+    argv: *const *const libc::c_char,
+    envp: *const *const libc::c_char,
+}
+
+/// Forks and execs `prep` with the isolation of `iso`. Blocks until the child has exec'd or
+/// reported a failed step (the time of fork + the isolation syscalls + execve).
+pub fn spawn(prep: &Prepared, limits: &Limits, iso: &Isolation<'_>, reaper: &Reaper) -> Result<Spawned, SpawnError> {
+    let procs_files = match iso.cgroup {
+        Some(cg) => cg.open_procs()?,
+        None => Vec::new(),
+    };
+    let procs_fds: Vec<RawFd> = procs_files.iter().map(|f| f.as_raw_fd()).collect();
+    let rlimits = rlimits(limits, iso);
+    let seccomp: Vec<libc::sock_fprog> = match iso.seccomp {
+        Some(f) => f
+            .programs()
+            .iter()
+            .map(|p| {
+                let len = u16::try_from(p.len()).map_err(|_| SpawnError::Isolation {
+                    step: Step::Seccomp,
+                    source: io::Error::other("seccomp program too long"),
+                })?;
+                // seccompiler's sock_filter is #[repr(C)] with libc's layout.
+                Ok(libc::sock_fprog { len, filter: p.as_ptr() as *mut libc::sock_filter })
+            })
+            .collect::<Result<_, SpawnError>>()?,
+        None => Vec::new(),
+    };
+    let argv: Vec<*const libc::c_char> =
+        prep.argv.iter().map(|a| a.as_ptr()).chain(std::iter::once(std::ptr::null())).collect();
+    let envp: Vec<*const libc::c_char> =
+        prep.env.iter().map(|a| a.as_ptr()).chain(std::iter::once(std::ptr::null())).collect();
+
+    let pipe_err = |e| SpawnError::Isolation { step: Step::Pipe, source: e };
+    let (stdin_r, stdin_w) = pipe().map_err(pipe_err)?;
+    let (stdout_r, stdout_w) = pipe().map_err(pipe_err)?;
+    let (stderr_r, stderr_w) = pipe().map_err(pipe_err)?;
+    let (err_r, err_w) = pipe().map_err(pipe_err)?;
+    // The child's stdio ends must not already sit on 0..=2 (an agent started with those closed),
+    // or one dup2 could clobber another.
+    let stdin_r = above_stdio(stdin_r).map_err(pipe_err)?;
+    let stdout_w = above_stdio(stdout_w).map_err(pipe_err)?;
+    let stderr_w = above_stdio(stderr_w).map_err(pipe_err)?;
+
+    let plan = ChildPlan {
+        procs_fds: &procs_fds,
+        rlimits: &rlimits,
+        cwd: prep.cwd.as_ptr(),
+        identity: iso.identity,
+        seccomp: &seccomp,
+        stdio: [stdin_r.as_raw_fd(), stdout_w.as_raw_fd(), stderr_w.as_raw_fd()],
+        err_fd: err_w.as_raw_fd(),
+        program: prep.program.as_ptr(),
+        argv: argv.as_ptr(),
+        envp: envp.as_ptr(),
+    };
+    // SAFETY: `child_main` only makes async-signal-safe syscalls on memory prepared above.
+    let (pid, exit) = unsafe { reaper.fork_registered(|| child_main(&plan)) }
+        .map_err(|e| SpawnError::Isolation { step: Step::Fork, source: e })?;
+    drop((stdin_r, stdout_w, stderr_w, err_w, procs_files));
+
+    match read_child_error(&err_r) {
+        None => Ok(Spawned { pid, exit, stdin: stdin_w, stdout: stdout_r, stderr: stderr_r }),
+        Some((step, errno)) => {
+            // The child is in `_exit(127)`; reap it so no zombie and no cgroup member remains.
+            let _ = reaper.reap_blocking(pid, exit);
+            let source = io::Error::from_raw_os_error(errno);
+            if step == Step::Exec && matches!(errno, libc::ENOENT | libc::EACCES | libc::ENOEXEC | libc::ENOTDIR) {
+                let program = OsStr::from_bytes(prep.program.as_bytes()).to_string_lossy().into_owned();
+                return Err(SpawnError::NotFound { program, source });
+            }
+            Err(SpawnError::Isolation { step, source })
+        }
+    }
+}
+
+fn rlimits(limits: &Limits, iso: &Isolation<'_>) -> Vec<(i32, libc::rlimit)> {
+    let both = |v: u64| libc::rlimit { rlim_cur: v as libc::rlim_t, rlim_max: v as libc::rlim_t };
+    let infinite_if_max = |v: u64| if v == u64::MAX { libc::RLIM_INFINITY } else { v as libc::rlim_t };
+    // Whole seconds, rounded up: the kernel counts CPU rlimits in seconds. SIGXCPU at the soft
+    // limit lets us tell a CPU kill apart; the hard limit one second later is the SIGKILL backstop.
+    let cpu_secs = limits.cpu_time.as_secs() + u64::from(limits.cpu_time.subsec_nanos() > 0);
+    let cpu_secs = cpu_secs.max(1);
+    let mut v = vec![
+        (libc::RLIMIT_CPU as i32, libc::rlimit { rlim_cur: cpu_secs as _, rlim_max: (cpu_secs + 1) as _ }),
+        (libc::RLIMIT_FSIZE as i32, {
+            let f = infinite_if_max(limits.max_file_size_bytes);
+            libc::rlimit { rlim_cur: f, rlim_max: f }
+        }),
+        (libc::RLIMIT_NOFILE as i32, both(u64::from(limits.max_open_files))),
+        (libc::RLIMIT_CORE as i32, both(0)),
+    ];
+    if iso.nproc_rlimit {
+        v.push((libc::RLIMIT_NPROC as i32, both(u64::from(limits.max_pids))));
+    }
+    if iso.as_rlimit {
+        v.push((libc::RLIMIT_AS as i32, both(limits.memory_bytes)));
+    }
+    // Unprivileged agents cannot raise a hard limit: stay within the current one.
+    // SAFETY: plain syscall.
+    if unsafe { libc::geteuid() } != 0 {
+        for (res, lim) in &mut v {
+            let mut cur = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+            // SAFETY: valid out-pointer.
+            if unsafe { libc::getrlimit(*res as _, &mut cur) } == 0 && cur.rlim_max != libc::RLIM_INFINITY {
+                lim.rlim_max = lim.rlim_max.min(cur.rlim_max);
+                lim.rlim_cur = lim.rlim_cur.min(lim.rlim_max);
+            }
+        }
+    }
+    v
+}
+
+fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: valid out-array of two fds. Close-on-exec so no other exec inherits them; blocking
+    // (O_NONBLOCK would apply to the child's end too), the agent's ends are switched later.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: both fds were just created and are owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+fn above_stdio(fd: OwnedFd) -> io::Result<OwnedFd> {
+    if fd.as_raw_fd() > 2 {
+        return Ok(fd);
+    }
+    // SAFETY: plain syscall on an fd we own.
+    let new = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 3) };
+    if new < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `new` was just created by fcntl.
+    Ok(unsafe { OwnedFd::from_raw_fd(new) })
+}
+
+/// `None`: the pipe hit EOF, i.e. exec succeeded. Otherwise the failed step and its errno.
+fn read_child_error(fd: &OwnedFd) -> Option<(Step, i32)> {
+    let mut buf = [0u8; 5];
+    let mut got = 0;
+    while got < buf.len() {
+        // SAFETY: reading into the unfilled tail of `buf`.
+        let n = unsafe { libc::read(fd.as_raw_fd(), buf[got..].as_mut_ptr().cast(), buf.len() - got) };
+        if n < 0 {
+            if io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            return Some((Step::Exec, io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)));
+        }
+        if n == 0 {
+            break;
+        }
+        got += n as usize;
+    }
+    match got {
+        0 => None,
+        5 => Some((step_from_u8(buf[0]), i32::from_ne_bytes([buf[1], buf[2], buf[3], buf[4]]))),
+        // A 5-byte write to a pipe is atomic; a short report means the child died mid-way.
+        _ => Some((Step::Exec, libc::EIO)),
+    }
+}
+
+fn step_from_u8(b: u8) -> Step {
+    use Step::*;
+    [
+        Pipe, Fork, JoinCgroup, SetSid, Rlimit, Chdir, SetGroups, SetGid, SetUid, NoNewPrivs, Seccomp, Dup2,
+        Exec, CreateCgroup, CgroupLimit,
+    ]
+    .into_iter()
+    .find(|s| *s as u8 == b)
+    .unwrap_or(Exec)
+}
+
+/// Reports `step` with the current errno and exits. Async-signal-safe.
+unsafe fn fail(err_fd: RawFd, step: Step) -> ! {
+    let errno = *libc::__errno_location();
+    let e = errno.to_ne_bytes();
+    let buf = [step as u8, e[0], e[1], e[2], e[3]];
+    libc::write(err_fd, buf.as_ptr().cast(), buf.len());
+    libc::_exit(127)
+}
+
+/// The child between fork and exec. Only async-signal-safe syscalls, no allocation, no panics.
+/// Order matters: join the cgroup before anything can allocate memory worth accounting; drop
+/// privileges after the steps that need them (cgroup, rlimits, chdir) and before seccomp, which
+/// `no_new_privs` must precede for an unprivileged process.
+unsafe fn child_main(p: &ChildPlan<'_>) -> ! {
+    for &fd in p.procs_fds {
+        // "0" means "the writing process" in cgroup.procs (v1 and v2).
+        if libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
+            fail(p.err_fd, Step::JoinCgroup);
+        }
+    }
+    if libc::setsid() < 0 {
+        fail(p.err_fd, Step::SetSid);
+    }
+    for (res, lim) in p.rlimits {
+        if libc::setrlimit(*res as _, lim) != 0 {
+            fail(p.err_fd, Step::Rlimit);
+        }
+    }
+    if libc::chdir(p.cwd) != 0 {
+        fail(p.err_fd, Step::Chdir);
+    }
+    // Raw syscalls: glibc's set*id wrappers broadcast to all threads of the parent image.
+    if let Some(g) = p.identity.groups {
+        if libc::syscall(libc::SYS_setgroups, 1 as libc::c_long, &g as *const libc::gid_t) != 0 {
+            fail(p.err_fd, Step::SetGroups);
+        }
+    }
+    if let Some(g) = p.identity.gid {
+        if libc::syscall(libc::SYS_setresgid, g, g, g) != 0 {
+            fail(p.err_fd, Step::SetGid);
+        }
+    }
+    if let Some(u) = p.identity.uid {
+        if libc::syscall(libc::SYS_setresuid, u, u, u) != 0 {
+            fail(p.err_fd, Step::SetUid);
+        }
+    }
+    if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1 as libc::c_ulong, 0 as libc::c_ulong, 0 as libc::c_ulong, 0 as libc::c_ulong) != 0 {
+        fail(p.err_fd, Step::NoNewPrivs);
+    }
+    for prog in p.seccomp {
+        if libc::prctl(libc::PR_SET_SECCOMP, libc::SECCOMP_MODE_FILTER as libc::c_ulong, prog as *const libc::sock_fprog) != 0 {
+            fail(p.err_fd, Step::Seccomp);
+        }
+    }
+    for (target, &fd) in p.stdio.iter().enumerate() {
+        if libc::dup2(fd, target as libc::c_int) < 0 {
+            fail(p.err_fd, Step::Dup2);
+        }
+    }
+    // Belt and braces: an fd some library opened without O_CLOEXEC must not reach user code.
+    // Failure (kernel < 5.11) is tolerable: the agent's own fds are all close-on-exec.
+    libc::syscall(libc::SYS_close_range, 3 as libc::c_uint, libc::c_uint::MAX, libc::CLOSE_RANGE_CLOEXEC);
+    // Ignored signals stay ignored across exec (SIGPIPE is ignored in the agent): reset all.
+    let mut dfl: libc::sigaction = std::mem::zeroed();
+    dfl.sa_sigaction = libc::SIG_DFL;
+    // 1..NSIG (65 on Linux); glibc refuses its two internal signals, which is fine.
+    for sig in 1..65 {
+        if sig != libc::SIGKILL && sig != libc::SIGSTOP {
+            libc::sigaction(sig, &dfl, std::ptr::null_mut());
+        }
+    }
+    let mut empty: libc::sigset_t = std::mem::zeroed();
+    libc::sigemptyset(&mut empty);
+    libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+    libc::execve(p.program, p.argv, p.envp);
+    fail(p.err_fd, Step::Exec)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::limits::Limits;
+
+    fn config() -> ExecutorConfig {
+        ExecutorConfig {
+            uid: None,
+            gid: None,
+            seccomp: false,
+            use_cgroups: false,
+            cgroup_parent: None,
+            work_dir: PathBuf::from("/"),
+            base_env: [("PATH".to_string(), "/usr/bin:/bin".to_string()), ("A".into(), "base".into())].into(),
+            default_limits: Limits::default(),
+        }
+    }
+
+    fn cmd(argv: &[&str]) -> Command {
+        Command {
+            argv: argv.iter().map(|s| s.to_string()).collect(),
+            env: BTreeMap::new(),
+            clear_env: false,
+            cwd: None,
+            limits: Limits::default(),
+        }
+    }
+
+    #[test]
+    fn resolves_through_path() {
+        let p = prepare(&cmd(&["sh", "-c", "true"]), &config()).unwrap();
+        assert!(p.program.to_bytes().ends_with(b"/sh"));
+        assert_eq!(p.argv[0].to_bytes(), b"sh");
+    }
+
+    #[test]
+    fn request_env_overrides_base() {
+        let mut c = cmd(&["/bin/true"]);
+        c.env.insert("A".into(), "req".into());
+        let p = prepare(&c, &config()).unwrap();
+        assert!(p.env.iter().any(|e| e.to_bytes() == b"A=req"));
+        c.clear_env = true;
+        let p = prepare(&c, &config()).unwrap();
+        assert_eq!(p.env.len(), 1);
+    }
+
+    #[test]
+    fn rejects_bad_requests() {
+        let bad = |c: Command| matches!(prepare(&c, &config()), Err(SpawnError::Invalid(_)));
+        assert!(bad(cmd(&[])));
+        assert!(bad(cmd(&[""])));
+        assert!(bad(cmd(&["/bin/echo", "a\0b"])));
+        let mut c = cmd(&["/bin/true"]);
+        c.env.insert("A=B".into(), "x".into());
+        assert!(bad(c));
+        let mut c = cmd(&["/bin/true"]);
+        c.env.insert("".into(), "x".into());
+        assert!(bad(c));
+        let mut c = cmd(&["/bin/true"]);
+        c.env.insert("K".into(), "x\0".into());
+        assert!(bad(c));
+        let mut c = cmd(&["/bin/true"]);
+        c.cwd = Some(PathBuf::from("/tmp\0x"));
+        assert!(bad(c));
+    }
+
+    #[test]
+    fn missing_program_is_not_found() {
+        for argv0 in ["no-such-program-xyz", "/no/such/program", "./nope"] {
+            match prepare(&cmd(&[argv0]), &config()) {
+                Err(SpawnError::NotFound { source, .. }) => assert_eq!(source.raw_os_error(), Some(libc::ENOENT)),
+                other => panic!("{argv0}: {other:?}"),
+            }
+        }
+        // A directory is not executable.
+        assert!(matches!(prepare(&cmd(&["/tmp"]), &config()), Err(SpawnError::NotFound { .. })));
+    }
+
+    #[test]
+    fn step_codes_round_trip() {
+        for s in [Step::Pipe, Step::JoinCgroup, Step::Seccomp, Step::Exec, Step::CgroupLimit] {
+            assert_eq!(step_from_u8(s as u8), s);
+        }
+    }
+}

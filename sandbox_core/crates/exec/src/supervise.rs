@@ -1,0 +1,210 @@
+//! The supervisor of one exec: limits over time, output forwarding, and the single `Exit` event.
+//!
+//! Split in three tasks so that a slow consumer of events can never delay a kill: two readers
+//! forward output (and feel the consumer's backpressure), while the supervisor itself only waits
+//! for the exit status, the wall-time deadline and the CPU budget, and never sends an event until
+//! the tree is dead and the cgroup gone.
+
+use std::os::fd::OwnedFd;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+use bytes::Bytes;
+use tokio::io::AsyncReadExt;
+use tokio::sync::{mpsc, oneshot, watch};
+use tokio::time::sleep_until;
+
+use crate::cgroup::Stats;
+use crate::limits::Limits;
+use crate::reaper::ExitInfo;
+use crate::run::{Event, Outcome};
+use crate::tree::Tree;
+
+/// How long output is still drained after the tree is dead. Only a process that escaped every
+/// kill net (possible only without cgroups) can hold a pipe open longer.
+const DRAIN_GRACE: Duration = Duration::from_secs(2);
+const READ_CHUNK: usize = 64 * 1024;
+
+pub(crate) struct Supervision {
+    pub tree: Arc<Tree>,
+    pub exit: oneshot::Receiver<ExitInfo>,
+    pub stdout: OwnedFd,
+    pub stderr: OwnedFd,
+    pub limits: Limits,
+    pub started: Instant,
+    pub events: mpsc::Sender<Event>,
+}
+
+#[derive(Clone, Copy)]
+enum Stream {
+    Stdout,
+    Stderr,
+}
+
+pub(crate) async fn supervise(s: Supervision) {
+    let Supervision { tree, mut exit, stdout, stderr, limits, started, events } = s;
+    let (drain_tx, drain_rx) = watch::channel(None::<tokio::time::Instant>);
+    let reader = |fd, which| {
+        tokio::spawn(forward(fd, which, events.clone(), limits.clone(), tree.clone(), drain_rx.clone()))
+    };
+    let out_task = reader(stdout, Stream::Stdout);
+    let err_task = reader(stderr, Stream::Stderr);
+
+    let deadline = tokio::time::Instant::from_std(started + limits.wall_time);
+    let cpu_watch = tree.cgroup().filter(|cg| cg.cpu_usage().is_some()).cloned();
+    let ncpus = std::thread::available_parallelism().map(|n| n.get() as u32).unwrap_or(1);
+    // The earliest moment the tree can have used its CPU budget: all CPUs busy since the start.
+    let mut cpu_check = tokio::time::Instant::from_std(started + limits.cpu_time / ncpus);
+    let mut timed_out = false;
+    let mut cpu_killed = false;
+    let status = loop {
+        tokio::select! {
+            r = &mut exit => break r.ok(),
+            _ = sleep_until(deadline), if !timed_out => {
+                timed_out = true;
+                tree.kill();
+            }
+            _ = sleep_until(cpu_check), if cpu_watch.is_some() && !cpu_killed => {
+                let used = cpu_watch.as_ref().and_then(|cg| cg.cpu_usage()).unwrap_or_default();
+                if used >= limits.cpu_time {
+                    cpu_killed = true;
+                    tree.kill();
+                } else {
+                    let wait = ((limits.cpu_time - used) / ncpus).max(Duration::from_millis(10));
+                    cpu_check = tokio::time::Instant::now() + wait;
+                }
+            }
+        }
+    };
+    let wall_time = started.elapsed();
+
+    // The main process is gone: so is the exec. Kill what is left, then account and clean up.
+    tree.kill();
+    let mut stats = Stats::default();
+    if let Some(cg) = tree.cgroup() {
+        if !cg.kill_until_empty().await {
+            tracing::warn!(dirs = ?cg.dirs(), "processes survive in the exec cgroup");
+        }
+        stats = cg.stats();
+        if let Err(e) = cg.remove_retrying().await {
+            tracing::warn!(dirs = ?cg.dirs(), error = %e, "cannot remove the exec cgroup");
+        }
+    }
+    let _ = drain_tx.send(Some(tokio::time::Instant::now() + DRAIN_GRACE));
+    let stdout_truncated = out_task.await.unwrap_or(false);
+    let stderr_truncated = err_task.await.unwrap_or(false);
+    tree.finish();
+
+    let outcome = outcome(status, &stats, &limits, wall_time, timed_out, cpu_killed, stdout_truncated, stderr_truncated);
+    tracing::debug!(?outcome, "exec finished");
+    // A dropped receiver (caller went away) is fine: everything is cleaned up already.
+    let _ = events.send(Event::Exit(outcome)).await;
+}
+
+#[allow(clippy::too_many_arguments)]
+fn outcome(
+    status: Option<ExitInfo>,
+    stats: &Stats,
+    limits: &Limits,
+    wall_time: Duration,
+    timed_out: bool,
+    cpu_killed: bool,
+    stdout_truncated: bool,
+    stderr_truncated: bool,
+) -> Outcome {
+    let exit_code = status.and_then(|s| s.exit_code());
+    let signal = status.and_then(|s| s.signal());
+    let rusage_cpu = status
+        .map(|s| timeval(s.rusage.ru_utime) + timeval(s.rusage.ru_stime))
+        .unwrap_or_default();
+    // rusage covers the main process (and children it waited for); the cgroup covers everything.
+    let cpu_time = stats.cpu_usage.unwrap_or(rusage_cpu).max(rusage_cpu);
+    let killed = signal == Some(libc::SIGKILL);
+    let peak_memory_bytes = stats
+        .peak_memory_bytes
+        .unwrap_or_else(|| status.map(|s| s.rusage.ru_maxrss.max(0) as u64 * 1024).unwrap_or(0));
+    Outcome {
+        exit_code,
+        signal,
+        stdout: Vec::new(),
+        stderr: Vec::new(),
+        stdout_truncated,
+        stderr_truncated,
+        timed_out,
+        // A child of the program may be the one the kernel picked: count it when the program failed.
+        oom_killed: stats.oom_kills > 0 && (killed || exit_code != Some(0)),
+        cpu_limited: cpu_killed
+            || signal == Some(libc::SIGXCPU)
+            || (killed && cpu_time >= limits.cpu_time),
+        pids_limited: stats.pids_max_events > 0,
+        file_size_limited: signal == Some(libc::SIGXFSZ),
+        wall_time,
+        cpu_time,
+        peak_memory_bytes,
+    }
+}
+
+fn timeval(t: libc::timeval) -> Duration {
+    Duration::from_secs(t.tv_sec.max(0) as u64) + Duration::from_micros(t.tv_usec.max(0) as u64)
+}
+
+/// Forwards one pipe as events, up to the output cap; past it, keeps reading (so the program never
+/// blocks on a full pipe) and only counts. Returns whether output was truncated.
+async fn forward(
+    fd: OwnedFd,
+    which: Stream,
+    events: mpsc::Sender<Event>,
+    limits: Limits,
+    tree: Arc<Tree>,
+    mut drain: watch::Receiver<Option<tokio::time::Instant>>,
+) -> bool {
+    let mut pipe = match tokio::net::unix::pipe::Receiver::from_owned_fd(fd) {
+        Ok(p) => p,
+        Err(e) => {
+            tracing::error!(error = %e, "cannot watch an output pipe");
+            return false;
+        }
+    };
+    let cap = limits.max_output_bytes;
+    let mut forwarded: u64 = 0;
+    let mut truncated = false;
+    let mut consumer_gone = false;
+    let mut buf = vec![0u8; READ_CHUNK];
+    loop {
+        let drain_at = *drain.borrow();
+        let n = tokio::select! {
+            biased;
+            r = pipe.read(&mut buf) => match r {
+                Ok(0) => break,
+                Ok(n) => n,
+                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
+                Err(_) => break,
+            },
+            _ = sleep_until(drain_at.unwrap_or_else(tokio::time::Instant::now)), if drain_at.is_some() => break,
+            r = drain.changed(), if drain_at.is_none() => {
+                if r.is_err() {
+                    break;
+                }
+                continue;
+            }
+        };
+        let room = cap.saturating_sub(forwarded);
+        let take = (n as u64).min(room) as usize;
+        if take > 0 && !consumer_gone {
+            let chunk = Bytes::copy_from_slice(&buf[..take]);
+            let event = match which {
+                Stream::Stdout => Event::Stdout(chunk),
+                Stream::Stderr => Event::Stderr(chunk),
+            };
+            consumer_gone = events.send(event).await.is_err();
+        }
+        forwarded += take as u64;
+        if take < n && !truncated {
+            truncated = true;
+            if limits.kill_on_output_limit {
+                tree.kill();
+            }
+        }
+    }
+    truncated
+}

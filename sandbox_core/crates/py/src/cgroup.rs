@@ -1,0 +1,160 @@
+//! The per-sandbox cgroup the launcher puts each agent in, created under this process's own
+//! cgroup (v1: one directory per controller; v2: one directory). The agent then sees it as the
+//! root of its cgroup namespace and makes per-exec children inside.
+
+use std::path::{Path, PathBuf};
+
+const V1_CONTROLLERS: [&str; 4] = ["memory", "pids", "cpu", "cpuacct"];
+
+/// Directories of this process's own cgroup: (controller or "" for v2, directory).
+fn own_dirs() -> Vec<(String, PathBuf)> {
+    let (Ok(cgroups), Ok(mountinfo)) = (std::fs::read_to_string("/proc/self/cgroup"), std::fs::read_to_string("/proc/self/mountinfo")) else {
+        return vec![];
+    };
+    let mut out = Vec::new();
+    for line in mountinfo.lines() {
+        // id parent dev root mountpoint opts [optional...] - fstype source superopts
+        let Some((left, right)) = line.split_once(" - ") else { continue };
+        let l: Vec<&str> = left.split(' ').collect();
+        let r: Vec<&str> = right.split(' ').collect();
+        if l.len() < 5 || r.len() < 3 {
+            continue;
+        }
+        let (root, mountpoint, fstype, superopts) = (l[3], l[4], r[0], r[2]);
+        let (key, own_path) = if fstype == "cgroup2" {
+            let Some(p) = cgroups.lines().find_map(|c| c.strip_prefix("0::")) else { continue };
+            ("".to_string(), p)
+        } else if fstype == "cgroup" {
+            let Some(ctrl) = superopts.split(',').find(|o| V1_CONTROLLERS.contains(o)) else { continue };
+            let Some(p) = cgroups.lines().find_map(|c| {
+                let mut it = c.splitn(3, ':');
+                let (_, ctrls, path) = (it.next()?, it.next()?, it.next()?);
+                ctrls.split(',').any(|x| x == ctrl).then_some(path)
+            }) else { continue };
+            (superopts.split(',').filter(|o| V1_CONTROLLERS.contains(o)).collect::<Vec<_>>().join(","), p)
+        } else {
+            continue;
+        };
+        let rel = own_path.strip_prefix(root).unwrap_or(own_path).trim_start_matches('/');
+        out.push((key, Path::new(mountpoint).join(rel)));
+    }
+    out.sort();
+    out.dedup_by(|a, b| a.0 == b.0);
+    // A hybrid host mounts an empty cgroup2 beside v1: use v2 only when it is the only hierarchy.
+    if out.iter().any(|(k, _)| !k.is_empty()) {
+        out.retain(|(k, _)| !k.is_empty());
+    }
+    out
+}
+
+pub struct SandboxCgroup {
+    pub dirs: Vec<PathBuf>,
+}
+
+pub struct CgroupLimits {
+    pub memory_bytes: u64,
+    pub max_pids: u32,
+    pub cpu_quota: f64,
+}
+
+fn write(dir: &Path, file: &str, value: &str) -> std::io::Result<()> {
+    std::fs::write(dir.join(file), value)
+}
+
+impl SandboxCgroup {
+    /// Creates `<own>/sandboxes/<name>` in every usable hierarchy and sets the sandbox's limits.
+    pub fn create(name: &str, limits: &CgroupLimits) -> Result<Self, String> {
+        let mut dirs = Vec::new();
+        let own = own_dirs();
+        if own.is_empty() {
+            return Err("no cgroup hierarchy found".into());
+        }
+        for (key, base) in own {
+            let parent = base.join("sandboxes");
+            let dir = parent.join(name);
+            let made = std::fs::create_dir_all(&dir);
+            if let Err(e) = made {
+                let cg = SandboxCgroup { dirs };
+                cg.remove();
+                return Err(format!("create {}: {e}", dir.display()));
+            }
+            dirs.push(dir.clone());
+            let set = (|| -> std::io::Result<()> {
+                if key.is_empty() {
+                    // v2: controllers must be enabled on the way down; the parent holds no process.
+                    for p in [&base, &parent] {
+                        let _ = write(p, "cgroup.subtree_control", "+memory +pids +cpu");
+                    }
+                    if limits.memory_bytes > 0 {
+                        write(&dir, "memory.max", &limits.memory_bytes.to_string())?;
+                        let _ = write(&dir, "memory.swap.max", "0");
+                    }
+                    if limits.max_pids > 0 {
+                        write(&dir, "pids.max", &limits.max_pids.to_string())?;
+                    }
+                    if limits.cpu_quota > 0.0 {
+                        write(&dir, "cpu.max", &format!("{} 100000", (limits.cpu_quota * 100_000.0) as u64))?;
+                    }
+                } else {
+                    let has = |c: &str| key.split(',').any(|k| k == c);
+                    if has("memory") {
+                        let _ = write(&dir, "memory.use_hierarchy", "1");
+                        if limits.memory_bytes > 0 {
+                            write(&dir, "memory.limit_in_bytes", &limits.memory_bytes.to_string())?;
+                            let _ = write(&dir, "memory.memsw.limit_in_bytes", &limits.memory_bytes.to_string());
+                        }
+                    }
+                    if has("pids") && limits.max_pids > 0 {
+                        write(&dir, "pids.max", &limits.max_pids.to_string())?;
+                    }
+                    if has("cpu") && limits.cpu_quota > 0.0 {
+                        write(&dir, "cpu.cfs_period_us", "100000")?;
+                        write(&dir, "cpu.cfs_quota_us", &((limits.cpu_quota * 100_000.0) as u64).to_string())?;
+                    }
+                }
+                Ok(())
+            })();
+            if let Err(e) = set {
+                let cg = SandboxCgroup { dirs };
+                cg.remove();
+                return Err(format!("limits of {}: {e}", dir.display()));
+            }
+        }
+        Ok(SandboxCgroup { dirs })
+    }
+
+    /// Moves `pid` into the sandbox's cgroups.
+    pub fn join(&self, pid: i32) -> std::io::Result<()> {
+        for d in &self.dirs {
+            write(d, "cgroup.procs", &pid.to_string())?;
+        }
+        Ok(())
+    }
+
+    /// Removes the cgroups depth-first (the agent's per-exec children too). Called once every
+    /// process inside is dead; an rmdir right after the last exit can see EBUSY briefly.
+    pub fn remove(&self) {
+        fn rm(dir: &Path) {
+            if let Ok(entries) = std::fs::read_dir(dir) {
+                for e in entries.flatten() {
+                    if e.file_type().map(|t| t.is_dir()).unwrap_or(false) {
+                        rm(&e.path());
+                    }
+                }
+            }
+            for attempt in 0..50 {
+                match std::fs::remove_dir(dir) {
+                    Ok(()) => return,
+                    Err(e) if e.raw_os_error() == Some(libc::ENOENT) => return,
+                    Err(e) if e.raw_os_error() == Some(libc::EBUSY) && attempt < 49 => {
+                        std::thread::sleep(std::time::Duration::from_millis(2));
+                    }
+                    Err(_) => return,
+                }
+            }
+        }
+        for d in &self.dirs {
+            rm(d);
+        }
+    }
+}

@@ -1,0 +1,238 @@
+//! Native client of one agent: one lazily connected HTTP/2 channel, shared by every call.
+
+use std::collections::HashMap;
+use std::time::Duration;
+
+use bytes::Bytes;
+use hyper_util::rt::TokioIo;
+use pyo3::prelude::*;
+use pyo3::types::{PyList, PyString};
+use sandbox_proto as pb;
+use sandbox_proto::agent_client;
+use tonic::metadata::MetadataValue;
+use tonic::service::interceptor::InterceptedService;
+use tonic::transport::{Channel, Endpoint, Uri};
+
+use crate::errors::{err, from_status};
+use crate::runtime;
+use crate::stream::ExecStream;
+use crate::values::{AgentInfo, DirEntry, ExecResult, Limits};
+
+const MAX_MESSAGE: usize = 1 << 30;
+/// Deadline of calls other than exec: an agent that does not answer in this time is lost.
+const DEFAULT_CALL_TIMEOUT_S: f64 = 120.0;
+
+#[derive(Clone)]
+pub struct Token(MetadataValue<tonic::metadata::Ascii>);
+
+impl tonic::service::Interceptor for Token {
+    fn call(&mut self, mut req: tonic::Request<()>) -> Result<tonic::Request<()>, tonic::Status> {
+        req.metadata_mut().insert("authorization", self.0.clone());
+        Ok(req)
+    }
+}
+
+pub type Client = agent_client::AgentClient<InterceptedService<Channel, Token>>;
+
+#[pyclass(module = "sandboxes._native", frozen)]
+pub struct AgentClient {
+    #[pyo3(get)]
+    endpoint: String,
+    client: Client,
+}
+
+fn channel(endpoint: &str, connect_timeout: Duration) -> PyResult<Channel> {
+    let _guard = runtime::handle().enter();
+    if let Some(path) = endpoint.strip_prefix("unix://") {
+        let path = path.to_string();
+        let ep = Endpoint::try_from("http://agent.sandbox")
+            .map_err(|e| err("invalid_argument", e.to_string()))?
+            .connect_timeout(connect_timeout);
+        Ok(ep.connect_with_connector_lazy(tower::service_fn(move |_: Uri| {
+            let path = path.clone();
+            async move { Ok::<_, std::io::Error>(TokioIo::new(tokio::net::UnixStream::connect(path).await?)) }
+        })))
+    } else if endpoint.starts_with("http://") {
+        let ep = Endpoint::from_shared(endpoint.to_string())
+            .map_err(|e| err("invalid_argument", format!("bad endpoint {endpoint}: {e}")))?
+            .connect_timeout(connect_timeout)
+            .tcp_nodelay(true);
+        Ok(ep.connect_lazy())
+    } else {
+        Err(err("invalid_argument", format!("endpoint must be unix:///path or http://host:port, got {endpoint}")))
+    }
+}
+
+/// Python strings to Rust strings; a string that is not valid UTF-8 (lone surrogates) is a
+/// clear invalid-argument error rather than a crash.
+fn utf8(s: &Bound<'_, PyAny>, what: &str) -> PyResult<String> {
+    let s = s.cast::<PyString>().map_err(|_| err("invalid_argument", format!("{what} must be a str")))?;
+    s.to_str().map(str::to_owned).map_err(|_| err("invalid_argument", format!("{what} is not valid UTF-8")))
+}
+
+fn utf8_list(items: &Bound<'_, PyList>, what: &str) -> PyResult<Vec<String>> {
+    items.iter().map(|i| utf8(&i, what)).collect()
+}
+
+fn utf8_map(env: Option<&Bound<'_, pyo3::types::PyDict>>) -> PyResult<HashMap<String, String>> {
+    let mut out = HashMap::new();
+    if let Some(env) = env {
+        for (k, v) in env.iter() {
+            out.insert(utf8(&k, "environment variable name")?, utf8(&v, "environment variable value")?);
+        }
+    }
+    Ok(out)
+}
+
+pub fn exec_request(
+    argv: &Bound<'_, PyList>,
+    env: Option<&Bound<'_, pyo3::types::PyDict>>,
+    cwd: &Bound<'_, PyAny>,
+    stdin: Vec<u8>,
+    limits: Option<&Limits>,
+    clear_env: bool,
+) -> PyResult<pb::ExecRequest> {
+    Ok(pb::ExecRequest {
+        argv: utf8_list(argv, "argv")?,
+        env: utf8_map(env)?,
+        cwd: utf8(cwd, "cwd")?,
+        stdin: Bytes::from(stdin),
+        limits: limits.map(Limits::to_proto),
+        clear_env,
+    })
+}
+
+impl AgentClient {
+    fn call<'py, T, F, Fut>(&self, py: Python<'py>, timeout: Option<f64>, f: F) -> PyResult<Bound<'py, PyAny>>
+    where
+        F: FnOnce(Client) -> Fut + Send + 'static,
+        Fut: std::future::Future<Output = PyResult<T>> + Send + 'static,
+        T: for<'a> IntoPyObject<'a> + Send + 'static,
+    {
+        runtime::check_pid()?;
+        let client = self.client.clone();
+        let deadline = match timeout {
+            Some(t) if !t.is_finite() || t <= 0.0 => return Err(err("invalid_argument", format!("timeout must be positive, got {t}"))),
+            Some(t) => Some(Duration::try_from_secs_f64(t).map_err(|_| err("invalid_argument", "timeout out of range"))?),
+            None => None,
+        };
+        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+            // Dropping the future (a Python cancel or this deadline) resets the HTTP/2 stream, and
+            // the agent kills what the call started.
+            match deadline {
+                Some(d) => tokio::time::timeout(d, f(client))
+                    .await
+                    .map_err(|_| err("deadline_exceeded", format!("no answer from the agent within {d:?}")))?,
+                None => f(client).await,
+            }
+        })
+    }
+}
+
+#[pymethods]
+impl AgentClient {
+    #[new]
+    #[pyo3(signature = (endpoint, token, connect_timeout_s = 5.0))]
+    fn new(endpoint: String, token: String, connect_timeout_s: f64) -> PyResult<Self> {
+        runtime::check_pid()?;
+        let header = MetadataValue::try_from(format!("Bearer {token}"))
+            .map_err(|_| err("invalid_argument", "token must be printable ASCII"))?;
+        let timeout = Duration::try_from_secs_f64(connect_timeout_s).map_err(|_| err("invalid_argument", "bad connect timeout"))?;
+        let client = agent_client::AgentClient::with_interceptor(channel(&endpoint, timeout)?, Token(header))
+            .max_decoding_message_size(MAX_MESSAGE)
+            .max_encoding_message_size(MAX_MESSAGE);
+        Ok(AgentClient { endpoint, client })
+    }
+
+    #[pyo3(signature = (argv, env=None, cwd=None, stdin=Vec::new(), limits=None, clear_env=false, timeout_s=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn exec<'py>(
+        &self,
+        py: Python<'py>,
+        argv: &Bound<'py, PyList>,
+        env: Option<&Bound<'py, pyo3::types::PyDict>>,
+        cwd: Option<&Bound<'py, PyAny>>,
+        stdin: Vec<u8>,
+        limits: Option<PyRef<'py, Limits>>,
+        clear_env: bool,
+        timeout_s: Option<f64>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let empty = PyString::new(py, "");
+        let req = exec_request(argv, env, cwd.unwrap_or(empty.as_any()), stdin, limits.as_deref(), clear_env)?;
+        self.call(py, timeout_s, move |mut c| async move {
+            let r = c.exec(req).await.map_err(from_status)?.into_inner();
+            Python::attach(|py| Py::new(py, ExecResult::from_proto(py, r)))
+        })
+    }
+
+    #[pyo3(signature = (argv, env=None, cwd=None, limits=None, clear_env=false))]
+    fn exec_stream<'py>(
+        &self,
+        py: Python<'py>,
+        argv: &Bound<'py, PyList>,
+        env: Option<&Bound<'py, pyo3::types::PyDict>>,
+        cwd: Option<&Bound<'py, PyAny>>,
+        limits: Option<PyRef<'py, Limits>>,
+        clear_env: bool,
+    ) -> PyResult<ExecStream> {
+        runtime::check_pid()?;
+        let empty = PyString::new(py, "");
+        let req = exec_request(argv, env, cwd.unwrap_or(empty.as_any()), Vec::new(), limits.as_deref(), clear_env)?;
+        Ok(ExecStream::open(self.client.clone(), req))
+    }
+
+    fn write_files<'py>(&self, py: Python<'py>, files: Vec<(String, Vec<u8>, u32)>) -> PyResult<Bound<'py, PyAny>> {
+        let files = files
+            .into_iter()
+            .map(|(path, data, mode)| pb::FileEntry { path, data: data.into(), mode })
+            .collect();
+        self.call(py, Some(DEFAULT_CALL_TIMEOUT_S), move |mut c| async move {
+            Ok(c.write_files(pb::WriteFilesRequest { files }).await.map_err(from_status)?.into_inner().bytes_written)
+        })
+    }
+
+    fn read_file<'py>(&self, py: Python<'py>, path: String) -> PyResult<Bound<'py, PyAny>> {
+        self.call(py, Some(DEFAULT_CALL_TIMEOUT_S), move |mut c| async move {
+            let mut stream = c.read_file(pb::ReadFileRequest { path, chunk_size: 0 }).await.map_err(from_status)?.into_inner();
+            let mut out = Vec::new();
+            while let Some(chunk) = stream.message().await.map_err(from_status)? {
+                if out.is_empty() {
+                    out.reserve(chunk.total_size as usize);
+                }
+                out.extend_from_slice(&chunk.data);
+            }
+            Python::attach(|py| Ok(pyo3::types::PyBytes::new(py, &out).unbind()))
+        })
+    }
+
+    fn list_dir<'py>(&self, py: Python<'py>, path: String) -> PyResult<Bound<'py, PyAny>> {
+        self.call(py, Some(DEFAULT_CALL_TIMEOUT_S), move |mut c| async move {
+            let entries = c.list_dir(pb::ListDirRequest { path }).await.map_err(from_status)?.into_inner().entries;
+            Python::attach(|py| entries.into_iter().map(|e| Py::new(py, DirEntry::from(e))).collect::<PyResult<Vec<_>>>())
+        })
+    }
+
+    #[pyo3(signature = (path, recursive=false))]
+    fn remove<'py>(&self, py: Python<'py>, path: String, recursive: bool) -> PyResult<Bound<'py, PyAny>> {
+        self.call(py, Some(DEFAULT_CALL_TIMEOUT_S), move |mut c| async move {
+            c.remove(pb::RemoveRequest { path, recursive }).await.map_err(from_status)?;
+            Ok(())
+        })
+    }
+
+    fn info<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        self.call(py, Some(DEFAULT_CALL_TIMEOUT_S), move |mut c| async move {
+            let info = c.info(pb::InfoRequest {}).await.map_err(from_status)?.into_inner();
+            Python::attach(|py| Py::new(py, AgentInfo::from(info)))
+        })
+    }
+
+    fn renew_lease<'py>(&self, py: Python<'py>, ttl_s: f64) -> PyResult<Bound<'py, PyAny>> {
+        self.call(py, Some(DEFAULT_CALL_TIMEOUT_S), move |mut c| async move {
+            Ok(c.renew_lease(pb::RenewLeaseRequest { ttl_s }).await.map_err(from_status)?.into_inner().expires_in_s)
+        })
+    }
+
+    /// Connections close when the last clone of the client is dropped; nothing to do eagerly.
+    fn close(&self) {}
+}

@@ -1,0 +1,49 @@
+//! The one exception type of the native module, and the translation of Rust errors into it.
+
+use pyo3::exceptions::PyException;
+use pyo3::prelude::*;
+use tonic::Code;
+
+pyo3::create_exception!(
+    _native,
+    NativeError,
+    PyException,
+    "Raised by every native call; args are (kind, detail, step) and `kind`/`detail`/`step` name them."
+);
+
+/// Gives `NativeError` its `kind`, `detail` and `step` attributes (views of `args`).
+pub fn add_attributes(py: Python<'_>) -> PyResult<()> {
+    let cls = py.get_type::<NativeError>();
+    let property = py.import("builtins")?.getattr("property")?;
+    for (i, name) in ["kind", "detail", "step"].iter().enumerate() {
+        let code = std::ffi::CString::new(format!("lambda self: self.args[{i}] if len(self.args) > {i} else ''"))?;
+        let getter = py.eval(&code, None, None)?;
+        cls.setattr(*name, property.call1((getter,))?)?;
+    }
+    Ok(())
+}
+
+pub fn err(kind: &str, detail: impl Into<String>) -> PyErr {
+    NativeError::new_err((kind.to_string(), detail.into(), String::new()))
+}
+
+pub fn launch_err(step: &str, detail: impl Into<String>) -> PyErr {
+    NativeError::new_err(("launch".to_string(), detail.into(), step.to_string()))
+}
+
+pub fn from_status(s: tonic::Status) -> PyErr {
+    let kind = match s.code() {
+        Code::InvalidArgument | Code::OutOfRange => "invalid_argument",
+        Code::NotFound => "not_found",
+        Code::PermissionDenied => "permission_denied",
+        Code::Unauthenticated => "unauthenticated",
+        Code::DeadlineExceeded => "deadline_exceeded",
+        Code::ResourceExhausted => "resource_exhausted",
+        Code::Cancelled => "cancelled",
+        Code::FailedPrecondition | Code::AlreadyExists => "failed_precondition",
+        // The agent died or the connection broke: the sandbox is lost.
+        Code::Unavailable | Code::Unknown | Code::Aborted => "unavailable",
+        _ => "internal",
+    };
+    err(kind, s.message().to_string())
+}

@@ -1,0 +1,476 @@
+//! The local backend's launcher: starts one agent as pid 1 of fresh pid, mount, network, ipc, uts
+//! and cgroup namespaces (plus a user namespace when not root), inside its own cgroup, serving on
+//! a unix socket bound here, outside the sandbox, and handed over as an fd.
+//!
+//! Order of a launch: bind the socket, create the cgroup, clone the child with new namespaces,
+//! move it into the cgroup (and map its ids), release it; it unshares its cgroup namespace and
+//! execs the agent, which builds its root file system, then writes one byte to the readiness pipe.
+
+use std::ffi::CString;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use pyo3::prelude::*;
+use tokio::io::AsyncReadExt;
+
+use crate::cgroup::{CgroupLimits, SandboxCgroup};
+use crate::errors::{err, launch_err};
+use crate::runtime;
+
+const READY_TIMEOUT: Duration = Duration::from_secs(30);
+
+#[pyclass(module = "sandboxes._native", get_all, set_all)]
+#[derive(Clone)]
+pub struct LaunchConfig {
+    agent_path: String,
+    run_dir: String,
+    uid: u32,
+    gid: u32,
+    lease_ttl_s: f64,
+    memory_bytes: u64,
+    max_pids: u32,
+    cpu_quota: f64,
+    work_dir: String,
+    work_size_bytes: u64,
+    tmp_size_bytes: u64,
+    network: bool,
+    seccomp: bool,
+    cgroups: bool,
+    ro_binds: Vec<String>,
+    env: Vec<(String, String)>,
+}
+
+#[pymethods]
+impl LaunchConfig {
+    #[new]
+    #[pyo3(signature = (agent_path, run_dir, *, uid=65534, gid=65534, lease_ttl_s=30.0, memory_bytes=0, max_pids=0, cpu_quota=0.0, work_dir="/work".to_string(), work_size_bytes=0, tmp_size_bytes=0, network=false, seccomp=true, cgroups=true, ro_binds=None, env=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn new(
+        agent_path: String,
+        run_dir: String,
+        uid: u32,
+        gid: u32,
+        lease_ttl_s: f64,
+        memory_bytes: u64,
+        max_pids: u32,
+        cpu_quota: f64,
+        work_dir: String,
+        work_size_bytes: u64,
+        tmp_size_bytes: u64,
+        network: bool,
+        seccomp: bool,
+        cgroups: bool,
+        ro_binds: Option<Vec<String>>,
+        env: Option<std::collections::BTreeMap<String, String>>,
+    ) -> PyResult<Self> {
+        if !lease_ttl_s.is_finite() || lease_ttl_s < 0.0 {
+            return Err(err("invalid_argument", format!("lease_ttl_s must be >= 0, got {lease_ttl_s}")));
+        }
+        if !cpu_quota.is_finite() || cpu_quota < 0.0 {
+            return Err(err("invalid_argument", format!("cpu_quota must be >= 0, got {cpu_quota}")));
+        }
+        if !work_dir.starts_with('/') || work_dir == "/" || work_dir.contains("..") {
+            return Err(err("invalid_argument", format!("work_dir must be an absolute path below /, got {work_dir}")));
+        }
+        Ok(LaunchConfig {
+            agent_path,
+            run_dir,
+            uid,
+            gid,
+            lease_ttl_s,
+            memory_bytes,
+            max_pids,
+            cpu_quota,
+            work_dir,
+            work_size_bytes,
+            tmp_size_bytes,
+            network,
+            seccomp,
+            cgroups,
+            ro_binds: ro_binds.unwrap_or_default(),
+            env: env.unwrap_or_default().into_iter().collect(),
+        })
+    }
+}
+
+struct State {
+    reaped: Option<i32>,
+    cleaned: bool,
+}
+
+struct Inner {
+    pid: i32,
+    run_dir: PathBuf,
+    cgroup: Option<SandboxCgroup>,
+    state: Mutex<State>,
+}
+
+impl Inner {
+    /// Reap the agent if it has exited (or block until it does when `block`).
+    fn reap(&self, block: bool) -> Option<i32> {
+        let mut st = self.state.lock().unwrap_or_else(|e| e.into_inner());
+        if st.reaped.is_none() {
+            let mut status = 0;
+            // SAFETY: waitpid on our own child.
+            let rc = unsafe { libc::waitpid(self.pid, &mut status, if block { 0 } else { libc::WNOHANG } | libc::__WALL) };
+            if rc == self.pid || (rc < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ECHILD)) {
+                st.reaped = Some(status);
+            }
+        }
+        st.reaped
+    }
+
+    fn kill(&self) {
+        if self.state.lock().unwrap_or_else(|e| e.into_inner()).cleaned {
+            return;
+        }
+        if self.reap(false).is_none() {
+            // SAFETY: signalling our own unreaped child, so the pid cannot have been reused.
+            unsafe { libc::kill(self.pid, libc::SIGKILL) };
+            // The kernel kills every process of the pid namespace with its init; this returns
+            // once they are gone.
+            self.reap(true);
+        }
+        if let Some(cg) = &self.cgroup {
+            cg.remove();
+        }
+        let _ = std::fs::remove_dir_all(&self.run_dir);
+        self.state.lock().unwrap_or_else(|e| e.into_inner()).cleaned = true;
+    }
+}
+
+#[pyclass(module = "sandboxes._native", frozen)]
+pub struct LocalSandbox {
+    inner: Arc<Inner>,
+    #[pyo3(get)]
+    endpoint: String,
+    #[pyo3(get)]
+    token: String,
+}
+
+#[pymethods]
+impl LocalSandbox {
+    #[getter]
+    fn pid(&self) -> i32 {
+        self.inner.pid
+    }
+    #[getter]
+    fn run_dir(&self) -> String {
+        self.inner.run_dir.display().to_string()
+    }
+    #[getter]
+    fn cgroup(&self) -> String {
+        self.inner.cgroup.as_ref().and_then(|c| c.dirs.first()).map(|d| d.display().to_string()).unwrap_or_default()
+    }
+    fn alive(&self) -> bool {
+        self.inner.reap(false).is_none()
+    }
+    fn kill(&self, py: Python<'_>) {
+        let inner = self.inner.clone();
+        py.detach(move || inner.kill());
+    }
+    fn wait<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
+        let inner = self.inner.clone();
+        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+            if let Some(s) = inner.reap(false) {
+                return Ok(s);
+            }
+            // A pidfd becomes readable when the process exits: pushed, not polled.
+            // SAFETY: pidfd_open of our own unreaped child.
+            let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, inner.pid, 0) } as RawFd;
+            if fd >= 0 {
+                // SAFETY: the kernel just gave us this fd.
+                let fd = unsafe { OwnedFd::from_raw_fd(fd) };
+                #[allow(deprecated)]
+                if let Ok(afd) = tokio::io::unix::AsyncFd::new(fd) {
+                    let _ = afd.readable().await;
+                }
+            }
+            let inner2 = inner.clone();
+            let s = tokio::task::spawn_blocking(move || inner2.reap(true)).await.map_err(|e| err("internal", e.to_string()))?;
+            Ok(s.unwrap_or(-1))
+        })
+    }
+}
+
+impl Drop for LocalSandbox {
+    fn drop(&mut self) {
+        // A handle Python forgot must not leave a sandbox behind.
+        if Arc::strong_count(&self.inner) == 1 {
+            self.inner.kill();
+        }
+    }
+}
+
+fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 fills two fds we then own.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: both fds were just created.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+fn random_token() -> std::io::Result<String> {
+    let mut buf = [0u8; 24];
+    // SAFETY: getrandom into a buffer of the given length.
+    if unsafe { libc::getrandom(buf.as_mut_ptr() as *mut libc::c_void, buf.len(), 0) } != buf.len() as isize {
+        return Err(std::io::Error::last_os_error());
+    }
+    Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
+}
+
+fn cstring(s: impl AsRef<[u8]>) -> PyResult<CString> {
+    CString::new(s.as_ref()).map_err(|_| err("invalid_argument", "NUL byte in a launch argument"))
+}
+
+fn agent_argv(c: &LaunchConfig, namespaces: &[&str]) -> Vec<String> {
+    let mut a = vec![
+        c.agent_path.clone(),
+        "--listen-fd=3".into(),
+        "--ready-fd=4".into(),
+        "--token-fd=5".into(),
+        format!("--lease-ttl={}", c.lease_ttl_s),
+        format!("--work-dir={}", c.work_dir),
+        format!("--uid={}", c.uid),
+        format!("--gid={}", c.gid),
+        format!("--work-size={}", c.work_size_bytes),
+        format!("--tmp-size={}", c.tmp_size_bytes),
+        "--new-root".into(),
+        "--hostname=sandbox".into(),
+        format!("--namespaces={}", namespaces.join(",")),
+    ];
+    if !c.network {
+        a.push("--loopback".into());
+    }
+    if !c.seccomp {
+        a.push("--no-seccomp".into());
+    }
+    if !c.cgroups {
+        a.push("--no-cgroups".into());
+    }
+    for b in &c.ro_binds {
+        a.push(format!("--ro-bind={b}"));
+    }
+    for (k, v) in &c.env {
+        a.push(format!("--env={k}={v}"));
+    }
+    a
+}
+
+/// Everything the child needs, prepared before clone: after it, the child may only make
+/// async-signal-safe system calls (this process has other threads, whose locks it inherits).
+struct ChildPlan {
+    path: CString,
+    argv: Vec<CString>,
+    envp: Vec<CString>,
+    sync_r: RawFd,
+    listen: RawFd,
+    ready_w: RawFd,
+    token_r: RawFd,
+    err_w: RawFd,
+    devnull: RawFd,
+    new_cgroupns: bool,
+}
+
+/// The child side of clone. Never returns.
+unsafe fn child(plan: &ChildPlan, argv: &[*const libc::c_char], envp: &[*const libc::c_char]) -> ! {
+    let fail = |step: u8| -> ! {
+        let errno = *libc::__errno_location();
+        let msg = [step, (errno & 0xff) as u8, ((errno >> 8) & 0xff) as u8];
+        libc::write(plan.err_w, msg.as_ptr() as *const libc::c_void, 3);
+        libc::_exit(127)
+    };
+    // Wait until the parent has put us in the cgroup (and mapped our ids).
+    let mut b = 0u8;
+    if libc::read(plan.sync_r, &mut b as *mut u8 as *mut libc::c_void, 1) != 1 {
+        fail(1);
+    }
+    if plan.new_cgroupns && libc::unshare(libc::CLONE_NEWCGROUP) != 0 {
+        fail(2);
+    }
+    if libc::setsid() < 0 {
+        fail(3);
+    }
+    // Move the fds we hand over out of the way of 3..5 first, then into place (dup2 clears CLOEXEC).
+    let srcs = [plan.listen, plan.ready_w, plan.token_r];
+    let mut high = [0; 3];
+    for (i, fd) in srcs.iter().enumerate() {
+        high[i] = libc::fcntl(*fd, libc::F_DUPFD_CLOEXEC, 100);
+        if high[i] < 0 {
+            fail(4);
+        }
+    }
+    for (i, fd) in high.iter().enumerate() {
+        if libc::dup2(*fd, 3 + i as i32) < 0 {
+            fail(4);
+        }
+    }
+    if libc::dup2(plan.devnull, 0) < 0 || libc::dup2(plan.devnull, 1) < 0 {
+        fail(4);
+    }
+    let mut set: libc::sigset_t = std::mem::zeroed();
+    libc::sigemptyset(&mut set);
+    libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
+    libc::execve(plan.path.as_ptr(), argv.as_ptr(), envp.as_ptr());
+    fail(5)
+}
+
+/// Clones the child with new namespaces; returns its pid (or -1 with errno set).
+fn spawn_child(plan: &ChildPlan, flags: libc::c_int) -> i32 {
+    let mut argv_p: Vec<*const libc::c_char> = plan.argv.iter().map(|a| a.as_ptr()).collect();
+    argv_p.push(std::ptr::null());
+    let mut envp_p: Vec<*const libc::c_char> = plan.envp.iter().map(|a| a.as_ptr()).collect();
+    envp_p.push(std::ptr::null());
+    // SAFETY: a fork-like clone (no new stack): the child runs only `child`, which makes
+    // async-signal-safe calls on memory prepared above and then execs or exits.
+    let pid = unsafe { libc::syscall(libc::SYS_clone, (flags | libc::SIGCHLD) as libc::c_ulong, 0usize, 0usize, 0usize, 0usize) } as i32;
+    if pid == 0 {
+        unsafe { child(plan, &argv_p, &envp_p) }
+    }
+    pid
+}
+
+const CHILD_STEPS: [&str; 6] = ["", "sync", "cgroup-namespace", "setsid", "fds", "exec-agent"];
+
+async fn launch(config: LaunchConfig) -> PyResult<LocalSandbox> {
+    // SAFETY: geteuid has no preconditions.
+    let root = unsafe { libc::geteuid() } == 0;
+    let run_dir = PathBuf::from(&config.run_dir);
+    std::fs::create_dir_all(&run_dir).map_err(|e| launch_err("run-dir", format!("{}: {e}", run_dir.display())))?;
+    std::fs::set_permissions(&run_dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))
+        .map_err(|e| launch_err("run-dir", format!("{}: {e}", run_dir.display())))?;
+    let sock_path = run_dir.join("agent.sock");
+    let _ = std::fs::remove_file(&sock_path);
+    let listener = std::os::unix::net::UnixListener::bind(&sock_path)
+        .map_err(|e| launch_err("bind", format!("{}: {e}", sock_path.display())))?;
+    let token = random_token().map_err(|e| launch_err("token", e.to_string()))?;
+
+    let cgroup = if config.cgroups {
+        let name = run_dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "sandbox".into());
+        let limits = CgroupLimits { memory_bytes: config.memory_bytes, max_pids: config.max_pids, cpu_quota: config.cpu_quota };
+        match SandboxCgroup::create(&name, &limits) {
+            Ok(cg) => Some(cg),
+            // Asked-for limits that cannot be enforced are an error, not a silent downgrade.
+            Err(e) if config.memory_bytes > 0 || config.max_pids > 0 || config.cpu_quota > 0.0 => {
+                let _ = std::fs::remove_dir_all(&run_dir);
+                return Err(launch_err("cgroup", e));
+            }
+            Err(_) => None,
+        }
+    } else {
+        None
+    };
+    let cleanup_early = |cg: &Option<SandboxCgroup>| {
+        if let Some(cg) = cg {
+            cg.remove();
+        }
+        let _ = std::fs::remove_dir_all(&run_dir);
+    };
+
+    let mut namespaces = vec!["pid", "mnt", "ipc", "uts"];
+    let mut flags = libc::CLONE_NEWPID | libc::CLONE_NEWNS | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS;
+    if !config.network {
+        flags |= libc::CLONE_NEWNET;
+        namespaces.push("net");
+    }
+    if cgroup.is_some() {
+        namespaces.push("cgroup");
+    }
+    if !root {
+        flags |= libc::CLONE_NEWUSER;
+        namespaces.push("user");
+    }
+    let mut config = config;
+    if !root {
+        // In a user namespace of one mapped id, programs keep the agent's (unprivileged) ids.
+        config.uid = 0;
+        config.gid = 0;
+    }
+
+    let pipes = (|| -> std::io::Result<_> { Ok((pipe()?, pipe()?, pipe()?, pipe()?)) })()
+        .map_err(|e| launch_err("pipe", e.to_string()))?;
+    let ((sync_r, sync_w), (ready_r, ready_w), (token_r, token_w), (err_r, err_w)) = pipes;
+    let devnull = std::fs::OpenOptions::new().read(true).write(true).open("/dev/null").map_err(|e| launch_err("devnull", e.to_string()))?;
+    let argv_s = agent_argv(&config, &namespaces);
+    let plan = ChildPlan {
+        path: cstring(config.agent_path.as_bytes())?,
+        argv: argv_s.iter().map(cstring).collect::<PyResult<_>>()?,
+        envp: vec![cstring("PATH=/usr/local/bin:/usr/bin:/bin")?],
+        sync_r: sync_r.as_raw_fd(),
+        listen: listener.as_raw_fd(),
+        ready_w: ready_w.as_raw_fd(),
+        token_r: token_r.as_raw_fd(),
+        err_w: err_w.as_raw_fd(),
+        devnull: devnull.as_raw_fd(),
+        new_cgroupns: cgroup.is_some(),
+    };
+    let pid = spawn_child(&plan, flags);
+    if pid < 0 {
+        let e = std::io::Error::last_os_error();
+        cleanup_early(&cgroup);
+        return Err(launch_err("clone", format!("{e} (are user namespaces or CAP_SYS_ADMIN available?)")));
+    }
+    drop((sync_r, ready_w, token_r, err_w, listener, devnull));
+    let inner = Arc::new(Inner { pid, run_dir: run_dir.clone(), cgroup, state: Mutex::new(State { reaped: None, cleaned: false }) });
+    let handle = LocalSandbox { inner: inner.clone(), endpoint: format!("unix://{}", sock_path.display()), token: token.clone() };
+
+    let release = (|| -> Result<(), (String, String)> {
+        if let Some(cg) = &inner.cgroup {
+            cg.join(pid).map_err(|e| ("cgroup".into(), e.to_string()))?;
+        }
+        if !root {
+            // SAFETY: getuid/getgid have no preconditions.
+            let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
+            let w = |f: &str, v: String| std::fs::write(format!("/proc/{pid}/{f}"), v).map_err(|e| ("user-namespace".to_string(), format!("{f}: {e}")));
+            w("setgroups", "deny".into())?;
+            w("uid_map", format!("0 {uid} 1"))?;
+            w("gid_map", format!("0 {gid} 1"))?;
+        }
+        let mut t = std::fs::File::from(token_w);
+        std::io::Write::write_all(&mut t, token.as_bytes()).map_err(|e| ("token".into(), e.to_string()))?;
+        drop(t);
+        let mut s = std::fs::File::from(sync_w);
+        std::io::Write::write_all(&mut s, b"G").map_err(|e| ("sync".into(), e.to_string()))?;
+        Ok(())
+    })();
+    if let Err((step, detail)) = release {
+        inner.kill();
+        return Err(launch_err(&step, detail));
+    }
+
+    // Readiness is pushed: the agent writes one byte once it serves, or the pipe closes if it dies.
+    let mut ready = tokio::net::unix::pipe::Receiver::from_owned_fd(ready_r).map_err(|e| launch_err("ready-pipe", e.to_string()))?;
+    let mut byte = [0u8; 1];
+    let got = tokio::time::timeout(READY_TIMEOUT, ready.read(&mut byte)).await;
+    match got {
+        Ok(Ok(1)) => Ok(handle),
+        Ok(_) => {
+            let mut msg = [0u8; 3];
+            // SAFETY: reading from our own pipe; the child is gone or has exec'd, so the write end is closed.
+            let n = unsafe { libc::read(err_r.as_raw_fd(), msg.as_mut_ptr() as *mut libc::c_void, 3) };
+            inner.kill();
+            let status = inner.state.lock().unwrap_or_else(|e| e.into_inner()).reaped.unwrap_or(-1);
+            if n == 3 {
+                let errno = msg[1] as i32 | ((msg[2] as i32) << 8);
+                let step = CHILD_STEPS.get(msg[0] as usize).copied().unwrap_or("child");
+                Err(launch_err(step, format!("{}", std::io::Error::from_raw_os_error(errno))))
+            } else {
+                Err(launch_err("agent-start", format!("the agent exited before it was ready (wait status {status}); its stderr has the reason")))
+            }
+        }
+        Err(_) => {
+            inner.kill();
+            Err(launch_err("ready-timeout", format!("the agent did not become ready within {READY_TIMEOUT:?}")))
+        }
+    }
+}
+
+#[pyfunction]
+pub fn launch_local<'py>(py: Python<'py>, config: PyRef<'py, LaunchConfig>) -> PyResult<Bound<'py, PyAny>> {
+    runtime::check_pid()?;
+    pyo3_async_runtimes::tokio::future_into_py(py, launch(config.clone()))
+}

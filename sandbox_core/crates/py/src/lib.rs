@@ -1,0 +1,39 @@
+//! `sandboxes._native`: the native data path of the Python package.
+//!
+//! Only flat values, bytes and opaque handles cross this boundary: an agent client (tonic over a
+//! unix socket or TCP) and the local launcher (an agent in fresh namespaces). Every failure is a
+//! `NativeError` with a `kind`, translated into `sandboxes.errors` on the Python side in one place.
+
+mod cgroup;
+mod client;
+mod errors;
+mod launcher;
+mod runtime;
+mod stream;
+mod values;
+
+use pyo3::prelude::*;
+
+#[pyfunction]
+fn agent_version() -> &'static str {
+    concat!(env!("CARGO_PKG_VERSION"), "+proto", "1")
+}
+
+#[pymodule]
+fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
+    runtime::init();
+    m.add("NativeError", m.py().get_type::<errors::NativeError>())?;
+    errors::add_attributes(m.py())?;
+    m.add_class::<values::Limits>()?;
+    m.add_class::<values::ExecResult>()?;
+    m.add_class::<values::ExecEvent>()?;
+    m.add_class::<values::DirEntry>()?;
+    m.add_class::<values::AgentInfo>()?;
+    m.add_class::<client::AgentClient>()?;
+    m.add_class::<stream::ExecStream>()?;
+    m.add_class::<launcher::LaunchConfig>()?;
+    m.add_class::<launcher::LocalSandbox>()?;
+    m.add_function(wrap_pyfunction!(launcher::launch_local, m)?)?;
+    m.add_function(wrap_pyfunction!(agent_version, m)?)?;
+    Ok(())
+}

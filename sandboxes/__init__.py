@@ -1,0 +1,64 @@
+"""sandboxes: high-throughput code-execution sandboxes.
+
+Embedded: `async with sandboxes.Pool(warm=8) as pool: async with pool.sandbox() as sb: ...`.
+Remote: `async with sandboxes.AsyncSandboxClient("host:50051", api_key=...) as client: ...`.
+Both hand out objects with the `Sandbox` interface. Errors live in `sandboxes.errors`.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from . import errors
+from .errors import (
+    AuthError,
+    BackendUnavailable,
+    Cancelled,
+    InvalidRequest,
+    LaunchError,
+    NotFound,
+    PoolExhausted,
+    QuotaExceeded,
+    SandboxError,
+    SandboxLost,
+    SandboxTimeout,
+)
+from .pool import Pool
+from .sandbox import ExecStream, Sandbox, SandboxBase
+from .templates import Template
+from .types import AgentInfo, DirEntry, ExecEvent, ExecResult, Limits
+
+__all__ = [
+    "Pool",
+    "Sandbox",
+    "SandboxBase",
+    "ExecStream",
+    "Template",
+    "Limits",
+    "ExecResult",
+    "ExecEvent",
+    "DirEntry",
+    "AgentInfo",
+    "AsyncSandboxClient",
+    "errors",
+    "SandboxError",
+    "InvalidRequest",
+    "NotFound",
+    "AuthError",
+    "QuotaExceeded",
+    "PoolExhausted",
+    "SandboxLost",
+    "SandboxTimeout",
+    "LaunchError",
+    "BackendUnavailable",
+    "Cancelled",
+]
+
+
+def __getattr__(name: str) -> Any:
+    # The remote client pulls in grpc; import it only when asked for.
+    if name == "AsyncSandboxClient":
+        from .client import AsyncSandboxClient
+
+        return AsyncSandboxClient
+    raise AttributeError(f"module 'sandboxes' has no attribute {name!r}")

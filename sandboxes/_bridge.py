@@ -1,0 +1,257 @@
+"""The one boundary between Python and the native module `sandboxes._native`.
+
+Every native call goes through here: `native()` loads the extension (with a clear error when it was
+not built), `native_errors` / `translating()` turn `NativeError` into `sandboxes.errors`, and the
+`to_*` helpers convert flat native values into the public dataclasses of `sandboxes.types`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import importlib
+import inspect
+import os
+import shutil
+import sysconfig
+from pathlib import Path
+from types import ModuleType
+from typing import Any, Callable, Iterator, Optional, TypeVar
+
+from . import errors, types
+
+__all__ = [
+    "native",
+    "translate",
+    "native_errors",
+    "translating",
+    "to_exec_result",
+    "to_exec_event",
+    "to_dir_entry",
+    "to_agent_info",
+    "to_native_limits",
+    "agent_path",
+    "AGENT_BIN_ENV",
+]
+
+AGENT_BIN_ENV = "SANDBOXES_AGENT_BIN"
+AGENT_BIN_NAME = "sandbox-agent"
+
+_native: Optional[ModuleType] = None
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+def native() -> ModuleType:
+    """The native module, imported on first use so the pure-Python parts work without it."""
+    global _native
+    if _native is None:
+        try:
+            _native = importlib.import_module("sandboxes._native")
+        except ImportError as e:
+            raise errors.LaunchError(
+                "the native extension sandboxes._native is not built; run `make install`",
+                detail=str(e),
+                step="import",
+            ) from e
+    return _native
+
+
+def _is_native_error(exc: BaseException) -> bool:
+    return _native is not None and isinstance(exc, _native.NativeError)
+
+
+# Details of RESOURCE_EXHAUSTED that mean "this request is too big" rather than "try later".
+_TOO_BIG_MARKERS = (
+    "too large",
+    "too big",
+    "larger than",
+    "exceeds",
+    "message length",
+    "no space",
+    "file too large",
+    "disk quota",
+)
+
+_KIND_TO_ERROR: dict[str, type[errors.SandboxError]] = {
+    "unavailable": errors.SandboxLost,
+    "invalid_argument": errors.InvalidRequest,
+    "failed_precondition": errors.InvalidRequest,
+    "not_found": errors.NotFound,
+    "permission_denied": errors.AuthError,
+    "unauthenticated": errors.AuthError,
+    "deadline_exceeded": errors.SandboxTimeout,
+    "cancelled": errors.Cancelled,
+}
+
+
+def translate(exc: BaseException) -> errors.SandboxError:
+    """The `sandboxes.errors` exception for a `NativeError` (anything with `kind` / `detail`)."""
+    kind = getattr(exc, "kind", "internal") or "internal"
+    detail = getattr(exc, "detail", "") or str(exc)
+    message = f"{kind}: {detail}" if detail else kind
+    if kind == "launch":
+        step = getattr(exc, "step", "") or ""
+        where = f" at step {step!r}" if step else ""
+        return errors.LaunchError(f"sandbox launch failed{where}: {detail}", detail=detail, step=step)
+    if kind == "resource_exhausted":
+        too_big = any(m in detail.lower() for m in _TOO_BIG_MARKERS)
+        cls: type[errors.SandboxError] = errors.InvalidRequest if too_big else errors.QuotaExceeded
+        return cls(message, detail=detail)
+    return _KIND_TO_ERROR.get(kind, errors.SandboxError)(message, detail=detail)
+
+
+@contextlib.contextmanager
+def translating() -> Iterator[None]:
+    """Context manager: a `NativeError` raised inside leaves as its `sandboxes.errors` type."""
+    try:
+        yield
+    except Exception as e:
+        if _is_native_error(e):
+            raise translate(e) from e
+        raise
+
+
+def native_errors(fn: F) -> F:
+    """Decorator for sync or async functions that call into the native module."""
+    if inspect.iscoroutinefunction(fn):
+
+        @functools.wraps(fn)
+        async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+            with translating():
+                return await fn(*args, **kwargs)
+
+        return async_wrapper  # type: ignore[return-value]
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        with translating():
+            return fn(*args, **kwargs)
+
+    return wrapper  # type: ignore[return-value]
+
+
+async def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    """`await fn(*args, **kwargs)` with native errors translated (also those raised synchronously)."""
+    with translating():
+        return await fn(*args, **kwargs)
+
+
+# --- conversions ---------------------------------------------------------------------------------
+
+
+def to_exec_result(r: Any) -> types.ExecResult:
+    """`_native.ExecResult` -> `types.ExecResult`."""
+    return types.ExecResult(
+        exit_code=r.exit_code,
+        stdout=bytes(r.stdout),
+        stderr=bytes(r.stderr),
+        signal=r.signal,
+        timed_out=r.timed_out,
+        oom_killed=r.oom_killed,
+        stdout_truncated=r.stdout_truncated,
+        stderr_truncated=r.stderr_truncated,
+        cpu_limited=r.cpu_limited,
+        pids_limited=r.pids_limited,
+        file_size_limited=r.file_size_limited,
+        duration_s=r.wall_time_s,
+        cpu_time_s=r.cpu_time_s,
+        peak_memory_bytes=r.peak_memory_bytes,
+        path=r.path or "spawn",
+    )
+
+
+def to_exec_event(e: Any) -> types.ExecEvent:
+    """`_native.ExecEvent` -> `types.ExecEvent`."""
+    return types.ExecEvent(
+        kind=e.kind,
+        pid=e.pid,
+        data=bytes(e.data) if e.data is not None else b"",
+        result=to_exec_result(e.result) if e.result is not None else None,
+    )
+
+
+def to_dir_entry(e: Any) -> types.DirEntry:
+    """`_native.DirEntry` -> `types.DirEntry`."""
+    return types.DirEntry(
+        name=e.name, is_dir=e.is_dir, size=e.size, mode=e.mode, is_symlink=e.is_symlink
+    )
+
+
+def to_agent_info(i: Any) -> types.AgentInfo:
+    """`_native.AgentInfo` -> `types.AgentInfo`."""
+    return types.AgentInfo(
+        version=i.version,
+        cgroup_version=i.cgroup_version,
+        seccomp=i.seccomp,
+        namespaces=tuple(i.namespaces),
+        languages=tuple(i.languages),
+        zygote=i.zygote,
+        sandbox_uid=i.sandbox_uid,
+        sandbox_gid=i.sandbox_gid,
+        running_execs=i.running_execs,
+        total_execs=i.total_execs,
+        memory_bytes=i.memory_bytes,
+        uptime_s=i.uptime_s,
+        work_dir=i.work_dir,
+    )
+
+
+def to_native_limits(limits: Optional[types.Limits]) -> Any:
+    """`types.Limits` (None = default) -> `_native.Limits` (0 = default); validates first."""
+    if limits is None:
+        return None
+    limits.validate()
+    return native().Limits(
+        wall_time_s=float(limits.wall_time_s or 0.0),
+        cpu_time_s=float(limits.cpu_time_s or 0.0),
+        memory_bytes=int(limits.memory_bytes or 0),
+        max_pids=int(limits.max_pids or 0),
+        max_output_bytes=int(limits.max_output_bytes or 0),
+        max_file_size_bytes=int(limits.max_file_size_bytes or 0),
+        max_open_files=int(limits.max_open_files or 0),
+        kill_on_output_limit=bool(limits.kill_on_output_limit),
+    )
+
+
+# --- the agent binary ----------------------------------------------------------------------------
+
+
+def _executable(p: Path) -> bool:
+    return p.is_file() and os.access(p, os.X_OK)
+
+
+def agent_path() -> str:
+    """Path of the `sandbox-agent` binary the local backend launches.
+
+    Looked up in order: env `SANDBOXES_AGENT_BIN`; `sandboxes/_bin/sandbox-agent` next to the
+    package (wheels); the repository's `sandbox_core/target/release/sandbox-agent` (development
+    checkout); the active environment's scripts dir (a `bindings = "bin"` wheel). Raises
+    `LaunchError` (step "agent_path") when none exists.
+    """
+    env = os.environ.get(AGENT_BIN_ENV)
+    if env:
+        p = Path(env)
+        if not _executable(p):
+            raise errors.LaunchError(
+                f"{AGENT_BIN_ENV}={env} is not an executable file", step="agent_path"
+            )
+        return str(p.resolve())
+    pkg = Path(__file__).resolve().parent
+    candidates = [
+        pkg / "_bin" / AGENT_BIN_NAME,
+        pkg.parent / "sandbox_core" / "target" / "release" / AGENT_BIN_NAME,
+        Path(sysconfig.get_path("scripts")) / AGENT_BIN_NAME,
+    ]
+    for p in candidates:
+        if _executable(p):
+            return str(p)
+    found = shutil.which(AGENT_BIN_NAME)
+    if found:
+        return found
+    tried = ", ".join(str(c) for c in candidates)
+    raise errors.LaunchError(
+        f"sandbox-agent binary not found (tried ${AGENT_BIN_ENV}, {tried}, $PATH); "
+        "build it with `make install` or set $" + AGENT_BIN_ENV,
+        step="agent_path",
+    )

@@ -1,0 +1,177 @@
+"""Type stub of the native data-plane module (Rust, pyo3): `sandboxes._native`.
+
+Only flat values, bytes and opaque handles cross this boundary. Every failure is raised as
+`NativeError` with a `kind`; `sandboxes._bridge` translates it into `sandboxes.errors` in one place.
+"""
+
+from typing import Optional
+
+class NativeError(Exception):
+    """Raised by every native call. `kind` is one of:
+    unavailable, invalid_argument, not_found, permission_denied, unauthenticated,
+    deadline_exceeded, resource_exhausted, cancelled, failed_precondition, internal, launch."""
+
+    kind: str
+    detail: str
+    # For kind == "launch": the isolation step that failed (e.g. "clone", "cgroup", "mount").
+    step: str
+
+class Limits:
+    """Limits of one execution; zero means the agent's default."""
+
+    wall_time_s: float
+    cpu_time_s: float
+    memory_bytes: int
+    max_pids: int
+    max_output_bytes: int
+    max_file_size_bytes: int
+    max_open_files: int
+    kill_on_output_limit: bool
+    def __init__(
+        self,
+        wall_time_s: float = 0.0,
+        cpu_time_s: float = 0.0,
+        memory_bytes: int = 0,
+        max_pids: int = 0,
+        max_output_bytes: int = 0,
+        max_file_size_bytes: int = 0,
+        max_open_files: int = 0,
+        kill_on_output_limit: bool = False,
+    ) -> None: ...
+
+class ExecResult:
+    exit_code: int  # -1 when killed by a signal
+    signal: int  # 0 when it exited normally
+    stdout: bytes
+    stderr: bytes
+    timed_out: bool
+    oom_killed: bool
+    stdout_truncated: bool
+    stderr_truncated: bool
+    cpu_limited: bool
+    pids_limited: bool
+    file_size_limited: bool
+    wall_time_s: float
+    cpu_time_s: float
+    peak_memory_bytes: int
+    path: str  # "spawn" | "zygote"
+
+class ExecEvent:
+    kind: str  # "started" | "stdout" | "stderr" | "exit" | "keepalive"
+    pid: Optional[int]  # started
+    data: Optional[bytes]  # stdout / stderr
+    result: Optional[ExecResult]  # exit (stdout/stderr empty: they were streamed)
+
+class ExecStream:
+    """An interactive execution. Dropping it or `cancel()` kills the program."""
+
+    async def next(self) -> Optional[ExecEvent]:
+        """The next event; None once the exit event was delivered."""
+    async def send_stdin(self, data: bytes) -> None: ...
+    async def close_stdin(self) -> None: ...
+    async def signal(self, signo: int) -> None: ...
+    def cancel(self) -> None: ...
+
+class DirEntry:
+    name: str
+    is_dir: bool
+    is_symlink: bool
+    size: int
+    mode: int
+
+class AgentInfo:
+    version: str
+    cgroup_version: str
+    seccomp: bool
+    namespaces: list[str]
+    languages: list[str]
+    zygote: bool
+    sandbox_uid: int
+    sandbox_gid: int
+    running_execs: int
+    total_execs: int
+    memory_bytes: int
+    uptime_s: float
+    work_dir: str
+
+class AgentClient:
+    """A connection to one agent. `endpoint` is `unix:///path/agent.sock` or `http://host:port`.
+    Connects lazily and reuses one HTTP/2 connection for all calls; safe to share between tasks.
+    Cancelling an awaited call cancels the RPC, and the agent kills the program it started."""
+
+    endpoint: str
+    def __init__(self, endpoint: str, token: str, connect_timeout_s: float = 5.0) -> None: ...
+    async def exec(
+        self,
+        argv: list[str],
+        env: Optional[dict[str, str]] = None,
+        cwd: str = "",
+        stdin: bytes = b"",
+        limits: Optional[Limits] = None,
+        clear_env: bool = False,
+        timeout_s: Optional[float] = None,
+    ) -> ExecResult:
+        """Run to completion. `timeout_s` is the RPC deadline (the program's own wall limit is in
+        `limits`); a program that fails is a result, not an exception."""
+    def exec_stream(
+        self,
+        argv: list[str],
+        env: Optional[dict[str, str]] = None,
+        cwd: str = "",
+        limits: Optional[Limits] = None,
+        clear_env: bool = False,
+    ) -> ExecStream: ...
+    async def write_files(self, files: list[tuple[str, bytes, int]]) -> int:
+        """(path, data, mode) triples; mode 0 means 0o644. Returns bytes written."""
+    async def read_file(self, path: str) -> bytes: ...
+    async def list_dir(self, path: str) -> list[DirEntry]: ...
+    async def remove(self, path: str, recursive: bool = False) -> None: ...
+    async def info(self) -> AgentInfo: ...
+    async def renew_lease(self, ttl_s: float) -> float:
+        """Extend the agent's lease; returns seconds until it expires."""
+    def close(self) -> None: ...
+
+class LaunchConfig:
+    """How the local backend starts one agent in fresh namespaces."""
+
+    def __init__(
+        self,
+        agent_path: str,
+        run_dir: str,
+        *,
+        uid: int = 65534,
+        gid: int = 65534,
+        lease_ttl_s: float = 30.0,
+        memory_bytes: int = 0,
+        max_pids: int = 0,
+        cpu_quota: float = 0.0,
+        work_dir: str = "/work",
+        work_size_bytes: int = 0,
+        tmp_size_bytes: int = 0,
+        network: bool = False,
+        seccomp: bool = True,
+        cgroups: bool = True,
+        ro_binds: Optional[list[str]] = None,
+        env: Optional[dict[str, str]] = None,
+    ) -> None: ...
+
+class LocalSandbox:
+    """Handle of one launched agent (pid 1 of its own pid namespace)."""
+
+    pid: int
+    endpoint: str  # unix:///<run_dir>/agent.sock
+    token: str
+    run_dir: str
+    cgroup: str  # "" when the sandbox has no cgroup
+    def alive(self) -> bool: ...
+    def kill(self) -> None:
+        """SIGKILL the agent (its pid namespace dies with it), reap it, remove its cgroup and
+        run dir. Idempotent."""
+    async def wait(self) -> int:
+        """Wait for the agent to exit; returns its wait status."""
+
+async def launch_local(config: LaunchConfig) -> LocalSandbox:
+    """Start an agent; returns once the agent itself signalled readiness (pushed through a pipe,
+    not polled). Raises NativeError(kind="launch", step=...) when an isolation step fails."""
+
+def agent_version() -> str: ...

@@ -1,0 +1,51 @@
+"""Regenerate the Python stubs of proto/service.proto: `python -m sandboxes._proto.generate`.
+
+The stubs are checked in; run this after editing the proto. grpcio-tools writes an absolute import
+(`import service_pb2`) into the gRPC module; it is rewritten to a package-relative one.
+"""
+
+from __future__ import annotations
+
+import pathlib
+import re
+import sys
+
+HERE = pathlib.Path(__file__).resolve().parent
+ROOT = HERE.parent.parent
+PROTOS = ["service.proto"]
+
+
+def main() -> int:
+    try:
+        from grpc_tools import protoc
+        import grpc_tools
+    except ImportError:
+        print("grpcio-tools is not installed: pip install grpcio-tools", file=sys.stderr)
+        return 1
+    include = pathlib.Path(grpc_tools.__file__).parent / "_proto"
+    for proto in PROTOS:
+        args = [
+            "grpc_tools.protoc",
+            f"-I{ROOT / 'proto'}",
+            f"-I{include}",
+            f"--python_out={HERE}",
+            f"--pyi_out={HERE}",
+            f"--grpc_python_out={HERE}",
+            str(ROOT / "proto" / proto),
+        ]
+        if protoc.main(args) != 0:
+            print(f"protoc failed on {proto}", file=sys.stderr)
+            return 1
+        stem = proto.removesuffix(".proto")
+        grpc_module = HERE / f"{stem}_pb2_grpc.py"
+        text = grpc_module.read_text()
+        text = re.sub(
+            rf"^import {stem}_pb2 as ", f"from . import {stem}_pb2 as ", text, flags=re.M
+        )
+        grpc_module.write_text(text)
+    print(f"generated stubs in {HERE}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

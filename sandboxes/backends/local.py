@@ -1,0 +1,309 @@
+"""The embedded default backend: each sandbox is an agent process in fresh Linux namespaces.
+
+Layout on the host (root: `/run/sandboxes`, else `$XDG_RUNTIME_DIR/sandboxes`, else
+`/tmp/sandboxes-<uid>`; env `SANDBOXES_RUN_DIR` overrides):
+
+    <root>/pool-<pool_id>/owner.json     {"pid", "starttime"} of the managing process
+    <root>/pool-<pool_id>/<sandbox>/     run dir of one agent (its socket lives here)
+    <root>/pool-<pool_id>/<sandbox>.json {"pid", "starttime", "cgroup", "run_dir"} of its agent
+
+`reap_orphans` removes the pool dirs whose owner is dead, SIGKILLing agents still recorded there
+(checked by pid *and* start time, so a reused pid is never hit) and removing their cgroups.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import errno
+import json
+import logging
+import os
+import shutil
+import signal
+import time
+import uuid
+from pathlib import Path
+from typing import Any, Optional
+
+from .. import _bridge
+from ..errors import LaunchError
+from ..templates import Template
+from .base import SandboxHandle
+
+__all__ = ["LocalBackend", "create_backend", "default_run_root"]
+
+log = logging.getLogger(__name__)
+
+RUN_DIR_ENV = "SANDBOXES_RUN_DIR"
+_OWNER = "owner.json"
+_SOCKET_NAME = "agent.sock"
+_MAX_SOCKET_PATH = 107  # sun_path is 108 bytes with the NUL
+_UNOWNED_GRACE_S = 60.0  # a pool dir without owner.json younger than this is being created
+_CGROUP_ROOT = Path("/sys/fs/cgroup")
+
+
+def default_run_root() -> Path:
+    """Where pool dirs live on this host (see the module docstring)."""
+    env = os.environ.get(RUN_DIR_ENV)
+    if env:
+        return Path(env)
+    if os.geteuid() == 0:
+        return Path("/run/sandboxes")
+    xdg = os.environ.get("XDG_RUNTIME_DIR")
+    if xdg:
+        return Path(xdg) / "sandboxes"
+    return Path(f"/tmp/sandboxes-{os.getuid()}")
+
+
+def create_backend(**kwargs: Any) -> "LocalBackend":
+    """Factory used by `sandboxes.backends.get_backend`."""
+    return LocalBackend(**kwargs)
+
+
+class LocalBackend:
+    """Launches agents through `_native.launch_local`: fresh namespaces, a cgroup, no network.
+
+    `create` returns once the agent pushed readiness through a pipe (never polled).
+    """
+
+    name = "local"
+
+    def __init__(
+        self,
+        pool_id: Optional[str] = None,
+        run_root: Optional[str | os.PathLike[str]] = None,
+        agent_bin: Optional[str] = None,
+    ) -> None:
+        self.pool_id = pool_id or uuid.uuid4().hex[:12]
+        self.run_root = Path(run_root) if run_root else default_run_root()
+        self.agent_bin = agent_bin or _bridge.agent_path()  # fail at start, not at first claim
+        self.pool_dir = self.run_root / f"pool-{self.pool_id}"
+        self._live: dict[str, Any] = {}  # sandbox id -> _native.LocalSandbox
+        self._dir_ready = False
+
+    # --- Backend protocol ------------------------------------------------------------------------
+
+    async def create(self, template: Template, sandbox_id: str) -> SandboxHandle:
+        """Launch one agent for `template`; returns when it is serving."""
+        self._ensure_pool_dir()
+        run_dir = self.pool_dir / sandbox_id
+        sock = run_dir / _SOCKET_NAME
+        if len(str(sock).encode()) > _MAX_SOCKET_PATH:
+            raise LaunchError(
+                f"socket path {sock} is too long for a unix socket; set ${RUN_DIR_ENV} shorter",
+                step="run_dir",
+            )
+        native = _bridge.native()
+        with _bridge.translating():
+            config = native.LaunchConfig(
+                self.agent_bin,
+                str(run_dir),
+                uid=template.uid,
+                gid=template.gid,
+                lease_ttl_s=template.lease_ttl_s,
+                memory_bytes=template.memory_bytes,
+                max_pids=template.max_pids,
+                cpu_quota=template.cpu_quota,
+                work_dir=template.work_dir,
+                work_size_bytes=template.work_size_bytes,
+                tmp_size_bytes=template.tmp_size_bytes,
+                network=template.network,
+                seccomp=template.seccomp,
+                cgroups=template.cgroups,
+                ro_binds=list(template.ro_binds) or None,
+                env=dict(template.env) or None,
+            )
+            local = await native.launch_local(config)
+        # No await from here on: the agent is recorded before anything can cancel us.
+        self._live[sandbox_id] = local
+        self._write_record(sandbox_id, local)
+        return SandboxHandle(
+            id=sandbox_id,
+            endpoint=local.endpoint,
+            token=local.token,
+            backend_data=local,
+            created_at=time.time(),
+        )
+
+    async def destroy(self, handle: SandboxHandle) -> None:
+        """SIGKILL the agent (its pid namespace dies with it), remove its cgroup and run dir."""
+        local = handle.backend_data
+        try:
+            if local is not None:
+                with _bridge.translating():
+                    await asyncio.to_thread(local.kill)
+        finally:
+            self._live.pop(handle.id, None)
+            _unlink(self.pool_dir / f"{handle.id}.json")
+
+    async def reap_orphans(self) -> int:
+        """Remove pool dirs of dead owners; returns how many recorded sandboxes were reaped."""
+        return await asyncio.to_thread(self._reap_sync)
+
+    async def close(self) -> None:
+        """Kill anything still live (normally nothing: the pool destroyed it) and remove the pool dir."""
+        leftovers = list(self._live.items())
+        for sid, local in leftovers:
+            log.warning("local backend closing with sandbox %s still live; killing it", sid)
+            try:
+                with _bridge.translating():
+                    await asyncio.to_thread(local.kill)
+            except Exception:
+                log.exception("killing sandbox %s failed", sid)
+            self._live.pop(sid, None)
+        shutil.rmtree(self.pool_dir, ignore_errors=True)
+        self._dir_ready = False
+
+    # --- run dirs --------------------------------------------------------------------------------
+
+    def _ensure_pool_dir(self) -> None:
+        if self._dir_ready:
+            return
+        _make_private_dir(self.run_root)
+        self.pool_dir.mkdir(mode=0o700, exist_ok=True)
+        me = os.getpid()
+        _write_json(self.pool_dir / _OWNER, {"pid": me, "starttime": _starttime(me)})
+        self._dir_ready = True
+
+    def _write_record(self, sandbox_id: str, local: Any) -> None:
+        record = {
+            "pid": local.pid,
+            "starttime": _starttime(local.pid),
+            "cgroup": local.cgroup,
+            "run_dir": local.run_dir,
+        }
+        try:
+            _write_json(self.pool_dir / f"{sandbox_id}.json", record)
+        except OSError:
+            log.exception("cannot record sandbox %s (its lease still bounds its life)", sandbox_id)
+
+    def _reap_sync(self) -> int:
+        if not self.run_root.is_dir():
+            return 0
+        reaped = 0
+        for d in sorted(self.run_root.glob("pool-*")):
+            if d == self.pool_dir or not d.is_dir():
+                continue
+            owner = _read_json(d / _OWNER)
+            if owner is None:
+                try:
+                    age = time.time() - d.stat().st_mtime
+                except FileNotFoundError:
+                    continue
+                if age < _UNOWNED_GRACE_S:
+                    continue
+            elif _alive(owner.get("pid"), owner.get("starttime")):
+                continue
+            reaped += _reap_pool_dir(d)
+        return reaped
+
+
+# --- helpers (sync; run in a thread) -------------------------------------------------------------
+
+
+def _reap_pool_dir(d: Path) -> int:
+    records = [r for p in d.glob("*.json") if p.name != _OWNER and (r := _read_json(p))]
+    killed = []
+    for r in records:
+        pid, start = r.get("pid"), r.get("starttime")
+        if _alive(pid, start):
+            try:
+                os.kill(pid, signal.SIGKILL)
+                killed.append((pid, start))
+                log.info("reaped orphan agent pid %s of dead pool %s", pid, d.name)
+            except ProcessLookupError:
+                pass
+    deadline = time.monotonic() + 5.0
+    while any(_alive(p, s) for p, s in killed) and time.monotonic() < deadline:
+        time.sleep(0.01)
+    for r in records:
+        _remove_cgroup(r.get("cgroup") or "")
+    shutil.rmtree(d, ignore_errors=True)
+    return len(records)
+
+
+def _starttime(pid: int) -> Optional[int]:
+    """Start time of `pid` in clock ticks since boot (field 22 of /proc/pid/stat), None if gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return None
+    fields = stat[stat.rfind(")") + 2 :].split()
+    return int(fields[19])
+
+
+def _alive(pid: Any, starttime: Any) -> bool:
+    """True when `pid` runs, is not a zombie and is the same process (same start time)."""
+    if not isinstance(pid, int) or pid <= 0:
+        return False
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    fields = stat[stat.rfind(")") + 2 :].split()
+    if fields[0] in ("Z", "X"):
+        return False
+    return starttime is None or int(fields[19]) == starttime
+
+
+def _cgroup_dirs(cgroup: str) -> list[Path]:
+    if not cgroup:
+        return []
+    p = Path(cgroup)
+    if p.is_absolute() and str(p).startswith(str(_CGROUP_ROOT)):
+        return [p]
+    rel = str(p).lstrip("/")
+    dirs = [_CGROUP_ROOT / rel]
+    try:
+        dirs += [c / rel for c in _CGROUP_ROOT.iterdir() if c.is_dir() and not c.is_symlink()]
+    except OSError:
+        pass
+    return dirs
+
+
+def _remove_cgroup(cgroup: str) -> None:
+    """rmdir the cgroup (children first) in every hierarchy it exists in; bounded retry on EBUSY."""
+    for top in _cgroup_dirs(cgroup):
+        if not top.is_dir():
+            continue
+        deadline = time.monotonic() + 2.0
+        for root, _dirs, _files in sorted(os.walk(top, topdown=False), key=lambda t: -len(t[0])):
+            while True:
+                try:
+                    os.rmdir(root)
+                    break
+                except FileNotFoundError:
+                    break
+                except OSError as e:
+                    if e.errno != errno.EBUSY or time.monotonic() > deadline:
+                        log.warning("cannot remove cgroup %s: %s", root, e)
+                        break
+                    time.sleep(0.01)
+
+
+def _make_private_dir(p: Path) -> None:
+    p.mkdir(mode=0o700, parents=True, exist_ok=True)
+    st = p.stat()
+    if st.st_uid != os.geteuid():
+        raise LaunchError(f"run dir {p} is owned by uid {st.st_uid}, not us", step="run_dir")
+
+
+def _write_json(path: Path, obj: dict) -> None:
+    tmp = path.with_name(path.name + ".tmp")
+    tmp.write_text(json.dumps(obj))
+    os.replace(tmp, path)
+
+
+def _read_json(path: Path) -> Optional[dict]:
+    try:
+        data = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return None
+    return data if isinstance(data, dict) else None
+
+
+def _unlink(path: Path) -> None:
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        pass

@@ -1,0 +1,396 @@
+"""The remote client: `AsyncSandboxClient` talks to a `sandboxes serve` server over gRPC.
+
+```python
+async with sandboxes.AsyncSandboxClient("localhost:50051", api_key="...") as client:
+    sb = await client.create(template="default", labels={"run": "42"})
+    r = await sb.exec(["python3", "-c", "print(1)"], timeout=5)
+    await sb.close()
+```
+
+`RemoteSandbox` is the same `SandboxBase` as the embedded `Sandbox`: code written against one runs
+against the other. Failures come back as the exact `sandboxes.errors` class the server raised.
+
+Retries (on a transport-level UNAVAILABLE, with exponential backoff) only where repeating is safe:
+Get, List, Health, Info, ReadFile, ListDir, Delete, and Create (always sent with an idempotency key,
+generated when the caller gives none). Exec, ExecStream, WriteFiles and Remove are never retried.
+Every call has a deadline.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import random
+import uuid
+from typing import Any, AsyncIterator, Awaitable, Callable, Mapping, Optional, Union
+
+import grpc
+
+from sandboxes import errors as E
+from sandboxes._proto import service_pb2 as pb
+from sandboxes._proto.convert import (
+    dir_entry_from_pb,
+    event_from_pb,
+    info_from_pb,
+    limits_to_pb,
+    result_from_pb,
+)
+from sandboxes.sandbox import Data, ExecRequest, ExecStream, SandboxBase, as_bytes
+from sandboxes.server.errors import error_from_rpc, is_retryable_unavailable
+from sandboxes.types import AgentInfo, DirEntry, ExecResult
+
+__all__ = ["AsyncSandboxClient", "RemoteSandbox", "API_KEY_ENV", "ADDRESS_ENV"]
+
+API_KEY_ENV = "SANDBOXES_API_KEY"
+ADDRESS_ENV = "SANDBOXES_ADDRESS"
+
+# Deadline of an exec without a wall limit (the sandbox's default limit applies on the server).
+_UNBOUNDED_EXEC_DEADLINE_S = 24 * 3600.0
+# Network slack added to deadlines whose length the server's own wait defines.
+_NETWORK_MARGIN_S = 10.0
+MAX_MESSAGE_BYTES = 64 << 20
+
+
+class AsyncSandboxClient:
+    """A connection to a sandboxes server. Safe to share between tasks.
+
+    `api_key` defaults to `$SANDBOXES_API_KEY`. `timeout` is the deadline of the short calls;
+    `retries` how many times a safe call is repeated after UNAVAILABLE.
+    """
+
+    def __init__(
+        self,
+        address: Optional[str] = None,
+        api_key: Optional[str] = None,
+        *,
+        timeout: float = 30.0,
+        retries: int = 3,
+        backoff_s: float = 0.1,
+        max_message_bytes: int = MAX_MESSAGE_BYTES,
+        credentials: Optional[grpc.ChannelCredentials] = None,
+        options: Optional[list[tuple[str, Any]]] = None,
+    ) -> None:
+        address = address or os.environ.get(ADDRESS_ENV)
+        if not address:
+            raise E.InvalidRequest(f"no server address given (argument or ${ADDRESS_ENV})")
+        if timeout <= 0 or retries < 0:
+            raise E.InvalidRequest("timeout must be > 0 and retries >= 0")
+        self.address = address
+        self.api_key = api_key if api_key is not None else os.environ.get(API_KEY_ENV)
+        self.timeout = float(timeout)
+        self.retries = int(retries)
+        self.backoff_s = backoff_s
+        self._credentials = credentials
+        self._options = [
+            ("grpc.max_receive_message_length", max_message_bytes),
+            ("grpc.max_send_message_length", max_message_bytes),
+            ("grpc.enable_retries", 0),  # we retry ourselves, only where it is safe
+            *(options or []),
+        ]
+        self._channel: Optional[grpc.aio.Channel] = None
+        self._stub: Any = None
+        self._metadata: tuple[tuple[str, str], ...] = (
+            (("authorization", f"Bearer {self.api_key}"),) if self.api_key else ()
+        )
+
+    # -- connection --------------------------------------------------------------------------
+
+    def _connect(self) -> Any:
+        if self._stub is None:
+            from sandboxes._proto.service_pb2_grpc import SandboxesStub
+
+            if self._credentials is not None:
+                self._channel = grpc.aio.secure_channel(self.address, self._credentials, options=self._options)
+            else:
+                self._channel = grpc.aio.insecure_channel(self.address, options=self._options)
+            self._stub = SandboxesStub(self._channel)
+        return self._stub
+
+    async def close(self) -> None:
+        """Close the connection (sandboxes live on until deleted or their TTL passes)."""
+        if self._channel is not None:
+            channel, self._channel, self._stub = self._channel, None, None
+            await channel.close()
+
+    async def __aenter__(self) -> "AsyncSandboxClient":
+        self._connect()
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    # -- calling -----------------------------------------------------------------------------
+
+    async def _call(
+        self,
+        method: str,
+        request: Any,
+        *,
+        timeout: Optional[float] = None,
+        retry: bool = False,
+    ) -> Any:
+        """One unary call with a deadline; retried on UNAVAILABLE when `retry`."""
+        return await self._retrying(
+            lambda: getattr(self._connect(), method)(
+                request, timeout=timeout or self.timeout, metadata=self._metadata
+            ),
+            retry=retry,
+        )
+
+    async def _retrying(self, attempt: Callable[[], Awaitable[Any]], *, retry: bool, first_try: list | None = None) -> Any:
+        n = 0
+        while True:
+            try:
+                if first_try is not None:
+                    first_try.append(n == 0)
+                return await attempt()
+            except grpc.aio.AioRpcError as e:
+                if retry and n < self.retries and is_retryable_unavailable(e):
+                    n += 1
+                    delay = self.backoff_s * (2 ** (n - 1)) * (0.5 + random.random())
+                    await asyncio.sleep(delay)
+                    continue
+                raise error_from_rpc(e) from None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def create(
+        self,
+        template: str = "default",
+        labels: Optional[Mapping[str, str]] = None,
+        env: Optional[Mapping[str, str]] = None,
+        files: Optional[Mapping[str, Union[Data, tuple[Data, int]]]] = None,
+        ttl_s: Optional[float] = None,
+        idempotency_key: Optional[str] = None,
+        *,
+        timeout: Optional[float] = None,
+    ) -> "RemoteSandbox":
+        """A ready sandbox of `template`. `timeout` bounds the wait for a free one (default: the
+        client's timeout); past it the server answers `PoolExhausted`. Retries reuse one
+        idempotency key, so a lost answer never creates a second sandbox."""
+        wait = float(timeout) if timeout is not None else self.timeout
+        req = pb.CreateRequest(
+            template=template or "default",
+            labels=dict(labels or {}),
+            env=dict(env or {}),
+            files=_file_entries(files),
+            ttl_s=float(ttl_s or 0.0),
+            idempotency_key=idempotency_key or uuid.uuid4().hex,
+            timeout_s=wait,
+        )
+        msg = await self._call("Create", req, timeout=wait + _NETWORK_MARGIN_S, retry=True)
+        return RemoteSandbox(self, msg)
+
+    def sandbox(self, template: str = "default", **kwargs: Any) -> "_SandboxContext":
+        """`async with client.sandbox(...) as sb:` creates, and deletes on exit."""
+        return _SandboxContext(self, template, kwargs)
+
+    async def get(self, sandbox_id: str) -> "RemoteSandbox":
+        msg = await self._call("Get", pb.GetRequest(sandbox_id=sandbox_id), retry=True)
+        return RemoteSandbox(self, msg)
+
+    async def list(self, labels: Optional[Mapping[str, str]] = None) -> list["RemoteSandbox"]:
+        """This API key's sandboxes whose labels contain every pair of `labels`."""
+        msg = await self._call("List", pb.ListRequest(labels=dict(labels or {})), retry=True)
+        return [RemoteSandbox(self, s) for s in msg.sandboxes]
+
+    async def delete(self, sandbox_id: str) -> None:
+        """Destroy a sandbox. Raises `NotFound` if it does not exist (any more)."""
+        first: list[bool] = []
+        try:
+            await self._retrying(
+                lambda: self._connect().Delete(
+                    pb.DeleteRequest(sandbox_id=sandbox_id), timeout=self.timeout, metadata=self._metadata
+                ),
+                retry=True,
+                first_try=first,
+            )
+        except E.NotFound:
+            if len(first) > 1:
+                return  # an earlier attempt deleted it and its answer was lost
+            raise
+
+    async def bulk_delete(
+        self, ids: Optional[list[str]] = None, labels: Optional[Mapping[str, str]] = None
+    ) -> list[str]:
+        """Delete the given ids and/or every sandbox matching `labels`; returns the deleted ids."""
+        req = pb.BulkDeleteRequest(sandbox_ids=list(ids or []), labels=dict(labels or {}))
+        msg = await self._call("BulkDelete", req, retry=True)
+        return list(msg.deleted_ids)
+
+    async def health(self) -> dict[str, Any]:
+        """{"status", "version", "pools": {template: {stat: value}}, "sandboxes": n}."""
+        msg = await self._call("Health", pb.HealthRequest(), retry=True)
+        return {
+            "status": msg.status,
+            "version": msg.version,
+            "pools": {t: dict(p.values) for t, p in msg.pools.items()},
+            "sandboxes": msg.sandboxes,
+        }
+
+
+class _SandboxContext:
+    def __init__(self, client: AsyncSandboxClient, template: str, kwargs: dict) -> None:
+        self._client, self._template, self._kwargs = client, template, kwargs
+        self._sb: Optional[RemoteSandbox] = None
+
+    async def __aenter__(self) -> "RemoteSandbox":
+        self._sb = await self._client.create(self._template, **self._kwargs)
+        return self._sb
+
+    async def __aexit__(self, *exc: Any) -> None:
+        if self._sb is not None:
+            await self._sb.close()
+
+
+def _file_entries(files: Optional[Mapping[str, Any]]) -> list[pb.FileEntry]:
+    out = []
+    for path, value in (files or {}).items():
+        data, mode = value if isinstance(value, tuple) else (value, 0)
+        out.append(pb.FileEntry(path=path, data=as_bytes(data, path), mode=int(mode)))
+    return out
+
+
+class RemoteSandbox(SandboxBase):
+    """A sandbox on a server, reached through an `AsyncSandboxClient`; `close()` deletes it."""
+
+    def __init__(self, client: AsyncSandboxClient, msg: pb.Sandbox) -> None:
+        super().__init__(msg.id, msg.template, labels=dict(msg.labels))
+        self._client = client
+        self.created_at = msg.created_at
+        self.expires_at = msg.expires_at or None
+        self._closed = False
+
+    def _deadline(self, req: ExecRequest) -> float:
+        return (req.deadline_s or _UNBOUNDED_EXEC_DEADLINE_S) + _NETWORK_MARGIN_S
+
+    def _exec_pb(self, req: ExecRequest, stdin: bytes = b"") -> pb.ExecRequest:
+        msg = pb.ExecRequest(
+            sandbox_id=self.id, argv=req.argv, env=req.env, cwd=req.cwd, stdin=stdin
+        )
+        limits = limits_to_pb(req.limits)
+        if limits is not None:
+            msg.limits.CopyFrom(limits)
+        return msg
+
+    async def _exec(self, req: ExecRequest, stdin: bytes) -> ExecResult:
+        msg = await self._client._call("Exec", self._exec_pb(req, stdin), timeout=self._deadline(req))
+        return result_from_pb(msg)
+
+    def _exec_stream(self, req: ExecRequest, stdin: Optional[bytes]) -> ExecStream:
+        source = _RemoteStream(self._client, self._exec_pb(req), self._deadline(req))
+        return ExecStream(source, stdin=stdin)
+
+    async def _write_files(self, files: list[tuple[str, bytes, int]]) -> None:
+        req = pb.WriteFilesRequest(
+            sandbox_id=self.id, files=[pb.FileEntry(path=p, data=d, mode=m) for p, d, m in files]
+        )
+        await self._client._call("WriteFiles", req)
+
+    async def read_file(self, path: str) -> bytes:
+        """The whole content of a file (streamed in chunks)."""
+        req = pb.ReadFileRequest(sandbox_id=self.id, path=path)
+        client = self._client
+
+        async def attempt() -> bytes:
+            buf = bytearray()
+            call = client._connect().ReadFile(req, timeout=client.timeout, metadata=client._metadata)
+            async for chunk in call:
+                buf += chunk.data
+            return bytes(buf)
+
+        return await client._retrying(attempt, retry=True)
+
+    async def list_dir(self, path: str = ".") -> list[DirEntry]:
+        msg = await self._client._call("ListDir", pb.ListDirRequest(sandbox_id=self.id, path=path), retry=True)
+        return [dir_entry_from_pb(e) for e in msg.entries]
+
+    async def remove(self, path: str, recursive: bool = False) -> None:
+        await self._client._call(
+            "Remove", pb.RemoveRequest(sandbox_id=self.id, path=path, recursive=recursive)
+        )
+
+    async def info(self) -> AgentInfo:
+        return info_from_pb(await self._client._call("Info", pb.InfoRequest(sandbox_id=self.id), retry=True))
+
+    async def close(self) -> None:
+        """Delete the sandbox on the server. Idempotent (an already deleted one is fine)."""
+        if self._closed:
+            return
+        try:
+            await self._client.delete(self.id)
+        except E.NotFound:
+            pass
+        self._closed = True
+
+    async def __aenter__(self) -> "RemoteSandbox":
+        return self
+
+
+class _RemoteStream:
+    """The `ExecStream` source of a remote exec: one bidirectional ExecStream call.
+
+    The call starts lazily (first event read or first input sent) with the `start` message; gRPC
+    errors leave as `sandboxes.errors`. `cancel()` cancels the call, and the server kills the program.
+    """
+
+    def __init__(self, client: AsyncSandboxClient, start: pb.ExecRequest, deadline_s: float) -> None:
+        self._client = client
+        self._start = start
+        self._deadline_s = deadline_s
+        self._call: Any = None
+        self._lock = asyncio.Lock()
+        self._cancelled = False
+
+    async def _ensure(self) -> Any:
+        if self._call is None:
+            async with self._lock:
+                if self._call is None:
+                    if self._cancelled:
+                        raise E.Cancelled("exec stream was cancelled")
+                    call = self._client._connect().ExecStream(
+                        timeout=self._deadline_s, metadata=self._client._metadata
+                    )
+                    await self._guard(call.write(pb.ExecInput(start=self._start)))
+                    self._call = call
+        return self._call
+
+    async def _guard(self, aw: Awaitable[Any]) -> Any:
+        try:
+            return await aw
+        except grpc.aio.AioRpcError as e:
+            raise error_from_rpc(e) from None
+        except asyncio.InvalidStateError as e:  # writing after the call finished
+            raise E.SandboxLost(f"exec stream already finished: {e}") from None
+
+    async def _write(self, msg: pb.ExecInput) -> None:
+        call = await self._ensure()
+        try:
+            await self._guard(call.write(msg))
+        except E.SandboxError:
+            # The call ended (the program exited): its real status comes from read(); a write
+            # after the end is not an infrastructure failure of its own.
+            if call.done():
+                return
+            raise
+
+    async def next(self) -> Optional[Any]:
+        call = await self._ensure()
+        msg = await self._guard(call.read())
+        if msg is grpc.aio.EOF:
+            return None
+        return event_from_pb(msg)
+
+    async def send_stdin(self, data: bytes) -> None:
+        await self._write(pb.ExecInput(stdin=data))
+
+    async def close_stdin(self) -> None:
+        await self._write(pb.ExecInput(close_stdin=True))
+
+    async def signal(self, signo: int) -> None:
+        await self._write(pb.ExecInput(signal=signo))
+
+    def cancel(self) -> None:
+        self._cancelled = True
+        if self._call is not None:
+            self._call.cancel()

@@ -1,0 +1,599 @@
+"""`Pool`: warm sandboxes per template, claimed instantly, replenished ahead of demand.
+
+Per template, one replenish task wakes on an `asyncio.Event` (set by claims, finished creates,
+releases) and starts creates up to the demand (`warm` target + waiting claims) within the create
+concurrency and the pool's `max_size`. Waiting claims are served strictly first come, first served.
+A renew task per template extends every live sandbox's lease each `lease_ttl_s / 3`; a warm
+sandbox whose renewal finds it lost is dropped and replaced. Failed creates are counted, logged
+and retried with exponential backoff; they never stop the pool.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import logging
+import os
+import time
+import uuid
+from dataclasses import dataclass, field
+from typing import Any, AsyncIterator, Mapping, Optional, Union
+
+from . import _bridge
+from .backends import Backend, SandboxHandle, get_backend
+from .errors import (
+    Cancelled,
+    InvalidRequest,
+    LaunchError,
+    NotFound,
+    PoolExhausted,
+    SandboxError,
+    SandboxLost,
+    SandboxTimeout,
+)
+from .sandbox import Data, Sandbox
+from .templates import Template, validate_env
+
+__all__ = ["Pool"]
+
+log = logging.getLogger(__name__)
+
+# After this many creates in a row failed, waiting claims get the launch error instead of waiting on.
+FAIL_FAST_AFTER = 3
+BACKOFF_INITIAL_S = 0.1
+BACKOFF_MAX_S = 10.0
+CLAIM_WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
+
+
+class _Histogram:
+    """Cumulative-bucket histogram (Prometheus style) of claim waits in seconds."""
+
+    def __init__(self, buckets: tuple[float, ...] = CLAIM_WAIT_BUCKETS) -> None:
+        self.buckets = buckets
+        self.counts = [0] * (len(buckets) + 1)  # the last one is +Inf
+        self.sum = 0.0
+        self.count = 0
+
+    def observe(self, v: float) -> None:
+        self.sum += v
+        self.count += 1
+        for i, le in enumerate(self.buckets):
+            if v <= le:
+                self.counts[i] += 1
+        self.counts[-1] += 1
+
+    def snapshot(self) -> dict[str, Any]:
+        les = [*map(str, self.buckets), "+Inf"]
+        return {"buckets": dict(zip(les, self.counts)), "sum": self.sum, "count": self.count}
+
+
+@dataclass(eq=False)
+class _TemplatePool:
+    """State of one template's sandboxes. Only touched from the event loop."""
+
+    template: Template
+    backend: Backend
+    warm_target: int
+    warm: collections.deque[Sandbox] = field(default_factory=collections.deque)
+    waiters: collections.deque[asyncio.Future[Sandbox]] = field(default_factory=collections.deque)
+    claimed: dict[str, Sandbox] = field(default_factory=dict)
+    creating: int = 0
+    destroying: int = 0
+    wake: asyncio.Event = field(default_factory=asyncio.Event)
+    consecutive_failures: int = 0
+    backoff_until: float = 0.0
+    last_error: Optional[BaseException] = None
+    created_total: int = 0
+    destroyed_total: int = 0
+    create_failures_total: int = 0
+    lost_total: int = 0
+    claims_total: int = 0
+    claim_timeouts_total: int = 0
+    renewals_total: int = 0
+    renew_failures_total: int = 0
+    claim_wait: _Histogram = field(default_factory=_Histogram)
+
+    @property
+    def name(self) -> str:
+        return self.template.name
+
+    def live_waiters(self) -> int:
+        return sum(1 for f in self.waiters if not f.done())
+
+    def size(self) -> int:
+        return len(self.warm) + len(self.claimed) + self.creating + self.destroying
+
+
+class Pool:
+    """Warm pools of sandboxes, one per template, driven through a backend ("local" by default).
+
+    ```
+    async with Pool(warm=8) as pool:
+        async with pool.sandbox(env={"K": "V"}, files={"main.py": src}) as sb:
+            r = await sb.exec(["python3", "main.py"], timeout=5)
+    ```
+
+    `template_kwargs` build the default template (see `Template`); or pass `template=` and/or
+    `templates={name: Template}`. `warm` is the ready-sandbox target of templates that set none.
+    `max_size` caps the live sandboxes of the whole pool (None: no cap). `claim_timeout` is how
+    long a claim waits for a sandbox before `PoolExhausted`. `backend` is a name or a `Backend`.
+    """
+
+    def __init__(
+        self,
+        backend: Union[str, Backend] = "local",
+        warm: int = 8,
+        template: Optional[Template] = None,
+        templates: Optional[Mapping[str, Template]] = None,
+        max_size: Optional[int] = None,
+        claim_timeout: float = 30.0,
+        *,
+        create_concurrency: Optional[int] = None,
+        renew_concurrency: int = 64,
+        **template_kwargs: Any,
+    ) -> None:
+        if isinstance(warm, bool) or not isinstance(warm, int) or warm < 0:
+            raise InvalidRequest(f"warm must be an int >= 0, got {warm!r}")
+        if max_size is not None and (not isinstance(max_size, int) or max_size < 1):
+            raise InvalidRequest(f"max_size must be an int >= 1 or None, got {max_size!r}")
+        if not isinstance(claim_timeout, (int, float)) or claim_timeout < 0:
+            raise InvalidRequest(f"claim_timeout must be >= 0, got {claim_timeout!r}")
+        self.id = uuid.uuid4().hex[:12]
+        self.max_size = max_size
+        self.claim_timeout = float(claim_timeout)
+        self.create_concurrency = create_concurrency or min(8, 2 * (os.cpu_count() or 1))
+        self._renew_sem_size = renew_concurrency
+        self._backends: dict[str, Backend] = {}
+        if isinstance(backend, str):
+            backend_name = backend
+        else:
+            backend_name = backend.name
+            self._backends[backend_name] = backend
+
+        tmpls: dict[str, Template] = dict(templates or {})
+        for key, t in tmpls.items():
+            if key != t.name:
+                raise InvalidRequest(f"templates[{key!r}] is named {t.name!r}")
+        if template is not None and template_kwargs:
+            raise InvalidRequest("pass either template= or template fields, not both")
+        if template_kwargs:
+            template = Template(**{"backend": backend_name, **template_kwargs})
+        if template is None and not tmpls:
+            template = Template(backend=backend_name)
+        if template is not None:
+            tmpls[template.name] = template
+            self.default_template = template.name
+        else:
+            self.default_template = "default" if "default" in tmpls else next(iter(tmpls))
+        self._templates = tmpls
+        self._default_warm = warm
+
+        self._tps: dict[str, _TemplatePool] = {}
+        self._tasks: list[asyncio.Task[None]] = []
+        self._create_tasks: set[asyncio.Task[None]] = set()
+        self._destroy_tasks: set[asyncio.Task[None]] = set()
+        self._renew_sem: Optional[asyncio.Semaphore] = None
+        self._started = False
+        self._closing = False
+        self._start_lock: Optional[asyncio.Lock] = None
+        self._close_task: Optional[asyncio.Task[None]] = None
+
+    # --- lifecycle -------------------------------------------------------------------------------
+
+    async def start(self) -> "Pool":
+        """Reap leftovers of dead pools, then fill the warm sets in the background."""
+        if self._start_lock is None:
+            self._start_lock = asyncio.Lock()
+        async with self._start_lock:
+            if self._closing:
+                raise Cancelled("pool is closed")
+            if self._started:
+                return self
+            try:
+                for t in self._templates.values():
+                    if t.backend not in self._backends:
+                        self._backends[t.backend] = get_backend(t.backend, pool_id=self.id)
+                for b in self._backends.values():
+                    reaped = await b.reap_orphans()
+                    if reaped:
+                        log.info("backend %s reaped %d orphaned sandboxes", b.name, reaped)
+            except BaseException:
+                for b in self._backends.values():
+                    with contextlib.suppress(Exception):
+                        await b.close()
+                raise
+            self._renew_sem = asyncio.Semaphore(self._renew_sem_size)
+            for t in self._templates.values():
+                warm = self._default_warm if t.warm is None else t.warm
+                tp = _TemplatePool(template=t, backend=self._backends[t.backend], warm_target=warm)
+                self._tps[t.name] = tp
+                self._tasks.append(asyncio.create_task(self._replenish(tp), name=f"replenish-{t.name}"))
+                if t.lease_ttl_s > 0:
+                    self._tasks.append(asyncio.create_task(self._renew(tp), name=f"renew-{t.name}"))
+            self._started = True
+            return self
+
+    async def close(self) -> None:
+        """Destroy every sandbox (warm and claimed), stop background tasks, close the backends."""
+        if self._close_task is None:
+            self._closing = True
+            self._close_task = asyncio.ensure_future(self._close())
+        await asyncio.shield(self._close_task)
+
+    async def _close(self) -> None:
+        for t in self._tasks:
+            t.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+        # Creates in flight finish (bounded by create_timeout_s) and destroy what they made.
+        await asyncio.gather(*list(self._create_tasks), return_exceptions=True)
+        doomed: list[tuple[_TemplatePool, Sandbox]] = []
+        for tp in self._tps.values():
+            while tp.waiters:
+                fut = tp.waiters.popleft()
+                if not fut.done():
+                    fut.set_exception(Cancelled("pool is closing"))
+            doomed += [(tp, sb) for sb in tp.warm]
+            doomed += [(tp, sb) for sb in tp.claimed.values()]
+            tp.warm.clear()
+            tp.claimed.clear()
+        for tp, sb in doomed:
+            self._destroy_soon(tp, sb)
+        while self._destroy_tasks:
+            await asyncio.gather(*list(self._destroy_tasks), return_exceptions=True)
+        for b in self._backends.values():
+            try:
+                await b.close()
+            except Exception:
+                log.exception("closing backend %s failed", b.name)
+
+    async def __aenter__(self) -> "Pool":
+        return await self.start()
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    # --- claims ----------------------------------------------------------------------------------
+
+    async def claim(
+        self,
+        template: Optional[str] = None,
+        *,
+        env: Optional[Mapping[str, str]] = None,
+        files: Optional[Mapping[str, Data]] = None,
+        labels: Optional[Mapping[str, str]] = None,
+        timeout: Optional[float] = None,
+    ) -> Sandbox:
+        """A ready sandbox of `template` (default: the pool's default template).
+
+        Served from the warm set at once, else waits (first come, first served) up to `timeout`
+        (default `claim_timeout`) and raises `PoolExhausted`. `env` is merged into every exec of
+        this sandbox client-side; `files` are written with one call. Release with `sb.close()`.
+        """
+        if not self._started:
+            await self.start()
+        if self._closing:
+            raise Cancelled("pool is closing")
+        tp = self._tp(template)
+        if env:
+            validate_env(env)
+        wait = self.claim_timeout if timeout is None else timeout
+        if isinstance(wait, bool) or not isinstance(wait, (int, float)) or wait < 0:
+            raise InvalidRequest(f"claim timeout must be >= 0, got {timeout!r}")
+        loop = asyncio.get_running_loop()
+        t0 = loop.time()
+        while True:
+            sb = await self._take(tp, t0 + wait)
+            try:
+                if env:
+                    sb.set_env(env)
+                if labels:
+                    sb.labels.update(labels)
+                if files:
+                    await sb.write_files(files)
+            except SandboxLost:
+                tp.lost_total += 1
+                tp.claimed.pop(sb.id, None)
+                self._destroy_soon(tp, sb)
+                if loop.time() < t0 + wait:
+                    continue
+                raise
+            except BaseException:
+                await self.release(sb)
+                raise
+            break
+        tp.claims_total += 1
+        tp.claim_wait.observe(loop.time() - t0)
+        return sb
+
+    async def _take(self, tp: _TemplatePool, deadline: float) -> Sandbox:
+        """The next sandbox of `tp`, in claim order; registered as claimed."""
+        while tp.warm and not tp.live_waiters():
+            sb = tp.warm.popleft()
+            if not _handle_alive(sb.handle):
+                tp.lost_total += 1
+                self._destroy_soon(tp, sb)
+                continue
+            tp.claimed[sb.id] = sb
+            tp.wake.set()
+            return sb
+        loop = asyncio.get_running_loop()
+        fut: asyncio.Future[Sandbox] = loop.create_future()
+        tp.waiters.append(fut)
+        tp.wake.set()
+        try:
+            done, _ = await asyncio.wait({fut}, timeout=max(0.0, deadline - loop.time()))
+        except asyncio.CancelledError:
+            if fut.done() and not fut.cancelled() and fut.exception() is None:
+                self._unclaim(tp, fut.result())
+            fut.cancel()
+            raise
+        if not done:
+            fut.cancel()
+            with contextlib.suppress(ValueError):
+                tp.waiters.remove(fut)
+            tp.claim_timeouts_total += 1
+            raise PoolExhausted(
+                f"no {tp.name!r} sandbox became free in time (warm={len(tp.warm)} "
+                f"claimed={len(tp.claimed)} creating={tp.creating} max_size={self.max_size})",
+                detail=repr(tp.last_error) if tp.last_error else "",
+            )
+        return fut.result()
+
+    def _unclaim(self, tp: _TemplatePool, sb: Sandbox) -> None:
+        """A sandbox handed to a claim that went away: back to the front of the line."""
+        tp.claimed.pop(sb.id, None)
+        self._offer(tp, sb, front=True)
+
+    def _offer(self, tp: _TemplatePool, sb: Sandbox, front: bool = False) -> None:
+        """Give a ready sandbox to the oldest waiting claim, else to the warm set."""
+        while tp.waiters:
+            fut = tp.waiters.popleft()
+            if not fut.done():
+                tp.claimed[sb.id] = sb
+                fut.set_result(sb)
+                return
+        if front:
+            tp.warm.appendleft(sb)
+        else:
+            tp.warm.append(sb)
+
+    async def release(self, sb: Sandbox, reuse: bool = False) -> None:
+        """Give a claimed sandbox back. It is destroyed and the pool refills in the background.
+
+        `reuse=True` is accepted for the server's API but currently also destroys: a used
+        sandbox may hold leftover processes and files, and a fresh one costs only a launch.
+        """
+        tp = self._tps.get(sb.template)
+        if tp is None or tp.claimed.pop(sb.id, None) is None:
+            sb._mark_closed()
+            return
+        await asyncio.shield(self._destroy_soon(tp, sb))
+
+    @contextlib.asynccontextmanager
+    async def sandbox(
+        self,
+        template: Optional[str] = None,
+        *,
+        env: Optional[Mapping[str, str]] = None,
+        files: Optional[Mapping[str, Data]] = None,
+        labels: Optional[Mapping[str, str]] = None,
+        timeout: Optional[float] = None,
+    ) -> AsyncIterator[Sandbox]:
+        """`async with pool.sandbox(...) as sb:` claims a sandbox and destroys it afterwards."""
+        sb = await self.claim(template, env=env, files=files, labels=labels, timeout=timeout)
+        try:
+            yield sb
+        finally:
+            await sb.close()
+
+    # --- introspection ---------------------------------------------------------------------------
+
+    @property
+    def templates(self) -> dict[str, Template]:
+        """The pool's templates by name."""
+        return dict(self._templates)
+
+    def stats(self) -> dict[str, dict[str, Any]]:
+        """Sizes and counters per template, for the metrics endpoint."""
+        out: dict[str, dict[str, Any]] = {}
+        for name, tp in self._tps.items():
+            out[name] = {
+                "warm": len(tp.warm),
+                "warm_target": tp.warm_target,
+                "claimed": len(tp.claimed),
+                "creating": tp.creating,
+                "destroying": tp.destroying,
+                "waiting": tp.live_waiters(),
+                "created_total": tp.created_total,
+                "destroyed_total": tp.destroyed_total,
+                "create_failures_total": tp.create_failures_total,
+                "lost_total": tp.lost_total,
+                "claims_total": tp.claims_total,
+                "claim_timeouts_total": tp.claim_timeouts_total,
+                "renewals_total": tp.renewals_total,
+                "renew_failures_total": tp.renew_failures_total,
+                "claim_wait_seconds": tp.claim_wait.snapshot(),
+            }
+        return out
+
+    # --- background: replenish -------------------------------------------------------------------
+
+    def _tp(self, template: Optional[str]) -> _TemplatePool:
+        name = template or self.default_template
+        tp = self._tps.get(name)
+        if tp is None:
+            raise NotFound(f"no template {name!r} in this pool (have {sorted(self._tps)})")
+        return tp
+
+    def _total_size(self) -> int:
+        return sum(tp.size() for tp in self._tps.values())
+
+    def _should_create(self, tp: _TemplatePool, now: float) -> bool:
+        if self._closing or now < tp.backoff_until:
+            return False
+        demand = tp.warm_target + tp.live_waiters() - len(tp.warm) - tp.creating
+        if demand <= 0 or tp.creating >= self.create_concurrency:
+            return False
+        return self.max_size is None or self._total_size() < self.max_size
+
+    async def _replenish(self, tp: _TemplatePool) -> None:
+        """Start creates whenever woken; sleeps on the event (or the backoff) otherwise."""
+        loop = asyncio.get_running_loop()
+        while not self._closing:
+            tp.wake.clear()
+            now = loop.time()
+            while self._should_create(tp, now):
+                tp.creating += 1
+                task = asyncio.create_task(self._create_one(tp), name=f"create-{tp.name}")
+                self._create_tasks.add(task)
+                task.add_done_callback(self._create_tasks.discard)
+            delay = None
+            if tp.backoff_until > now:
+                delay = tp.backoff_until - now
+            with contextlib.suppress(TimeoutError):
+                await asyncio.wait_for(tp.wake.wait(), delay)
+
+    async def _create_one(self, tp: _TemplatePool) -> None:
+        """Create one sandbox (the caller counted it in `creating`) and offer it."""
+        t = tp.template
+        sid = f"sb-{uuid.uuid4().hex[:12]}"
+        handle: Optional[SandboxHandle] = None
+        try:
+            try:
+                async with asyncio.timeout(t.create_timeout_s):
+                    handle = await tp.backend.create(t, sid)
+            except TimeoutError as e:
+                if isinstance(e, SandboxError):
+                    raise
+                raise LaunchError(f"create took over {t.create_timeout_s}s", step="timeout") from e
+            sb = self._make_sandbox(tp, handle)
+        except asyncio.CancelledError:
+            tp.creating -= 1
+            raise
+        except Exception as e:
+            tp.creating -= 1
+            if handle is not None:
+                with contextlib.suppress(Exception):
+                    await tp.backend.destroy(handle)
+            self._create_failed(tp, e)
+            return
+        tp.creating -= 1
+        tp.created_total += 1
+        tp.consecutive_failures = 0
+        tp.backoff_until = 0.0
+        if self._closing:
+            tp.claimed[sb.id] = sb
+            await self.release(sb)
+            return
+        self._offer(tp, sb)
+        tp.wake.set()
+
+    def _make_sandbox(self, tp: _TemplatePool, handle: SandboxHandle) -> Sandbox:
+        native = _bridge.native()
+        with _bridge.translating():
+            client = native.AgentClient(handle.endpoint, handle.token)
+        t = tp.template
+        return Sandbox(
+            handle,
+            client,
+            template=t.name,
+            limits=t.limits,
+            labels=dict(t.labels),
+            on_close=self.release,
+        )
+
+    def _create_failed(self, tp: _TemplatePool, e: Exception) -> None:
+        tp.create_failures_total += 1
+        tp.consecutive_failures += 1
+        tp.last_error = e
+        backoff = min(BACKOFF_MAX_S, BACKOFF_INITIAL_S * 2 ** (tp.consecutive_failures - 1))
+        tp.backoff_until = asyncio.get_running_loop().time() + backoff
+        log.warning(
+            "creating a %r sandbox failed (%d in a row, retry in %.1fs): %s",
+            tp.name, tp.consecutive_failures, backoff, e,
+        )
+        if tp.consecutive_failures >= FAIL_FAST_AFTER:
+            err = e if isinstance(e, SandboxError) else LaunchError(str(e), step="create")
+            while tp.waiters:
+                fut = tp.waiters.popleft()
+                if not fut.done():
+                    fut.set_exception(err)
+        tp.wake.set()
+
+    # --- background: destroy ---------------------------------------------------------------------
+
+    def _destroy_soon(self, tp: _TemplatePool, sb: Sandbox) -> asyncio.Task[None]:
+        """Destroy in a task of its own, so a cancelled caller never leaves a sandbox behind."""
+        sb._mark_closed()
+        tp.destroying += 1
+        task = asyncio.ensure_future(self._destroy(tp, sb))
+        self._destroy_tasks.add(task)
+        task.add_done_callback(self._destroy_tasks.discard)
+        return task
+
+    async def _destroy(self, tp: _TemplatePool, sb: Sandbox) -> None:
+        try:
+            await tp.backend.destroy(sb.handle)
+        except Exception:
+            log.exception("destroying sandbox %s failed", sb.id)
+        finally:
+            tp.destroying -= 1
+            tp.destroyed_total += 1
+            for other in self._tps.values():  # capacity freed under max_size
+                other.wake.set()
+
+    # --- background: leases ----------------------------------------------------------------------
+
+    async def _renew(self, tp: _TemplatePool) -> None:
+        """Renew every live sandbox's lease once per `lease_ttl_s / 3`."""
+        ttl = tp.template.lease_ttl_s
+        period = ttl / 3
+        loop = asyncio.get_running_loop()
+        next_at = loop.time() + period
+        while not self._closing:
+            await asyncio.sleep(max(0.0, next_at - loop.time()))
+            next_at += period
+            sandboxes = [*tp.warm, *tp.claimed.values()]
+            await asyncio.gather(*(self._renew_one(tp, sb, ttl, period) for sb in sandboxes))
+            if loop.time() > next_at:  # a slow round: do not burst to catch up
+                next_at = loop.time() + period
+
+    async def _renew_one(self, tp: _TemplatePool, sb: Sandbox, ttl: float, period: float) -> None:
+        assert self._renew_sem is not None
+        async with self._renew_sem:
+            if sb.closed:
+                return
+            try:
+                async with asyncio.timeout(period):
+                    await sb._renew_lease(ttl)
+                tp.renewals_total += 1
+            except (SandboxError, TimeoutError) as e:
+                if sb.closed:
+                    return
+                tp.renew_failures_total += 1
+                if isinstance(e, (SandboxLost, SandboxTimeout, TimeoutError)):
+                    self._drop_lost(tp, sb, e)
+                else:
+                    log.warning("renewing the lease of %s failed: %s", sb.id, e)
+
+    def _drop_lost(self, tp: _TemplatePool, sb: Sandbox, e: BaseException) -> None:
+        if sb in tp.warm:
+            tp.warm.remove(sb)
+            tp.lost_total += 1
+            log.warning("warm sandbox %s lost (%s); replacing it", sb.id, e)
+            self._destroy_soon(tp, sb)
+            tp.wake.set()
+        elif sb.id in tp.claimed:
+            log.warning("claimed sandbox %s lost (%s)", sb.id, e)
+
+
+def _handle_alive(handle: SandboxHandle) -> bool:
+    """Cheap local liveness check when the backend's object offers one (local: `alive()`)."""
+    alive = getattr(handle.backend_data, "alive", None)
+    if not callable(alive):
+        return True
+    try:
+        return bool(alive())
+    except Exception:
+        return True

@@ -1,0 +1,465 @@
+"""`Sandbox`: the one interface both modes expose (embedded pool and remote client).
+
+`SandboxBase` holds the conveniences every implementation shares: a str argv runs through
+`/bin/sh -c`, `timeout` becomes the program's wall limit (the RPC deadline is that plus a margin),
+per-claim env is merged client-side, str data is UTF-8 encoded, requests are validated.
+`Sandbox` implements it by talking to the sandbox's agent directly through the native client.
+"""
+
+from __future__ import annotations
+
+import abc
+import asyncio
+import dataclasses
+import logging
+import math
+from typing import Any, AsyncIterator, Awaitable, Callable, Mapping, Optional, Union
+
+from . import _bridge
+from .errors import InvalidRequest, SandboxLost, SandboxTimeout
+from .templates import validate_env
+from .types import AgentInfo, DirEntry, ExecEvent, ExecResult, Limits
+
+__all__ = ["SandboxBase", "Sandbox", "ExecStream", "Argv", "Data"]
+
+log = logging.getLogger(__name__)
+
+Argv = Union[list[str], tuple[str, ...], str]
+Data = Union[bytes, bytearray, memoryview, str]
+
+# The RPC deadline of an exec is its wall limit plus this margin (plus 10%): the agent enforces
+# the limit and reports `timed_out`; the deadline only catches a wedged agent or a lost link.
+DEADLINE_MARGIN_S = 5.0
+# Deadline of the file / info calls.
+DEFAULT_CALL_TIMEOUT_S = 60.0
+
+
+def as_bytes(data: Data, what: str = "data") -> bytes:
+    """bytes of `data`; str is UTF-8 encoded."""
+    if isinstance(data, str):
+        return data.encode("utf-8")
+    if isinstance(data, (bytes, bytearray, memoryview)):
+        return bytes(data)
+    raise InvalidRequest(f"{what} must be bytes or str, got {type(data).__name__}")
+
+
+def normalize_argv(argv: Argv) -> list[str]:
+    """A str runs via `/bin/sh -c`; a list must be non-empty strings without NUL."""
+    if isinstance(argv, str):
+        if not argv.strip():
+            raise InvalidRequest("empty command")
+        argv = ["/bin/sh", "-c", argv]
+    elif isinstance(argv, (list, tuple)):
+        argv = list(argv)
+    else:
+        raise InvalidRequest(f"argv must be a list of str or a str, got {type(argv).__name__}")
+    if not argv or not argv[0]:
+        raise InvalidRequest("empty argv")
+    for a in argv:
+        if not isinstance(a, str) or "\0" in a:
+            raise InvalidRequest(f"argv items must be str without NUL, got {a!r}")
+    return argv
+
+
+@dataclasses.dataclass(frozen=True)
+class ExecRequest:
+    """A validated exec request, as the implementations receive it."""
+
+    argv: list[str]
+    env: dict[str, str]
+    cwd: str
+    limits: Limits
+    deadline_s: Optional[float]
+
+
+class ExecStream:
+    """One running program: an async iterator of `ExecEvent` (started, stdout, stderr, exit).
+
+    `send_stdin`, `close_stdin` and `signal` talk to the program while it runs; `cancel()` (or
+    leaving `async with`) kills it. After the exit event, `result` holds its `ExecResult` (whose
+    stdout / stderr are empty: they were streamed); `wait()` drains the rest and returns a result
+    with the remaining output collected.
+
+    `source` is any object with the native stream's methods (`next`, `send_stdin`, `close_stdin`,
+    `signal`, `cancel`); `convert` turns its events into `ExecEvent`.
+    """
+
+    def __init__(
+        self,
+        source: Any,
+        *,
+        convert: Callable[[Any], ExecEvent] = lambda e: e,
+        stdin: Optional[bytes] = None,
+    ) -> None:
+        self._source = source
+        self._convert = convert
+        self._stdin = stdin
+        self._feeder: Optional[asyncio.Task[None]] = None
+        self._done = False
+        self.pid: Optional[int] = None
+        self.result: Optional[ExecResult] = None
+
+    def __aiter__(self) -> "ExecStream":
+        return self
+
+    async def __anext__(self) -> ExecEvent:
+        if self._done:
+            raise StopAsyncIteration
+        if self._stdin is not None and self._feeder is None:
+            self._feeder = asyncio.ensure_future(self._feed(self._stdin))
+        try:
+            with _bridge.translating():
+                raw = await self._source.next()
+        except BaseException:
+            self.cancel()
+            raise
+        if raw is None:
+            self._finish()
+            raise StopAsyncIteration
+        event = self._convert(raw)
+        if event.kind == "started":
+            self.pid = event.pid
+        elif event.kind == "exit":
+            self.result = event.result
+        return event
+
+    async def _feed(self, data: bytes) -> None:
+        try:
+            if data:
+                await self.send_stdin(data)
+            await self.close_stdin()
+        except Exception as e:  # the program may exit before reading its input
+            log.debug("stdin feed stopped: %s", e)
+
+    async def send_stdin(self, data: Data) -> None:
+        """Write to the program's stdin."""
+        with _bridge.translating():
+            await self._source.send_stdin(as_bytes(data, "stdin"))
+
+    async def close_stdin(self) -> None:
+        """Close the program's stdin (it reads EOF)."""
+        with _bridge.translating():
+            await self._source.close_stdin()
+
+    async def signal(self, signo: int) -> None:
+        """Send a signal to the program's process group."""
+        with _bridge.translating():
+            await self._source.signal(int(signo))
+
+    def cancel(self) -> None:
+        """Kill the program (no-op once it exited)."""
+        if not self._done:
+            self._source.cancel()
+        self._finish()
+
+    def _finish(self) -> None:
+        self._done = True
+        if self._feeder is not None and not self._feeder.done():
+            self._feeder.cancel()
+
+    async def aclose(self) -> None:
+        """Same as `cancel()`; lets `contextlib.aclosing` work."""
+        self.cancel()
+
+    async def wait(self) -> ExecResult:
+        """Consume the remaining events; the exit result with the output seen here filled in."""
+        out, err = bytearray(), bytearray()
+        async for ev in self:
+            if ev.kind == "stdout":
+                out += ev.data
+            elif ev.kind == "stderr":
+                err += ev.data
+        if self.result is None:
+            raise SandboxLost("exec stream ended without an exit event")
+        return dataclasses.replace(
+            self.result,
+            stdout=self.result.stdout + bytes(out),
+            stderr=self.result.stderr + bytes(err),
+        )
+
+    async def __aenter__(self) -> "ExecStream":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        self.cancel()
+
+
+class SandboxBase(abc.ABC):
+    """The interface of a sandbox, whichever way it is reached.
+
+    Implementations provide `_exec`, `_exec_stream`, `_write_files`, `read_file`, `list_dir`,
+    `remove`, `info` and `close`; the public conveniences are shared here.
+    """
+
+    id: str
+    template: str
+    labels: dict[str, str]
+
+    def __init__(
+        self,
+        id: str,
+        template: str,
+        *,
+        labels: Optional[Mapping[str, str]] = None,
+        env: Optional[Mapping[str, str]] = None,
+        limits: Optional[Limits] = None,
+    ) -> None:
+        self.id = id
+        self.template = template
+        self.labels = dict(labels or {})
+        self.env: dict[str, str] = {}
+        self.default_limits = limits or Limits()
+        if env:
+            self.set_env(env)
+
+    def set_env(self, env: Mapping[str, str]) -> None:
+        """Add per-claim environment merged into every exec (client-side: no round trip)."""
+        validate_env(env)
+        self.env.update(env)
+
+    def _request(
+        self,
+        argv: Argv,
+        timeout: Optional[float],
+        env: Optional[Mapping[str, str]],
+        cwd: Optional[str],
+        limits: Optional[Limits],
+    ) -> ExecRequest:
+        args = normalize_argv(argv)
+        merged_env = dict(self.env)
+        if env:
+            validate_env(env)
+            merged_env.update(env)
+        if limits is not None and not isinstance(limits, Limits):
+            raise InvalidRequest(f"limits must be sandboxes.Limits, got {type(limits).__name__}")
+        eff = self.default_limits.merged(limits)
+        if timeout is not None:
+            if isinstance(timeout, bool) or not isinstance(timeout, (int, float)):
+                raise InvalidRequest(f"timeout must be a number, got {timeout!r}")
+            if not math.isfinite(timeout) or timeout <= 0:
+                raise InvalidRequest(f"timeout must be > 0, got {timeout!r}")
+            eff = dataclasses.replace(eff, wall_time_s=float(timeout))
+        eff.validate()
+        deadline = None
+        if eff.wall_time_s:
+            deadline = eff.wall_time_s * 1.1 + DEADLINE_MARGIN_S
+        if cwd is not None and (not isinstance(cwd, str) or "\0" in cwd):
+            raise InvalidRequest(f"cwd must be a str without NUL, got {cwd!r}")
+        return ExecRequest(args, merged_env, cwd or "", eff, deadline)
+
+    async def exec(
+        self,
+        argv: Argv,
+        *,
+        timeout: Optional[float] = None,
+        stdin: Data = b"",
+        env: Optional[Mapping[str, str]] = None,
+        cwd: Optional[str] = None,
+        limits: Optional[Limits] = None,
+    ) -> ExecResult:
+        """Run a program to completion. A str `argv` runs via `/bin/sh -c`.
+
+        `timeout` is the program's wall-time limit in seconds; passing it yields a result with
+        `timed_out=True` (the whole process tree is killed), not an exception. A failing program
+        is a result too; exceptions mean the infrastructure failed (`SandboxLost`, ...).
+        """
+        req = self._request(argv, timeout, env, cwd, limits)
+        return await self._exec(req, as_bytes(stdin, "stdin"))
+
+    def exec_stream(
+        self,
+        argv: Argv,
+        *,
+        timeout: Optional[float] = None,
+        stdin: Optional[Data] = None,
+        env: Optional[Mapping[str, str]] = None,
+        cwd: Optional[str] = None,
+        limits: Optional[Limits] = None,
+    ) -> ExecStream:
+        """Start a program interactively; iterate the returned `ExecStream` for its events.
+
+        With `stdin` given, it is written and stdin closed; without, stdin stays open for
+        `send_stdin` / `close_stdin`. Breaking out of the loop does not kill the program:
+        use `async with sb.exec_stream(...) as s:` or `s.cancel()`.
+        """
+        req = self._request(argv, timeout, env, cwd, limits)
+        data = None if stdin is None else as_bytes(stdin, "stdin")
+        return self._exec_stream(req, data)
+
+    async def write_file(self, path: str, data: Data, mode: int = 0o644) -> None:
+        """Write one file (relative paths are under the work dir); parents are created."""
+        await self.write_files({path: data}, mode=mode)
+
+    async def write_files(
+        self,
+        files: Mapping[str, Union[Data, tuple[Data, int]]],
+        *,
+        mode: int = 0o644,
+    ) -> None:
+        """Write several files in one call; a value may be `(data, mode)` to set its mode."""
+        triples: list[tuple[str, bytes, int]] = []
+        for path, value in files.items():
+            if not isinstance(path, str) or not path or "\0" in path:
+                raise InvalidRequest(f"invalid path {path!r}")
+            data, m = value if isinstance(value, tuple) else (value, mode)
+            if isinstance(m, bool) or not isinstance(m, int) or not 0 <= m <= 0o7777:
+                raise InvalidRequest(f"invalid mode {m!r} for {path}")
+            triples.append((path, as_bytes(data, path), m))
+        if triples:
+            await self._write_files(triples)
+
+    @abc.abstractmethod
+    async def _exec(self, req: ExecRequest, stdin: bytes) -> ExecResult: ...
+
+    @abc.abstractmethod
+    def _exec_stream(self, req: ExecRequest, stdin: Optional[bytes]) -> ExecStream: ...
+
+    @abc.abstractmethod
+    async def _write_files(self, files: list[tuple[str, bytes, int]]) -> None: ...
+
+    @abc.abstractmethod
+    async def read_file(self, path: str) -> bytes:
+        """The whole content of a file."""
+
+    @abc.abstractmethod
+    async def list_dir(self, path: str = ".") -> list[DirEntry]:
+        """Entries of a directory (relative paths are under the work dir)."""
+
+    @abc.abstractmethod
+    async def remove(self, path: str, recursive: bool = False) -> None:
+        """Remove a file, or a directory (`recursive=True` for a non-empty one)."""
+
+    @abc.abstractmethod
+    async def info(self) -> AgentInfo:
+        """The agent's version, capabilities and usage (also a health check)."""
+
+    @abc.abstractmethod
+    async def close(self) -> None:
+        """Release the sandbox (destroyed by default). Idempotent."""
+
+    async def __aenter__(self) -> "SandboxBase":
+        return self
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.close()
+
+    def __repr__(self) -> str:
+        return f"<{type(self).__name__} {self.id} template={self.template}>"
+
+
+class Sandbox(SandboxBase):
+    """A sandbox whose agent this process drives directly (local, docker, kubernetes backends).
+
+    Obtained from `Pool.claim()` / `Pool.sandbox()`; `close()` hands it back to its pool.
+    """
+
+    def __init__(
+        self,
+        handle: Any,
+        client: Any,
+        *,
+        template: str,
+        limits: Optional[Limits] = None,
+        labels: Optional[Mapping[str, str]] = None,
+        env: Optional[Mapping[str, str]] = None,
+        on_close: Optional[Callable[["Sandbox"], Awaitable[None]]] = None,
+        call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S,
+    ) -> None:
+        super().__init__(handle.id, template, labels=labels, env=env, limits=limits)
+        self.handle = handle
+        self._client = client
+        self._on_close = on_close
+        self.call_timeout_s = call_timeout_s
+        self._closed = False
+
+    @property
+    def endpoint(self) -> str:
+        """Where the agent listens (`unix:///…` or `http://ip:port`)."""
+        return self.handle.endpoint
+
+    @property
+    def closed(self) -> bool:
+        return self._closed
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise SandboxLost(f"sandbox {self.id} is closed")
+
+    async def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+        """A native call bounded by `call_timeout_s`, errors translated."""
+        self._check_open()
+        try:
+            async with asyncio.timeout(self.call_timeout_s):
+                return await _bridge.call(fn, *args, **kwargs)
+        except TimeoutError as e:
+            if isinstance(e, SandboxTimeout):
+                raise
+            raise SandboxTimeout(f"sandbox {self.id}: call took over {self.call_timeout_s}s") from e
+
+    async def _exec(self, req: ExecRequest, stdin: bytes) -> ExecResult:
+        self._check_open()
+        r = await _bridge.call(
+            self._client.exec,
+            req.argv,
+            env=req.env or None,
+            cwd=req.cwd,
+            stdin=stdin,
+            limits=_bridge.to_native_limits(req.limits),
+            timeout_s=req.deadline_s,
+        )
+        return _bridge.to_exec_result(r)
+
+    def _exec_stream(self, req: ExecRequest, stdin: Optional[bytes]) -> ExecStream:
+        self._check_open()
+        with _bridge.translating():
+            source = self._client.exec_stream(
+                req.argv,
+                env=req.env or None,
+                cwd=req.cwd,
+                limits=_bridge.to_native_limits(req.limits),
+            )
+        return ExecStream(source, convert=_bridge.to_exec_event, stdin=stdin)
+
+    async def _write_files(self, files: list[tuple[str, bytes, int]]) -> None:
+        await self._call(self._client.write_files, files)
+
+    async def read_file(self, path: str) -> bytes:
+        """The whole content of a file."""
+        return bytes(await self._call(self._client.read_file, path))
+
+    async def list_dir(self, path: str = ".") -> list[DirEntry]:
+        """Entries of a directory (relative paths are under the work dir)."""
+        return [_bridge.to_dir_entry(e) for e in await self._call(self._client.list_dir, path)]
+
+    async def remove(self, path: str, recursive: bool = False) -> None:
+        """Remove a file, or a directory (`recursive=True` for a non-empty one)."""
+        await self._call(self._client.remove, path, recursive)
+
+    async def info(self) -> AgentInfo:
+        """The agent's version, capabilities and usage (also a health check)."""
+        return _bridge.to_agent_info(await self._call(self._client.info))
+
+    async def _renew_lease(self, ttl_s: float) -> float:
+        """Extend the agent's lease (the pool's renewer calls this)."""
+        return float(await self._call(self._client.renew_lease, ttl_s))
+
+    async def close(self) -> None:
+        """Hand the sandbox back to its pool, which destroys it. Idempotent."""
+        if self._closed:
+            return
+        if self._on_close is not None:
+            await self._on_close(self)
+        else:
+            self._mark_closed()
+
+    def _mark_closed(self) -> None:
+        """Forget the connection; the owner destroys the sandbox itself."""
+        if not self._closed:
+            self._closed = True
+            try:
+                self._client.close()
+            except Exception:
+                log.debug("closing agent client of %s failed", self.id, exc_info=True)
+
+    async def __aenter__(self) -> "Sandbox":
+        return self

@@ -1,0 +1,213 @@
+"""The server process: a Pool, the gRPC service on top of it, metrics, graceful shutdown.
+
+`Server` is the embeddable unit (tests start it on port 0 in their own event loop); `serve()` runs
+one until SIGTERM / SIGINT: stop accepting calls, let running ones finish within the grace period,
+destroy every claimed sandbox, then close the pool (which destroys the warm ones).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import signal
+from typing import Any, Mapping, Optional
+
+import grpc
+
+from sandboxes.server.auth import ApiKeys
+from sandboxes.server.metrics import Metrics
+from sandboxes.server.quota import QuotaLimits, Quotas
+from sandboxes.server.service import SandboxService, ServiceConfig
+
+__all__ = ["Server", "serve", "MAX_MESSAGE_BYTES"]
+
+log = logging.getLogger("sandboxes.server")
+
+MAX_MESSAGE_BYTES = 64 << 20
+
+
+def _version() -> str:
+    try:
+        import sandboxes
+
+        v = getattr(sandboxes, "__version__", None)
+        if v:
+            return str(v)
+    except Exception:
+        pass
+    try:
+        from importlib.metadata import version
+
+        return version("sandboxes")
+    except Exception:
+        return "0+unknown"
+
+
+class Server:
+    """One server: `await start()` (returns self, `port` is bound), `await stop()`.
+
+    Give either `pool` (already started; the server closes it on stop unless `own_pool=False`) or
+    the pool's arguments (`backend`, `warm`, `templates`, `pool_kwargs`).
+    """
+
+    def __init__(
+        self,
+        *,
+        host: str = "127.0.0.1",
+        port: int = 50051,
+        auth: Optional[ApiKeys] = None,
+        insecure: bool = False,
+        api_keys_file: Optional[str] = None,
+        backend: str = "local",
+        warm: int = 1,
+        templates: Optional[Mapping[str, Any]] = None,
+        pool_kwargs: Optional[Mapping[str, Any]] = None,
+        pool: Any = None,
+        own_pool: bool = True,
+        metrics_port: Optional[int] = None,
+        metrics_host: str = "127.0.0.1",
+        quota: QuotaLimits = QuotaLimits(),
+        config: ServiceConfig = ServiceConfig(),
+        max_message_bytes: int = MAX_MESSAGE_BYTES,
+        grace_s: float = 10.0,
+    ) -> None:
+        # Fail on a missing key configuration before building anything.
+        self.auth = auth or ApiKeys.from_sources(api_keys_file, insecure=insecure)
+        self.host = host
+        self.requested_port = port
+        self.backend = backend
+        self.warm = warm
+        self.templates = templates
+        self.pool_kwargs = dict(pool_kwargs or {})
+        self.pool = pool
+        self.own_pool = own_pool if pool is not None else True
+        self.metrics_port_requested = metrics_port
+        self.metrics_host = metrics_host
+        self.quotas = Quotas(quota)
+        self.config = config
+        self.max_message_bytes = max_message_bytes
+        self.grace_s = grace_s
+        self.metrics = Metrics()
+        self.service: Optional[SandboxService] = None
+        self.grpc: Optional[grpc.aio.Server] = None
+        self.port: Optional[int] = None
+        self.metrics_port: Optional[int] = None
+        self._stopped = asyncio.Event()
+        self._stopping: Optional[asyncio.Task] = None
+
+    @property
+    def address(self) -> str:
+        host = self.host if self.host not in ("0.0.0.0", "::", "[::]") else "127.0.0.1"
+        return f"{host}:{self.port}"
+
+    async def start(self) -> "Server":
+        if self.pool is None:
+            from sandboxes.pool import Pool
+
+            kwargs = dict(self.pool_kwargs)
+            if self.templates is not None:
+                kwargs["templates"] = dict(self.templates)
+            self.pool = Pool(backend=self.backend, warm=self.warm, **kwargs)
+            await self.pool.__aenter__()
+        try:
+            self.service = SandboxService(
+                self.pool,
+                self.auth,
+                quotas=self.quotas,
+                metrics=self.metrics,
+                config=self.config,
+                version=_version(),
+            )
+            self.metrics.bind_pool(self.pool.stats)
+            if self.metrics_port_requested is not None:
+                self.metrics_port = self.metrics.start_http(self.metrics_port_requested, self.metrics_host)
+            options = [
+                ("grpc.max_receive_message_length", self.max_message_bytes),
+                ("grpc.max_send_message_length", self.max_message_bytes),
+                ("grpc.so_reuseport", 0),
+                ("grpc.keepalive_time_ms", 60_000),
+                ("grpc.http2.max_pings_without_data", 0),
+                ("grpc.keepalive_permit_without_calls", 1),
+            ]
+            self.grpc = grpc.aio.server(options=options)
+            self.grpc.add_generic_rpc_handlers((self.service.handler(),))
+            self.port = self.grpc.add_insecure_port(f"{self.host}:{self.requested_port}")
+            if not self.port:
+                raise OSError(f"cannot bind {self.host}:{self.requested_port}")
+            await self.grpc.start()
+            self.service.start()
+        except BaseException:
+            await self._teardown(grace=0)
+            raise
+        log.info(
+            "server started",
+            extra={
+                "address": self.address,
+                "backend": self.backend,
+                "metrics_port": self.metrics_port,
+                "auth": "api-key" if self.auth.enabled else "insecure",
+            },
+        )
+        return self
+
+    async def stop(self, grace: Optional[float] = None) -> None:
+        """Graceful stop; idempotent and safe to call concurrently."""
+        if self._stopping is None:
+            self._stopping = asyncio.ensure_future(self._teardown(self.grace_s if grace is None else grace))
+        await asyncio.shield(self._stopping)
+
+    async def _teardown(self, grace: float) -> None:
+        log.info("server stopping", extra={"grace_s": grace})
+        if self.service is not None:
+            self.service.draining = True
+        if self.grpc is not None:
+            try:
+                await self.grpc.stop(grace)
+            except Exception:
+                log.exception("stopping the gRPC server failed")
+        if self.service is not None:
+            await self.service.close()
+        if self.pool is not None and self.own_pool:
+            try:
+                await self.pool.close()
+            except Exception:
+                log.exception("closing the pool failed")
+        self.metrics.stop_http()
+        self._stopped.set()
+        log.info("server stopped")
+
+    async def wait_stopped(self) -> None:
+        await self._stopped.wait()
+
+    async def __aenter__(self) -> "Server":
+        return await self.start()
+
+    async def __aexit__(self, *exc: Any) -> None:
+        await self.stop()
+
+
+async def serve(
+    *,
+    stop: Optional[asyncio.Event] = None,
+    handle_signals: bool = True,
+    **server_kwargs: Any,
+) -> None:
+    """Run a server until SIGTERM / SIGINT (or until `stop` is set), then stop it gracefully."""
+    stop = stop or asyncio.Event()
+    loop = asyncio.get_running_loop()
+    installed = []
+    if handle_signals:
+        for sig in (signal.SIGTERM, signal.SIGINT):
+            try:
+                loop.add_signal_handler(sig, stop.set)
+                installed.append(sig)
+            except (NotImplementedError, RuntimeError):
+                pass
+    server = Server(**server_kwargs)
+    try:
+        await server.start()
+        await stop.wait()
+    finally:
+        for sig in installed:
+            loop.remove_signal_handler(sig)
+        await server.stop()

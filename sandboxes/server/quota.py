@@ -1,0 +1,79 @@
+"""Per-API-key concurrency quotas: live sandboxes and in-flight executions.
+
+A sandbox counts from the moment its create is accepted (so concurrent creates cannot overshoot)
+until it is deleted; an exec counts while it runs. Passing a limit is RESOURCE_EXHAUSTED
+(`QuotaExceeded`), which the caller may retry once it freed something.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from collections import Counter
+from dataclasses import dataclass
+from typing import Iterator, Optional
+
+from sandboxes.errors import QuotaExceeded
+
+__all__ = ["QuotaLimits", "Quotas"]
+
+
+@dataclass(frozen=True)
+class QuotaLimits:
+    """`None` means unlimited."""
+
+    max_sandboxes: Optional[int] = None
+    max_execs: Optional[int] = None
+
+
+class Quotas:
+    """Counters of one server. Single-threaded: used from the event loop only."""
+
+    def __init__(self, limits: QuotaLimits = QuotaLimits(), per_key: Optional[dict[str, QuotaLimits]] = None):
+        self.default = limits
+        self.per_key = dict(per_key or {})
+        self._sandboxes: Counter[str] = Counter()
+        self._execs: Counter[str] = Counter()
+
+    def limits_of(self, owner: str) -> QuotaLimits:
+        return self.per_key.get(owner, self.default)
+
+    # -- sandboxes -------------------------------------------------------------------------
+
+    def acquire_sandbox(self, owner: str) -> None:
+        limit = self.limits_of(owner).max_sandboxes
+        if limit is not None and self._sandboxes[owner] >= limit:
+            raise QuotaExceeded(
+                f"sandbox quota of this API key is used up: {self._sandboxes[owner]} of {limit} "
+                "sandboxes live; delete one first"
+            )
+        self._sandboxes[owner] += 1
+
+    def release_sandbox(self, owner: str) -> None:
+        if self._sandboxes[owner] > 0:
+            self._sandboxes[owner] -= 1
+        if self._sandboxes[owner] == 0:
+            del self._sandboxes[owner]
+
+    def sandboxes(self, owner: str) -> int:
+        return self._sandboxes[owner]
+
+    # -- execs -----------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def exec_slot(self, owner: str) -> Iterator[None]:
+        limit = self.limits_of(owner).max_execs
+        if limit is not None and self._execs[owner] >= limit:
+            raise QuotaExceeded(
+                f"exec quota of this API key is used up: {self._execs[owner]} of {limit} "
+                "executions in flight"
+            )
+        self._execs[owner] += 1
+        try:
+            yield
+        finally:
+            self._execs[owner] -= 1
+            if self._execs[owner] <= 0:
+                del self._execs[owner]
+
+    def execs(self, owner: str) -> int:
+        return self._execs[owner]

@@ -1,0 +1,165 @@
+"""The server's registry of claimed sandboxes: id -> record, idempotency keys, and TTL expiry.
+
+Expiry uses a timer heap: one reaper task sleeps until the earliest deadline (woken early when an
+earlier one is pushed), so an idle server does no work and a million live sandboxes cost nothing
+per second. Heap entries are invalidated lazily: a popped entry whose record is gone (or whose
+deadline changed) is skipped.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import heapq
+import itertools
+import logging
+import time
+from dataclasses import dataclass, field
+from typing import Any, Awaitable, Callable, Iterator, Optional
+
+__all__ = ["Record", "Registry"]
+
+log = logging.getLogger("sandboxes.server.registry")
+
+
+@dataclass(eq=False)
+class Record:
+    """One claimed sandbox as the server knows it."""
+
+    id: str
+    sandbox: Any  # sandboxes.sandbox.Sandbox
+    template: str
+    labels: dict[str, str]
+    owner: str
+    idempotency_key: Optional[str] = None
+    created_at: float = field(default_factory=time.time)  # unix seconds
+    expires_at: Optional[float] = None  # unix seconds
+    deadline: Optional[float] = None  # loop.time() of expires_at
+
+
+class Registry:
+    """Records by id, the owner's idempotency keys, and the TTL reaper.
+
+    `on_expire(record)` is awaited (in its own task) for each record whose TTL passed; it is expected
+    to delete it (`pop`) and destroy the sandbox.
+    """
+
+    def __init__(self, on_expire: Callable[[Record], Awaitable[None]]) -> None:
+        self._records: dict[str, Record] = {}
+        # (owner, key) -> the create in progress or done; waiters share it.
+        self._keys: dict[tuple[str, str], asyncio.Future] = {}
+        self._heap: list[tuple[float, int, str]] = []
+        self._seq = itertools.count()
+        self._wake = asyncio.Event()
+        self._on_expire = on_expire
+        self._reaper: Optional[asyncio.Task] = None
+        self._expiring: set[asyncio.Task] = set()
+
+    # -- records -----------------------------------------------------------------------------
+
+    def add(self, rec: Record, ttl_s: Optional[float]) -> None:
+        if ttl_s:
+            loop = asyncio.get_running_loop()
+            rec.deadline = loop.time() + ttl_s
+            rec.expires_at = time.time() + ttl_s
+            entry = (rec.deadline, next(self._seq), rec.id)
+            heapq.heappush(self._heap, entry)
+            if self._heap[0] is entry:
+                self._wake.set()  # earlier than what the reaper sleeps for
+        self._records[rec.id] = rec
+
+    def get(self, sandbox_id: str, owner: Optional[str] = None) -> Optional[Record]:
+        """The record, if it exists and (when `owner` is given) belongs to `owner`."""
+        rec = self._records.get(sandbox_id)
+        if rec is None or (owner is not None and rec.owner != owner):
+            return None
+        return rec
+
+    def pop(self, sandbox_id: str) -> Optional[Record]:
+        """Remove a record (and its idempotency key); its heap entry goes stale."""
+        rec = self._records.pop(sandbox_id, None)
+        if rec is not None and rec.idempotency_key is not None:
+            k = (rec.owner, rec.idempotency_key)
+            fut = self._keys.get(k)
+            if fut is not None and fut.done() and not fut.cancelled() and fut.exception() is None:
+                if fut.result() is rec:
+                    del self._keys[k]
+        return rec
+
+    def select(self, owner: Optional[str], labels: Optional[dict[str, str]] = None) -> list[Record]:
+        """Records of `owner` (None: everyone's) whose labels contain every pair of `labels`."""
+        labels = labels or {}
+        return [
+            r
+            for r in self._records.values()
+            if (owner is None or r.owner == owner)
+            and all(r.labels.get(k) == v for k, v in labels.items())
+        ]
+
+    def __len__(self) -> int:
+        return len(self._records)
+
+    def __iter__(self) -> Iterator[Record]:
+        return iter(list(self._records.values()))
+
+    # -- idempotency -------------------------------------------------------------------------
+
+    def pending(self, owner: str, key: str) -> Optional[asyncio.Future]:
+        """The create already started with this key, if any."""
+        return self._keys.get((owner, key))
+
+    def track(self, owner: str, key: str, fut: asyncio.Future) -> None:
+        """Remember the create of `key`; a failed create forgets it, so a retry tries again."""
+        k = (owner, key)
+        self._keys[k] = fut
+
+        def done(f: asyncio.Future) -> None:
+            if (f.cancelled() or f.exception() is not None) and self._keys.get(k) is f:
+                del self._keys[k]
+
+        fut.add_done_callback(done)
+
+    # -- TTL reaper --------------------------------------------------------------------------
+
+    def start(self) -> None:
+        if self._reaper is None:
+            self._reaper = asyncio.create_task(self._reap(), name="sandboxes-ttl-reaper")
+
+    async def stop(self) -> None:
+        if self._reaper is not None:
+            self._reaper.cancel()
+            try:
+                await self._reaper
+            except asyncio.CancelledError:
+                pass
+            self._reaper = None
+        for t in list(self._expiring):
+            t.cancel()
+        if self._expiring:
+            await asyncio.gather(*self._expiring, return_exceptions=True)
+
+    async def _reap(self) -> None:
+        loop = asyncio.get_running_loop()
+        while True:
+            now = loop.time()
+            while self._heap and self._heap[0][0] <= now:
+                deadline, _, sid = heapq.heappop(self._heap)
+                rec = self._records.get(sid)
+                if rec is None or rec.deadline != deadline:
+                    continue  # deleted meanwhile, or its TTL changed
+                task = asyncio.create_task(self._expire(rec), name=f"sandboxes-expire-{sid}")
+                self._expiring.add(task)
+                task.add_done_callback(self._expiring.discard)
+            self._wake.clear()
+            timeout = self._heap[0][0] - now if self._heap else None
+            try:
+                await asyncio.wait_for(self._wake.wait(), timeout)
+            except asyncio.TimeoutError:
+                pass
+
+    async def _expire(self, rec: Record) -> None:
+        try:
+            await self._on_expire(rec)
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("expiring sandbox %s failed", rec.id)

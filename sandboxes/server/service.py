@@ -1,0 +1,525 @@
+"""The gRPC service `sandboxes.v1.Sandboxes`, backed by a `sandboxes.Pool`.
+
+Every call goes through one wrapper (`_Call`) that authenticates the caller, refuses undecodable
+requests, maps `sandboxes.errors` to a status with the exact kind in trailing metadata, and counts
+errors. Handlers themselves only validate, look up the caller's sandbox and call the pool / sandbox.
+
+Requests are decoded by our own deserializer: a message gRPC cannot parse (e.g. a string field with
+invalid UTF-8) becomes a clear INVALID_ARGUMENT instead of an opaque INTERNAL.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import math
+import time
+from dataclasses import dataclass
+from typing import Any, AsyncIterator, Awaitable, Callable, Optional
+
+import grpc
+
+from sandboxes import errors as E
+from sandboxes._proto import service_pb2 as pb
+from sandboxes._proto.convert import (
+    dir_entry_to_pb,
+    event_to_pb,
+    info_to_pb,
+    result_to_pb,
+)
+from sandboxes.server.auth import ApiKeys
+from sandboxes.server.errors import status_of, trailing_metadata_of
+from sandboxes.server.metrics import Metrics
+from sandboxes.server.quota import Quotas
+from sandboxes.server.registry import Record, Registry
+from sandboxes.server.validation import Bounds, Validator
+
+__all__ = ["ServiceConfig", "SandboxService", "SERVICE_NAME"]
+
+SERVICE_NAME = "sandboxes.v1.Sandboxes"
+
+log = logging.getLogger("sandboxes.server")
+
+
+@dataclass(frozen=True)
+class ServiceConfig:
+    default_ttl_s: Optional[float] = None  # TTL of a sandbox created without one (None: none)
+    default_claim_timeout_s: Optional[float] = None  # None: the pool's default
+    read_chunk_size: int = 1 << 20
+    stream_keepalive_s: float = 15.0  # an ExecStream with no event for this long gets a keepalive
+    bounds: Bounds = Bounds()
+
+
+class _BadRequest:
+    """What our deserializer returns for bytes that are not a valid message."""
+
+    def __init__(self, type_name: str, error: Exception) -> None:
+        self.message = (
+            f"request is not a valid {type_name}: {error or 'parse error'} "
+            "(string fields must be valid UTF-8)"
+        )
+
+
+def _deserializer(cls: Any) -> Callable[[bytes], Any]:
+    name = cls.DESCRIPTOR.full_name
+
+    def deserialize(data: bytes) -> Any:
+        try:
+            return cls.FromString(data)
+        except Exception as e:  # google.protobuf.message.DecodeError and friends
+            return _BadRequest(name, e)
+
+    return deserialize
+
+
+def _check(request: Any) -> Any:
+    if isinstance(request, _BadRequest):
+        raise E.InvalidRequest(request.message)
+    return request
+
+
+class SandboxService:
+    """Servicer of `sandboxes.v1.Sandboxes`. `handler()` gives the generic handler to add to a server."""
+
+    def __init__(
+        self,
+        pool: Any,
+        auth: ApiKeys,
+        *,
+        quotas: Optional[Quotas] = None,
+        metrics: Optional[Metrics] = None,
+        config: ServiceConfig = ServiceConfig(),
+        version: str = "",
+    ) -> None:
+        self.pool = pool
+        self.auth = auth
+        self.quotas = quotas or Quotas()
+        self.metrics = metrics or Metrics()
+        self.config = config
+        self.validate = Validator(config.bounds)
+        self.registry = Registry(self._expire)
+        self.version = version
+        self.draining = False
+        self._deleting: dict[str, asyncio.Task] = {}
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.registry.start()
+
+    async def close(self) -> None:
+        """Stop the reaper and destroy every claimed sandbox (the pool closes after this)."""
+        self.draining = True
+        await self.registry.stop()
+        records = list(self.registry)
+        await asyncio.gather(*(self._delete(r, "shutdown") for r in records), return_exceptions=True)
+
+    # -- the gRPC plumbing -------------------------------------------------------------------
+
+    def handler(self) -> grpc.GenericRpcHandler:
+        u = self._unary
+        handlers = {
+            "Create": u("Create", self.create, pb.CreateRequest, pb.Sandbox),
+            "Get": u("Get", self.get, pb.GetRequest, pb.Sandbox),
+            "List": u("List", self.list, pb.ListRequest, pb.ListResponse),
+            "Delete": u("Delete", self.delete, pb.DeleteRequest, pb.DeleteResponse),
+            "BulkDelete": u("BulkDelete", self.bulk_delete, pb.BulkDeleteRequest, pb.BulkDeleteResponse),
+            "Exec": u("Exec", self.exec, pb.ExecRequest, pb.ExecResult),
+            "WriteFiles": u("WriteFiles", self.write_files, pb.WriteFilesRequest, pb.WriteFilesResponse),
+            "ListDir": u("ListDir", self.list_dir, pb.ListDirRequest, pb.ListDirResponse),
+            "Remove": u("Remove", self.remove, pb.RemoveRequest, pb.RemoveResponse),
+            "Info": u("Info", self.info, pb.InfoRequest, pb.InfoResponse),
+            "Health": u("Health", self.health, pb.HealthRequest, pb.HealthResponse, auth_required=False),
+            "ReadFile": grpc.unary_stream_rpc_method_handler(
+                self._wrap_stream("ReadFile", self.read_file),
+                request_deserializer=_deserializer(pb.ReadFileRequest),
+                response_serializer=pb.FileChunk.SerializeToString,
+            ),
+            "ExecStream": grpc.stream_stream_rpc_method_handler(
+                self._wrap_stream("ExecStream", self.exec_stream),
+                request_deserializer=_deserializer(pb.ExecInput),
+                response_serializer=pb.ExecEvent.SerializeToString,
+            ),
+        }
+        return grpc.method_handlers_generic_handler(SERVICE_NAME, handlers)
+
+    def _unary(self, name: str, fn: Callable, req_cls: Any, resp_cls: Any, *, auth_required: bool = True):
+        async def handle(request: Any, context: grpc.aio.ServicerContext) -> Any:
+            try:
+                try:
+                    owner = self.auth.authenticate(context.invocation_metadata())
+                except E.AuthError:
+                    if auth_required:
+                        raise
+                    owner = None
+                return await fn(_check(request), context, owner)
+            except Exception as e:
+                await self._abort(name, context, e)
+
+        return grpc.unary_unary_rpc_method_handler(
+            handle,
+            request_deserializer=_deserializer(req_cls),
+            response_serializer=resp_cls.SerializeToString,
+        )
+
+    def _wrap_stream(self, name: str, fn: Callable[..., AsyncIterator]):
+        async def handle(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator:
+            try:
+                owner = self.auth.authenticate(context.invocation_metadata())
+                async for item in fn(request, context, owner):
+                    yield item
+            except Exception as e:
+                await self._abort(name, context, e)
+
+        return handle
+
+    async def _abort(self, method: str, context: grpc.aio.ServicerContext, exc: Exception) -> None:
+        if isinstance(exc, grpc.aio.AbortError):
+            raise exc
+        if not isinstance(exc, E.SandboxError):
+            log.exception("internal error in %s", method, exc_info=exc)
+            exc = E.SandboxError(f"internal error in {method}: {type(exc).__name__}: {exc}")
+        kind = exc.kind.value
+        self.metrics.errors.labels(method, kind).inc()
+        log.info(
+            "call failed",
+            extra={"method": method, "kind": kind, "error": exc.message, "peer": context.peer()},
+        )
+        await context.abort(status_of(exc), exc.message, trailing_metadata_of(exc))
+
+    # -- helpers -----------------------------------------------------------------------------
+
+    def _record(self, sandbox_id: str, owner: str) -> Record:
+        sid = self.validate.sandbox_id(sandbox_id)
+        rec = self.registry.get(sid, owner)
+        if rec is None:
+            raise E.NotFound(f"no sandbox {sid!r}")
+        return rec
+
+    def _sandbox_pb(self, rec: Record) -> pb.Sandbox:
+        return pb.Sandbox(
+            id=rec.id,
+            template=rec.template,
+            labels=rec.labels,
+            created_at=rec.created_at,
+            expires_at=rec.expires_at or 0.0,
+            state="ready",
+        )
+
+    def _templates(self) -> Optional[set[str]]:
+        templates = getattr(self.pool, "templates", None)
+        if isinstance(templates, dict):
+            return set(templates)
+        return None
+
+    def _rpc_time_left(self, context: grpc.aio.ServicerContext) -> Optional[float]:
+        left = context.time_remaining()
+        return left if left is not None and math.isfinite(left) else None
+
+    # -- lifecycle RPCs ----------------------------------------------------------------------
+
+    async def create(self, req: pb.CreateRequest, context: Any, owner: str) -> pb.Sandbox:
+        if self.draining:
+            raise E.Cancelled("the server is shutting down")
+        template = self.validate.template(req.template or getattr(self.pool, "default_template", "default"))
+        known = self._templates()
+        if known is not None and template not in known:
+            raise E.NotFound(f"unknown template {template!r}; known: {', '.join(sorted(known))}")
+        labels = self.validate.labels(req.labels)
+        env = self.validate.env(req.env)
+        files = self.validate.files(req.files)
+        b = self.config.bounds
+        ttl_s = self.validate.seconds("ttl_s", req.ttl_s, b.max_ttl_s) or self.config.default_ttl_s
+        timeout = (
+            self.validate.seconds("timeout_s", req.timeout_s, b.max_claim_timeout_s)
+            or self.config.default_claim_timeout_s
+        )
+        key = req.idempotency_key or None
+        if key is not None:
+            if len(key) > 256:
+                raise E.InvalidRequest("idempotency_key is longer than 256 characters")
+            existing = self.registry.pending(owner, key)
+            if existing is not None:
+                rec = await asyncio.shield(existing)
+                if rec.template != template:
+                    raise E.InvalidRequest(
+                        f"idempotency_key was used for a sandbox of template {rec.template!r}"
+                    )
+                return self._sandbox_pb(rec)
+
+        self.quotas.acquire_sandbox(owner)
+        coro = self._claim(owner, template, labels, env, files, ttl_s, timeout, key)
+        if key is None:
+            # Without a key nobody can pick the sandbox up later: a cancelled call cancels the claim.
+            return self._sandbox_pb(await coro)
+        # With a key the claim outlives this call, so a retry after a lost answer gets the same sandbox.
+        task = asyncio.ensure_future(coro)
+        self.registry.track(owner, key, task)
+        return self._sandbox_pb(await asyncio.shield(task))
+
+    async def _claim(self, owner, template, labels, env, files, ttl_s, timeout, key) -> Record:
+        """Claim from the pool and register; owns one unit of `owner`'s sandbox quota."""
+        started = time.perf_counter()
+        sb = None
+        try:
+            sb = await self.pool.claim(
+                template=template,
+                env=env or None,
+                files=_file_map(files) or None,
+                labels=labels or None,
+                timeout=timeout,
+            )
+        except BaseException as e:
+            self.quotas.release_sandbox(owner)
+            if sb is not None:
+                await self._release_quietly(sb)
+            if isinstance(e, (asyncio.TimeoutError,)) and not isinstance(e, E.SandboxError):
+                raise E.PoolExhausted(f"no {template!r} sandbox became free in time") from e
+            raise
+        rec = Record(
+            id=sb.id,
+            sandbox=sb,
+            template=template,
+            labels=dict(labels),
+            owner=owner,
+            idempotency_key=key,
+        )
+        self.registry.add(rec, ttl_s)
+        self.metrics.claims.labels(template).inc()
+        self.metrics.create_latency.labels(template).observe(time.perf_counter() - started)
+        self.metrics.live_sandboxes.set(len(self.registry))
+        log.info(
+            "sandbox created",
+            extra={"sandbox_id": rec.id, "template": template, "owner": owner, "ttl_s": ttl_s},
+        )
+        return rec
+
+    async def _release_quietly(self, sb: Any) -> None:
+        try:
+            await asyncio.shield(self.pool.release(sb))
+        except Exception:
+            log.exception("releasing sandbox %s failed", getattr(sb, "id", "?"))
+
+    async def _delete(self, rec: Record, reason: str) -> bool:
+        """Unregister and destroy; concurrent deletes of one sandbox share the work. Returns
+        whether this call removed it."""
+        if self.registry.pop(rec.id) is None:
+            task = self._deleting.get(rec.id)
+            if task is not None:
+                await asyncio.shield(task)
+            return False
+        self.quotas.release_sandbox(rec.owner)
+        self.metrics.deletes.labels(reason).inc()
+        self.metrics.live_sandboxes.set(len(self.registry))
+        task = asyncio.ensure_future(self._release_quietly(rec.sandbox))
+        self._deleting[rec.id] = task
+        task.add_done_callback(lambda _t: self._deleting.pop(rec.id, None))
+        log.info("sandbox deleted", extra={"sandbox_id": rec.id, "owner": rec.owner, "reason": reason})
+        # The sandbox is destroyed even if this call is cancelled.
+        await asyncio.shield(task)
+        return True
+
+    async def _expire(self, rec: Record) -> None:
+        await self._delete(rec, "ttl")
+
+    async def get(self, req: pb.GetRequest, context: Any, owner: str) -> pb.Sandbox:
+        return self._sandbox_pb(self._record(req.sandbox_id, owner))
+
+    async def list(self, req: pb.ListRequest, context: Any, owner: str) -> pb.ListResponse:
+        labels = self.validate.labels(req.labels, what="label selector")
+        recs = sorted(self.registry.select(owner, labels), key=lambda r: (r.created_at, r.id))
+        return pb.ListResponse(sandboxes=[self._sandbox_pb(r) for r in recs])
+
+    async def delete(self, req: pb.DeleteRequest, context: Any, owner: str) -> pb.DeleteResponse:
+        rec = self._record(req.sandbox_id, owner)
+        await self._delete(rec, "delete")
+        return pb.DeleteResponse()
+
+    async def bulk_delete(self, req: pb.BulkDeleteRequest, context: Any, owner: str) -> pb.BulkDeleteResponse:
+        if not req.sandbox_ids and not req.labels:
+            raise E.InvalidRequest("give sandbox_ids and/or a label selector (refusing to delete everything)")
+        for sid in req.sandbox_ids:
+            self.validate.sandbox_id(sid)
+        labels = self.validate.labels(req.labels, what="label selector")
+        chosen: dict[str, Record] = {}
+        for sid in req.sandbox_ids:
+            rec = self.registry.get(sid, owner)
+            if rec is not None:
+                chosen[rec.id] = rec
+        if req.labels:
+            for rec in self.registry.select(owner, labels):
+                chosen[rec.id] = rec
+        done = await asyncio.gather(*(self._delete(r, "delete") for r in chosen.values()))
+        deleted = [sid for sid, ok in zip(chosen, done) if ok]
+        return pb.BulkDeleteResponse(deleted_ids=deleted)
+
+    # -- execution ---------------------------------------------------------------------------
+
+    def _exec_args(self, req: pb.ExecRequest) -> tuple[list[str], dict]:
+        argv = self.validate.argv(req.argv)
+        kwargs: dict[str, Any] = {
+            "timeout": self.validate.seconds("timeout_s", req.timeout_s, self.config.bounds.max_exec_timeout_s),
+            "env": self.validate.env(req.env) or None,
+            "cwd": self.validate.path("cwd", req.cwd, required=False) or None,
+            "limits": self.validate.limits(req.limits) if req.HasField("limits") else None,
+        }
+        return argv, kwargs
+
+    @contextlib.contextmanager
+    def _exec_slot(self, owner: str, method: str):
+        with self.quotas.exec_slot(owner):
+            self.metrics.inflight_execs.inc()
+            started = time.perf_counter()
+            try:
+                yield
+            finally:
+                self.metrics.inflight_execs.dec()
+                self.metrics.exec_latency.labels(method).observe(time.perf_counter() - started)
+
+    async def exec(self, req: pb.ExecRequest, context: Any, owner: str) -> pb.ExecResult:
+        argv, kwargs = self._exec_args(req)
+        rec = self._record(req.sandbox_id, owner)
+        with self._exec_slot(owner, "Exec"):
+            result = await rec.sandbox.exec(argv, stdin=req.stdin, **kwargs)
+        return result_to_pb(result)
+
+    async def exec_stream(self, request_iterator: Any, context: Any, owner: str) -> AsyncIterator[pb.ExecEvent]:
+        first = None
+        async for msg in request_iterator:
+            first = _check(msg)
+            break
+        if first is None or first.WhichOneof("kind") != "start":
+            raise E.InvalidRequest("the first ExecStream message must carry `start`")
+        req = first.start
+        argv, kwargs = self._exec_args(req)
+        if req.stdin:
+            raise E.InvalidRequest("ExecStream sends stdin as separate messages, not in `start`")
+        rec = self._record(req.sandbox_id, owner)
+        with self._exec_slot(owner, "ExecStream"):
+            stream = rec.sandbox.exec_stream(argv, **kwargs)
+            pump = asyncio.ensure_future(self._pump_input(request_iterator, stream))
+            events = stream.__aiter__()
+            try:
+                while True:
+                    next_event = asyncio.ensure_future(events.__anext__())
+                    waiting = {next_event}
+                    while True:
+                        done, _ = await asyncio.wait(
+                            waiting | ({pump} if not pump.done() else set()),
+                            timeout=self.config.stream_keepalive_s,
+                            return_when=asyncio.FIRST_COMPLETED,
+                        )
+                        if pump in done and pump.exception() is not None:
+                            next_event.cancel()
+                            raise pump.exception()
+                        if next_event in done:
+                            break
+                        if not done:
+                            yield pb.ExecEvent(keepalive=pb.ExecEvent.Keepalive())
+                    try:
+                        ev = next_event.result()
+                    except StopAsyncIteration:
+                        return
+                    yield event_to_pb(ev)
+                    if ev.kind == "exit":
+                        return
+            finally:
+                pump.cancel()
+                with contextlib.suppress(BaseException):
+                    await pump
+                await _close_stream(stream)
+
+    async def _pump_input(self, request_iterator: Any, stream: Any) -> None:
+        """Forward the client's stdin / close_stdin / signal messages to the running program."""
+        async for msg in request_iterator:
+            msg = _check(msg)
+            kind = msg.WhichOneof("kind")
+            if kind == "stdin":
+                await stream.send_stdin(msg.stdin)
+            elif kind == "close_stdin":
+                await stream.close_stdin()
+            elif kind == "signal":
+                if not 0 < msg.signal < 65:
+                    raise E.InvalidRequest(f"signal {msg.signal} is not a signal number (1-64)")
+                await stream.signal(msg.signal)
+            elif kind == "start":
+                raise E.InvalidRequest("ExecStream got a second `start` message")
+            else:
+                raise E.InvalidRequest("empty ExecInput message")
+
+    # -- files -------------------------------------------------------------------------------
+
+    async def write_files(self, req: pb.WriteFilesRequest, context: Any, owner: str) -> pb.WriteFilesResponse:
+        files = self.validate.files(req.files)
+        if not files:
+            raise E.InvalidRequest("files is empty")
+        rec = self._record(req.sandbox_id, owner)
+        await rec.sandbox.write_files(_file_map(files))
+        return pb.WriteFilesResponse(bytes_written=sum(len(d) for _, d, _ in files))
+
+    async def read_file(self, req: Any, context: Any, owner: str) -> AsyncIterator[pb.FileChunk]:
+        req = _check(req)
+        path = self.validate.path("path", req.path)
+        chunk = self.validate.chunk_size(req.chunk_size) or self.config.read_chunk_size
+        rec = self._record(req.sandbox_id, owner)
+        data = await rec.sandbox.read_file(path)
+        total = len(data)
+        if total == 0:
+            yield pb.FileChunk(data=b"", offset=0, total_size=0)
+            return
+        view = memoryview(data)
+        for off in range(0, total, chunk):
+            yield pb.FileChunk(data=bytes(view[off : off + chunk]), offset=off, total_size=total)
+
+    async def list_dir(self, req: pb.ListDirRequest, context: Any, owner: str) -> pb.ListDirResponse:
+        path = self.validate.path("path", req.path, required=False) or "."
+        rec = self._record(req.sandbox_id, owner)
+        entries = await rec.sandbox.list_dir(path)
+        return pb.ListDirResponse(entries=[dir_entry_to_pb(e) for e in entries])
+
+    async def remove(self, req: pb.RemoveRequest, context: Any, owner: str) -> pb.RemoveResponse:
+        path = self.validate.path("path", req.path)
+        rec = self._record(req.sandbox_id, owner)
+        await rec.sandbox.remove(path, recursive=req.recursive)
+        return pb.RemoveResponse()
+
+    async def info(self, req: pb.InfoRequest, context: Any, owner: str) -> pb.InfoResponse:
+        rec = self._record(req.sandbox_id, owner)
+        return info_to_pb(await rec.sandbox.info())
+
+    # -- health ------------------------------------------------------------------------------
+
+    async def health(self, req: pb.HealthRequest, context: Any, owner: Optional[str]) -> pb.HealthResponse:
+        resp = pb.HealthResponse(status="draining" if self.draining else "serving", version=self.version)
+        if owner is None:
+            return resp  # unauthenticated probes learn only that the server is up
+        for template, fields in (self.pool.stats() or {}).items():
+            stats = resp.pools[str(template)]
+            if isinstance(fields, dict):
+                for k, v in fields.items():
+                    if isinstance(v, (int, float)):
+                        stats.values[str(k)] = float(v)
+        resp.sandboxes = len(self.registry.select(owner))
+        return resp
+
+
+def _file_map(files: list[tuple[str, bytes, int]]) -> dict[str, tuple[bytes, int]]:
+    """(path, data, mode) triples -> the `{path: (data, mode)}` map of `Sandbox.write_files`;
+    mode 0 on the wire means 0644."""
+    return {path: (data, mode or 0o644) for path, data, mode in files}
+
+
+async def _close_stream(stream: Any) -> None:
+    """Stop a sandbox exec stream (kills the program if it still runs)."""
+    for name in ("aclose", "cancel", "close"):
+        fn = getattr(stream, name, None)
+        if fn is None:
+            continue
+        try:
+            res = fn()
+            if asyncio.iscoroutine(res):
+                await res
+        except Exception:
+            log.debug("closing an exec stream failed", exc_info=True)
+        return

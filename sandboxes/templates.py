@@ -1,0 +1,120 @@
+"""Templates: what a kind of sandbox looks like (backend, image, resources, exec defaults)."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import re
+from dataclasses import dataclass, field
+from typing import Any, Mapping, Optional
+
+from .errors import InvalidRequest
+from .types import Limits
+
+__all__ = ["Template"]
+
+_NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
+_ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+
+@dataclass(frozen=True)
+class Template:
+    """How the pool builds one kind of sandbox.
+
+    Sandbox-wide resources (`memory_bytes`, `max_pids`, `cpu_quota` in CPUs) bound the whole
+    sandbox; `limits` are the defaults of each exec inside it (merged under per-call limits).
+    `env` is the base environment of every program; `warm` is how many ready sandboxes the pool
+    keeps ahead of demand (None: the pool's `warm`). `lease_ttl_s` is how long an agent outlives
+    a silent owner. `image` is for the docker / kubernetes backends.
+    """
+
+    name: str = "default"
+    backend: str = "local"
+    image: Optional[str] = None
+    limits: Limits = field(default_factory=Limits)
+    memory_bytes: int = 0
+    max_pids: int = 0
+    cpu_quota: float = 0.0
+    env: Mapping[str, str] = field(default_factory=dict)
+    network: bool = False
+    lease_ttl_s: float = 30.0
+    warm: Optional[int] = None
+    uid: int = 65534
+    gid: int = 65534
+    work_dir: str = "/work"
+    work_size_bytes: int = 0
+    tmp_size_bytes: int = 0
+    seccomp: bool = True
+    cgroups: bool = True
+    ro_binds: tuple[str, ...] = ()
+    create_timeout_s: float = 60.0
+    labels: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        # Frozen, but copy the mutable containers so callers cannot change a template later.
+        object.__setattr__(self, "env", dict(self.env))
+        object.__setattr__(self, "labels", dict(self.labels))
+        object.__setattr__(self, "ro_binds", tuple(self.ro_binds))
+        self.validate()
+
+    def validate(self) -> None:
+        """Raise `InvalidRequest` when a value is absurd."""
+        if not isinstance(self.name, str) or not _NAME_RE.match(self.name):
+            raise InvalidRequest(f"template name {self.name!r} must match {_NAME_RE.pattern}")
+        if not self.backend or not isinstance(self.backend, str):
+            raise InvalidRequest("template backend must be a non-empty string")
+        if not isinstance(self.limits, Limits):
+            raise InvalidRequest(f"template limits must be sandboxes.Limits, got {self.limits!r}")
+        self.limits.validate()
+        _check_int("memory_bytes", self.memory_bytes, 0, 1 << 40)
+        if 0 < self.memory_bytes < (8 << 20):
+            raise InvalidRequest("memory_bytes below 8 MiB cannot run an agent")
+        _check_int("max_pids", self.max_pids, 0, 1 << 22)
+        _check_num("cpu_quota", self.cpu_quota, 0.0, 1024.0)
+        _check_num("lease_ttl_s", self.lease_ttl_s, 0.0, 7 * 24 * 3600.0)
+        if 0 < self.lease_ttl_s < 0.5:
+            raise InvalidRequest("lease_ttl_s below 0.5 s cannot be renewed reliably")
+        if self.warm is not None:
+            _check_int("warm", self.warm, 0, 10_000)
+        _check_int("uid", self.uid, 0, (1 << 32) - 2)
+        _check_int("gid", self.gid, 0, (1 << 32) - 2)
+        _check_int("work_size_bytes", self.work_size_bytes, 0, 1 << 40)
+        _check_int("tmp_size_bytes", self.tmp_size_bytes, 0, 1 << 40)
+        _check_num("create_timeout_s", self.create_timeout_s, 0.001, 3600.0)
+        if not self.work_dir.startswith("/"):
+            raise InvalidRequest(f"work_dir must be absolute, got {self.work_dir!r}")
+        for p in self.ro_binds:
+            if not isinstance(p, str) or not p.startswith("/"):
+                raise InvalidRequest(f"ro_binds entries must be absolute paths, got {p!r}")
+        validate_env(self.env)
+        for k, v in self.labels.items():
+            if not isinstance(k, str) or not isinstance(v, str):
+                raise InvalidRequest("labels must map str to str")
+
+    def replace(self, **changes: Any) -> "Template":
+        """A copy with `changes` applied (validated)."""
+        return dataclasses.replace(self, **changes)
+
+
+def _check_int(name: str, value: Any, lo: int, hi: int) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or not lo <= value <= hi:
+        raise InvalidRequest(f"{name} must be an int in [{lo}, {hi}], got {value!r}")
+
+
+def _check_num(name: str, value: Any, lo: float, hi: float) -> None:
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, (int, float))
+        or not math.isfinite(value)
+        or not lo <= value <= hi
+    ):
+        raise InvalidRequest(f"{name} must be a number in [{lo}, {hi}], got {value!r}")
+
+
+def validate_env(env: Mapping[str, str]) -> None:
+    """Raise `InvalidRequest` unless `env` maps valid variable names to str without NUL."""
+    for k, v in env.items():
+        if not isinstance(k, str) or not _ENV_KEY_RE.match(k):
+            raise InvalidRequest(f"invalid environment variable name {k!r}")
+        if not isinstance(v, str) or "\0" in v:
+            raise InvalidRequest(f"environment variable {k} must be a str without NUL")

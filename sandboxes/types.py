@@ -1,0 +1,136 @@
+"""Results and requests as frozen dataclasses: the public data types of the API."""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from typing import Literal, Optional
+
+from .errors import InvalidRequest
+
+__all__ = ["Limits", "ExecResult", "ExecEvent", "DirEntry", "AgentInfo"]
+
+
+@dataclass(frozen=True)
+class Limits:
+    """Limits of one execution; `None` means the sandbox template's / agent's default."""
+
+    wall_time_s: Optional[float] = None
+    cpu_time_s: Optional[float] = None
+    memory_bytes: Optional[int] = None
+    max_pids: Optional[int] = None
+    max_output_bytes: Optional[int] = None
+    max_file_size_bytes: Optional[int] = None
+    max_open_files: Optional[int] = None
+    kill_on_output_limit: bool = False
+
+    def merged(self, override: Optional["Limits"]) -> "Limits":
+        """`override`'s set fields on top of these."""
+        if override is None:
+            return self
+        changes = {
+            f.name: getattr(override, f.name)
+            for f in dataclasses.fields(override)
+            if getattr(override, f.name) not in (None, False)
+        }
+        return dataclasses.replace(self, **changes)
+
+    def validate(self) -> "Limits":
+        """Raise `InvalidRequest` on a negative, non-finite or absurd value; returns self.
+
+        The ceilings mirror the agent's (it refuses the same values), so a bad request fails
+        before it crosses the wire and with a clear message.
+        """
+        for name, ceiling in _LIMIT_CEILINGS.items():
+            value = getattr(self, name)
+            if value is None:
+                continue
+            if isinstance(value, bool) or not isinstance(value, (int, float)):
+                raise InvalidRequest(f"limits.{name} must be a number, got {value!r}")
+            if not math.isfinite(value) or value < 0:
+                raise InvalidRequest(f"limits.{name} must be finite and >= 0, got {value!r}")
+            if value > ceiling:
+                raise InvalidRequest(f"limits.{name}={value!r} is above the ceiling {ceiling!r}")
+        return self
+
+
+_LIMIT_CEILINGS: dict[str, float] = {
+    "wall_time_s": 24 * 3600.0,
+    "cpu_time_s": 24 * 3600.0,
+    "memory_bytes": 1 << 40,
+    "max_pids": 1 << 20,
+    "max_output_bytes": 1 << 30,
+    "max_file_size_bytes": 1 << 40,
+    "max_open_files": 1 << 20,
+}
+
+
+@dataclass(frozen=True)
+class ExecResult:
+    """What one program did. A failing program is a result, not an exception."""
+
+    exit_code: int
+    stdout: bytes
+    stderr: bytes
+    signal: int = 0
+    timed_out: bool = False
+    oom_killed: bool = False
+    stdout_truncated: bool = False
+    stderr_truncated: bool = False
+    cpu_limited: bool = False
+    pids_limited: bool = False
+    file_size_limited: bool = False
+    duration_s: float = 0.0
+    cpu_time_s: float = 0.0
+    peak_memory_bytes: int = 0
+    path: str = "spawn"
+
+    @property
+    def ok(self) -> bool:
+        return self.exit_code == 0 and not self.timed_out and not self.oom_killed
+
+    @property
+    def output_truncated(self) -> bool:
+        return self.stdout_truncated or self.stderr_truncated
+
+    @property
+    def text(self) -> str:
+        return self.stdout.decode("utf-8", "replace")
+
+
+@dataclass(frozen=True)
+class ExecEvent:
+    """One event of a streamed execution."""
+
+    kind: Literal["started", "stdout", "stderr", "exit", "keepalive"]
+    pid: Optional[int] = None
+    data: bytes = b""
+    result: Optional[ExecResult] = None
+
+
+@dataclass(frozen=True)
+class DirEntry:
+    name: str
+    is_dir: bool
+    size: int
+    mode: int
+    is_symlink: bool = False
+
+
+@dataclass(frozen=True)
+class AgentInfo:
+    version: str
+    cgroup_version: str
+    seccomp: bool
+    namespaces: tuple[str, ...] = ()
+    languages: tuple[str, ...] = ()
+    zygote: bool = False
+    sandbox_uid: int = 0
+    sandbox_gid: int = 0
+    running_execs: int = 0
+    total_execs: int = 0
+    memory_bytes: int = 0
+    uptime_s: float = 0.0
+    work_dir: str = ""
+    extra: dict = field(default_factory=dict)

@@ -1,0 +1,137 @@
+"""Shared fixtures. Tests drive the real agent binary through the real native module.
+
+Every test session runs its pools under a private run dir and checks at the end, from the outside,
+that it left nothing behind: no `sandbox-agent` process it started, no cgroup, no run dir.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, AsyncIterator, Awaitable, Callable
+
+import pytest
+import pytest_asyncio
+
+# Short, private run dir for the whole session (unix socket paths must stay under 108 bytes).
+RUN_ROOT = Path(tempfile.mkdtemp(prefix="sbx-", dir="/tmp"))
+os.environ["SANDBOXES_RUN_DIR"] = str(RUN_ROOT)
+
+import sandboxes  # noqa: E402
+from sandboxes import _bridge  # noqa: E402
+from sandboxes.backends.local import _cgroup_dirs  # noqa: E402
+
+from .helpers import agent_pids, cgroup_exists, pid_running  # noqa: E402
+
+# --- session: native module present, launches recorded, leak check ------------------------------
+
+
+class LaunchLog:
+    """Every agent launched in this session (through any path), for the leak check."""
+
+    def __init__(self) -> None:
+        self.launched: list[dict[str, Any]] = []
+
+
+@pytest.fixture(scope="session")
+def native() -> Any:
+    """The native module; fails the run with a clear message when it was not built."""
+    try:
+        mod = _bridge.native()
+        _bridge.agent_path()
+    except sandboxes.LaunchError as e:
+        pytest.fail(f"native parts are not built ({e}); run `make install` first", pytrace=False)
+    return mod
+
+
+@pytest.fixture(scope="session", autouse=True)
+def no_leaks() -> Any:
+    """Fails the session when an agent process, cgroup or run dir it created is left behind."""
+    before = agent_pids()
+    log = LaunchLog()
+    mod = None
+    original = None
+    try:
+        mod = _bridge.native()
+    except sandboxes.LaunchError:
+        pass
+    if mod is not None:
+        original = mod.launch_local
+
+        async def recording_launch(config: Any) -> Any:
+            local = await original(config)
+            log.launched.append({"pid": local.pid, "cgroup": local.cgroup, "run_dir": local.run_dir})
+            return local
+
+        mod.launch_local = recording_launch
+    yield log
+    if mod is not None:
+        mod.launch_local = original
+
+    def leftovers() -> list[str]:
+        found = [f"agent process {p}" for p in sorted(agent_pids() - before)]
+        for rec in log.launched:
+            if pid_running(rec["pid"]):
+                found.append(f"agent pid {rec['pid']}")
+            if rec["cgroup"] and cgroup_exists(rec["cgroup"]):
+                found.append(f"cgroup {rec['cgroup']}")
+            if rec["run_dir"] and os.path.exists(rec["run_dir"]):
+                found.append(f"run dir {rec['run_dir']}")
+        if RUN_ROOT.exists():
+            found += [f"run dir {p}" for p in RUN_ROOT.iterdir()]
+        return found
+
+    deadline = time.monotonic() + 10.0  # bound for the kernel to finish tearing namespaces down
+    while (found := leftovers()) and time.monotonic() < deadline:
+        time.sleep(0.05)
+    # Clean up whatever leaked, so one failing run does not poison the next.
+    for p in agent_pids() - before:
+        try:
+            os.kill(p, signal.SIGKILL)
+        except ProcessLookupError:
+            pass
+    for rec in log.launched:
+        for d in _cgroup_dirs(rec["cgroup"] or ""):
+            if d.is_dir():
+                subprocess.run(["find", str(d), "-depth", "-type", "d", "-delete"], check=False)
+    shutil.rmtree(RUN_ROOT, ignore_errors=True)
+    if found:
+        pytest.fail("the session leaked: " + ", ".join(found), pytrace=False)
+
+
+# --- pools ---------------------------------------------------------------------------------------
+
+
+@pytest_asyncio.fixture
+async def make_pool(native: Any) -> AsyncIterator[Callable[..., Awaitable[sandboxes.Pool]]]:
+    """Factory: `await make_pool(**kwargs)` starts a pool closed at the end of the test."""
+    pools: list[sandboxes.Pool] = []
+
+    async def make(**kwargs: Any) -> sandboxes.Pool:
+        kwargs.setdefault("claim_timeout", 60.0)
+        p = sandboxes.Pool(**kwargs)
+        pools.append(p)
+        await p.start()
+        return p
+
+    yield make
+    for p in pools:
+        await p.close()
+
+
+@pytest_asyncio.fixture
+async def pool(make_pool: Callable[..., Awaitable[sandboxes.Pool]]) -> sandboxes.Pool:
+    """A local pool with two warm sandboxes."""
+    return await make_pool(warm=2)
+
+
+@pytest_asyncio.fixture
+async def sb(pool: sandboxes.Pool) -> AsyncIterator[sandboxes.Sandbox]:
+    """One claimed sandbox, destroyed after the test."""
+    async with pool.sandbox() as s:
+        yield s

@@ -1,0 +1,68 @@
+"""Outside views of the host for tests: processes, cgroups, and bounded polling of real conditions."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import subprocess
+import time
+from pathlib import Path
+from typing import Awaitable, Callable, Union
+
+from sandboxes.backends.local import _cgroup_dirs
+
+AGENT_NAME = "sandbox-agent"
+
+
+def agent_pids() -> set[int]:
+    """Pids of running agent processes (`pgrep -f sandbox-agent`, minus unrelated command lines)."""
+    out = subprocess.run(["pgrep", "-f", AGENT_NAME], capture_output=True, text=True).stdout
+    pids = set()
+    for line in out.split():
+        pid = int(line)
+        try:
+            comm = Path(f"/proc/{pid}/comm").read_text().strip()
+            exe = os.path.basename(os.readlink(f"/proc/{pid}/exe"))
+        except OSError:
+            continue
+        if comm == AGENT_NAME or exe.startswith(AGENT_NAME):
+            pids.add(pid)
+    return pids
+
+
+def pgrep(pattern: str) -> list[int]:
+    """Pids whose command line contains `pattern` (host view: sees into sandboxes' pid namespaces)."""
+    out = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout
+    return [int(p) for p in out.split() if int(p) != os.getpid()]
+
+
+def pid_running(pid: int) -> bool:
+    """True when `pid` exists and is not a zombie."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return False
+    return stat[stat.rfind(")") + 2] not in "ZX"
+
+
+def cgroup_exists(cgroup: str) -> bool:
+    return any(d.is_dir() for d in _cgroup_dirs(cgroup))
+
+
+async def wait_until(
+    cond: Callable[[], Union[bool, Awaitable[bool]]],
+    timeout: float = 30.0,
+    interval: float = 0.02,
+    what: str = "condition",
+) -> None:
+    """Poll a real condition until it holds; fail after `timeout` seconds (a bound, not a wait)."""
+    deadline = time.monotonic() + timeout
+    while True:
+        r = cond()
+        if asyncio.iscoroutine(r) or isinstance(r, asyncio.Future):
+            r = await r
+        if r:
+            return
+        if time.monotonic() > deadline:
+            raise AssertionError(f"timed out waiting for {what}")
+        await asyncio.sleep(interval)

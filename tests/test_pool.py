@@ -1,0 +1,290 @@
+"""The pool manager against real local sandboxes: claims, waits, fairness, refills, leases, cleanup."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+from pathlib import Path
+from typing import Any, Awaitable, Callable
+
+import pytest
+
+import sandboxes
+from sandboxes import Limits, Pool
+from sandboxes.backends import local as local_backend
+
+from .helpers import cgroup_exists, pid_running, wait_until
+
+pytestmark = pytest.mark.asyncio
+
+MakePool = Callable[..., Awaitable[Pool]]
+
+
+def stat(pool: Pool, key: str, template: str = "default") -> Any:
+    return pool.stats()[template][key]
+
+
+async def test_claim_exec_release(pool: Pool) -> None:
+    sb = await pool.claim()
+    assert isinstance(sb, sandboxes.Sandbox) and sb.template == "default"
+    assert stat(pool, "claimed") == 1
+    r = await sb.exec(["echo", "ok"])
+    assert r.stdout == b"ok\n"
+    await pool.release(sb)
+    assert stat(pool, "claimed") == 0
+    assert stat(pool, "destroyed_total") >= 1
+    with pytest.raises(sandboxes.SandboxLost):
+        await sb.exec(["true"])
+    await sb.close()  # idempotent
+
+
+async def test_per_claim_env_and_files(pool: Pool) -> None:
+    async with pool.sandbox(env={"ANSWER": "42"}, files={"in/x.txt": b"payload"},
+                            labels={"run": "t1"}) as sb:
+        assert sb.labels["run"] == "t1"
+        r = await sb.exec("echo $ANSWER; cat in/x.txt")
+        assert r.stdout == b"42\npayload", r.stderr
+        # A per-call env overrides the claim's without dropping it.
+        r = await sb.exec("echo $ANSWER $OTHER", env={"OTHER": "o"})
+        assert r.stdout == b"42 o\n"
+    async with pool.sandbox() as other:
+        assert (await other.exec("echo ${ANSWER:-unset}")).stdout == b"unset\n"
+
+
+async def test_claim_while_empty_waits_for_a_create(make_pool: MakePool) -> None:
+    pool = await make_pool(warm=0)
+    assert stat(pool, "warm") == 0
+    async with pool.sandbox(timeout=60) as sb:
+        assert (await sb.exec(["true"])).exit_code == 0
+    assert stat(pool, "created_total") == 1
+
+
+async def test_claim_waits_for_capacity_then_succeeds(make_pool: MakePool) -> None:
+    pool = await make_pool(warm=1, max_size=1)
+    first = await pool.claim()
+    waiter = asyncio.create_task(pool.claim(timeout=60))
+    await wait_until(lambda: stat(pool, "waiting") == 1, what="the claim to wait")
+    assert not waiter.done()
+    await first.close()
+    second = await waiter
+    assert (await second.exec(["true"])).exit_code == 0
+    await second.close()
+
+
+async def test_pool_exhausted_after_the_wait(make_pool: MakePool) -> None:
+    pool = await make_pool(warm=1, max_size=1)
+    held = await pool.claim()
+    with pytest.raises(sandboxes.PoolExhausted):
+        await pool.claim(timeout=0.2)
+    assert stat(pool, "claim_timeouts_total") == 1
+    assert stat(pool, "waiting") == 0
+    await held.close()
+    async with pool.sandbox() as sb:  # the pool still works
+        assert (await sb.exec(["true"])).exit_code == 0
+
+
+async def test_waiting_claims_are_served_in_order(make_pool: MakePool) -> None:
+    pool = await make_pool(warm=1, max_size=1)
+    held = await pool.claim()
+    order: list[str] = []
+
+    async def claim(name: str) -> sandboxes.Sandbox:
+        sb = await pool.claim(timeout=60)
+        order.append(name)
+        return sb
+
+    a = asyncio.create_task(claim("a"))
+    await wait_until(lambda: stat(pool, "waiting") == 1, what="a to wait")
+    b = asyncio.create_task(claim("b"))
+    await wait_until(lambda: stat(pool, "waiting") == 2, what="b to wait")
+    c = asyncio.create_task(claim("c"))
+    await wait_until(lambda: stat(pool, "waiting") == 3, what="c to wait")
+    await held.close()
+    sa = await a
+    assert order == ["a"] and not b.done() and not c.done()
+    await sa.close()
+    sb_ = await b
+    assert order == ["a", "b"] and not c.done()
+    await sb_.close()
+    await (await c).close()
+    assert order == ["a", "b", "c"]
+
+
+async def test_cancelled_waiter_does_not_lose_a_sandbox(make_pool: MakePool) -> None:
+    pool = await make_pool(warm=1, max_size=1)
+    held = await pool.claim()
+    gone = asyncio.create_task(pool.claim(timeout=60))
+    await wait_until(lambda: stat(pool, "waiting") == 1, what="the claim to wait")
+    gone.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await gone
+    await held.close()
+    async with pool.sandbox(timeout=60) as sb:
+        assert (await sb.exec(["true"])).exit_code == 0
+
+
+async def test_fifty_concurrent_claims(make_pool: MakePool) -> None:
+    pool = await make_pool(warm=4, max_size=16)
+
+    async def one(i: int) -> bytes:
+        async with pool.sandbox(env={"I": str(i)}, timeout=120) as sb:
+            return (await sb.exec("echo $I")).stdout
+
+    outs = await asyncio.gather(*(one(i) for i in range(50)))
+    assert outs == [f"{i}\n".encode() for i in range(50)]
+    s = pool.stats()["default"]
+    assert s["claims_total"] == 50 and s["claimed"] == 0
+    assert s["claim_wait_seconds"]["count"] == 50
+
+
+async def test_warm_set_is_refilled_after_claims(make_pool: MakePool) -> None:
+    pool = await make_pool(warm=3)
+    await wait_until(lambda: stat(pool, "warm") == 3, what="the warm set to fill")
+    a, b = await pool.claim(), await pool.claim()
+    await wait_until(lambda: stat(pool, "warm") == 3, what="the warm set to refill")
+    assert stat(pool, "created_total") == 5
+    await a.close()
+    await b.close()
+
+
+async def test_lease_renewal_keeps_sandboxes_alive(make_pool: MakePool) -> None:
+    ttl = 1.5
+    pool = await make_pool(warm=1, lease_ttl_s=ttl)
+    sb = await pool.claim()
+
+    async def lived_three_ttls() -> bool:
+        return (await sb.info()).uptime_s > 3 * ttl
+
+    await wait_until(lived_three_ttls, timeout=60, interval=0.1, what="three lease TTLs to pass")
+    assert (await sb.exec(["echo", "still here"])).stdout == b"still here\n"
+    await wait_until(lambda: stat(pool, "warm") == 1, what="a warm sandbox")
+    assert stat(pool, "lost_total") == 0
+    assert stat(pool, "renewals_total") >= 6
+    await sb.close()
+
+
+async def test_lost_warm_sandbox_is_replaced(make_pool: MakePool) -> None:
+    pool = await make_pool(warm=1, lease_ttl_s=1.5)
+    await wait_until(lambda: stat(pool, "warm") == 1, what="a warm sandbox")
+    victim = pool._tps["default"].warm[0]
+    os.kill(victim.handle.backend_data.pid, 9)
+    await wait_until(lambda: stat(pool, "lost_total") == 1, what="the loss to be noticed")
+    await wait_until(lambda: stat(pool, "warm") == 1 and stat(pool, "created_total") == 2,
+                     what="the replacement")
+    async with pool.sandbox() as sb:
+        assert sb.id != victim.id
+        assert (await sb.exec(["true"])).exit_code == 0
+
+
+async def test_destroy_leaves_nothing(make_pool: MakePool) -> None:
+    pool = await make_pool(warm=1)
+    sb = await pool.claim()
+    local = sb.handle.backend_data
+    pid, cgroup, run_dir = local.pid, local.cgroup, local.run_dir
+    assert pid_running(pid) and os.path.isdir(run_dir)
+    await sb.close()
+    assert not pid_running(pid)
+    assert not os.path.exists(run_dir)
+    assert not cgroup or not cgroup_exists(cgroup)
+    pool_dir = Path(run_dir).parent
+    await pool.close()
+    assert not pool_dir.exists()
+
+
+async def test_close_destroys_warm_and_claimed(make_pool: MakePool) -> None:
+    pool = await make_pool(warm=2)
+    await wait_until(lambda: stat(pool, "warm") == 2, what="the warm set to fill")
+    held = await pool.claim()
+    pids = [sb.handle.backend_data.pid for sb in pool._tps["default"].warm] + [
+        held.handle.backend_data.pid
+    ]
+    await pool.close()
+    assert not any(pid_running(p) for p in pids)
+    with pytest.raises(sandboxes.SandboxLost):
+        await held.exec(["true"])
+
+
+async def test_orphans_of_a_dead_pool_are_reaped(native: Any, make_pool: MakePool) -> None:
+    root = local_backend.default_run_root()
+    dead_dir = root / "pool-deadbeef0000"
+    dead_dir.mkdir(parents=True)
+    # An owner pid that is certainly dead: a child we already reaped.
+    child = subprocess.Popen(["true"])
+    child.wait()
+    (dead_dir / "owner.json").write_text(json.dumps({"pid": child.pid, "starttime": 1}))
+    orphan = await native.launch_local(
+        native.LaunchConfig(sandboxes._bridge.agent_path(), str(dead_dir / "sb-orphan"), lease_ttl_s=300)
+    )
+    try:
+        record = {"pid": orphan.pid, "starttime": local_backend._starttime(orphan.pid),
+                  "cgroup": orphan.cgroup, "run_dir": orphan.run_dir}
+        (dead_dir / "sb-orphan.json").write_text(json.dumps(record))
+        assert orphan.alive()
+
+        await make_pool(warm=0)
+
+        assert not dead_dir.exists()
+        assert not pid_running(orphan.pid)
+        await asyncio.wait_for(orphan.wait(), 30)
+        assert not orphan.alive()
+        assert not orphan.cgroup or not cgroup_exists(orphan.cgroup)
+    finally:
+        orphan.kill()
+
+
+async def test_live_pools_are_not_reaped(make_pool: MakePool) -> None:
+    first = await make_pool(warm=1)
+    await wait_until(lambda: stat(first, "warm") == 1, what="a warm sandbox")
+    await make_pool(warm=0)  # reaps at start; must leave the live pool alone
+    async with first.sandbox() as sb:
+        assert (await sb.exec(["true"])).exit_code == 0
+
+
+async def test_failing_program_is_a_result(pool: Pool) -> None:
+    async with pool.sandbox() as sb:
+        r = await sb.exec(["/bin/sh", "-c", "echo bad >&2; exit 5"])
+        assert (r.exit_code, r.stderr, r.ok) == (5, b"bad\n", False)
+        r = await sb.exec(["python3", "-c", "raise SystemExit('boom')"])
+        assert r.exit_code == 1 and b"boom" in r.stderr
+
+
+async def test_invalid_requests_raise_and_the_sandbox_keeps_working(pool: Pool) -> None:
+    async with pool.sandbox() as sb:
+        for bad in (
+            lambda: sb.exec([]),
+            lambda: sb.exec(""),
+            lambda: sb.exec(["true"], limits=Limits(memory_bytes=-1)),
+            lambda: sb.exec(["true"], limits=Limits(wall_time_s=10**9)),
+            lambda: sb.exec(["true"], limits=Limits(max_pids=1 << 40)),
+            lambda: sb.exec(["true"], timeout=-1),
+            lambda: sb.exec(["true"], env={"BAD=NAME": "x"}),
+            lambda: sb.exec(["a\0b"]),
+        ):
+            with pytest.raises(sandboxes.InvalidRequest):
+                await bad()
+        assert (await sb.exec(["echo", "fine"])).stdout == b"fine\n"
+
+
+async def test_unknown_template_and_bad_pool_arguments(pool: Pool) -> None:
+    with pytest.raises(sandboxes.NotFound):
+        await pool.claim("nope")
+    with pytest.raises(sandboxes.InvalidRequest):
+        Pool(warm=-1)
+    with pytest.raises(sandboxes.InvalidRequest):
+        Pool(memory_bytes=-5)
+    with pytest.raises(sandboxes.InvalidRequest):
+        sandboxes.Template(lease_ttl_s=float("nan"))
+
+
+async def test_several_templates(make_pool: MakePool) -> None:
+    small = sandboxes.Template(name="small", warm=1, env={"KIND": "small"})
+    big = sandboxes.Template(name="big", warm=0, env={"KIND": "big"}, memory_bytes=512 << 20)
+    pool = await make_pool(templates={"small": small, "big": big})
+    assert pool.default_template == "small" or pool.default_template == "big"
+    async with pool.sandbox("big") as sb:
+        assert (await sb.exec("echo $KIND")).stdout == b"big\n"
+    async with pool.sandbox("small") as sb:
+        assert (await sb.exec("echo $KIND")).stdout == b"small\n"
+    assert set(pool.stats()) == {"small", "big"}

@@ -1,0 +1,204 @@
+"""One local sandbox, driven through the public `Sandbox` API; isolation checked from the outside."""
+
+from __future__ import annotations
+
+import asyncio
+import secrets
+import tempfile
+
+import pytest
+
+import sandboxes
+from sandboxes import Limits
+
+from .helpers import pgrep, wait_until
+
+pytestmark = pytest.mark.asyncio
+
+
+def marker() -> str:
+    """A unique `sleep` argument to find a program from the host with `pgrep -f`."""
+    return f"{86000 + secrets.randbelow(399)}.{secrets.randbelow(10**9):09d}"
+
+
+async def test_exec(sb: sandboxes.Sandbox) -> None:
+    r = await sb.exec(["echo", "hello"])
+    assert r.exit_code == 0 and r.ok
+    assert r.stdout == b"hello\n" and r.stderr == b""
+    assert not r.timed_out and not r.oom_killed
+
+
+async def test_exec_str_runs_through_shell_with_env_stdin_cwd(sb: sandboxes.Sandbox) -> None:
+    await sb.write_file("sub/keep.txt", b"")
+    r = await sb.exec("echo $GREETING; pwd; cat", env={"GREETING": "hi"}, stdin="input", cwd="sub")
+    assert r.exit_code == 0, r.stderr
+    lines = r.stdout.split(b"\n")
+    assert lines[0] == b"hi"
+    assert lines[1].endswith(b"/sub")
+    assert lines[2] == b"input"
+
+
+async def test_exec_stream_interactive_stdin(sb: sandboxes.Sandbox) -> None:
+    out = bytearray()
+    kinds = []
+    async with sb.exec_stream(["cat"]) as stream:
+        async for ev in stream:
+            kinds.append(ev.kind)
+            if ev.kind == "started":
+                assert ev.pid
+                await stream.send_stdin(b"hello ")
+                await stream.send_stdin("world")
+                await stream.close_stdin()
+            elif ev.kind == "stdout":
+                out += ev.data
+    assert kinds[0] == "started" and kinds[-1] == "exit"
+    assert bytes(out) == b"hello world"
+    assert stream.result is not None and stream.result.exit_code == 0
+
+
+async def test_exec_stream_with_stdin_argument(sb: sandboxes.Sandbox) -> None:
+    r = await sb.exec_stream("tr a-z A-Z; echo done >&2", stdin=b"shout").wait()
+    assert (r.exit_code, r.stdout, r.stderr) == (0, b"SHOUT", b"done\n")
+
+
+async def test_exec_stream_signal(sb: sandboxes.Sandbox) -> None:
+    async with sb.exec_stream(["sleep", marker()]) as stream:
+        async for ev in stream:
+            if ev.kind == "started":
+                await stream.signal(15)
+    assert stream.result is not None
+    assert stream.result.signal == 15 and stream.result.exit_code == -1
+
+
+async def test_files_round_trip(sb: sandboxes.Sandbox) -> None:
+    blob = bytes(range(256)) * 1000
+    await sb.write_file("data/blob.bin", blob)
+    await sb.write_files({"a.txt": "alpha", "b/c.txt": b"gamma", "run.sh": ("echo ran\n", 0o755)})
+    assert await sb.read_file("data/blob.bin") == blob
+    assert await sb.read_file("a.txt") == b"alpha"
+    assert await sb.read_file("b/c.txt") == b"gamma"
+    r = await sb.exec(["./run.sh"])
+    assert r.stdout == b"ran\n", r.stderr
+    # Files written by user code are readable too.
+    await sb.exec("printf made > made.txt")
+    assert await sb.read_file("made.txt") == b"made"
+
+
+async def test_list_dir(sb: sandboxes.Sandbox) -> None:
+    await sb.write_files({"d/one.txt": b"1", "d/two.txt": b"22", "d/sub/x": b""})
+    entries = {e.name: e for e in await sb.list_dir("d")}
+    assert set(entries) == {"one.txt", "two.txt", "sub"}
+    assert entries["two.txt"].size == 2 and not entries["two.txt"].is_dir
+    assert entries["sub"].is_dir
+    assert "d" in {e.name for e in await sb.list_dir()}
+
+
+async def test_remove(sb: sandboxes.Sandbox) -> None:
+    await sb.write_files({"f.txt": b"x", "tree/a/b.txt": b"y"})
+    await sb.remove("f.txt")
+    with pytest.raises(sandboxes.NotFound):
+        await sb.read_file("f.txt")
+    with pytest.raises(sandboxes.SandboxError):
+        await sb.remove("tree")  # not empty
+    await sb.remove("tree", recursive=True)
+    assert "tree" not in {e.name for e in await sb.list_dir()}
+
+
+async def test_paths_cannot_leave_the_sandbox(sb: sandboxes.Sandbox) -> None:
+    with pytest.raises((sandboxes.AuthError, sandboxes.InvalidRequest)):
+        await sb.read_file("../../etc/shadow")
+    with pytest.raises((sandboxes.AuthError, sandboxes.InvalidRequest)):
+        await sb.write_file("/etc/evil", b"x")
+
+
+async def test_timeout_kills_the_process_tree(sb: sandboxes.Sandbox) -> None:
+    m1, m2 = marker(), marker()
+    r = await sb.exec(f"sleep {m1} & setsid sleep {m2} & wait", timeout=0.5)
+    assert r.timed_out
+    assert not r.ok
+    await wait_until(lambda: not pgrep(f"sleep {m1}") and not pgrep(f"sleep {m2}"),
+                     what="the timed-out tree to be gone")
+    assert (await sb.exec(["true"])).exit_code == 0
+
+
+async def test_memory_limit_is_oom_killed(sb: sandboxes.Sandbox) -> None:
+    r = await sb.exec(
+        ["python3", "-c", "x = bytearray(400 << 20); x[::4096] = b'1' * len(x[::4096])"],
+        limits=Limits(memory_bytes=64 << 20),
+        timeout=20,
+    )
+    assert r.oom_killed, r
+    assert not r.ok
+    assert (await sb.exec(["true"])).exit_code == 0
+
+
+async def test_cancelled_exec_kills_the_program(sb: sandboxes.Sandbox) -> None:
+    m = marker()
+    task = asyncio.create_task(sb.exec(["sleep", m], timeout=120))
+    await wait_until(lambda: bool(pgrep(f"sleep {m}")), what="the program to start")
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await wait_until(lambda: not pgrep(f"sleep {m}"), what="the cancelled program to die")
+    assert (await sb.exec(["echo", "alive"])).stdout == b"alive\n"
+
+
+async def test_network_is_off(sb: sandboxes.Sandbox) -> None:
+    connected = asyncio.Event()
+
+    async def on_connect(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        connected.set()
+        writer.close()
+
+    server = await asyncio.start_server(on_connect, "127.0.0.1", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        code = (
+            "import socket,sys\n"
+            "try:\n"
+            f"    socket.create_connection(('127.0.0.1', {port}), timeout=3)\n"
+            "except OSError as e:\n"
+            "    print(type(e).__name__); sys.exit(7)\n"
+        )
+        r = await sb.exec(["python3", "-c", code], timeout=20)
+        assert r.exit_code == 7, r
+        ifaces = await sb.exec("cat /proc/net/dev", timeout=10)
+        names = {ln.split(b":")[0].strip() for ln in ifaces.stdout.splitlines()[2:]}
+        assert names <= {b"lo"}, names
+    finally:
+        server.close()
+        await server.wait_closed()
+    assert not connected.is_set()
+
+
+async def test_host_files_are_not_visible(sb: sandboxes.Sandbox) -> None:
+    with tempfile.NamedTemporaryFile(prefix="host-secret-", dir="/tmp") as f:
+        r = await sb.exec(
+            ["/bin/sh", "-c", f'test ! -e /work/main && test ! -e /root/.bashrc && test ! -e "{f.name}"'
+             ' && test ! -e /work/main/sandboxes'],
+        )
+        assert r.exit_code == 0, (r.stdout, r.stderr)
+    r = await sb.exec(["ls", "/root"])
+    assert r.exit_code != 0 or r.stdout == b""
+
+
+async def test_user_code_runs_as_nobody(sb: sandboxes.Sandbox) -> None:
+    r = await sb.exec(["id", "-u"])
+    assert r.stdout.strip() == b"65534"
+    r = await sb.exec(["id", "-g"])
+    assert r.stdout.strip() == b"65534"
+    info = await sb.info()
+    assert info.sandbox_uid == 65534
+    assert "net" in info.namespaces
+
+
+async def test_failing_program_is_a_result(sb: sandboxes.Sandbox) -> None:
+    r = await sb.exec("echo oops >&2; exit 3")
+    assert (r.exit_code, r.stderr) == (3, b"oops\n")
+    r = await sb.exec("no-such-program-here")
+    assert r.exit_code == 127
+
+
+async def test_output_is_capped(sb: sandboxes.Sandbox) -> None:
+    r = await sb.exec("head -c 100000 /dev/zero", limits=Limits(max_output_bytes=1000))
+    assert r.stdout_truncated and len(r.stdout) <= 1000
