@@ -14,30 +14,31 @@ import inspect
 import os
 import shutil
 import sysconfig
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from types import ModuleType
-from typing import Any, Callable, Iterator, Optional, TypeVar
+from typing import Any, TypeVar
 
 from . import errors, types
 
 __all__ = [
-    "native",
-    "translate",
-    "native_errors",
-    "translating",
-    "to_exec_result",
-    "to_exec_event",
-    "to_dir_entry",
-    "to_agent_info",
-    "to_native_limits",
-    "agent_path",
     "AGENT_BIN_ENV",
+    "agent_path",
+    "native",
+    "native_errors",
+    "to_agent_info",
+    "to_dir_entry",
+    "to_exec_event",
+    "to_exec_result",
+    "to_native_limits",
+    "translate",
+    "translating",
 ]
 
 AGENT_BIN_ENV = "SANDBOXES_AGENT_BIN"
 AGENT_BIN_NAME = "sandbox-agent"
 
-_native: Optional[ModuleType] = None
+_native: ModuleType | None = None
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -197,7 +198,7 @@ def to_agent_info(i: Any) -> types.AgentInfo:
     )
 
 
-def to_native_limits(limits: Optional[types.Limits]) -> Any:
+def to_native_limits(limits: types.Limits | None) -> Any:
     """`types.Limits` (None = default) -> `_native.Limits` (0 = default); validates first."""
     if limits is None:
         return None

@@ -20,9 +20,10 @@ import contextlib
 import json
 import os
 import sys
-from typing import Any, Callable, Coroutine, Optional, Sequence
+from collections.abc import Callable, Coroutine, Sequence
+from typing import Any
 
-__all__ = ["main", "build_parser", "load_templates"]
+__all__ = ["build_parser", "load_templates", "main"]
 
 EXIT_INFRA = 125
 EXIT_TIMEOUT = 124
@@ -41,7 +42,7 @@ def _run(coro_fn: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
         return runner.run(coro_fn())
 
 
-def _pairs(values: Optional[Sequence[str]], what: str) -> dict[str, str]:
+def _pairs(values: Sequence[str] | None, what: str) -> dict[str, str]:
     out: dict[str, str] = {}
     for v in values or ():
         k, sep, val = v.partition("=")
@@ -51,7 +52,7 @@ def _pairs(values: Optional[Sequence[str]], what: str) -> dict[str, str]:
     return out
 
 
-def _files(values: Optional[Sequence[str]]) -> dict[str, bytes]:
+def _files(values: Sequence[str] | None) -> dict[str, bytes]:
     """LOCAL[:REMOTE] -> {remote: content}; REMOTE defaults to the local file's name."""
     out: dict[str, bytes] = {}
     for v in values or ():
@@ -135,24 +136,29 @@ def _exit_code(result: Any) -> int:
 def cmd_serve(args: argparse.Namespace) -> int:
     from sandboxes.errors import SandboxError
     from sandboxes.server.app import serve
+    from sandboxes.server.auth import ApiKeys
     from sandboxes.server.logs import setup_logging
     from sandboxes.server.quota import QuotaLimits
     from sandboxes.server.service import ServiceConfig
 
-    setup_logging(args.log_level)
+    try:
+        auth = ApiKeys.from_sources(args.api_keys_file, insecure=args.insecure)
+    except SandboxError as e:
+        _err(e.message)
+        return 2
     templates = load_templates(args.template_file) if args.template_file else None
+    setup_logging(args.log_level)
     pool_kwargs: dict[str, Any] = {"claim_timeout": args.claim_timeout}
     if args.max_size:
         pool_kwargs["max_size"] = args.max_size
-    kwargs = dict(
+    kwargs: dict[str, Any] = dict(  # noqa: C408
         host=args.host,
         port=args.port,
         backend=args.backend,
         warm=args.warm,
         templates=templates,
         pool_kwargs=pool_kwargs,
-        api_keys_file=args.api_keys_file,
-        insecure=args.insecure,
+        auth=auth,
         metrics_port=args.metrics_port,
         metrics_host=args.metrics_host,
         quota=QuotaLimits(max_sandboxes=args.max_sandboxes_per_key, max_execs=args.max_execs_per_key),
@@ -230,7 +236,7 @@ def cmd_exec(args: argparse.Namespace) -> int:
     return _exit_code(result)
 
 
-def _need_address(args: argparse.Namespace) -> Optional[int]:
+def _need_address(args: argparse.Namespace) -> int | None:
     if not args.address:
         _err("this command talks to a server: give --address (or $SANDBOXES_ADDRESS)")
         return 2
@@ -336,29 +342,44 @@ def cmd_health(args: argparse.Namespace) -> int:
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
-    try:
-        from bench.run import main as bench_main  # type: ignore[import-not-found]
-    except ImportError as e:
+    """Hand over to the benchmark harness: `bench.run:main`, else `bench.__main__:main`."""
+    import importlib
+
+    bench_main = None
+    errors = []
+    for module in ("bench.run", "bench.__main__"):
+        try:
+            bench_main = getattr(importlib.import_module(module), "main", None)
+        except ImportError as e:
+            errors.append(f"{module}: {e}")
+            continue
+        if bench_main is not None:
+            break
+    if bench_main is None:
         _err(
-            "the benchmark harness is not importable (it lives in the repository's bench/ "
-            f"package; run from a checkout): {e}"
+            "the benchmark harness is not importable (it is the bench/ package of a source "
+            "checkout; run from the repository root): " + "; ".join(errors)
         )
         return 2
-    rc = bench_main(args.bench_args)
-    return int(rc or 0)
+    return int(bench_main(list(args.bench_args)) or 0)
 
 
 # -- parser ----------------------------------------------------------------------------------
 
 
 def _remote_args(p: argparse.ArgumentParser) -> None:
-    p.add_argument("--address", default=os.environ.get("SANDBOXES_ADDRESS"),
-                   help="server host:port (default $SANDBOXES_ADDRESS)")
+    p.add_argument(
+        "--address",
+        default=os.environ.get("SANDBOXES_ADDRESS"),
+        help="server host:port (default $SANDBOXES_ADDRESS)",
+    )
     p.add_argument("--api-key", default=None, help="API key (default $SANDBOXES_API_KEY)")
 
 
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="sandboxes", description="High-throughput code-execution sandboxes.")
+    parser = argparse.ArgumentParser(
+        prog="sandboxes", description="High-throughput code-execution sandboxes."
+    )
     sub = parser.add_subparsers(dest="cmd", required=True, metavar="COMMAND")
 
     p = sub.add_parser("serve", help="run the gRPC server over a warm pool")
@@ -367,7 +388,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--port", type=int, default=50051)
     p.add_argument("--warm", type=int, default=4, help="ready sandboxes kept per template")
     p.add_argument("--max-size", type=int, default=None, help="cap of live sandboxes of the pool")
-    p.add_argument("--claim-timeout", type=float, default=30.0, help="default wait of a create for a free sandbox")
+    p.add_argument(
+        "--claim-timeout", type=float, default=30.0, help="default wait of a create for a free sandbox"
+    )
     p.add_argument("--metrics-port", type=int, default=None, help="serve Prometheus /metrics on this port")
     p.add_argument("--metrics-host", default="127.0.0.1")
     p.add_argument("--api-keys-file", default=None, help="file of API keys, one `name:key` or `key` a line")
@@ -416,7 +439,11 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-def main(argv: Optional[Sequence[str]] = None) -> int:
+def main(argv: Sequence[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv[:1] == ["bench"]:
+        # Everything after `bench` belongs to the harness, options included.
+        return cmd_bench(argparse.Namespace(bench_args=argv[1:]))
     args = build_parser().parse_args(argv)
     return int(args.fn(args) or 0)
 

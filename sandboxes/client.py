@@ -22,7 +22,8 @@ import asyncio
 import os
 import random
 import uuid
-from typing import Any, AsyncIterator, Awaitable, Callable, Mapping, Optional, Union
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Self
 
 import grpc
 
@@ -39,7 +40,7 @@ from sandboxes.sandbox import Data, ExecRequest, ExecStream, SandboxBase, as_byt
 from sandboxes.server.errors import error_from_rpc, is_retryable_unavailable
 from sandboxes.types import AgentInfo, DirEntry, ExecResult
 
-__all__ = ["AsyncSandboxClient", "RemoteSandbox", "API_KEY_ENV", "ADDRESS_ENV"]
+__all__ = ["ADDRESS_ENV", "API_KEY_ENV", "AsyncSandboxClient", "RemoteSandbox"]
 
 API_KEY_ENV = "SANDBOXES_API_KEY"
 ADDRESS_ENV = "SANDBOXES_ADDRESS"
@@ -60,15 +61,15 @@ class AsyncSandboxClient:
 
     def __init__(
         self,
-        address: Optional[str] = None,
-        api_key: Optional[str] = None,
+        address: str | None = None,
+        api_key: str | None = None,
         *,
         timeout: float = 30.0,
         retries: int = 3,
         backoff_s: float = 0.1,
         max_message_bytes: int = MAX_MESSAGE_BYTES,
-        credentials: Optional[grpc.ChannelCredentials] = None,
-        options: Optional[list[tuple[str, Any]]] = None,
+        credentials: grpc.ChannelCredentials | None = None,
+        options: list[tuple[str, Any]] | None = None,
     ) -> None:
         address = address or os.environ.get(ADDRESS_ENV)
         if not address:
@@ -87,7 +88,7 @@ class AsyncSandboxClient:
             ("grpc.enable_retries", 0),  # we retry ourselves, only where it is safe
             *(options or []),
         ]
-        self._channel: Optional[grpc.aio.Channel] = None
+        self._channel: grpc.aio.Channel | None = None
         self._stub: Any = None
         self._metadata: tuple[tuple[str, str], ...] = (
             (("authorization", f"Bearer {self.api_key}"),) if self.api_key else ()
@@ -100,7 +101,9 @@ class AsyncSandboxClient:
             from sandboxes._proto.service_pb2_grpc import SandboxesStub
 
             if self._credentials is not None:
-                self._channel = grpc.aio.secure_channel(self.address, self._credentials, options=self._options)
+                self._channel = grpc.aio.secure_channel(
+                    self.address, self._credentials, options=self._options
+                )
             else:
                 self._channel = grpc.aio.insecure_channel(self.address, options=self._options)
             self._stub = SandboxesStub(self._channel)
@@ -112,11 +115,11 @@ class AsyncSandboxClient:
             channel, self._channel, self._stub = self._channel, None, None
             await channel.close()
 
-    async def __aenter__(self) -> "AsyncSandboxClient":
+    async def __aenter__(self) -> Self:
         self._connect()
         return self
 
-    async def __aexit__(self, *exc: Any) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
     # -- calling -----------------------------------------------------------------------------
@@ -126,7 +129,7 @@ class AsyncSandboxClient:
         method: str,
         request: Any,
         *,
-        timeout: Optional[float] = None,
+        timeout: float | None = None,
         retry: bool = False,
     ) -> Any:
         """One unary call with a deadline; retried on UNAVAILABLE when `retry`."""
@@ -137,7 +140,9 @@ class AsyncSandboxClient:
             retry=retry,
         )
 
-    async def _retrying(self, attempt: Callable[[], Awaitable[Any]], *, retry: bool, first_try: list | None = None) -> Any:
+    async def _retrying(
+        self, attempt: Callable[[], Awaitable[Any]], *, retry: bool, first_try: list | None = None
+    ) -> Any:
         n = 0
         while True:
             try:
@@ -157,14 +162,14 @@ class AsyncSandboxClient:
     async def create(
         self,
         template: str = "default",
-        labels: Optional[Mapping[str, str]] = None,
-        env: Optional[Mapping[str, str]] = None,
-        files: Optional[Mapping[str, Union[Data, tuple[Data, int]]]] = None,
-        ttl_s: Optional[float] = None,
-        idempotency_key: Optional[str] = None,
+        labels: Mapping[str, str] | None = None,
+        env: Mapping[str, str] | None = None,
+        files: Mapping[str, Data | tuple[Data, int]] | None = None,
+        ttl_s: float | None = None,
+        idempotency_key: str | None = None,
         *,
-        timeout: Optional[float] = None,
-    ) -> "RemoteSandbox":
+        timeout: float | None = None,
+    ) -> RemoteSandbox:
         """A ready sandbox of `template`. `timeout` bounds the wait for a free one (default: the
         client's timeout); past it the server answers `PoolExhausted`. Retries reuse one
         idempotency key, so a lost answer never creates a second sandbox."""
@@ -181,15 +186,15 @@ class AsyncSandboxClient:
         msg = await self._call("Create", req, timeout=wait + _NETWORK_MARGIN_S, retry=True)
         return RemoteSandbox(self, msg)
 
-    def sandbox(self, template: str = "default", **kwargs: Any) -> "_SandboxContext":
+    def sandbox(self, template: str = "default", **kwargs: Any) -> _SandboxContext:
         """`async with client.sandbox(...) as sb:` creates, and deletes on exit."""
         return _SandboxContext(self, template, kwargs)
 
-    async def get(self, sandbox_id: str) -> "RemoteSandbox":
+    async def get(self, sandbox_id: str) -> RemoteSandbox:
         msg = await self._call("Get", pb.GetRequest(sandbox_id=sandbox_id), retry=True)
         return RemoteSandbox(self, msg)
 
-    async def list(self, labels: Optional[Mapping[str, str]] = None) -> list["RemoteSandbox"]:
+    async def list(self, labels: Mapping[str, str] | None = None) -> list[RemoteSandbox]:
         """This API key's sandboxes whose labels contain every pair of `labels`."""
         msg = await self._call("List", pb.ListRequest(labels=dict(labels or {})), retry=True)
         return [RemoteSandbox(self, s) for s in msg.sandboxes]
@@ -211,7 +216,7 @@ class AsyncSandboxClient:
             raise
 
     async def bulk_delete(
-        self, ids: Optional[list[str]] = None, labels: Optional[Mapping[str, str]] = None
+        self, ids: list[str] | None = None, labels: Mapping[str, str] | None = None
     ) -> list[str]:
         """Delete the given ids and/or every sandbox matching `labels`; returns the deleted ids."""
         req = pb.BulkDeleteRequest(sandbox_ids=list(ids or []), labels=dict(labels or {}))
@@ -232,18 +237,18 @@ class AsyncSandboxClient:
 class _SandboxContext:
     def __init__(self, client: AsyncSandboxClient, template: str, kwargs: dict) -> None:
         self._client, self._template, self._kwargs = client, template, kwargs
-        self._sb: Optional[RemoteSandbox] = None
+        self._sb: RemoteSandbox | None = None
 
-    async def __aenter__(self) -> "RemoteSandbox":
+    async def __aenter__(self) -> RemoteSandbox:
         self._sb = await self._client.create(self._template, **self._kwargs)
         return self._sb
 
-    async def __aexit__(self, *exc: Any) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         if self._sb is not None:
             await self._sb.close()
 
 
-def _file_entries(files: Optional[Mapping[str, Any]]) -> list[pb.FileEntry]:
+def _file_entries(files: Mapping[str, Any] | None) -> list[pb.FileEntry]:
     out = []
     for path, value in (files or {}).items():
         data, mode = value if isinstance(value, tuple) else (value, 0)
@@ -265,9 +270,7 @@ class RemoteSandbox(SandboxBase):
         return (req.deadline_s or _UNBOUNDED_EXEC_DEADLINE_S) + _NETWORK_MARGIN_S
 
     def _exec_pb(self, req: ExecRequest, stdin: bytes = b"") -> pb.ExecRequest:
-        msg = pb.ExecRequest(
-            sandbox_id=self.id, argv=req.argv, env=req.env, cwd=req.cwd, stdin=stdin
-        )
+        msg = pb.ExecRequest(sandbox_id=self.id, argv=req.argv, env=req.env, cwd=req.cwd, stdin=stdin)
         limits = limits_to_pb(req.limits)
         if limits is not None:
             msg.limits.CopyFrom(limits)
@@ -277,7 +280,7 @@ class RemoteSandbox(SandboxBase):
         msg = await self._client._call("Exec", self._exec_pb(req, stdin), timeout=self._deadline(req))
         return result_from_pb(msg)
 
-    def _exec_stream(self, req: ExecRequest, stdin: Optional[bytes]) -> ExecStream:
+    def _exec_stream(self, req: ExecRequest, stdin: bytes | None) -> ExecStream:
         source = _RemoteStream(self._client, self._exec_pb(req), self._deadline(req))
         return ExecStream(source, stdin=stdin)
 
@@ -302,7 +305,9 @@ class RemoteSandbox(SandboxBase):
         return await client._retrying(attempt, retry=True)
 
     async def list_dir(self, path: str = ".") -> list[DirEntry]:
-        msg = await self._client._call("ListDir", pb.ListDirRequest(sandbox_id=self.id, path=path), retry=True)
+        msg = await self._client._call(
+            "ListDir", pb.ListDirRequest(sandbox_id=self.id, path=path), retry=True
+        )
         return [dir_entry_from_pb(e) for e in msg.entries]
 
     async def remove(self, path: str, recursive: bool = False) -> None:
@@ -323,7 +328,7 @@ class RemoteSandbox(SandboxBase):
             pass
         self._closed = True
 
-    async def __aenter__(self) -> "RemoteSandbox":
+    async def __aenter__(self) -> Self:
         return self
 
 
@@ -374,7 +379,7 @@ class _RemoteStream:
                 return
             raise
 
-    async def next(self) -> Optional[Any]:
+    async def next(self) -> Any | None:
         call = await self._ensure()
         msg = await self._guard(call.read())
         if msg is grpc.aio.EOF:

@@ -15,10 +15,10 @@ import collections
 import contextlib
 import logging
 import os
-import time
 import uuid
+from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
-from typing import Any, AsyncIterator, Mapping, Optional, Union
+from typing import Any, Self
 
 from . import _bridge
 from .backends import Backend, SandboxHandle, get_backend
@@ -83,7 +83,7 @@ class _TemplatePool:
     wake: asyncio.Event = field(default_factory=asyncio.Event)
     consecutive_failures: int = 0
     backoff_until: float = 0.0
-    last_error: Optional[BaseException] = None
+    last_error: BaseException | None = None
     created_total: int = 0
     destroyed_total: int = 0
     create_failures_total: int = 0
@@ -122,14 +122,14 @@ class Pool:
 
     def __init__(
         self,
-        backend: Union[str, Backend] = "local",
+        backend: str | Backend = "local",
         warm: int = 8,
-        template: Optional[Template] = None,
-        templates: Optional[Mapping[str, Template]] = None,
-        max_size: Optional[int] = None,
+        template: Template | None = None,
+        templates: Mapping[str, Template] | None = None,
+        max_size: int | None = None,
         claim_timeout: float = 30.0,
         *,
-        create_concurrency: Optional[int] = None,
+        create_concurrency: int | None = None,
         renew_concurrency: int = 64,
         **template_kwargs: Any,
     ) -> None:
@@ -173,15 +173,15 @@ class Pool:
         self._tasks: list[asyncio.Task[None]] = []
         self._create_tasks: set[asyncio.Task[None]] = set()
         self._destroy_tasks: set[asyncio.Task[None]] = set()
-        self._renew_sem: Optional[asyncio.Semaphore] = None
+        self._renew_sem: asyncio.Semaphore | None = None
         self._started = False
         self._closing = False
-        self._start_lock: Optional[asyncio.Lock] = None
-        self._close_task: Optional[asyncio.Task[None]] = None
+        self._start_lock: asyncio.Lock | None = None
+        self._close_task: asyncio.Task[None] | None = None
 
     # --- lifecycle -------------------------------------------------------------------------------
 
-    async def start(self) -> "Pool":
+    async def start(self) -> Self:
         """Reap leftovers of dead pools, then fill the warm sets in the background."""
         if self._start_lock is None:
             self._start_lock = asyncio.Lock()
@@ -247,22 +247,22 @@ class Pool:
             except Exception:
                 log.exception("closing backend %s failed", b.name)
 
-    async def __aenter__(self) -> "Pool":
+    async def __aenter__(self) -> Self:
         return await self.start()
 
-    async def __aexit__(self, *exc: Any) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
     # --- claims ----------------------------------------------------------------------------------
 
     async def claim(
         self,
-        template: Optional[str] = None,
+        template: str | None = None,
         *,
-        env: Optional[Mapping[str, str]] = None,
-        files: Optional[Mapping[str, Data]] = None,
-        labels: Optional[Mapping[str, str]] = None,
-        timeout: Optional[float] = None,
+        env: Mapping[str, str] | None = None,
+        files: Mapping[str, Data] | None = None,
+        labels: Mapping[str, str] | None = None,
+        timeout: float | None = None,
     ) -> Sandbox:
         """A ready sandbox of `template` (default: the pool's default template).
 
@@ -373,12 +373,12 @@ class Pool:
     @contextlib.asynccontextmanager
     async def sandbox(
         self,
-        template: Optional[str] = None,
+        template: str | None = None,
         *,
-        env: Optional[Mapping[str, str]] = None,
-        files: Optional[Mapping[str, Data]] = None,
-        labels: Optional[Mapping[str, str]] = None,
-        timeout: Optional[float] = None,
+        env: Mapping[str, str] | None = None,
+        files: Mapping[str, Data] | None = None,
+        labels: Mapping[str, str] | None = None,
+        timeout: float | None = None,
     ) -> AsyncIterator[Sandbox]:
         """`async with pool.sandbox(...) as sb:` claims a sandbox and destroys it afterwards."""
         sb = await self.claim(template, env=env, files=files, labels=labels, timeout=timeout)
@@ -419,7 +419,7 @@ class Pool:
 
     # --- background: replenish -------------------------------------------------------------------
 
-    def _tp(self, template: Optional[str]) -> _TemplatePool:
+    def _tp(self, template: str | None) -> _TemplatePool:
         name = template or self.default_template
         tp = self._tps.get(name)
         if tp is None:
@@ -458,7 +458,7 @@ class Pool:
         """Create one sandbox (the caller counted it in `creating`) and offer it."""
         t = tp.template
         sid = f"sb-{uuid.uuid4().hex[:12]}"
-        handle: Optional[SandboxHandle] = None
+        handle: SandboxHandle | None = None
         try:
             try:
                 async with asyncio.timeout(t.create_timeout_s):
@@ -471,7 +471,7 @@ class Pool:
         except asyncio.CancelledError:
             tp.creating -= 1
             raise
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001 - any backend failure is counted and retried
             tp.creating -= 1
             if handle is not None:
                 with contextlib.suppress(Exception):
@@ -595,5 +595,5 @@ def _handle_alive(handle: SandboxHandle) -> bool:
         return True
     try:
         return bool(alive())
-    except Exception:
+    except Exception:  # noqa: BLE001 - unknown: let the agent call tell
         return True

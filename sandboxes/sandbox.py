@@ -13,19 +13,20 @@ import asyncio
 import dataclasses
 import logging
 import math
-from typing import Any, AsyncIterator, Awaitable, Callable, Mapping, Optional, Union
+from collections.abc import Awaitable, Callable, Mapping
+from typing import Any, Self
 
 from . import _bridge
 from .errors import InvalidRequest, SandboxLost, SandboxTimeout
 from .templates import validate_env
 from .types import AgentInfo, DirEntry, ExecEvent, ExecResult, Limits
 
-__all__ = ["SandboxBase", "Sandbox", "ExecStream", "Argv", "Data"]
+__all__ = ["Argv", "Data", "ExecStream", "Sandbox", "SandboxBase"]
 
 log = logging.getLogger(__name__)
 
-Argv = Union[list[str], tuple[str, ...], str]
-Data = Union[bytes, bytearray, memoryview, str]
+Argv = list[str] | tuple[str, ...] | str
+Data = bytes | bytearray | memoryview | str
 
 # The RPC deadline of an exec is its wall limit plus this margin (plus 10%): the agent enforces
 # the limit and reports `timed_out`; the deadline only catches a wedged agent or a lost link.
@@ -69,7 +70,7 @@ class ExecRequest:
     env: dict[str, str]
     cwd: str
     limits: Limits
-    deadline_s: Optional[float]
+    deadline_s: float | None
 
 
 class ExecStream:
@@ -89,17 +90,17 @@ class ExecStream:
         source: Any,
         *,
         convert: Callable[[Any], ExecEvent] = lambda e: e,
-        stdin: Optional[bytes] = None,
+        stdin: bytes | None = None,
     ) -> None:
         self._source = source
         self._convert = convert
         self._stdin = stdin
-        self._feeder: Optional[asyncio.Task[None]] = None
+        self._feeder: asyncio.Task[None] | None = None
         self._done = False
-        self.pid: Optional[int] = None
-        self.result: Optional[ExecResult] = None
+        self.pid: int | None = None
+        self.result: ExecResult | None = None
 
-    def __aiter__(self) -> "ExecStream":
+    def __aiter__(self) -> Self:
         return self
 
     async def __anext__(self) -> ExecEvent:
@@ -128,7 +129,7 @@ class ExecStream:
             if data:
                 await self.send_stdin(data)
             await self.close_stdin()
-        except Exception as e:  # the program may exit before reading its input
+        except Exception as e:  # noqa: BLE001 - the program may exit before reading its input
             log.debug("stdin feed stopped: %s", e)
 
     async def send_stdin(self, data: Data) -> None:
@@ -177,10 +178,10 @@ class ExecStream:
             stderr=self.result.stderr + bytes(err),
         )
 
-    async def __aenter__(self) -> "ExecStream":
+    async def __aenter__(self) -> Self:
         return self
 
-    async def __aexit__(self, *exc: Any) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         self.cancel()
 
 
@@ -200,9 +201,9 @@ class SandboxBase(abc.ABC):
         id: str,
         template: str,
         *,
-        labels: Optional[Mapping[str, str]] = None,
-        env: Optional[Mapping[str, str]] = None,
-        limits: Optional[Limits] = None,
+        labels: Mapping[str, str] | None = None,
+        env: Mapping[str, str] | None = None,
+        limits: Limits | None = None,
     ) -> None:
         self.id = id
         self.template = template
@@ -220,10 +221,10 @@ class SandboxBase(abc.ABC):
     def _request(
         self,
         argv: Argv,
-        timeout: Optional[float],
-        env: Optional[Mapping[str, str]],
-        cwd: Optional[str],
-        limits: Optional[Limits],
+        timeout: float | None,
+        env: Mapping[str, str] | None,
+        cwd: str | None,
+        limits: Limits | None,
     ) -> ExecRequest:
         args = normalize_argv(argv)
         merged_env = dict(self.env)
@@ -251,11 +252,11 @@ class SandboxBase(abc.ABC):
         self,
         argv: Argv,
         *,
-        timeout: Optional[float] = None,
+        timeout: float | None = None,
         stdin: Data = b"",
-        env: Optional[Mapping[str, str]] = None,
-        cwd: Optional[str] = None,
-        limits: Optional[Limits] = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        limits: Limits | None = None,
     ) -> ExecResult:
         """Run a program to completion. A str `argv` runs via `/bin/sh -c`.
 
@@ -270,11 +271,11 @@ class SandboxBase(abc.ABC):
         self,
         argv: Argv,
         *,
-        timeout: Optional[float] = None,
-        stdin: Optional[Data] = None,
-        env: Optional[Mapping[str, str]] = None,
-        cwd: Optional[str] = None,
-        limits: Optional[Limits] = None,
+        timeout: float | None = None,
+        stdin: Data | None = None,
+        env: Mapping[str, str] | None = None,
+        cwd: str | None = None,
+        limits: Limits | None = None,
     ) -> ExecStream:
         """Start a program interactively; iterate the returned `ExecStream` for its events.
 
@@ -292,7 +293,7 @@ class SandboxBase(abc.ABC):
 
     async def write_files(
         self,
-        files: Mapping[str, Union[Data, tuple[Data, int]]],
+        files: Mapping[str, Data | tuple[Data, int]],
         *,
         mode: int = 0o644,
     ) -> None:
@@ -312,7 +313,7 @@ class SandboxBase(abc.ABC):
     async def _exec(self, req: ExecRequest, stdin: bytes) -> ExecResult: ...
 
     @abc.abstractmethod
-    def _exec_stream(self, req: ExecRequest, stdin: Optional[bytes]) -> ExecStream: ...
+    def _exec_stream(self, req: ExecRequest, stdin: bytes | None) -> ExecStream: ...
 
     @abc.abstractmethod
     async def _write_files(self, files: list[tuple[str, bytes, int]]) -> None: ...
@@ -337,10 +338,10 @@ class SandboxBase(abc.ABC):
     async def close(self) -> None:
         """Release the sandbox (destroyed by default). Idempotent."""
 
-    async def __aenter__(self) -> "SandboxBase":
+    async def __aenter__(self) -> Self:
         return self
 
-    async def __aexit__(self, *exc: Any) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.close()
 
     def __repr__(self) -> str:
@@ -359,10 +360,10 @@ class Sandbox(SandboxBase):
         client: Any,
         *,
         template: str,
-        limits: Optional[Limits] = None,
-        labels: Optional[Mapping[str, str]] = None,
-        env: Optional[Mapping[str, str]] = None,
-        on_close: Optional[Callable[["Sandbox"], Awaitable[None]]] = None,
+        limits: Limits | None = None,
+        labels: Mapping[str, str] | None = None,
+        env: Mapping[str, str] | None = None,
+        on_close: Callable[[Sandbox], Awaitable[None]] | None = None,
         call_timeout_s: float = DEFAULT_CALL_TIMEOUT_S,
     ) -> None:
         super().__init__(handle.id, template, labels=labels, env=env, limits=limits)
@@ -409,7 +410,7 @@ class Sandbox(SandboxBase):
         )
         return _bridge.to_exec_result(r)
 
-    def _exec_stream(self, req: ExecRequest, stdin: Optional[bytes]) -> ExecStream:
+    def _exec_stream(self, req: ExecRequest, stdin: bytes | None) -> ExecStream:
         self._check_open()
         with _bridge.translating():
             source = self._client.exec_stream(
@@ -461,5 +462,3 @@ class Sandbox(SandboxBase):
             except Exception:
                 log.debug("closing agent client of %s failed", self.id, exc_info=True)
 
-    async def __aenter__(self) -> "Sandbox":
-        return self

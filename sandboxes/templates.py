@@ -5,8 +5,9 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
+from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Mapping, Optional
+from typing import Any
 
 from .errors import InvalidRequest
 from .types import Limits
@@ -30,7 +31,7 @@ class Template:
 
     name: str = "default"
     backend: str = "local"
-    image: Optional[str] = None
+    image: str | None = None
     limits: Limits = field(default_factory=Limits)
     memory_bytes: int = 0
     max_pids: int = 0
@@ -38,7 +39,7 @@ class Template:
     env: Mapping[str, str] = field(default_factory=dict)
     network: bool = False
     lease_ttl_s: float = 30.0
-    warm: Optional[int] = None
+    warm: int | None = None
     uid: int = 65534
     gid: int = 65534
     work_dir: str = "/work"
@@ -91,7 +92,7 @@ class Template:
             if not isinstance(k, str) or not isinstance(v, str):
                 raise InvalidRequest("labels must map str to str")
 
-    def replace(self, **changes: Any) -> "Template":
+    def replace(self, **changes: Any) -> Template:
         """A copy with `changes` applied (validated)."""
         return dataclasses.replace(self, **changes)
 

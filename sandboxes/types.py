@@ -5,27 +5,27 @@ from __future__ import annotations
 import dataclasses
 import math
 from dataclasses import dataclass, field
-from typing import Literal, Optional
+from typing import Literal
 
 from .errors import InvalidRequest
 
-__all__ = ["Limits", "ExecResult", "ExecEvent", "DirEntry", "AgentInfo"]
+__all__ = ["AgentInfo", "DirEntry", "ExecEvent", "ExecResult", "Limits"]
 
 
 @dataclass(frozen=True)
 class Limits:
     """Limits of one execution; `None` means the sandbox template's / agent's default."""
 
-    wall_time_s: Optional[float] = None
-    cpu_time_s: Optional[float] = None
-    memory_bytes: Optional[int] = None
-    max_pids: Optional[int] = None
-    max_output_bytes: Optional[int] = None
-    max_file_size_bytes: Optional[int] = None
-    max_open_files: Optional[int] = None
+    wall_time_s: float | None = None
+    cpu_time_s: float | None = None
+    memory_bytes: int | None = None
+    max_pids: int | None = None
+    max_output_bytes: int | None = None
+    max_file_size_bytes: int | None = None
+    max_open_files: int | None = None
     kill_on_output_limit: bool = False
 
-    def merged(self, override: Optional["Limits"]) -> "Limits":
+    def merged(self, override: Limits | None) -> Limits:
         """`override`'s set fields on top of these."""
         if override is None:
             return self
@@ -36,7 +36,7 @@ class Limits:
         }
         return dataclasses.replace(self, **changes)
 
-    def validate(self) -> "Limits":
+    def validate(self) -> Limits:
         """Raise `InvalidRequest` on a negative, non-finite or absurd value; returns self.
 
         The ceilings mirror the agent's (it refuses the same values), so a bad request fails
@@ -104,9 +104,9 @@ class ExecEvent:
     """One event of a streamed execution."""
 
     kind: Literal["started", "stdout", "stderr", "exit", "keepalive"]
-    pid: Optional[int] = None
+    pid: int | None = None
     data: bytes = b""
-    result: Optional[ExecResult] = None
+    result: ExecResult | None = None
 
 
 @dataclass(frozen=True)

@@ -12,8 +12,9 @@ import signal
 import subprocess
 import tempfile
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Any, AsyncIterator, Awaitable, Callable
+from typing import Any
 
 import pytest
 import pytest_asyncio
@@ -22,11 +23,11 @@ import pytest_asyncio
 RUN_ROOT = Path(tempfile.mkdtemp(prefix="sbx-", dir="/tmp"))
 os.environ["SANDBOXES_RUN_DIR"] = str(RUN_ROOT)
 
-import sandboxes  # noqa: E402
-from sandboxes import _bridge  # noqa: E402
-from sandboxes.backends.local import _cgroup_dirs  # noqa: E402
+from helpers import agent_pids, cgroup_exists, pgrep, pid_running, wait_until  # noqa: F401
 
-from .helpers import agent_pids, cgroup_exists, pid_running  # noqa: E402
+import sandboxes
+from sandboxes import _bridge
+from sandboxes.backends.local import _cgroup_dirs
 
 # --- session: native module present, launches recorded, leak check ------------------------------
 

@@ -6,8 +6,8 @@ import asyncio
 import os
 import subprocess
 import time
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Awaitable, Callable, Union
 
 from sandboxes.backends.local import _cgroup_dirs
 
@@ -16,7 +16,7 @@ AGENT_NAME = "sandbox-agent"
 
 def agent_pids() -> set[int]:
     """Pids of running agent processes (`pgrep -f sandbox-agent`, minus unrelated command lines)."""
-    out = subprocess.run(["pgrep", "-f", AGENT_NAME], capture_output=True, text=True).stdout
+    out = subprocess.run(["pgrep", "-f", AGENT_NAME], capture_output=True, text=True, check=False).stdout
     pids = set()
     for line in out.split():
         pid = int(line)
@@ -32,7 +32,7 @@ def agent_pids() -> set[int]:
 
 def pgrep(pattern: str) -> list[int]:
     """Pids whose command line contains `pattern` (host view: sees into sandboxes' pid namespaces)."""
-    out = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True).stdout
+    out = subprocess.run(["pgrep", "-f", pattern], capture_output=True, text=True, check=False).stdout
     return [int(p) for p in out.split() if int(p) != os.getpid()]
 
 
@@ -50,7 +50,7 @@ def cgroup_exists(cgroup: str) -> bool:
 
 
 async def wait_until(
-    cond: Callable[[], Union[bool, Awaitable[bool]]],
+    cond: Callable[[], bool | Awaitable[bool]],
     timeout: float = 30.0,
     interval: float = 0.02,
     what: str = "condition",

@@ -5,17 +5,17 @@ from __future__ import annotations
 import asyncio
 import json
 import os
-import subprocess
+import secrets
+from collections.abc import Awaitable, Callable
 from pathlib import Path
-from typing import Any, Awaitable, Callable
+from typing import Any
 
 import pytest
+from helpers import cgroup_exists, pid_running, wait_until
 
 import sandboxes
 from sandboxes import Limits, Pool
 from sandboxes.backends import local as local_backend
-
-from .helpers import cgroup_exists, pid_running, wait_until
 
 pytestmark = pytest.mark.asyncio
 
@@ -208,19 +208,20 @@ async def test_close_destroys_warm_and_claimed(make_pool: MakePool) -> None:
 
 async def test_orphans_of_a_dead_pool_are_reaped(native: Any, make_pool: MakePool) -> None:
     root = local_backend.default_run_root()
-    dead_dir = root / "pool-deadbeef0000"
+    dead_dir = root / f"pool-dead{secrets.token_hex(4)}"
+    name = f"sb-orphan-{secrets.token_hex(4)}"
     dead_dir.mkdir(parents=True)
     # An owner pid that is certainly dead: a child we already reaped.
-    child = subprocess.Popen(["true"])
-    child.wait()
+    child = await asyncio.create_subprocess_exec("true")
+    await child.wait()
     (dead_dir / "owner.json").write_text(json.dumps({"pid": child.pid, "starttime": 1}))
     orphan = await native.launch_local(
-        native.LaunchConfig(sandboxes._bridge.agent_path(), str(dead_dir / "sb-orphan"), lease_ttl_s=300)
+        native.LaunchConfig(sandboxes._bridge.agent_path(), str(dead_dir / name), lease_ttl_s=300)
     )
     try:
         record = {"pid": orphan.pid, "starttime": local_backend._starttime(orphan.pid),
                   "cgroup": orphan.cgroup, "run_dir": orphan.run_dir}
-        (dead_dir / "sb-orphan.json").write_text(json.dumps(record))
+        (dead_dir / f"{name}.json").write_text(json.dumps(record))
         assert orphan.alive()
 
         await make_pool(warm=0)

@@ -5,22 +5,20 @@ Shared by the server and the client so both sides read a field the same way.
 
 from __future__ import annotations
 
-from typing import Optional
-
 from sandboxes import types as T
 from sandboxes._proto import service_pb2 as pb
 
 __all__ = [
-    "limits_to_pb",
-    "limits_from_pb",
-    "result_to_pb",
-    "result_from_pb",
-    "event_to_pb",
-    "event_from_pb",
-    "dir_entry_to_pb",
     "dir_entry_from_pb",
-    "info_to_pb",
+    "dir_entry_to_pb",
+    "event_from_pb",
+    "event_to_pb",
     "info_from_pb",
+    "info_to_pb",
+    "limits_from_pb",
+    "limits_to_pb",
+    "result_from_pb",
+    "result_to_pb",
 ]
 
 _PATH_TO_PB = {"spawn": pb.EXEC_PATH_SPAWN, "zygote": pb.EXEC_PATH_ZYGOTE}
@@ -37,7 +35,7 @@ _LIMIT_FIELDS = (
 )
 
 
-def limits_to_pb(limits: Optional[T.Limits]) -> Optional[pb.Limits]:
+def limits_to_pb(limits: T.Limits | None) -> pb.Limits | None:
     if limits is None:
         return None
     msg = pb.Limits(kill_on_output_limit=bool(limits.kill_on_output_limit))
@@ -48,7 +46,7 @@ def limits_to_pb(limits: Optional[T.Limits]) -> Optional[pb.Limits]:
     return msg
 
 
-def limits_from_pb(msg: Optional[pb.Limits]) -> Optional[T.Limits]:
+def limits_from_pb(msg: pb.Limits | None) -> T.Limits | None:
     """Zero fields mean "the default" on the wire and `None` in `types.Limits`."""
     if msg is None:
         return None
@@ -126,15 +124,11 @@ def event_from_pb(m: pb.ExecEvent) -> T.ExecEvent:
 
 
 def dir_entry_to_pb(e: T.DirEntry) -> pb.DirEntry:
-    return pb.DirEntry(
-        name=e.name, is_dir=e.is_dir, size=e.size, mode=e.mode, is_symlink=e.is_symlink
-    )
+    return pb.DirEntry(name=e.name, is_dir=e.is_dir, size=e.size, mode=e.mode, is_symlink=e.is_symlink)
 
 
 def dir_entry_from_pb(m: pb.DirEntry) -> T.DirEntry:
-    return T.DirEntry(
-        name=m.name, is_dir=m.is_dir, size=m.size, mode=m.mode, is_symlink=m.is_symlink
-    )
+    return T.DirEntry(name=m.name, is_dir=m.is_dir, size=m.size, mode=m.mode, is_symlink=m.is_symlink)
 
 
 def info_to_pb(i: T.AgentInfo) -> pb.InfoResponse:

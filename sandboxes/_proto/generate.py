@@ -17,8 +17,8 @@ PROTOS = ["service.proto"]
 
 def main() -> int:
     try:
-        from grpc_tools import protoc
         import grpc_tools
+        from grpc_tools import protoc
     except ImportError:
         print("grpcio-tools is not installed: pip install grpcio-tools", file=sys.stderr)
         return 1
@@ -39,9 +39,7 @@ def main() -> int:
         stem = proto.removesuffix(".proto")
         grpc_module = HERE / f"{stem}_pb2_grpc.py"
         text = grpc_module.read_text()
-        text = re.sub(
-            rf"^import {stem}_pb2 as ", f"from . import {stem}_pb2 as ", text, flags=re.M
-        )
+        text = re.sub(rf"^import {stem}_pb2 as ", f"from . import {stem}_pb2 as ", text, flags=re.MULTILINE)
         grpc_module.write_text(text)
     print(f"generated stubs in {HERE}")
     return 0

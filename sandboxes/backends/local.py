@@ -14,6 +14,7 @@ Layout on the host (root: `/run/sandboxes`, else `$XDG_RUNTIME_DIR/sandboxes`, e
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import errno
 import json
 import logging
@@ -23,7 +24,7 @@ import signal
 import time
 import uuid
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any
 
 from .. import _bridge
 from ..errors import LaunchError
@@ -55,7 +56,7 @@ def default_run_root() -> Path:
     return Path(f"/tmp/sandboxes-{os.getuid()}")
 
 
-def create_backend(**kwargs: Any) -> "LocalBackend":
+def create_backend(**kwargs: Any) -> LocalBackend:
     """Factory used by `sandboxes.backends.get_backend`."""
     return LocalBackend(**kwargs)
 
@@ -70,9 +71,9 @@ class LocalBackend:
 
     def __init__(
         self,
-        pool_id: Optional[str] = None,
-        run_root: Optional[str | os.PathLike[str]] = None,
-        agent_bin: Optional[str] = None,
+        pool_id: str | None = None,
+        run_root: str | os.PathLike[str] | None = None,
+        agent_bin: str | None = None,
     ) -> None:
         self.pool_id = pool_id or uuid.uuid4().hex[:12]
         self.run_root = Path(run_root) if run_root else default_run_root()
@@ -194,7 +195,10 @@ class LocalBackend:
                     continue
             elif _alive(owner.get("pid"), owner.get("starttime")):
                 continue
-            reaped += _reap_pool_dir(d)
+            try:
+                reaped += _reap_pool_dir(d)
+            except OSError as e:  # e.g. another pool reaping the same dir concurrently
+                log.warning("reaping %s failed: %s", d, e)
         return reaped
 
 
@@ -202,27 +206,53 @@ class LocalBackend:
 
 
 def _reap_pool_dir(d: Path) -> int:
-    records = [r for p in d.glob("*.json") if p.name != _OWNER and (r := _read_json(p))]
-    killed = []
-    for r in records:
-        pid, start = r.get("pid"), r.get("starttime")
-        if _alive(pid, start):
-            try:
+    """Kill what a dead pool left in `d` and remove it; returns how many sandboxes it held.
+
+    Victims are the recorded agents (matched by pid and start time) and every process still in a
+    cgroup named after one of the pool's sandboxes, so an agent launched just before its owner
+    died, and not yet recorded, is found too.
+    """
+    records = {p.stem: r for p in d.glob("*.json") if p.name != _OWNER and (r := _read_json(p))}
+    names = set(records)
+    names |= {p.name for p in d.iterdir() if p.is_dir()} if d.is_dir() else set()
+    cgroups = {n: _cgroup_dirs(str(records.get(n, {}).get("cgroup") or n)) for n in names}
+    victims: set[tuple[int, int | None]] = set()
+    for r in records.values():
+        if _alive(r.get("pid"), r.get("starttime")):
+            victims.add((r["pid"], r.get("starttime")))
+    for dirs in cgroups.values():
+        victims |= {(pid, _starttime(pid)) for pid in _cgroup_pids(dirs)}
+    me = os.getpid()
+    for pid, _ in victims:
+        if pid != me:
+            with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
-                killed.append((pid, start))
-                log.info("reaped orphan agent pid %s of dead pool %s", pid, d.name)
-            except ProcessLookupError:
-                pass
+                log.info("killed pid %s left by dead pool %s", pid, d.name)
     deadline = time.monotonic() + 5.0
-    while any(_alive(p, s) for p, s in killed) and time.monotonic() < deadline:
+    while any(_alive(p, s) for p, s in victims if p != me) and time.monotonic() < deadline:
         time.sleep(0.01)
-    for r in records:
-        _remove_cgroup(r.get("cgroup") or "")
+    for dirs in cgroups.values():
+        _remove_cgroup_dirs(dirs)
     shutil.rmtree(d, ignore_errors=True)
-    return len(records)
+    return len(names)
 
 
-def _starttime(pid: int) -> Optional[int]:
+def _cgroup_pids(dirs: list[Path]) -> set[int]:
+    """Pids in these cgroups and their descendants."""
+    pids: set[int] = set()
+    for top in dirs:
+        if not top.is_dir():
+            continue
+        for root, _dirs, _files in os.walk(top):
+            try:
+                text = (Path(root) / "cgroup.procs").read_text()
+            except OSError:
+                continue
+            pids |= {int(x) for x in text.split()}
+    return pids
+
+
+def _starttime(pid: int) -> int | None:
     """Start time of `pid` in clock ticks since boot (field 22 of /proc/pid/stat), None if gone."""
     try:
         stat = Path(f"/proc/{pid}/stat").read_text()
@@ -246,24 +276,57 @@ def _alive(pid: Any, starttime: Any) -> bool:
     return starttime is None or int(fields[19]) == starttime
 
 
-def _cgroup_dirs(cgroup: str) -> list[Path]:
-    if not cgroup:
-        return []
-    p = Path(cgroup)
-    if p.is_absolute() and str(p).startswith(str(_CGROUP_ROOT)):
-        return [p]
-    rel = str(p).lstrip("/")
-    dirs = [_CGROUP_ROOT / rel]
+def _own_cgroup_dirs() -> list[Path]:
+    """This process's own cgroup directory in every mounted hierarchy (v1 and v2)."""
     try:
-        dirs += [c / rel for c in _CGROUP_ROOT.iterdir() if c.is_dir() and not c.is_symlink()]
+        own = Path("/proc/self/cgroup").read_text().splitlines()
+        mounts = Path("/proc/self/mountinfo").read_text().splitlines()
     except OSError:
-        pass
+        return []
+    paths: dict[str, str] = {}  # "" for v2, else each v1 controller / name=...
+    for line in own:
+        parts = line.split(":", 2)
+        if len(parts) == 3:
+            for ctrl in parts[1].split(",") if parts[1] else [""]:
+                paths[ctrl] = parts[2]
+    dirs = []
+    for m in mounts:
+        left, sep, right = m.partition(" - ")
+        if not sep:
+            continue
+        lf, rf = left.split(" "), right.split(" ")
+        if len(lf) < 5 or len(rf) < 3 or rf[0] not in ("cgroup", "cgroup2"):
+            continue
+        root, mountpoint = lf[3], lf[4]
+        if rf[0] == "cgroup2":
+            own_path = paths.get("")
+        else:
+            own_path = next((paths[o] for o in rf[2].split(",") if o in paths), None)
+        if own_path is None:
+            continue
+        rel = own_path[len(root):] if own_path.startswith(root) and root != "/" else own_path
+        dirs.append(Path(mountpoint) / rel.lstrip("/"))
     return dirs
 
 
-def _remove_cgroup(cgroup: str) -> None:
-    """rmdir the cgroup (children first) in every hierarchy it exists in; bounded retry on EBUSY."""
-    for top in _cgroup_dirs(cgroup):
+def _cgroup_dirs(cgroup: str) -> list[Path]:
+    """Every directory of a sandbox's cgroup: the recorded one plus `<own>/sandboxes/<name>` in
+    each hierarchy (on cgroup v1 the launcher makes one per controller, and reports the first).
+    `cgroup` may also be just the name (the sandbox id)."""
+    if not cgroup:
+        return []
+    recorded = Path(cgroup)
+    out = [recorded] if recorded.is_absolute() else []
+    for own in _own_cgroup_dirs():
+        d = own / "sandboxes" / recorded.name
+        if d not in out:
+            out.append(d)
+    return out
+
+
+def _remove_cgroup_dirs(dirs: list[Path]) -> None:
+    """rmdir these cgroups (children first); bounded retry on EBUSY."""
+    for top in dirs:
         if not top.is_dir():
             continue
         deadline = time.monotonic() + 2.0
@@ -294,7 +357,7 @@ def _write_json(path: Path, obj: dict) -> None:
     os.replace(tmp, path)
 
 
-def _read_json(path: Path) -> Optional[dict]:
+def _read_json(path: Path) -> dict | None:
     try:
         data = json.loads(path.read_text())
     except (OSError, ValueError):

@@ -10,7 +10,8 @@ from __future__ import annotations
 import asyncio
 import logging
 import signal
-from typing import Any, Mapping, Optional
+from collections.abc import Mapping
+from typing import Any, Self
 
 import grpc
 
@@ -19,7 +20,7 @@ from sandboxes.server.metrics import Metrics
 from sandboxes.server.quota import QuotaLimits, Quotas
 from sandboxes.server.service import SandboxService, ServiceConfig
 
-__all__ = ["Server", "serve", "MAX_MESSAGE_BYTES"]
+__all__ = ["MAX_MESSAGE_BYTES", "Server", "serve"]
 
 log = logging.getLogger("sandboxes.server")
 
@@ -33,13 +34,10 @@ def _version() -> str:
         v = getattr(sandboxes, "__version__", None)
         if v:
             return str(v)
-    except Exception:
-        pass
-    try:
         from importlib.metadata import version
 
         return version("sandboxes")
-    except Exception:
+    except Exception:  # noqa: BLE001 (a missing version must not stop the server)
         return "0+unknown"
 
 
@@ -55,19 +53,19 @@ class Server:
         *,
         host: str = "127.0.0.1",
         port: int = 50051,
-        auth: Optional[ApiKeys] = None,
+        auth: ApiKeys | None = None,
         insecure: bool = False,
-        api_keys_file: Optional[str] = None,
+        api_keys_file: str | None = None,
         backend: str = "local",
         warm: int = 1,
-        templates: Optional[Mapping[str, Any]] = None,
-        pool_kwargs: Optional[Mapping[str, Any]] = None,
+        templates: Mapping[str, Any] | None = None,
+        pool_kwargs: Mapping[str, Any] | None = None,
         pool: Any = None,
         own_pool: bool = True,
-        metrics_port: Optional[int] = None,
+        metrics_port: int | None = None,
         metrics_host: str = "127.0.0.1",
-        quota: QuotaLimits = QuotaLimits(),
-        config: ServiceConfig = ServiceConfig(),
+        quota: QuotaLimits | None = None,
+        config: ServiceConfig | None = None,
         max_message_bytes: int = MAX_MESSAGE_BYTES,
         grace_s: float = 10.0,
     ) -> None:
@@ -83,24 +81,24 @@ class Server:
         self.own_pool = own_pool if pool is not None else True
         self.metrics_port_requested = metrics_port
         self.metrics_host = metrics_host
-        self.quotas = Quotas(quota)
-        self.config = config
+        self.quotas = Quotas(quota or QuotaLimits())
+        self.config = config or ServiceConfig()
         self.max_message_bytes = max_message_bytes
         self.grace_s = grace_s
         self.metrics = Metrics()
-        self.service: Optional[SandboxService] = None
-        self.grpc: Optional[grpc.aio.Server] = None
-        self.port: Optional[int] = None
-        self.metrics_port: Optional[int] = None
+        self.service: SandboxService | None = None
+        self.grpc: grpc.aio.Server | None = None
+        self.port: int | None = None
+        self.metrics_port: int | None = None
         self._stopped = asyncio.Event()
-        self._stopping: Optional[asyncio.Task] = None
+        self._stopping: asyncio.Task | None = None
 
     @property
     def address(self) -> str:
         host = self.host if self.host not in ("0.0.0.0", "::", "[::]") else "127.0.0.1"
         return f"{host}:{self.port}"
 
-    async def start(self) -> "Server":
+    async def start(self) -> Server:
         if self.pool is None:
             from sandboxes.pool import Pool
 
@@ -150,7 +148,7 @@ class Server:
         )
         return self
 
-    async def stop(self, grace: Optional[float] = None) -> None:
+    async def stop(self, grace: float | None = None) -> None:
         """Graceful stop; idempotent and safe to call concurrently."""
         if self._stopping is None:
             self._stopping = asyncio.ensure_future(self._teardown(self.grace_s if grace is None else grace))
@@ -179,16 +177,16 @@ class Server:
     async def wait_stopped(self) -> None:
         await self._stopped.wait()
 
-    async def __aenter__(self) -> "Server":
+    async def __aenter__(self) -> Self:
         return await self.start()
 
-    async def __aexit__(self, *exc: Any) -> None:
+    async def __aexit__(self, *exc: object) -> None:
         await self.stop()
 
 
 async def serve(
     *,
-    stop: Optional[asyncio.Event] = None,
+    stop: asyncio.Event | None = None,
     handle_signals: bool = True,
     **server_kwargs: Any,
 ) -> None:

@@ -14,18 +14,18 @@ import hashlib
 import hmac
 import os
 import pathlib
-from typing import Iterable, Optional, Sequence
+from collections.abc import Iterable, Sequence
 
 from sandboxes.errors import InvalidRequest
 from sandboxes.server.errors import Unauthenticated
 
-__all__ = ["ApiKeys", "ENV_VAR", "ANONYMOUS", "parse_keys", "load_keys"]
+__all__ = ["ANONYMOUS", "ENV_VAR", "ApiKeys", "load_keys", "parse_keys"]
 
 ENV_VAR = "SANDBOXES_API_KEYS"
 ANONYMOUS = "anonymous"
 
 
-def _parse_entry(entry: str) -> Optional[tuple[str, str]]:
+def _parse_entry(entry: str) -> tuple[str, str] | None:
     entry = entry.strip()
     if not entry or entry.startswith("#"):
         return None
@@ -48,7 +48,7 @@ def parse_keys(entries: Iterable[str]) -> dict[str, str]:
     return keys
 
 
-def load_keys(path: Optional[str | os.PathLike] = None, env: Optional[dict] = None) -> dict[str, str]:
+def load_keys(path: str | os.PathLike | None = None, env: dict | None = None) -> dict[str, str]:
     """Keys of `path` (if given) and of `$SANDBOXES_API_KEYS`."""
     env = os.environ if env is None else env
     keys: dict[str, str] = {}
@@ -74,18 +74,16 @@ class ApiKeys:
             )
         # Compare digests so every comparison has the same length; compare against every key so
         # the time taken does not tell which key came close.
-        self._digests = [
-            (hashlib.sha256(k.encode()).digest(), name) for k, name in keys.items()
-        ]
+        self._digests = [(hashlib.sha256(k.encode()).digest(), name) for k, name in keys.items()]
         self.enabled = bool(keys)
 
     @classmethod
     def from_sources(
-        cls, path: Optional[str] = None, *, insecure: bool = False, env: Optional[dict] = None
-    ) -> "ApiKeys":
+        cls, path: str | None = None, *, insecure: bool = False, env: dict | None = None
+    ) -> ApiKeys:
         return cls(load_keys(path, env), insecure=insecure)
 
-    def authenticate(self, metadata: Optional[Sequence]) -> str:
+    def authenticate(self, metadata: Sequence | None) -> str:
         """The owner name of the call's key; raises Unauthenticated."""
         if not self.enabled:
             return ANONYMOUS

@@ -10,8 +10,6 @@ This module imports only grpc and sandboxes.errors, so the client can use it wit
 
 from __future__ import annotations
 
-from typing import Optional
-
 import grpc
 
 from sandboxes import errors as E
@@ -20,11 +18,11 @@ __all__ = [
     "KIND_KEY",
     "STEP_KEY",
     "Unauthenticated",
+    "error_from_rpc",
+    "error_from_status",
+    "is_retryable_unavailable",
     "status_of",
     "trailing_metadata_of",
-    "error_from_status",
-    "error_from_rpc",
-    "is_retryable_unavailable",
 ]
 
 KIND_KEY = "sandboxes-error-kind"
@@ -107,7 +105,7 @@ def trailing_metadata_of(exc: BaseException) -> tuple[tuple[str, str], ...]:
     return tuple(md)
 
 
-def _metadata_value(metadata, key: str) -> Optional[str]:
+def _metadata_value(metadata, key: str) -> str | None:
     for item in metadata or ():
         k, v = item[0], item[1]
         if k == key:
@@ -115,9 +113,7 @@ def _metadata_value(metadata, key: str) -> Optional[str]:
     return None
 
 
-def error_from_status(
-    code: grpc.StatusCode, details: Optional[str], trailing_metadata=None
-) -> E.SandboxError:
+def error_from_status(code: grpc.StatusCode, details: str | None, trailing_metadata=None) -> E.SandboxError:
     """Rebuild the exception a server raised from its status and trailers."""
     details = details or code.name.lower()
     kind = _metadata_value(trailing_metadata, KIND_KEY)

@@ -6,7 +6,7 @@ import json
 import logging
 import sys
 import time
-from typing import Optional, TextIO
+from typing import TextIO
 
 __all__ = ["JsonFormatter", "setup_logging"]
 
@@ -32,7 +32,7 @@ class JsonFormatter(logging.Formatter):
         return json.dumps(out, default=str)
 
 
-def setup_logging(level: str = "info", stream: Optional[TextIO] = None) -> None:
+def setup_logging(level: str = "info", stream: TextIO | None = None) -> None:
     """Send the `sandboxes` loggers' records to `stream` (stderr) as JSON lines."""
     handler = logging.StreamHandler(stream or sys.stderr)
     handler.setFormatter(JsonFormatter())

@@ -12,7 +12,8 @@ import logging
 import math
 import re
 import threading
-from typing import Any, Callable, Optional
+from collections.abc import Callable
+from typing import Any
 
 from prometheus_client import CollectorRegistry, Counter, Gauge, Histogram
 from prometheus_client.core import CounterMetricFamily, GaugeMetricFamily, HistogramMetricFamily
@@ -22,7 +23,22 @@ __all__ = ["Metrics"]
 log = logging.getLogger("sandboxes.server.metrics")
 
 _LATENCY_BUCKETS = (
-    0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 300.0,
+    0.001,
+    0.0025,
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1.0,
+    2.5,
+    5.0,
+    10.0,
+    30.0,
+    60.0,
+    300.0,
 )
 
 
@@ -35,7 +51,7 @@ class _PoolCollector:
     """Families from `pool.stats()[template]`: a number is a gauge `sandboxes_pool_<field>{template}`
     (a counter when the field ends in `_total`), a `{"buckets", "sum"}` snapshot a histogram."""
 
-    def __init__(self, stats: Callable[[], dict], loop: Optional[asyncio.AbstractEventLoop]) -> None:
+    def __init__(self, stats: Callable[[], dict], loop: asyncio.AbstractEventLoop | None) -> None:
         self._stats = stats
         self._loop = loop
 
@@ -53,7 +69,7 @@ class _PoolCollector:
 
         try:
             return asyncio.run_coroutine_threadsafe(read(), loop).result(timeout=5.0)
-        except Exception as e:  # a scrape must never fail the exporter
+        except Exception as e:  # noqa: BLE001 (a scrape must never fail the exporter)
             log.warning("pool stats unavailable for a scrape: %s", e)
             return {}
 
@@ -68,7 +84,7 @@ class _PoolCollector:
 
         try:
             stats = self._snapshot() or {}
-        except Exception as e:
+        except Exception as e:  # noqa: BLE001
             log.warning("pool stats failed: %s", e)
             stats = {}
         for template, fields in stats.items():
@@ -112,12 +128,18 @@ class Metrics:
         )
         self.deletes = Counter("sandboxes_deletes", "sandboxes deleted", ["reason"], registry=r)
         self.create_latency = Histogram(
-            "sandboxes_create_seconds", "latency of Create until the sandbox is ready", ["template"],
-            buckets=_LATENCY_BUCKETS, registry=r,
+            "sandboxes_create_seconds",
+            "latency of Create until the sandbox is ready",
+            ["template"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
         )
         self.exec_latency = Histogram(
-            "sandboxes_exec_seconds", "latency of Exec and ExecStream", ["method"],
-            buckets=_LATENCY_BUCKETS, registry=r,
+            "sandboxes_exec_seconds",
+            "latency of Exec and ExecStream",
+            ["method"],
+            buckets=_LATENCY_BUCKETS,
+            registry=r,
         )
         self.errors = Counter(
             "sandboxes_errors", "calls that failed, by error kind", ["method", "kind"], registry=r
@@ -125,10 +147,10 @@ class Metrics:
         self.inflight_execs = Gauge("sandboxes_inflight_execs", "executions in flight", registry=r)
         self.live_sandboxes = Gauge("sandboxes_live", "claimed sandboxes held by clients", registry=r)
         self._http: Any = None
-        self._http_thread: Optional[threading.Thread] = None
-        self.port: Optional[int] = None
+        self._http_thread: threading.Thread | None = None
+        self.port: int | None = None
 
-    def bind_pool(self, stats: Callable[[], dict], loop: Optional[asyncio.AbstractEventLoop] = None) -> None:
+    def bind_pool(self, stats: Callable[[], dict], loop: asyncio.AbstractEventLoop | None = None) -> None:
         loop = loop or asyncio.get_running_loop()
         self.registry.register(_PoolCollector(stats, loop))
 

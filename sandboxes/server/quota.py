@@ -9,8 +9,8 @@ from __future__ import annotations
 
 import contextlib
 from collections import Counter
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Iterator, Optional
 
 from sandboxes.errors import QuotaExceeded
 
@@ -21,14 +21,14 @@ __all__ = ["QuotaLimits", "Quotas"]
 class QuotaLimits:
     """`None` means unlimited."""
 
-    max_sandboxes: Optional[int] = None
-    max_execs: Optional[int] = None
+    max_sandboxes: int | None = None
+    max_execs: int | None = None
 
 
 class Quotas:
     """Counters of one server. Single-threaded: used from the event loop only."""
 
-    def __init__(self, limits: QuotaLimits = QuotaLimits(), per_key: Optional[dict[str, QuotaLimits]] = None):
+    def __init__(self, limits: QuotaLimits = QuotaLimits(), per_key: dict[str, QuotaLimits] | None = None):
         self.default = limits
         self.per_key = dict(per_key or {})
         self._sandboxes: Counter[str] = Counter()
@@ -64,8 +64,7 @@ class Quotas:
         limit = self.limits_of(owner).max_execs
         if limit is not None and self._execs[owner] >= limit:
             raise QuotaExceeded(
-                f"exec quota of this API key is used up: {self._execs[owner]} of {limit} "
-                "executions in flight"
+                f"exec quota of this API key is used up: {self._execs[owner]} of {limit} executions in flight"
             )
         self._execs[owner] += 1
         try:

@@ -13,8 +13,9 @@ import heapq
 import itertools
 import logging
 import time
+from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any, Awaitable, Callable, Iterator, Optional
+from typing import Any
 
 __all__ = ["Record", "Registry"]
 
@@ -30,10 +31,10 @@ class Record:
     template: str
     labels: dict[str, str]
     owner: str
-    idempotency_key: Optional[str] = None
+    idempotency_key: str | None = None
     created_at: float = field(default_factory=time.time)  # unix seconds
-    expires_at: Optional[float] = None  # unix seconds
-    deadline: Optional[float] = None  # loop.time() of expires_at
+    expires_at: float | None = None  # unix seconds
+    deadline: float | None = None  # loop.time() of expires_at
 
 
 class Registry:
@@ -51,12 +52,12 @@ class Registry:
         self._seq = itertools.count()
         self._wake = asyncio.Event()
         self._on_expire = on_expire
-        self._reaper: Optional[asyncio.Task] = None
+        self._reaper: asyncio.Task | None = None
         self._expiring: set[asyncio.Task] = set()
 
     # -- records -----------------------------------------------------------------------------
 
-    def add(self, rec: Record, ttl_s: Optional[float]) -> None:
+    def add(self, rec: Record, ttl_s: float | None) -> None:
         if ttl_s:
             loop = asyncio.get_running_loop()
             rec.deadline = loop.time() + ttl_s
@@ -67,32 +68,31 @@ class Registry:
                 self._wake.set()  # earlier than what the reaper sleeps for
         self._records[rec.id] = rec
 
-    def get(self, sandbox_id: str, owner: Optional[str] = None) -> Optional[Record]:
+    def get(self, sandbox_id: str, owner: str | None = None) -> Record | None:
         """The record, if it exists and (when `owner` is given) belongs to `owner`."""
         rec = self._records.get(sandbox_id)
         if rec is None or (owner is not None and rec.owner != owner):
             return None
         return rec
 
-    def pop(self, sandbox_id: str) -> Optional[Record]:
+    def pop(self, sandbox_id: str) -> Record | None:
         """Remove a record (and its idempotency key); its heap entry goes stale."""
         rec = self._records.pop(sandbox_id, None)
         if rec is not None and rec.idempotency_key is not None:
             k = (rec.owner, rec.idempotency_key)
             fut = self._keys.get(k)
-            if fut is not None and fut.done() and not fut.cancelled() and fut.exception() is None:
-                if fut.result() is rec:
-                    del self._keys[k]
+            done_ok = fut is not None and fut.done() and not fut.cancelled() and fut.exception() is None
+            if done_ok and fut.result() is rec:
+                del self._keys[k]
         return rec
 
-    def select(self, owner: Optional[str], labels: Optional[dict[str, str]] = None) -> list[Record]:
+    def select(self, owner: str | None, labels: dict[str, str] | None = None) -> list[Record]:
         """Records of `owner` (None: everyone's) whose labels contain every pair of `labels`."""
         labels = labels or {}
         return [
             r
             for r in self._records.values()
-            if (owner is None or r.owner == owner)
-            and all(r.labels.get(k) == v for k, v in labels.items())
+            if (owner is None or r.owner == owner) and all(r.labels.get(k) == v for k, v in labels.items())
         ]
 
     def __len__(self) -> int:
@@ -103,7 +103,7 @@ class Registry:
 
     # -- idempotency -------------------------------------------------------------------------
 
-    def pending(self, owner: str, key: str) -> Optional[asyncio.Future]:
+    def pending(self, owner: str, key: str) -> asyncio.Future | None:
         """The create already started with this key, if any."""
         return self._keys.get((owner, key))
 
@@ -153,7 +153,7 @@ class Registry:
             timeout = self._heap[0][0] - now if self._heap else None
             try:
                 await asyncio.wait_for(self._wake.wait(), timeout)
-            except asyncio.TimeoutError:
+            except TimeoutError:
                 pass
 
     async def _expire(self, rec: Record) -> None:

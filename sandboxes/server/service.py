@@ -15,8 +15,9 @@ import contextlib
 import logging
 import math
 import time
-from dataclasses import dataclass
-from typing import Any, AsyncIterator, Awaitable, Callable, Optional
+from collections.abc import AsyncIterator, Callable
+from dataclasses import dataclass, field
+from typing import Any
 
 import grpc
 
@@ -35,7 +36,7 @@ from sandboxes.server.quota import Quotas
 from sandboxes.server.registry import Record, Registry
 from sandboxes.server.validation import Bounds, Validator
 
-__all__ = ["ServiceConfig", "SandboxService", "SERVICE_NAME"]
+__all__ = ["SERVICE_NAME", "SandboxService", "ServiceConfig"]
 
 SERVICE_NAME = "sandboxes.v1.Sandboxes"
 
@@ -44,11 +45,11 @@ log = logging.getLogger("sandboxes.server")
 
 @dataclass(frozen=True)
 class ServiceConfig:
-    default_ttl_s: Optional[float] = None  # TTL of a sandbox created without one (None: none)
-    default_claim_timeout_s: Optional[float] = None  # None: the pool's default
+    default_ttl_s: float | None = None  # TTL of a sandbox created without one (None: none)
+    default_claim_timeout_s: float | None = None  # None: the pool's default
     read_chunk_size: int = 1 << 20
     stream_keepalive_s: float = 15.0  # an ExecStream with no event for this long gets a keepalive
-    bounds: Bounds = Bounds()
+    bounds: Bounds = field(default_factory=Bounds)
 
 
 class _BadRequest:
@@ -67,7 +68,7 @@ def _deserializer(cls: Any) -> Callable[[bytes], Any]:
     def deserialize(data: bytes) -> Any:
         try:
             return cls.FromString(data)
-        except Exception as e:  # google.protobuf.message.DecodeError and friends
+        except Exception as e:  # noqa: BLE001 (DecodeError and friends: answered as INVALID_ARGUMENT)
             return _BadRequest(name, e)
 
     return deserialize
@@ -87,16 +88,16 @@ class SandboxService:
         pool: Any,
         auth: ApiKeys,
         *,
-        quotas: Optional[Quotas] = None,
-        metrics: Optional[Metrics] = None,
-        config: ServiceConfig = ServiceConfig(),
+        quotas: Quotas | None = None,
+        metrics: Metrics | None = None,
+        config: ServiceConfig | None = None,
         version: str = "",
     ) -> None:
         self.pool = pool
         self.auth = auth
         self.quotas = quotas or Quotas()
         self.metrics = metrics or Metrics()
-        self.config = config
+        self.config = config = config or ServiceConfig()
         self.validate = Validator(config.bounds)
         self.registry = Registry(self._expire)
         self.version = version
@@ -154,7 +155,7 @@ class SandboxService:
                         raise
                     owner = None
                 return await fn(_check(request), context, owner)
-            except Exception as e:
+            except Exception as e:  # noqa: BLE001 (every error becomes a status)
                 await self._abort(name, context, e)
 
         return grpc.unary_unary_rpc_method_handler(
@@ -169,7 +170,7 @@ class SandboxService:
                 owner = self.auth.authenticate(context.invocation_metadata())
                 async for item in fn(request, context, owner):
                     yield item
-            except Exception as e:
+            except Exception as e:  # noqa: BLE001 (every error becomes a status)
                 await self._abort(name, context, e)
 
         return handle
@@ -207,13 +208,13 @@ class SandboxService:
             state="ready",
         )
 
-    def _templates(self) -> Optional[set[str]]:
+    def _templates(self) -> set[str] | None:
         templates = getattr(self.pool, "templates", None)
         if isinstance(templates, dict):
             return set(templates)
         return None
 
-    def _rpc_time_left(self, context: grpc.aio.ServicerContext) -> Optional[float]:
+    def _rpc_time_left(self, context: grpc.aio.ServicerContext) -> float | None:
         left = context.time_remaining()
         return left if left is not None and math.isfinite(left) else None
 
@@ -359,7 +360,9 @@ class SandboxService:
     def _exec_args(self, req: pb.ExecRequest) -> tuple[list[str], dict]:
         argv = self.validate.argv(req.argv)
         kwargs: dict[str, Any] = {
-            "timeout": self.validate.seconds("timeout_s", req.timeout_s, self.config.bounds.max_exec_timeout_s),
+            "timeout": self.validate.seconds(
+                "timeout_s", req.timeout_s, self.config.bounds.max_exec_timeout_s
+            ),
             "env": self.validate.env(req.env) or None,
             "cwd": self.validate.path("cwd", req.cwd, required=False) or None,
             "limits": self.validate.limits(req.limits) if req.HasField("limits") else None,
@@ -384,7 +387,9 @@ class SandboxService:
             result = await rec.sandbox.exec(argv, stdin=req.stdin, **kwargs)
         return result_to_pb(result)
 
-    async def exec_stream(self, request_iterator: Any, context: Any, owner: str) -> AsyncIterator[pb.ExecEvent]:
+    async def exec_stream(
+        self, request_iterator: Any, context: Any, owner: str
+    ) -> AsyncIterator[pb.ExecEvent]:
         first = None
         async for msg in request_iterator:
             first = _check(msg)
@@ -400,22 +405,22 @@ class SandboxService:
             stream = rec.sandbox.exec_stream(argv, **kwargs)
             pump = asyncio.ensure_future(self._pump_input(request_iterator, stream))
             events = stream.__aiter__()
+            next_event: asyncio.Future | None = None
             try:
                 while True:
                     next_event = asyncio.ensure_future(events.__anext__())
-                    waiting = {next_event}
                     while True:
+                        waiting = {next_event} if pump.done() else {next_event, pump}
                         done, _ = await asyncio.wait(
-                            waiting | ({pump} if not pump.done() else set()),
+                            waiting,
                             timeout=self.config.stream_keepalive_s,
                             return_when=asyncio.FIRST_COMPLETED,
                         )
                         if pump in done and pump.exception() is not None:
-                            next_event.cancel()
                             raise pump.exception()
                         if next_event in done:
                             break
-                        if not done:
+                        if not done:  # quiet program: tell the client (and proxies) we are alive
                             yield pb.ExecEvent(keepalive=pb.ExecEvent.Keepalive())
                     try:
                         ev = next_event.result()
@@ -425,10 +430,16 @@ class SandboxService:
                     if ev.kind == "exit":
                         return
             finally:
-                pump.cancel()
-                with contextlib.suppress(BaseException):
-                    await pump
+                # Cancelled call, client error or exit: stop reading input, kill the program if
+                # it still runs, and never leave a task behind.
+                for task in (pump, next_event):
+                    if task is not None and not task.done():
+                        task.cancel()
                 await _close_stream(stream)
+                for task in (pump, next_event):
+                    if task is not None:
+                        with contextlib.suppress(BaseException):
+                            await task
 
     async def _pump_input(self, request_iterator: Any, stream: Any) -> None:
         """Forward the client's stdin / close_stdin / signal messages to the running program."""
@@ -490,7 +501,7 @@ class SandboxService:
 
     # -- health ------------------------------------------------------------------------------
 
-    async def health(self, req: pb.HealthRequest, context: Any, owner: Optional[str]) -> pb.HealthResponse:
+    async def health(self, req: pb.HealthRequest, context: Any, owner: str | None) -> pb.HealthResponse:
         resp = pb.HealthResponse(status="draining" if self.draining else "serving", version=self.version)
         if owner is None:
             return resp  # unauthenticated probes learn only that the server is up

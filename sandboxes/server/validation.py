@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import math
 import re
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Iterable, Mapping, Optional
 
 from sandboxes._proto.convert import limits_from_pb
 from sandboxes.errors import InvalidRequest
@@ -61,7 +61,7 @@ class Validator:
             raise InvalidRequest(f"template {value[:64]!r} is not a valid template name")
         return value
 
-    def seconds(self, what: str, value: float, maximum: float) -> Optional[float]:
+    def seconds(self, what: str, value: float, maximum: float) -> float | None:
         """A non-negative finite number of seconds at most `maximum`; 0 -> None (the default)."""
         if math.isnan(value) or math.isinf(value):
             raise InvalidRequest(f"{what} must be a finite number of seconds, got {value}")

@@ -1,6 +1,6 @@
 //! Errors of the agent's calls, translated to a gRPC status in exactly one place.
 
-use sandbox_exec::SpawnError;
+use sandbox_exec::{SpawnError, Step};
 use tonic::Status;
 
 #[derive(Debug, thiserror::Error)]
@@ -35,6 +35,9 @@ impl From<AgentError> for Status {
             AgentError::TooLarge(_) => Status::resource_exhausted(msg),
             AgentError::Spawn(SpawnError::Invalid(_)) => Status::invalid_argument(msg),
             AgentError::Spawn(SpawnError::NotFound { .. }) => Status::not_found(msg),
+            AgentError::Spawn(SpawnError::Isolation { step: Step::Chdir, .. }) => {
+                Status::invalid_argument(format!("{msg} (cwd must be an existing directory)"))
+            }
             AgentError::Spawn(SpawnError::Isolation { .. }) => Status::internal(msg),
             AgentError::Io { ref source, .. } => match source.raw_os_error() {
                 Some(libc::ENOENT) => Status::not_found(msg),

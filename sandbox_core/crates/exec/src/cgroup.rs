@@ -71,7 +71,10 @@ impl Cgroups {
 
     fn from_membership(m: &Membership, mounts: &[Mount]) -> Option<Cgroups> {
         if let Some(path) = &m.v2 {
-            let dir = mounts.iter().filter(|mt| mt.fstype == "cgroup2").find_map(|mt| mt.dir_of(path));
+            let dir = mounts
+                .iter()
+                .filter(|mt| mt.fstype == "cgroup2")
+                .find_map(|mt| mt.dir_of(path));
             if let Some(dir) = dir {
                 if has_v2_controllers(&dir) {
                     match setup_v2(&dir) {
@@ -96,7 +99,12 @@ impl Cgroups {
     }
 
     fn from_parent(parent: &Path, mounts: &[Mount]) -> Result<Cgroups, SetupError> {
-        let unusable = |why: &str| setup_err(&parent.display().to_string(), io::Error::other(why.to_string()));
+        let unusable = |why: &str| {
+            setup_err(
+                &parent.display().to_string(),
+                io::Error::other(why.to_string()),
+            )
+        };
         let mount = mounts
             .iter()
             .filter(|mt| parent.starts_with(&mt.point))
@@ -106,9 +114,13 @@ impl Cgroups {
             return setup_v2(parent).map_err(|e| setup_err(&parent.display().to_string(), e));
         }
         // v1: the same cgroup path in each controller's hierarchy.
-        let rel = parent.strip_prefix(&mount.point).map_err(|_| unusable("bad prefix"))?;
+        let rel = parent
+            .strip_prefix(&mount.point)
+            .map_err(|_| unusable("bad prefix"))?;
         let find = |ctrl: &str| -> Option<PathBuf> {
-            let mt = mounts.iter().find(|mt| mt.fstype == "cgroup" && mt.controllers().any(|c| c == ctrl))?;
+            let mt = mounts
+                .iter()
+                .find(|mt| mt.fstype == "cgroup" && mt.controllers().any(|c| c == ctrl))?;
             let dir = mt.point.join(rel);
             fs::create_dir_all(&dir).ok()?;
             probe(&dir).then_some(dir)
@@ -121,7 +133,12 @@ impl Cgroups {
         if memory.is_none() && pids.is_none() {
             return None;
         }
-        Some(Cgroups { version: Version::V1, memory, pids, cpu })
+        Some(Cgroups {
+            version: Version::V1,
+            memory,
+            pids,
+            cpu,
+        })
     }
 
     /// "v1" or "v2".
@@ -161,8 +178,12 @@ impl Cgroups {
             dirs: Vec::new(),
             removed: AtomicBool::new(false),
         };
-        let create = |parent: &Option<PathBuf>, cg: &mut ExecCgroup| -> Result<Option<PathBuf>, SpawnError> {
-            let Some(parent) = parent else { return Ok(None) };
+        let create = |parent: &Option<PathBuf>,
+                      cg: &mut ExecCgroup|
+         -> Result<Option<PathBuf>, SpawnError> {
+            let Some(parent) = parent else {
+                return Ok(None);
+            };
             let dir = parent.join(name);
             if !cg.dirs.contains(&dir) {
                 make_dir(&dir).map_err(|e| isolation(Step::CreateCgroup, &dir, e))?;
@@ -194,7 +215,8 @@ pub struct ExecCgroup {
 impl ExecCgroup {
     fn apply(&self, limits: &Limits) -> Result<(), SpawnError> {
         let set = |dir: &Path, file: &str, value: &str| {
-            write_file(&dir.join(file), value).map_err(|e| isolation(Step::CgroupLimit, &dir.join(file), e))
+            write_file(&dir.join(file), value)
+                .map_err(|e| isolation(Step::CgroupLimit, &dir.join(file), e))
         };
         let mem = limits.memory_bytes.to_string();
         if let Some(dir) = &self.memory {
@@ -247,7 +269,10 @@ impl ExecCgroup {
         let mut all = HashSet::new();
         for d in &self.dirs {
             if let Ok(s) = fs::read_to_string(d.join("cgroup.procs")) {
-                all.extend(s.lines().filter_map(|l| l.trim().parse::<libc::pid_t>().ok()));
+                all.extend(
+                    s.lines()
+                        .filter_map(|l| l.trim().parse::<libc::pid_t>().ok()),
+                );
             }
         }
         all.into_iter().collect()
@@ -296,7 +321,10 @@ impl ExecCgroup {
     }
 
     pub fn stats(&self) -> Stats {
-        let mut s = Stats { cpu_usage: self.cpu_usage(), ..Stats::default() };
+        let mut s = Stats {
+            cpu_usage: self.cpu_usage(),
+            ..Stats::default()
+        };
         if let Some(dir) = &self.memory {
             match self.version {
                 Version::V1 => {
@@ -400,12 +428,14 @@ impl Drop for ExecCgroup {
             dirs,
             removed: AtomicBool::new(false),
         };
-        let spawned = std::thread::Builder::new().name("cgroup-cleanup".into()).spawn(move || {
-            if let Err(e) = rest.blocking_kill_and_remove() {
-                tracing::warn!(dirs = ?rest.dirs, error = %e, "cgroup left behind");
-            }
-            rest.removed.store(true, Ordering::Release);
-        });
+        let spawned = std::thread::Builder::new()
+            .name("cgroup-cleanup".into())
+            .spawn(move || {
+                if let Err(e) = rest.blocking_kill_and_remove() {
+                    tracing::warn!(dirs = ?rest.dirs, error = %e, "cgroup left behind");
+                }
+                rest.removed.store(true, Ordering::Release);
+            });
         if let Err(e) = spawned {
             tracing::warn!(error = %e, "cannot start cgroup cleanup");
         }
@@ -413,11 +443,17 @@ impl Drop for ExecCgroup {
 }
 
 fn isolation(step: Step, path: &Path, e: io::Error) -> SpawnError {
-    SpawnError::Isolation { step, source: io::Error::new(e.kind(), format!("{}: {e}", path.display())) }
+    SpawnError::Isolation {
+        step,
+        source: io::Error::new(e.kind(), format!("{}: {e}", path.display())),
+    }
 }
 
 fn setup_err(path: &str, source: io::Error) -> SetupError {
-    SetupError::Cgroup { path: path.to_string(), source }
+    SetupError::Cgroup {
+        path: path.to_string(),
+        source,
+    }
 }
 
 /// mkdir; a leftover of the same name (a crashed agent with the same pid) is removed first.
@@ -432,7 +468,10 @@ fn make_dir(dir: &Path) -> io::Result<()> {
 }
 
 fn write_file(path: &Path, value: &str) -> io::Result<()> {
-    fs::OpenOptions::new().write(true).open(path)?.write_all(value.as_bytes())
+    fs::OpenOptions::new()
+        .write(true)
+        .open(path)?
+        .write_all(value.as_bytes())
 }
 
 fn read_u64(path: &Path) -> Option<u64> {
@@ -444,7 +483,9 @@ fn keyed(path: &Path, key: &str) -> Option<u64> {
     let s = fs::read_to_string(path).ok()?;
     s.lines().find_map(|l| {
         let mut it = l.split_whitespace();
-        (it.next() == Some(key)).then(|| it.next()?.parse().ok()).flatten()
+        (it.next() == Some(key))
+            .then(|| it.next()?.parse().ok())
+            .flatten()
     })
 }
 
@@ -471,8 +512,10 @@ fn has_v2_controllers(dir: &Path) -> bool {
 /// if needed, see the module doc) and checks a child can be created.
 fn setup_v2(dir: &Path) -> io::Result<Cgroups> {
     let available = fs::read_to_string(dir.join("cgroup.controllers"))?;
-    let wanted: Vec<&str> =
-        ["memory", "pids"].into_iter().filter(|c| available.split_whitespace().any(|a| a == *c)).collect();
+    let wanted: Vec<&str> = ["memory", "pids"]
+        .into_iter()
+        .filter(|c| available.split_whitespace().any(|a| a == *c))
+        .collect();
     if wanted.is_empty() {
         return Err(io::Error::other("no memory or pids controller"));
     }
@@ -501,7 +544,12 @@ fn setup_v2(dir: &Path) -> io::Result<Cgroups> {
     let dir = dir.to_path_buf();
     let memory = enabled("memory").then(|| dir.clone());
     let pids = enabled("pids").then(|| dir.clone());
-    Ok(Cgroups { version: Version::V2, memory, pids, cpu: Some(dir) })
+    Ok(Cgroups {
+        version: Version::V2,
+        memory,
+        pids,
+        cpu: Some(dir),
+    })
 }
 
 fn move_into_leaf(dir: &Path) -> io::Result<()> {
@@ -585,7 +633,9 @@ impl Mount {
 }
 
 fn cgroup_mounts() -> io::Result<Vec<Mount>> {
-    Ok(parse_mountinfo(&fs::read_to_string("/proc/self/mountinfo")?))
+    Ok(parse_mountinfo(&fs::read_to_string(
+        "/proc/self/mountinfo",
+    )?))
 }
 
 fn parse_mountinfo(s: &str) -> Vec<Mount> {
@@ -616,8 +666,13 @@ fn unescape(s: &str) -> String {
     let mut out = Vec::with_capacity(b.len());
     let mut i = 0;
     while i < b.len() {
-        if b[i] == b'\\' && i + 3 < b.len() && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c)) {
-            let v = (b[i + 1] - b'0') as u32 * 64 + (b[i + 2] - b'0') as u32 * 8 + (b[i + 3] - b'0') as u32;
+        if b[i] == b'\\'
+            && i + 3 < b.len()
+            && b[i + 1..i + 4].iter().all(|c| (b'0'..=b'7').contains(c))
+        {
+            let v = (b[i + 1] - b'0') as u32 * 64
+                + (b[i + 2] - b'0') as u32 * 8
+                + (b[i + 3] - b'0') as u32;
             if let Ok(v) = u8::try_from(v) {
                 out.push(v);
                 i += 4;
@@ -636,7 +691,8 @@ mod tests {
 
     #[test]
     fn parses_hybrid_membership() {
-        let m = parse_membership("9:name=systemd:/\n8:pids:/\n4:memory:/a/b\n2:cpu,cpuacct:/c\n0::/\n");
+        let m =
+            parse_membership("9:name=systemd:/\n8:pids:/\n4:memory:/a/b\n2:cpu,cpuacct:/c\n0::/\n");
         assert_eq!(m.v1.get("memory").map(String::as_str), Some("/a/b"));
         assert_eq!(m.v1.get("cpuacct").map(String::as_str), Some("/c"));
         assert_eq!(m.v1.get("cpu").map(String::as_str), Some("/c"));

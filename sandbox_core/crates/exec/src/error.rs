@@ -30,7 +30,10 @@ pub enum SpawnError {
     Invalid(String),
     /// The program does not exist or is not executable.
     #[error("cannot execute {program}: {source}")]
-    NotFound { program: String, source: std::io::Error },
+    NotFound {
+        program: String,
+        source: std::io::Error,
+    },
     /// An isolation step failed.
     #[error("isolation step {step:?} failed: {source}")]
     Isolation { step: Step, source: std::io::Error },
@@ -42,7 +45,10 @@ pub enum SetupError {
     #[error("seccomp filter: {0}")]
     Seccomp(String),
     #[error("cgroup setup at {path}: {source}")]
-    Cgroup { path: String, source: std::io::Error },
+    Cgroup {
+        path: String,
+        source: std::io::Error,
+    },
     #[error("reaper: {0}")]
     Reaper(std::io::Error),
 }

@@ -4,6 +4,9 @@
 //! in its own process group and (where cgroups are usable) its own child cgroup, as an unprivileged
 //! uid/gid, with `no_new_privs`, a seccomp filter and rlimits. Timeouts and memory kills take down
 //! the whole process tree. Output is capped per stream.
+//!
+//! The executor owns child reaping for the whole process (see [`reaper`]): code sharing the process
+//! must not wait for children of its own.
 
 pub mod cgroup;
 pub mod error;
@@ -12,7 +15,9 @@ pub mod reaper;
 pub mod run;
 pub mod seccomp;
 pub mod spawn;
+mod supervise;
+mod tree;
 
 pub use error::{SetupError, SpawnError, Step};
 pub use limits::Limits;
-pub use run::{Event, Executor, ExecutorConfig, Outcome, Running, Capabilities, Command};
+pub use run::{Capabilities, Command, Event, Executor, ExecutorConfig, Outcome, Running};

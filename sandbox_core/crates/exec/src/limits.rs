@@ -42,7 +42,12 @@ impl Limits {
     /// refused too: the agent replaces zeros by defaults before this point, so a zero here is a bug
     /// or a hostile request, never "unlimited".
     pub fn validate(&self) -> Result<(), String> {
-        fn range<T: PartialOrd + std::fmt::Debug>(name: &str, v: T, min: T, max: T) -> Result<(), String> {
+        fn range<T: PartialOrd + std::fmt::Debug>(
+            name: &str,
+            v: T,
+            min: T,
+            max: T,
+        ) -> Result<(), String> {
             if v < min || v > max {
                 return Err(format!("{name} = {v:?} is outside {min:?}..={max:?}"));
             }
@@ -53,7 +58,12 @@ impl Limits {
         range("cpu_time", self.cpu_time, one_ms, MAX_WALL_TIME)?;
         range("memory_bytes", self.memory_bytes, 1, MAX_MEMORY_BYTES)?;
         range("max_pids", self.max_pids, 1, MAX_PIDS)?;
-        range("max_output_bytes", self.max_output_bytes, 0, MAX_OUTPUT_BYTES)?;
+        range(
+            "max_output_bytes",
+            self.max_output_bytes,
+            0,
+            MAX_OUTPUT_BYTES,
+        )?;
         range("max_open_files", self.max_open_files, 1, MAX_OPEN_FILES)?;
         Ok(())
     }
@@ -92,18 +102,35 @@ mod tests {
 
     #[test]
     fn out_of_range_is_refused() {
-        let mut l = Limits::default();
-        l.wall_time = MAX_WALL_TIME + Duration::from_secs(1);
+        let d = Limits::default;
+        let l = Limits {
+            wall_time: MAX_WALL_TIME + Duration::from_secs(1),
+            ..d()
+        };
         assert!(l.validate().unwrap_err().contains("wall_time"));
-        let mut l = Limits::default();
-        l.memory_bytes = 0;
+        let l = Limits {
+            memory_bytes: 0,
+            ..d()
+        };
         assert!(l.validate().unwrap_err().contains("memory_bytes"));
-        let mut l = Limits::default();
-        l.max_pids = MAX_PIDS + 1;
-        assert!(l.validate().is_err());
-        let mut l = Limits::default();
-        l.max_output_bytes = MAX_OUTPUT_BYTES + 1;
-        assert!(l.validate().is_err());
+        assert!(Limits {
+            max_pids: MAX_PIDS + 1,
+            ..d()
+        }
+        .validate()
+        .is_err());
+        assert!(Limits {
+            max_output_bytes: MAX_OUTPUT_BYTES + 1,
+            ..d()
+        }
+        .validate()
+        .is_err());
+        assert!(Limits {
+            cpu_time: Duration::ZERO,
+            ..d()
+        }
+        .validate()
+        .is_err());
     }
 
     #[test]
@@ -120,6 +147,12 @@ mod tests {
         };
         let d = Limits::default();
         let r = zero.or_defaults(&d);
-        assert_eq!(r, Limits { kill_on_output_limit: true, ..d });
+        assert_eq!(
+            r,
+            Limits {
+                kill_on_output_limit: true,
+                ..d
+            }
+        );
     }
 }

@@ -80,34 +80,41 @@ impl Reaper {
         let waiters: Arc<Mutex<Waiters>> = Arc::default();
         let shared = waiters.clone();
         let (ready_tx, ready_rx) = std::sync::mpsc::channel::<io::Result<()>>();
-        std::thread::Builder::new().name("sandbox-reaper".into()).spawn(move || {
-            let rt = match tokio::runtime::Builder::new_current_thread().enable_io().build() {
-                Ok(rt) => rt,
-                Err(e) => {
-                    let _ = ready_tx.send(Err(e));
-                    return;
-                }
-            };
-            rt.block_on(async move {
-                use tokio::signal::unix::{signal, SignalKind};
-                let mut sigchld = match signal(SignalKind::child()) {
-                    Ok(s) => s,
+        std::thread::Builder::new()
+            .name("sandbox-reaper".into())
+            .spawn(move || {
+                let rt = match tokio::runtime::Builder::new_current_thread()
+                    .enable_io()
+                    .build()
+                {
+                    Ok(rt) => rt,
                     Err(e) => {
                         let _ = ready_tx.send(Err(e));
                         return;
                     }
                 };
-                let _ = ready_tx.send(Ok(()));
-                loop {
-                    // Signals coalesce: one SIGCHLD may stand for many exits, so drain them all.
-                    reap_all(&shared);
-                    if sigchld.recv().await.is_none() {
-                        tracing::error!("SIGCHLD stream ended; children will no longer be reaped");
-                        return;
+                rt.block_on(async move {
+                    use tokio::signal::unix::{signal, SignalKind};
+                    let mut sigchld = match signal(SignalKind::child()) {
+                        Ok(s) => s,
+                        Err(e) => {
+                            let _ = ready_tx.send(Err(e));
+                            return;
+                        }
+                    };
+                    let _ = ready_tx.send(Ok(()));
+                    loop {
+                        // Signals coalesce: one SIGCHLD may stand for many exits, so drain them all.
+                        reap_all(&shared);
+                        if sigchld.recv().await.is_none() {
+                            tracing::error!(
+                                "SIGCHLD stream ended; children will no longer be reaped"
+                            );
+                            return;
+                        }
                     }
-                }
-            });
-        })?;
+                });
+            })?;
         match ready_rx.recv() {
             Ok(Ok(())) => Ok(Reaper { waiters }),
             Ok(Err(e)) => Err(e),
@@ -125,8 +132,8 @@ impl Reaper {
     ///
     /// # Safety
     /// `child` runs in the child of a multi-threaded process: it may only make async-signal-safe
-    /// calls (no allocation, no locks) and must not return.
-    pub unsafe fn fork_registered<F: FnOnce() -> !>(
+    /// calls (no allocation, no locks); it should exec or `_exit` (returning exits with 127).
+    pub unsafe fn fork_registered<F: FnOnce()>(
         &self,
         child: F,
     ) -> io::Result<(libc::pid_t, oneshot::Receiver<ExitInfo>)> {
@@ -139,6 +146,7 @@ impl Reaper {
         let pid = libc::fork();
         if pid == 0 {
             child();
+            libc::_exit(127);
         }
         let fork_err = io::Error::last_os_error();
         libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
@@ -204,6 +212,11 @@ impl Reaper {
             }
             return None;
         }
+    }
+
+    /// Whether `pid` is a registered child not reaped yet (alive or a zombie).
+    pub fn is_registered(&self, pid: libc::pid_t) -> bool {
+        self.lock().contains_key(&pid)
     }
 
     /// Number of children waited for right now.

@@ -9,16 +9,29 @@
 //! - Dropping a `Running` (or calling `kill`) kills the whole tree: cancellation of the caller
 //!   (e.g. a dropped RPC) must never leave a process behind.
 //! - `Executor::run(cmd, stdin)` = start + write stdin + collect events into an `Outcome`.
+//! - The executor reaps every child of the process (it is a subreaper; see `reaper`): nothing else
+//!   in the process may wait for children (no `std::process::Command::status`, no `tokio::process`).
+//! - `start` returns once the program has exec'd (or failed a step): it blocks the calling thread
+//!   for fork + isolation syscalls + execve, typically 1-3 ms (cgroup v1 migration dominates).
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, HashMap};
 use std::path::PathBuf;
-use std::time::Duration;
+use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex, Weak};
+use std::time::{Duration, Instant};
 
 use bytes::Bytes;
+use tokio::io::AsyncWriteExt;
 use tokio::sync::mpsc;
 
-use crate::error::{SetupError, SpawnError};
+use crate::cgroup::Cgroups;
+use crate::error::{SetupError, SpawnError, Step};
 use crate::limits::Limits;
+use crate::reaper::Reaper;
+use crate::seccomp::Filter;
+use crate::spawn::{Identity, Isolation};
+use crate::supervise::{supervise, Supervision};
+use crate::tree::Tree;
 
 /// How the agent isolates every program it starts.
 #[derive(Debug, Clone)]
@@ -92,57 +105,270 @@ pub struct Outcome {
 }
 
 /// A started program.
+///
+/// Dropping it kills the whole tree (the supervisor still reaps and cleans up in the background).
+/// Because of that `Drop`, fields cannot be moved out by destructuring: take `stdin` with
+/// `Option::take` and `events` with `std::mem::replace` if they must outlive the handle.
 pub struct Running {
     pub pid: u32,
     /// Write end of the program's stdin; drop it to close stdin.
     pub stdin: Option<tokio::process::ChildStdin>,
     /// Output events, then exactly one `Event::Exit`.
     pub events: mpsc::Receiver<Event>,
-    // private: kill handle, supervisor task, ...
+    tree: Arc<Tree>,
 }
 
 impl Running {
     /// Send a signal to the program's process group.
     pub fn signal(&self, signo: i32) -> std::io::Result<()> {
-        let _ = signo;
-        todo!()
+        self.tree.signal(signo)
     }
     /// Kill the whole process tree now (process group + cgroup + descendants).
     pub fn kill(&self) {
-        todo!()
+        self.tree.kill()
     }
 }
 
+impl Drop for Running {
+    fn drop(&mut self) {
+        self.tree.kill();
+    }
+}
+
+impl std::fmt::Debug for Running {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Running")
+            .field("pid", &self.pid)
+            .finish_non_exhaustive()
+    }
+}
+
+/// Unique per process (several executors may share one cgroup parent, e.g. in tests).
+static EXEC_COUNTER: AtomicU64 = AtomicU64::new(0);
+
 /// Starts programs with isolation. Cheap to share behind an `Arc`.
 pub struct Executor {
-    // private
+    inner: Arc<Inner>,
+}
+
+struct Inner {
+    config: ExecutorConfig,
+    capabilities: Capabilities,
+    identity: Identity,
+    seccomp: Option<Filter>,
+    cgroups: Option<Cgroups>,
+    reaper: &'static Reaper,
+    running: AtomicU32,
+    active: Mutex<HashMap<u64, Weak<Tree>>>,
+}
+
+/// Accounts one exec as running until dropped, even if its supervisor task is cancelled.
+struct ActiveGuard {
+    inner: Arc<Inner>,
+    id: u64,
+}
+
+impl Drop for ActiveGuard {
+    fn drop(&mut self) {
+        self.inner
+            .active
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .remove(&self.id);
+        self.inner.running.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl Executor {
     pub fn new(config: ExecutorConfig) -> Result<Self, SetupError> {
-        let _ = config;
-        todo!()
+        // Orphaned grandchildren of programs must come to us to be reaped and accounted.
+        // SAFETY: plain prctl.
+        if unsafe { libc::prctl(libc::PR_SET_CHILD_SUBREAPER, 1 as libc::c_ulong, 0, 0, 0) } != 0 {
+            return Err(SetupError::Reaper(std::io::Error::last_os_error()));
+        }
+        let reaper = Reaper::global().map_err(SetupError::Reaper)?;
+        let seccomp = if config.seccomp {
+            Some(Filter::build()?)
+        } else {
+            None
+        };
+        let cgroups = if config.use_cgroups {
+            Cgroups::detect(config.cgroup_parent.as_deref())?
+        } else {
+            None
+        };
+        // SAFETY: plain syscalls.
+        let (euid, egid) = unsafe { (libc::geteuid(), libc::getegid()) };
+        let identity = if config.uid.is_none() && config.gid.is_none() {
+            Identity::default()
+        } else if euid == 0 {
+            Identity {
+                groups: Some(config.gid.unwrap_or(egid)),
+                gid: config.gid,
+                uid: config.uid,
+            }
+        } else {
+            // Unprivileged: only a change that is possible at all (to our own ids) is attempted.
+            Identity {
+                groups: None,
+                gid: config.gid.filter(|g| *g != egid),
+                uid: config.uid.filter(|u| *u != euid),
+            }
+        };
+        let capabilities = Capabilities {
+            cgroup_version: cgroups.as_ref().map_or("none", Cgroups::version),
+            seccomp: seccomp.is_some(),
+            uid: config.uid.unwrap_or(euid),
+            gid: config.gid.unwrap_or(egid),
+        };
+        tracing::info!(?capabilities, parents = ?cgroups.as_ref().map(Cgroups::parents), "executor ready");
+        Ok(Executor {
+            inner: Arc::new(Inner {
+                config,
+                capabilities,
+                identity,
+                seccomp,
+                cgroups,
+                reaper,
+                running: AtomicU32::new(0),
+                active: Mutex::new(HashMap::new()),
+            }),
+        })
     }
+
     pub fn capabilities(&self) -> Capabilities {
-        todo!()
+        self.inner.capabilities.clone()
     }
+
     pub fn config(&self) -> &ExecutorConfig {
-        todo!()
+        &self.inner.config
     }
+
     /// Number of programs running now.
     pub fn running(&self) -> u32 {
-        todo!()
+        self.inner.running.load(Ordering::Acquire)
     }
+
     /// Kill every program this executor started (lease expiry, shutdown).
     pub fn kill_all(&self) {
-        todo!()
+        let trees: Vec<Arc<Tree>> = self
+            .inner
+            .active
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .values()
+            .filter_map(Weak::upgrade)
+            .collect();
+        for t in trees {
+            t.kill();
+        }
     }
+
+    /// Directories per-exec cgroups are created in (empty without cgroups).
+    pub fn cgroup_parents(&self) -> Vec<PathBuf> {
+        self.inner
+            .cgroups
+            .as_ref()
+            .map(|c| c.parents().into_iter().map(PathBuf::from).collect())
+            .unwrap_or_default()
+    }
+
+    /// Starts `cmd` with every isolation step. Errors are typed: `Invalid` (bad request, limits
+    /// out of range, no runtime), `NotFound` (nothing to exec, decided before forking) or
+    /// `Isolation` (the step that failed, with its errno).
     pub fn start(&self, cmd: Command) -> Result<Running, SpawnError> {
-        let _ = cmd;
-        todo!()
+        let inner = &self.inner;
+        let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
+            SpawnError::Invalid("Executor::start must be called inside a tokio runtime".into())
+        })?;
+        cmd.limits.validate().map_err(SpawnError::Invalid)?;
+        let prepared = crate::spawn::prepare(&cmd, &inner.config)?;
+        let started = Instant::now();
+        let id = EXEC_COUNTER.fetch_add(1, Ordering::Relaxed);
+        let cgroup = match &inner.cgroups {
+            Some(c) => Some(Arc::new(
+                c.create(&format!("exec-{}-{id}", std::process::id()), &cmd.limits)?,
+            )),
+            None => None,
+        };
+        let iso = Isolation {
+            identity: inner.identity,
+            seccomp: inner.seccomp.as_ref(),
+            cgroup: cgroup.as_deref(),
+            nproc_rlimit: !inner.cgroups.as_ref().is_some_and(Cgroups::has_pids),
+        };
+        // On error the cgroup is dropped here, which removes it.
+        let spawned = crate::spawn::spawn(&prepared, &cmd.limits, &iso, inner.reaper)?;
+        tracing::debug!(pid = spawned.pid, argv0 = %cmd.argv[0], "exec started");
+
+        let tree = Arc::new(Tree::new(spawned.pid, inner.reaper, cgroup));
+        inner
+            .active
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .insert(id, Arc::downgrade(&tree));
+        inner.running.fetch_add(1, Ordering::AcqRel);
+        let guard = ActiveGuard {
+            inner: inner.clone(),
+            id,
+        };
+
+        let stdin =
+            tokio::process::ChildStdin::from_std(std::process::ChildStdin::from(spawned.stdin))
+                .map_err(
+                    |e| tracing::error!(error = %e, "cannot watch the stdin pipe; stdin is closed"),
+                )
+                .ok();
+        let (tx, rx) = mpsc::channel(64);
+        let supervision = Supervision {
+            tree: tree.clone(),
+            exit: spawned.exit,
+            stdout: spawned.stdout,
+            stderr: spawned.stderr,
+            limits: cmd.limits,
+            started,
+            events: tx,
+        };
+        runtime.spawn(async move {
+            let _guard = guard;
+            supervise(supervision).await;
+        });
+        Ok(Running {
+            pid: spawned.pid as u32,
+            stdin,
+            events: rx,
+            tree,
+        })
     }
+
+    /// Runs `cmd` to the end with `stdin` as its whole input; output (capped) lands in the
+    /// `Outcome`. Dropping the future kills the program.
     pub async fn run(&self, cmd: Command, stdin: Bytes) -> Result<Outcome, SpawnError> {
-        let _ = (cmd, stdin);
-        todo!()
+        let mut running = self.start(cmd)?;
+        if let Some(mut pipe) = running.stdin.take() {
+            if !stdin.is_empty() {
+                // A program that never reads its stdin must not hold up collecting its output;
+                // EPIPE (it exited first) is expected and ignored. Dropping the pipe closes stdin.
+                tokio::spawn(async move {
+                    let _ = pipe.write_all(&stdin).await;
+                });
+            }
+        }
+        let (mut stdout, mut stderr) = (Vec::new(), Vec::new());
+        while let Some(event) = running.events.recv().await {
+            match event {
+                Event::Stdout(b) => stdout.extend_from_slice(&b),
+                Event::Stderr(b) => stderr.extend_from_slice(&b),
+                Event::Exit(mut outcome) => {
+                    outcome.stdout = stdout;
+                    outcome.stderr = stderr;
+                    return Ok(outcome);
+                }
+            }
+        }
+        Err(SpawnError::Isolation {
+            step: Step::Exec,
+            source: std::io::Error::other("supervisor ended without an exit status"),
+        })
     }
 }

@@ -58,7 +58,9 @@ impl Filter {
         let deny: BpfProgram = deny
             .try_into()
             .map_err(|e: seccompiler::BackendError| SetupError::Seccomp(e.to_string()))?;
-        Ok(Filter { programs: vec![deny, guard_program(arch)] })
+        Ok(Filter {
+            programs: vec![deny, guard_program(arch)],
+        })
     }
 
     /// The BPF programs to install, in order, each with `PR_SET_SECCOMP`/`SECCOMP_MODE_FILTER`.
@@ -73,7 +75,10 @@ fn target_arch() -> Result<TargetArch, SetupError> {
     } else if cfg!(target_arch = "aarch64") {
         Ok(TargetArch::aarch64)
     } else {
-        Err(SetupError::Seccomp(format!("unsupported architecture {}", std::env::consts::ARCH)))
+        Err(SetupError::Seccomp(format!(
+            "unsupported architecture {}",
+            std::env::consts::ARCH
+        )))
     }
 }
 
@@ -127,8 +132,10 @@ fn denied_syscalls() -> Vec<libc::c_long> {
 }
 
 fn deny_rules() -> Result<BTreeMap<i64, Vec<SeccompRule>>, seccompiler::BackendError> {
-    let mut rules: BTreeMap<i64, Vec<SeccompRule>> =
-        denied_syscalls().into_iter().map(|nr| (nr, Vec::new())).collect();
+    let mut rules: BTreeMap<i64, Vec<SeccompRule>> = denied_syscalls()
+        .into_iter()
+        .map(|nr| (nr, Vec::new()))
+        .collect();
     // One rule per namespace bit: rules of a syscall are OR-ed, conditions of a rule AND-ed, and a
     // single masked compare cannot express "any of these bits".
     let clone_rules = CLONE_NS_FLAGS
@@ -150,14 +157,24 @@ fn deny_rules() -> Result<BTreeMap<i64, Vec<SeccompRule>>, seccompiler::BackendE
 /// glibc fall back to `clone`, whose flags the deny-list does check. On x86_64 the x32 ABI is
 /// closed the same way. Hand-written because seccompiler matches exact syscall numbers only.
 fn guard_program(arch: TargetArch) -> BpfProgram {
-    const LD_W_ABS: u16 = 0x00 | 0x00 | 0x20;
-    const JEQ_K: u16 = 0x05 | 0x10 | 0x00;
-    const JGE_K: u16 = 0x05 | 0x30 | 0x00;
-    const RET_K: u16 = 0x06;
+    const LD_W_ABS: u32 = libc::BPF_LD | libc::BPF_W | libc::BPF_ABS;
+    const JEQ_K: u32 = libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K;
+    const RET_K: u32 = libc::BPF_RET | libc::BPF_K;
+    // Offsets in struct seccomp_data.
     const OFF_NR: u32 = 0;
     const OFF_ARCH: u32 = 4;
-    let stmt = |code, k| sock_filter { code, jt: 0, jf: 0, k };
-    let jump = |code, k, jt, jf| sock_filter { code, jt, jf, k };
+    let stmt = |code: u32, k| sock_filter {
+        code: code as u16,
+        jt: 0,
+        jf: 0,
+        k,
+    };
+    let jump = |code: u32, k, jt, jf| sock_filter {
+        code: code as u16,
+        jt,
+        jf,
+        k,
+    };
     let audit_arch = match arch {
         TargetArch::aarch64 => 0xC000_00B7, // AUDIT_ARCH_AARCH64
         _ => 0xC000_003E,                   // AUDIT_ARCH_X86_64
@@ -170,10 +187,12 @@ fn guard_program(arch: TargetArch) -> BpfProgram {
         stmt(LD_W_ABS, OFF_NR),
     ];
     #[cfg(target_arch = "x86_64")]
-    {
-        p.push(jump(JGE_K, X32_SYSCALL_BIT, 2, 0));
-    }
-    let _ = JGE_K;
+    p.push(jump(
+        libc::BPF_JMP | libc::BPF_JGE | libc::BPF_K,
+        X32_SYSCALL_BIT,
+        2,
+        0,
+    ));
     p.push(jump(JEQ_K, libc::SYS_clone3 as u32, 1, 0));
     p.push(stmt(RET_K, libc::SECCOMP_RET_ALLOW));
     p.push(stmt(RET_K, enosys));

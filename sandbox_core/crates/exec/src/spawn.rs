@@ -41,10 +41,11 @@ pub struct Isolation<'a> {
     pub identity: Identity,
     pub seccomp: Option<&'a Filter>,
     pub cgroup: Option<&'a ExecCgroup>,
-    /// No pids cgroup: bound the process count with RLIMIT_NPROC (per uid, weaker).
+    /// No pids cgroup: bound the process count with RLIMIT_NPROC (per uid and not enforced for
+    /// root, so weaker). There is no RLIMIT_AS counterpart for memory on purpose: address-space
+    /// limits break runtimes that reserve large ranges up front (V8, the JVM, Go, sanitizers);
+    /// without a memory cgroup the enclosing container's limit is the bound.
     pub nproc_rlimit: bool,
-    /// No memory cgroup: bound memory with RLIMIT_AS (address space, weaker).
-    pub as_rlimit: bool,
 }
 
 /// A started program: its pid, its exit status to come, and the agent's ends of its pipes.
@@ -78,11 +79,18 @@ pub fn prepare(cmd: &Command, config: &ExecutorConfig) -> Result<Prepared, Spawn
     let argv = cmd
         .argv
         .iter()
-        .map(|a| CString::new(a.as_bytes()).map_err(|_| invalid(format!("NUL byte in argument {a:?}"))))
+        .map(|a| {
+            CString::new(a.as_bytes()).map_err(|_| invalid(format!("NUL byte in argument {a:?}")))
+        })
         .collect::<Result<Vec<_>, _>>()?;
     let mut env: BTreeMap<&str, &str> = BTreeMap::new();
     if !cmd.clear_env {
-        env.extend(config.base_env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
+        env.extend(
+            config
+                .base_env
+                .iter()
+                .map(|(k, v)| (k.as_str(), v.as_str())),
+        );
     }
     env.extend(cmd.env.iter().map(|(k, v)| (k.as_str(), v.as_str())));
     let env_block = env
@@ -91,7 +99,8 @@ pub fn prepare(cmd: &Command, config: &ExecutorConfig) -> Result<Prepared, Spawn
             if k.is_empty() || k.contains('=') {
                 return Err(invalid(format!("bad environment variable name {k:?}")));
             }
-            CString::new(format!("{k}={v}")).map_err(|_| invalid(format!("NUL byte in environment variable {k}")))
+            CString::new(format!("{k}={v}"))
+                .map_err(|_| invalid(format!("NUL byte in environment variable {k}")))
         })
         .collect::<Result<Vec<_>, _>>()?;
     let cwd_path = cmd.cwd.as_deref().unwrap_or(&config.work_dir);
@@ -100,11 +109,20 @@ pub fn prepare(cmd: &Command, config: &ExecutorConfig) -> Result<Prepared, Spawn
     let program = resolve_program(argv0, env.get("PATH").copied(), cwd_path)?;
     let program = CString::new(program.as_os_str().as_bytes())
         .map_err(|_| invalid("NUL byte in program path".into()))?;
-    Ok(Prepared { program, argv, env: env_block, cwd })
+    Ok(Prepared {
+        program,
+        argv,
+        env: env_block,
+        cwd,
+    })
 }
 
 /// Finds `name` like `execvp` would, relative paths (in `name` or PATH) taken from `cwd`.
-pub fn resolve_program(name: &str, path_var: Option<&str>, cwd: &Path) -> Result<PathBuf, SpawnError> {
+pub fn resolve_program(
+    name: &str,
+    path_var: Option<&str>,
+    cwd: &Path,
+) -> Result<PathBuf, SpawnError> {
     let not_found = |errno| SpawnError::NotFound {
         program: name.to_string(),
         source: io::Error::from_raw_os_error(errno),
@@ -118,7 +136,11 @@ pub fn resolve_program(name: &str, path_var: Option<&str>, cwd: &Path) -> Result
     }
     let mut denied = false;
     for dir in path_var.unwrap_or(DEFAULT_PATH).split(':') {
-        let dir = if dir.is_empty() { Path::new(".") } else { Path::new(dir) };
+        let dir = if dir.is_empty() {
+            Path::new(".")
+        } else {
+            Path::new(dir)
+        };
         let candidate = cwd.join(dir).join(name);
         match executable(&candidate) {
             Ok(()) => return Ok(candidate),
@@ -156,7 +178,12 @@ struct ChildPlan<'a> {
 
 /// Forks and execs `prep` with the isolation of `iso`. Blocks until the child has exec'd or
 /// reported a failed step (the time of fork + the isolation syscalls + execve).
-pub fn spawn(prep: &Prepared, limits: &Limits, iso: &Isolation<'_>, reaper: &Reaper) -> Result<Spawned, SpawnError> {
+pub fn spawn(
+    prep: &Prepared,
+    limits: &Limits,
+    iso: &Isolation<'_>,
+    reaper: &Reaper,
+) -> Result<Spawned, SpawnError> {
     let procs_files = match iso.cgroup {
         Some(cg) => cg.open_procs()?,
         None => Vec::new(),
@@ -173,23 +200,38 @@ pub fn spawn(prep: &Prepared, limits: &Limits, iso: &Isolation<'_>, reaper: &Rea
                     source: io::Error::other("seccomp program too long"),
                 })?;
                 // seccompiler's sock_filter is #[repr(C)] with libc's layout.
-                Ok(libc::sock_fprog { len, filter: p.as_ptr() as *mut libc::sock_filter })
+                Ok(libc::sock_fprog {
+                    len,
+                    filter: p.as_ptr() as *mut libc::sock_filter,
+                })
             })
             .collect::<Result<_, SpawnError>>()?,
         None => Vec::new(),
     };
-    let argv: Vec<*const libc::c_char> =
-        prep.argv.iter().map(|a| a.as_ptr()).chain(std::iter::once(std::ptr::null())).collect();
-    let envp: Vec<*const libc::c_char> =
-        prep.env.iter().map(|a| a.as_ptr()).chain(std::iter::once(std::ptr::null())).collect();
+    let argv: Vec<*const libc::c_char> = prep
+        .argv
+        .iter()
+        .map(|a| a.as_ptr())
+        .chain(std::iter::once(std::ptr::null()))
+        .collect();
+    let envp: Vec<*const libc::c_char> = prep
+        .env
+        .iter()
+        .map(|a| a.as_ptr())
+        .chain(std::iter::once(std::ptr::null()))
+        .collect();
 
-    let pipe_err = |e| SpawnError::Isolation { step: Step::Pipe, source: e };
+    let pipe_err = |e| SpawnError::Isolation {
+        step: Step::Pipe,
+        source: e,
+    };
     let (stdin_r, stdin_w) = pipe().map_err(pipe_err)?;
     let (stdout_r, stdout_w) = pipe().map_err(pipe_err)?;
     let (stderr_r, stderr_w) = pipe().map_err(pipe_err)?;
     let (err_r, err_w) = pipe().map_err(pipe_err)?;
-    // The child's stdio ends must not already sit on 0..=2 (an agent started with those closed),
-    // or one dup2 could clobber another.
+    // The child's ends must not already sit on 0..=2 (an agent started with those closed), or a
+    // dup2 could clobber another one, or the error pipe (a lost report would read as success).
+    let err_w = above_stdio(err_w).map_err(pipe_err)?;
     let stdin_r = above_stdio(stdin_r).map_err(pipe_err)?;
     let stdout_w = above_stdio(stdout_w).map_err(pipe_err)?;
     let stderr_w = above_stdio(stderr_w).map_err(pipe_err)?;
@@ -200,25 +242,46 @@ pub fn spawn(prep: &Prepared, limits: &Limits, iso: &Isolation<'_>, reaper: &Rea
         cwd: prep.cwd.as_ptr(),
         identity: iso.identity,
         seccomp: &seccomp,
-        stdio: [stdin_r.as_raw_fd(), stdout_w.as_raw_fd(), stderr_w.as_raw_fd()],
+        stdio: [
+            stdin_r.as_raw_fd(),
+            stdout_w.as_raw_fd(),
+            stderr_w.as_raw_fd(),
+        ],
         err_fd: err_w.as_raw_fd(),
         program: prep.program.as_ptr(),
         argv: argv.as_ptr(),
         envp: envp.as_ptr(),
     };
     // SAFETY: `child_main` only makes async-signal-safe syscalls on memory prepared above.
-    let (pid, exit) = unsafe { reaper.fork_registered(|| child_main(&plan)) }
-        .map_err(|e| SpawnError::Isolation { step: Step::Fork, source: e })?;
+    let (pid, exit) = unsafe { reaper.fork_registered(|| child_main(&plan)) }.map_err(|e| {
+        SpawnError::Isolation {
+            step: Step::Fork,
+            source: e,
+        }
+    })?;
     drop((stdin_r, stdout_w, stderr_w, err_w, procs_files));
 
     match read_child_error(&err_r) {
-        None => Ok(Spawned { pid, exit, stdin: stdin_w, stdout: stdout_r, stderr: stderr_r }),
+        None => Ok(Spawned {
+            pid,
+            exit,
+            stdin: stdin_w,
+            stdout: stdout_r,
+            stderr: stderr_r,
+        }),
         Some((step, errno)) => {
             // The child is in `_exit(127)`; reap it so no zombie and no cgroup member remains.
             let _ = reaper.reap_blocking(pid, exit);
             let source = io::Error::from_raw_os_error(errno);
-            if step == Step::Exec && matches!(errno, libc::ENOENT | libc::EACCES | libc::ENOEXEC | libc::ENOTDIR) {
-                let program = OsStr::from_bytes(prep.program.as_bytes()).to_string_lossy().into_owned();
+            if step == Step::Exec
+                && matches!(
+                    errno,
+                    libc::ENOENT | libc::EACCES | libc::ENOEXEC | libc::ENOTDIR
+                )
+            {
+                let program = OsStr::from_bytes(prep.program.as_bytes())
+                    .to_string_lossy()
+                    .into_owned();
                 return Err(SpawnError::NotFound { program, source });
             }
             Err(SpawnError::Isolation { step, source })
@@ -227,34 +290,57 @@ pub fn spawn(prep: &Prepared, limits: &Limits, iso: &Isolation<'_>, reaper: &Rea
 }
 
 fn rlimits(limits: &Limits, iso: &Isolation<'_>) -> Vec<(i32, libc::rlimit)> {
-    let both = |v: u64| libc::rlimit { rlim_cur: v as libc::rlim_t, rlim_max: v as libc::rlim_t };
-    let infinite_if_max = |v: u64| if v == u64::MAX { libc::RLIM_INFINITY } else { v as libc::rlim_t };
+    let both = |v: u64| libc::rlimit {
+        rlim_cur: v as libc::rlim_t,
+        rlim_max: v as libc::rlim_t,
+    };
+    let infinite_if_max = |v: u64| {
+        if v == u64::MAX {
+            libc::RLIM_INFINITY
+        } else {
+            v as libc::rlim_t
+        }
+    };
     // Whole seconds, rounded up: the kernel counts CPU rlimits in seconds. SIGXCPU at the soft
     // limit lets us tell a CPU kill apart; the hard limit one second later is the SIGKILL backstop.
     let cpu_secs = limits.cpu_time.as_secs() + u64::from(limits.cpu_time.subsec_nanos() > 0);
     let cpu_secs = cpu_secs.max(1);
     let mut v = vec![
-        (libc::RLIMIT_CPU as i32, libc::rlimit { rlim_cur: cpu_secs as _, rlim_max: (cpu_secs + 1) as _ }),
+        (
+            libc::RLIMIT_CPU as i32,
+            libc::rlimit {
+                rlim_cur: cpu_secs as _,
+                rlim_max: (cpu_secs + 1) as _,
+            },
+        ),
         (libc::RLIMIT_FSIZE as i32, {
             let f = infinite_if_max(limits.max_file_size_bytes);
-            libc::rlimit { rlim_cur: f, rlim_max: f }
+            libc::rlimit {
+                rlim_cur: f,
+                rlim_max: f,
+            }
         }),
-        (libc::RLIMIT_NOFILE as i32, both(u64::from(limits.max_open_files))),
+        (
+            libc::RLIMIT_NOFILE as i32,
+            both(u64::from(limits.max_open_files)),
+        ),
         (libc::RLIMIT_CORE as i32, both(0)),
     ];
     if iso.nproc_rlimit {
         v.push((libc::RLIMIT_NPROC as i32, both(u64::from(limits.max_pids))));
     }
-    if iso.as_rlimit {
-        v.push((libc::RLIMIT_AS as i32, both(limits.memory_bytes)));
-    }
     // Unprivileged agents cannot raise a hard limit: stay within the current one.
     // SAFETY: plain syscall.
     if unsafe { libc::geteuid() } != 0 {
         for (res, lim) in &mut v {
-            let mut cur = libc::rlimit { rlim_cur: 0, rlim_max: 0 };
+            let mut cur = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
             // SAFETY: valid out-pointer.
-            if unsafe { libc::getrlimit(*res as _, &mut cur) } == 0 && cur.rlim_max != libc::RLIM_INFINITY {
+            if unsafe { libc::getrlimit(*res as _, &mut cur) } == 0
+                && cur.rlim_max != libc::RLIM_INFINITY
+            {
                 lim.rlim_max = lim.rlim_max.min(cur.rlim_max);
                 lim.rlim_cur = lim.rlim_cur.min(lim.rlim_max);
             }
@@ -293,12 +379,23 @@ fn read_child_error(fd: &OwnedFd) -> Option<(Step, i32)> {
     let mut got = 0;
     while got < buf.len() {
         // SAFETY: reading into the unfilled tail of `buf`.
-        let n = unsafe { libc::read(fd.as_raw_fd(), buf[got..].as_mut_ptr().cast(), buf.len() - got) };
+        let n = unsafe {
+            libc::read(
+                fd.as_raw_fd(),
+                buf[got..].as_mut_ptr().cast(),
+                buf.len() - got,
+            )
+        };
         if n < 0 {
             if io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
                 continue;
             }
-            return Some((Step::Exec, io::Error::last_os_error().raw_os_error().unwrap_or(libc::EIO)));
+            return Some((
+                Step::Exec,
+                io::Error::last_os_error()
+                    .raw_os_error()
+                    .unwrap_or(libc::EIO),
+            ));
         }
         if n == 0 {
             break;
@@ -307,7 +404,10 @@ fn read_child_error(fd: &OwnedFd) -> Option<(Step, i32)> {
     }
     match got {
         0 => None,
-        5 => Some((step_from_u8(buf[0]), i32::from_ne_bytes([buf[1], buf[2], buf[3], buf[4]]))),
+        5 => Some((
+            step_from_u8(buf[0]),
+            i32::from_ne_bytes([buf[1], buf[2], buf[3], buf[4]]),
+        )),
         // A 5-byte write to a pipe is atomic; a short report means the child died mid-way.
         _ => Some((Step::Exec, libc::EIO)),
     }
@@ -316,8 +416,21 @@ fn read_child_error(fd: &OwnedFd) -> Option<(Step, i32)> {
 fn step_from_u8(b: u8) -> Step {
     use Step::*;
     [
-        Pipe, Fork, JoinCgroup, SetSid, Rlimit, Chdir, SetGroups, SetGid, SetUid, NoNewPrivs, Seccomp, Dup2,
-        Exec, CreateCgroup, CgroupLimit,
+        Pipe,
+        Fork,
+        JoinCgroup,
+        SetSid,
+        Rlimit,
+        Chdir,
+        SetGroups,
+        SetGid,
+        SetUid,
+        NoNewPrivs,
+        Seccomp,
+        Dup2,
+        Exec,
+        CreateCgroup,
+        CgroupLimit,
     ]
     .into_iter()
     .find(|s| *s as u8 == b)
@@ -357,7 +470,12 @@ unsafe fn child_main(p: &ChildPlan<'_>) -> ! {
     }
     // Raw syscalls: glibc's set*id wrappers broadcast to all threads of the parent image.
     if let Some(g) = p.identity.groups {
-        if libc::syscall(libc::SYS_setgroups, 1 as libc::c_long, &g as *const libc::gid_t) != 0 {
+        if libc::syscall(
+            libc::SYS_setgroups,
+            1 as libc::c_long,
+            &g as *const libc::gid_t,
+        ) != 0
+        {
             fail(p.err_fd, Step::SetGroups);
         }
     }
@@ -371,11 +489,23 @@ unsafe fn child_main(p: &ChildPlan<'_>) -> ! {
             fail(p.err_fd, Step::SetUid);
         }
     }
-    if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1 as libc::c_ulong, 0 as libc::c_ulong, 0 as libc::c_ulong, 0 as libc::c_ulong) != 0 {
+    if libc::prctl(
+        libc::PR_SET_NO_NEW_PRIVS,
+        1 as libc::c_ulong,
+        0 as libc::c_ulong,
+        0 as libc::c_ulong,
+        0 as libc::c_ulong,
+    ) != 0
+    {
         fail(p.err_fd, Step::NoNewPrivs);
     }
     for prog in p.seccomp {
-        if libc::prctl(libc::PR_SET_SECCOMP, libc::SECCOMP_MODE_FILTER as libc::c_ulong, prog as *const libc::sock_fprog) != 0 {
+        if libc::prctl(
+            libc::PR_SET_SECCOMP,
+            libc::SECCOMP_MODE_FILTER as libc::c_ulong,
+            prog as *const libc::sock_fprog,
+        ) != 0
+        {
             fail(p.err_fd, Step::Seccomp);
         }
     }
@@ -386,7 +516,12 @@ unsafe fn child_main(p: &ChildPlan<'_>) -> ! {
     }
     // Belt and braces: an fd some library opened without O_CLOEXEC must not reach user code.
     // Failure (kernel < 5.11) is tolerable: the agent's own fds are all close-on-exec.
-    libc::syscall(libc::SYS_close_range, 3 as libc::c_uint, libc::c_uint::MAX, libc::CLOSE_RANGE_CLOEXEC);
+    libc::syscall(
+        libc::SYS_close_range,
+        3 as libc::c_uint,
+        libc::c_uint::MAX,
+        libc::CLOSE_RANGE_CLOEXEC,
+    );
     // Ignored signals stay ignored across exec (SIGPIPE is ignored in the agent): reset all.
     let mut dfl: libc::sigaction = std::mem::zeroed();
     dfl.sa_sigaction = libc::SIG_DFL;
@@ -416,7 +551,11 @@ mod tests {
             use_cgroups: false,
             cgroup_parent: None,
             work_dir: PathBuf::from("/"),
-            base_env: [("PATH".to_string(), "/usr/bin:/bin".to_string()), ("A".into(), "base".into())].into(),
+            base_env: [
+                ("PATH".to_string(), "/usr/bin:/bin".to_string()),
+                ("A".into(), "base".into()),
+            ]
+            .into(),
             default_limits: Limits::default(),
         }
     }
@@ -473,17 +612,28 @@ mod tests {
     fn missing_program_is_not_found() {
         for argv0 in ["no-such-program-xyz", "/no/such/program", "./nope"] {
             match prepare(&cmd(&[argv0]), &config()) {
-                Err(SpawnError::NotFound { source, .. }) => assert_eq!(source.raw_os_error(), Some(libc::ENOENT)),
+                Err(SpawnError::NotFound { source, .. }) => {
+                    assert_eq!(source.raw_os_error(), Some(libc::ENOENT))
+                }
                 other => panic!("{argv0}: {other:?}"),
             }
         }
         // A directory is not executable.
-        assert!(matches!(prepare(&cmd(&["/tmp"]), &config()), Err(SpawnError::NotFound { .. })));
+        assert!(matches!(
+            prepare(&cmd(&["/tmp"]), &config()),
+            Err(SpawnError::NotFound { .. })
+        ));
     }
 
     #[test]
     fn step_codes_round_trip() {
-        for s in [Step::Pipe, Step::JoinCgroup, Step::Seccomp, Step::Exec, Step::CgroupLimit] {
+        for s in [
+            Step::Pipe,
+            Step::JoinCgroup,
+            Step::Seccomp,
+            Step::Exec,
+            Step::CgroupLimit,
+        ] {
             assert_eq!(step_from_u8(s as u8), s);
         }
     }

@@ -42,17 +42,32 @@ enum Stream {
 }
 
 pub(crate) async fn supervise(s: Supervision) {
-    let Supervision { tree, mut exit, stdout, stderr, limits, started, events } = s;
+    let Supervision {
+        tree,
+        mut exit,
+        stdout,
+        stderr,
+        limits,
+        started,
+        events,
+    } = s;
     let (drain_tx, drain_rx) = watch::channel(None::<tokio::time::Instant>);
     let reader = |fd, which| {
-        tokio::spawn(forward(fd, which, events.clone(), limits.clone(), tree.clone(), drain_rx.clone()))
+        tokio::spawn(forward(
+            fd,
+            which,
+            events.clone(),
+            limits.clone(),
+            tree.clone(),
+            drain_rx.clone(),
+        ))
     };
     let out_task = reader(stdout, Stream::Stdout);
     let err_task = reader(stderr, Stream::Stderr);
 
     let deadline = tokio::time::Instant::from_std(started + limits.wall_time);
     let cpu_watch = tree.cgroup().filter(|cg| cg.cpu_usage().is_some()).cloned();
-    let ncpus = std::thread::available_parallelism().map(|n| n.get() as u32).unwrap_or(1);
+    let ncpus = cpu_count();
     // The earliest moment the tree can have used its CPU budget: all CPUs busy since the start.
     let mut cpu_check = tokio::time::Instant::from_std(started + limits.cpu_time / ncpus);
     let mut timed_out = false;
@@ -95,10 +110,25 @@ pub(crate) async fn supervise(s: Supervision) {
     let stderr_truncated = err_task.await.unwrap_or(false);
     tree.finish();
 
-    let outcome = outcome(status, &stats, &limits, wall_time, timed_out, cpu_killed, stdout_truncated, stderr_truncated);
+    let outcome = outcome(
+        status,
+        &stats,
+        &limits,
+        wall_time,
+        timed_out,
+        cpu_killed,
+        stdout_truncated,
+        stderr_truncated,
+    );
     tracing::debug!(?outcome, "exec finished");
     // A dropped receiver (caller went away) is fine: everything is cleaned up already.
     let _ = events.send(Event::Exit(outcome)).await;
+}
+
+/// CPUs the tree can run on at once. Cached: `available_parallelism` reads cgroup files each call.
+fn cpu_count() -> u32 {
+    static N: std::sync::OnceLock<u32> = std::sync::OnceLock::new();
+    *N.get_or_init(|| std::thread::available_parallelism().map_or(1, |n| n.get() as u32))
 }
 
 #[allow(clippy::too_many_arguments)]
@@ -120,9 +150,11 @@ fn outcome(
     // rusage covers the main process (and children it waited for); the cgroup covers everything.
     let cpu_time = stats.cpu_usage.unwrap_or(rusage_cpu).max(rusage_cpu);
     let killed = signal == Some(libc::SIGKILL);
-    let peak_memory_bytes = stats
-        .peak_memory_bytes
-        .unwrap_or_else(|| status.map(|s| s.rusage.ru_maxrss.max(0) as u64 * 1024).unwrap_or(0));
+    let peak_memory_bytes = stats.peak_memory_bytes.unwrap_or_else(|| {
+        status
+            .map(|s| s.rusage.ru_maxrss.max(0) as u64 * 1024)
+            .unwrap_or(0)
+    });
     Outcome {
         exit_code,
         signal,

@@ -24,8 +24,17 @@ pub(crate) struct Tree {
 }
 
 impl Tree {
-    pub(crate) fn new(pid: libc::pid_t, reaper: &'static Reaper, cgroup: Option<Arc<ExecCgroup>>) -> Tree {
-        Tree { pid, reaper, cgroup, finished: AtomicBool::new(false) }
+    pub(crate) fn new(
+        pid: libc::pid_t,
+        reaper: &'static Reaper,
+        cgroup: Option<Arc<ExecCgroup>>,
+    ) -> Tree {
+        Tree {
+            pid,
+            reaper,
+            cgroup,
+            finished: AtomicBool::new(false),
+        }
     }
 
     pub(crate) fn cgroup(&self) -> Option<&Arc<ExecCgroup>> {
@@ -49,13 +58,21 @@ impl Tree {
         if self.finished.load(Ordering::Acquire) {
             return;
         }
+        // Without a cgroup, list descendants before killing anything: once their parent dies they
+        // are reparented to the agent and no longer recognisable as part of this tree (which also
+        // makes the walk pointless once the main process has been reaped).
+        let orphans_to_be = if self.cgroup.is_none() && self.reaper.is_registered(self.pid) {
+            descendants(self.pid)
+        } else {
+            Vec::new()
+        };
         let _ = self.reaper.signal_group(self.pid, libc::SIGKILL);
         // The main process may have left its group (setpgid); it is still ours until reaped.
         let _ = self.reaper.signal_pid(self.pid, libc::SIGKILL);
         match &self.cgroup {
             Some(cg) => cg.kill(),
             None => {
-                for pid in descendants(self.pid) {
+                for pid in orphans_to_be {
                     // SAFETY: plain syscall. Without a cgroup a pid read from /proc can be recycled
                     // before the kill; that window is the documented weakness of this fallback.
                     unsafe { libc::kill(pid, libc::SIGKILL) };
@@ -67,13 +84,23 @@ impl Tree {
 
 /// Descendants of `root` (not `root` itself), from the ppid field of /proc/<pid>/stat.
 pub(crate) fn descendants(root: libc::pid_t) -> Vec<libc::pid_t> {
-    let Ok(dir) = fs::read_dir("/proc") else { return Vec::new() };
+    let Ok(dir) = fs::read_dir("/proc") else {
+        return Vec::new();
+    };
     let mut children: HashMap<libc::pid_t, Vec<libc::pid_t>> = HashMap::new();
     for entry in dir.flatten() {
-        let Some(pid) = entry.file_name().to_str().and_then(|s| s.parse::<libc::pid_t>().ok()) else {
+        let Some(pid) = entry
+            .file_name()
+            .to_str()
+            .and_then(|s| s.parse::<libc::pid_t>().ok())
+        else {
             continue;
         };
-        if let Some(ppid) = fs::read_to_string(format!("/proc/{pid}/stat")).ok().as_deref().and_then(parse_ppid) {
+        if let Some(ppid) = fs::read_to_string(format!("/proc/{pid}/stat"))
+            .ok()
+            .as_deref()
+            .and_then(parse_ppid)
+        {
             children.entry(ppid).or_default().push(pid);
         }
     }

@@ -55,7 +55,8 @@ pub fn resolve_limits(req: Option<&pb::Limits>, defaults: &Limits) -> Result<Lim
     Ok(l)
 }
 
-pub fn command(req: &pb::ExecRequest, defaults: &Limits) -> Result<Command, AgentError> {
+/// `work_dir` anchors a relative `cwd`.
+pub fn command(req: &pb::ExecRequest, defaults: &Limits, work_dir: &std::path::Path) -> Result<Command, AgentError> {
     if req.argv.is_empty() || req.argv[0].is_empty() {
         return Err(AgentError::Invalid("argv is empty: name the program to run".into()));
     }
@@ -76,7 +77,7 @@ pub fn command(req: &pb::ExecRequest, defaults: &Limits) -> Result<Command, Agen
         argv: req.argv.clone(),
         env: req.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect::<BTreeMap<_, _>>(),
         clear_env: req.clear_env,
-        cwd: (!req.cwd.is_empty()).then(|| PathBuf::from(&req.cwd)),
+        cwd: (!req.cwd.is_empty()).then(|| work_dir.join(PathBuf::from(&req.cwd))),
         limits: resolve_limits(req.limits.as_ref(), defaults)?,
     })
 }
@@ -117,6 +118,7 @@ pub fn limits_message(l: &Limits) -> pb::Limits {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use std::path::Path;
 
     fn req(argv: &[&str]) -> pb::ExecRequest {
         pb::ExecRequest { argv: argv.iter().map(|s| s.to_string()).collect(), ..Default::default() }
@@ -124,8 +126,8 @@ mod tests {
 
     #[test]
     fn empty_argv_is_invalid() {
-        assert!(matches!(command(&req(&[]), &Limits::default()), Err(AgentError::Invalid(_))));
-        assert!(matches!(command(&req(&[""]), &Limits::default()), Err(AgentError::Invalid(_))));
+        assert!(matches!(command(&req(&[]), &Limits::default(), Path::new("/work")), Err(AgentError::Invalid(_))));
+        assert!(matches!(command(&req(&[""]), &Limits::default(), Path::new("/work")), Err(AgentError::Invalid(_))));
     }
 
     #[test]
@@ -146,6 +148,6 @@ mod tests {
     fn bad_env_names_are_invalid() {
         let mut r = req(&["true"]);
         r.env.insert("A=B".into(), "x".into());
-        assert!(matches!(command(&r, &Limits::default()), Err(AgentError::Invalid(_))));
+        assert!(matches!(command(&r, &Limits::default(), Path::new("/work")), Err(AgentError::Invalid(_))));
     }
 }

@@ -57,7 +57,7 @@ fn cgroup_memory() -> u64 {
 impl Agent for AgentService {
     async fn exec(&self, request: Request<pb::ExecRequest>) -> Result<Response<pb::ExecResult>, Status> {
         let req = request.into_inner();
-        let cmd = exec::command(&req, &self.executor.config().default_limits)?;
+        let cmd = exec::command(&req, &self.executor.config().default_limits, self.roots.work_dir())?;
         self.total_execs.fetch_add(1, Ordering::Relaxed);
         // If the caller goes away this future is dropped, and with it the running program.
         let outcome = self.executor.run(cmd, req.stdin).await.map_err(AgentError::from)?;
@@ -72,7 +72,7 @@ impl Agent for AgentService {
     ) -> Result<Response<Self::ExecStreamStream>, Status> {
         let (tx, rx) = mpsc::channel(64);
         self.total_execs.fetch_add(1, Ordering::Relaxed);
-        stream::start(self.executor.clone(), request.into_inner(), tx).await?;
+        stream::start(self.executor.clone(), self.roots.work_dir().to_path_buf(), request.into_inner(), tx).await?;
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 

@@ -25,6 +25,7 @@ fn event(kind: pb::exec_event::Kind) -> Result<pb::ExecEvent, Status> {
 /// Starts the program named by the first message and returns the task driving it.
 pub async fn start(
     executor: Arc<Executor>,
+    work_dir: std::path::PathBuf,
     mut input: Streaming<pb::ExecInput>,
     tx: EventTx,
 ) -> Result<(), Status> {
@@ -35,7 +36,7 @@ pub async fn start(
     let Some(pb::exec_input::Kind::Start(req)) = first.kind else {
         return Err(Status::invalid_argument("the first message must carry `start`"));
     };
-    let cmd = exec::command(&req, &executor.config().default_limits)?;
+    let cmd = exec::command(&req, &executor.config().default_limits, &work_dir)?;
     let mut running = executor.start(cmd).map_err(AgentError::from)?;
     tokio::spawn(async move {
         let mut stdin = running.stdin.take();

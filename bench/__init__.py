@@ -1,0 +1,1 @@
+"""Benchmarks of sandboxes against baselines measured in the same run (`make bench`)."""

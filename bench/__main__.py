@@ -1,0 +1,27 @@
+"""`python -m bench [name ...]`: run benchmarks with their baselines in one run, save JSON results
+in bench/results/ and print a table of ratios."""
+
+from __future__ import annotations
+
+import argparse
+import importlib
+
+BENCHMARKS = {
+    "exec_true": "bench.exec_latency",
+}
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="bench")
+    ap.add_argument("names", nargs="*", help=f"benchmarks to run (default: all): {', '.join(BENCHMARKS)}")
+    args = ap.parse_args(argv)
+    for name in args.names or list(BENCHMARKS):
+        mod = importlib.import_module(BENCHMARKS[name])
+        rep = mod.run()
+        rep.print()
+        print(f"saved {rep.save()}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,63 @@
+"""Shared helpers: timing statistics, result files and the ratio table."""
+
+from __future__ import annotations
+
+import json
+import os
+import platform
+import statistics
+import time
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+
+RESULTS = Path(__file__).parent / "results"
+
+
+@dataclass
+class Stats:
+    name: str
+    n: int
+    median_ms: float
+    p99_ms: float
+    mean_ms: float
+    min_ms: float
+
+    @classmethod
+    def of(cls, name: str, samples_s: list[float]) -> "Stats":
+        ms = sorted(s * 1000 for s in samples_s)
+        p99 = ms[min(len(ms) - 1, int(round(0.99 * (len(ms) - 1))))]
+        return cls(name, len(ms), statistics.median(ms), p99, statistics.fmean(ms), ms[0])
+
+
+@dataclass
+class Report:
+    """One benchmark: its measurements, baselines and the ratios derived from them."""
+
+    name: str
+    stats: list[Stats] = field(default_factory=list)
+    ratios: dict[str, float] = field(default_factory=dict)
+    extra: dict = field(default_factory=dict)
+
+    def add(self, s: Stats) -> Stats:
+        self.stats.append(s)
+        return s
+
+    def save(self) -> Path:
+        RESULTS.mkdir(exist_ok=True)
+        path = RESULTS / f"{self.name}.json"
+        data = asdict(self) | {
+            "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "kernel": platform.release()},
+            "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        }
+        path.write_text(json.dumps(data, indent=2))
+        return path
+
+    def print(self) -> None:
+        print(f"\n## {self.name}")
+        print(f"{'measurement':44} {'n':>6} {'median ms':>10} {'p99 ms':>10}")
+        for s in self.stats:
+            print(f"{s.name:44} {s.n:>6} {s.median_ms:>10.3f} {s.p99_ms:>10.3f}")
+        for k, v in self.ratios.items():
+            print(f"{k:44} {v:>10.2f}")
+        for k, v in self.extra.items():
+            print(f"{k:44} {v}")

@@ -1,0 +1,72 @@
+"""The native boundary: error translation, limit conversion, agent lookup (no agent needed)."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+from sandboxes import _bridge, errors
+from sandboxes.types import Limits
+
+
+class FakeNativeError(Exception):
+    def __init__(self, kind: str, detail: str = "", step: str = "") -> None:
+        super().__init__(kind, detail, step)
+        self.kind, self.detail, self.step = kind, detail, step
+
+
+@pytest.mark.parametrize(
+    ("kind", "detail", "expected"),
+    [
+        ("unavailable", "connection refused", errors.SandboxLost),
+        ("invalid_argument", "empty argv", errors.InvalidRequest),
+        ("failed_precondition", "forked child", errors.InvalidRequest),
+        ("not_found", "no such file", errors.NotFound),
+        ("permission_denied", "outside the sandbox", errors.AuthError),
+        ("unauthenticated", "bad token", errors.AuthError),
+        ("deadline_exceeded", "deadline", errors.SandboxTimeout),
+        ("resource_exhausted", "request too large", errors.InvalidRequest),
+        ("resource_exhausted", "No space left on device", errors.InvalidRequest),
+        ("resource_exhausted", "too many concurrent execs", errors.QuotaExceeded),
+        ("cancelled", "", errors.Cancelled),
+        ("internal", "boom", errors.SandboxError),
+        ("something_new", "?", errors.SandboxError),
+    ],
+)
+def test_translate(kind: str, detail: str, expected: type) -> None:
+    e = _bridge.translate(FakeNativeError(kind, detail))
+    assert type(e) is expected
+    assert e.detail == detail or not detail
+
+
+def test_translate_launch_keeps_the_step() -> None:
+    e = _bridge.translate(FakeNativeError("launch", "EPERM", "clone"))
+    assert isinstance(e, errors.LaunchError) and e.step == "clone"
+    assert "clone" in str(e)
+
+
+def test_limits_validation() -> None:
+    Limits(wall_time_s=1.5, memory_bytes=64 << 20).validate()
+    for bad in (
+        Limits(wall_time_s=-1),
+        Limits(wall_time_s=float("inf")),
+        Limits(memory_bytes=1 << 50),
+        Limits(max_pids=True),  # type: ignore[arg-type]
+    ):
+        with pytest.raises(errors.InvalidRequest):
+            bad.validate()
+
+
+def test_agent_path_from_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    agent = tmp_path / "sandbox-agent"
+    agent.write_text("#!/bin/sh\n")
+    agent.chmod(agent.stat().st_mode | stat.S_IXUSR)
+    monkeypatch.setenv(_bridge.AGENT_BIN_ENV, str(agent))
+    assert _bridge.agent_path() == str(agent.resolve())
+    monkeypatch.setenv(_bridge.AGENT_BIN_ENV, str(tmp_path / "missing"))
+    with pytest.raises(errors.LaunchError) as e:
+        _bridge.agent_path()
+    assert e.value.step == "agent_path" and os.fspath(tmp_path) in str(e.value)

@@ -1,0 +1,124 @@
+"""Execution through the real server: streaming with stdin and signals, and cancellation killing
+the program (checked from outside with pgrep)."""
+
+from __future__ import annotations
+
+import asyncio
+import signal
+import uuid
+
+import pytest
+from helpers import pgrep
+from server_fixtures import *
+from server_fixtures import wait_for
+
+from sandboxes import errors as E
+from sandboxes.client import AsyncSandboxClient
+from sandboxes.types import Limits
+
+
+def marker() -> str:
+    return f"sbx-marker-{uuid.uuid4().hex}"
+
+
+async def test_exec_stdin_and_limits(client: AsyncSandboxClient) -> None:
+    sb = await client.create()
+    r = await sb.exec(["cat"], stdin=b"from stdin")
+    assert r.stdout == b"from stdin"
+    r = await sb.exec(["sh", "-c", "head -c 100000 /dev/zero"], limits=Limits(max_output_bytes=1000))
+    assert r.stdout_truncated and len(r.stdout) <= 1000
+    await sb.close()
+
+
+async def test_exec_stream_interactive(client: AsyncSandboxClient) -> None:
+    sb = await client.create()
+    async with sb.exec_stream(["sh", "-c", "read line; echo got:$line; echo err >&2; exit 7"]) as stream:
+        out, err, started, result = b"", b"", None, None
+        await stream.send_stdin(b"hello\n")
+        async for ev in stream:
+            if ev.kind == "started":
+                started = ev.pid
+            elif ev.kind == "stdout":
+                out += ev.data
+            elif ev.kind == "stderr":
+                err += ev.data
+            elif ev.kind == "exit":
+                result = ev.result
+    assert started is not None
+    assert out == b"got:hello\n" and err == b"err\n"
+    assert result is not None and result.exit_code == 7
+    await sb.close()
+
+
+async def test_exec_stream_close_stdin_and_wait(client: AsyncSandboxClient) -> None:
+    sb = await client.create()
+    stream = sb.exec_stream(["cat"], stdin=b"abc")
+    r = await stream.wait()
+    assert r.exit_code == 0 and r.stdout == b"abc"
+    await sb.close()
+
+
+async def test_exec_stream_signal(client: AsyncSandboxClient) -> None:
+    sb = await client.create()
+    m = marker()
+    async with sb.exec_stream(["sh", "-c", "sleep 1000", m]) as stream:
+        async for ev in stream:
+            if ev.kind == "started":
+                await wait_for(lambda: pgrep(m), "program to start")
+                await stream.signal(signal.SIGTERM)
+            elif ev.kind == "exit":
+                assert ev.result.signal == signal.SIGTERM or ev.result.exit_code != 0
+    await wait_for(lambda: not pgrep(m), "signalled program to exit")
+    await sb.close()
+
+
+async def test_cancel_exec_kills_program(client: AsyncSandboxClient) -> None:
+    sb = await client.create()
+    m = marker()
+    task = asyncio.ensure_future(sb.exec(["sh", "-c", "sleep 1000", m]))
+    await wait_for(lambda: pgrep(m), "program to start")
+    task.cancel()
+    with pytest.raises(asyncio.CancelledError):
+        await task
+    await wait_for(lambda: not pgrep(m), "cancelled program to be killed")
+    # The sandbox is fine afterwards.
+    assert (await sb.exec(["echo", "ok"])).stdout == b"ok\n"
+    await sb.close()
+
+
+async def test_cancel_exec_stream_kills_program(client: AsyncSandboxClient) -> None:
+    sb = await client.create()
+    m = marker()
+    async with sb.exec_stream(["sh", "-c", "sleep 1000", m]) as stream:
+        async for ev in stream:
+            if ev.kind == "started":
+                break
+        await wait_for(lambda: pgrep(m), "program to start")
+    await wait_for(lambda: not pgrep(m), "program of the closed stream to be killed")
+    assert (await sb.exec(["true"])).exit_code == 0
+    await sb.close()
+
+
+async def test_client_deadline_kills_program(server, client: AsyncSandboxClient) -> None:
+    """An RPC deadline that passes (not the program's own limit) also kills the program."""
+    sb = await client.create()
+    m = marker()
+    from sandboxes._proto import service_pb2 as pb
+
+    with pytest.raises(E.SandboxTimeout):
+        await client._call(
+            "Exec", pb.ExecRequest(sandbox_id=sb.id, argv=["sh", "-c", "sleep 1000", m]), timeout=1.0
+        )
+    await wait_for(lambda: not pgrep(m), "program past its deadline to be killed")
+    await sb.close()
+
+
+async def test_deleting_sandbox_ends_running_exec(client: AsyncSandboxClient) -> None:
+    sb = await client.create()
+    m = marker()
+    task = asyncio.ensure_future(sb.exec(["sh", "-c", "sleep 1000", m]))
+    await wait_for(lambda: pgrep(m), "program to start")
+    await client.delete(sb.id)
+    with pytest.raises(E.SandboxError):
+        await task
+    await wait_for(lambda: not pgrep(m), "program of the deleted sandbox to die")

@@ -1,0 +1,76 @@
+"""The server registry's timer heap: expiry order, early wake-up, lazily skipped deleted entries."""
+
+from __future__ import annotations
+
+import asyncio
+
+from sandboxes.server.registry import Record, Registry
+
+
+def rec(i: str, owner: str = "o", labels: dict | None = None) -> Record:
+    return Record(id=i, sandbox=None, template="default", labels=labels or {}, owner=owner)
+
+
+async def test_expiry_order_and_deleted_entries_are_skipped() -> None:
+    expired: list[str] = []
+    all_done = asyncio.Event()
+
+    async def on_expire(r: Record) -> None:
+        reg.pop(r.id)
+        expired.append(r.id)
+        if len(expired) == 2:
+            all_done.set()
+
+    reg = Registry(on_expire)
+    reg.start()
+    try:
+        reg.add(rec("late"), ttl_s=0.2)
+        reg.add(rec("never"), ttl_s=None)
+        reg.add(rec("deleted"), ttl_s=0.05)
+        # Pushed after a later deadline: must wake the reaper earlier than "late".
+        reg.add(rec("early"), ttl_s=0.01)
+        reg.pop("deleted")
+        await asyncio.wait_for(all_done.wait(), 30)
+        assert expired == ["early", "late"]
+        assert [r.id for r in reg] == ["never"]
+    finally:
+        await reg.stop()
+
+
+async def test_select_by_owner_and_labels() -> None:
+    async def never(r: Record) -> None:
+        raise AssertionError("no TTL here")
+
+    reg = Registry(never)
+    reg.add(rec("a", "alice", {"x": "1", "y": "2"}), None)
+    reg.add(rec("b", "alice", {"x": "1"}), None)
+    reg.add(rec("c", "bob", {"x": "1"}), None)
+    assert {r.id for r in reg.select("alice", {"x": "1"})} == {"a", "b"}
+    assert {r.id for r in reg.select("alice", {"x": "1", "y": "2"})} == {"a"}
+    assert {r.id for r in reg.select(None, {"x": "1"})} == {"a", "b", "c"}
+    assert reg.get("c", "alice") is None and reg.get("c", "bob") is not None
+
+
+async def test_idempotency_keys_are_forgotten_on_failure_and_delete() -> None:
+    async def never(r: Record) -> None:
+        pass
+
+    reg = Registry(never)
+    loop = asyncio.get_running_loop()
+    failed = loop.create_future()
+    reg.track("o", "k1", failed)
+    failed.set_exception(RuntimeError("claim failed"))
+    failed.exception()
+    await asyncio.sleep(0)  # let the done-callback run (it is scheduled by the loop)
+    assert reg.pending("o", "k1") is None
+
+    ok = loop.create_future()
+    reg.track("o", "k2", ok)
+    r = rec("x")
+    r.idempotency_key = "k2"
+    reg.add(r, None)
+    ok.set_result(r)
+    await asyncio.sleep(0)
+    assert reg.pending("o", "k2") is ok
+    reg.pop("x")
+    assert reg.pending("o", "k2") is None
