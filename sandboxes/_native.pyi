@@ -94,6 +94,28 @@ class AgentInfo:
     uptime_s: float
     work_dir: str
 
+class CaseResult:
+    verdict: str  # accepted | wrong_answer | time_limit | memory_limit | runtime_error |
+    #               compile_error | output_limit | sandbox_error | skipped
+    exit_code: int
+    signal: int
+    wall_time_s: float
+    cpu_time_s: float
+    peak_memory_bytes: int
+    stdout: bytes  # excerpt
+    stderr: bytes  # excerpt
+    message: str
+    path: str  # "spawn" | "zygote"
+
+class RunTestsReport:
+    cases: list[CaseResult]
+    passed: int
+    total: int
+    compiled: bool
+    compile_output: bytes
+    compile_time_s: float
+    wall_time_s: float
+
 class AgentClient:
     """A connection to one agent. `endpoint` is `unix:///path/agent.sock` or `http://host:port`.
     Connects lazily and reuses one HTTP/2 connection for all calls; safe to share between tasks.
@@ -129,6 +151,20 @@ class AgentClient:
     async def info(self) -> AgentInfo: ...
     async def renew_lease(self, ttl_s: float) -> float:
         """Extend the agent's lease; returns seconds until it expires."""
+    async def run_tests(
+        self,
+        language: str,
+        source: str,
+        tests: list[tuple[bytes, bytes, str]],
+        limits: Optional[Limits] = None,
+        stop_on_first_failure: bool = False,
+        compare: str = "whitespace",
+        float_tolerance: float = 0.0,
+        excerpt_bytes: int = 0,
+        timeout_s: Optional[float] = None,
+    ) -> RunTestsReport:
+        """Judge `source` against (input, expected_output, check) triples: compile once, run each
+        case isolated. compare: "exact" | "whitespace" | "float"."""
     def close(self) -> None: ...
 
 class LaunchConfig:

@@ -10,9 +10,10 @@ import uuid
 import pytest
 from helpers import pgrep
 from server_fixtures import *
-from server_fixtures import wait_for
+from server_fixtures import bearer, wait_for
 
 from sandboxes import errors as E
+from sandboxes._proto import service_pb2 as pb
 from sandboxes.client import AsyncSandboxClient
 from sandboxes.types import Limits
 
@@ -103,8 +104,6 @@ async def test_client_deadline_kills_program(server, client: AsyncSandboxClient)
     """An RPC deadline that passes (not the program's own limit) also kills the program."""
     sb = await client.create()
     m = marker()
-    from sandboxes._proto import service_pb2 as pb
-
     with pytest.raises(E.SandboxTimeout):
         await client._call(
             "Exec", pb.ExecRequest(sandbox_id=sb.id, argv=["sh", "-c", "sleep 1000", m]), timeout=1.0
@@ -122,3 +121,33 @@ async def test_deleting_sandbox_ends_running_exec(client: AsyncSandboxClient) ->
     with pytest.raises(E.SandboxError):
         await task
     await wait_for(lambda: not pgrep(m), "program of the deleted sandbox to die")
+
+
+async def test_exec_stream_half_close_closes_stdin(server, raw_stub) -> None:
+    """A client that ends its input stream (half-close) gives the program EOF on stdin."""
+    created = await raw_stub.Create(pb.CreateRequest(), metadata=bearer(), timeout=60)
+    call = raw_stub.ExecStream(metadata=bearer(), timeout=60)
+    await call.write(pb.ExecInput(start=pb.ExecRequest(sandbox_id=created.id, argv=["cat"])))
+    await call.write(pb.ExecInput(stdin=b"last words"))
+    await call.done_writing()
+    out, exit_event = b"", None
+    async for ev in call:
+        if ev.WhichOneof("kind") == "stdout":
+            out += ev.stdout
+        elif ev.WhichOneof("kind") == "exit":
+            exit_event = ev.exit
+    assert out == b"last words" and exit_event is not None and exit_event.exit_code == 0
+    await raw_stub.Delete(pb.DeleteRequest(sandbox_id=created.id), metadata=bearer(), timeout=60)
+
+
+async def test_stdin_after_exit_does_not_fail_the_stream(client: AsyncSandboxClient) -> None:
+    sb = await client.create()
+    async with sb.exec_stream(["true"]) as stream:
+        result = None
+        async for ev in stream:
+            if ev.kind == "exit":
+                result = ev.result
+            else:
+                await stream.send_stdin(b"nobody reads this")
+    assert result is not None and result.exit_code == 0
+    await sb.close()

@@ -274,8 +274,11 @@ async def test_oversized_request_is_refused_and_server_stays_up(
 
 async def test_failing_programs_are_results_not_errors(client: AsyncSandboxClient) -> None:
     sb = await client.create()
-    r = await sb.exec(["/no/such/program"])
-    assert r.exit_code != 0
+    r = await sb.exec(["sh", "-c", "exit 3"])
+    assert r.exit_code == 3
+    # A program that does not exist is the agent's NotFound, as in embedded mode (not a result).
+    with pytest.raises(E.NotFound):
+        await sb.exec(["/no/such/program"])
     r = await sb.exec(["sh", "-c", "kill -9 $$"])
     assert r.signal == 9 or r.exit_code != 0
     assert (await sb.exec(["true"])).exit_code == 0

@@ -15,7 +15,7 @@ import contextlib
 import logging
 import math
 import time
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -442,22 +442,29 @@ class SandboxService:
                             await task
 
     async def _pump_input(self, request_iterator: Any, stream: Any) -> None:
-        """Forward the client's stdin / close_stdin / signal messages to the running program."""
+        """Forward the client's stdin / close_stdin / signal messages to the running program.
+
+        A malformed message fails the call. A forward that fails because the program already
+        exited does not: the program's fate is reported by its exit event. The end of the client's
+        input (half-close) closes the program's stdin.
+        """
         async for msg in request_iterator:
             msg = _check(msg)
             kind = msg.WhichOneof("kind")
             if kind == "stdin":
-                await stream.send_stdin(msg.stdin)
+                forward = stream.send_stdin(msg.stdin)
             elif kind == "close_stdin":
-                await stream.close_stdin()
+                forward = stream.close_stdin()
             elif kind == "signal":
                 if not 0 < msg.signal < 65:
                     raise E.InvalidRequest(f"signal {msg.signal} is not a signal number (1-64)")
-                await stream.signal(msg.signal)
+                forward = stream.signal(msg.signal)
             elif kind == "start":
                 raise E.InvalidRequest("ExecStream got a second `start` message")
             else:
                 raise E.InvalidRequest("empty ExecInput message")
+            await _forward(forward, kind)
+        await _forward(stream.close_stdin(), "close_stdin")
 
     # -- files -------------------------------------------------------------------------------
 
@@ -513,6 +520,13 @@ class SandboxService:
                         stats.values[str(k)] = float(v)
         resp.sandboxes = len(self.registry.select(owner))
         return resp
+
+
+async def _forward(call: Awaitable[Any], what: str) -> None:
+    try:
+        await call
+    except E.SandboxError as e:
+        log.debug("exec stream %s not delivered: %s", what, e)
 
 
 def _file_map(files: list[tuple[str, bytes, int]]) -> dict[str, tuple[bytes, int]]:

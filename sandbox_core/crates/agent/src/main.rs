@@ -145,6 +145,7 @@ async fn serve(args: cli::Args, token: String, uid: u32, gid: u32, is_root: bool
         lease: lease.clone(),
         roots: Arc::new(paths::Roots::new(roots)),
         owner: server::Owner { uid, gid },
+        scratch: if args.new_root { PathBuf::from("/tmp") } else { std::env::temp_dir() },
         namespaces: args.namespaces.clone(),
         started: Instant::now(),
         total_execs: Default::default(),

@@ -16,7 +16,7 @@ use tonic::transport::{Channel, Endpoint, Uri};
 use crate::errors::{err, from_status};
 use crate::runtime;
 use crate::stream::ExecStream;
-use crate::values::{AgentInfo, DirEntry, ExecResult, Limits};
+use crate::values::{AgentInfo, DirEntry, ExecResult, Limits, RunTestsReport};
 
 const MAX_MESSAGE: usize = 1 << 30;
 /// Deadline of calls other than exec: an agent that does not answer in this time is lost.
@@ -230,6 +230,48 @@ impl AgentClient {
     fn renew_lease<'py>(&self, py: Python<'py>, ttl_s: f64) -> PyResult<Bound<'py, PyAny>> {
         self.call(py, Some(DEFAULT_CALL_TIMEOUT_S), move |mut c| async move {
             Ok(c.renew_lease(pb::RenewLeaseRequest { ttl_s }).await.map_err(from_status)?.into_inner().expires_in_s)
+        })
+    }
+
+    /// Judge `source` against `tests`, a list of (input, expected_output, check) triples.
+    /// `compare` is "exact", "whitespace" (default) or "float".
+    #[pyo3(signature = (language, source, tests, limits=None, stop_on_first_failure=false, compare="whitespace", float_tolerance=0.0, excerpt_bytes=0, timeout_s=None))]
+    #[allow(clippy::too_many_arguments)]
+    fn run_tests<'py>(
+        &self,
+        py: Python<'py>,
+        language: String,
+        source: &Bound<'py, PyAny>,
+        tests: Vec<(Vec<u8>, Vec<u8>, String)>,
+        limits: Option<PyRef<'py, Limits>>,
+        stop_on_first_failure: bool,
+        compare: &str,
+        float_tolerance: f64,
+        excerpt_bytes: u32,
+        timeout_s: Option<f64>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        let compare = match compare {
+            "exact" => pb::Compare::Exact,
+            "whitespace" | "" => pb::Compare::Whitespace,
+            "float" => pb::Compare::Float,
+            other => return Err(err("invalid_argument", format!("compare must be exact, whitespace or float, got {other:?}"))),
+        };
+        let req = pb::RunTestsRequest {
+            language,
+            source: utf8(source, "source")?,
+            tests: tests
+                .into_iter()
+                .map(|(input, expected_output, check)| pb::TestCase { input: input.into(), expected_output: expected_output.into(), check })
+                .collect(),
+            limits: limits.as_deref().map(Limits::to_proto),
+            stop_on_first_failure,
+            compare: compare as i32,
+            float_tolerance,
+            excerpt_bytes,
+        };
+        self.call(py, timeout_s, move |mut c| async move {
+            let r = c.run_tests(req).await.map_err(from_status)?.into_inner();
+            Python::attach(|py| Py::new(py, RunTestsReport::from_proto(py, r)?))
         })
     }
 

@@ -29,6 +29,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<values::ExecEvent>()?;
     m.add_class::<values::DirEntry>()?;
     m.add_class::<values::AgentInfo>()?;
+    m.add_class::<values::CaseResult>()?;
+    m.add_class::<values::RunTestsReport>()?;
     m.add_class::<client::AgentClient>()?;
     m.add_class::<stream::ExecStream>()?;
     m.add_class::<launcher::LaunchConfig>()?;

@@ -167,3 +167,77 @@ impl From<pb::InfoResponse> for AgentInfo {
         }
     }
 }
+
+fn verdict_name(v: i32) -> &'static str {
+    match pb::Verdict::try_from(v).unwrap_or(pb::Verdict::Unspecified) {
+        pb::Verdict::Accepted => "accepted",
+        pb::Verdict::WrongAnswer => "wrong_answer",
+        pb::Verdict::TimeLimit => "time_limit",
+        pb::Verdict::MemoryLimit => "memory_limit",
+        pb::Verdict::RuntimeError => "runtime_error",
+        pb::Verdict::CompileError => "compile_error",
+        pb::Verdict::OutputLimit => "output_limit",
+        pb::Verdict::Skipped => "skipped",
+        pb::Verdict::SandboxError | pb::Verdict::Unspecified => "sandbox_error",
+    }
+}
+
+#[pyclass(module = "sandboxes._native", frozen, get_all)]
+pub struct CaseResult {
+    pub verdict: &'static str,
+    pub exit_code: i32,
+    pub signal: i32,
+    pub wall_time_s: f64,
+    pub cpu_time_s: f64,
+    pub peak_memory_bytes: u64,
+    pub stdout: Py<PyBytes>,
+    pub stderr: Py<PyBytes>,
+    pub message: String,
+    pub path: &'static str,
+}
+
+#[pyclass(module = "sandboxes._native", frozen, get_all)]
+pub struct RunTestsReport {
+    pub cases: Vec<Py<CaseResult>>,
+    pub passed: u32,
+    pub total: u32,
+    pub compiled: bool,
+    pub compile_output: Py<PyBytes>,
+    pub compile_time_s: f64,
+    pub wall_time_s: f64,
+}
+
+impl RunTestsReport {
+    pub fn from_proto(py: Python<'_>, r: pb::RunTestsReport) -> PyResult<Self> {
+        let cases = r
+            .cases
+            .into_iter()
+            .map(|c| {
+                Py::new(
+                    py,
+                    CaseResult {
+                        verdict: verdict_name(c.verdict),
+                        exit_code: c.exit_code,
+                        signal: c.signal,
+                        wall_time_s: c.wall_time_s,
+                        cpu_time_s: c.cpu_time_s,
+                        peak_memory_bytes: c.peak_memory_bytes,
+                        stdout: PyBytes::new(py, &c.stdout).unbind(),
+                        stderr: PyBytes::new(py, &c.stderr).unbind(),
+                        message: c.message,
+                        path: if c.path == pb::ExecPath::Zygote as i32 { "zygote" } else { "spawn" },
+                    },
+                )
+            })
+            .collect::<PyResult<Vec<_>>>()?;
+        Ok(RunTestsReport {
+            cases,
+            passed: r.passed,
+            total: r.total,
+            compiled: r.compiled,
+            compile_output: PyBytes::new(py, &r.compile_output).unbind(),
+            compile_time_s: r.compile_time_s,
+            wall_time_s: r.wall_time_s,
+        })
+    }
+}

@@ -3,6 +3,7 @@
 mod exec;
 mod files;
 mod stream;
+mod tests;
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -27,6 +28,8 @@ pub struct AgentService {
     pub lease: Arc<Lease>,
     pub roots: Arc<Roots>,
     pub owner: Owner,
+    /// Where run_tests puts each call's files (the sandbox's /tmp).
+    pub scratch: std::path::PathBuf,
     pub namespaces: Vec<String>,
     pub started: Instant,
     pub total_execs: AtomicU64,
@@ -144,7 +147,7 @@ impl Agent for AgentService {
                 cgroup_version: caps.cgroup_version.to_string(),
                 seccomp: caps.seccomp,
                 namespaces: self.namespaces.clone(),
-                languages: vec![],
+                languages: sandbox_judge::Language::available().into_iter().map(String::from).collect(),
                 zygote: false,
                 sandbox_uid: caps.uid,
                 sandbox_gid: caps.gid,
@@ -167,5 +170,12 @@ impl Agent for AgentService {
         }
         let granted = self.lease.renew(Duration::from_secs_f64(ttl));
         Ok(Response::new(pb::RenewLeaseResponse { expires_in_s: granted.as_secs_f64() }))
+    }
+
+    async fn run_tests(&self, request: Request<pb::RunTestsRequest>) -> Result<Response<pb::RunTestsReport>, Status> {
+        let req = request.into_inner();
+        self.total_execs.fetch_add(req.tests.len() as u64, Ordering::Relaxed);
+        let report = tests::run(self, req).await?;
+        Ok(Response::new(report))
     }
 }

@@ -1,0 +1,185 @@
+//! The reward engine's judge: one call carries the program, its language, the test cases and the
+//! limits; the program is compiled once and every case runs as its own isolated execution.
+
+pub mod compare;
+pub mod languages;
+pub mod verdict;
+
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::time::{Duration, Instant};
+
+use sandbox_exec::{Command, Executor, Limits};
+use sandbox_proto as pb;
+
+pub use languages::Language;
+
+/// Most test cases one call may carry.
+pub const MAX_CASES: usize = 10_000;
+const DEFAULT_EXCERPT: usize = 1024;
+const DEFAULT_TOLERANCE: f64 = 1e-6;
+
+#[derive(Debug, thiserror::Error)]
+pub enum JudgeError {
+    #[error("{0}")]
+    Invalid(String),
+    #[error("scratch dir {path}: {source}")]
+    Scratch { path: String, source: std::io::Error },
+}
+
+/// Where a call's files go, and who owns them.
+pub struct Scratch {
+    pub root: PathBuf,
+    pub uid: u32,
+    pub gid: u32,
+}
+
+static NEXT: AtomicU64 = AtomicU64::new(0);
+
+struct CaseDir(PathBuf);
+
+impl Drop for CaseDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+impl Scratch {
+    fn make(&self) -> Result<CaseDir, JudgeError> {
+        let dir = self.root.join(format!("judge-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed)));
+        let err = |source| JudgeError::Scratch { path: dir.display().to_string(), source };
+        std::fs::create_dir(&dir).map_err(err)?;
+        let guard = CaseDir(dir.clone());
+        chown(&dir, self.uid, self.gid).map_err(err)?;
+        Ok(guard)
+    }
+
+    fn write(&self, dir: &Path, name: &str, data: &[u8]) -> Result<(), JudgeError> {
+        let p = dir.join(name);
+        let err = |source| JudgeError::Scratch { path: p.display().to_string(), source };
+        std::fs::write(&p, data).map_err(err)?;
+        chown(&p, self.uid, self.gid).map_err(err)
+    }
+}
+
+fn chown(p: &Path, uid: u32, gid: u32) -> std::io::Result<()> {
+    match std::os::unix::fs::chown(p, Some(uid), Some(gid)) {
+        Err(e) if e.raw_os_error() == Some(libc::EPERM) => Ok(()), // not root: files stay ours
+        r => r,
+    }
+}
+
+fn excerpt(b: &[u8], n: usize) -> bytes::Bytes {
+    bytes::Bytes::copy_from_slice(&b[..b.len().min(n)])
+}
+
+/// Limits of the compile step: generous, but bounded like everything else.
+fn compile_limits(base: &Limits) -> Limits {
+    Limits {
+        wall_time: Duration::from_secs(30),
+        cpu_time: Duration::from_secs(30),
+        memory_bytes: base.memory_bytes.max(1 << 30),
+        max_pids: base.max_pids.max(64),
+        max_output_bytes: 64 << 10,
+        kill_on_output_limit: false,
+        ..base.clone()
+    }
+}
+
+pub fn validate(req: &pb::RunTestsRequest) -> Result<Language, JudgeError> {
+    let lang = Language::parse(&req.language).ok_or_else(|| {
+        JudgeError::Invalid(format!("unknown language {:?}; known: {}", req.language, Language::available().join(", ")))
+    })?;
+    if req.tests.is_empty() {
+        return Err(JudgeError::Invalid("no test cases".into()));
+    }
+    if req.tests.len() > MAX_CASES {
+        return Err(JudgeError::Invalid(format!("{} test cases (max {MAX_CASES})", req.tests.len())));
+    }
+    if req.tests.iter().any(|t| !t.check.is_empty()) && !lang.supports_check() {
+        return Err(JudgeError::Invalid(format!("check scripts are supported for python and bash, not {}", lang.name())));
+    }
+    if !req.float_tolerance.is_finite() || req.float_tolerance < 0.0 {
+        return Err(JudgeError::Invalid(format!("float_tolerance must be >= 0, got {}", req.float_tolerance)));
+    }
+    Ok(lang)
+}
+
+/// Compiles once (when the language needs it) and runs every case. `limits` are already resolved.
+pub async fn run_tests(executor: &Executor, scratch: &Scratch, req: pb::RunTestsRequest, limits: Limits) -> Result<pb::RunTestsReport, JudgeError> {
+    let started = Instant::now();
+    let lang = validate(&req)?;
+    let excerpt_n = if req.excerpt_bytes == 0 { DEFAULT_EXCERPT } else { req.excerpt_bytes as usize };
+    let tolerance = if req.float_tolerance == 0.0 { DEFAULT_TOLERANCE } else { req.float_tolerance };
+    let compare = pb::Compare::try_from(req.compare).unwrap_or(pb::Compare::Unspecified);
+    let dir = scratch.make()?;
+    scratch.write(&dir.0, lang.source_file(), req.source.as_bytes())?;
+    if lang == Language::Python && req.tests.iter().any(|t| !t.check.is_empty()) {
+        scratch.write(&dir.0, "runner.py", languages::PYTHON_CHECK_RUNNER.as_bytes())?;
+    }
+    let base_env = Default::default();
+    let mut report = pb::RunTestsReport { total: req.tests.len() as u32, compiled: true, ..Default::default() };
+
+    if let Some(argv) = lang.compile() {
+        let cmd = Command { argv, env: base_env, clear_env: false, cwd: Some(dir.0.clone()), limits: compile_limits(&limits) };
+        let t = Instant::now();
+        let outcome = executor.run(cmd, bytes::Bytes::new()).await;
+        report.compile_time_s = t.elapsed().as_secs_f64();
+        let ok = matches!(&outcome, Ok(o) if o.exit_code == Some(0) && !o.timed_out);
+        if !ok {
+            report.compiled = false;
+            let msg = match outcome {
+                Ok(o) => {
+                    let mut out = o.stderr;
+                    out.extend_from_slice(&o.stdout);
+                    report.compile_output = excerpt(&out, 16 << 10);
+                    if o.timed_out { "compilation timed out".to_string() } else { "compilation failed".to_string() }
+                }
+                Err(e) => format!("compiler could not run: {e}"),
+            };
+            report.cases = req
+                .tests
+                .iter()
+                .map(|_| pb::CaseResult { verdict: pb::Verdict::CompileError as i32, message: msg.clone(), ..Default::default() })
+                .collect();
+            report.wall_time_s = started.elapsed().as_secs_f64();
+            return Ok(report);
+        }
+    }
+
+    let mut case_limits = limits.clone();
+    case_limits.kill_on_output_limit = true;
+    let mut failed = false;
+    for (i, case) in req.tests.iter().enumerate() {
+        if failed && req.stop_on_first_failure {
+            report.cases.push(pb::CaseResult { verdict: pb::Verdict::Skipped as i32, message: "an earlier case failed".into(), ..Default::default() });
+            continue;
+        }
+        let check = if case.check.is_empty() {
+            None
+        } else {
+            let name = format!("check_{i}.{}", if lang == Language::Python { "py" } else { "sh" });
+            scratch.write(&dir.0, &name, case.check.as_bytes())?;
+            Some(name)
+        };
+        let cmd = Command {
+            argv: lang.run(&dir.0, check.as_deref()),
+            env: Default::default(),
+            clear_env: false,
+            cwd: Some(dir.0.clone()),
+            limits: case_limits.clone(),
+        };
+        let result = match executor.run(cmd, case.input.clone()).await {
+            Ok(o) => verdict::judge(&o, lang, case, compare, tolerance, excerpt_n),
+            Err(e) => pb::CaseResult { verdict: pb::Verdict::SandboxError as i32, message: e.to_string(), ..Default::default() },
+        };
+        if result.verdict == pb::Verdict::Accepted as i32 {
+            report.passed += 1;
+        } else {
+            failed = true;
+        }
+        report.cases.push(result);
+    }
+    report.wall_time_s = started.elapsed().as_secs_f64();
+    Ok(report)
+}
