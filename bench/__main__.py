@@ -8,6 +8,9 @@ import importlib
 
 BENCHMARKS = {
     "exec_true": "bench.exec_latency",
+    "pool": "bench.pool_bench",
+    "density": "bench.density",
+    "burst": "bench.burst",
 }
 
 

@@ -23,6 +23,7 @@ from .errors import (
     SandboxLost,
     SandboxTimeout,
 )
+from .judging import CaseResult, TestCase, TestReport, Verdict
 from .pool import Pool
 from .sandbox import ExecStream, Sandbox, SandboxBase
 from .templates import Template
@@ -34,6 +35,7 @@ __all__ = [
     "AuthError",
     "BackendUnavailable",
     "Cancelled",
+    "CaseResult",
     "DirEntry",
     "ExecEvent",
     "ExecResult",
@@ -51,6 +53,9 @@ __all__ = [
     "SandboxLost",
     "SandboxTimeout",
     "Template",
+    "TestCase",
+    "TestReport",
+    "Verdict",
     "errors",
 ]
 

@@ -19,7 +19,7 @@ from pathlib import Path
 from types import ModuleType
 from typing import Any, TypeVar
 
-from . import errors, types
+from . import errors, judging, types
 
 __all__ = [
     "AGENT_BIN_ENV",
@@ -27,10 +27,12 @@ __all__ = [
     "native",
     "native_errors",
     "to_agent_info",
+    "to_case_result",
     "to_dir_entry",
     "to_exec_event",
     "to_exec_result",
     "to_native_limits",
+    "to_test_report",
     "translate",
     "translating",
 ]
@@ -195,6 +197,47 @@ def to_agent_info(i: Any) -> types.AgentInfo:
         memory_bytes=i.memory_bytes,
         uptime_s=i.uptime_s,
         work_dir=i.work_dir,
+    )
+
+
+def _verdict(name: str) -> judging.Verdict:
+    try:
+        return judging.Verdict(name)
+    except ValueError:
+        # An agent newer than this package: keep the report usable, flag the case.
+        return judging.Verdict.SANDBOX_ERROR
+
+
+def to_case_result(c: Any) -> judging.CaseResult:
+    """`_native.CaseResult` -> `judging.CaseResult`."""
+    verdict = _verdict(c.verdict)
+    message = c.message
+    if verdict is judging.Verdict.SANDBOX_ERROR and c.verdict != verdict.value:
+        message = f"unknown verdict {c.verdict!r} from the agent" + (f": {message}" if message else "")
+    return judging.CaseResult(
+        verdict=verdict,
+        exit_code=c.exit_code,
+        signal=c.signal,
+        duration_s=c.wall_time_s,
+        cpu_time_s=c.cpu_time_s,
+        peak_memory_bytes=c.peak_memory_bytes,
+        stdout=bytes(c.stdout),
+        stderr=bytes(c.stderr),
+        message=message,
+        path=c.path or "spawn",
+    )
+
+
+def to_test_report(r: Any) -> judging.TestReport:
+    """`_native.RunTestsReport` -> `judging.TestReport`."""
+    return judging.TestReport(
+        cases=tuple(to_case_result(c) for c in r.cases),
+        passed=r.passed,
+        total=r.total,
+        compiled=r.compiled,
+        compile_output=bytes(r.compile_output),
+        compile_time_s=r.compile_time_s,
+        duration_s=r.wall_time_s,
     )
 
 

@@ -155,7 +155,7 @@ class AsyncSandboxClient:
                     delay = self.backoff_s * (2 ** (n - 1)) * (0.5 + random.random())
                     await asyncio.sleep(delay)
                     continue
-                raise error_from_rpc(e) from None
+                raise error_from_rpc(e) from e
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -364,7 +364,7 @@ class _RemoteStream:
         try:
             return await aw
         except grpc.aio.AioRpcError as e:
-            raise error_from_rpc(e) from None
+            raise error_from_rpc(e) from e
         except asyncio.InvalidStateError as e:  # writing after the call finished
             raise E.SandboxLost(f"exec stream already finished: {e}") from None
 

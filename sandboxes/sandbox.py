@@ -13,11 +13,12 @@ import asyncio
 import dataclasses
 import logging
 import math
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Self
 
 from . import _bridge
 from .errors import InvalidRequest, SandboxLost, SandboxTimeout
+from .judging import RunTestsRequest, TestCase, TestReport, build_run_tests_request
 from .templates import validate_env
 from .types import AgentInfo, DirEntry, ExecEvent, ExecResult, Limits
 
@@ -189,7 +190,8 @@ class SandboxBase(abc.ABC):
     """The interface of a sandbox, whichever way it is reached.
 
     Implementations provide `_exec`, `_exec_stream`, `_write_files`, `read_file`, `list_dir`,
-    `remove`, `info` and `close`; the public conveniences are shared here.
+    `remove`, `info` and `close`, and `_run_tests` (it receives a validated `RunTestsRequest`);
+    the public conveniences are shared here.
     """
 
     id: str
@@ -309,6 +311,51 @@ class SandboxBase(abc.ABC):
         if triples:
             await self._write_files(triples)
 
+    async def run_tests(
+        self,
+        program: str,
+        tests: Sequence[TestCase],
+        *,
+        language: str = "python",
+        time_limit: float | None = None,
+        memory_limit_mb: float | None = None,
+        stop_on_first_failure: bool = False,
+        compare: str = "whitespace",
+        float_tolerance: float | None = None,
+        limits: Limits | None = None,
+    ) -> TestReport:
+        """Judge `program` against `tests`: compile once, run every case isolated, one verdict each.
+
+        `language`: "python", "c", "cpp" or "bash" (`info().languages` lists what the sandbox
+        has). Each `TestCase` is stdin/stdout style (`expected_output`, compared per `compare`:
+        "exact" byte for byte, "whitespace" token by token, "float" tokens equal within
+        `float_tolerance`, default 1e-6 absolute or relative) or check-script style (`check`,
+        Python and Bash only). `time_limit` (s) sets each case's wall and CPU limits,
+        `memory_limit_mb` its memory limit; both override `limits`, which override the sandbox's
+        defaults. With `stop_on_first_failure`, cases after the first failure are `skipped`.
+
+        A program that fails, loops or runs out of memory yields verdicts, not exceptions. Raises
+        `InvalidRequest` for a bad request (unknown language, no tests, a check with a compiled
+        language, absurd limits); other `SandboxError`s mean the infrastructure failed.
+        """
+        req = build_run_tests_request(
+            program,
+            tests,
+            language=language,
+            base_limits=self.default_limits,
+            time_limit=time_limit,
+            memory_limit_mb=memory_limit_mb,
+            stop_on_first_failure=stop_on_first_failure,
+            compare=compare,
+            float_tolerance=float_tolerance,
+            limits=limits,
+        )
+        return await self._run_tests(req)
+
+    async def _run_tests(self, req: RunTestsRequest) -> TestReport:
+        """Send a validated `run_tests` request; implementations override this."""
+        raise NotImplementedError(f"{type(self).__name__} does not implement run_tests yet")
+
     @abc.abstractmethod
     async def _exec(self, req: ExecRequest, stdin: bytes) -> ExecResult: ...
 
@@ -409,6 +456,21 @@ class Sandbox(SandboxBase):
             timeout_s=req.deadline_s,
         )
         return _bridge.to_exec_result(r)
+
+    async def _run_tests(self, req: RunTestsRequest) -> TestReport:
+        self._check_open()
+        r = await _bridge.call(
+            self._client.run_tests,
+            req.language,
+            req.source,
+            list(req.tests),
+            limits=_bridge.to_native_limits(req.limits),
+            stop_on_first_failure=req.stop_on_first_failure,
+            compare=req.compare,
+            float_tolerance=req.float_tolerance,
+            timeout_s=req.deadline_s,
+        )
+        return _bridge.to_test_report(r)
 
     def _exec_stream(self, req: ExecRequest, stdin: bytes | None) -> ExecStream:
         self._check_open()

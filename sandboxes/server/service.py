@@ -13,7 +13,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import math
+import signal
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -214,10 +214,6 @@ class SandboxService:
             return set(templates)
         return None
 
-    def _rpc_time_left(self, context: grpc.aio.ServicerContext) -> float | None:
-        left = context.time_remaining()
-        return left if left is not None and math.isfinite(left) else None
-
     # -- lifecycle RPCs ----------------------------------------------------------------------
 
     async def create(self, req: pb.CreateRequest, context: Any, owner: str) -> pb.Sandbox:
@@ -262,8 +258,9 @@ class SandboxService:
     async def _claim(self, owner, template, labels, env, files, ttl_s, timeout, key) -> Record:
         """Claim from the pool and register; owns one unit of `owner`'s sandbox quota."""
         started = time.perf_counter()
-        sb = None
         try:
+            # The pool writes the files and merges the env before handing the sandbox out; a
+            # cancelled claim leaves nothing claimed behind.
             sb = await self.pool.claim(
                 template=template,
                 env=env or None,
@@ -273,9 +270,7 @@ class SandboxService:
             )
         except BaseException as e:
             self.quotas.release_sandbox(owner)
-            if sb is not None:
-                await self._release_quietly(sb)
-            if isinstance(e, (asyncio.TimeoutError,)) and not isinstance(e, E.SandboxError):
+            if isinstance(e, TimeoutError) and not isinstance(e, E.SandboxError):
                 raise E.PoolExhausted(f"no {template!r} sandbox became free in time") from e
             raise
         rec = Record(
@@ -406,6 +401,7 @@ class SandboxService:
             pump = asyncio.ensure_future(self._pump_input(request_iterator, stream))
             events = stream.__aiter__()
             next_event: asyncio.Future | None = None
+            exited = False
             try:
                 while True:
                     next_event = asyncio.ensure_future(events.__anext__())
@@ -426,15 +422,20 @@ class SandboxService:
                         ev = next_event.result()
                     except StopAsyncIteration:
                         return
-                    yield event_to_pb(ev)
                     if ev.kind == "exit":
+                        exited = True
+                    yield event_to_pb(ev)
+                    if exited:
                         return
             finally:
                 # Cancelled call, client error or exit: stop reading input, kill the program if
-                # it still runs, and never leave a task behind.
-                for task in (pump, next_event):
-                    if task is not None and not task.done():
-                        task.cancel()
+                # it still runs (while its stream is intact), and never leave a task behind.
+                if not pump.done():
+                    pump.cancel()
+                if not exited:
+                    await _kill(stream)
+                if next_event is not None and not next_event.done():
+                    next_event.cancel()
                 await _close_stream(stream)
                 for task in (pump, next_event):
                     if task is not None:
@@ -535,8 +536,20 @@ def _file_map(files: list[tuple[str, bytes, int]]) -> dict[str, tuple[bytes, int
     return {path: (data, mode or 0o644) for path, data, mode in files}
 
 
+async def _kill(stream: Any) -> None:
+    """SIGKILL the program's process group, so the kill does not depend on when the agent notices
+    a cancelled stream."""
+    try:
+        async with asyncio.timeout(5.0):
+            await stream.signal(signal.SIGKILL)
+    except (E.SandboxError, TimeoutError):
+        pass  # not started, already gone, or unreachable: the cancel that follows still applies
+    except Exception:
+        log.debug("killing an exec stream's program failed", exc_info=True)
+
+
 async def _close_stream(stream: Any) -> None:
-    """Stop a sandbox exec stream (kills the program if it still runs)."""
+    """Stop a sandbox exec stream (the native side kills a program still running)."""
     for name in ("aclose", "cancel", "close"):
         fn = getattr(stream, name, None)
         if fn is None:

@@ -17,6 +17,7 @@ pub mod seccomp;
 pub mod spawn;
 mod supervise;
 mod tree;
+pub mod probe;
 
 pub use error::{SetupError, SpawnError, Step};
 pub use limits::Limits;

@@ -14,7 +14,7 @@
 //! several runtimes).
 //!
 //! Races closed by the map lock:
-//! - a child exiting before it is registered: `fork_registered` holds the lock across fork and
+//! - a child exiting before it is registered: `spawn_registered` holds the lock across clone and
 //!   insertion, and the reaper holds it across wait and dispatch;
 //! - pid reuse: a pid is only freed by `wait4` under the lock, so while a pid is in the map it
 //!   still names our child (possibly a zombie) and its process group id is still allocated.
@@ -56,7 +56,54 @@ type Waiters = HashMap<libc::pid_t, oneshot::Sender<ExitInfo>>;
 /// Handle to the process-wide reaper.
 pub struct Reaper {
     waiters: Arc<Mutex<Waiters>>,
+    /// Stack of children started by [`Reaper::spawn_registered`]: one is enough because spawns are
+    /// serialised by the `waiters` lock and the child is done with it when the spawn returns.
+    child_stack: ChildStack,
 }
+
+/// An mmap'd stack with a PROT_NONE guard page below it (a stack overflow faults the child).
+struct ChildStack {
+    base: usize,
+    len: usize,
+}
+
+impl ChildStack {
+    const SIZE: usize = 256 << 10;
+    const GUARD: usize = 4096;
+
+    fn new() -> io::Result<ChildStack> {
+        let len = Self::SIZE + Self::GUARD;
+        // SAFETY: anonymous private mapping; checked for failure below.
+        let p = unsafe {
+            libc::mmap(
+                std::ptr::null_mut(),
+                len,
+                libc::PROT_READ | libc::PROT_WRITE,
+                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
+                -1,
+                0,
+            )
+        };
+        if p == libc::MAP_FAILED {
+            return Err(io::Error::last_os_error());
+        }
+        // SAFETY: the lowest page of the mapping just created. Best effort: without a guard page
+        // the child (which only makes a handful of shallow libc calls) is still well within bounds.
+        unsafe { libc::mprotect(p, Self::GUARD, libc::PROT_NONE) };
+        Ok(ChildStack {
+            base: p as usize,
+            len,
+        })
+    }
+
+    /// Highest address (the stack grows down), 16-byte aligned.
+    fn top(&self) -> *mut libc::c_void {
+        ((self.base + self.len) & !15) as *mut libc::c_void
+    }
+}
+
+/// The child side of [`Reaper::spawn_registered`].
+pub type ChildFn = extern "C" fn(*mut libc::c_void) -> libc::c_int;
 
 static REAPER: OnceLock<Reaper> = OnceLock::new();
 static START: Mutex<()> = Mutex::new(());
@@ -116,7 +163,10 @@ impl Reaper {
                 });
             })?;
         match ready_rx.recv() {
-            Ok(Ok(())) => Ok(Reaper { waiters }),
+            Ok(Ok(())) => Ok(Reaper {
+                waiters,
+                child_stack: ChildStack::new()?,
+            }),
             Ok(Err(e)) => Err(e),
             Err(_) => Err(io::Error::other("reaper thread exited during start-up")),
         }
@@ -126,16 +176,27 @@ impl Reaper {
         self.waiters.lock().unwrap_or_else(|e| e.into_inner())
     }
 
-    /// Forks, runs `child` in the child and registers the child's pid before the reaper can see
-    /// its exit. All signals are blocked in the calling thread across fork, so the child starts
-    /// with every signal blocked: `child` must reset dispositions and unblock before exec.
+    /// Starts a child the way `posix_spawn` does, `clone(CLONE_VM | CLONE_VFORK)`: the child
+    /// shares this process's memory and runs `child(arg)` on a stack of its own while the calling
+    /// thread is suspended, until the child has exec'd or exited. Nothing is copied (no page
+    /// tables, no copy-on-write faults), so the cost no longer grows with the size of the caller,
+    /// and when this returns the child is past exec or gone, so memory it wrote (a failure report)
+    /// can be read at once. The pid is registered before the reaper can see the child's exit.
+    ///
+    /// All signals are blocked in the calling thread across the clone, so the child starts with
+    /// every signal blocked (no handler of the parent can run on shared memory): `child` must reset
+    /// dispositions and unblock before exec.
     ///
     /// # Safety
-    /// `child` runs in the child of a multi-threaded process: it may only make async-signal-safe
-    /// calls (no allocation, no locks); it should exec or `_exit` (returning exits with 127).
-    pub unsafe fn fork_registered<F: FnOnce()>(
+    /// `child` runs on shared memory, concurrently with the parent's other threads: it may only
+    /// read memory the suspended caller keeps alive, write memory nobody else uses, and make raw
+    /// system calls or libc wrappers without process-wide side effects (no allocation, no locks,
+    /// no glibc `set*id` wrappers, no atexit: it must `execve` or `_exit`, never return normally
+    /// except with an exit code).
+    pub unsafe fn spawn_registered(
         &self,
-        child: F,
+        child: ChildFn,
+        arg: *mut libc::c_void,
     ) -> io::Result<(libc::pid_t, oneshot::Receiver<ExitInfo>)> {
         let (tx, rx) = oneshot::channel();
         let mut waiters = self.lock();
@@ -143,15 +204,23 @@ impl Reaper {
         let mut old: libc::sigset_t = std::mem::zeroed();
         libc::sigfillset(&mut all);
         libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
-        let pid = libc::fork();
-        if pid == 0 {
-            child();
-            libc::_exit(127);
+        // Setting the uid in a child that shares our memory makes the shared mm non-dumpable
+        // (which keeps other programs of that uid from attaching to the child before it execs);
+        // the agent's own state is restored once the child has its own mm.
+        let dumpable = libc::prctl(libc::PR_GET_DUMPABLE, 0, 0, 0, 0);
+        let pid = libc::clone(
+            child,
+            self.child_stack.top(),
+            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            arg,
+        );
+        let clone_err = io::Error::last_os_error();
+        if dumpable > 0 && libc::prctl(libc::PR_GET_DUMPABLE, 0, 0, 0, 0) != dumpable {
+            libc::prctl(libc::PR_SET_DUMPABLE, dumpable as libc::c_ulong, 0, 0, 0);
         }
-        let fork_err = io::Error::last_os_error();
         libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
         if pid < 0 {
-            return Err(fork_err);
+            return Err(clone_err);
         }
         waiters.insert(pid, tx);
         Ok((pid, rx))
@@ -248,6 +317,7 @@ fn reap_all(waiters: &Mutex<Waiters>) {
             return; // children exist, none has exited
         }
         if waiters.contains_key(&pid) {
+            crate::probe::mark(12);
             // SAFETY: plain syscall; ESRCH (no other member) is fine.
             unsafe { libc::killpg(pid, libc::SIGKILL) };
         }

@@ -281,8 +281,10 @@ impl Executor {
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
             SpawnError::Invalid("Executor::start must be called inside a tokio runtime".into())
         })?;
+        crate::probe::reset(); crate::probe::mark(0);
         cmd.limits.validate().map_err(SpawnError::Invalid)?;
         let prepared = crate::spawn::prepare(&cmd, &inner.config)?;
+        crate::probe::mark(1);
         let started = Instant::now();
         let id = EXEC_COUNTER.fetch_add(1, Ordering::Relaxed);
         let cgroup = match &inner.cgroups {
@@ -291,6 +293,7 @@ impl Executor {
             )),
             None => None,
         };
+        crate::probe::mark(2);
         let iso = Isolation {
             identity: inner.identity,
             seccomp: inner.seccomp.as_ref(),
@@ -329,6 +332,7 @@ impl Executor {
             started,
             events: tx,
         };
+        crate::probe::mark(11);
         runtime.spawn(async move {
             let _guard = guard;
             supervise(supervision).await;
@@ -360,6 +364,7 @@ impl Executor {
                 Event::Stdout(b) => stdout.extend_from_slice(&b),
                 Event::Stderr(b) => stderr.extend_from_slice(&b),
                 Event::Exit(mut outcome) => {
+                    crate::probe::mark(20); crate::probe::finish();
                     outcome.stdout = stdout;
                     outcome.stderr = stderr;
                     return Ok(outcome);

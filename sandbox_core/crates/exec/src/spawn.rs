@@ -3,9 +3,14 @@
 //! `std::process::Command` cannot join a cgroup or load seccomp between fork and exec without
 //! `pre_exec` closures whose safety is as hard to argue, and it waits for its children itself,
 //! which the process-wide reaper forbids. So everything the child needs (strings, env block, BPF
-//! program, rlimits, cgroup.procs fds, pipes) is prepared before fork, and the child only makes
-//! async-signal-safe system calls, reporting a failed step as (step, errno) over a close-on-exec
-//! pipe: EOF on that pipe means exec succeeded.
+//! program, rlimits, cgroup.procs fds, pipes) is prepared before the clone, and the child only
+//! makes async-signal-safe system calls.
+//!
+//! The child is started like `posix_spawn` does it (`CLONE_VM | CLONE_VFORK`, see
+//! [`Reaper::spawn_registered`]): it shares the agent's memory until it execs, so nothing is
+//! copied, and the agent's thread resumes only once the child has exec'd or exited. A failed step
+//! is reported as (step, errno) in memory of the suspended parent's frame; nothing reported when
+//! the clone returns means exec succeeded.
 
 use std::collections::BTreeMap;
 use std::ffi::{CString, OsStr};
@@ -162,7 +167,7 @@ fn executable(p: &Path) -> Result<(), i32> {
 }
 
 /// Everything the child touches, as raw values and pointers into memory owned by the parent's
-/// stack frame (which the child's copy of the address space keeps alive until exec).
+/// stack frame (the parent is suspended, its frame alive, until the child has exec'd or exited).
 struct ChildPlan<'a> {
     procs_fds: &'a [RawFd],
     rlimits: &'a [(i32, libc::rlimit)],
@@ -170,14 +175,22 @@ struct ChildPlan<'a> {
     identity: Identity,
     seccomp: &'a [libc::sock_fprog],
     stdio: [RawFd; 3],
-    err_fd: RawFd,
+    /// Written by the child only, read by the parent after the clone returned.
+    report: *mut Report,
     program: *const libc::c_char,
     argv: *const *const libc::c_char,
     envp: *const *const libc::c_char,
 }
 
-/// Forks and execs `prep` with the isolation of `iso`. Blocks until the child has exec'd or
-/// reported a failed step (the time of fork + the isolation syscalls + execve).
+/// A failed step of the child: `step` 0 means none (exec succeeded).
+#[derive(Default)]
+struct Report {
+    step: u8,
+    errno: i32,
+}
+
+/// Starts `prep` with the isolation of `iso`. Blocks until the child has exec'd or reported a
+/// failed step (the time of the clone + the isolation syscalls + execve).
 pub fn spawn(
     prep: &Prepared,
     limits: &Limits,
@@ -228,14 +241,13 @@ pub fn spawn(
     let (stdin_r, stdin_w) = pipe().map_err(pipe_err)?;
     let (stdout_r, stdout_w) = pipe().map_err(pipe_err)?;
     let (stderr_r, stderr_w) = pipe().map_err(pipe_err)?;
-    let (err_r, err_w) = pipe().map_err(pipe_err)?;
     // The child's ends must not already sit on 0..=2 (an agent started with those closed), or a
-    // dup2 could clobber another one, or the error pipe (a lost report would read as success).
-    let err_w = above_stdio(err_w).map_err(pipe_err)?;
+    // dup2 could clobber another one.
     let stdin_r = above_stdio(stdin_r).map_err(pipe_err)?;
     let stdout_w = above_stdio(stdout_w).map_err(pipe_err)?;
     let stderr_w = above_stdio(stderr_w).map_err(pipe_err)?;
 
+    let mut report = Report::default();
     let plan = ChildPlan {
         procs_fds: &procs_fds,
         rlimits: &rlimits,
@@ -247,21 +259,27 @@ pub fn spawn(
             stdout_w.as_raw_fd(),
             stderr_w.as_raw_fd(),
         ],
-        err_fd: err_w.as_raw_fd(),
+        report: &mut report,
         program: prep.program.as_ptr(),
         argv: argv.as_ptr(),
         envp: envp.as_ptr(),
     };
-    // SAFETY: `child_main` only makes async-signal-safe syscalls on memory prepared above.
-    let (pid, exit) = unsafe { reaper.fork_registered(|| child_main(&plan)) }.map_err(|e| {
-        SpawnError::Isolation {
-            step: Step::Fork,
-            source: e,
-        }
+    crate::probe::mark(3);
+    // SAFETY: `child_entry` only makes async-signal-safe syscalls, reads `plan` (alive in this
+    // frame while we are suspended) and writes `report`, which nothing else touches meanwhile.
+    let started = unsafe {
+        reaper.spawn_registered(child_entry, &plan as *const ChildPlan<'_> as *mut libc::c_void)
+    };
+    crate::probe::mark(9);
+    let (pid, exit) = started.map_err(|e| SpawnError::Isolation {
+        step: Step::Fork,
+        source: e,
     })?;
-    drop((stdin_r, stdout_w, stderr_w, err_w, procs_files));
-
-    match read_child_error(&err_r) {
+    drop((stdin_r, stdout_w, stderr_w, procs_files));
+    crate::probe::mark(10);
+    // SAFETY: the child is past exec or gone: it no longer writes `report`.
+    let failed = unsafe { std::ptr::read_volatile(plan.report) };
+    match (failed.step != 0).then(|| (step_from_u8(failed.step), failed.errno)) {
         None => Ok(Spawned {
             pid,
             exit,
@@ -373,46 +391,6 @@ fn above_stdio(fd: OwnedFd) -> io::Result<OwnedFd> {
     Ok(unsafe { OwnedFd::from_raw_fd(new) })
 }
 
-/// `None`: the pipe hit EOF, i.e. exec succeeded. Otherwise the failed step and its errno.
-fn read_child_error(fd: &OwnedFd) -> Option<(Step, i32)> {
-    let mut buf = [0u8; 5];
-    let mut got = 0;
-    while got < buf.len() {
-        // SAFETY: reading into the unfilled tail of `buf`.
-        let n = unsafe {
-            libc::read(
-                fd.as_raw_fd(),
-                buf[got..].as_mut_ptr().cast(),
-                buf.len() - got,
-            )
-        };
-        if n < 0 {
-            if io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
-                continue;
-            }
-            return Some((
-                Step::Exec,
-                io::Error::last_os_error()
-                    .raw_os_error()
-                    .unwrap_or(libc::EIO),
-            ));
-        }
-        if n == 0 {
-            break;
-        }
-        got += n as usize;
-    }
-    match got {
-        0 => None,
-        5 => Some((
-            step_from_u8(buf[0]),
-            i32::from_ne_bytes([buf[1], buf[2], buf[3], buf[4]]),
-        )),
-        // A 5-byte write to a pipe is atomic; a short report means the child died mid-way.
-        _ => Some((Step::Exec, libc::EIO)),
-    }
-}
-
 fn step_from_u8(b: u8) -> Step {
     use Step::*;
     [
@@ -438,12 +416,22 @@ fn step_from_u8(b: u8) -> Step {
 }
 
 /// Reports `step` with the current errno and exits. Async-signal-safe.
-unsafe fn fail(err_fd: RawFd, step: Step) -> ! {
+unsafe fn fail(report: *mut Report, step: Step) -> ! {
     let errno = *libc::__errno_location();
-    let e = errno.to_ne_bytes();
-    let buf = [step as u8, e[0], e[1], e[2], e[3]];
-    libc::write(err_fd, buf.as_ptr().cast(), buf.len());
+    std::ptr::write_volatile(
+        report,
+        Report {
+            step: step as u8,
+            errno,
+        },
+    );
     libc::_exit(127)
+}
+
+/// Entry point of the cloned child, on its own stack.
+extern "C" fn child_entry(arg: *mut libc::c_void) -> libc::c_int {
+    // SAFETY: `arg` is the `ChildPlan` of `spawn`, whose frame outlives the child's use of it.
+    unsafe { child_main(&*(arg as *const ChildPlan<'_>)) }
 }
 
 /// The child between fork and exec. Only async-signal-safe syscalls, no allocation, no panics.
@@ -451,22 +439,24 @@ unsafe fn fail(err_fd: RawFd, step: Step) -> ! {
 /// privileges after the steps that need them (cgroup, rlimits, chdir) and before seccomp, which
 /// `no_new_privs` must precede for an unprivileged process.
 unsafe fn child_main(p: &ChildPlan<'_>) -> ! {
+    crate::probe::mark(4);
     for &fd in p.procs_fds {
         // "0" means "the writing process" in cgroup.procs (v1 and v2).
         if libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
-            fail(p.err_fd, Step::JoinCgroup);
+            fail(p.report, Step::JoinCgroup);
         }
     }
+    crate::probe::mark(5);
     if libc::setsid() < 0 {
-        fail(p.err_fd, Step::SetSid);
+        fail(p.report, Step::SetSid);
     }
     for (res, lim) in p.rlimits {
         if libc::setrlimit(*res as _, lim) != 0 {
-            fail(p.err_fd, Step::Rlimit);
+            fail(p.report, Step::Rlimit);
         }
     }
     if libc::chdir(p.cwd) != 0 {
-        fail(p.err_fd, Step::Chdir);
+        fail(p.report, Step::Chdir);
     }
     // Raw syscalls: glibc's set*id wrappers broadcast to all threads of the parent image.
     if let Some(g) = p.identity.groups {
@@ -476,19 +466,20 @@ unsafe fn child_main(p: &ChildPlan<'_>) -> ! {
             &g as *const libc::gid_t,
         ) != 0
         {
-            fail(p.err_fd, Step::SetGroups);
+            fail(p.report, Step::SetGroups);
         }
     }
     if let Some(g) = p.identity.gid {
         if libc::syscall(libc::SYS_setresgid, g, g, g) != 0 {
-            fail(p.err_fd, Step::SetGid);
+            fail(p.report, Step::SetGid);
         }
     }
     if let Some(u) = p.identity.uid {
         if libc::syscall(libc::SYS_setresuid, u, u, u) != 0 {
-            fail(p.err_fd, Step::SetUid);
+            fail(p.report, Step::SetUid);
         }
     }
+    crate::probe::mark(6);
     if libc::prctl(
         libc::PR_SET_NO_NEW_PRIVS,
         1 as libc::c_ulong,
@@ -497,7 +488,7 @@ unsafe fn child_main(p: &ChildPlan<'_>) -> ! {
         0 as libc::c_ulong,
     ) != 0
     {
-        fail(p.err_fd, Step::NoNewPrivs);
+        fail(p.report, Step::NoNewPrivs);
     }
     for prog in p.seccomp {
         if libc::prctl(
@@ -506,12 +497,13 @@ unsafe fn child_main(p: &ChildPlan<'_>) -> ! {
             prog as *const libc::sock_fprog,
         ) != 0
         {
-            fail(p.err_fd, Step::Seccomp);
+            fail(p.report, Step::Seccomp);
         }
     }
+    crate::probe::mark(7);
     for (target, &fd) in p.stdio.iter().enumerate() {
         if libc::dup2(fd, target as libc::c_int) < 0 {
-            fail(p.err_fd, Step::Dup2);
+            fail(p.report, Step::Dup2);
         }
     }
     // Belt and braces: an fd some library opened without O_CLOEXEC must not reach user code.
@@ -534,8 +526,9 @@ unsafe fn child_main(p: &ChildPlan<'_>) -> ! {
     let mut empty: libc::sigset_t = std::mem::zeroed();
     libc::sigemptyset(&mut empty);
     libc::sigprocmask(libc::SIG_SETMASK, &empty, std::ptr::null_mut());
+    crate::probe::mark(8);
     libc::execve(p.program, p.argv, p.envp);
-    fail(p.err_fd, Step::Exec)
+    fail(p.report, Step::Exec)
 }
 
 #[cfg(test)]

@@ -91,23 +91,29 @@ pub(crate) async fn supervise(s: Supervision) {
             }
         }
     };
+    crate::probe::mark(13);
     let wall_time = started.elapsed();
 
     // The main process is gone: so is the exec. Kill what is left, then account and clean up.
     tree.kill();
+    crate::probe::mark(14);
     let mut stats = Stats::default();
     if let Some(cg) = tree.cgroup() {
         if !cg.kill_until_empty().await {
             tracing::warn!(dirs = ?cg.dirs(), "processes survive in the exec cgroup");
         }
+        crate::probe::mark(15);
         stats = cg.stats();
+        crate::probe::mark(16);
         if let Err(e) = cg.remove_retrying().await {
             tracing::warn!(dirs = ?cg.dirs(), error = %e, "cannot remove the exec cgroup");
         }
     }
+    crate::probe::mark(17);
     let _ = drain_tx.send(Some(tokio::time::Instant::now() + DRAIN_GRACE));
     let stdout_truncated = out_task.await.unwrap_or(false);
     let stderr_truncated = err_task.await.unwrap_or(false);
+    crate::probe::mark(18);
     tree.finish();
 
     let outcome = outcome(
@@ -122,6 +128,7 @@ pub(crate) async fn supervise(s: Supervision) {
     );
     tracing::debug!(?outcome, "exec finished");
     // A dropped receiver (caller went away) is fine: everything is cleaned up already.
+    crate::probe::mark(19);
     let _ = events.send(Event::Exit(outcome)).await;
 }
 

@@ -85,6 +85,8 @@ pub async fn start(
                     None => input_open = false,
                     Some(Err(_)) => break,
                 },
+                // The caller went away (reset, cancel): stop now, not at the next event.
+                _ = tx.closed() => break,
                 _ = keepalive.tick() => {
                     if tx.send(event(pb::exec_event::Kind::Keepalive(pb::exec_event::Keepalive {}))).await.is_err() {
                         break;

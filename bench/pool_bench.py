@@ -1,0 +1,98 @@
+"""Pool benchmarks of the embedded local backend: warm claims under 256 concurrent claimers, cold
+create, and exec round trips embedded and through the API server, against posix_spawn of
+/bin/true measured in the same run."""
+
+from __future__ import annotations
+
+import asyncio
+import time
+
+from bench.common import Report, Stats
+from bench.exec_latency import posix_spawn_true
+
+
+async def wait_warm(pool, n: int, bound_s: float = 600.0) -> None:
+    """Benchmark-only wait for the background fill (tests wait on events instead)."""
+    deadline = time.monotonic() + bound_s
+    while pool.stats()[pool.default_template]["warm"] < n:
+        if time.monotonic() > deadline:
+            raise RuntimeError(f"pool did not reach {n} warm sandboxes")
+        await asyncio.sleep(0.05)
+
+
+async def warm_claims(claimers: int = 256, rounds: int = 3) -> list[float]:
+    import sandboxes
+
+    out: list[float] = []
+    async with sandboxes.Pool(backend="local", warm=claimers) as pool:
+        for _ in range(rounds):
+            await wait_warm(pool, claimers)
+
+            async def one() -> tuple[float, object]:
+                t = time.perf_counter()
+                sb = await pool.claim()
+                return time.perf_counter() - t, sb
+
+            got = await asyncio.gather(*(one() for _ in range(claimers)))
+            out += [d for d, _ in got]
+            await asyncio.gather(*(pool.release(sb) for _, sb in got))
+    return out
+
+
+async def cold_creates(n: int = 60) -> list[float]:
+    from sandboxes.backends import get_backend
+    from sandboxes.templates import Template
+
+    backend = get_backend("local")
+    tmpl = Template()
+    out = []
+    try:
+        for i in range(n):
+            t = time.perf_counter()
+            h = await backend.create(tmpl, f"bench-{i}")
+            out.append(time.perf_counter() - t)
+            await backend.destroy(h)
+    finally:
+        await backend.close()
+    return out
+
+
+async def exec_embedded_and_remote(n: int) -> tuple[list[float], list[float]]:
+    import sandboxes
+    from sandboxes.server.app import Server
+
+    emb, rem = [], []
+    server = await Server(port=0, insecure=True, warm=2).start()
+    try:
+        async with sandboxes.Pool(backend="local", warm=1) as pool, pool.sandbox() as sb:
+            async with sandboxes.AsyncSandboxClient(f"127.0.0.1:{server.port}") as client:
+                rsb = await client.create()
+                try:
+                    for _ in range(50):
+                        await sb.exec(["/bin/true"])
+                        await rsb.exec(["/bin/true"])
+                    for _ in range(n):
+                        t = time.perf_counter()
+                        await sb.exec(["/bin/true"])
+                        emb.append(time.perf_counter() - t)
+                        t = time.perf_counter()
+                        await rsb.exec(["/bin/true"])
+                        rem.append(time.perf_counter() - t)
+                finally:
+                    await client.delete(rsb.id)
+    finally:
+        await server.stop()
+    return emb, rem
+
+
+def run() -> Report:
+    rep = Report("pool")
+    spawn = rep.add(Stats.of("posix_spawn /bin/true (baseline)", posix_spawn_true(1000)))
+    emb, rem = asyncio.run(exec_embedded_and_remote(1000))
+    e = rep.add(Stats.of("exec /bin/true embedded (Pool)", emb))
+    r = rep.add(Stats.of("exec /bin/true via API server", rem))
+    rep.ratios["exec embedded / posix_spawn (median)"] = e.median_ms / spawn.median_ms
+    rep.ratios["exec via server / posix_spawn (median)"] = r.median_ms / spawn.median_ms
+    rep.add(Stats.of("cold create (local backend)", asyncio.run(cold_creates())))
+    rep.add(Stats.of("warm claim, 256 concurrent claimers", asyncio.run(warm_claims())))
+    return rep
