@@ -147,6 +147,20 @@ async def test_cancelled_exec_kills_the_program(sb: sandboxes.Sandbox) -> None:
     assert (await sb.exec(["echo", "alive"])).stdout == b"alive\n"
 
 
+async def test_cancelled_stream_kills_the_program(sb: sandboxes.Sandbox) -> None:
+    """Cancelling a stream resets the call; the agent must notice at once, not at its next
+    keepalive, and kill the program (the bound below is shorter than the keepalive period)."""
+    m = marker()
+    stream = sb.exec_stream(["sleep", m])
+    async for ev in stream:
+        if ev.kind == "started":
+            break
+    await wait_until(lambda: bool(pgrep(f"sleep {m}")), what="the program to start")
+    stream.cancel()
+    await wait_until(lambda: not pgrep(f"sleep {m}"), timeout=5.0, what="the cancelled stream's program to die")
+    assert (await sb.exec(["echo", "alive"])).stdout == b"alive\n"
+
+
 async def test_network_is_off(sb: sandboxes.Sandbox) -> None:
     connected = asyncio.Event()
 

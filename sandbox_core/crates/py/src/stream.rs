@@ -18,7 +18,9 @@ type EventRx = mpsc::Receiver<PyResult<pb::ExecEvent>>;
 
 #[pyclass(module = "sandboxes._native", frozen)]
 pub struct ExecStream {
-    input: mpsc::Sender<pb::ExecInput>,
+    /// Taken on cancel: the request stream must end too, or the HTTP/2 stream stays half open
+    /// and the agent never learns that the caller went away.
+    input: std::sync::Mutex<Option<mpsc::Sender<pb::ExecInput>>>,
     events: Arc<Mutex<(EventRx, bool)>>,
     task: tokio::task::JoinHandle<()>,
 }
@@ -53,16 +55,14 @@ impl ExecStream {
                 }
             }
         });
-        ExecStream { input, events: Arc::new(Mutex::new((events_rx, false))), task }
+        ExecStream { input: std::sync::Mutex::new(Some(input)), events: Arc::new(Mutex::new((events_rx, false))), task }
     }
 
     fn send<'py>(&self, py: Python<'py>, kind: pb::exec_input::Kind) -> PyResult<Bound<'py, PyAny>> {
-        let input = self.input.clone();
+        let input = self.input.lock().unwrap_or_else(|e| e.into_inner()).clone();
         pyo3_async_runtimes::tokio::future_into_py(py, async move {
-            input
-                .send(pb::ExecInput { kind: Some(kind) })
-                .await
-                .map_err(|_| err("failed_precondition", "the execution has ended"))
+            let ended = || err("failed_precondition", "the execution has ended");
+            input.ok_or_else(ended)?.send(pb::ExecInput { kind: Some(kind) }).await.map_err(|_| ended())
         })
     }
 }
@@ -110,6 +110,7 @@ impl ExecStream {
     }
 
     fn cancel(&self) {
+        self.input.lock().unwrap_or_else(|e| e.into_inner()).take();
         self.task.abort();
     }
 }
