@@ -12,8 +12,8 @@ against the other. Failures come back as the exact `sandboxes.errors` class the 
 
 Retries (on a transport-level UNAVAILABLE, with exponential backoff) only where repeating is safe:
 Get, List, Health, Info, ReadFile, ListDir, Delete, and Create (always sent with an idempotency key,
-generated when the caller gives none). Exec, ExecStream, WriteFiles and Remove are never retried.
-Every call has a deadline.
+generated when the caller gives none). Exec, ExecStream, RunTests, WriteFiles and Remove are never
+retried. Every call has a deadline.
 """
 
 from __future__ import annotations
@@ -34,8 +34,11 @@ from sandboxes._proto.convert import (
     event_from_pb,
     info_from_pb,
     limits_to_pb,
+    report_from_pb,
     result_from_pb,
+    run_tests_request_to_pb,
 )
+from sandboxes.judging import RunTestsRequest, TestReport
 from sandboxes.sandbox import Data, ExecRequest, ExecStream, SandboxBase, as_bytes
 from sandboxes.server.errors import error_from_rpc, is_retryable_unavailable
 from sandboxes.types import AgentInfo, DirEntry, ExecResult
@@ -283,6 +286,18 @@ class RemoteSandbox(SandboxBase):
     def _exec_stream(self, req: ExecRequest, stdin: bytes | None) -> ExecStream:
         source = _RemoteStream(self._client, self._exec_pb(req), self._deadline(req))
         return ExecStream(source, stdin=stdin)
+
+    async def _run_tests(self, req: RunTestsRequest) -> TestReport:
+        # `run_tests` (shared with the embedded Sandbox) validated the request and derived its
+        # deadline from cases x wall limit + compile and per-case margins. Without a wall limit
+        # the server's template default applies, unknown here: bounded like an unlimited exec.
+        deadline = (
+            req.deadline_s if req.limits.wall_time_s else max(req.deadline_s, _UNBOUNDED_EXEC_DEADLINE_S)
+        )
+        msg = await self._client._call(
+            "RunTests", run_tests_request_to_pb(self.id, req), timeout=deadline + _NETWORK_MARGIN_S
+        )
+        return report_from_pb(msg)
 
     async def _write_files(self, files: list[tuple[str, bytes, int]]) -> None:
         req = pb.WriteFilesRequest(

@@ -14,6 +14,7 @@ from server_fixtures import KEY_A
 from sandboxes import errors as E
 from sandboxes._proto import service_pb2 as pb
 from sandboxes.client import AsyncSandboxClient, RemoteSandbox
+from sandboxes.judging import TestCase
 from sandboxes.sandbox import SandboxBase
 from sandboxes.server.errors import (
     KIND_KEY,
@@ -78,6 +79,7 @@ class Scripted:
 
     def __init__(self) -> None:
         self.calls: dict[str, list] = collections.defaultdict(list)
+        self.deadlines: dict[str, list] = collections.defaultdict(list)  # seconds left on arrival
         self.script: dict[str, list] = {}
         self.server = None
         self.address = ""
@@ -85,6 +87,7 @@ class Scripted:
     def _handler(self, method: str, resp_cls):
         async def handle(request, context):
             self.calls[method].append(request)
+            self.deadlines[method].append(context.time_remaining())
             script = self.script.get(method)
             outcome = script.pop(0) if script else "ok"
             if outcome == "unavailable":
@@ -106,6 +109,7 @@ class Scripted:
                 "List": pb.ListRequest,
                 "WriteFiles": pb.WriteFilesRequest,
                 "Get": pb.GetRequest,
+                "RunTests": pb.RunTestsRequest,
             }[method].FromString,
             response_serializer=resp_cls.SerializeToString,
         )
@@ -119,6 +123,7 @@ class Scripted:
             "Delete": pb.DeleteResponse,
             "List": pb.ListResponse,
             "WriteFiles": pb.WriteFilesResponse,
+            "RunTests": pb.RunTestsReport,
         }
         self.server.add_generic_rpc_handlers(
             (
@@ -173,6 +178,25 @@ async def test_unsafe_calls_are_not_retried(scripted) -> None:
         with pytest.raises(E.BackendUnavailable):
             await sb.write_file("a", b"x")
     assert len(scripted.calls["Exec"]) == 1 and len(scripted.calls["WriteFiles"]) == 1
+
+
+@pytest.mark.asyncio
+async def test_run_tests_is_not_retried_and_has_a_derived_deadline(scripted) -> None:
+    scripted.script["RunTests"] = ["unavailable", "ok", "ok"]
+    async with AsyncSandboxClient(scripted.address, "k", retries=3, backoff_s=0.001) as c:
+        sb = await c.get("sb-scripted")
+        with pytest.raises(E.BackendUnavailable):
+            await sb.run_tests("print(1)", [TestCase("", "1")], time_limit=2)
+        assert len(scripted.calls["RunTests"]) == 1
+        # 40 s compile margin + 3 x (2 s x 1.1 + 1 s) + 5 s + 10 s network margin = 64.6 s.
+        await sb.run_tests("print(1)", [TestCase("", "1")] * 3, time_limit=2, compare="exact")
+        req = scripted.calls["RunTests"][-1]
+        assert req.sandbox_id == "sb-scripted" and len(req.tests) == 3
+        assert req.limits.wall_time_s == 2 and req.compare == pb.COMPARE_EXACT
+        assert 60 < scripted.deadlines["RunTests"][-1] <= 65  # the wire rounds timeouts up
+        # 1000 cases get a longer deadline than 3.
+        await sb.run_tests("print(1)", [TestCase("", "1")] * 1000, time_limit=2)
+        assert 3000 < scripted.deadlines["RunTests"][-1] <= 3255 * 1.01
 
 
 @pytest.mark.asyncio

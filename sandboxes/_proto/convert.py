@@ -5,10 +5,16 @@ Shared by the server and the client so both sides read a field the same way.
 
 from __future__ import annotations
 
+from sandboxes import judging as J
 from sandboxes import types as T
 from sandboxes._proto import service_pb2 as pb
 
 __all__ = [
+    "case_from_pb",
+    "case_result_from_pb",
+    "case_result_to_pb",
+    "compare_from_pb",
+    "compare_to_pb",
     "dir_entry_from_pb",
     "dir_entry_to_pb",
     "event_from_pb",
@@ -17,8 +23,13 @@ __all__ = [
     "info_to_pb",
     "limits_from_pb",
     "limits_to_pb",
+    "report_from_pb",
+    "report_to_pb",
     "result_from_pb",
     "result_to_pb",
+    "run_tests_request_to_pb",
+    "verdict_from_pb",
+    "verdict_to_pb",
 ]
 
 _PATH_TO_PB = {"spawn": pb.EXEC_PATH_SPAWN, "zygote": pb.EXEC_PATH_ZYGOTE}
@@ -164,4 +175,134 @@ def info_from_pb(m: pb.InfoResponse) -> T.AgentInfo:
         memory_bytes=m.memory_bytes,
         uptime_s=m.uptime_s,
         work_dir=m.work_dir,
+    )
+
+
+# -- run_tests ---------------------------------------------------------------------------------
+
+_COMPARE_TO_PB = {
+    "exact": pb.COMPARE_EXACT,
+    "whitespace": pb.COMPARE_WHITESPACE,
+    "float": pb.COMPARE_FLOAT,
+}
+_COMPARE_FROM_PB = {v: k for k, v in _COMPARE_TO_PB.items()} | {pb.COMPARE_UNSPECIFIED: "whitespace"}
+
+_VERDICT_TO_PB = {
+    J.Verdict.ACCEPTED: pb.ACCEPTED,
+    J.Verdict.WRONG_ANSWER: pb.WRONG_ANSWER,
+    J.Verdict.TIME_LIMIT: pb.TIME_LIMIT,
+    J.Verdict.MEMORY_LIMIT: pb.MEMORY_LIMIT,
+    J.Verdict.RUNTIME_ERROR: pb.RUNTIME_ERROR,
+    J.Verdict.COMPILE_ERROR: pb.COMPILE_ERROR,
+    J.Verdict.OUTPUT_LIMIT: pb.OUTPUT_LIMIT,
+    J.Verdict.SANDBOX_ERROR: pb.SANDBOX_ERROR,
+    J.Verdict.SKIPPED: pb.SKIPPED,
+}
+_VERDICT_FROM_PB = {v: k for k, v in _VERDICT_TO_PB.items()}
+
+
+def compare_to_pb(compare: str) -> int:
+    return _COMPARE_TO_PB[compare]
+
+
+def compare_from_pb(value: int) -> str | None:
+    """The compare mode of a wire value; None for a value this package does not know."""
+    return _COMPARE_FROM_PB.get(value)
+
+
+def verdict_to_pb(v: J.Verdict) -> int:
+    return _VERDICT_TO_PB[J.Verdict(v)]
+
+
+def verdict_from_pb(value: int) -> J.Verdict | None:
+    """The verdict of a wire value; None for one this package does not know (a newer server)."""
+    return _VERDICT_FROM_PB.get(value)
+
+
+def case_from_pb(m: pb.TestCase) -> J.TestCase:
+    """A wire case -> `TestCase`: a non-empty `check` makes it check-script style, otherwise it is
+    stdin/stdout style (an empty expected output is a valid expectation). Raises `InvalidRequest`."""
+    if m.check:
+        return J.TestCase(input=m.input, check=m.check)
+    return J.TestCase(input=m.input, expected_output=m.expected_output)
+
+
+def run_tests_request_to_pb(sandbox_id: str, req: J.RunTestsRequest) -> pb.RunTestsRequest:
+    msg = pb.RunTestsRequest(
+        sandbox_id=sandbox_id,
+        language=req.language,
+        source=req.source,
+        tests=[pb.TestCase(input=i, expected_output=o, check=c) for i, o, c in req.tests],
+        stop_on_first_failure=req.stop_on_first_failure,
+        compare=compare_to_pb(req.compare),
+        float_tolerance=req.float_tolerance,
+    )
+    limits = limits_to_pb(req.limits)
+    if limits is not None:
+        msg.limits.CopyFrom(limits)
+    return msg
+
+
+def case_result_to_pb(c: J.CaseResult, *, excerpt_bytes: int = 0) -> pb.CaseResult:
+    """`excerpt_bytes` > 0 trims stdout / stderr further."""
+    out, err = c.stdout, c.stderr
+    if excerpt_bytes:
+        out, err = out[:excerpt_bytes], err[:excerpt_bytes]
+    return pb.CaseResult(
+        verdict=verdict_to_pb(c.verdict),
+        exit_code=c.exit_code,
+        signal=c.signal,
+        wall_time_s=c.duration_s,
+        cpu_time_s=c.cpu_time_s,
+        peak_memory_bytes=c.peak_memory_bytes,
+        stdout=out,
+        stderr=err,
+        message=c.message,
+        path=_PATH_TO_PB.get(c.path, pb.EXEC_PATH_UNSPECIFIED),
+    )
+
+
+def case_result_from_pb(m: pb.CaseResult) -> J.CaseResult:
+    verdict = verdict_from_pb(m.verdict)
+    message = m.message
+    if verdict is None:
+        # A server newer than this package: keep the report usable, flag the case (as the
+        # embedded bridge does for an unknown verdict from the agent).
+        verdict = J.Verdict.SANDBOX_ERROR
+        message = f"unknown verdict {m.verdict} from the server" + (f": {message}" if message else "")
+    return J.CaseResult(
+        verdict=verdict,
+        exit_code=m.exit_code,
+        signal=m.signal,
+        duration_s=m.wall_time_s,
+        cpu_time_s=m.cpu_time_s,
+        peak_memory_bytes=m.peak_memory_bytes,
+        stdout=m.stdout,
+        stderr=m.stderr,
+        message=message,
+        path=_PATH_FROM_PB.get(m.path, "spawn"),
+    )
+
+
+def report_to_pb(r: J.TestReport, *, excerpt_bytes: int = 0) -> pb.RunTestsReport:
+    return pb.RunTestsReport(
+        cases=[case_result_to_pb(c, excerpt_bytes=excerpt_bytes) for c in r.cases],
+        passed=r.passed,
+        total=r.total,
+        compiled=r.compiled,
+        compile_output=r.compile_output,
+        compile_time_s=r.compile_time_s,
+        wall_time_s=r.duration_s,
+    )
+
+
+def report_from_pb(m: pb.RunTestsReport) -> J.TestReport:
+    return J.TestReport(
+        cases=tuple(case_result_from_pb(c) for c in m.cases),
+        passed=m.passed,
+        total=m.total,
+        compiled=m.compiled,
+        compile_output=m.compile_output,
+        compile_time_s=m.compile_time_s,
+        duration_s=m.wall_time_s,
     )

@@ -12,9 +12,43 @@ class ExecPath(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
     EXEC_PATH_UNSPECIFIED: _ClassVar[ExecPath]
     EXEC_PATH_SPAWN: _ClassVar[ExecPath]
     EXEC_PATH_ZYGOTE: _ClassVar[ExecPath]
+
+class Compare(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    COMPARE_UNSPECIFIED: _ClassVar[Compare]
+    COMPARE_EXACT: _ClassVar[Compare]
+    COMPARE_WHITESPACE: _ClassVar[Compare]
+    COMPARE_FLOAT: _ClassVar[Compare]
+
+class Verdict(int, metaclass=_enum_type_wrapper.EnumTypeWrapper):
+    __slots__ = ()
+    VERDICT_UNSPECIFIED: _ClassVar[Verdict]
+    ACCEPTED: _ClassVar[Verdict]
+    WRONG_ANSWER: _ClassVar[Verdict]
+    TIME_LIMIT: _ClassVar[Verdict]
+    MEMORY_LIMIT: _ClassVar[Verdict]
+    RUNTIME_ERROR: _ClassVar[Verdict]
+    COMPILE_ERROR: _ClassVar[Verdict]
+    OUTPUT_LIMIT: _ClassVar[Verdict]
+    SANDBOX_ERROR: _ClassVar[Verdict]
+    SKIPPED: _ClassVar[Verdict]
 EXEC_PATH_UNSPECIFIED: ExecPath
 EXEC_PATH_SPAWN: ExecPath
 EXEC_PATH_ZYGOTE: ExecPath
+COMPARE_UNSPECIFIED: Compare
+COMPARE_EXACT: Compare
+COMPARE_WHITESPACE: Compare
+COMPARE_FLOAT: Compare
+VERDICT_UNSPECIFIED: Verdict
+ACCEPTED: Verdict
+WRONG_ANSWER: Verdict
+TIME_LIMIT: Verdict
+MEMORY_LIMIT: Verdict
+RUNTIME_ERROR: Verdict
+COMPILE_ERROR: Verdict
+OUTPUT_LIMIT: Verdict
+SANDBOX_ERROR: Verdict
+SKIPPED: Verdict
 
 class FileEntry(_message.Message):
     __slots__ = ("path", "data", "mode")
@@ -325,6 +359,80 @@ class RemoveRequest(_message.Message):
 class RemoveResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
+
+class TestCase(_message.Message):
+    __slots__ = ("input", "expected_output", "check")
+    INPUT_FIELD_NUMBER: _ClassVar[int]
+    EXPECTED_OUTPUT_FIELD_NUMBER: _ClassVar[int]
+    CHECK_FIELD_NUMBER: _ClassVar[int]
+    input: bytes
+    expected_output: bytes
+    check: str
+    def __init__(self, input: _Optional[bytes] = ..., expected_output: _Optional[bytes] = ..., check: _Optional[str] = ...) -> None: ...
+
+class RunTestsRequest(_message.Message):
+    __slots__ = ("sandbox_id", "language", "source", "tests", "limits", "stop_on_first_failure", "compare", "float_tolerance", "excerpt_bytes")
+    SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    LANGUAGE_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    TESTS_FIELD_NUMBER: _ClassVar[int]
+    LIMITS_FIELD_NUMBER: _ClassVar[int]
+    STOP_ON_FIRST_FAILURE_FIELD_NUMBER: _ClassVar[int]
+    COMPARE_FIELD_NUMBER: _ClassVar[int]
+    FLOAT_TOLERANCE_FIELD_NUMBER: _ClassVar[int]
+    EXCERPT_BYTES_FIELD_NUMBER: _ClassVar[int]
+    sandbox_id: str
+    language: str
+    source: str
+    tests: _containers.RepeatedCompositeFieldContainer[TestCase]
+    limits: Limits
+    stop_on_first_failure: bool
+    compare: Compare
+    float_tolerance: float
+    excerpt_bytes: int
+    def __init__(self, sandbox_id: _Optional[str] = ..., language: _Optional[str] = ..., source: _Optional[str] = ..., tests: _Optional[_Iterable[_Union[TestCase, _Mapping]]] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., stop_on_first_failure: _Optional[bool] = ..., compare: _Optional[_Union[Compare, str]] = ..., float_tolerance: _Optional[float] = ..., excerpt_bytes: _Optional[int] = ...) -> None: ...
+
+class CaseResult(_message.Message):
+    __slots__ = ("verdict", "exit_code", "signal", "wall_time_s", "cpu_time_s", "peak_memory_bytes", "stdout", "stderr", "message", "path")
+    VERDICT_FIELD_NUMBER: _ClassVar[int]
+    EXIT_CODE_FIELD_NUMBER: _ClassVar[int]
+    SIGNAL_FIELD_NUMBER: _ClassVar[int]
+    WALL_TIME_S_FIELD_NUMBER: _ClassVar[int]
+    CPU_TIME_S_FIELD_NUMBER: _ClassVar[int]
+    PEAK_MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
+    STDOUT_FIELD_NUMBER: _ClassVar[int]
+    STDERR_FIELD_NUMBER: _ClassVar[int]
+    MESSAGE_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    verdict: Verdict
+    exit_code: int
+    signal: int
+    wall_time_s: float
+    cpu_time_s: float
+    peak_memory_bytes: int
+    stdout: bytes
+    stderr: bytes
+    message: str
+    path: ExecPath
+    def __init__(self, verdict: _Optional[_Union[Verdict, str]] = ..., exit_code: _Optional[int] = ..., signal: _Optional[int] = ..., wall_time_s: _Optional[float] = ..., cpu_time_s: _Optional[float] = ..., peak_memory_bytes: _Optional[int] = ..., stdout: _Optional[bytes] = ..., stderr: _Optional[bytes] = ..., message: _Optional[str] = ..., path: _Optional[_Union[ExecPath, str]] = ...) -> None: ...
+
+class RunTestsReport(_message.Message):
+    __slots__ = ("cases", "passed", "total", "compiled", "compile_output", "compile_time_s", "wall_time_s")
+    CASES_FIELD_NUMBER: _ClassVar[int]
+    PASSED_FIELD_NUMBER: _ClassVar[int]
+    TOTAL_FIELD_NUMBER: _ClassVar[int]
+    COMPILED_FIELD_NUMBER: _ClassVar[int]
+    COMPILE_OUTPUT_FIELD_NUMBER: _ClassVar[int]
+    COMPILE_TIME_S_FIELD_NUMBER: _ClassVar[int]
+    WALL_TIME_S_FIELD_NUMBER: _ClassVar[int]
+    cases: _containers.RepeatedCompositeFieldContainer[CaseResult]
+    passed: int
+    total: int
+    compiled: bool
+    compile_output: bytes
+    compile_time_s: float
+    wall_time_s: float
+    def __init__(self, cases: _Optional[_Iterable[_Union[CaseResult, _Mapping]]] = ..., passed: _Optional[int] = ..., total: _Optional[int] = ..., compiled: _Optional[bool] = ..., compile_output: _Optional[bytes] = ..., compile_time_s: _Optional[float] = ..., wall_time_s: _Optional[float] = ...) -> None: ...
 
 class InfoRequest(_message.Message):
     __slots__ = ("sandbox_id",)

@@ -94,6 +94,11 @@ class SandboxesStub:
                 request_serializer=service__pb2.InfoRequest.SerializeToString,
                 response_deserializer=service__pb2.InfoResponse.FromString,
                 _registered_method=True)
+        self.RunTests = channel.unary_unary(
+                '/sandboxes.v1.Sandboxes/RunTests',
+                request_serializer=service__pb2.RunTestsRequest.SerializeToString,
+                response_deserializer=service__pb2.RunTestsReport.FromString,
+                _registered_method=True)
         self.Health = channel.unary_unary(
                 '/sandboxes.v1.Sandboxes/Health',
                 request_serializer=service__pb2.HealthRequest.SerializeToString,
@@ -185,6 +190,15 @@ class SandboxesServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RunTests(self, request, context):
+        """Judge one program against many test cases in one sandbox: compile once, run every case as its
+        own isolated execution, one verdict each. A program that fails, loops or runs out of memory is
+        a verdict in the report, never an error. Not idempotent in cost: clients do not retry it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Health(self, request, context):
         """The server's health and its pools.
         """
@@ -254,6 +268,11 @@ def add_SandboxesServicer_to_server(servicer, server):
                     servicer.Info,
                     request_deserializer=service__pb2.InfoRequest.FromString,
                     response_serializer=service__pb2.InfoResponse.SerializeToString,
+            ),
+            'RunTests': grpc.unary_unary_rpc_method_handler(
+                    servicer.RunTests,
+                    request_deserializer=service__pb2.RunTestsRequest.FromString,
+                    response_serializer=service__pb2.RunTestsReport.SerializeToString,
             ),
             'Health': grpc.unary_unary_rpc_method_handler(
                     servicer.Health,
@@ -585,6 +604,33 @@ class Sandboxes:
             '/sandboxes.v1.Sandboxes/Info',
             service__pb2.InfoRequest.SerializeToString,
             service__pb2.InfoResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RunTests(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sandboxes.v1.Sandboxes/RunTests',
+            service__pb2.RunTestsRequest.SerializeToString,
+            service__pb2.RunTestsReport.FromString,
             options,
             channel_credentials,
             insecure,

@@ -136,9 +136,15 @@ class Metrics:
         )
         self.exec_latency = Histogram(
             "sandboxes_exec_seconds",
-            "latency of Exec and ExecStream",
+            "latency of Exec, ExecStream and RunTests",
             ["method"],
             buckets=_LATENCY_BUCKETS,
+            registry=r,
+        )
+        self.verdicts = Counter(
+            "sandboxes_run_tests_verdicts",
+            "test cases judged by RunTests, by verdict",
+            ["language", "verdict"],
             registry=r,
         )
         self.errors = Counter(

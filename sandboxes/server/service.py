@@ -27,6 +27,7 @@ from sandboxes._proto.convert import (
     dir_entry_to_pb,
     event_to_pb,
     info_to_pb,
+    report_to_pb,
     result_to_pb,
 )
 from sandboxes.server.auth import ApiKeys
@@ -131,6 +132,7 @@ class SandboxService:
             "ListDir": u("ListDir", self.list_dir, pb.ListDirRequest, pb.ListDirResponse),
             "Remove": u("Remove", self.remove, pb.RemoveRequest, pb.RemoveResponse),
             "Info": u("Info", self.info, pb.InfoRequest, pb.InfoResponse),
+            "RunTests": u("RunTests", self.run_tests, pb.RunTestsRequest, pb.RunTestsReport),
             "Health": u("Health", self.health, pb.HealthRequest, pb.HealthResponse, auth_required=False),
             "ReadFile": grpc.unary_stream_rpc_method_handler(
                 self._wrap_stream("ReadFile", self.read_file),
@@ -441,6 +443,24 @@ class SandboxService:
                     if task is not None:
                         with contextlib.suppress(BaseException):
                             await task
+
+    async def run_tests(self, req: pb.RunTestsRequest, context: Any, owner: str) -> pb.RunTestsReport:
+        """Judge a program in the caller's sandbox; counts as one execution in flight."""
+        args = self.validate.run_tests(req)
+        rec = self._record(req.sandbox_id, owner)
+        with self._exec_slot(owner, "RunTests"):
+            report = await rec.sandbox.run_tests(
+                args.source,
+                args.tests,
+                language=args.language,
+                limits=args.limits,
+                stop_on_first_failure=args.stop_on_first_failure,
+                compare=args.compare,
+                float_tolerance=args.float_tolerance,
+            )
+        for verdict, n in report.verdict_counts().items():
+            self.metrics.verdicts.labels(args.language, verdict).inc(n)
+        return report_to_pb(report, excerpt_bytes=args.excerpt_bytes)
 
     async def _pump_input(self, request_iterator: Any, stream: Any) -> None:
         """Forward the client's stdin / close_stdin / signal messages to the running program.

@@ -11,10 +11,23 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
-from sandboxes._proto.convert import limits_from_pb
+from sandboxes._proto.convert import case_from_pb, compare_from_pb, limits_from_pb
 from sandboxes.errors import InvalidRequest
+from sandboxes.judging import MAX_CASES, TestCase
+from sandboxes.types import Limits
 
-__all__ = ["Bounds", "Validator"]
+__all__ = ["LANGUAGES", "Bounds", "RunTestsArgs", "Validator"]
+
+# The languages the agent's judge knows, by every name it accepts (sandbox_core judge
+# `Language::parse`), and which of them take check scripts. Whether a sandbox has the tools is
+# the agent's answer (`Info.languages`).
+LANGUAGES = {
+    "python": "python", "python3": "python", "py": "python",
+    "c": "c",
+    "cpp": "cpp", "c++": "cpp", "cxx": "cpp",
+    "bash": "bash", "sh": "bash", "shell": "bash",
+}  # fmt: skip
+_CHECK_LANGUAGES = {"python", "bash"}
 
 _LABEL_KEY = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._/-]{0,126}[A-Za-z0-9])?$")
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -35,6 +48,25 @@ class Bounds:
     max_files: int = 10000
     max_path: int = 4096
     max_chunk_size: int = 16 << 20
+    max_tests: int = MAX_CASES  # test cases of one RunTests (the agent's own ceiling)
+    max_source_bytes: int = 16 << 20
+    max_excerpt_bytes: int = 1 << 20
+    # Worst case of one RunTests: cases x per-case wall limit (when the call sets one).
+    max_run_tests_s: float = 24 * 3600.0
+
+
+@dataclass(frozen=True)
+class RunTestsArgs:
+    """A validated RunTests request: the arguments of `SandboxBase.run_tests`."""
+
+    language: str
+    source: str
+    tests: list[TestCase]
+    limits: Limits | None
+    stop_on_first_failure: bool
+    compare: str
+    float_tolerance: float | None
+    excerpt_bytes: int  # 0: the default
 
 
 class Validator:
@@ -145,3 +177,70 @@ class Validator:
         if limits is not None:
             limits.validate()
         return limits
+
+    # -- run_tests ---------------------------------------------------------------------------
+
+    def language(self, value: str) -> str:
+        """The judge's canonical name of a language (aliases such as "py" or "c++" accepted)."""
+        self._no_nul("language", value)
+        name = LANGUAGES.get(value.strip().lower())
+        if name is None:
+            known = ", ".join(sorted(set(LANGUAGES.values())))
+            raise InvalidRequest(f"unknown language {value[:64]!r}; known: {known}")
+        return name
+
+    def run_tests(self, req) -> RunTestsArgs:
+        """A pb.RunTestsRequest -> `RunTestsArgs`; the agent is never asked to judge a request it
+        would refuse (or one that would tie a sandbox up for days)."""
+        b = self.b
+        if not req.language:
+            raise InvalidRequest("language is required")
+        language = self.language(req.language)
+        if not req.source.strip():
+            raise InvalidRequest("source is empty")
+        if len(req.source) > b.max_source_bytes:
+            raise InvalidRequest(f"source is longer than {b.max_source_bytes} characters")
+        n = len(req.tests)
+        if n == 0:
+            raise InvalidRequest("no test cases")
+        if n > b.max_tests:
+            raise InvalidRequest(f"{n} test cases, more than the maximum of {b.max_tests}")
+        tests = []
+        for i, t in enumerate(req.tests):
+            if t.check and t.expected_output:
+                raise InvalidRequest(f"test case {i} has both expected_output and check; give one")
+            if t.check and language not in _CHECK_LANGUAGES:
+                raise InvalidRequest(
+                    f"test case {i} has a check script; check scripts are supported for "
+                    f"{' and '.join(sorted(_CHECK_LANGUAGES))}, not {language}"
+                )
+            try:
+                tests.append(case_from_pb(t))
+            except InvalidRequest as e:
+                raise InvalidRequest(f"test case {i}: {e.message}") from None
+        limits = self.limits(req.limits) if req.HasField("limits") else None
+        if limits is not None and limits.wall_time_s and n * limits.wall_time_s > b.max_run_tests_s:
+            raise InvalidRequest(
+                f"{n} cases x limits.wall_time_s {limits.wall_time_s:g}s is above the server's "
+                f"maximum of {b.max_run_tests_s:g}s for one RunTests"
+            )
+        compare = compare_from_pb(req.compare)
+        if compare is None:
+            raise InvalidRequest(f"compare {req.compare} is not a Compare value")
+        tol = req.float_tolerance
+        if math.isnan(tol) or math.isinf(tol) or tol < 0:
+            raise InvalidRequest(f"float_tolerance must be finite and >= 0, got {tol}")
+        if req.excerpt_bytes > b.max_excerpt_bytes:
+            raise InvalidRequest(
+                f"excerpt_bytes {req.excerpt_bytes} is above the maximum of {b.max_excerpt_bytes}"
+            )
+        return RunTestsArgs(
+            language=language,
+            source=req.source,
+            tests=tests,
+            limits=limits,
+            stop_on_first_failure=req.stop_on_first_failure,
+            compare=compare,
+            float_tolerance=tol or None,
+            excerpt_bytes=req.excerpt_bytes,
+        )
