@@ -13,7 +13,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
-import signal
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from dataclasses import dataclass, field
@@ -430,12 +429,11 @@ class SandboxService:
                     if exited:
                         return
             finally:
-                # Cancelled call, client error or exit: stop reading input, kill the program if
-                # it still runs (while its stream is intact), and never leave a task behind.
+                # Cancelled call, client error or exit: stop reading input and never leave a task
+                # behind; cancelling the native stream resets the call, and the agent kills the
+                # program at once.
                 if not pump.done():
                     pump.cancel()
-                if not exited:
-                    await _kill(stream)
                 if next_event is not None and not next_event.done():
                     next_event.cancel()
                 await _close_stream(stream)
@@ -554,18 +552,6 @@ def _file_map(files: list[tuple[str, bytes, int]]) -> dict[str, tuple[bytes, int
     """(path, data, mode) triples -> the `{path: (data, mode)}` map of `Sandbox.write_files`;
     mode 0 on the wire means 0644."""
     return {path: (data, mode or 0o644) for path, data, mode in files}
-
-
-async def _kill(stream: Any) -> None:
-    """SIGKILL the program's process group, so the kill does not depend on when the agent notices
-    a cancelled stream."""
-    try:
-        async with asyncio.timeout(5.0):
-            await stream.signal(signal.SIGKILL)
-    except (E.SandboxError, TimeoutError):
-        pass  # not started, already gone, or unreachable: the cancel that follows still applies
-    except Exception:
-        log.debug("killing an exec stream's program failed", exc_info=True)
 
 
 async def _close_stream(stream: Any) -> None:
