@@ -172,24 +172,19 @@ async def test_a_background_process_does_not_survive_its_case(sb) -> None:
     assert r.all_passed, r
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="agent judge runs every case in one shared scratch dir (sandbox_core/crates/judge/src/lib.rs): "
-    "a file a case writes in its cwd is seen by the next case",
-)
 async def test_a_file_written_in_cwd_is_not_seen_by_the_next_case(sb) -> None:
+    """Each case runs in a fresh working directory of its own."""
     check = "import os\nassert not os.path.exists('marker')\nopen('marker', 'w').write('x')\n"
     r = await sb.run_tests("pass\n", [TestCase(check=check), TestCase(check=check)])
     assert r.all_passed, r
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="the program file in the shared scratch dir is writable by the program: a case can rewrite "
-    "what later cases run (sandbox_core/crates/judge/src/lib.rs)",
-)
 async def test_a_case_cannot_rewrite_the_program_of_later_cases(sb) -> None:
-    prog = "import sys\nif sys.stdin.read() == 'hack':\n    open(__file__, 'w').write('print(2)')\nprint(1)\n"
+    """The program, binary and checks are read-only to the program (no reward hacking)."""
+    prog = (
+        "import sys\nif sys.stdin.read() == 'hack':\n    try:\n        open(__file__, 'w').write('print(2)')\n"
+        "    except OSError:\n        pass\nprint(1)\n"
+    )
     r = await sb.run_tests(prog, [TestCase("hack", "1"), TestCase("", "1")])
     assert r.all_passed, r
 

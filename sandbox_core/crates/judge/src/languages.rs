@@ -69,12 +69,14 @@ impl Language {
         matches!(self, Language::Python | Language::Bash)
     }
 
-    /// The compile step, if any (run in the case directory).
-    pub fn compile(self) -> Option<Vec<String>> {
+    /// The compile step, if any: reads `dir/<source>`, writes the binary to `out`.
+    pub fn compile(self, dir: &Path, out: &Path) -> Option<Vec<String>> {
+        let src = dir.join(self.source_file()).display().to_string();
+        let out = out.display().to_string();
         let v = |a: &[&str]| Some(a.iter().map(|s| s.to_string()).collect());
         match self {
-            Language::C => v(&["/usr/bin/gcc", "-O2", "-std=gnu17", "-pipe", "-o", "solution", "solution.c", "-lm"]),
-            Language::Cpp => v(&["/usr/bin/g++", "-O2", "-std=gnu++17", "-pipe", "-o", "solution", "solution.cpp"]),
+            Language::C => v(&["/usr/bin/gcc", "-O2", "-std=gnu17", "-pipe", "-o", &out, &src, "-lm"]),
+            Language::Cpp => v(&["/usr/bin/g++", "-O2", "-std=gnu++17", "-pipe", "-o", &out, &src]),
             Language::Python | Language::Bash => None,
         }
     }

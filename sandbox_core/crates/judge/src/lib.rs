@@ -44,22 +44,48 @@ impl Drop for CaseDir {
     }
 }
 
+/// The call's directory belongs to the agent and is read-only to programs: the source, the
+/// compiled binary and the check scripts cannot be changed by one case to fool the next. Each case
+/// runs in a fresh directory of its own (writable by the program), removed after the case.
 impl Scratch {
     fn make(&self) -> Result<CaseDir, JudgeError> {
         let dir = self.root.join(format!("judge-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed)));
         let err = |source| JudgeError::Scratch { path: dir.display().to_string(), source };
         std::fs::create_dir(&dir).map_err(err)?;
         let guard = CaseDir(dir.clone());
-        chown(&dir, self.uid, self.gid).map_err(err)?;
+        set_mode(&dir, 0o755).map_err(err)?;
         Ok(guard)
     }
 
+    /// A directory the program may write to (the compile output dir, a case's cwd).
+    fn make_writable(&self, dir: &Path, name: &str) -> Result<PathBuf, JudgeError> {
+        let p = dir.join(name);
+        let err = |source| JudgeError::Scratch { path: p.display().to_string(), source };
+        std::fs::create_dir(&p).map_err(err)?;
+        chown(&p, self.uid, self.gid).map_err(err)?;
+        Ok(p)
+    }
+
+    /// A file the program may read but not change.
     fn write(&self, dir: &Path, name: &str, data: &[u8]) -> Result<(), JudgeError> {
         let p = dir.join(name);
         let err = |source| JudgeError::Scratch { path: p.display().to_string(), source };
         std::fs::write(&p, data).map_err(err)?;
-        chown(&p, self.uid, self.gid).map_err(err)
+        set_mode(&p, 0o644).map_err(err)
     }
+
+    /// Takes the compiled binary out of the program-writable build dir into the read-only one.
+    fn seal_binary(&self, built: &Path, dir: &Path) -> Result<(), JudgeError> {
+        let dst = dir.join("solution");
+        let err = |source| JudgeError::Scratch { path: dst.display().to_string(), source };
+        std::fs::copy(built, &dst).map_err(err)?;
+        set_mode(&dst, 0o755).map_err(err)
+    }
+}
+
+fn set_mode(p: &Path, mode: u32) -> std::io::Result<()> {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::set_permissions(p, std::fs::Permissions::from_mode(mode))
 }
 
 fn chown(p: &Path, uid: u32, gid: u32) -> std::io::Result<()> {
@@ -120,8 +146,10 @@ pub async fn run_tests(executor: &Executor, scratch: &Scratch, req: pb::RunTests
     let base_env = Default::default();
     let mut report = pb::RunTestsReport { total: req.tests.len() as u32, compiled: true, ..Default::default() };
 
-    if let Some(argv) = lang.compile() {
-        let cmd = Command { argv, env: base_env, clear_env: false, cwd: Some(dir.0.clone()), limits: compile_limits(&limits) };
+    let build = dir.0.join("build");
+    if let Some(argv) = lang.compile(&dir.0, &build.join("solution")) {
+        scratch.make_writable(&dir.0, "build")?;
+        let cmd = Command { argv, env: base_env, clear_env: false, cwd: Some(build.clone()), limits: compile_limits(&limits) };
         let t = Instant::now();
         let outcome = executor.run(cmd, bytes::Bytes::new()).await;
         report.compile_time_s = t.elapsed().as_secs_f64();
@@ -145,6 +173,8 @@ pub async fn run_tests(executor: &Executor, scratch: &Scratch, req: pb::RunTests
             report.wall_time_s = started.elapsed().as_secs_f64();
             return Ok(report);
         }
+        scratch.seal_binary(&build.join("solution"), &dir.0)?;
+        let _ = std::fs::remove_dir_all(&build);
     }
 
     let mut case_limits = limits.clone();
@@ -162,14 +192,17 @@ pub async fn run_tests(executor: &Executor, scratch: &Scratch, req: pb::RunTests
             scratch.write(&dir.0, &name, case.check.as_bytes())?;
             Some(name)
         };
+        let cwd = scratch.make_writable(&dir.0, &format!("case-{i}"))?;
         let cmd = Command {
             argv: lang.run(&dir.0, check.as_deref()),
             env: Default::default(),
             clear_env: false,
-            cwd: Some(dir.0.clone()),
+            cwd: Some(cwd.clone()),
             limits: case_limits.clone(),
         };
-        let result = match executor.run(cmd, case.input.clone()).await {
+        let outcome = executor.run(cmd, case.input.clone()).await;
+        let _ = std::fs::remove_dir_all(&cwd);
+        let result = match outcome {
             Ok(o) => verdict::judge(&o, lang, case, compare, tolerance, excerpt_n),
             Err(e) => pb::CaseResult { verdict: pb::Verdict::SandboxError as i32, message: e.to_string(), ..Default::default() },
         };
