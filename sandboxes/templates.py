@@ -26,7 +26,10 @@ class Template:
     sandbox; `limits` are the defaults of each exec inside it (merged under per-call limits).
     `env` is the base environment of every program; `warm` is how many ready sandboxes the pool
     keeps ahead of demand (None: the pool's `warm`). `lease_ttl_s` is how long an agent outlives
-    a silent owner. `image` is for the docker / kubernetes backends.
+    a silent owner. `image` is for the docker / kubernetes backends (docker default:
+    `sandboxes-sandbox:latest`, built by `make images`); `agent_mount` (docker) bind-mounts this
+    host's agent binary read-only into the container instead of using the image's own, so any
+    image with glibc and /bin/sh works.
     """
 
     name: str = "default"
@@ -50,6 +53,7 @@ class Template:
     ro_binds: tuple[str, ...] = ()
     create_timeout_s: float = 60.0
     labels: Mapping[str, str] = field(default_factory=dict)
+    agent_mount: bool = False
 
     def __post_init__(self) -> None:
         # Frozen, but copy the mutable containers so callers cannot change a template later.
@@ -82,6 +86,10 @@ class Template:
         _check_int("work_size_bytes", self.work_size_bytes, 0, 1 << 40)
         _check_int("tmp_size_bytes", self.tmp_size_bytes, 0, 1 << 40)
         _check_num("create_timeout_s", self.create_timeout_s, 0.001, 3600.0)
+        if self.image is not None and (not isinstance(self.image, str) or not self.image.strip()):
+            raise InvalidRequest(f"image must be a non-empty string or None, got {self.image!r}")
+        if not isinstance(self.agent_mount, bool):
+            raise InvalidRequest(f"agent_mount must be a bool, got {self.agent_mount!r}")
         if not self.work_dir.startswith("/"):
             raise InvalidRequest(f"work_dir must be absolute, got {self.work_dir!r}")
         for p in self.ro_binds:

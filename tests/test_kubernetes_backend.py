@@ -1,0 +1,427 @@
+"""The kubernetes backend against an EMULATED control plane: no real cluster is involved.
+
+The API server is an emulator (PyPI `kmock`, extended in `sandboxes.testing.kube_emulator`), and a
+fake kubelet - also an emulator - runs each created pod's *real* agent binary on this machine with
+the pod's own arguments, patches the pod's status (Running, Ready, podIP 127.0.0.1, the agent port
+in an annotation, since every emulated pod shares 127.0.0.1) and kills the agent when the pod is
+deleted. Everything the manager does on the data plane (exec, files, run_tests, leases) goes to
+those agents directly, exactly as it would go to pod IPs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from helpers import pid_running, wait_until
+
+import sandboxes
+from sandboxes import Pool, Template, TestCase
+from sandboxes.errors import InvalidRequest, LaunchError, SandboxLost
+
+kmock = pytest.importorskip("kmock", reason="the kubernetes tests need the emulator (pip install kmock)")
+pytest.importorskip("kubernetes_asyncio", reason="the kubernetes backend needs kubernetes_asyncio")
+
+from sandboxes.backends.kubernetes import (
+    AGENT_CAPABILITIES,
+    LABEL_OWNER,
+    LABEL_TEMPLATE,
+    KubeConfig,
+    KubernetesBackend,
+    pod_readiness,
+)
+from sandboxes.testing.kube_emulator import (
+    IMAGE_CRASH,
+    IMAGE_PULL_ERROR,
+    IMAGE_UNSCHEDULABLE,
+    EmulatedApiServer,
+    FakeKubelet,
+    emulated_cluster,
+    match_selector,
+)
+
+IMAGE = "sandboxes/sandbox:test"
+KT = Template(backend="kubernetes")  # default template, image from the backend config
+
+
+class Cluster:
+    """The emulated API server, the emulated kubelet and factories of backends / pools on them."""
+
+    def __init__(self, api: EmulatedApiServer, kubelet: FakeKubelet, url: str) -> None:
+        self.api = api
+        self.kubelet = kubelet
+        self.url = url
+        self.pools: list[Pool] = []
+        self.backends: list[KubernetesBackend] = []
+
+    def backend(self, identity: str = "mgr-a", **cfg: Any) -> KubernetesBackend:
+        cfg.setdefault("image", IMAGE)
+        config = KubeConfig(api_url=self.url, identity=identity, port_from_annotation=True, **cfg)
+        be = KubernetesBackend(config)
+        self.backends.append(be)
+        return be
+
+    async def pool(self, backend: KubernetesBackend | None = None, **kwargs: Any) -> Pool:
+        kwargs.setdefault("claim_timeout", 60.0)
+        if "template" not in kwargs and "templates" not in kwargs:
+            kwargs["template"] = KT
+        p = Pool(backend=backend or self.backend(), **kwargs)
+        self.pools.append(p)
+        await p.start()
+        return p
+
+    def pods(self, **labels: str) -> list[dict[str, Any]]:
+        sel = ",".join(f"{k}={v}" for k, v in labels.items())
+        return [p for p in self.api.objects_of("pods") if match_selector(sel, p["metadata"].get("labels"))]
+
+    def pod(self, name: str) -> dict[str, Any] | None:
+        return next((p for p in self.api.objects_of("pods") if p["metadata"]["name"] == name), None)
+
+
+@pytest_asyncio.fixture
+async def cluster(native: Any) -> AsyncIterator[Cluster]:
+    async with emulated_cluster() as (api, kubelet, url):
+        c = Cluster(api, kubelet, url)
+        try:
+            yield c
+        finally:
+            for p in c.pools:
+                await p.close()
+            for b in c.backends:
+                await b.close()
+
+
+def warm(pool: Pool, template: str = "default") -> int:
+    return pool.stats()[template]["warm"]
+
+
+# --- the pod itself ----------------------------------------------------------------------------------
+
+
+def test_pod_manifest_is_locked_down() -> None:
+    be = KubernetesBackend(KubeConfig(image=IMAGE, identity="mgr-a", runtime_class_name="gvisor",
+                                      node_selector={"pool": "sandbox"},
+                                      tolerations=[{"key": "sandbox", "operator": "Exists", "effect": "NoSchedule"}],
+                                      labels={"team": "rl"}))
+    t = Template(backend="kubernetes", memory_bytes=256 << 20, cpu_quota=0.5, env={"A": "1"}, lease_ttl_s=20)
+    pod = be.pod_manifest(t, "sb-1", "sb-1", "secret-token-value-123")
+    spec = pod["spec"]
+    c = spec["containers"][0]
+    sc = c["securityContext"]
+    assert spec["restartPolicy"] == "Never"
+    assert spec["automountServiceAccountToken"] is False
+    assert spec["hostUsers"] is False
+    assert spec["runtimeClassName"] == "gvisor"
+    assert spec["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
+    assert sc["allowPrivilegeEscalation"] is False and sc["privileged"] is False
+    assert sc["readOnlyRootFilesystem"] is True
+    assert sc["capabilities"] == {"drop": ["ALL"], "add": list(AGENT_CAPABILITIES)}
+    assert "SYS_ADMIN" not in AGENT_CAPABILITIES and "NET_ADMIN" not in AGENT_CAPABILITIES
+    assert sc["seccompProfile"] == {"type": "RuntimeDefault"}
+    mounts = {m["mountPath"]: m for m in c["volumeMounts"]}
+    assert set(mounts) == {"/work", "/tmp", "/var/run/sandboxes"} and mounts["/var/run/sandboxes"]["readOnly"]
+    vols = {v["name"]: v for v in spec["volumes"]}
+    assert "emptyDir" in vols["work"] and "emptyDir" in vols["tmp"]
+    assert vols["token"]["secret"]["defaultMode"] == 0o400
+    assert vols["token"]["secret"]["items"][0]["mode"] == 0o400
+    # The token is only in the Secret, never in the pod spec.
+    assert "secret-token-value-123" not in repr(pod)
+    assert c["args"][:2] == ["--listen", "tcp:0.0.0.0:7000"]
+    assert "--token-file" in c["args"] and "--lease-ttl" in c["args"] and "A=1" in c["args"]
+    assert c["resources"]["limits"] == {"memory": str(256 << 20), "cpu": "500m"}
+    assert spec["nodeSelector"] == {"pool": "sandbox"}
+    keys = [t["key"] for t in spec["tolerations"]]
+    assert keys == ["sandbox", "node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready"]
+    labels = pod["metadata"]["labels"]
+    assert labels["sandboxes.io/pool"] == "sandboxes" and labels["sandboxes.io/manager"] == "mgr-a"
+    assert labels[LABEL_OWNER] == be.owner and labels["team"] == "rl"
+    assert "sandboxes.io/egress" not in labels
+    assert be.pod_manifest(t.replace(network=True), "sb-2", "sb-2", "x" * 20)["metadata"]["labels"][
+        "sandboxes.io/egress"] == "allowed"
+
+
+def test_pod_manifest_validates_against_the_kubernetes_schema() -> None:
+    kv = pytest.importorskip("kubernetes_validate")
+    be = KubernetesBackend(KubeConfig(image=IMAGE, identity="m", runtime_class_name="gvisor"))
+    pod = be.pod_manifest(Template(backend="kubernetes", memory_bytes=64 << 20), "sb-1", "sb-1", "t" * 32)
+    kv.validate(pod, "1.33.0", strict=True)
+    kv.validate(be._secret_manifest("sb-1", "uid-1", "t" * 32), "1.33.0", strict=True)
+    env_mode = KubernetesBackend(KubeConfig(image=IMAGE, identity="m", token_mode="env", host_users=None))
+    pod = env_mode.pod_manifest(Template(backend="kubernetes"), "sb-2", "sb-2", "t" * 32)
+    assert "hostUsers" not in pod["spec"] and not any(v["name"] == "token" for v in pod["spec"]["volumes"])
+    kv.validate(pod, "1.33.0", strict=True)
+
+
+def test_invalid_backend_config_is_refused() -> None:
+    with pytest.raises(InvalidRequest, match="quantity"):
+        KubeConfig(resources={"limits": {"memory": "lots"}}).validate()
+    with pytest.raises(InvalidRequest, match="unknown kubernetes backend setting"):
+        KubeConfig.from_mapping({"imagee": "x"})
+    with pytest.raises(InvalidRequest, match="label"):
+        KubeConfig(node_selector={"bad key!": "x"}).validate()
+    assert KubeConfig.from_mapping({"runtimeClassName": "gvisor", "agentPort": 7001}).agent_port == 7001
+    be = KubernetesBackend(KubeConfig(identity="m"))  # no default image
+    with pytest.raises(InvalidRequest, match="no image"):
+        be.pod_manifest(Template(backend="kubernetes"), "sb-1", "sb-1", "t" * 32)
+    with pytest.raises(InvalidRequest, match="ro_binds"):
+        be.pod_manifest(Template(backend="kubernetes", image=IMAGE, ro_binds=("/opt",)), "sb-1", "sb-1", "t" * 32)
+
+
+def test_readiness_states() -> None:
+    base = {"metadata": {"name": "p"}}
+    assert pod_readiness(None)[0] == "gone"
+    assert pod_readiness({**base, "status": {"phase": "Pending"}})[0] == "pending"
+    running = {**base, "status": {"phase": "Running", "podIP": "10.0.0.5",
+                                  "conditions": [{"type": "Ready", "status": "True"}]}}
+    assert pod_readiness(running) == ("ready", "10.0.0.5")
+    no_ip = {**base, "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}
+    assert pod_readiness(no_ip)[0] == "pending"
+    backoff = {**base, "status": {"phase": "Pending", "containerStatuses": [
+        {"name": "agent", "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off"}}}]}}
+    assert pod_readiness(backoff) == ("failed", "container CrashLoopBackOff: back-off")
+    deleting = {"metadata": {"name": "p", "deletionTimestamp": "now"}, "status": running["status"]}
+    assert pod_readiness(deleting)[0] == "gone"
+
+
+# --- against the emulated cluster ---------------------------------------------------------------------
+
+
+async def test_bulk_prewarm_claim_exec_files_and_tests(cluster: Cluster) -> None:
+    be = cluster.backend()
+    pool = await cluster.pool(be, warm=6)
+    await wait_until(lambda: warm(pool) == 6, timeout=60, what="6 warm pods")
+    pods = cluster.pods(**{LABEL_OWNER: be.owner})
+    assert len(pods) == 6 and all(p["status"]["phase"] == "Running" for p in pods)
+    assert len(cluster.api.objects_of("secrets")) == 6
+    assert len(cluster.kubelet.agents) == 6
+
+    async with pool.sandbox(env={"ANSWER": "42"}, files={"in/x.txt": b"payload"}) as sb:
+        assert sb.endpoint.startswith("http://127.0.0.1:")
+        r = await sb.exec("id -u; echo $ANSWER; cat in/x.txt")
+        assert r.exit_code == 0 and r.stdout == b"65534\n42\npayload", r.stderr
+        await sb.write_file("prog.py", "print(input()[::-1])")
+        assert await sb.read_file("prog.py") == b"print(input()[::-1])"
+        r = await sb.exec(["python3", "prog.py"], stdin=b"abc", timeout=10)
+        assert r.stdout == b"cba\n", r.stderr
+        timed = await sb.exec("sleep 5", timeout=0.3)
+        assert timed.timed_out
+        report = await sb.run_tests("print(int(input()) * 2)", [TestCase("2", "4"), TestCase("3", "7")],
+                                    language="python", time_limit=5)
+        assert [c.verdict.value for c in report.cases] == ["accepted", "wrong_answer"]
+        # The agent's token is a root-only file: sandboxed code cannot read it.
+        pod = sb.id
+        token_file = os.path.join(cluster.kubelet.agents[pod].dir, "token")
+        r = await sb.exec(["cat", token_file])
+        assert r.exit_code != 0 and b"Permission denied" in r.stderr
+    # Released: its pod, secret and agent are gone; the pool refilled.
+    await wait_until(lambda: cluster.pod(pod) is None, what="deleted pod")
+    await wait_until(lambda: pod not in cluster.kubelet.agents, what="agent stopped")
+    assert not any(s["metadata"]["name"] == f"{pod}-token" for s in cluster.api.objects_of("secrets"))
+    await wait_until(lambda: warm(pool) == 6, timeout=60, what="refill")
+
+
+async def test_delete_ends_the_agent(cluster: Cluster) -> None:
+    pool = await cluster.pool(warm=1)
+    sb = await pool.claim()
+    pid = cluster.kubelet.agent_pid(sb.id)
+    assert pid and pid_running(pid)
+    await sb.close()
+    await wait_until(lambda: not pid_running(pid), what="agent exit")
+    assert cluster.pod(sb.id) is None
+    with pytest.raises(SandboxLost):
+        await sb.exec(["true"])
+
+
+async def test_zero_api_requests_while_1000_execs_run_on_warm_pods(cluster: Cluster) -> None:
+    be = cluster.backend()
+    pool = await cluster.pool(be, warm=4)
+    sbs = [await pool.claim() for _ in range(4)]
+    # The pool refills behind the claims (API calls of the control plane); measure once it is idle.
+    await wait_until(lambda: warm(pool) == 4 and pool.stats()["default"]["creating"] == 0,
+                     timeout=60, what="refill done")
+    before, before_backend = cluster.api.request_count(), be.api_requests
+    sem = asyncio.Semaphore(64)
+
+    async def one(i: int) -> int:
+        async with sem:
+            return (await sbs[i % 4].exec(["/bin/true"])).exit_code
+
+    codes = await asyncio.gather(*(one(i) for i in range(1000)))
+    during = cluster.api.request_count() - before
+    assert codes == [0] * 1000
+    print(f"\nAPI server requests during 1000 execs on 4 warm pods: {during}")
+    assert during == 0, cluster.api.requests_since(before)
+    assert be.api_requests == before_backend
+    for sb in sbs:
+        await sb.close()
+
+
+async def test_pod_vanishing_mid_exec_is_lost_and_replaced(cluster: Cluster) -> None:
+    pool = await cluster.pool(warm=2)
+    await wait_until(lambda: warm(pool) == 2, timeout=60, what="warm pods")
+    sb = await pool.claim()
+    running = asyncio.ensure_future(sb.exec(["sleep", "30"]))
+    await wait_until(lambda: _running_execs(sb), timeout=10, what="exec running")
+    await cluster.kubelet.vanish(sb.id)
+    with pytest.raises(SandboxLost):
+        await running
+    # The connection dropped first; the watch's DELETED event marks the pod lost right after.
+    await wait_until(lambda: not sb.handle.backend_data.alive(), what="pod marked lost")
+    await sb.close()
+    # A warm pod that vanishes is replaced without anybody claiming.
+    lost_before = pool.stats()["default"]["lost_total"]
+    victim = pool._tps["default"].warm[0].id
+    await cluster.kubelet.vanish(victim)
+    await wait_until(lambda: pool.stats()["default"]["lost_total"] > lost_before, what="lost noticed")
+    await wait_until(lambda: warm(pool) == 2 and victim not in [s.id for s in pool._tps["default"].warm],
+                     timeout=60, what="replacement")
+    async with pool.sandbox() as again:
+        assert (await again.exec(["true"])).exit_code == 0
+
+
+async def _running_execs(sb: sandboxes.Sandbox) -> bool:
+    return (await sb.info()).running_execs >= 1
+
+
+async def test_manager_restart_reaps_orphans_and_leases_end_pods(cluster: Cluster) -> None:
+    be = cluster.backend("mgr-x")
+    await be.reap_orphans()
+    short = KT.replace(lease_ttl_s=1.0)
+    for i in range(3):
+        await be.create(KT if i else short, f"sb-orphan{i}")
+    agents = {n: cluster.kubelet.agent_pid(n) for n in ("sb-orphan0", "sb-orphan1", "sb-orphan2")}
+    await _crash(be)  # the manager dies: nobody renews leases, nobody deletes pods
+    # The short-lease agent exits by itself and its pod ends (restartPolicy Never).
+    await wait_until(lambda: (cluster.pod("sb-orphan0") or {}).get("status", {}).get("phase") == "Succeeded",
+                     timeout=30, what="lease lapse ends the pod")
+    # The restarted manager (same identity, new owner id) reaps all three.
+    again = cluster.backend("mgr-x")
+    assert again.owner != be.owner
+    assert await again.reap_orphans() == 3
+    assert cluster.pods(**{"sandboxes.io/manager": "mgr-x"}) == []
+    await wait_until(lambda: not any(p and pid_running(p) for p in agents.values()), what="agents gone")
+    assert cluster.api.objects_of("secrets") == []
+
+
+async def _crash(be: KubernetesBackend) -> None:
+    """Simulate a manager crash: stop its watch and connections without deleting anything."""
+    be._live.clear()
+    be._closing = True
+    if be._watch_task is not None:
+        be._watch_task.cancel()
+        await asyncio.gather(be._watch_task, return_exceptions=True)
+    await be.api.close()
+
+
+async def test_two_managers_each_own_their_pods(cluster: Cluster) -> None:
+    # Manager B runs "in a pod": its pods carry its pod's name and uid, so others can tell when
+    # B is gone. The manager pod is an object of the emulated API server.
+    async with cluster.kubelet._api("POST", "/api/v1/namespaces/default/pods", json={
+        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "mgr-b", "namespace": "default"},
+        "spec": {"containers": [{"name": "manager", "image": "sandboxes/manager"}]}}) as r:
+        manager_pod = await r.json()
+    be_a = cluster.backend("mgr-a")
+    be_b = cluster.backend("mgr-b", manager_pod="default/mgr-b", manager_uid=manager_pod["metadata"]["uid"])
+    pool_a = await cluster.pool(be_a, warm=2)
+    pool_b = await cluster.pool(be_b, warm=2)
+    await wait_until(lambda: warm(pool_a) == 2 and warm(pool_b) == 2, timeout=60, what="both warm")
+    pods_a = {p["metadata"]["name"] for p in cluster.pods(**{LABEL_OWNER: be_a.owner})}
+    pods_b = {p["metadata"]["name"] for p in cluster.pods(**{LABEL_OWNER: be_b.owner})}
+    assert len(pods_a) == 2 and len(pods_b) == 2 and not pods_a & pods_b
+    # Each watch sees only its own pods.
+    assert set(be_a._pods) == pods_a and set(be_b._pods) == pods_b
+    # A reaping while B lives touches nothing of B's.
+    assert await be_a.reap_orphans() == 0
+    assert {p["metadata"]["name"] for p in cluster.pods(**{LABEL_OWNER: be_b.owner})} == pods_b
+    # One of B's pods vanishes: B replaces it, A does not notice.
+    victim = min(pods_b)
+    await cluster.kubelet.vanish(victim)
+    await wait_until(lambda: pool_b.stats()["default"]["lost_total"] == 1, what="B noticed")
+    await wait_until(lambda: warm(pool_b) == 2, timeout=60, what="B refilled")
+    assert pool_a.stats()["default"]["lost_total"] == 0 and warm(pool_a) == 2
+    # Claims on A still work while B churns.
+    async with pool_a.sandbox() as sb:
+        assert (await sb.exec(["true"])).exit_code == 0
+    # B dies with its pod deleted: now A may reap B's leftovers.
+    live_b = {p["metadata"]["name"] for p in cluster.pods(**{LABEL_OWNER: be_b.owner})}
+    await _crash(be_b)
+    pool_b._closing = True  # the dead manager's pool does not get to clean up
+    for t in pool_b._tasks:
+        t.cancel()
+    cluster.pools.remove(pool_b)
+    async with cluster.kubelet._api("DELETE", "/api/v1/namespaces/default/pods/mgr-b") as r:
+        assert r.status == 200
+    assert await be_a.reap_orphans() == len(live_b)
+    assert cluster.pods(**{LABEL_OWNER: be_b.owner}) == []
+    assert {p["metadata"]["name"] for p in cluster.pods(**{LABEL_OWNER: be_a.owner})} >= {
+        s.id for s in pool_a._tps["default"].warm}
+
+
+async def test_invalid_template_fails_fast_and_the_pool_keeps_serving(cluster: Cluster) -> None:
+    be = cluster.backend(image=None)  # no default image
+    good = Template(name="good", backend="kubernetes", image=IMAGE)
+    bad = Template(name="bad", backend="kubernetes", warm=0)  # no image anywhere
+    pool = await cluster.pool(be, warm=1, templates={"good": good, "bad": bad})
+    with pytest.raises(InvalidRequest, match="no image"):
+        await pool.claim("bad", timeout=30)
+    assert cluster.pods(**{LABEL_TEMPLATE: "bad"}) == []
+    async with pool.sandbox("good") as sb:
+        assert (await sb.exec(["true"])).exit_code == 0
+
+
+@pytest.mark.parametrize(
+    ("image", "expect"),
+    [(IMAGE_PULL_ERROR, "ImagePullBackOff"), (IMAGE_CRASH, "exit code 1")],
+)
+async def test_pod_that_never_becomes_ready(cluster: Cluster, image: str, expect: str) -> None:
+    be = cluster.backend()
+    bad = Template(name="bad", backend="kubernetes", image=image, warm=0, create_timeout_s=30)
+    pool = await cluster.pool(be, warm=1, templates={"good": KT.replace(name="good"), "bad": bad})
+    with pytest.raises(LaunchError, match=expect) as info:
+        await pool.claim("bad", timeout=30)
+    assert info.value.step == "pod"
+    # Every failed pod is deleted; the good template keeps serving meanwhile.
+    async with pool.sandbox("good") as sb:
+        assert (await sb.exec(["true"])).exit_code == 0
+    await wait_until(lambda: cluster.pods(**{LABEL_TEMPLATE: "bad"}) == [], what="failed pods deleted")
+    assert pool.stats()["bad"]["create_failures_total"] >= 3
+
+
+async def test_unschedulable_pod_times_out_with_its_reason_and_is_deleted(cluster: Cluster) -> None:
+    be = cluster.backend()
+    t = Template(name="stuck", backend="kubernetes", image=IMAGE_UNSCHEDULABLE, create_timeout_s=1.0)
+    with pytest.raises(LaunchError, match="Unschedulable") as info:
+        await be.create(t, "sb-stuck")
+    assert info.value.step == "ready_timeout"
+    await wait_until(lambda: cluster.pod("sb-stuck") is None, what="stuck pod deleted")
+
+
+async def test_api_server_down_is_backend_unavailable(native: Any) -> None:
+    be = KubernetesBackend(KubeConfig(api_url="http://127.0.0.1:9", image=IMAGE, identity="m", api_timeout_s=2))
+    try:
+        with pytest.raises(sandboxes.BackendUnavailable):
+            await be.reap_orphans()
+    finally:
+        await be.close()
+
+
+async def test_api_server_on_the_kubernetes_backend(cluster: Cluster) -> None:
+    """`sandboxes serve --backend kubernetes`, in process: a remote client creates and execs."""
+    from sandboxes.server.app import Server
+
+    server = Server(backend=cluster.backend(), warm=1, port=0, insecure=True,
+                    templates={"default": KT}, pool_kwargs={"claim_timeout": 60})
+    await server.start()
+    try:
+        async with sandboxes.AsyncSandboxClient(server.address) as client:
+            sb = await client.create(timeout=60)
+            r = await sb.exec(["sh", "-c", "echo remote; id -u"])
+            assert r.stdout == b"remote\n65534\n", r.stderr
+            await sb.close()
+    finally:
+        await server.stop(grace=1)
+    assert cluster.pods(**{"sandboxes.io/manager": "mgr-a"}) == []
