@@ -21,7 +21,7 @@ class SandboxHandle:
 
     id: str
     endpoint: str
-    token: str
+    token: str = field(repr=False)
     backend_data: Any = None
     created_at: float = field(default_factory=time.time)
 

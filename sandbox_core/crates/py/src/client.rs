@@ -19,6 +19,10 @@ use crate::stream::ExecStream;
 use crate::values::{AgentInfo, DirEntry, ExecResult, Limits, RunTestsReport};
 
 const MAX_MESSAGE: usize = 1 << 30;
+/// HTTP/2 pings find a dead peer (a lost node that never reset its connections) within
+/// interval + timeout, instead of at each call's deadline.
+const KEEPALIVE_INTERVAL: Duration = Duration::from_secs(10);
+const KEEPALIVE_TIMEOUT: Duration = Duration::from_secs(5);
 /// Deadline of calls other than exec: an agent that does not answer in this time is lost.
 const DEFAULT_CALL_TIMEOUT_S: f64 = 120.0;
 
@@ -48,6 +52,7 @@ fn channel(endpoint: &str, connect_timeout: Duration) -> PyResult<Channel> {
         let ep = Endpoint::try_from("http://agent.sandbox")
             .map_err(|e| err("invalid_argument", e.to_string()))?
             .connect_timeout(connect_timeout);
+        // Unix sockets: a dead agent resets its connections at once, no pings needed.
         Ok(ep.connect_with_connector_lazy(tower::service_fn(move |_: Uri| {
             let path = path.clone();
             async move { Ok::<_, std::io::Error>(TokioIo::new(tokio::net::UnixStream::connect(path).await?)) }
@@ -56,7 +61,10 @@ fn channel(endpoint: &str, connect_timeout: Duration) -> PyResult<Channel> {
         let ep = Endpoint::from_shared(endpoint.to_string())
             .map_err(|e| err("invalid_argument", format!("bad endpoint {endpoint}: {e}")))?
             .connect_timeout(connect_timeout)
-            .tcp_nodelay(true);
+            .tcp_nodelay(true)
+            .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
+            .keep_alive_timeout(KEEPALIVE_TIMEOUT)
+            .keep_alive_while_idle(true);
         Ok(ep.connect_lazy())
     } else {
         Err(err("invalid_argument", format!("endpoint must be unix:///path or http://host:port, got {endpoint}")))
