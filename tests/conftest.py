@@ -23,7 +23,14 @@ import pytest_asyncio
 RUN_ROOT = Path(tempfile.mkdtemp(prefix="sbx-", dir="/tmp"))
 os.environ["SANDBOXES_RUN_DIR"] = str(RUN_ROOT)
 
-from helpers import agent_pids, cgroup_exists, pgrep, pid_running, wait_until  # noqa: F401
+from helpers import (  # noqa: F401
+    agent_pids,
+    cgroup_exists,
+    pgrep,
+    pid_running,
+    sandbox_containers,
+    wait_until,
+)
 
 import sandboxes
 from sandboxes import _bridge
@@ -52,8 +59,9 @@ def native() -> Any:
 
 @pytest.fixture(scope="session", autouse=True)
 def no_leaks() -> Any:
-    """Fails the session when an agent process, cgroup or run dir it created is left behind."""
+    """Fails the session when an agent process, cgroup, run dir or container it created is left behind."""
     before = agent_pids()
+    containers_before = sandbox_containers(RUN_ROOT)
     log = LaunchLog()
     mod = None
     original = None
@@ -85,6 +93,7 @@ def no_leaks() -> Any:
                 found.append(f"run dir {rec['run_dir']}")
         if RUN_ROOT.exists():
             found += [f"run dir {p}" for p in RUN_ROOT.iterdir()]
+        found += [f"container {c}" for c in sorted(sandbox_containers(RUN_ROOT) - containers_before)]
         return found
 
     deadline = time.monotonic() + 10.0  # bound for the kernel to finish tearing namespaces down
@@ -100,6 +109,8 @@ def no_leaks() -> Any:
         for d in _cgroup_dirs(rec["cgroup"] or ""):
             if d.is_dir():
                 subprocess.run(["find", str(d), "-depth", "-type", "d", "-delete"], check=False)
+    for c in sandbox_containers(RUN_ROOT) - containers_before:
+        subprocess.run(["docker", "rm", "-f", c], capture_output=True, check=False)
     shutil.rmtree(RUN_ROOT, ignore_errors=True)
     if found:
         pytest.fail("the session leaked: " + ", ".join(found), pytrace=False)

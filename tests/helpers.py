@@ -15,7 +15,11 @@ AGENT_NAME = "sandbox-agent"
 
 
 def agent_pids() -> set[int]:
-    """Pids of running agent processes (`pgrep -f sandbox-agent`, minus unrelated command lines)."""
+    """Pids of running agent processes (`pgrep -f sandbox-agent`, minus unrelated command lines).
+
+    Agents inside Docker containers are left out: they are accounted per container (by run dir,
+    see `sandbox_containers`), so a session never counts -- or kills -- another session's.
+    """
     out = subprocess.run(["pgrep", "-f", AGENT_NAME], capture_output=True, text=True, check=False).stdout
     pids = set()
     for line in out.split():
@@ -25,9 +29,35 @@ def agent_pids() -> set[int]:
             exe = os.path.basename(os.readlink(f"/proc/{pid}/exe"))
         except OSError:
             continue
-        if comm == AGENT_NAME or exe.startswith(AGENT_NAME):
+        if (comm == AGENT_NAME or exe.startswith(AGENT_NAME)) and not _in_docker(pid):
             pids.add(pid)
     return pids
+
+
+def _in_docker(pid: int) -> bool:
+    """True for a process in a Docker container (when the tests themselves run outside one)."""
+    try:
+        if "docker" in Path("/proc/self/cgroup").read_text():
+            return False
+        return "docker" in Path(f"/proc/{pid}/cgroup").read_text()
+    except OSError:
+        return False
+
+
+def sandbox_containers(run_root: Path) -> set[str]:
+    """Ids of Docker containers of sandboxes whose run dir is under `run_root` (this test session's;
+    other sessions on the machine have their own). Empty without a Docker CLI or engine."""
+    try:
+        out = subprocess.run(
+            ["docker", "ps", "-a", "--no-trunc", "--filter", "label=sandboxes.pool",
+             "--format", '{{.ID}} {{.Label "sandboxes.run_dir"}}'],
+            capture_output=True, text=True, check=False, timeout=30,
+        ).stdout
+    except (OSError, subprocess.TimeoutExpired):
+        return set()
+    prefix = str(run_root).rstrip("/") + "/"
+    return {cid for cid, _, run_dir in (line.partition(" ") for line in out.splitlines())
+            if run_dir.startswith(prefix)}
 
 
 def pgrep(pattern: str) -> list[int]:

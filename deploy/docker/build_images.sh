@@ -1,0 +1,203 @@
+#!/usr/bin/env bash
+# Builds the docker backend's images without any registry:
+#   1. sandboxes-base:bookworm    a Debian rootfs made from packages (mmdebstrap, else debootstrap),
+#                                 put into the engine with `docker import`;
+#   2. sandboxes-sandbox:latest   the base + the agent at /usr/local/bin/sandbox-agent
+#                                 (deploy/docker/Dockerfile.sandbox, `docker build`, offline).
+# Each image carries the label `sandboxes.inputs` = a hash of what it was made from (package list
+# and suite for the base; agent binary, Dockerfile and base image id for the top); an image whose
+# label matches is kept, so a second run does nothing.
+#
+# Environment (all optional):
+#   AGENT_BIN            agent binary to bake in (default: sandboxes/_bin/sandbox-agent, else the
+#                        cargo release build)
+#   SANDBOXES_BASE_IMAGE / SANDBOXES_IMAGE   image names (defaults above)
+#   SANDBOXES_SUITE      Debian suite (default: bookworm)
+#   SANDBOXES_PACKAGES   packages of the base (default below)
+#   SANDBOXES_DEBIAN_MIRROR  mirror URL; by default the Debian mirror(s) of this machine's apt config
+#   FORCE=1              rebuild both images even when their labels match
+set -euo pipefail
+
+cd "$(dirname "$0")/../.."
+ROOT=$(pwd)
+
+SUITE=${SANDBOXES_SUITE:-bookworm}
+BASE_IMAGE=${SANDBOXES_BASE_IMAGE:-sandboxes-base:$SUITE}
+SANDBOX_IMAGE=${SANDBOXES_IMAGE:-sandboxes-sandbox:latest}
+VARIANT=minbase
+# What the reward engine and user programs need: Python, a C/C++ toolchain, a shell.
+PACKAGES=${SANDBOXES_PACKAGES:-"python3 gcc g++ libc6-dev bash coreutils"}
+LABEL=sandboxes.inputs
+BUILD_VERSION=1  # bump when this script changes what it produces
+
+log() { echo "build_images: $*" >&2; }
+die() { log "error: $*"; exit 1; }
+
+command -v docker >/dev/null || die "docker CLI not found"
+docker info >/dev/null 2>&1 || die "no Docker engine answers (is the daemon running?)"
+
+label_of() {  # image -> value of its inputs label, empty when absent
+  docker image inspect -f "{{ index .Config.Labels \"$LABEL\" }}" "$1" 2>/dev/null || true
+}
+
+sha() { sha256sum | cut -c1-32; }
+
+image_id() { docker image inspect -f '{{.Id}}' "$1" 2>/dev/null || true; }
+
+drop_replaced() {  # old image id: remove it once nothing names it any more (best effort)
+  if [ -n "$1" ] && [ -z "$(docker image inspect -f '{{join .RepoTags ","}}' "$1" 2>/dev/null)" ]; then
+    docker image rm "$1" >/dev/null 2>&1 || true
+  fi
+}
+
+# --- the Debian mirror(s) of this machine -------------------------------------------------------
+
+# Prints one sources.list line per Debian source of $SUITE (+ -updates, -security) found in this
+# machine's apt configuration (deb822 .sources and one-line .list files), with its signed-by key.
+apt_sources() {
+  if [ -n "${SANDBOXES_DEBIAN_MIRROR:-}" ]; then
+    echo "deb $SANDBOXES_DEBIAN_MIRROR $SUITE main"
+    echo "deb $SANDBOXES_DEBIAN_MIRROR $SUITE-updates main"
+    return
+  fi
+  python3 - "$SUITE" <<'PY'
+import glob, re, sys
+suite = sys.argv[1]
+wanted = {suite, f"{suite}-updates", f"{suite}-security"}
+out = []
+def emit(uri, suites, comps, signed_by):
+    for s in suites:
+        if s in wanted:
+            opt = f"[signed-by={signed_by}] " if signed_by and signed_by.startswith("/") else ""
+            line = f"deb {opt}{uri} {s} {' '.join(comps) or 'main'}"
+            if line not in out:
+                out.append(line)
+for f in sorted(glob.glob("/etc/apt/sources.list.d/*.sources")):
+    for stanza in re.split(r"\n\s*\n", open(f).read()):
+        fields, key = {}, None
+        for line in stanza.splitlines():
+            if line.startswith("#") or not line.strip():
+                continue
+            if line[0].isspace() and key:
+                fields[key] += " " + line.strip()
+                continue
+            key, _, value = line.partition(":")
+            key = key.strip().lower()
+            fields[key] = value.strip()
+        if "deb" not in fields.get("types", "").split() or fields.get("enabled", "yes").lower() == "no":
+            continue
+        for uri in fields.get("uris", "").split():
+            emit(uri, fields.get("suites", "").split(), fields.get("components", "").split(),
+                 fields.get("signed-by", ""))
+for f in ["/etc/apt/sources.list", *sorted(glob.glob("/etc/apt/sources.list.d/*.list"))]:
+    try:
+        lines = open(f).read().splitlines()
+    except OSError:
+        continue
+    for line in lines:
+        m = re.match(r"\s*deb\s+(\[[^\]]*\]\s+)?(\S+)\s+(\S+)\s*(.*)", line)
+        if not m:
+            continue
+        opts = m.group(1) or ""
+        sb = re.search(r"signed-by=(\S+?)[\s\]]", opts)
+        emit(m.group(2), [m.group(3)], m.group(4).split(), sb.group(1) if sb else "")
+print("\n".join(out))
+PY
+}
+
+# --- 1. base image ---------------------------------------------------------------------------
+
+build_base() {
+  local pkgs sorted want have tmp
+  sorted=$(echo "$PACKAGES" | tr ' ,' '\n\n' | sed '/^$/d' | sort -u | tr '\n' ' ')
+  want=$(printf 'v%s %s %s %s' "$BUILD_VERSION" "$SUITE" "$VARIANT" "$sorted" | sha)
+  have=$(label_of "$BASE_IMAGE")
+  if [ -z "${FORCE:-}" ] && [ "$have" = "$want" ]; then
+    log "$BASE_IMAGE is up to date"
+    return
+  fi
+  mapfile -t sources < <(apt_sources)
+  [ "${#sources[@]}" -gt 0 ] || die "no Debian $SUITE source in /etc/apt; set SANDBOXES_DEBIAN_MIRROR"
+  pkgs=$(echo "$sorted" | tr ' ' ',' | sed 's/,$//')
+  tmp=$(mktemp -d /var/tmp/sandboxes-rootfs.XXXXXX)
+  trap 'rm -rf "$tmp"' RETURN
+  export DEBIAN_FRONTEND=noninteractive
+  if ! command -v mmdebstrap >/dev/null && ! command -v debootstrap >/dev/null; then
+    if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+      log "installing mmdebstrap"
+      apt-get update -qq && apt-get install -y -qq mmdebstrap >/dev/null \
+        || apt-get install -y -qq debootstrap >/dev/null || true
+    fi
+  fi
+  log "building the $SUITE rootfs ($pkgs) from: ${sources[*]}"
+  if command -v mmdebstrap >/dev/null; then
+    # Documentation and locales are dropped (copyright files kept); apt lists are not kept.
+    mmdebstrap --variant="$VARIANT" --include="$pkgs" --format=tar \
+      --dpkgopt='path-exclude=/usr/share/man/*' \
+      --dpkgopt='path-exclude=/usr/share/locale/*' \
+      --dpkgopt='path-exclude=/usr/share/doc/*' \
+      --dpkgopt='path-include=/usr/share/doc/*/copyright' \
+      --customize-hook='rm -rf "$1"/var/lib/apt/lists/* "$1"/var/cache/apt/*' \
+      "$SUITE" "$tmp/rootfs.tar" "${sources[@]}" >&2
+  elif command -v debootstrap >/dev/null; then
+    local mirror
+    mirror=$(echo "${sources[0]}" | sed -E 's/^deb (\[[^]]*\] )?//' | awk '{print $1}')
+    debootstrap --variant="$VARIANT" --include="$pkgs" "$SUITE" "$tmp/root" "$mirror" >&2
+    rm -rf "$tmp/root/var/lib/apt/lists/"* "$tmp/root/var/cache/apt/"*
+    tar -C "$tmp/root" --numeric-owner -cf "$tmp/rootfs.tar" .
+  else
+    die "neither mmdebstrap nor debootstrap is available (apt-get install mmdebstrap)"
+  fi
+  log "importing $BASE_IMAGE"
+  local old
+  old=$(image_id "$BASE_IMAGE")
+  docker import \
+    --change "LABEL $LABEL=$want" \
+    --change "LABEL org.opencontainers.image.description=\"Debian $SUITE $VARIANT: $sorted\"" \
+    --change 'ENV LANG=C.UTF-8 PATH=/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin' \
+    --change 'CMD ["/bin/bash"]' \
+    "$tmp/rootfs.tar" "$BASE_IMAGE" >/dev/null
+  drop_replaced "$old"
+}
+
+# --- 2. sandbox image (base + agent) -------------------------------------------------------------
+
+build_sandbox() {
+  local agent=${AGENT_BIN:-}
+  if [ -z "$agent" ]; then
+    for c in sandboxes/_bin/sandbox-agent sandbox_core/target/release/sandbox-agent; do
+      if [ -x "$c" ]; then agent=$c; break; fi
+    done
+  fi
+  [ -n "$agent" ] && [ -x "$agent" ] || die "no agent binary (run \`make build-agent\` or set AGENT_BIN)"
+  local base_id want have ctx
+  base_id=$(docker image inspect -f '{{.Id}}' "$BASE_IMAGE")
+  want=$( { sha256sum <"$agent"; sha256sum <deploy/docker/Dockerfile.sandbox; echo "$base_id"; } | sha)
+  have=$(label_of "$SANDBOX_IMAGE")
+  if [ -z "${FORCE:-}" ] && [ "$have" = "$want" ]; then
+    log "$SANDBOX_IMAGE is up to date"
+    return
+  fi
+  # A context of just the agent: nothing of the repository is sent to the engine.
+  ctx=$(mktemp -d /var/tmp/sandboxes-ctx.XXXXXX)
+  trap 'rm -rf "$ctx"' RETURN
+  cp "$agent" "$ctx/sandbox-agent"
+  log "building $SANDBOX_IMAGE (agent $agent)"
+  local old
+  old=$(image_id "$SANDBOX_IMAGE")
+  # The classic builder takes FROM from the local images and needs no buildx; set
+  # DOCKER_BUILDKIT=1 to use BuildKit where it is installed.
+  if ! DOCKER_BUILDKIT=${DOCKER_BUILDKIT:-0} docker build -q \
+      -f deploy/docker/Dockerfile.sandbox \
+      --build-arg "BASE=$BASE_IMAGE" \
+      --label "$LABEL=$want" \
+      -t "$SANDBOX_IMAGE" "$ctx" >/dev/null; then
+    die "docker build of $SANDBOX_IMAGE failed"
+  fi
+  drop_replaced "$old"
+}
+
+build_base
+build_sandbox
+docker image ls --format '{{.Repository}}:{{.Tag}} {{.ID}} {{.Size}}' | grep -E "^(${BASE_IMAGE}|${SANDBOX_IMAGE}) " >&2 || true
+log "done"
