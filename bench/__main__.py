@@ -11,6 +11,7 @@ BENCHMARKS = {
     "pool": "bench.pool_bench",
     "density": "bench.density",
     "burst": "bench.burst",
+    "overlap": "bench.overlap",
     "k8s": "bench.k8s_bench",
     "docker": "bench.docker_bench",
 }

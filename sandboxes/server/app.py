@@ -68,6 +68,8 @@ class Server:
         config: ServiceConfig | None = None,
         max_message_bytes: int = MAX_MESSAGE_BYTES,
         grace_s: float = 10.0,
+        http_port: int | None = None,
+        http_insecure: bool = False,
     ) -> None:
         # Fail on a missing key configuration before building anything.
         self.auth = auth or ApiKeys.from_sources(api_keys_file, insecure=insecure)
@@ -92,6 +94,11 @@ class Server:
         self.metrics_port: int | None = None
         self._stopped = asyncio.Event()
         self._stopping: asyncio.Task | None = None
+        # SandboxFusion-compatible HTTP endpoint (`http_compat.py`), on the same host, when asked.
+        self.http_port_requested = http_port
+        self.http_insecure = http_insecure
+        self.http: Any = None
+        self.http_port: int | None = None
 
     @property
     def address(self) -> str:
@@ -134,6 +141,18 @@ class Server:
                 raise OSError(f"cannot bind {self.host}:{self.requested_port}")
             await self.grpc.start()
             self.service.start()
+            if self.http_port_requested is not None:
+                from sandboxes.server.http_compat import HttpCompat
+
+                service = self.service
+                self.http = HttpCompat(
+                    self.pool,
+                    self.auth,
+                    quotas=self.quotas,
+                    insecure=self.http_insecure,
+                    draining=lambda: service.draining,
+                )
+                self.http_port = await self.http.start(self.host, self.http_port_requested)
         except BaseException:
             await self._teardown(grace=0)
             raise
@@ -143,6 +162,7 @@ class Server:
                 "address": self.address,
                 "backend": self.backend,
                 "metrics_port": self.metrics_port,
+                "http_port": self.http_port,
                 "auth": "api-key" if self.auth.enabled else "insecure",
             },
         )
@@ -158,6 +178,11 @@ class Server:
         log.info("server stopping", extra={"grace_s": grace})
         if self.service is not None:
             self.service.draining = True
+        if self.http is not None:
+            try:
+                await self.http.stop()
+            except Exception:
+                log.exception("stopping the HTTP endpoint failed")
         if self.grpc is not None:
             try:
                 await self.grpc.stop(grace)

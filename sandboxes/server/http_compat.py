@@ -1,0 +1,326 @@
+"""A SandboxFusion-compatible HTTP endpoint over the server's pool: tools that speak that API work by
+changing a URL (`sandboxes serve --http-port 8080`).
+
+```
+POST /run_code          SandboxFusion's RunCodeRequest -> RunCodeResponse
+POST /run_code/batch    {"requests": [RunCodeRequest, ...]} (or a bare list) -> {"results": [RunCodeResponse, ...]}
+GET  /v1/ping           "pong"            GET /health   {"status": "ok"}
+```
+
+Request fields (as SandboxFusion's): `code`, `language` (python, bash, cpp; c too), `stdin`,
+`compile_timeout` / `run_timeout` (s, default 10), `memory_limit_MB` (-1: the template's), `files`
+(path -> base64 content, written before the run), `fetch_files` (paths read back, base64).
+
+Response: `status` "Success" (every step exited 0) / "Failed" / "SandboxError", `message`,
+`compile_result` (compiled languages) and `run_result`, each `{status: Finished | TimeLimitExceeded |
+Error, execution_time, return_code, stdout, stderr}` (`return_code` is -N when killed by signal N, as
+Python's subprocess reports it, and null on a time limit), `files` (the fetched ones),
+`executor_pod_name` (our sandbox id).
+
+Each request runs in a fresh sandbox claimed from the pool (warm: no cold start) and destroyed after.
+A program's failure is a `Failed` response; an infrastructure failure is status `SandboxError` with
+HTTP 200, exactly as SandboxFusion reports it (its client raises and retries; it never reads it as a
+wrong answer). A malformed request is HTTP 422; an exhausted quota 429; a draining server 503.
+
+Auth: `Authorization: Bearer <key>` with the server's keys; with `insecure=True` (the server's
+`--insecure`, or `--http-insecure` for this endpoint alone, since SandboxFusion's API and client have
+no auth) every caller is "anonymous".
+"""
+
+from __future__ import annotations
+
+import asyncio
+import base64
+import binascii
+import logging
+import time
+from collections.abc import Callable
+from typing import Any
+
+from sandboxes import errors as E
+from sandboxes.server.auth import ANONYMOUS, ApiKeys
+from sandboxes.server.quota import Quotas
+from sandboxes.types import Limits
+
+__all__ = ["LANGUAGES", "HttpCompat"]
+
+log = logging.getLogger("sandboxes.server.http")
+
+# language -> (source file, compile argv or None, run argv)
+LANGUAGES: dict[str, tuple[str, list[str] | None, list[str]]] = {
+    "python": ("main.py", None, ["python3", "main.py"]),
+    "bash": ("main.sh", None, ["bash", "main.sh"]),
+    "cpp": ("main.cpp", ["g++", "-O2", "-std=c++17", "-o", "main", "main.cpp"], ["./main"]),
+    "c": ("main.c", ["gcc", "-O2", "-std=c11", "-o", "main", "main.c", "-lm"], ["./main"]),
+}
+MAX_TIMEOUT_S = 3600.0
+MAX_BATCH = 1024
+
+
+class _BadRequest(Exception):
+    pass
+
+
+def _number(req: dict, key: str, default: float) -> float:
+    v = req.get(key, default)
+    if v is None:
+        return default
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise _BadRequest(f"{key} must be a number")
+    return float(v)
+
+
+def _parse(req: Any) -> dict[str, Any]:
+    if not isinstance(req, dict):
+        raise _BadRequest("the request must be a JSON object")
+    code, language = req.get("code"), req.get("language")
+    if not isinstance(code, str):
+        raise _BadRequest("code (a string) is required")
+    if not isinstance(language, str) or not language:
+        raise _BadRequest("language is required")
+    if language not in LANGUAGES:
+        raise _BadRequest(f"language {language!r} is not supported here (supported: {', '.join(LANGUAGES)})")
+    compile_timeout = _number(req, "compile_timeout", 10.0)
+    run_timeout = _number(req, "run_timeout", 10.0)
+    for name, t in (("compile_timeout", compile_timeout), ("run_timeout", run_timeout)):
+        if not 0 < t <= MAX_TIMEOUT_S:
+            raise _BadRequest(f"{name} must be in (0, {MAX_TIMEOUT_S:g}]")
+    memory_mb = _number(req, "memory_limit_MB", -1.0)
+    stdin = req.get("stdin")
+    if stdin is not None and not isinstance(stdin, str):
+        raise _BadRequest("stdin must be a string")
+    files: dict[str, bytes] = {}
+    raw_files = req.get("files") or {}
+    if not isinstance(raw_files, dict):
+        raise _BadRequest("files must be an object of path -> base64 content")
+    for path, content in raw_files.items():
+        if content is None:
+            continue
+        if not isinstance(content, str):
+            raise _BadRequest(f"files[{path!r}] must be base64 text")
+        try:
+            files[path] = base64.b64decode(content, validate=True)
+        except (binascii.Error, ValueError):
+            raise _BadRequest(f"files[{path!r}] is not valid base64") from None
+    fetch = req.get("fetch_files") or []
+    if not isinstance(fetch, list) or not all(isinstance(p, str) for p in fetch):
+        raise _BadRequest("fetch_files must be a list of paths")
+    return {
+        "code": code,
+        "language": language,
+        "compile_timeout": compile_timeout,
+        "run_timeout": run_timeout,
+        "memory_mb": memory_mb,
+        "stdin": stdin,
+        "files": files,
+        "fetch": fetch,
+    }
+
+
+def _command_result(r: Any) -> dict[str, Any]:
+    timed_out = bool(r.timed_out)
+    return {
+        "status": "TimeLimitExceeded" if timed_out else "Finished",
+        "execution_time": r.duration_s,
+        "cpu_time": r.cpu_time_s,
+        "return_code": None if timed_out else (-r.signal if r.signal else r.exit_code),
+        "stdout": r.stdout.decode("utf-8", "replace"),
+        "stderr": r.stderr.decode("utf-8", "replace"),
+    }
+
+
+def _ok(result: dict[str, Any]) -> bool:
+    return result["status"] == "Finished" and result["return_code"] == 0
+
+
+def _sandbox_error(message: str) -> dict[str, Any]:
+    return {
+        "status": "SandboxError",
+        "message": message,
+        "compile_result": None,
+        "run_result": None,
+        "executor_pod_name": None,
+        "files": {},
+    }
+
+
+class HttpCompat:
+    """The HTTP app over `pool`; `await start(host, port)` returns the bound port, `await stop()`."""
+
+    def __init__(
+        self,
+        pool: Any,
+        auth: ApiKeys,
+        *,
+        quotas: Quotas | None = None,
+        insecure: bool = False,
+        template: str | None = None,
+        max_batch_concurrency: int = 64,
+        draining: Callable[[], bool] = lambda: False,
+    ) -> None:
+        self.pool = pool
+        self.auth = auth
+        self.quotas = quotas or Quotas()
+        self.insecure = insecure
+        self.template = template
+        self.max_batch_concurrency = max_batch_concurrency
+        self.draining = draining
+        self.port: int | None = None
+        self._runner: Any = None
+
+    async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
+        from aiohttp import web
+
+        app = web.Application(client_max_size=256 << 20)
+        app.router.add_post("/run_code", self._run_code)
+        app.router.add_post("/run_code/batch", self._run_code_batch)
+        app.router.add_get("/v1/ping", _ping)
+        app.router.add_get("/health", _health)
+        runner = web.AppRunner(app, access_log=None)
+        await runner.setup()
+        site = web.TCPSite(runner, host, port)
+        try:
+            await site.start()
+        except BaseException:
+            await runner.cleanup()
+            raise
+        self._runner = runner
+        self.port = runner.addresses[0][1]
+        return self.port
+
+    async def stop(self) -> None:
+        if self._runner is not None:
+            runner, self._runner = self._runner, None
+            await runner.cleanup()
+
+    # -- plumbing ------------------------------------------------------------------------------
+
+    def _owner(self, request: Any) -> str:
+        if self.insecure or not self.auth.enabled:
+            return ANONYMOUS
+        header = request.headers.get("Authorization")
+        return self.auth.authenticate([("authorization", header)] if header else [])
+
+    async def _guard(self, request: Any) -> tuple[str | None, Any]:
+        """(owner, None) or (None, an error response)."""
+        from aiohttp import web
+
+        if self.draining():
+            return None, web.json_response({"detail": "server is shutting down"}, status=503)
+        try:
+            return self._owner(request), None
+        except E.SandboxError as e:
+            return None, web.json_response({"detail": e.message}, status=401)
+
+    async def _body(self, request: Any) -> Any:
+        try:
+            return await request.json()
+        except ValueError:
+            raise _BadRequest("the body is not valid JSON") from None
+
+    async def _run_code(self, request: Any) -> Any:
+        from aiohttp import web
+
+        owner, refusal = await self._guard(request)
+        if refusal is not None:
+            return refusal
+        try:
+            req = _parse(await self._body(request))
+        except _BadRequest as e:
+            return web.json_response({"detail": str(e)}, status=422)
+        try:
+            return web.json_response(await self.run_one(req, owner or ANONYMOUS))
+        except E.QuotaExceeded as e:
+            return web.json_response({"detail": e.message}, status=429)
+        except E.InvalidRequest as e:
+            return web.json_response({"detail": e.message}, status=422)
+
+    async def _run_code_batch(self, request: Any) -> Any:
+        from aiohttp import web
+
+        owner, refusal = await self._guard(request)
+        if refusal is not None:
+            return refusal
+        try:
+            body = await self._body(request)
+            items = body.get("requests") if isinstance(body, dict) else body
+            if not isinstance(items, list):
+                raise _BadRequest('the body must be {"requests": [...]} or a list of requests')
+            if len(items) > MAX_BATCH:
+                raise _BadRequest(f"at most {MAX_BATCH} requests per batch")
+            reqs = [_parse(r) for r in items]
+        except _BadRequest as e:
+            return web.json_response({"detail": str(e)}, status=422)
+        sem = asyncio.Semaphore(self.max_batch_concurrency)
+
+        async def one(req: dict[str, Any]) -> dict[str, Any]:
+            async with sem:
+                try:
+                    return await self.run_one(req, owner or ANONYMOUS)
+                except (E.QuotaExceeded, E.InvalidRequest) as e:
+                    return _sandbox_error(f"{e.kind.value}: {e.message}")
+
+        return web.json_response({"results": await asyncio.gather(*(one(r) for r in reqs))})
+
+    # -- one run -------------------------------------------------------------------------------
+
+    async def run_one(self, req: dict[str, Any], owner: str = ANONYMOUS) -> dict[str, Any]:
+        """Run one parsed request in a fresh sandbox; a SandboxFusion RunCodeResponse dict."""
+        self.quotas.acquire_sandbox(owner)
+        try:
+            with self.quotas.exec_slot(owner):
+                return await self._run(req)
+        except (E.QuotaExceeded, E.InvalidRequest):
+            raise
+        except E.SandboxError as e:
+            log.warning("run_code failed: %s: %s", e.kind.value, e.message)
+            return _sandbox_error(f"{e.kind.value}: {e.message}")
+        finally:
+            self.quotas.release_sandbox(owner)
+
+    async def _run(self, req: dict[str, Any]) -> dict[str, Any]:
+        source, compile_argv, run_argv = LANGUAGES[req["language"]]
+        limits = Limits(memory_bytes=int(req["memory_mb"] * (1 << 20))) if req["memory_mb"] > 0 else None
+        files: dict[str, Any] = {**req["files"], source: req["code"].encode("utf-8")}
+        t0 = time.perf_counter()
+        async with self.pool.sandbox(self.template, files=files) as sb:
+            compile_result = None
+            if compile_argv is not None:
+                r = await sb.exec(compile_argv, timeout=req["compile_timeout"])
+                compile_result = _command_result(r)
+                if not _ok(compile_result):
+                    return self._response("Failed", compile_result, None, sb, {})
+            r = await sb.exec(run_argv, timeout=req["run_timeout"], stdin=req["stdin"] or b"", limits=limits)
+            run_result = _command_result(r)
+            fetched: dict[str, str] = {}
+            for path in req["fetch"]:
+                try:
+                    fetched[path] = base64.b64encode(await sb.read_file(path)).decode("ascii")
+                except E.NotFound:
+                    continue
+            status = "Success" if _ok(run_result) and (compile_result is None or _ok(compile_result)) else "Failed"
+            log.debug("run_code %s in %.3fs", req["language"], time.perf_counter() - t0)
+            return self._response(status, compile_result, run_result, sb, fetched)
+
+    @staticmethod
+    def _response(status: str, compile_result: Any, run_result: Any, sb: Any, files: dict) -> dict[str, Any]:
+        return {
+            "status": status,
+            "message": "",
+            "compile_result": compile_result,
+            "run_result": run_result,
+            "executor_pod_name": sb.id,
+            "files": files,
+        }
+
+
+async def _health(request: Any) -> Any:
+    from aiohttp import web
+
+    return web.json_response({"status": "ok"})
+
+
+async def _ping(request: Any) -> Any:
+    from aiohttp import web
+
+    return web.Response(text="pong")
