@@ -23,9 +23,9 @@ class Stats:
     min_ms: float
 
     @classmethod
-    def of(cls, name: str, samples_s: list[float]) -> "Stats":
+    def of(cls, name: str, samples_s: list[float]) -> Stats:
         ms = sorted(s * 1000 for s in samples_s)
-        p99 = ms[min(len(ms) - 1, int(round(0.99 * (len(ms) - 1))))]
+        p99 = ms[min(len(ms) - 1, round(0.99 * (len(ms) - 1)))]
         return cls(name, len(ms), statistics.median(ms), p99, statistics.fmean(ms), ms[0])
 
 

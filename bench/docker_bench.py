@@ -17,6 +17,7 @@ import asyncio
 import time
 
 from bench.common import Report, Stats
+from bench.pool_bench import wait_warm
 
 IMAGE = "sandboxes-sandbox:latest"
 
@@ -71,15 +72,6 @@ async def local_cold_creates(n: int) -> list[float]:
     finally:
         await backend.close()
     return out
-
-
-async def wait_warm(pool, n: int, bound_s: float = 300.0) -> None:
-    """Benchmark-only wait for the background fill (tests wait on events instead)."""
-    deadline = time.monotonic() + bound_s
-    while pool.stats()[pool.default_template]["warm"] < n:
-        if time.monotonic() > deadline:
-            raise RuntimeError(f"pool did not reach {n} warm sandboxes")
-        await asyncio.sleep(0.05)
 
 
 async def warm_claims(claimers: int = 8, rounds: int = 4) -> list[float]:

@@ -23,16 +23,15 @@ def posix_spawn_true(n: int) -> list[float]:
 async def native_exec_true(n: int) -> list[float]:
     import sandboxes
 
-    async with sandboxes.Pool(backend="local", warm=1) as pool:
-        async with pool.sandbox() as sb:
-            for _ in range(20):  # warm the connection and caches
-                await sb.exec(["/bin/true"])
-            out = []
-            for _ in range(n):
-                t = time.perf_counter()
-                r = await sb.exec(["/bin/true"])
-                out.append(time.perf_counter() - t)
-                assert r.exit_code == 0, r
+    async with sandboxes.Pool(backend="local", warm=1) as pool, pool.sandbox() as sb:
+        for _ in range(20):  # warm the connection and caches
+            await sb.exec(["/bin/true"])
+        out = []
+        for _ in range(n):
+            t = time.perf_counter()
+            r = await sb.exec(["/bin/true"])
+            out.append(time.perf_counter() - t)
+            assert r.exit_code == 0, r
     return out
 
 

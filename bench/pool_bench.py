@@ -64,22 +64,25 @@ async def exec_embedded_and_remote(n: int) -> tuple[list[float], list[float]]:
     emb, rem = [], []
     server = await Server(port=0, insecure=True, warm=2).start()
     try:
-        async with sandboxes.Pool(backend="local", warm=1) as pool, pool.sandbox() as sb:
-            async with sandboxes.AsyncSandboxClient(f"127.0.0.1:{server.port}") as client:
-                rsb = await client.create()
-                try:
-                    for _ in range(50):
-                        await sb.exec(["/bin/true"])
-                        await rsb.exec(["/bin/true"])
-                    for _ in range(n):
-                        t = time.perf_counter()
-                        await sb.exec(["/bin/true"])
-                        emb.append(time.perf_counter() - t)
-                        t = time.perf_counter()
-                        await rsb.exec(["/bin/true"])
-                        rem.append(time.perf_counter() - t)
-                finally:
-                    await client.delete(rsb.id)
+        async with (
+            sandboxes.Pool(backend="local", warm=1) as pool,
+            pool.sandbox() as sb,
+            sandboxes.AsyncSandboxClient(f"127.0.0.1:{server.port}") as client,
+        ):
+            rsb = await client.create()
+            try:
+                for _ in range(50):
+                    await sb.exec(["/bin/true"])
+                    await rsb.exec(["/bin/true"])
+                for _ in range(n):
+                    t = time.perf_counter()
+                    await sb.exec(["/bin/true"])
+                    emb.append(time.perf_counter() - t)
+                    t = time.perf_counter()
+                    await rsb.exec(["/bin/true"])
+                    rem.append(time.perf_counter() - t)
+            finally:
+                await client.delete(rsb.id)
     finally:
         await server.stop()
     return emb, rem

@@ -4,7 +4,6 @@ Only flat values, bytes and opaque handles cross this boundary. Every failure is
 `NativeError` with a `kind`; `sandboxes._bridge` translates it into `sandboxes.errors` in one place.
 """
 
-from typing import Optional
 
 class NativeError(Exception):
     """Raised by every native call. `kind` is one of:
@@ -58,14 +57,14 @@ class ExecResult:
 
 class ExecEvent:
     kind: str  # "started" | "stdout" | "stderr" | "exit" | "keepalive"
-    pid: Optional[int]  # started
-    data: Optional[bytes]  # stdout / stderr
-    result: Optional[ExecResult]  # exit (stdout/stderr empty: they were streamed)
+    pid: int | None  # started
+    data: bytes | None  # stdout / stderr
+    result: ExecResult | None  # exit (stdout/stderr empty: they were streamed)
 
 class ExecStream:
     """An interactive execution. Dropping it or `cancel()` kills the program."""
 
-    async def next(self) -> Optional[ExecEvent]:
+    async def next(self) -> ExecEvent | None:
         """The next event; None once the exit event was delivered."""
     async def send_stdin(self, data: bytes) -> None: ...
     async def close_stdin(self) -> None: ...
@@ -126,21 +125,21 @@ class AgentClient:
     async def exec(
         self,
         argv: list[str],
-        env: Optional[dict[str, str]] = None,
+        env: dict[str, str] | None = None,
         cwd: str = "",
         stdin: bytes = b"",
-        limits: Optional[Limits] = None,
+        limits: Limits | None = None,
         clear_env: bool = False,
-        timeout_s: Optional[float] = None,
+        timeout_s: float | None = None,
     ) -> ExecResult:
         """Run to completion. `timeout_s` is the RPC deadline (the program's own wall limit is in
         `limits`); a program that fails is a result, not an exception."""
     def exec_stream(
         self,
         argv: list[str],
-        env: Optional[dict[str, str]] = None,
+        env: dict[str, str] | None = None,
         cwd: str = "",
-        limits: Optional[Limits] = None,
+        limits: Limits | None = None,
         clear_env: bool = False,
     ) -> ExecStream: ...
     async def write_files(self, files: list[tuple[str, bytes, int]]) -> int:
@@ -156,12 +155,12 @@ class AgentClient:
         language: str,
         source: str,
         tests: list[tuple[bytes, bytes, str]],
-        limits: Optional[Limits] = None,
+        limits: Limits | None = None,
         stop_on_first_failure: bool = False,
         compare: str = "whitespace",
         float_tolerance: float = 0.0,
         excerpt_bytes: int = 0,
-        timeout_s: Optional[float] = None,
+        timeout_s: float | None = None,
     ) -> RunTestsReport:
         """Judge `source` against (input, expected_output, check) triples: compile once, run each
         case isolated. compare: "exact" | "whitespace" | "float"."""
@@ -187,8 +186,8 @@ class LaunchConfig:
         network: bool = False,
         seccomp: bool = True,
         cgroups: bool = True,
-        ro_binds: Optional[list[str]] = None,
-        env: Optional[dict[str, str]] = None,
+        ro_binds: list[str] | None = None,
+        env: dict[str, str] | None = None,
     ) -> None: ...
 
 class LocalSandbox:

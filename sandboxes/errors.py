@@ -10,18 +10,18 @@ from __future__ import annotations
 import enum
 
 __all__ = [
-    "ErrorKind",
-    "SandboxError",
-    "InvalidRequest",
-    "NotFound",
     "AuthError",
-    "QuotaExceeded",
-    "PoolExhausted",
-    "SandboxLost",
-    "SandboxTimeout",
-    "LaunchError",
     "BackendUnavailable",
     "Cancelled",
+    "ErrorKind",
+    "InvalidRequest",
+    "LaunchError",
+    "NotFound",
+    "PoolExhausted",
+    "QuotaExceeded",
+    "SandboxError",
+    "SandboxLost",
+    "SandboxTimeout",
 ]
 
 
