@@ -1,0 +1,248 @@
+"""The agent and its native data path, driven directly: `_native.launch_local` starts the real agent
+binary in fresh namespaces and `_native.AgentClient` talks to it over its unix socket.
+
+Isolation is checked from the outside where it can be: host processes, the agent's socket, its token.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import uuid
+from collections.abc import AsyncIterator
+from typing import Any
+
+import pytest
+import pytest_asyncio
+from conftest import RUN_ROOT
+from helpers import pgrep, pid_running, wait_until
+
+from sandboxes import _bridge
+
+
+def marker() -> str:
+    """A unique, valid `sleep` argument, findable with pgrep from the host."""
+    return f"{1000 + uuid.uuid4().int % 100000}.{uuid.uuid4().int % 10**9:09d}"
+
+
+@pytest_asyncio.fixture
+async def agent(native: Any) -> AsyncIterator[tuple[Any, Any]]:
+    """One agent with a 30 s lease, killed at the end of the test."""
+    local = await native.launch_local(
+        native.LaunchConfig(_bridge.agent_path(), str(RUN_ROOT / f"agent-{uuid.uuid4().hex[:8]}"))
+    )
+    try:
+        yield local, native.AgentClient(local.endpoint, local.token)
+    finally:
+        local.kill()
+
+
+async def still_serving(client: Any) -> None:
+    r = await client.exec(["echo", "alive"])
+    assert (r.exit_code, r.stdout) == (0, b"alive\n")
+
+
+async def test_exec_reports_what_the_program_did(agent: tuple[Any, Any]) -> None:
+    _, client = agent
+    r = await client.exec(["/bin/sh", "-c", "echo out; echo err >&2; exit 3"])
+    assert (r.exit_code, r.signal, r.stdout, r.stderr) == (3, 0, b"out\n", b"err\n")
+    assert r.path == "spawn" and r.wall_time_s > 0 and not r.timed_out
+
+
+async def test_stream_with_stdin_and_signal(native: Any, agent: tuple[Any, Any]) -> None:
+    _, client = agent
+    stream = client.exec_stream(["/bin/cat"])
+    ev = await stream.next()
+    assert ev.kind == "started" and ev.pid > 0
+    await stream.send_stdin(b"hello ")
+    await stream.send_stdin(b"world")
+    await stream.close_stdin()
+    out = b""
+    while (ev := await stream.next()) is not None:
+        if ev.kind == "stdout":
+            out += ev.data
+        if ev.kind == "exit":
+            assert ev.result.exit_code == 0
+    assert out == b"hello world"
+
+    stream = client.exec_stream(["/bin/sleep", "60"])
+    assert (await stream.next()).kind == "started"
+    await stream.signal(9)
+    while (ev := await stream.next()) is not None:
+        last = ev
+    assert last.kind == "exit" and last.result.signal == 9
+
+
+async def test_timeout_kills_the_tree_including_setsid_grandchildren(agent: tuple[Any, Any], native: Any) -> None:
+    _, client = agent
+    m = marker()
+    r = await client.exec(
+        ["/bin/sh", "-c", f"setsid sleep {m} & sleep {m}"],
+        limits=native.Limits(wall_time_s=0.5),
+    )
+    assert r.timed_out and r.signal == 9
+    await wait_until(lambda: not pgrep(f"sleep {m}"), what="every process of the tree to be gone")
+
+
+async def test_memory_limit_is_reported_as_oom(agent: tuple[Any, Any], native: Any) -> None:
+    _, client = agent
+    hog = "x = bytearray(1 << 30)"
+    r = await client.exec(["/usr/bin/python3", "-c", hog], limits=native.Limits(memory_bytes=64 << 20))
+    assert r.oom_killed and r.exit_code != 0
+    await still_serving(client)
+
+
+async def test_fork_bomb_is_contained_and_the_agent_survives(agent: tuple[Any, Any], native: Any) -> None:
+    local, client = agent
+    bomb = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
+    r = await client.exec(["/usr/bin/python3", "-c", bomb], limits=native.Limits(wall_time_s=2, max_pids=32))
+    assert r.pids_limited or r.timed_out
+    assert local.alive()
+    await still_serving(client)
+    info = await client.info()
+    assert info.running_execs == 0
+
+
+async def test_output_flood_is_truncated(agent: tuple[Any, Any], native: Any) -> None:
+    _, client = agent
+    r = await client.exec(["/usr/bin/yes"], limits=native.Limits(wall_time_s=1, max_output_bytes=1 << 16))
+    assert r.stdout_truncated and len(r.stdout) == 1 << 16
+    await still_serving(client)
+
+
+async def test_user_code_cannot_reach_the_agent(agent: tuple[Any, Any]) -> None:
+    """The socket path is outside the sandbox's file system and no fd of it is inherited."""
+    local, client = agent
+    sock = local.endpoint.removeprefix("unix://")
+    probe = (
+        "import socket, os\n"
+        "s = socket.socket(socket.AF_UNIX)\n"
+        f"try:\n    s.connect({sock!r})\n    print('connected')\nexcept OSError as e:\n    print('refused', e.errno)\n"
+        "s.close()\n"
+        "print(sorted(int(f) for f in os.listdir('/proc/self/fd')))\n"
+    )
+    r = await client.exec(["/usr/bin/python3", "-c", probe])
+    lines = r.stdout.decode().splitlines()
+    assert lines[0].startswith("refused"), r
+    assert lines[1] == "[0, 1, 2, 3]", r  # stdio and listdir's own fd: nothing of the agent inherited
+
+
+async def test_wrong_token_is_refused_and_the_agent_keeps_serving(agent: tuple[Any, Any], native: Any) -> None:
+    local, client = agent
+    for token in ("x" * 48, ""):
+        with pytest.raises(native.NativeError) as e:
+            await native.AgentClient(local.endpoint, token).exec(["true"])
+        assert e.value.kind == "unauthenticated"
+    await still_serving(client)
+
+
+async def test_lease_expiry_kills_the_agent_and_its_children(native: Any) -> None:
+    local = await native.launch_local(
+        native.LaunchConfig(_bridge.agent_path(), str(RUN_ROOT / f"lease-{uuid.uuid4().hex[:8]}"), lease_ttl_s=1.0)
+    )
+    try:
+        client = native.AgentClient(local.endpoint, local.token)
+        m = marker()
+        stream = client.exec_stream(["/bin/sleep", m])
+        assert (await stream.next()).kind == "started"
+        assert pgrep(f"sleep {m}")
+        status = await asyncio.wait_for(local.wait(), 30)  # a bound; the lease is 1 s
+        assert os.WIFEXITED(status) or os.WIFSIGNALED(status)
+        await wait_until(lambda: not pgrep(f"sleep {m}"), what="the program of a lapsed agent to die")
+        assert not pid_running(local.pid)
+    finally:
+        local.kill()
+
+
+async def test_renewed_lease_keeps_the_agent(native: Any) -> None:
+    local = await native.launch_local(
+        native.LaunchConfig(_bridge.agent_path(), str(RUN_ROOT / f"lease-{uuid.uuid4().hex[:8]}"), lease_ttl_s=1.0)
+    )
+    try:
+        client = native.AgentClient(local.endpoint, local.token)
+        assert await client.renew_lease(3600) == 3600
+        waiter = asyncio.ensure_future(local.wait())
+        await asyncio.sleep(0)  # let the waiter start; it must stay pending past the old lease
+        r = await client.exec(["/bin/sleep", "1.5"])
+        assert r.exit_code == 0 and not waiter.done() and local.alive()
+        waiter.cancel()
+    finally:
+        local.kill()
+
+
+@pytest.mark.parametrize(
+    "argv, limits, kind",
+    [
+        (["/no/such/program"], {}, "not_found"),
+        ([], {}, "invalid_argument"),
+        ([""], {}, "invalid_argument"),
+        (["true"], {"wall_time_s": -1.0}, "invalid_argument"),
+        (["true"], {"wall_time_s": float("nan")}, "invalid_argument"),
+        (["true"], {"wall_time_s": 1e12}, "invalid_argument"),
+        (["true"], {"memory_bytes": 1 << 62}, "invalid_argument"),
+        (["true"], {"max_pids": 1 << 30}, "invalid_argument"),
+    ],
+)
+async def test_bad_exec_requests_get_clear_errors(
+    agent: tuple[Any, Any], native: Any, argv: list[str], limits: dict, kind: str
+) -> None:
+    _, client = agent
+    with pytest.raises(native.NativeError) as e:
+        await client.exec(argv, limits=native.Limits(**limits))
+    assert e.value.kind == kind, e.value
+    await still_serving(client)
+
+
+async def test_non_utf8_arguments_are_invalid(agent: tuple[Any, Any], native: Any) -> None:
+    _, client = agent
+    with pytest.raises(native.NativeError) as e:
+        await client.exec(["echo", "\udcff"])
+    assert e.value.kind == "invalid_argument"
+    await still_serving(client)
+
+
+@pytest.mark.parametrize("path", ["../etc/passwd", "/etc/passwd", "a/../../x", "/work/../etc/x", "/proc/1/environ"])
+async def test_paths_outside_the_sandbox_are_refused(agent: tuple[Any, Any], native: Any, path: str) -> None:
+    _, client = agent
+    with pytest.raises(native.NativeError) as e:
+        await client.write_files([(path, b"x", 0)])
+    assert e.value.kind in ("permission_denied", "invalid_argument"), e.value
+    with pytest.raises(native.NativeError):
+        await client.read_file(path)
+    await still_serving(client)
+
+
+async def test_symlink_planted_by_user_code_cannot_escape(agent: tuple[Any, Any], native: Any) -> None:
+    _, client = agent
+    r = await client.exec(["/bin/ln", "-s", "/etc", "escape"])
+    assert r.exit_code == 0
+    with pytest.raises(native.NativeError) as e:
+        await client.write_files([("escape/owned", b"x", 0)])
+    assert e.value.kind in ("permission_denied", "invalid_argument")
+    with pytest.raises(native.NativeError):
+        await client.read_file("escape/passwd")
+
+
+async def test_huge_request_is_refused_and_the_agent_keeps_serving(agent: tuple[Any, Any], native: Any) -> None:
+    _, client = agent
+    with pytest.raises(native.NativeError) as e:
+        await client.exec(["true"] + ["a" * 1024] * 10_000)
+    assert e.value.kind == "invalid_argument"
+    big = b"z" * (300 << 20)
+    with pytest.raises(native.NativeError) as e:
+        await client.write_files([("big.bin", big, 0)])
+    assert e.value.kind in ("resource_exhausted", "invalid_argument")
+    await still_serving(client)
+
+
+async def test_files_round_trip_chunked(agent: tuple[Any, Any]) -> None:
+    _, client = agent
+    blob = os.urandom(3 << 20)  # several read chunks
+    assert await client.write_files([("d/e/blob", blob, 0o600), ("x.sh", b"echo hi", 0o755)]) == len(blob) + 7
+    assert await client.read_file("d/e/blob") == blob
+    names = {e.name: e for e in await client.list_dir("")}
+    assert names["d"].is_dir and names["x.sh"].mode == 0o755
+    await client.remove("d", recursive=True)
+    assert "d" not in {e.name for e in await client.list_dir(".")}
+    r = await client.exec(["/bin/sh", "-c", "./x.sh && id -u"])
+    assert r.stdout == b"hi\n65534\n"
