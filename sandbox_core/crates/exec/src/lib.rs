@@ -15,9 +15,9 @@ pub mod reaper;
 pub mod run;
 pub mod seccomp;
 pub mod spawn;
+mod spawner;
 mod supervise;
 mod tree;
-pub mod probe;
 
 pub use error::{SetupError, SpawnError, Step};
 pub use limits::Limits;

@@ -14,13 +14,18 @@
 //! several runtimes).
 //!
 //! Races closed by the map lock:
-//! - a child exiting before it is registered: `spawn_registered` holds the lock across clone and
-//!   insertion, and the reaper holds it across wait and dispatch;
+//! - a child exiting before it is registered: the clone (whose caller is suspended until the child
+//!   has exec'd, which can take a while) is made without the lock, but counted in `spawning`, and
+//!   while that count is not zero the reaper leaves unregistered zombies alone (they may be a
+//!   child about to be registered) and notes it in `deferred`; the spawn, once it has registered
+//!   its child under the lock, runs the reaping it deferred;
 //! - pid reuse: a pid is only freed by `wait4` under the lock, so while a pid is in the map it
 //!   still names our child (possibly a zombie) and its process group id is still allocated.
 
 use std::collections::HashMap;
 use std::io;
+use std::os::fd::{FromRawFd, OwnedFd};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use tokio::sync::oneshot;
@@ -53,12 +58,22 @@ impl ExitInfo {
 
 type Waiters = HashMap<libc::pid_t, oneshot::Sender<ExitInfo>>;
 
+/// State shared with the reaper thread.
+#[derive(Default)]
+struct Shared {
+    waiters: Mutex<Waiters>,
+    /// Clones in progress whose child is not registered yet.
+    spawning: AtomicUsize,
+    /// The reaper left a zombie alone because of `spawning`.
+    deferred: AtomicBool,
+}
+
 /// Handle to the process-wide reaper.
 pub struct Reaper {
-    waiters: Arc<Mutex<Waiters>>,
-    /// Stack of children started by [`Reaper::spawn_registered`]: one is enough because spawns are
-    /// serialised by the `waiters` lock and the child is done with it when the spawn returns.
-    child_stack: ChildStack,
+    shared: Arc<Shared>,
+    /// Stack of children started by [`Reaper::spawn_registered`], one spawn at a time (the child
+    /// is done with it when the spawn returns).
+    child_stack: Mutex<ChildStack>,
 }
 
 /// An mmap'd stack with a PROT_NONE guard page below it (a stack overflow faults the child).
@@ -105,6 +120,15 @@ impl ChildStack {
 /// The child side of [`Reaper::spawn_registered`].
 pub type ChildFn = extern "C" fn(*mut libc::c_void) -> libc::c_int;
 
+/// A child started by [`Reaper::spawn_registered`].
+pub struct Child {
+    pub pid: libc::pid_t,
+    /// Its exit status, sent by whoever reaps it (see [`Reaper::try_reap`]).
+    pub exit: oneshot::Receiver<ExitInfo>,
+    /// A pidfd (close-on-exec), readable once the child has exited; `None` on kernels before 5.2.
+    pub pidfd: Option<OwnedFd>,
+}
+
 static REAPER: OnceLock<Reaper> = OnceLock::new();
 static START: Mutex<()> = Mutex::new(());
 
@@ -124,12 +148,20 @@ impl Reaper {
     }
 
     fn start() -> io::Result<Reaper> {
-        let waiters: Arc<Mutex<Waiters>> = Arc::default();
-        let shared = waiters.clone();
+        let state: Arc<Shared> = Arc::default();
+        let shared = state.clone();
         let (ready_tx, ready_rx) = std::sync::mpsc::channel::<io::Result<()>>();
         std::thread::Builder::new()
             .name("sandbox-reaper".into())
             .spawn(move || {
+                // SCHED_BATCH: woken by SIGCHLD, this thread must not preempt the thread the
+                // signal arrived on, which usually reaps the program itself (`try_reap`) and
+                // answers its caller; orphans can wait a moment. Best effort.
+                // SAFETY: plain syscall on this thread, with a valid sched_param.
+                unsafe {
+                    let param = libc::sched_param { sched_priority: 0 };
+                    libc::sched_setscheduler(0, libc::SCHED_BATCH, &param);
+                }
                 let rt = match tokio::runtime::Builder::new_current_thread()
                     .enable_io()
                     .build()
@@ -164,8 +196,8 @@ impl Reaper {
             })?;
         match ready_rx.recv() {
             Ok(Ok(())) => Ok(Reaper {
-                waiters,
-                child_stack: ChildStack::new()?,
+                shared: state,
+                child_stack: Mutex::new(ChildStack::new()?),
             }),
             Ok(Err(e)) => Err(e),
             Err(_) => Err(io::Error::other("reaper thread exited during start-up")),
@@ -173,7 +205,10 @@ impl Reaper {
     }
 
     fn lock(&self) -> MutexGuard<'_, Waiters> {
-        self.waiters.lock().unwrap_or_else(|e| e.into_inner())
+        self.shared
+            .waiters
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
     }
 
     /// Starts a child the way `posix_spawn` does, `clone(CLONE_VM | CLONE_VFORK)`: the child
@@ -197,9 +232,10 @@ impl Reaper {
         &self,
         child: ChildFn,
         arg: *mut libc::c_void,
-    ) -> io::Result<(libc::pid_t, oneshot::Receiver<ExitInfo>)> {
+    ) -> io::Result<Child> {
         let (tx, rx) = oneshot::channel();
-        let mut waiters = self.lock();
+        let stack = self.child_stack.lock().unwrap_or_else(|e| e.into_inner());
+        self.shared.spawning.fetch_add(1, Ordering::SeqCst);
         let mut all: libc::sigset_t = std::mem::zeroed();
         let mut old: libc::sigset_t = std::mem::zeroed();
         libc::sigfillset(&mut all);
@@ -208,22 +244,88 @@ impl Reaper {
         // (which keeps other programs of that uid from attaching to the child before it execs);
         // the agent's own state is restored once the child has its own mm.
         let dumpable = libc::prctl(libc::PR_GET_DUMPABLE, 0, 0, 0, 0);
-        let pid = libc::clone(
+        let flags = libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD;
+        let mut pidfd: libc::c_int = -1;
+        let mut pid = libc::clone(
             child,
-            self.child_stack.top(),
-            libc::CLONE_VM | libc::CLONE_VFORK | libc::SIGCHLD,
+            stack.top(),
+            flags | libc::CLONE_PIDFD,
             arg,
+            &mut pidfd as *mut libc::c_int,
         );
+        if pid < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EINVAL) {
+            // No CLONE_PIDFD (Linux < 5.2): the exit is then known from the SIGCHLD reaper only.
+            pidfd = -1;
+            pid = libc::clone(child, stack.top(), flags, arg);
+        }
         let clone_err = io::Error::last_os_error();
         if dumpable > 0 && libc::prctl(libc::PR_GET_DUMPABLE, 0, 0, 0, 0) != dumpable {
             libc::prctl(libc::PR_SET_DUMPABLE, dumpable as libc::c_ulong, 0, 0, 0);
         }
         libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+        drop(stack);
+        if pid >= 0 {
+            self.lock().insert(pid, tx);
+        }
+        self.shared.spawning.fetch_sub(1, Ordering::SeqCst);
+        if self.shared.deferred.swap(false, Ordering::SeqCst) {
+            reap_all(&self.shared);
+        }
         if pid < 0 {
             return Err(clone_err);
         }
-        waiters.insert(pid, tx);
-        Ok((pid, rx))
+        Ok(Child {
+            pid,
+            exit: rx,
+            // SAFETY: with CLONE_PIDFD the kernel stored a new fd that nobody else owns.
+            pidfd: (pidfd >= 0).then(|| OwnedFd::from_raw_fd(pidfd)),
+        })
+    }
+
+    /// Reaps `pid` now if it has exited (its pidfd became readable): the exit status without
+    /// waiting for the reaper thread to be woken by SIGCHLD, which costs two thread wake-ups.
+    /// Whichever of the two gets to it first reaps it, the other finds it gone; like the reaper,
+    /// this kills the child's process group before reaping (see `reap_all`). `None`: not exited
+    /// yet, or already reaped (then the status is on its way in `rx`).
+    pub fn try_reap(
+        &self,
+        pid: libc::pid_t,
+        rx: &mut oneshot::Receiver<ExitInfo>,
+    ) -> Option<ExitInfo> {
+        let mut waiters = self.lock();
+        if let Ok(info) = rx.try_recv() {
+            return Some(info);
+        }
+        if !waiters.contains_key(&pid) {
+            return None;
+        }
+        // SAFETY: zeroed siginfo is a valid out-parameter; plain syscall.
+        let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+        let flags = libc::WEXITED | libc::WNOHANG | libc::WNOWAIT | libc::__WALL;
+        // SAFETY: plain syscall with a valid out-pointer.
+        if unsafe { libc::waitid(libc::P_PID, pid as libc::id_t, &mut info, flags) } != 0
+            // SAFETY: filled by waitid (or zeroed: si_pid 0).
+            || unsafe { info.si_pid() } != pid
+        {
+            return None;
+        }
+        // SAFETY: plain syscall; ESRCH (no other member) is fine.
+        unsafe { libc::killpg(pid, libc::SIGKILL) };
+        let mut status = 0;
+        // SAFETY: zeroed rusage is a valid out-parameter.
+        let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
+        loop {
+            // SAFETY: plain syscall with valid out-pointers.
+            let r = unsafe { libc::wait4(pid, &mut status, libc::WNOHANG | libc::__WALL, &mut ru) };
+            if r == pid {
+                waiters.remove(&pid);
+                return Some(ExitInfo { status, rusage: ru });
+            }
+            if r < 0 && io::Error::last_os_error().raw_os_error() == Some(libc::EINTR) {
+                continue;
+            }
+            return None;
+        }
     }
 
     /// Sends `sig` to the process group led by `pid` if `pid` has not been reaped yet. Under the
@@ -297,9 +399,9 @@ impl Reaper {
 /// Reaps every exited child. Before reaping a registered program, kills its process group: the
 /// exited program is still a zombie, so its group id is still ours, and background processes of a
 /// finished exec must not outlive it.
-fn reap_all(waiters: &Mutex<Waiters>) {
+fn reap_all(shared: &Shared) {
     loop {
-        let mut waiters = waiters.lock().unwrap_or_else(|e| e.into_inner());
+        let mut waiters = shared.waiters.lock().unwrap_or_else(|e| e.into_inner());
         // SAFETY: zeroed siginfo is a valid out-parameter.
         let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
         let flags = libc::WEXITED | libc::WNOHANG | libc::WNOWAIT | libc::__WALL;
@@ -317,9 +419,12 @@ fn reap_all(waiters: &Mutex<Waiters>) {
             return; // children exist, none has exited
         }
         if waiters.contains_key(&pid) {
-            crate::probe::mark(12);
             // SAFETY: plain syscall; ESRCH (no other member) is fine.
             unsafe { libc::killpg(pid, libc::SIGKILL) };
+        } else if shared.spawning.load(Ordering::SeqCst) > 0 {
+            // Maybe a child whose spawn has not registered it yet: leave it to that spawn.
+            shared.deferred.store(true, Ordering::SeqCst);
+            return;
         }
         let mut status = 0;
         // SAFETY: zeroed rusage is a valid out-parameter.

@@ -10,7 +10,8 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use bytes::Bytes;
-use tokio::io::AsyncReadExt;
+use tokio::io::unix::AsyncFd;
+use tokio::io::{AsyncReadExt, Interest};
 use tokio::sync::{mpsc, oneshot, watch};
 use tokio::time::sleep_until;
 
@@ -28,6 +29,7 @@ const READ_CHUNK: usize = 64 * 1024;
 pub(crate) struct Supervision {
     pub tree: Arc<Tree>,
     pub exit: oneshot::Receiver<ExitInfo>,
+    pub pidfd: Option<OwnedFd>,
     pub stdout: OwnedFd,
     pub stderr: OwnedFd,
     pub limits: Limits,
@@ -45,6 +47,7 @@ pub(crate) async fn supervise(s: Supervision) {
     let Supervision {
         tree,
         mut exit,
+        pidfd,
         stdout,
         stderr,
         limits,
@@ -66,15 +69,32 @@ pub(crate) async fn supervise(s: Supervision) {
     let err_task = reader(stderr, Stream::Stderr);
 
     let deadline = tokio::time::Instant::from_std(started + limits.wall_time);
-    let cpu_watch = tree.cgroup().filter(|cg| cg.cpu_usage().is_some()).cloned();
+    let cpu_watch = tree.cgroup().filter(|cg| cg.has_cpu()).cloned();
     let ncpus = cpu_count();
     // The earliest moment the tree can have used its CPU budget: all CPUs busy since the start.
     let mut cpu_check = tokio::time::Instant::from_std(started + limits.cpu_time / ncpus);
     let mut timed_out = false;
     let mut cpu_killed = false;
+    // The exit is seen on this thread when the pidfd turns readable; the reaper thread, woken by
+    // SIGCHLD, would take two thread wake-ups more to report it. Either one reaps.
+    let mut pidfd = pidfd.and_then(|fd| {
+        // SAFETY: an `OwnedFd` stays open, and the same file, for as long as the `AsyncFd` has it.
+        unsafe { AsyncFd::register_with_interest(fd, Interest::READABLE) }.ok()
+    });
     let status = loop {
         tokio::select! {
             r = &mut exit => break r.ok(),
+            ready = async { pidfd.as_ref()?.readable().await.ok() }, if pidfd.is_some() => {
+                match ready {
+                    Some(mut guard) => {
+                        if let Some(info) = tree.reaper().try_reap(tree.pid(), &mut exit) {
+                            break Some(info);
+                        }
+                        guard.clear_ready();
+                    }
+                    None => pidfd = None,
+                }
+            }
             _ = sleep_until(deadline), if !timed_out => {
                 timed_out = true;
                 tree.kill();
@@ -91,29 +111,25 @@ pub(crate) async fn supervise(s: Supervision) {
             }
         }
     };
-    crate::probe::mark(13);
     let wall_time = started.elapsed();
+    drop(pidfd);
 
     // The main process is gone: so is the exec. Kill what is left, then account and clean up.
     tree.kill();
-    crate::probe::mark(14);
     let mut stats = Stats::default();
     if let Some(cg) = tree.cgroup() {
         if !cg.kill_until_empty().await {
             tracing::warn!(dirs = ?cg.dirs(), "processes survive in the exec cgroup");
         }
-        crate::probe::mark(15);
         stats = cg.stats();
-        crate::probe::mark(16);
-        if let Err(e) = cg.remove_retrying().await {
-            tracing::warn!(dirs = ?cg.dirs(), error = %e, "cannot remove the exec cgroup");
+        // A pooled cgroup is handed back after the exit event (below), off the caller's path.
+        if !cg.is_pooled() {
+            remove_cgroup(cg).await;
         }
     }
-    crate::probe::mark(17);
     let _ = drain_tx.send(Some(tokio::time::Instant::now() + DRAIN_GRACE));
     let stdout_truncated = out_task.await.unwrap_or(false);
     let stderr_truncated = err_task.await.unwrap_or(false);
-    crate::probe::mark(18);
     tree.finish();
 
     let outcome = outcome(
@@ -127,9 +143,23 @@ pub(crate) async fn supervise(s: Supervision) {
         stderr_truncated,
     );
     tracing::debug!(?outcome, "exec finished");
-    // A dropped receiver (caller went away) is fine: everything is cleaned up already.
-    crate::probe::mark(19);
+    // A dropped receiver (caller went away) is fine: everything is cleaned up already (or, for a
+    // pooled cgroup, empty, and about to be recycled or removed).
     let _ = events.send(Event::Exit(outcome)).await;
+    if let Some(cg) = tree.cgroup().filter(|cg| cg.is_pooled()) {
+        // Let the consumer of the exit event (on this thread, with a current-thread runtime) go
+        // first: the reset is not needed before the next exec starts.
+        tokio::task::yield_now().await;
+        if !cg.recycle(&stats) {
+            remove_cgroup(cg).await;
+        }
+    }
+}
+
+async fn remove_cgroup(cg: &crate::cgroup::ExecCgroup) {
+    if let Err(e) = cg.remove_retrying().await {
+        tracing::warn!(dirs = ?cg.dirs(), error = %e, "cannot remove the exec cgroup");
+    }
 }
 
 /// CPUs the tree can run on at once. Cached: `available_parallelism` reads cgroup files each call.
@@ -197,7 +227,8 @@ async fn forward(
     tree: Arc<Tree>,
     mut drain: watch::Receiver<Option<tokio::time::Instant>>,
 ) -> bool {
-    let mut pipe = match tokio::net::unix::pipe::Receiver::from_owned_fd(fd) {
+    // The read end of a pipe made non-blocking by `spawn`: nothing left to check or set.
+    let mut pipe = match tokio::net::unix::pipe::Receiver::from_owned_fd_unchecked(fd) {
         Ok(p) => p,
         Err(e) => {
             tracing::error!(error = %e, "cannot watch an output pipe");

@@ -37,6 +37,14 @@ impl Tree {
         }
     }
 
+    pub(crate) fn pid(&self) -> libc::pid_t {
+        self.pid
+    }
+
+    pub(crate) fn reaper(&self) -> &'static Reaper {
+        self.reaper
+    }
+
     pub(crate) fn cgroup(&self) -> Option<&Arc<ExecCgroup>> {
         self.cgroup.as_ref()
     }

@@ -11,12 +11,17 @@ use sandbox_exec::{Event, Executor, ExecutorConfig};
 #[tokio::test(flavor = "multi_thread", worker_threads = 2)]
 #[ignore = "measurement; run explicitly"]
 async fn spawn_latency() {
-    for (name, use_cgroups) in [("cgroups", true), ("no cgroups", false)] {
+    for (name, use_cgroups, pool) in [
+        ("cgroups", true, 0),
+        ("cgroups, pooled (as in the agent)", true, 2),
+        ("no cgroups", false, 0),
+    ] {
         let ex = Executor::new(ExecutorConfig {
             use_cgroups,
             ..config()
         })
         .unwrap();
+        ex.enable_cgroup_pool(pool);
         for _ in 0..20 {
             run(&ex, cmd(&["/bin/true"])).await;
         }
