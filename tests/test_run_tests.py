@@ -172,6 +172,14 @@ async def test_a_background_process_does_not_survive_its_case(sb) -> None:
     assert r.all_passed, r
 
 
+async def test_python_cases_run_through_the_zygote(sb) -> None:
+    r = await sb.run_tests("print(int(input()) * 2)\n", [TestCase("3\n", "6\n"), TestCase("4\n", "8\n")])
+    assert r.all_passed, r
+    assert [c.path for c in r.cases] == ["zygote", "zygote"]
+    r = await sb.run_tests("def f(x):\n    return 2 * x\n", [TestCase(check="assert f(2) == 4\n")])
+    assert r.all_passed and r.cases[0].path == "zygote", r
+
+
 async def test_a_file_written_in_cwd_is_not_seen_by_the_next_case(sb) -> None:
     """Each case runs in a fresh working directory of its own."""
     check = "import os\nassert not os.path.exists('marker')\nopen('marker', 'w').write('x')\n"

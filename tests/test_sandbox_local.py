@@ -218,3 +218,21 @@ async def test_failing_program_is_a_result(sb: sandboxes.Sandbox) -> None:
 async def test_output_is_capped(sb: sandboxes.Sandbox) -> None:
     r = await sb.exec("head -c 100000 /dev/zero", limits=Limits(max_output_bytes=1000))
     assert r.stdout_truncated and len(r.stdout) <= 1000
+
+
+async def test_python_runs_through_the_zygote_with_the_same_isolation(sb: sandboxes.Sandbox) -> None:
+    r = await sb.exec(["python3", "-c", "print(1)"])
+    assert (r.stdout, r.exit_code, r.path) == (b"1\n", 0, "zygote")
+    assert (await sb.info()).zygote
+    r = await sb.exec(["python3", "-c", "import os, sys; print(os.getuid(), sys.stdin.read())"], stdin="in")
+    assert (r.stdout, r.path) == (b"65534 in\n", "zygote")
+    # State set by one execution is not seen by the next.
+    await sb.exec(["python3", "-c", "import json; json.leak = 1"])
+    r = await sb.exec(["python3", "-c", "import json; print(hasattr(json, 'leak'))"])
+    assert (r.stdout, r.path) == (b"False\n", "zygote")
+    r = await sb.exec(["python3", "-c", "import time; time.sleep(100)"], timeout=0.5)
+    assert r.timed_out and r.path == "zygote"
+    r = await sb.exec(["python3", "-c", "b = bytearray(1 << 30)"], limits=Limits(memory_bytes=64 << 20))
+    assert r.oom_killed and r.path == "zygote"
+    # Other programs are spawned as before.
+    assert (await sb.exec(["true"])).path == "spawn"

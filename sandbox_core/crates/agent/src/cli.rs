@@ -43,6 +43,10 @@ pub struct Args {
     pub no_seccomp: bool,
     #[arg(long)]
     pub no_cgroups: bool,
+    /// The Python fast path (executions forked from a prewarmed interpreter): `lazy` starts the
+    /// zygote on the first Python execution, `eager` at start-up, `off` disables it.
+    #[arg(long, default_value = "lazy", value_parser = ["lazy", "eager", "off"])]
+    pub python_zygote: String,
     /// Build a fresh root file system (tmpfs, read-only /usr, private /tmp and work dir) and pivot
     /// into it. Needs fresh mount, pid and cgroup namespaces (the local launcher makes them).
     #[arg(long)]

@@ -131,6 +131,9 @@ async fn serve(args: cli::Args, token: String, uid: u32, gid: u32, is_root: bool
     // This process owns its cgroup subtree (whoever removes the sandbox removes the subtree), so
     // idle exec cgroups may stay between execs: each exec is spared creating and removing one.
     executor.enable_cgroup_pool(4);
+    if args.python_zygote != "off" {
+        executor.enable_python_zygote(PathBuf::from("/usr/bin/python3"), args.python_zygote == "eager");
+    }
     let listener = match (args.listen_fd, &args.listen) {
         (Some(fd), _) => listen::from_fd(fd),
         (None, Some(spec)) => listen::from_spec(spec).await,

@@ -18,6 +18,7 @@ pub mod spawn;
 mod spawner;
 mod supervise;
 mod tree;
+mod zygote;
 
 pub use error::{SetupError, SpawnError, Step};
 pub use limits::Limits;

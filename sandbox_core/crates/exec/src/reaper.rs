@@ -282,6 +282,23 @@ impl Reaper {
         })
     }
 
+    /// Announces that a child made elsewhere is about to be adopted (a zygote's worker, reparented
+    /// to this subreaper): until the returned guard adopts it or is dropped, the reaper leaves
+    /// unregistered zombies alone, exactly as while a spawn is in progress, so the child cannot be
+    /// reaped (and its pid freed) before it is registered.
+    pub fn begin_adopt(&self) -> Adoption<'_> {
+        self.shared.spawning.fetch_add(1, Ordering::SeqCst);
+        Adoption { reaper: self }
+    }
+
+    /// Drops one `spawning` count and runs the reaping it deferred.
+    fn end_spawning(&self) {
+        self.shared.spawning.fetch_sub(1, Ordering::SeqCst);
+        if self.shared.deferred.swap(false, Ordering::SeqCst) {
+            reap_all(&self.shared);
+        }
+    }
+
     /// Reaps `pid` now if it has exited (its pidfd became readable): the exit status without
     /// waiting for the reaper thread to be woken by SIGCHLD, which costs two thread wake-ups.
     /// Whichever of the two gets to it first reaps it, the other finds it gone; like the reaper,
@@ -393,6 +410,53 @@ impl Reaper {
     /// Number of children waited for right now.
     pub fn registered(&self) -> usize {
         self.lock().len()
+    }
+}
+
+/// A child about to be adopted (see [`Reaper::begin_adopt`]).
+pub struct Adoption<'a> {
+    reaper: &'a Reaper,
+}
+
+impl Adoption<'_> {
+    /// Registers `pid`, which must be a child of this process by now (checked: a pid that is not
+    /// our child is refused), alive or a zombie, and opens a pidfd for it.
+    pub fn adopt(self, pid: libc::pid_t) -> io::Result<Child> {
+        if pid <= 0 {
+            return Err(io::Error::from_raw_os_error(libc::ESRCH));
+        }
+        let (tx, rx) = oneshot::channel();
+        {
+            let mut waiters = self.reaper.lock();
+            // Under the lock nobody reaps: a child of ours (alive or zombie) answers here, and
+            // anything else (not our child, or a pid already registered) fails.
+            // SAFETY: zeroed siginfo is a valid out-parameter; plain syscall.
+            let mut info: libc::siginfo_t = unsafe { std::mem::zeroed() };
+            let flags = libc::WEXITED | libc::WNOHANG | libc::WNOWAIT | libc::__WALL;
+            // SAFETY: plain syscall with a valid out-pointer.
+            if unsafe { libc::waitid(libc::P_PID, pid as libc::id_t, &mut info, flags) } != 0 {
+                return Err(io::Error::last_os_error());
+            }
+            if waiters.contains_key(&pid) {
+                return Err(io::Error::from_raw_os_error(libc::EEXIST));
+            }
+            waiters.insert(pid, tx);
+        }
+        // Registered and unreaped: the pid cannot be reused, so the pidfd names our child.
+        // SAFETY: plain syscall; the result is a new fd or -1.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+        Ok(Child {
+            pid,
+            exit: rx,
+            // SAFETY: pidfd_open returned a new fd (close-on-exec) that nobody else owns.
+            pidfd: (fd >= 0).then(|| unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) }),
+        })
+    }
+}
+
+impl Drop for Adoption<'_> {
+    fn drop(&mut self) {
+        self.reaper.end_spawning();
     }
 }
 

@@ -103,6 +103,8 @@ pub struct Outcome {
     pub wall_time: Duration,
     pub cpu_time: Duration,
     pub peak_memory_bytes: u64,
+    /// Run as a fork of the prewarmed Python zygote rather than a fresh exec (see `zygote`).
+    pub zygote: bool,
 }
 
 /// A started program.
@@ -163,6 +165,17 @@ struct Inner {
     reaper: &'static Reaper,
     running: AtomicU32,
     active: Mutex<HashMap<u64, Weak<Tree>>>,
+    /// The Python fast path, once enabled (see `Executor::enable_python_zygote`).
+    zygote: OnceLock<Option<crate::zygote::Zygote>>,
+}
+
+/// What `launch` starts.
+#[derive(Clone, Copy)]
+enum Launch {
+    /// A user program (fast path if eligible), accounted as running.
+    User,
+    /// The Python zygote itself, with its control socket as fd 3; not accounted.
+    Zygote(std::os::fd::RawFd),
 }
 
 /// Accounts one exec as running until dropped, even if its supervisor task is cancelled.
@@ -236,6 +249,7 @@ impl Executor {
                 reaper,
                 running: AtomicU32::new(0),
                 active: Mutex::new(HashMap::new()),
+                zygote: OnceLock::new(),
             }),
         })
     }
@@ -274,6 +288,42 @@ impl Executor {
         });
     }
 
+    /// Run Python executions (`python3 [-I|-u|-B]... (-c CODE | FILE) [args]` resolving to
+    /// `python`) as forks of a prewarmed interpreter, with the same isolation as any exec (see
+    /// `zygote`). The zygote is started on the first such exec, or now with `eager` (then inside a
+    /// tokio runtime). Does nothing when called again or when `python` is not executable (every
+    /// exec is then spawned). Returns whether the fast path is enabled.
+    pub fn enable_python_zygote(&self, python: PathBuf, eager: bool) -> bool {
+        let enabled = self
+            .inner
+            .zygote
+            .get_or_init(|| crate::zygote::Zygote::new(python))
+            .is_some();
+        if let (Some(z), true) = (self.zygote(), eager) {
+            z.warm(&|fd| self.launch(self.zygote_command(z), Launch::Zygote(fd)));
+        }
+        enabled
+    }
+
+    /// Whether Python executions can take the zygote fast path.
+    pub fn zygote_enabled(&self) -> bool {
+        self.zygote().is_some()
+    }
+
+    /// Whether the Python zygote process is up now.
+    pub fn zygote_running(&self) -> bool {
+        self.zygote().is_some_and(|z| z.is_running())
+    }
+
+    /// Pid of the Python zygote process while it is up.
+    pub fn zygote_pid(&self) -> Option<u32> {
+        self.zygote().and_then(|z| z.pid())
+    }
+
+    fn zygote(&self) -> Option<&crate::zygote::Zygote> {
+        self.inner.zygote.get().and_then(Option::as_ref)
+    }
+
     /// Idle pooled exec cgroups now (0 without a pool).
     pub fn idle_cgroups(&self) -> usize {
         self.pool().map_or(0, |p| p.idle())
@@ -297,6 +347,9 @@ impl Executor {
         for t in trees {
             t.kill();
         }
+        if let Some(z) = self.zygote() {
+            z.stop();
+        }
         if let Some(p) = self.pool() {
             p.drain();
         }
@@ -315,42 +368,122 @@ impl Executor {
     /// out of range, no runtime), `NotFound` (nothing to exec, decided before forking) or
     /// `Isolation` (the step that failed, with its errno).
     pub fn start(&self, cmd: Command) -> Result<Running, SpawnError> {
+        self.launch(cmd, Launch::User)
+    }
+
+    /// The zygote's own command: long limits (its workers set their own, lower ones), the
+    /// default memory and pids limits for its cgroup.
+    fn zygote_command(&self, z: &crate::zygote::Zygote) -> Command {
+        let mut limits = self.inner.config.default_limits.clone();
+        limits.wall_time = crate::limits::MAX_WALL_TIME;
+        limits.cpu_time = crate::limits::MAX_WALL_TIME;
+        // As high as this process may go (raising a hard limit can be refused even to root).
+        let hard = |res: libc::__rlimit_resource_t| {
+            let mut cur = libc::rlimit {
+                rlim_cur: 0,
+                rlim_max: 0,
+            };
+            // SAFETY: plain syscall with a valid out-pointer.
+            if unsafe { libc::getrlimit(res, &mut cur) } != 0 || cur.rlim_max == libc::RLIM_INFINITY
+            {
+                u64::MAX
+            } else {
+                cur.rlim_max
+            }
+        };
+        limits.max_open_files = crate::limits::MAX_OPEN_FILES
+            .min(u32::try_from(hard(libc::RLIMIT_NOFILE)).unwrap_or(u32::MAX));
+        limits.max_file_size_bytes = hard(libc::RLIMIT_FSIZE);
+        let cpu = hard(libc::RLIMIT_CPU).saturating_sub(1);
+        limits.cpu_time = limits.cpu_time.min(Duration::from_secs(cpu.max(1)));
+        limits.max_output_bytes = 64 << 10;
+        if !self.inner.cgroups.as_ref().is_some_and(Cgroups::has_pids) {
+            limits.max_pids = crate::limits::MAX_PIDS;
+        }
+        Command {
+            argv: vec![
+                z.python.display().to_string(),
+                "-I".into(),
+                "-c".into(),
+                crate::zygote::SOURCE.into(),
+            ],
+            env: BTreeMap::new(),
+            clear_env: false,
+            cwd: Some(PathBuf::from("/")),
+            limits,
+        }
+    }
+
+    fn launch(&self, cmd: Command, launch: Launch) -> Result<Running, SpawnError> {
         let inner = &self.inner;
         let runtime = tokio::runtime::Handle::try_current().map_err(|_| {
             SpawnError::Invalid("Executor::start must be called inside a tokio runtime".into())
         })?;
         cmd.limits.validate().map_err(SpawnError::Invalid)?;
         let prepared = crate::spawn::prepare(&cmd, &inner.config)?;
+        let fast = match launch {
+            Launch::User => self
+                .zygote()
+                .and_then(|z| Some((z, z.plan(&cmd.argv, &prepared)?))),
+            Launch::Zygote(_) => None,
+        };
         let started = Instant::now();
         let id = EXEC_COUNTER.fetch_add(1, Ordering::Relaxed);
-        let cgroup = match (&inner.cgroups, self.pool()) {
-            (Some(_), Some(pool)) => Some(Arc::new(pool.take(&cmd.limits)?)),
-            (Some(c), None) => Some(Arc::new(
+        let cgroup = match (&inner.cgroups, self.pool(), launch) {
+            (Some(c), _, Launch::Zygote(_)) => Some(Arc::new(
+                c.create(&format!("zygote-{}-{id}", std::process::id()), &cmd.limits)?,
+            )),
+            (Some(_), Some(pool), _) => Some(Arc::new(pool.take(&cmd.limits)?)),
+            (Some(c), None, _) => Some(Arc::new(
                 c.create(&format!("exec-{}-{id}", std::process::id()), &cmd.limits)?,
             )),
-            (None, _) => None,
+            (None, _, _) => None,
         };
         let iso = Isolation {
             identity: inner.identity,
             seccomp: inner.seccomp.as_ref(),
             cgroup: cgroup.as_deref(),
             nproc_rlimit: !inner.cgroups.as_ref().is_some_and(Cgroups::has_pids),
+            fd3: match launch {
+                Launch::Zygote(fd) => Some(fd),
+                Launch::User => None,
+            },
         };
         // On error the cgroup is dropped here, which removes it.
-        let spawned = crate::spawn::spawn(&prepared, &cmd.limits, &iso, inner.reaper)?;
-        tracing::debug!(pid = spawned.pid, argv0 = %cmd.argv[0], "exec started");
+        let forked = match fast {
+            Some((z, req)) => z.fork(
+                &req,
+                &prepared,
+                &crate::spawn::rlimits(&cmd.limits, &iso),
+                cgroup.as_deref(),
+                inner.reaper,
+                &|fd| self.launch(self.zygote_command(z), Launch::Zygote(fd)),
+            )?,
+            None => None,
+        };
+        let zygote = forked.is_some();
+        let spawned = match forked {
+            Some(s) => s,
+            None => crate::spawn::spawn(&prepared, &cmd.limits, &iso, inner.reaper)?,
+        };
+        tracing::debug!(pid = spawned.pid, argv0 = %cmd.argv[0], zygote, "exec started");
 
         let tree = Arc::new(Tree::new(spawned.pid, inner.reaper, cgroup));
-        inner
-            .active
-            .lock()
-            .unwrap_or_else(|e| e.into_inner())
-            .insert(id, Arc::downgrade(&tree));
-        inner.running.fetch_add(1, Ordering::AcqRel);
-        let guard = ActiveGuard {
-            inner: inner.clone(),
-            id,
-        };
+        // The zygote is not a user program: not counted, not killed by `kill_all` through the
+        // active map (it is stopped there directly), and its supervisor must not keep `inner`
+        // (which owns it) alive.
+        let guard = matches!(launch, Launch::User).then(|| {
+            inner
+                .active
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .insert(id, Arc::downgrade(&tree));
+            inner.running.fetch_add(1, Ordering::AcqRel);
+            ActiveGuard {
+                inner: inner.clone(),
+                id,
+            }
+        });
 
         let stdin =
             tokio::process::ChildStdin::from_std(std::process::ChildStdin::from(spawned.stdin))
@@ -368,6 +501,7 @@ impl Executor {
             limits: cmd.limits,
             started,
             events: tx,
+            zygote,
         };
         runtime.spawn(async move {
             let _guard = guard;

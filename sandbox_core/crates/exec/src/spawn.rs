@@ -60,6 +60,9 @@ pub struct Isolation<'a> {
     /// limits break runtimes that reserve large ranges up front (V8, the JVM, Go, sanitizers);
     /// without a memory cgroup the enclosing container's limit is the bound.
     pub nproc_rlimit: bool,
+    /// An fd to give the program as fd 3 (the zygote's control socket); everything else above 2
+    /// is still closed.
+    pub fd3: Option<RawFd>,
 }
 
 /// A started program: its pid, its exit status to come, and the agent's ends of its pipes.
@@ -187,6 +190,8 @@ struct ChildPlan<'a> {
     identity: Identity,
     seccomp: Option<&'a libc::sock_fprog>,
     stdio: [RawFd; 3],
+    /// Dup'ed to fd 3 (inheritable) when not -1.
+    fd3: RawFd,
     /// Written by the child only, read by the parent after the clone returned.
     report: *mut Report,
     /// CPUs to give the child back (see `Pin`).
@@ -277,6 +282,7 @@ pub fn spawn(
             stdout_w.as_raw_fd(),
             stderr_w.as_raw_fd(),
         ],
+        fd3: iso.fd3.unwrap_or(-1),
         report: &mut report,
         affinity: pin.as_ref().map(|p| &p.old).or(own_cpus.as_ref()),
         program: prep.program.as_ptr(),
@@ -393,7 +399,7 @@ impl Drop for Pin {
     }
 }
 
-fn rlimits(limits: &Limits, iso: &Isolation<'_>) -> Vec<(i32, libc::rlimit)> {
+pub(crate) fn rlimits(limits: &Limits, iso: &Isolation<'_>) -> Vec<(i32, libc::rlimit)> {
     let both = |v: u64| libc::rlimit {
         rlim_cur: v as libc::rlim_t,
         rlim_max: v as libc::rlim_t,
@@ -453,7 +459,7 @@ fn rlimits(limits: &Limits, iso: &Isolation<'_>) -> Vec<(i32, libc::rlimit)> {
     v
 }
 
-fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
+pub(crate) fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [0; 2];
     // SAFETY: valid out-array of two fds. Close-on-exec so no other exec inherits them; blocking
     // (O_NONBLOCK would apply to the child's end too), the agent's ends are switched later.
@@ -466,7 +472,7 @@ fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
 
 /// Sets O_NONBLOCK on a fresh pipe end (whose only status flag is the access mode, which F_SETFL
 /// leaves alone).
-fn nonblocking(fd: &OwnedFd) -> io::Result<()> {
+pub(crate) fn nonblocking(fd: &OwnedFd) -> io::Result<()> {
     // SAFETY: plain syscall on an fd we own.
     if unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_SETFL, libc::O_NONBLOCK) } < 0 {
         return Err(io::Error::last_os_error());
@@ -604,11 +610,24 @@ unsafe fn child_main(p: &ChildPlan<'_>) -> ! {
             fail(p.report, Step::Dup2);
         }
     }
+    let mut first_closed = 3;
+    if p.fd3 >= 0 {
+        // dup2 onto itself keeps close-on-exec set: clear it by hand then.
+        let ok = if p.fd3 == 3 {
+            libc::fcntl(3, libc::F_SETFD, 0) == 0
+        } else {
+            libc::dup2(p.fd3, 3) == 3
+        };
+        if !ok {
+            fail(p.report, Step::Dup2);
+        }
+        first_closed = 4;
+    }
     // Belt and braces: an fd some library opened without O_CLOEXEC must not reach user code.
     // Failure (kernel < 5.11) is tolerable: the agent's own fds are all close-on-exec.
     libc::syscall(
         libc::SYS_close_range,
-        3 as libc::c_uint,
+        first_closed as libc::c_uint,
         libc::c_uint::MAX,
         libc::CLOSE_RANGE_CLOEXEC,
     );

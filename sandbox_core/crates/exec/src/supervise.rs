@@ -35,6 +35,8 @@ pub(crate) struct Supervision {
     pub limits: Limits,
     pub started: Instant,
     pub events: mpsc::Sender<Event>,
+    /// Started as a fork of the Python zygote (reported in the `Outcome`).
+    pub zygote: bool,
 }
 
 #[derive(Clone, Copy)]
@@ -53,6 +55,7 @@ pub(crate) async fn supervise(s: Supervision) {
         limits,
         started,
         events,
+        zygote,
     } = s;
     let (drain_tx, drain_rx) = watch::channel(None::<tokio::time::Instant>);
     let reader = |fd, which| {
@@ -132,7 +135,7 @@ pub(crate) async fn supervise(s: Supervision) {
     let stderr_truncated = err_task.await.unwrap_or(false);
     tree.finish();
 
-    let outcome = outcome(
+    let mut outcome = outcome(
         status,
         &stats,
         &limits,
@@ -142,6 +145,7 @@ pub(crate) async fn supervise(s: Supervision) {
         stdout_truncated,
         stderr_truncated,
     );
+    outcome.zygote = zygote;
     tracing::debug!(?outcome, "exec finished");
     // A dropped receiver (caller went away) is fine: everything is cleaned up already (or, for a
     // pooled cgroup, empty, and about to be recycled or removed).
@@ -210,6 +214,7 @@ fn outcome(
         wall_time,
         cpu_time,
         peak_memory_bytes,
+        zygote: false,
     }
 }
 

@@ -48,7 +48,7 @@ pub fn judge(o: &Outcome, lang: Language, case: &pb::TestCase, mode: pb::Compare
         stdout: bytes::Bytes::copy_from_slice(&o.stdout[..o.stdout.len().min(excerpt)]),
         stderr: bytes::Bytes::copy_from_slice(&o.stderr[..o.stderr.len().min(excerpt)]),
         message,
-        path: pb::ExecPath::Spawn as i32,
+        path: if o.zygote { pb::ExecPath::Zygote } else { pb::ExecPath::Spawn } as i32,
     }
 }
 

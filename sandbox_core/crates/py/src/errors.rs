@@ -39,7 +39,9 @@ pub fn from_status(s: tonic::Status) -> PyErr {
         Code::Unauthenticated => "unauthenticated",
         Code::DeadlineExceeded => "deadline_exceeded",
         Code::ResourceExhausted => "resource_exhausted",
-        Code::Cancelled => "cancelled",
+        // The agent never answers Cancelled: this is the transport's "operation was canceled", a
+        // request caught on a connection that closed under it, i.e. the agent went away.
+        Code::Cancelled => "unavailable",
         Code::FailedPrecondition | Code::AlreadyExists => "failed_precondition",
         // The agent died or the connection broke: the sandbox is lost.
         Code::Unavailable | Code::Unknown | Code::Aborted => "unavailable",

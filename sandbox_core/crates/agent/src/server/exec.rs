@@ -98,7 +98,7 @@ pub fn result(o: Outcome, path: pb::ExecPath) -> pb::ExecResult {
         cpu_limited: o.cpu_limited,
         pids_limited: o.pids_limited,
         file_size_limited: o.file_size_limited,
-        path: path as i32,
+        path: if o.zygote { pb::ExecPath::Zygote } else { path } as i32,
     }
 }
 

@@ -148,7 +148,7 @@ impl Agent for AgentService {
                 seccomp: caps.seccomp,
                 namespaces: self.namespaces.clone(),
                 languages: sandbox_judge::Language::available().into_iter().map(String::from).collect(),
-                zygote: false,
+                zygote: self.executor.zygote_enabled(),
                 sandbox_uid: caps.uid,
                 sandbox_gid: caps.gid,
             }),

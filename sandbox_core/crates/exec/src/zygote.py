@@ -1,0 +1,191 @@
+# The Python zygote: an interpreter started once per sandbox, which forks one worker per Python
+# execution so that no execution pays for interpreter start-up.
+#
+# It runs with the isolation of any user program (sandbox uid, no_new_privs, seccomp, rlimits),
+# started by the agent with a SOCK_SEQPACKET control socket as fd 3. Protocol, one datagram each:
+#   agent -> zygote: JSON request + SCM_RIGHTS [stdin, stdout, stderr, go]
+#   zygote -> agent: JSON {"pid": worker pid} or {"error": "..."}
+# The worker is forked twice so that it is reparented to the agent (a child subreaper), which
+# reaps it like any program it spawned. The worker waits for one byte on `go` (sent once the agent
+# has registered it and moved it into its own cgroup) before it runs any user code.
+import os
+import socket
+import sys
+
+# Modules most programs import; loading them here makes them free in every worker.
+import array  # noqa: F401
+import atexit
+import builtins
+import gc
+import importlib
+import io
+import resource
+import types
+import bisect  # noqa: F401
+import collections  # noqa: F401
+import functools  # noqa: F401
+import heapq  # noqa: F401
+import itertools  # noqa: F401
+import json
+import math  # noqa: F401
+import re  # noqa: F401
+import runpy
+import string  # noqa: F401
+import traceback
+
+CONTROL_FD = 3
+MAX_REQUEST = 1 << 24
+
+
+def run_worker(req, fds):
+    # Never return into the serve loop: whatever happens, this process ends here.
+    try:
+        os.setsid()
+        stdin, stdout, stderr, go = fds
+        os.dup2(stdin, 0)
+        os.dup2(stdout, 1)
+        os.dup2(stderr, 2)
+        for fd in (stdin, stdout, stderr):
+            if fd > 2:
+                os.close(fd)
+        os.close(CONTROL_FD)
+        # [resource, soft, hard], -1 meaning unlimited (resource.RLIM_INFINITY on Linux).
+        for res, soft, hard in req.get("rlimits", []):
+            resource.setrlimit(res, (soft, hard))
+        # The agent releases us once we are in our own cgroup; EOF means it gave up.
+        if os.read(go, 1) != b"G":
+            os._exit(137)
+        os.close(go)
+        os.chdir(req["cwd"])
+        os.environ.clear()
+        os.environ.update(req["env"])
+        if req.get("unbuffered"):
+            enc = sys.stdout.encoding
+            sys.stdout = io.TextIOWrapper(open(1, "wb", 0, closefd=False), encoding=enc, write_through=True)
+            sys.stderr = io.TextIOWrapper(
+                open(2, "wb", 0, closefd=False), encoding=enc, errors="backslashreplace", write_through=True
+            )
+        if req.get("no_bytecode"):
+            sys.dont_write_bytecode = True
+        importlib.invalidate_caches()
+    except BaseException:  # noqa: BLE001
+        try:
+            traceback.print_exc()
+        finally:
+            os._exit(127)
+    code = 0
+    try:
+        if "code" in req:
+            sys.argv = ["-c", *req["args"]]
+            if not req.get("isolated"):
+                sys.path.insert(0, "")
+            main = types.ModuleType("__main__")
+            main.__dict__["__builtins__"] = builtins
+            sys.modules["__main__"] = main
+            exec(compile(req["code"], "<string>", "exec"), main.__dict__)
+        else:
+            path = req["path"]
+            sys.argv = [path, *req["args"]]
+            if not req.get("isolated"):
+                sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
+            runpy.run_path(path, run_name="__main__")
+    except SystemExit as e:
+        code = exit_code(e)
+    except BaseException as e:  # noqa: BLE001 (an uncaught exception ends the program like python3 does)
+        print_user_exception(e)
+        code = 1
+    # What interpreter shutdown does first: wait for non-daemon threads, run atexit handlers.
+    try:
+        if "threading" in sys.modules:
+            sys.modules["threading"]._shutdown()
+        atexit._run_exitfuncs()
+    except SystemExit as e:
+        code = exit_code(e)
+    except BaseException:  # noqa: BLE001
+        traceback.print_exc()
+        code = code or 1
+    try:
+        sys.stdout.flush()
+        sys.stderr.flush()
+    except BaseException:  # noqa: BLE001
+        code = code or 120
+    os._exit(code)
+
+
+def print_user_exception(e):
+    # Like python3: the traceback starts at the program's own frames, not the zygote's or runpy's.
+    tb = e.__traceback__
+    while tb is not None and (
+        tb.tb_frame.f_globals is globals() or tb.tb_frame.f_globals.get("__name__") == "runpy"
+    ):
+        tb = tb.tb_next
+    try:
+        traceback.print_exception(type(e), e, tb)
+    except BaseException:  # noqa: BLE001
+        pass
+
+
+def exit_code(e):
+    if e.code is None:
+        return 0
+    if isinstance(e.code, int):
+        return e.code & 0xFF
+    try:
+        print(e.code, file=sys.stderr)
+    except BaseException:  # noqa: BLE001
+        pass
+    return 1
+
+
+def serve():
+    ctl = socket.socket(fileno=CONTROL_FD)
+    fds_size = socket.CMSG_LEN(4 * 4)
+    while True:
+        try:
+            msg, ancdata, _flags, _addr = ctl.recvmsg(MAX_REQUEST, fds_size)
+        except InterruptedError:
+            continue
+        if not msg:
+            return  # the agent closed the control socket
+        fds = []
+        for level, kind, data in ancdata:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                fds += list(array.array("i", data[: len(data) - len(data) % 4]))
+        try:
+            req = json.loads(msg)
+            if len(fds) != 4:
+                raise ValueError(f"expected 4 fds, got {len(fds)}")
+            r, w = os.pipe()
+            mid = os.fork()
+            if mid == 0:
+                os.close(r)
+                try:
+                    worker = os.fork()
+                    if worker == 0:
+                        os.close(w)
+                        run_worker(req, fds)
+                    os.write(w, str(worker).encode())
+                finally:
+                    os._exit(0)
+            os.close(w)
+            pid = int(os.read(r, 32) or b"0")
+            os.close(r)
+            os.waitpid(mid, 0)
+            reply = {"pid": pid} if pid > 0 else {"error": "fork failed"}
+        except Exception as e:  # noqa: BLE001 (a bad request must not end the zygote)
+            reply = {"error": f"{type(e).__name__}: {e}"}
+        finally:
+            for fd in fds:
+                try:
+                    os.close(fd)
+                except OSError:
+                    pass
+        ctl.send(json.dumps(reply).encode())
+
+
+# Warm what every worker uses, then move everything allocated so far out of the collector's reach:
+# a collection in a worker would otherwise touch (and copy-on-write) the whole inherited heap.
+compile("pass", "<string>", "exec")
+gc.collect()
+gc.freeze()
+serve()

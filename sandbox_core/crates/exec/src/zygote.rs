@@ -1,0 +1,583 @@
+//! The Python fast path: a prewarmed interpreter (the "zygote", `zygote.py`) per executor that
+//! forks one worker per Python execution, so no execution pays for interpreter start-up.
+//!
+//! The zygote is itself started like any program (sandbox uid, `no_new_privs`, seccomp, rlimits,
+//! its own cgroup, its own session), with its end of a `SOCK_SEQPACKET` socket pair as fd 3 and
+//! long limits. Its workers inherit all of that. Per execution the agent sends one request (JSON +
+//! the worker's stdin/stdout/stderr and a `go` pipe as SCM_RIGHTS); the zygote double-forks so
+//! the worker is reparented to the agent (a child subreaper); the worker calls `setsid`, sets the
+//! exec's rlimits and waits on `go`. Meanwhile the agent adopts it in the reaper, moves it into the
+//! exec's own cgroup and only then lets it run user code. From there on it is supervised exactly
+//! like a spawned program (timeouts, output caps, tree kill, cgroup stats).
+//!
+//! Started lazily on the first Python execution (or eagerly, see `Executor::enable_python_zygote`),
+//! restarted lazily when it died; when it cannot serve a request the exec falls back to a spawn.
+
+use std::ffi::OsStr;
+use std::fmt::Write as _;
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Duration;
+
+use crate::cgroup::ExecCgroup;
+use crate::error::{SpawnError, Step};
+use crate::reaper::Reaper;
+use crate::run::{Event, Running};
+use crate::spawn::{Prepared, Spawned};
+
+/// The zygote program, run as `python3 -I -c SOURCE`.
+pub(crate) const SOURCE: &str = include_str!("zygote.py");
+
+/// How long a request may wait for the zygote's answer (covers its own start-up on first use).
+const REPLY_TIMEOUT: Duration = Duration::from_secs(10);
+
+pub(crate) struct Zygote {
+    /// The interpreter as configured (e.g. /usr/bin/python3) and its canonical path, which an
+    /// exec's resolved program must match to take the fast path.
+    pub(crate) python: PathBuf,
+    canonical: PathBuf,
+    live: Mutex<Option<Live>>,
+}
+
+/// A running zygote.
+struct Live {
+    ctl: OwnedFd,
+    /// Set once its supervisor reported its exit.
+    dead: Arc<AtomicBool>,
+    /// Its exec; dropping it kills the zygote (and its supervisor removes its cgroup).
+    _running: Running,
+}
+
+/// What a Python command asks for, when it has the shape the zygote can run.
+#[derive(Debug)]
+pub(crate) struct Request {
+    code: Option<String>,
+    path: Option<String>,
+    args: Vec<String>,
+    isolated: bool,
+    unbuffered: bool,
+    no_bytecode: bool,
+    cwd: String,
+}
+
+/// Why a request was not served.
+enum Failure {
+    /// The zygote is broken (gone, hung, protocol error): restart it.
+    Transport(io::Error),
+    /// The zygote answered with an error (e.g. fork refused): fall back to a spawn.
+    Refused(String),
+    /// A step of the exec itself failed (the worker is gone again).
+    Exec(SpawnError),
+}
+
+impl Zygote {
+    /// `None` if `python` is not an executable file.
+    pub(crate) fn new(python: PathBuf) -> Option<Zygote> {
+        let canonical = std::fs::canonicalize(&python).ok()?;
+        let meta = std::fs::metadata(&canonical).ok()?;
+        use std::os::unix::fs::PermissionsExt;
+        if !meta.is_file() || meta.permissions().mode() & 0o111 == 0 {
+            return None;
+        }
+        Some(Zygote {
+            python,
+            canonical,
+            live: Mutex::new(None),
+        })
+    }
+
+    /// Whether a zygote process is up now.
+    pub(crate) fn is_running(&self) -> bool {
+        self.lock()
+            .as_ref()
+            .is_some_and(|l| !l.dead.load(Ordering::Acquire))
+    }
+
+    /// Starts the zygote now if it is not running.
+    pub(crate) fn warm(&self, start: &dyn Fn(RawFd) -> Result<Running, SpawnError>) {
+        let mut live = self.lock();
+        if live
+            .as_ref()
+            .is_some_and(|l| !l.dead.load(Ordering::Acquire))
+        {
+            return;
+        }
+        match start_live(start) {
+            Ok(l) => *live = Some(l),
+            Err(e) => tracing::warn!(error = %e, "cannot start the python zygote"),
+        }
+    }
+
+    /// Pid of the zygote process, while it is up.
+    pub(crate) fn pid(&self) -> Option<u32> {
+        self.lock()
+            .as_ref()
+            .filter(|l| !l.dead.load(Ordering::Acquire))
+            .map(|l| l._running.pid)
+    }
+
+    /// Kills the zygote (it is started again on the next Python execution).
+    pub(crate) fn stop(&self) {
+        let old = self.lock().take();
+        drop(old);
+    }
+
+    /// Kills the zygote and waits (bounded) until it is reaped, so that its cgroup can be removed
+    /// even when no runtime is left to run its supervisor (an executor dropped at shutdown).
+    fn stop_and_wait(&self) {
+        let Some(live) = self.lock().take() else {
+            return;
+        };
+        let pid = live._running.pid as libc::pid_t;
+        live._running.kill();
+        if let Ok(reaper) = Reaper::global() {
+            for _ in 0..2000 {
+                if !reaper.is_registered(pid) {
+                    break;
+                }
+                std::thread::sleep(Duration::from_millis(1));
+            }
+        }
+        drop(live);
+    }
+
+    fn lock(&self) -> std::sync::MutexGuard<'_, Option<Live>> {
+        self.live.lock().unwrap_or_else(|e| e.into_inner())
+    }
+
+    /// The fast-path request for `argv`, if it is `python[3[.X]] [-I|-u|-B]... (-c CODE | FILE)
+    /// [args...]`, resolves to this zygote's interpreter, and nothing about it (a PYTHON*
+    /// variable the interpreter would read, a cwd that is not a directory) needs a real start.
+    pub(crate) fn plan(&self, argv: &[String], prep: &Prepared) -> Option<Request> {
+        let base = Path::new(argv.first()?).file_name()?.to_str()?;
+        let named = base == "python"
+            || base == "python3"
+            || base
+                .strip_prefix("python3.")
+                .is_some_and(|v| !v.is_empty() && v.bytes().all(|b| b.is_ascii_digit()));
+        if !named {
+            return None;
+        }
+        let program = Path::new(OsStr::from_bytes(prep.program.as_bytes()));
+        if std::fs::canonicalize(program).ok()? != self.canonical {
+            return None;
+        }
+        let (mut isolated, mut unbuffered, mut no_bytecode) = (false, false, false);
+        let mut i = 1;
+        while let Some(a) = argv.get(i) {
+            match a.as_str() {
+                "-I" => isolated = true,
+                "-u" => unbuffered = true,
+                "-B" => no_bytecode = true,
+                _ => break,
+            }
+            i += 1;
+        }
+        let first = argv.get(i)?;
+        let (code, path) = if first == "-c" {
+            i += 1;
+            (Some(argv.get(i)?.clone()), None)
+        } else if first.is_empty() || first.starts_with('-') {
+            return None;
+        } else {
+            (None, Some(first.clone()))
+        };
+        let args = argv[i + 1..].to_vec();
+        if !isolated && prep.env.iter().any(|e| e.as_bytes().starts_with(b"PYTHON")) {
+            return None;
+        }
+        let cwd = prep.cwd.to_str().ok()?;
+        if !Path::new(cwd).is_dir() {
+            return None;
+        }
+        Some(Request {
+            code,
+            path,
+            args,
+            isolated,
+            unbuffered,
+            no_bytecode,
+            cwd: cwd.to_string(),
+        })
+    }
+
+    /// Starts `req` as a fork of the zygote (started first with `start` if not running).
+    /// `Ok(None)`: the zygote cannot serve it; the caller spawns instead.
+    pub(crate) fn fork(
+        &self,
+        req: &Request,
+        prep: &Prepared,
+        rlimits: &[(i32, libc::rlimit)],
+        cgroup: Option<&ExecCgroup>,
+        reaper: &Reaper,
+        start: &dyn Fn(RawFd) -> Result<Running, SpawnError>,
+    ) -> Result<Option<Spawned>, SpawnError> {
+        let json = request_json(req, prep, rlimits);
+        // One request at a time per zygote: it serves them in order, about 1 ms each.
+        let mut live = self.lock();
+        for _attempt in 0..2 {
+            if live
+                .as_ref()
+                .is_some_and(|l| l.dead.load(Ordering::Acquire))
+            {
+                *live = None;
+            }
+            if live.is_none() {
+                match start_live(start) {
+                    Ok(l) => *live = Some(l),
+                    Err(e) => {
+                        tracing::warn!(error = %e, "cannot start the python zygote; spawning");
+                        return Ok(None);
+                    }
+                }
+            }
+            let Some(l) = live.as_ref() else {
+                return Ok(None);
+            };
+            match request(l, &json, cgroup, reaper) {
+                Ok(s) => return Ok(Some(s)),
+                Err(Failure::Exec(e)) => return Err(e),
+                Err(Failure::Refused(msg)) => {
+                    tracing::warn!(%msg, "the python zygote refused a request; spawning");
+                    return Ok(None);
+                }
+                Err(Failure::Transport(e)) => {
+                    tracing::warn!(error = %e, "the python zygote failed; restarting it");
+                    *live = None;
+                }
+            }
+        }
+        Ok(None)
+    }
+}
+
+impl Drop for Zygote {
+    fn drop(&mut self) {
+        self.stop_and_wait();
+    }
+}
+
+fn start_live(start: &dyn Fn(RawFd) -> Result<Running, SpawnError>) -> io::Result<Live> {
+    let (ours, theirs) = socketpair()?;
+    let theirs = above_stdio(theirs)?;
+    let timeout = libc::timeval {
+        tv_sec: REPLY_TIMEOUT.as_secs() as libc::time_t,
+        tv_usec: 0,
+    };
+    for opt in [libc::SO_RCVTIMEO, libc::SO_SNDTIMEO] {
+        // SAFETY: plain syscall on our own socket with a valid option value.
+        let r = unsafe {
+            libc::setsockopt(
+                ours.as_raw_fd(),
+                libc::SOL_SOCKET,
+                opt,
+                (&timeout as *const libc::timeval).cast(),
+                std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+            )
+        };
+        if r != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    let mut running = start(theirs.as_raw_fd()).map_err(io::Error::other)?;
+    drop(theirs);
+    // EOF on its stdin; its output (normally none) goes to the log.
+    drop(running.stdin.take());
+    let (_, closed) = tokio::sync::mpsc::channel(1);
+    let mut events = std::mem::replace(&mut running.events, closed);
+    let dead = Arc::new(AtomicBool::new(false));
+    let flag = dead.clone();
+    let pid = running.pid;
+    tokio::spawn(async move {
+        while let Some(ev) = events.recv().await {
+            match ev {
+                Event::Stdout(b) | Event::Stderr(b) => {
+                    tracing::warn!(pid, output = %String::from_utf8_lossy(&b), "python zygote output")
+                }
+                Event::Exit(o) => {
+                    tracing::info!(pid, exit_code = ?o.exit_code, signal = ?o.signal, "python zygote exited");
+                    break;
+                }
+            }
+        }
+        flag.store(true, Ordering::Release);
+    });
+    tracing::info!(pid, "python zygote started");
+    Ok(Live {
+        ctl: ours,
+        dead,
+        _running: running,
+    })
+}
+
+/// One request: pipes, send, adopt the worker, move it into `cgroup`, release it.
+fn request(
+    live: &Live,
+    json: &str,
+    cgroup: Option<&ExecCgroup>,
+    reaper: &Reaper,
+) -> Result<Spawned, Failure> {
+    use crate::spawn::{nonblocking, pipe};
+    let exec_err = |step| move |source| Failure::Exec(SpawnError::Isolation { step, source });
+    let (stdin_r, stdin_w) = pipe().map_err(exec_err(Step::Pipe))?;
+    let (stdout_r, stdout_w) = pipe().map_err(exec_err(Step::Pipe))?;
+    let (stderr_r, stderr_w) = pipe().map_err(exec_err(Step::Pipe))?;
+    let (go_r, go_w) = pipe().map_err(exec_err(Step::Pipe))?;
+    nonblocking(&stdout_r).map_err(exec_err(Step::Pipe))?;
+    nonblocking(&stderr_r).map_err(exec_err(Step::Pipe))?;
+
+    // From here until the worker is registered, the reaper must not reap it as an orphan.
+    let adoption = reaper.begin_adopt();
+    send_with_fds(
+        &live.ctl,
+        json.as_bytes(),
+        &[
+            stdin_r.as_raw_fd(),
+            stdout_w.as_raw_fd(),
+            stderr_w.as_raw_fd(),
+            go_r.as_raw_fd(),
+        ],
+    )
+    .map_err(Failure::Transport)?;
+    drop((stdin_r, stdout_w, stderr_w, go_r));
+    let mut buf = [0u8; 4096];
+    let n = loop {
+        // SAFETY: plain syscall into a buffer we own.
+        let n = unsafe { libc::recv(live.ctl.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(Failure::Transport(e));
+        }
+        break n as usize;
+    };
+    if n == 0 {
+        return Err(Failure::Transport(io::Error::from(
+            io::ErrorKind::UnexpectedEof,
+        )));
+    }
+    let reply = String::from_utf8_lossy(&buf[..n]);
+    let pid = match parse_pid(&reply) {
+        Some(pid) => pid,
+        None if reply.contains("\"error\"") => return Err(Failure::Refused(reply.into_owned())),
+        None => {
+            return Err(Failure::Transport(io::Error::other(format!(
+                "bad reply {reply:?}"
+            ))))
+        }
+    };
+    // The worker's parent exited before the reply: it is our child now (alive, blocked on `go`).
+    let child = adoption.adopt(pid).map_err(Failure::Transport)?;
+    if let Some(cg) = cgroup {
+        let joined = cg.open_procs().and_then(|files| {
+            let text = pid.to_string();
+            for &fd in files.raw() {
+                // SAFETY: plain syscall with a buffer we own.
+                let r = unsafe { libc::write(fd, text.as_ptr().cast(), text.len()) };
+                if r != text.len() as isize {
+                    return Err(SpawnError::Isolation {
+                        step: Step::JoinCgroup,
+                        source: io::Error::last_os_error(),
+                    });
+                }
+            }
+            Ok(())
+        });
+        if let Err(e) = joined {
+            let _ = reaper.signal_pid(pid, libc::SIGKILL);
+            drop(go_w);
+            drop(child.pidfd);
+            let _ = reaper.reap_blocking(pid, child.exit);
+            return Err(Failure::Exec(e));
+        }
+    }
+    // SAFETY: plain syscall; a 1-byte write to a fresh pipe never blocks. If the worker is gone
+    // already (EPIPE) the supervisor sees its exit.
+    unsafe { libc::write(go_w.as_raw_fd(), b"G".as_ptr().cast(), 1) };
+    drop(go_w);
+    Ok(Spawned {
+        pid,
+        exit: child.exit,
+        pidfd: child.pidfd,
+        stdin: stdin_w,
+        stdout: stdout_r,
+        stderr: stderr_r,
+    })
+}
+
+fn parse_pid(reply: &str) -> Option<libc::pid_t> {
+    let rest = reply.trim().strip_prefix("{\"pid\":")?;
+    let rest = rest.trim_start().strip_suffix('}')?;
+    rest.trim().parse().ok().filter(|p| *p > 0)
+}
+
+fn request_json(req: &Request, prep: &Prepared, rlimits: &[(i32, libc::rlimit)]) -> String {
+    let mut s = String::with_capacity(256 + req.code.as_ref().map_or(0, String::len));
+    s.push('{');
+    match (&req.code, &req.path) {
+        (Some(c), _) => {
+            s.push_str("\"code\":");
+            json_str(&mut s, c);
+        }
+        (None, p) => {
+            s.push_str("\"path\":");
+            json_str(&mut s, p.as_deref().unwrap_or(""));
+        }
+    }
+    s.push_str(",\"args\":[");
+    for (i, a) in req.args.iter().enumerate() {
+        if i > 0 {
+            s.push(',');
+        }
+        json_str(&mut s, a);
+    }
+    s.push_str("],\"env\":{");
+    for (i, e) in prep.env.iter().enumerate() {
+        let e = e.to_string_lossy();
+        let (k, v) = e.split_once('=').unwrap_or((&e, ""));
+        if i > 0 {
+            s.push(',');
+        }
+        json_str(&mut s, k);
+        s.push(':');
+        json_str(&mut s, v);
+    }
+    s.push_str("},\"cwd\":");
+    json_str(&mut s, &req.cwd);
+    s.push_str(",\"rlimits\":[");
+    let value = |v: libc::rlim_t| -> i128 {
+        if v == libc::RLIM_INFINITY {
+            -1
+        } else {
+            v as i128
+        }
+    };
+    for (i, (res, lim)) in rlimits.iter().enumerate() {
+        if i > 0 {
+            s.push(',');
+        }
+        let _ = write!(s, "[{res},{},{}]", value(lim.rlim_cur), value(lim.rlim_max));
+    }
+    let _ = write!(
+        s,
+        "],\"isolated\":{},\"unbuffered\":{},\"no_bytecode\":{}}}",
+        req.isolated, req.unbuffered, req.no_bytecode
+    );
+    s
+}
+
+fn json_str(out: &mut String, v: &str) {
+    out.push('"');
+    for c in v.chars() {
+        match c {
+            '"' => out.push_str("\\\""),
+            '\\' => out.push_str("\\\\"),
+            '\n' => out.push_str("\\n"),
+            '\r' => out.push_str("\\r"),
+            '\t' => out.push_str("\\t"),
+            c if (c as u32) < 0x20 => {
+                let _ = write!(out, "\\u{:04x}", c as u32);
+            }
+            c => out.push(c),
+        }
+    }
+    out.push('"');
+}
+
+fn socketpair() -> io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: valid out-array of two fds.
+    if unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        )
+    } < 0
+    {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: both fds were just created and are owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+}
+
+fn above_stdio(fd: OwnedFd) -> io::Result<OwnedFd> {
+    if fd.as_raw_fd() > 3 {
+        return Ok(fd);
+    }
+    // SAFETY: plain syscall on an fd we own.
+    let new = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 4) };
+    if new < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `new` was just created by fcntl.
+    Ok(unsafe { OwnedFd::from_raw_fd(new) })
+}
+
+/// One datagram with `fds` attached (SCM_RIGHTS).
+fn send_with_fds(sock: &OwnedFd, data: &[u8], fds: &[RawFd]) -> io::Result<()> {
+    let fds_len = std::mem::size_of_val(fds);
+    // SAFETY: CMSG_SPACE is a pure computation.
+    let space = unsafe { libc::CMSG_SPACE(fds_len as u32) } as usize;
+    // u64 elements: cmsghdr alignment.
+    let mut control = vec![0u64; space.div_ceil(8)];
+    let mut iov = libc::iovec {
+        iov_base: data.as_ptr() as *mut libc::c_void,
+        iov_len: data.len(),
+    };
+    // SAFETY: a zeroed msghdr is valid; every pointer set below points at live buffers.
+    let mut msg: libc::msghdr = unsafe { std::mem::zeroed() };
+    msg.msg_iov = &mut iov;
+    msg.msg_iovlen = 1;
+    msg.msg_control = control.as_mut_ptr().cast();
+    msg.msg_controllen = space as _;
+    // SAFETY: the control buffer holds one header with room for `fds` (CMSG_SPACE).
+    unsafe {
+        let cmsg = libc::CMSG_FIRSTHDR(&msg);
+        (*cmsg).cmsg_level = libc::SOL_SOCKET;
+        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+        (*cmsg).cmsg_len = libc::CMSG_LEN(fds_len as u32) as _;
+        std::ptr::copy_nonoverlapping(
+            fds.as_ptr(),
+            libc::CMSG_DATA(cmsg).cast::<RawFd>(),
+            fds.len(),
+        );
+    }
+    loop {
+        // SAFETY: `msg` and everything it points to are alive for the call.
+        let r = unsafe { libc::sendmsg(sock.as_raw_fd(), &msg, libc::MSG_NOSIGNAL) };
+        if r >= 0 {
+            return Ok(());
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn parses_replies() {
+        assert_eq!(parse_pid("{\"pid\": 123}"), Some(123));
+        assert_eq!(parse_pid("{\"pid\": 0}"), None);
+        assert_eq!(parse_pid("{\"error\": \"x\"}"), None);
+    }
+
+    #[test]
+    fn escapes_json() {
+        let mut s = String::new();
+        json_str(&mut s, "a\"b\\c\n\u{1}é");
+        assert_eq!(s, "\"a\\\"b\\\\c\\n\\u0001é\"");
+    }
+}

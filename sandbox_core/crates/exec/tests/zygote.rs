@@ -1,0 +1,246 @@
+//! The Python fast path: executions forked from a prewarmed interpreter, with the isolation of
+//! any exec.
+
+mod common;
+
+use std::path::PathBuf;
+use std::time::Duration;
+
+use bytes::Bytes;
+use common::*;
+use sandbox_exec::{Executor, ExecutorConfig};
+
+fn with_zygote(config: ExecutorConfig) -> Executor {
+    let ex = Executor::new(config).expect("executor");
+    assert!(ex.enable_python_zygote(PathBuf::from(PYTHON), false));
+    ex
+}
+
+fn zygote_pids() -> Vec<i32> {
+    let me = std::process::id().to_string();
+    std::fs::read_dir("/proc")
+        .into_iter()
+        .flatten()
+        .flatten()
+        .filter_map(|e| {
+            let pid: i32 = e.file_name().to_str()?.parse().ok()?;
+            let stat = std::fs::read_to_string(e.path().join("stat")).ok()?;
+            let ppid = stat[stat.rfind(')')? + 1..]
+                .split_whitespace()
+                .nth(1)?
+                .to_string();
+            let cmdline = std::fs::read(e.path().join("cmdline")).ok()?;
+            (ppid == me && String::from_utf8_lossy(&cmdline).contains("The Python zygote"))
+                .then_some(pid)
+        })
+        .collect()
+}
+
+#[tokio::test]
+async fn runs_python_through_the_zygote() {
+    let ex = with_zygote(config());
+    assert!(!ex.zygote_running(), "started lazily");
+    let o = run(
+        &ex,
+        cmd(&[
+            "python3",
+            "-c",
+            "import sys; print('hi', sys.argv[1:]); sys.exit(3)",
+            "a",
+            "b",
+        ]),
+    )
+    .await;
+    assert!(o.zygote, "{o:?}");
+    assert_eq!(
+        text(&o.stdout),
+        "hi ['a', 'b']\n",
+        "stderr: {}",
+        text(&o.stderr)
+    );
+    assert_eq!(o.exit_code, Some(3));
+    assert!(ex.zygote_running());
+    // stdin, stderr, an uncaught exception.
+    let o = ex
+        .run(
+            py("import sys; print(sys.stdin.read().upper()); raise ValueError('boom')"),
+            Bytes::from("abc"),
+        )
+        .await
+        .unwrap();
+    assert!(o.zygote);
+    assert_eq!(text(&o.stdout), "ABC\n");
+    assert_eq!(
+        text(&o.stderr),
+        "Traceback (most recent call last):\n  File \"<string>\", line 1, in <module>\nValueError: boom\n"
+    );
+    assert_eq!(o.exit_code, Some(1));
+    // A file with arguments, relative to the cwd; __name__, __file__ and sys.path[0] as python3.
+    let dir = temp_dir("zyg-file");
+    std::fs::write(
+        dir.join("m.py"),
+        "import sys\nprint(__name__, __file__, sys.argv, sys.path[0])\n",
+    )
+    .unwrap();
+    let mut c = cmd(&["/usr/bin/python3", "-u", "m.py", "x"]);
+    c.cwd = Some(dir.clone());
+    let o = run(&ex, c).await;
+    assert!(o.zygote);
+    assert_eq!(
+        text(&o.stdout),
+        format!("__main__ m.py ['m.py', 'x'] {}\n", dir.display()),
+        "{}",
+        text(&o.stderr)
+    );
+    std::fs::remove_dir_all(dir).unwrap();
+    // Only stdio is inherited; env is the exec's.
+    let mut c = py("import os\nprint([fd for fd in range(3, 1024) if os.path.exists(f'/proc/self/fd/{fd}')], os.environ.get('K'), os.getpgrp() == os.getpid() == os.getsid(0))");
+    c.env.insert("K".into(), "v".into());
+    let o = run(&ex, c).await;
+    assert!(o.zygote);
+    assert_eq!(text(&o.stdout), "[] v True\n", "{}", text(&o.stderr));
+    // Not the fast path: other programs, other shapes.
+    assert!(!run(&ex, sh("true")).await.zygote);
+    assert!(
+        !run(&ex, cmd(&["python3", "-m", "json.tool", "/dev/null"]))
+            .await
+            .zygote
+    );
+    let mut c = cmd(&["python3", "-c", "pass"]);
+    c.env.insert("PYTHONPATH".into(), "/x".into());
+    assert!(!run(&ex, c).await.zygote);
+}
+
+#[tokio::test]
+async fn forks_are_isolated() {
+    let ex = with_zygote(ExecutorConfig {
+        uid: Some(65534),
+        gid: Some(65534),
+        ..config()
+    });
+    let o = run(
+        &ex,
+        py("import os; print(os.getuid(), os.getgid(), os.getgroups())"),
+    )
+    .await;
+    assert!(o.zygote);
+    assert_eq!(
+        text(&o.stdout),
+        "65534 65534 [65534]\n",
+        "{}",
+        text(&o.stderr)
+    );
+    // seccomp and no_new_privs.
+    let o = run(&ex, py("import ctypes\nlibc = ctypes.CDLL(None, use_errno=True)\nprint(ctypes.get_errno() if libc.unshare(0x10000000) == -1 else 0)\nprint(open('/proc/self/status').read().split('NoNewPrivs:')[1].split()[0])")).await;
+    assert!(o.zygote);
+    assert_eq!(
+        text(&o.stdout),
+        format!("{}\n1\n", libc::EPERM),
+        "{}",
+        text(&o.stderr)
+    );
+    // rlimits of this exec.
+    let mut c = py("import resource as r; print(r.getrlimit(r.RLIMIT_NOFILE), r.getrlimit(r.RLIMIT_CPU), r.getrlimit(r.RLIMIT_CORE))");
+    c.limits.max_open_files = 77;
+    c.limits.cpu_time = Duration::from_secs(3);
+    let o = run(&ex, c).await;
+    assert!(o.zygote);
+    assert_eq!(
+        text(&o.stdout),
+        "(77, 77) (3, 4) (0, 0)\n",
+        "{}",
+        text(&o.stderr)
+    );
+    // Global and module state does not leak from one execution to the next.
+    let o = run(&ex, py("import json, sys\njson.leak = 1\nsys.modules['leaky'] = json\nglobal_x = 5\nopen('/proc/self/comm')")).await;
+    assert_eq!(o.exit_code, Some(0), "{}", text(&o.stderr));
+    let o = run(&ex, py("import json, sys\nprint(hasattr(json, 'leak'), 'leaky' in sys.modules, 'global_x' in globals())")).await;
+    assert!(o.zygote);
+    assert_eq!(
+        text(&o.stdout),
+        "False False False\n",
+        "{}",
+        text(&o.stderr)
+    );
+}
+
+#[tokio::test]
+async fn limits_apply_to_forks() {
+    let ex = with_zygote(config());
+    // Timeout kills the whole tree, background child included.
+    let dir = temp_dir("zyg-bg");
+    let marker = dir.join("alive");
+    let code = format!(
+        "import subprocess, time\nsubprocess.Popen(['sh', '-c', 'sleep 2; touch {}'], start_new_session=True)\ntime.sleep(100)",
+        marker.display()
+    );
+    let mut c = py(&code);
+    c.limits.wall_time = Duration::from_millis(700);
+    let o = run(&ex, c).await;
+    assert!(o.zygote && o.timed_out, "{o:?}");
+    tokio::time::sleep(Duration::from_secs(3)).await;
+    assert!(!marker.exists(), "the background child survived");
+    std::fs::remove_dir_all(dir).unwrap();
+    // Memory limit: an oom kill in the exec's own cgroup; the zygote lives on.
+    if ex.capabilities().cgroup_version != "none" {
+        let mut c = py("b = bytearray(1 << 30)");
+        c.limits.memory_bytes = 64 << 20;
+        let o = run(&ex, c).await;
+        assert!(o.zygote && o.oom_killed, "{o:?}");
+        let o = run(&ex, py("print(1)")).await;
+        assert!(o.zygote);
+        assert_eq!(text(&o.stdout), "1\n");
+    }
+    // CPU limit.
+    let mut c = py("while True: pass");
+    c.limits.cpu_time = Duration::from_secs(1);
+    let o = run(&ex, c).await;
+    assert!(o.zygote && o.cpu_limited, "{o:?}");
+}
+
+#[tokio::test]
+async fn a_dead_zygote_is_restarted() {
+    let ex = with_zygote(config());
+    assert!(run(&ex, py("pass")).await.zygote);
+    let pid = ex.zygote_pid().unwrap() as i32;
+    assert!(zygote_pids().contains(&pid));
+    // SAFETY: plain syscall on our own child.
+    unsafe { libc::kill(pid, libc::SIGKILL) };
+    eventually("zygote seen dead", || !ex.zygote_running()).await;
+    let o = run(&ex, py("print(2)")).await;
+    assert!(o.zygote);
+    assert_eq!(text(&o.stdout), "2\n");
+    let now = ex.zygote_pid().unwrap() as i32;
+    assert_ne!(now, pid);
+    assert!(zygote_pids().contains(&now));
+    // kill_all stops it; it comes back on demand.
+    ex.kill_all();
+    assert!(!ex.zygote_running());
+    assert!(run(&ex, py("pass")).await.zygote);
+    let last = ex.zygote_pid().unwrap() as i32;
+    drop(ex);
+    eventually("zygote gone with its executor", || {
+        !zygote_pids().contains(&last)
+    })
+    .await;
+}
+
+#[tokio::test]
+async fn falls_back_to_spawn_without_a_zygote() {
+    // No interpreter there: not enabled, Python is spawned.
+    let ex = Executor::new(config()).unwrap();
+    assert!(!ex.enable_python_zygote(PathBuf::from("/nonexistent/python3"), false));
+    let o = run(&ex, py("print(1)")).await;
+    assert!(!o.zygote);
+    assert_eq!(text(&o.stdout), "1\n");
+    // An "interpreter" that cannot run the zygote: every attempt fails, the exec is spawned.
+    let dir = temp_dir("zyg-fake");
+    let fake = dir.join("python3");
+    std::os::unix::fs::symlink("/bin/sh", &fake).unwrap();
+    let ex = Executor::new(config()).unwrap();
+    assert!(ex.enable_python_zygote(fake.clone(), false));
+    let o = run(&ex, cmd(&[fake.to_str().unwrap(), "-c", "echo spawned"])).await;
+    assert!(!o.zygote);
+    assert_eq!(text(&o.stdout), "spawned\n");
+    std::fs::remove_dir_all(dir).unwrap();
+}
