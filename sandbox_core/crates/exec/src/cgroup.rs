@@ -890,6 +890,14 @@ fn read_at_u64(f: &fs::File) -> Option<u64> {
 }
 
 /// Value of `key` in a flat-keyed file ("key value" per line).
+/// OOM kills so far in the cgroup this process lives in, as seen at the usual mount points (inside
+/// a container: the container's own cgroup, readable even where it is not writable). Used to tell
+/// an OOM kill when there is no per-exec cgroup.
+pub fn enclosing_oom_kills() -> Option<u64> {
+    keyed(Path::new("/sys/fs/cgroup/memory/memory.oom_control"), "oom_kill")
+        .or_else(|| keyed(Path::new("/sys/fs/cgroup/memory.events"), "oom_kill"))
+}
+
 fn keyed(path: &Path, key: &str) -> Option<u64> {
     keyed_in(&fs::read_to_string(path).ok()?, key)
 }

@@ -57,6 +57,9 @@ pub(crate) async fn supervise(s: Supervision) {
         events,
         zygote,
     } = s;
+    // Without an exec cgroup (e.g. inside a container whose cgroups are read-only) an OOM kill is
+    // seen as a rise of the enclosing cgroup's counter while this program ran.
+    let oom_before = tree.cgroup().is_none().then(crate::cgroup::enclosing_oom_kills).flatten();
     let (drain_tx, drain_rx) = watch::channel(None::<tokio::time::Instant>);
     let reader = |fd, which| {
         tokio::spawn(forward(
@@ -129,6 +132,8 @@ pub(crate) async fn supervise(s: Supervision) {
         if !cg.is_pooled() {
             remove_cgroup(cg).await;
         }
+    } else if let (Some(before), Some(after)) = (oom_before, crate::cgroup::enclosing_oom_kills()) {
+        stats.oom_kills = after.saturating_sub(before);
     }
     let _ = drain_tx.send(Some(tokio::time::Instant::now() + DRAIN_GRACE));
     let stdout_truncated = out_task.await.unwrap_or(false);
