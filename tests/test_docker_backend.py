@@ -281,6 +281,20 @@ async def test_memory_limit_verdict(docker_pool: MakePool) -> None:
         assert r.oom_killed
 
 
+async def test_processes_of_one_container_do_not_limit_another(docker_pool: MakePool) -> None:
+    """Sandboxes share uid 65534 on the host: a per-uid RLIMIT_NPROC would let one container's
+    processes starve another's forks. The container's pids limit bounds each one instead."""
+    pool = await docker_pool(warm=0)
+    async with pool.sandbox() as a, pool.sandbox() as b:
+        stream = a.exec_stream(["/bin/sh", "-c", "for i in $(seq 300); do sleep 60 & done; echo up; wait"])
+        async for ev in stream:
+            if ev.kind == "stdout" and b"up" in ev.data:
+                break
+        r = await b.exec(["/bin/sh", "-c", "for i in $(seq 50); do /bin/true & done; wait; echo forked"])
+        assert (r.exit_code, r.stdout) == (0, b"forked\n"), r.stderr
+        stream.cancel()
+
+
 async def test_ro_binds_and_template_resources(docker_api: Any, docker_pool: MakePool, tmp_path: Path) -> None:
     shared = tmp_path / "shared"
     shared.mkdir()

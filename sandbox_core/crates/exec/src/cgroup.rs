@@ -898,6 +898,17 @@ pub fn enclosing_oom_kills() -> Option<u64> {
         .or_else(|| keyed(Path::new("/sys/fs/cgroup/memory.events"), "oom_kill"))
 }
 
+/// Whether the cgroup this process lives in has a pids limit (e.g. a container's `pids_limit`).
+/// Read once: a process does not change containers.
+pub fn enclosing_pids_limited() -> bool {
+    static LIMITED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *LIMITED.get_or_init(|| {
+        ["/sys/fs/cgroup/pids/pids.max", "/sys/fs/cgroup/pids.max"]
+            .iter()
+            .any(|p| fs::read_to_string(p).is_ok_and(|v| v.trim().parse::<u64>().is_ok()))
+    })
+}
+
 fn keyed(path: &Path, key: &str) -> Option<u64> {
     keyed_in(&fs::read_to_string(path).ok()?, key)
 }

@@ -443,7 +443,10 @@ impl Executor {
             identity: inner.identity,
             seccomp: inner.seccomp.as_ref(),
             cgroup: cgroup.as_deref(),
-            nproc_rlimit: !inner.cgroups.as_ref().is_some_and(Cgroups::has_pids),
+            // RLIMIT_NPROC counts every process of the uid on the host, across sandboxes: use it
+            // only when no pids cgroup bounds the program (ours, or the enclosing container's).
+            nproc_rlimit: !inner.cgroups.as_ref().is_some_and(Cgroups::has_pids)
+                && !crate::cgroup::enclosing_pids_limited(),
             fd3: match launch {
                 Launch::Zygote(fd) => Some(fd),
                 Launch::User => None,
