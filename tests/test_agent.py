@@ -155,15 +155,17 @@ async def test_lease_expiry_kills_the_agent_and_its_children(native: Any) -> Non
 
 
 async def test_renewed_lease_keeps_the_agent(native: Any) -> None:
+    """Renewed right after start, the agent outlives its first lease (3 s: room for a loaded host
+    between readiness and the renewal)."""
     local = await native.launch_local(
-        native.LaunchConfig(_bridge.agent_path(), str(RUN_ROOT / f"lease-{uuid.uuid4().hex[:8]}"), lease_ttl_s=1.0)
+        native.LaunchConfig(_bridge.agent_path(), str(RUN_ROOT / f"lease-{uuid.uuid4().hex[:8]}"), lease_ttl_s=3.0)
     )
     try:
         client = native.AgentClient(local.endpoint, local.token)
         assert await client.renew_lease(3600) == 3600
         waiter = asyncio.ensure_future(local.wait())
-        await asyncio.sleep(0)  # let the waiter start; it must stay pending past the old lease
-        r = await client.exec(["/bin/sleep", "1.5"])
+        await asyncio.sleep(0)  # let the waiter start; it must stay pending past the first lease
+        r = await client.exec(["/bin/sleep", "3.5"])
         assert r.exit_code == 0 and not waiter.done() and local.alive()
         waiter.cancel()
     finally:
