@@ -9,7 +9,9 @@ pub struct TokenCheck {
 
 impl TokenCheck {
     pub fn new(token: &str) -> Self {
-        TokenCheck { expected: std::sync::Arc::new(format!("Bearer {token}").into_bytes()) }
+        TokenCheck {
+            expected: std::sync::Arc::new(format!("Bearer {token}").into_bytes()),
+        }
     }
 
     pub fn check(&self, req: Request<()>) -> Result<Request<()>, Status> {

@@ -6,7 +6,11 @@ use std::path::PathBuf;
 use clap::Parser;
 
 #[derive(Debug, Parser)]
-#[command(name = "sandbox-agent", version, about = "Execution agent of one sandbox")]
+#[command(
+    name = "sandbox-agent",
+    version,
+    about = "Execution agent of one sandbox"
+)]
 pub struct Args {
     /// Where to listen: `unix:/path/agent.sock` or `tcp:0.0.0.0:7000`.
     #[arg(long, conflicts_with = "listen_fd")]

@@ -16,12 +16,18 @@ pub enum AgentError {
     #[error(transparent)]
     Spawn(#[from] SpawnError),
     #[error("{context}: {source}")]
-    Io { context: String, source: std::io::Error },
+    Io {
+        context: String,
+        source: std::io::Error,
+    },
 }
 
 impl AgentError {
     pub fn io(context: impl Into<String>, source: std::io::Error) -> Self {
-        AgentError::Io { context: context.into(), source }
+        AgentError::Io {
+            context: context.into(),
+            source,
+        }
     }
 }
 
@@ -35,9 +41,9 @@ impl From<AgentError> for Status {
             AgentError::TooLarge(_) => Status::resource_exhausted(msg),
             AgentError::Spawn(SpawnError::Invalid(_)) => Status::invalid_argument(msg),
             AgentError::Spawn(SpawnError::NotFound { .. }) => Status::not_found(msg),
-            AgentError::Spawn(SpawnError::Isolation { step: Step::Chdir, .. }) => {
-                Status::invalid_argument(format!("{msg} (cwd must be an existing directory)"))
-            }
+            AgentError::Spawn(SpawnError::Isolation {
+                step: Step::Chdir, ..
+            }) => Status::invalid_argument(format!("{msg} (cwd must be an existing directory)")),
             AgentError::Spawn(SpawnError::Isolation { .. }) => Status::internal(msg),
             AgentError::Io { ref source, .. } => match source.raw_os_error() {
                 Some(libc::ENOENT) => Status::not_found(msg),
@@ -45,10 +51,12 @@ impl From<AgentError> for Status {
                 Some(libc::EXDEV) | Some(libc::ELOOP) => {
                     Status::invalid_argument(format!("{msg} (path leaves the sandbox)"))
                 }
-                Some(libc::EISDIR) | Some(libc::ENOTDIR) | Some(libc::EEXIST)
-                | Some(libc::ENOTEMPTY) | Some(libc::EINVAL) | Some(libc::ENAMETOOLONG) => {
-                    Status::invalid_argument(msg)
-                }
+                Some(libc::EISDIR)
+                | Some(libc::ENOTDIR)
+                | Some(libc::EEXIST)
+                | Some(libc::ENOTEMPTY)
+                | Some(libc::EINVAL)
+                | Some(libc::ENAMETOOLONG) => Status::invalid_argument(msg),
                 Some(libc::ENOSPC) | Some(libc::EFBIG) | Some(libc::EDQUOT) => {
                     Status::resource_exhausted(msg)
                 }

@@ -19,7 +19,10 @@ impl Lease {
     /// `ttl` zero: no lease, the agent lives until killed.
     pub fn new(ttl: Duration) -> Arc<Self> {
         let deadline = (!ttl.is_zero()).then(|| Instant::now() + ttl);
-        Arc::new(Lease { deadline: Mutex::new(deadline), changed: Notify::new() })
+        Arc::new(Lease {
+            deadline: Mutex::new(deadline),
+            changed: Notify::new(),
+        })
     }
 
     pub fn renew(&self, ttl: Duration) -> Duration {
@@ -57,7 +60,10 @@ mod tests {
     async fn lapses_unless_renewed() {
         let lease = Lease::new(Duration::from_secs(10));
         let l2 = lease.clone();
-        let waiter = tokio::spawn(async move { l2.lapsed().await; Instant::now() });
+        let waiter = tokio::spawn(async move {
+            l2.lapsed().await;
+            Instant::now()
+        });
         let start = Instant::now();
         tokio::time::sleep(Duration::from_secs(8)).await;
         lease.renew(Duration::from_secs(10));

@@ -26,7 +26,9 @@ pub fn from_fd(fd: i32) -> std::io::Result<Listener> {
     // SAFETY: the launcher handed us this fd: a bound, listening unix socket we now own.
     let std_listener = unsafe { std::os::unix::net::UnixListener::from_raw_fd(fd) };
     std_listener.set_nonblocking(true)?;
-    Ok(Listener::Unix(UnixListenerStream::new(tokio::net::UnixListener::from_std(std_listener)?)))
+    Ok(Listener::Unix(UnixListenerStream::new(
+        tokio::net::UnixListener::from_std(std_listener)?,
+    )))
 }
 
 pub async fn from_spec(spec: &str) -> std::io::Result<Listener> {
@@ -37,8 +39,13 @@ pub async fn from_spec(spec: &str) -> std::io::Result<Listener> {
         std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
         Ok(Listener::Unix(UnixListenerStream::new(l)))
     } else if let Some(addr) = spec.strip_prefix("tcp:") {
-        Ok(Listener::Tcp(TcpListenerStream::new(tokio::net::TcpListener::bind(addr).await?)))
+        Ok(Listener::Tcp(TcpListenerStream::new(
+            tokio::net::TcpListener::bind(addr).await?,
+        )))
     } else {
-        Err(std::io::Error::new(std::io::ErrorKind::InvalidInput, format!("listen spec must be unix:PATH or tcp:ADDR, got {spec}")))
+        Err(std::io::Error::new(
+            std::io::ErrorKind::InvalidInput,
+            format!("listen spec must be unix:PATH or tcp:ADDR, got {spec}"),
+        ))
     }
 }

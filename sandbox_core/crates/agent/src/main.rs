@@ -33,10 +33,12 @@ fn read_token(args: &cli::Args) -> String {
         let mut s = String::new();
         // SAFETY: the launcher handed us this fd (a pipe) to read the token from.
         let mut f = unsafe { std::fs::File::from_raw_fd(fd) };
-        f.read_to_string(&mut s).unwrap_or_else(|e| fail(format!("read token fd: {e}")));
+        f.read_to_string(&mut s)
+            .unwrap_or_else(|e| fail(format!("read token fd: {e}")));
         s
     } else if let Some(p) = &args.token_file {
-        std::fs::read_to_string(p).unwrap_or_else(|e| fail(format!("read token file {}: {e}", p.display())))
+        std::fs::read_to_string(p)
+            .unwrap_or_else(|e| fail(format!("read token file {}: {e}", p.display())))
     } else if let Ok(t) = std::env::var("SANDBOX_AGENT_TOKEN") {
         // Not inherited by user programs: they get an environment built from scratch.
         std::env::remove_var("SANDBOX_AGENT_TOKEN");
@@ -53,7 +55,10 @@ fn read_token(args: &cli::Args) -> String {
 
 fn base_env(args: &cli::Args) -> std::collections::BTreeMap<String, String> {
     let mut env: std::collections::BTreeMap<String, String> = [
-        ("PATH", "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin"),
+        (
+            "PATH",
+            "/usr/local/bin:/usr/bin:/bin:/usr/local/sbin:/usr/sbin:/sbin",
+        ),
         ("LANG", "C.UTF-8"),
         ("TMPDIR", "/tmp"),
         ("USER", "sandbox"),
@@ -102,7 +107,8 @@ fn main() {
         };
         setup::rootfs::build(&spec).unwrap_or_else(|e| fail(e));
     } else if !args.work_dir.exists() {
-        std::fs::create_dir_all(&args.work_dir).unwrap_or_else(|e| fail(format!("create {}: {e}", args.work_dir.display())));
+        std::fs::create_dir_all(&args.work_dir)
+            .unwrap_or_else(|e| fail(format!("create {}: {e}", args.work_dir.display())));
     }
 
     // One thread: an idle sandbox should cost as little memory as possible; blocking file work
@@ -132,7 +138,10 @@ async fn serve(args: cli::Args, token: String, uid: u32, gid: u32, is_root: bool
     // idle exec cgroups may stay between execs: each exec is spared creating and removing one.
     executor.enable_cgroup_pool(4);
     if args.python_zygote != "off" {
-        executor.enable_python_zygote(PathBuf::from("/usr/bin/python3"), args.python_zygote == "eager");
+        executor.enable_python_zygote(
+            PathBuf::from("/usr/bin/python3"),
+            args.python_zygote == "eager",
+        );
     }
     let listener = match (args.listen_fd, &args.listen) {
         (Some(fd), _) => listen::from_fd(fd),
@@ -151,7 +160,11 @@ async fn serve(args: cli::Args, token: String, uid: u32, gid: u32, is_root: bool
         lease: lease.clone(),
         roots: Arc::new(paths::Roots::new(roots)),
         owner: server::Owner { uid, gid },
-        scratch: if args.new_root { PathBuf::from("/tmp") } else { std::env::temp_dir() },
+        scratch: if args.new_root {
+            PathBuf::from("/tmp")
+        } else {
+            std::env::temp_dir()
+        },
         namespaces: args.namespaces.clone(),
         started: Instant::now(),
         total_execs: Default::default(),
@@ -160,7 +173,8 @@ async fn serve(args: cli::Args, token: String, uid: u32, gid: u32, is_root: bool
     let svc = AgentServer::new(service)
         .max_decoding_message_size(MAX_MESSAGE)
         .max_encoding_message_size(MAX_MESSAGE);
-    let svc = tonic::service::interceptor::InterceptedService::new(svc, move |req| check.check(req));
+    let svc =
+        tonic::service::interceptor::InterceptedService::new(svc, move |req| check.check(req));
 
     let stop = async {
         let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())

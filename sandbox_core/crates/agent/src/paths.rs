@@ -48,10 +48,17 @@ impl Roots {
                 .ok_or_else(|| {
                     AgentError::PermissionDenied(format!(
                         "{path}: outside the sandbox's writable roots ({})",
-                        self.roots.iter().map(|r| r.display().to_string()).collect::<Vec<_>>().join(", ")
+                        self.roots
+                            .iter()
+                            .map(|r| r.display().to_string())
+                            .collect::<Vec<_>>()
+                            .join(", ")
                     ))
                 })?;
-            (root.clone(), p.strip_prefix(root).unwrap_or(Path::new("")).to_path_buf())
+            (
+                root.clone(),
+                p.strip_prefix(root).unwrap_or(Path::new("")).to_path_buf(),
+            )
         } else {
             (self.roots[0].clone(), p.to_path_buf())
         };
@@ -64,26 +71,41 @@ impl Roots {
                 _ => {}
             }
             if depth < 0 {
-                return Err(AgentError::PermissionDenied(format!("{path}: leaves the sandbox root")));
+                return Err(AgentError::PermissionDenied(format!(
+                    "{path}: leaves the sandbox root"
+                )));
             }
         }
-        let rel = if rest.as_os_str().is_empty() { PathBuf::from(".") } else { rest };
+        let rel = if rest.as_os_str().is_empty() {
+            PathBuf::from(".")
+        } else {
+            rest
+        };
         Ok(Resolved { root, rel })
     }
 }
 
 fn cstr(p: &Path) -> Result<CString, AgentError> {
     use std::os::unix::ffi::OsStrExt;
-    CString::new(p.as_os_str().as_bytes()).map_err(|_| AgentError::Invalid("path contains NUL".into()))
+    CString::new(p.as_os_str().as_bytes())
+        .map_err(|_| AgentError::Invalid("path contains NUL".into()))
 }
 
 /// open(2) of `root`, a trusted directory.
 pub fn open_root(root: &Path) -> Result<OwnedFd, AgentError> {
     let c = cstr(root)?;
     // SAFETY: plain syscall with a valid C string.
-    let fd = unsafe { libc::open(c.as_ptr(), libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC) };
+    let fd = unsafe {
+        libc::open(
+            c.as_ptr(),
+            libc::O_PATH | libc::O_DIRECTORY | libc::O_CLOEXEC,
+        )
+    };
     if fd < 0 {
-        return Err(AgentError::io(format!("open {}", root.display()), std::io::Error::last_os_error()));
+        return Err(AgentError::io(
+            format!("open {}", root.display()),
+            std::io::Error::last_os_error(),
+        ));
     }
     // SAFETY: fd was just returned by open and is owned by nobody else.
     Ok(unsafe { OwnedFd::from_raw_fd(fd) })
@@ -100,12 +122,21 @@ const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
 const RESOLVE_BENEATH: u64 = 0x08;
 
 /// openat2(dirfd, rel, flags, mode) confined beneath `dirfd`.
-pub fn open_beneath(dirfd: &OwnedFd, rel: &Path, flags: i32, mode: u32) -> std::io::Result<OwnedFd> {
+pub fn open_beneath(
+    dirfd: &OwnedFd,
+    rel: &Path,
+    flags: i32,
+    mode: u32,
+) -> std::io::Result<OwnedFd> {
     let c = CString::new(std::os::unix::ffi::OsStrExt::as_bytes(rel.as_os_str()))
         .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
     let how = OpenHow {
         flags: (flags | libc::O_CLOEXEC) as u64,
-        mode: if flags & libc::O_CREAT != 0 { mode as u64 } else { 0 },
+        mode: if flags & libc::O_CREAT != 0 {
+            mode as u64
+        } else {
+            0
+        },
         resolve: RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS,
     };
     // SAFETY: openat2 with a valid fd, C string and open_how of the size we pass.
@@ -142,8 +173,14 @@ mod tests {
 
     #[test]
     fn absolute_paths_must_be_under_a_root() {
-        assert_eq!(roots().resolve("/tmp/x").unwrap().root, PathBuf::from("/tmp"));
-        assert!(matches!(roots().resolve("/etc/passwd"), Err(AgentError::PermissionDenied(_))));
+        assert_eq!(
+            roots().resolve("/tmp/x").unwrap().root,
+            PathBuf::from("/tmp")
+        );
+        assert!(matches!(
+            roots().resolve("/etc/passwd"),
+            Err(AgentError::PermissionDenied(_))
+        ));
     }
 
     #[test]

@@ -894,8 +894,11 @@ fn read_at_u64(f: &fs::File) -> Option<u64> {
 /// a container: the container's own cgroup, readable even where it is not writable). Used to tell
 /// an OOM kill when there is no per-exec cgroup.
 pub fn enclosing_oom_kills() -> Option<u64> {
-    keyed(Path::new("/sys/fs/cgroup/memory/memory.oom_control"), "oom_kill")
-        .or_else(|| keyed(Path::new("/sys/fs/cgroup/memory.events"), "oom_kill"))
+    keyed(
+        Path::new("/sys/fs/cgroup/memory/memory.oom_control"),
+        "oom_kill",
+    )
+    .or_else(|| keyed(Path::new("/sys/fs/cgroup/memory.events"), "oom_kill"))
 }
 
 /// Whether the cgroup this process lives in has a pids limit (e.g. a container's `pids_limit`).

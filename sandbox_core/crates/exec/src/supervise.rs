@@ -59,7 +59,11 @@ pub(crate) async fn supervise(s: Supervision) {
     } = s;
     // Without an exec cgroup (e.g. inside a container whose cgroups are read-only) an OOM kill is
     // seen as a rise of the enclosing cgroup's counter while this program ran.
-    let oom_before = tree.cgroup().is_none().then(crate::cgroup::enclosing_oom_kills).flatten();
+    let oom_before = tree
+        .cgroup()
+        .is_none()
+        .then(crate::cgroup::enclosing_oom_kills)
+        .flatten();
     let (drain_tx, drain_rx) = watch::channel(None::<tokio::time::Instant>);
     let reader = |fd, which| {
         tokio::spawn(forward(

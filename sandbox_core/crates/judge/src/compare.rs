@@ -15,8 +15,16 @@ fn exact(got: &[u8], want: &[u8]) -> Option<String> {
     if got == want {
         return None;
     }
-    let at = got.iter().zip(want).position(|(a, b)| a != b).unwrap_or(got.len().min(want.len()));
-    Some(format!("output differs at byte {at} ({} bytes, expected {})", got.len(), want.len()))
+    let at = got
+        .iter()
+        .zip(want)
+        .position(|(a, b)| a != b)
+        .unwrap_or(got.len().min(want.len()));
+    Some(format!(
+        "output differs at byte {at} ({} bytes, expected {})",
+        got.len(),
+        want.len()
+    ))
 }
 
 fn short(t: &[u8]) -> String {
@@ -29,8 +37,12 @@ fn short(t: &[u8]) -> String {
 }
 
 fn float_eq(a: &[u8], b: &[u8], tol: f64) -> bool {
-    let (Ok(a), Ok(b)) = (std::str::from_utf8(a), std::str::from_utf8(b)) else { return false };
-    let (Ok(x), Ok(y)) = (a.parse::<f64>(), b.parse::<f64>()) else { return false };
+    let (Ok(a), Ok(b)) = (std::str::from_utf8(a), std::str::from_utf8(b)) else {
+        return false;
+    };
+    let (Ok(x), Ok(y)) = (a.parse::<f64>(), b.parse::<f64>()) else {
+        return false;
+    };
     if x.is_nan() || y.is_nan() {
         return x.is_nan() && y.is_nan();
     }
@@ -40,8 +52,12 @@ fn float_eq(a: &[u8], b: &[u8], tol: f64) -> bool {
 }
 
 fn tokens(got: &[u8], want: &[u8], tol: Option<f64>) -> Option<String> {
-    let mut g = got.split(|c| c.is_ascii_whitespace()).filter(|t| !t.is_empty());
-    let mut w = want.split(|c| c.is_ascii_whitespace()).filter(|t| !t.is_empty());
+    let mut g = got
+        .split(|c| c.is_ascii_whitespace())
+        .filter(|t| !t.is_empty());
+    let mut w = want
+        .split(|c| c.is_ascii_whitespace())
+        .filter(|t| !t.is_empty());
     let mut i = 0usize;
     loop {
         match (g.next(), w.next()) {
@@ -49,11 +65,24 @@ fn tokens(got: &[u8], want: &[u8], tol: Option<f64>) -> Option<String> {
             (Some(a), Some(b)) => {
                 let same = a == b || tol.is_some_and(|t| float_eq(a, b, t));
                 if !same {
-                    return Some(format!("token {} is {:?}, expected {:?}", i + 1, short(a), short(b)));
+                    return Some(format!(
+                        "token {} is {:?}, expected {:?}",
+                        i + 1,
+                        short(a),
+                        short(b)
+                    ));
                 }
             }
-            (Some(a), None) => return Some(format!("extra output from token {}: {:?}", i + 1, short(a))),
-            (None, Some(b)) => return Some(format!("output ends at token {}, expected {:?}", i + 1, short(b))),
+            (Some(a), None) => {
+                return Some(format!("extra output from token {}: {:?}", i + 1, short(a)))
+            }
+            (None, Some(b)) => {
+                return Some(format!(
+                    "output ends at token {}, expected {:?}",
+                    i + 1,
+                    short(b)
+                ))
+            }
         }
         i += 1;
     }
@@ -72,9 +101,15 @@ mod tests {
     #[test]
     fn whitespace_ignores_spacing_and_trailing_newlines() {
         assert!(differ(Compare::Whitespace, b"1  2\n3\n\n", b"1 2 3", 0.0).is_none());
-        assert!(differ(Compare::Unspecified, b"1 2", b"1 2 3", 0.0).unwrap().contains("ends"));
-        assert!(differ(Compare::Whitespace, b"1 2 4", b"1 2 3", 0.0).unwrap().contains("token 3"));
-        assert!(differ(Compare::Whitespace, b"1 2 3 4", b"1 2 3", 0.0).unwrap().contains("extra"));
+        assert!(differ(Compare::Unspecified, b"1 2", b"1 2 3", 0.0)
+            .unwrap()
+            .contains("ends"));
+        assert!(differ(Compare::Whitespace, b"1 2 4", b"1 2 3", 0.0)
+            .unwrap()
+            .contains("token 3"));
+        assert!(differ(Compare::Whitespace, b"1 2 3 4", b"1 2 3", 0.0)
+            .unwrap()
+            .contains("extra"));
     }
 
     #[test]

@@ -53,7 +53,11 @@ impl Language {
 
     /// Languages whose tools exist here, for `Info.languages`.
     pub fn available() -> Vec<&'static str> {
-        Language::ALL.iter().filter(|l| Path::new(l.tool()).exists()).map(|l| l.name()).collect()
+        Language::ALL
+            .iter()
+            .filter(|l| Path::new(l.tool()).exists())
+            .map(|l| l.name())
+            .collect()
     }
 
     pub fn source_file(self) -> &'static str {
@@ -75,8 +79,25 @@ impl Language {
         let out = out.display().to_string();
         let v = |a: &[&str]| Some(a.iter().map(|s| s.to_string()).collect());
         match self {
-            Language::C => v(&["/usr/bin/gcc", "-O2", "-std=gnu17", "-pipe", "-o", &out, &src, "-lm"]),
-            Language::Cpp => v(&["/usr/bin/g++", "-O2", "-std=gnu++17", "-pipe", "-o", &out, &src]),
+            Language::C => v(&[
+                "/usr/bin/gcc",
+                "-O2",
+                "-std=gnu17",
+                "-pipe",
+                "-o",
+                &out,
+                &src,
+                "-lm",
+            ]),
+            Language::Cpp => v(&[
+                "/usr/bin/g++",
+                "-O2",
+                "-std=gnu++17",
+                "-pipe",
+                "-o",
+                &out,
+                &src,
+            ]),
             Language::Python | Language::Bash => None,
         }
     }
@@ -85,8 +106,16 @@ impl Language {
     pub fn run(self, dir: &Path, check: Option<&str>) -> Vec<String> {
         let d = |f: &str| dir.join(f).display().to_string();
         match (self, check) {
-            (Language::Python, None) => vec!["/usr/bin/python3".into(), "-I".into(), d("solution.py")],
-            (Language::Python, Some(c)) => vec!["/usr/bin/python3".into(), "-I".into(), d("runner.py"), d("solution.py"), d(c)],
+            (Language::Python, None) => {
+                vec!["/usr/bin/python3".into(), "-I".into(), d("solution.py")]
+            }
+            (Language::Python, Some(c)) => vec![
+                "/usr/bin/python3".into(),
+                "-I".into(),
+                d("runner.py"),
+                d("solution.py"),
+                d(c),
+            ],
             (Language::Bash, None) => vec!["/bin/bash".into(), d("solution.sh")],
             (Language::Bash, Some(c)) => vec![
                 "/bin/bash".into(),

@@ -24,7 +24,10 @@ pub enum JudgeError {
     #[error("{0}")]
     Invalid(String),
     #[error("scratch dir {path}: {source}")]
-    Scratch { path: String, source: std::io::Error },
+    Scratch {
+        path: String,
+        source: std::io::Error,
+    },
 }
 
 /// Where a call's files go, and who owns them.
@@ -49,8 +52,15 @@ impl Drop for CaseDir {
 /// runs in a fresh directory of its own (writable by the program), removed after the case.
 impl Scratch {
     fn make(&self) -> Result<CaseDir, JudgeError> {
-        let dir = self.root.join(format!("judge-{}-{}", std::process::id(), NEXT.fetch_add(1, Ordering::Relaxed)));
-        let err = |source| JudgeError::Scratch { path: dir.display().to_string(), source };
+        let dir = self.root.join(format!(
+            "judge-{}-{}",
+            std::process::id(),
+            NEXT.fetch_add(1, Ordering::Relaxed)
+        ));
+        let err = |source| JudgeError::Scratch {
+            path: dir.display().to_string(),
+            source,
+        };
         std::fs::create_dir(&dir).map_err(err)?;
         let guard = CaseDir(dir.clone());
         set_mode(&dir, 0o755).map_err(err)?;
@@ -60,7 +70,10 @@ impl Scratch {
     /// A directory the program may write to (the compile output dir, a case's cwd).
     fn make_writable(&self, dir: &Path, name: &str) -> Result<PathBuf, JudgeError> {
         let p = dir.join(name);
-        let err = |source| JudgeError::Scratch { path: p.display().to_string(), source };
+        let err = |source| JudgeError::Scratch {
+            path: p.display().to_string(),
+            source,
+        };
         std::fs::create_dir(&p).map_err(err)?;
         chown(&p, self.uid, self.gid).map_err(err)?;
         Ok(p)
@@ -69,7 +82,10 @@ impl Scratch {
     /// A file the program may read but not change.
     fn write(&self, dir: &Path, name: &str, data: &[u8]) -> Result<(), JudgeError> {
         let p = dir.join(name);
-        let err = |source| JudgeError::Scratch { path: p.display().to_string(), source };
+        let err = |source| JudgeError::Scratch {
+            path: p.display().to_string(),
+            source,
+        };
         std::fs::write(&p, data).map_err(err)?;
         set_mode(&p, 0o644).map_err(err)
     }
@@ -77,7 +93,10 @@ impl Scratch {
     /// Takes the compiled binary out of the program-writable build dir into the read-only one.
     fn seal_binary(&self, built: &Path, dir: &Path) -> Result<(), JudgeError> {
         let dst = dir.join("solution");
-        let err = |source| JudgeError::Scratch { path: dst.display().to_string(), source };
+        let err = |source| JudgeError::Scratch {
+            path: dst.display().to_string(),
+            source,
+        };
         std::fs::copy(built, &dst).map_err(err)?;
         set_mode(&dst, 0o755).map_err(err)
     }
@@ -114,42 +133,82 @@ fn compile_limits(base: &Limits) -> Limits {
 
 pub fn validate(req: &pb::RunTestsRequest) -> Result<Language, JudgeError> {
     let lang = Language::parse(&req.language).ok_or_else(|| {
-        JudgeError::Invalid(format!("unknown language {:?}; known: {}", req.language, Language::available().join(", ")))
+        JudgeError::Invalid(format!(
+            "unknown language {:?}; known: {}",
+            req.language,
+            Language::available().join(", ")
+        ))
     })?;
     if req.tests.is_empty() {
         return Err(JudgeError::Invalid("no test cases".into()));
     }
     if req.tests.len() > MAX_CASES {
-        return Err(JudgeError::Invalid(format!("{} test cases (max {MAX_CASES})", req.tests.len())));
+        return Err(JudgeError::Invalid(format!(
+            "{} test cases (max {MAX_CASES})",
+            req.tests.len()
+        )));
     }
     if req.tests.iter().any(|t| !t.check.is_empty()) && !lang.supports_check() {
-        return Err(JudgeError::Invalid(format!("check scripts are supported for python and bash, not {}", lang.name())));
+        return Err(JudgeError::Invalid(format!(
+            "check scripts are supported for python and bash, not {}",
+            lang.name()
+        )));
     }
     if !req.float_tolerance.is_finite() || req.float_tolerance < 0.0 {
-        return Err(JudgeError::Invalid(format!("float_tolerance must be >= 0, got {}", req.float_tolerance)));
+        return Err(JudgeError::Invalid(format!(
+            "float_tolerance must be >= 0, got {}",
+            req.float_tolerance
+        )));
     }
     Ok(lang)
 }
 
 /// Compiles once (when the language needs it) and runs every case. `limits` are already resolved.
-pub async fn run_tests(executor: &Executor, scratch: &Scratch, req: pb::RunTestsRequest, limits: Limits) -> Result<pb::RunTestsReport, JudgeError> {
+pub async fn run_tests(
+    executor: &Executor,
+    scratch: &Scratch,
+    req: pb::RunTestsRequest,
+    limits: Limits,
+) -> Result<pb::RunTestsReport, JudgeError> {
     let started = Instant::now();
     let lang = validate(&req)?;
-    let excerpt_n = if req.excerpt_bytes == 0 { DEFAULT_EXCERPT } else { req.excerpt_bytes as usize };
-    let tolerance = if req.float_tolerance == 0.0 { DEFAULT_TOLERANCE } else { req.float_tolerance };
+    let excerpt_n = if req.excerpt_bytes == 0 {
+        DEFAULT_EXCERPT
+    } else {
+        req.excerpt_bytes as usize
+    };
+    let tolerance = if req.float_tolerance == 0.0 {
+        DEFAULT_TOLERANCE
+    } else {
+        req.float_tolerance
+    };
     let compare = pb::Compare::try_from(req.compare).unwrap_or(pb::Compare::Unspecified);
     let dir = scratch.make()?;
     scratch.write(&dir.0, lang.source_file(), req.source.as_bytes())?;
     if lang == Language::Python && req.tests.iter().any(|t| !t.check.is_empty()) {
-        scratch.write(&dir.0, "runner.py", languages::PYTHON_CHECK_RUNNER.as_bytes())?;
+        scratch.write(
+            &dir.0,
+            "runner.py",
+            languages::PYTHON_CHECK_RUNNER.as_bytes(),
+        )?;
     }
     let base_env = Default::default();
-    let mut report = pb::RunTestsReport { total: req.tests.len() as u32, compiled: true, ..Default::default() };
+    let mut report = pb::RunTestsReport {
+        total: req.tests.len() as u32,
+        compiled: true,
+        ..Default::default()
+    };
 
     let build = dir.0.join("build");
     if let Some(argv) = lang.compile(&dir.0, &build.join("solution")) {
         scratch.make_writable(&dir.0, "build")?;
-        let cmd = Command { argv, env: base_env, clear_env: false, cwd: Some(build.clone()), limits: compile_limits(&limits) };
+        let cmd = Command {
+            argv,
+            env: base_env,
+            clear_env: false,
+            cwd: Some(build.clone()),
+            limits: compile_limits(&limits),
+        };
         let t = Instant::now();
         let outcome = executor.run(cmd, bytes::Bytes::new()).await;
         report.compile_time_s = t.elapsed().as_secs_f64();
@@ -161,14 +220,22 @@ pub async fn run_tests(executor: &Executor, scratch: &Scratch, req: pb::RunTests
                     let mut out = o.stderr;
                     out.extend_from_slice(&o.stdout);
                     report.compile_output = excerpt(&out, 16 << 10);
-                    if o.timed_out { "compilation timed out".to_string() } else { "compilation failed".to_string() }
+                    if o.timed_out {
+                        "compilation timed out".to_string()
+                    } else {
+                        "compilation failed".to_string()
+                    }
                 }
                 Err(e) => format!("compiler could not run: {e}"),
             };
             report.cases = req
                 .tests
                 .iter()
-                .map(|_| pb::CaseResult { verdict: pb::Verdict::CompileError as i32, message: msg.clone(), ..Default::default() })
+                .map(|_| pb::CaseResult {
+                    verdict: pb::Verdict::CompileError as i32,
+                    message: msg.clone(),
+                    ..Default::default()
+                })
                 .collect();
             report.wall_time_s = started.elapsed().as_secs_f64();
             return Ok(report);
@@ -182,13 +249,20 @@ pub async fn run_tests(executor: &Executor, scratch: &Scratch, req: pb::RunTests
     let mut failed = false;
     for (i, case) in req.tests.iter().enumerate() {
         if failed && req.stop_on_first_failure {
-            report.cases.push(pb::CaseResult { verdict: pb::Verdict::Skipped as i32, message: "an earlier case failed".into(), ..Default::default() });
+            report.cases.push(pb::CaseResult {
+                verdict: pb::Verdict::Skipped as i32,
+                message: "an earlier case failed".into(),
+                ..Default::default()
+            });
             continue;
         }
         let check = if case.check.is_empty() {
             None
         } else {
-            let name = format!("check_{i}.{}", if lang == Language::Python { "py" } else { "sh" });
+            let name = format!(
+                "check_{i}.{}",
+                if lang == Language::Python { "py" } else { "sh" }
+            );
             scratch.write(&dir.0, &name, case.check.as_bytes())?;
             Some(name)
         };
@@ -204,7 +278,11 @@ pub async fn run_tests(executor: &Executor, scratch: &Scratch, req: pb::RunTests
         let _ = std::fs::remove_dir_all(&cwd);
         let result = match outcome {
             Ok(o) => verdict::judge(&o, lang, case, compare, tolerance, excerpt_n),
-            Err(e) => pb::CaseResult { verdict: pb::Verdict::SandboxError as i32, message: e.to_string(), ..Default::default() },
+            Err(e) => pb::CaseResult {
+                verdict: pb::Verdict::SandboxError as i32,
+                message: e.to_string(),
+                ..Default::default()
+            },
         };
         if result.verdict == pb::Verdict::Accepted as i32 {
             report.passed += 1;

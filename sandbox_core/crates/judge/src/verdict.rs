@@ -24,12 +24,26 @@ pub fn of_outcome(o: &Outcome, lang: Language) -> Option<(Verdict, &'static str)
         if lang == Language::Python && tail.windows(11).any(|w| w == b"MemoryError") {
             return Some((Verdict::MemoryLimit, "memory limit exceeded (MemoryError)"));
         }
-        return Some((Verdict::RuntimeError, if o.signal.is_some() { "killed by a signal" } else { "non-zero exit status" }));
+        return Some((
+            Verdict::RuntimeError,
+            if o.signal.is_some() {
+                "killed by a signal"
+            } else {
+                "non-zero exit status"
+            },
+        ));
     }
     None
 }
 
-pub fn judge(o: &Outcome, lang: Language, case: &pb::TestCase, mode: pb::Compare, tolerance: f64, excerpt: usize) -> pb::CaseResult {
+pub fn judge(
+    o: &Outcome,
+    lang: Language,
+    case: &pb::TestCase,
+    mode: pb::Compare,
+    tolerance: f64,
+    excerpt: usize,
+) -> pb::CaseResult {
     let (verdict, message) = match of_outcome(o, lang) {
         Some((v, m)) => (v, m.to_string()),
         None if !case.check.is_empty() => (Verdict::Accepted, String::new()),
@@ -48,7 +62,11 @@ pub fn judge(o: &Outcome, lang: Language, case: &pb::TestCase, mode: pb::Compare
         stdout: bytes::Bytes::copy_from_slice(&o.stdout[..o.stdout.len().min(excerpt)]),
         stderr: bytes::Bytes::copy_from_slice(&o.stderr[..o.stderr.len().min(excerpt)]),
         message,
-        path: if o.zygote { pb::ExecPath::Zygote } else { pb::ExecPath::Spawn } as i32,
+        path: if o.zygote {
+            pb::ExecPath::Zygote
+        } else {
+            pb::ExecPath::Spawn
+        } as i32,
     }
 }
 
@@ -57,11 +75,17 @@ mod tests {
     use super::*;
 
     fn outcome() -> Outcome {
-        Outcome { exit_code: Some(0), ..Default::default() }
+        Outcome {
+            exit_code: Some(0),
+            ..Default::default()
+        }
     }
 
     fn case(expected: &str) -> pb::TestCase {
-        pb::TestCase { expected_output: expected.as_bytes().to_vec().into(), ..Default::default() }
+        pb::TestCase {
+            expected_output: expected.as_bytes().to_vec().into(),
+            ..Default::default()
+        }
     }
 
     #[test]
@@ -69,23 +93,70 @@ mod tests {
         let mut o = outcome();
         o.timed_out = true;
         o.stdout = b"3\n".to_vec();
-        let r = judge(&o, Language::C, &case("3"), pb::Compare::Whitespace, 1e-6, 100);
+        let r = judge(
+            &o,
+            Language::C,
+            &case("3"),
+            pb::Compare::Whitespace,
+            1e-6,
+            100,
+        );
         assert_eq!(r.verdict, Verdict::TimeLimit as i32);
         let mut o = outcome();
         o.oom_killed = true;
         o.exit_code = None;
-        assert_eq!(judge(&o, Language::C, &case(""), pb::Compare::Whitespace, 1e-6, 100).verdict, Verdict::MemoryLimit as i32);
+        assert_eq!(
+            judge(
+                &o,
+                Language::C,
+                &case(""),
+                pb::Compare::Whitespace,
+                1e-6,
+                100
+            )
+            .verdict,
+            Verdict::MemoryLimit as i32
+        );
         let mut o = outcome();
         o.stdout_truncated = true;
-        assert_eq!(judge(&o, Language::C, &case(""), pb::Compare::Whitespace, 1e-6, 100).verdict, Verdict::OutputLimit as i32);
+        assert_eq!(
+            judge(
+                &o,
+                Language::C,
+                &case(""),
+                pb::Compare::Whitespace,
+                1e-6,
+                100
+            )
+            .verdict,
+            Verdict::OutputLimit as i32
+        );
     }
 
     #[test]
     fn output_decides_between_accepted_and_wrong_answer() {
         let mut o = outcome();
         o.stdout = b"3\n".to_vec();
-        assert_eq!(judge(&o, Language::C, &case("3"), pb::Compare::Whitespace, 1e-6, 100).verdict, Verdict::Accepted as i32);
-        let r = judge(&o, Language::C, &case("4"), pb::Compare::Whitespace, 1e-6, 100);
+        assert_eq!(
+            judge(
+                &o,
+                Language::C,
+                &case("3"),
+                pb::Compare::Whitespace,
+                1e-6,
+                100
+            )
+            .verdict,
+            Verdict::Accepted as i32
+        );
+        let r = judge(
+            &o,
+            Language::C,
+            &case("4"),
+            pb::Compare::Whitespace,
+            1e-6,
+            100,
+        );
         assert_eq!(r.verdict, Verdict::WrongAnswer as i32);
         assert!(r.message.contains("token 1"));
     }
@@ -95,8 +166,30 @@ mod tests {
         let mut o = outcome();
         o.exit_code = Some(1);
         o.stderr = b"Traceback...\nMemoryError\n".to_vec();
-        assert_eq!(judge(&o, Language::Python, &case(""), pb::Compare::Whitespace, 1e-6, 100).verdict, Verdict::MemoryLimit as i32);
+        assert_eq!(
+            judge(
+                &o,
+                Language::Python,
+                &case(""),
+                pb::Compare::Whitespace,
+                1e-6,
+                100
+            )
+            .verdict,
+            Verdict::MemoryLimit as i32
+        );
         o.stderr = b"ZeroDivisionError\n".to_vec();
-        assert_eq!(judge(&o, Language::Python, &case(""), pb::Compare::Whitespace, 1e-6, 100).verdict, Verdict::RuntimeError as i32);
+        assert_eq!(
+            judge(
+                &o,
+                Language::Python,
+                &case(""),
+                pb::Compare::Whitespace,
+                1e-6,
+                100
+            )
+            .verdict,
+            Verdict::RuntimeError as i32
+        );
     }
 }

@@ -8,13 +8,18 @@ const V1_CONTROLLERS: [&str; 4] = ["memory", "pids", "cpu", "cpuacct"];
 
 /// Directories of this process's own cgroup: (controller or "" for v2, directory).
 fn own_dirs() -> Vec<(String, PathBuf)> {
-    let (Ok(cgroups), Ok(mountinfo)) = (std::fs::read_to_string("/proc/self/cgroup"), std::fs::read_to_string("/proc/self/mountinfo")) else {
+    let (Ok(cgroups), Ok(mountinfo)) = (
+        std::fs::read_to_string("/proc/self/cgroup"),
+        std::fs::read_to_string("/proc/self/mountinfo"),
+    ) else {
         return vec![];
     };
     let mut out = Vec::new();
     for line in mountinfo.lines() {
         // id parent dev root mountpoint opts [optional...] - fstype source superopts
-        let Some((left, right)) = line.split_once(" - ") else { continue };
+        let Some((left, right)) = line.split_once(" - ") else {
+            continue;
+        };
         let l: Vec<&str> = left.split(' ').collect();
         let r: Vec<&str> = right.split(' ').collect();
         if l.len() < 5 || r.len() < 3 {
@@ -22,20 +27,36 @@ fn own_dirs() -> Vec<(String, PathBuf)> {
         }
         let (root, mountpoint, fstype, superopts) = (l[3], l[4], r[0], r[2]);
         let (key, own_path) = if fstype == "cgroup2" {
-            let Some(p) = cgroups.lines().find_map(|c| c.strip_prefix("0::")) else { continue };
+            let Some(p) = cgroups.lines().find_map(|c| c.strip_prefix("0::")) else {
+                continue;
+            };
             ("".to_string(), p)
         } else if fstype == "cgroup" {
-            let Some(ctrl) = superopts.split(',').find(|o| V1_CONTROLLERS.contains(o)) else { continue };
+            let Some(ctrl) = superopts.split(',').find(|o| V1_CONTROLLERS.contains(o)) else {
+                continue;
+            };
             let Some(p) = cgroups.lines().find_map(|c| {
                 let mut it = c.splitn(3, ':');
                 let (_, ctrls, path) = (it.next()?, it.next()?, it.next()?);
                 ctrls.split(',').any(|x| x == ctrl).then_some(path)
-            }) else { continue };
-            (superopts.split(',').filter(|o| V1_CONTROLLERS.contains(o)).collect::<Vec<_>>().join(","), p)
+            }) else {
+                continue;
+            };
+            (
+                superopts
+                    .split(',')
+                    .filter(|o| V1_CONTROLLERS.contains(o))
+                    .collect::<Vec<_>>()
+                    .join(","),
+                p,
+            )
         } else {
             continue;
         };
-        let rel = own_path.strip_prefix(root).unwrap_or(own_path).trim_start_matches('/');
+        let rel = own_path
+            .strip_prefix(root)
+            .unwrap_or(own_path)
+            .trim_start_matches('/');
         out.push((key, Path::new(mountpoint).join(rel)));
     }
     out.sort();
@@ -93,15 +114,27 @@ impl SandboxCgroup {
                         write(&dir, "pids.max", &limits.max_pids.to_string())?;
                     }
                     if limits.cpu_quota > 0.0 {
-                        write(&dir, "cpu.max", &format!("{} 100000", (limits.cpu_quota * 100_000.0) as u64))?;
+                        write(
+                            &dir,
+                            "cpu.max",
+                            &format!("{} 100000", (limits.cpu_quota * 100_000.0) as u64),
+                        )?;
                     }
                 } else {
                     let has = |c: &str| key.split(',').any(|k| k == c);
                     if has("memory") {
                         let _ = write(&dir, "memory.use_hierarchy", "1");
                         if limits.memory_bytes > 0 {
-                            write(&dir, "memory.limit_in_bytes", &limits.memory_bytes.to_string())?;
-                            let _ = write(&dir, "memory.memsw.limit_in_bytes", &limits.memory_bytes.to_string());
+                            write(
+                                &dir,
+                                "memory.limit_in_bytes",
+                                &limits.memory_bytes.to_string(),
+                            )?;
+                            let _ = write(
+                                &dir,
+                                "memory.memsw.limit_in_bytes",
+                                &limits.memory_bytes.to_string(),
+                            );
                         }
                     }
                     if has("pids") && limits.max_pids > 0 {
@@ -109,7 +142,11 @@ impl SandboxCgroup {
                     }
                     if has("cpu") && limits.cpu_quota > 0.0 {
                         write(&dir, "cpu.cfs_period_us", "100000")?;
-                        write(&dir, "cpu.cfs_quota_us", &((limits.cpu_quota * 100_000.0) as u64).to_string())?;
+                        write(
+                            &dir,
+                            "cpu.cfs_quota_us",
+                            &((limits.cpu_quota * 100_000.0) as u64).to_string(),
+                        )?;
                     }
                 }
                 Ok(())

@@ -53,10 +53,16 @@ fn channel(endpoint: &str, connect_timeout: Duration) -> PyResult<Channel> {
             .map_err(|e| err("invalid_argument", e.to_string()))?
             .connect_timeout(connect_timeout);
         // Unix sockets: a dead agent resets its connections at once, no pings needed.
-        Ok(ep.connect_with_connector_lazy(tower::service_fn(move |_: Uri| {
-            let path = path.clone();
-            async move { Ok::<_, std::io::Error>(TokioIo::new(tokio::net::UnixStream::connect(path).await?)) }
-        })))
+        Ok(
+            ep.connect_with_connector_lazy(tower::service_fn(move |_: Uri| {
+                let path = path.clone();
+                async move {
+                    Ok::<_, std::io::Error>(TokioIo::new(
+                        tokio::net::UnixStream::connect(path).await?,
+                    ))
+                }
+            })),
+        )
     } else if endpoint.starts_with("http://") {
         let ep = Endpoint::from_shared(endpoint.to_string())
             .map_err(|e| err("invalid_argument", format!("bad endpoint {endpoint}: {e}")))?
@@ -67,15 +73,22 @@ fn channel(endpoint: &str, connect_timeout: Duration) -> PyResult<Channel> {
             .keep_alive_while_idle(true);
         Ok(ep.connect_lazy())
     } else {
-        Err(err("invalid_argument", format!("endpoint must be unix:///path or http://host:port, got {endpoint}")))
+        Err(err(
+            "invalid_argument",
+            format!("endpoint must be unix:///path or http://host:port, got {endpoint}"),
+        ))
     }
 }
 
 /// Python strings to Rust strings; a string that is not valid UTF-8 (lone surrogates) is a
 /// clear invalid-argument error rather than a crash.
 fn utf8(s: &Bound<'_, PyAny>, what: &str) -> PyResult<String> {
-    let s = s.cast::<PyString>().map_err(|_| err("invalid_argument", format!("{what} must be a str")))?;
-    s.to_str().map(str::to_owned).map_err(|_| err("invalid_argument", format!("{what} is not valid UTF-8")))
+    let s = s
+        .cast::<PyString>()
+        .map_err(|_| err("invalid_argument", format!("{what} must be a str")))?;
+    s.to_str()
+        .map(str::to_owned)
+        .map_err(|_| err("invalid_argument", format!("{what} is not valid UTF-8")))
 }
 
 fn utf8_list(items: &Bound<'_, PyList>, what: &str) -> PyResult<Vec<String>> {
@@ -86,7 +99,10 @@ fn utf8_map(env: Option<&Bound<'_, pyo3::types::PyDict>>) -> PyResult<HashMap<St
     let mut out = HashMap::new();
     if let Some(env) = env {
         for (k, v) in env.iter() {
-            out.insert(utf8(&k, "environment variable name")?, utf8(&v, "environment variable value")?);
+            out.insert(
+                utf8(&k, "environment variable name")?,
+                utf8(&v, "environment variable value")?,
+            );
         }
     }
     Ok(out)
@@ -111,7 +127,12 @@ pub fn exec_request(
 }
 
 impl AgentClient {
-    fn call<'py, T, F, Fut>(&self, py: Python<'py>, timeout: Option<f64>, f: F) -> PyResult<Bound<'py, PyAny>>
+    fn call<'py, T, F, Fut>(
+        &self,
+        py: Python<'py>,
+        timeout: Option<f64>,
+        f: F,
+    ) -> PyResult<Bound<'py, PyAny>>
     where
         F: FnOnce(Client) -> Fut + Send + 'static,
         Fut: std::future::Future<Output = PyResult<T>> + Send + 'static,
@@ -120,17 +141,28 @@ impl AgentClient {
         runtime::check_pid()?;
         let client = self.client.clone();
         let deadline = match timeout {
-            Some(t) if !t.is_finite() || t <= 0.0 => return Err(err("invalid_argument", format!("timeout must be positive, got {t}"))),
-            Some(t) => Some(Duration::try_from_secs_f64(t).map_err(|_| err("invalid_argument", "timeout out of range"))?),
+            Some(t) if !t.is_finite() || t <= 0.0 => {
+                return Err(err(
+                    "invalid_argument",
+                    format!("timeout must be positive, got {t}"),
+                ))
+            }
+            Some(t) => Some(
+                Duration::try_from_secs_f64(t)
+                    .map_err(|_| err("invalid_argument", "timeout out of range"))?,
+            ),
             None => None,
         };
         pyo3_async_runtimes::tokio::future_into_py(py, async move {
             // Dropping the future (a Python cancel or this deadline) resets the HTTP/2 stream, and
             // the agent kills what the call started.
             match deadline {
-                Some(d) => tokio::time::timeout(d, f(client))
-                    .await
-                    .map_err(|_| err("deadline_exceeded", format!("no answer from the agent within {d:?}")))?,
+                Some(d) => tokio::time::timeout(d, f(client)).await.map_err(|_| {
+                    err(
+                        "deadline_exceeded",
+                        format!("no answer from the agent within {d:?}"),
+                    )
+                })?,
                 None => f(client).await,
             }
         })
@@ -145,10 +177,14 @@ impl AgentClient {
         runtime::check_pid()?;
         let header = MetadataValue::try_from(format!("Bearer {token}"))
             .map_err(|_| err("invalid_argument", "token must be printable ASCII"))?;
-        let timeout = Duration::try_from_secs_f64(connect_timeout_s).map_err(|_| err("invalid_argument", "bad connect timeout"))?;
-        let client = agent_client::AgentClient::with_interceptor(channel(&endpoint, timeout)?, Token(header))
-            .max_decoding_message_size(MAX_MESSAGE)
-            .max_encoding_message_size(MAX_MESSAGE);
+        let timeout = Duration::try_from_secs_f64(connect_timeout_s)
+            .map_err(|_| err("invalid_argument", "bad connect timeout"))?;
+        let client = agent_client::AgentClient::with_interceptor(
+            channel(&endpoint, timeout)?,
+            Token(header),
+        )
+        .max_decoding_message_size(MAX_MESSAGE)
+        .max_encoding_message_size(MAX_MESSAGE);
         Ok(AgentClient { endpoint, client })
     }
 
@@ -166,7 +202,14 @@ impl AgentClient {
         timeout_s: Option<f64>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let empty = PyString::new(py, "");
-        let req = exec_request(argv, env, cwd.unwrap_or(empty.as_any()), stdin, limits.as_deref(), clear_env)?;
+        let req = exec_request(
+            argv,
+            env,
+            cwd.unwrap_or(empty.as_any()),
+            stdin,
+            limits.as_deref(),
+            clear_env,
+        )?;
         self.call(py, timeout_s, move |mut c| async move {
             let r = c.exec(req).await.map_err(from_status)?.into_inner();
             Python::attach(|py| Py::new(py, ExecResult::from_proto(py, r)))
@@ -185,23 +228,49 @@ impl AgentClient {
     ) -> PyResult<ExecStream> {
         runtime::check_pid()?;
         let empty = PyString::new(py, "");
-        let req = exec_request(argv, env, cwd.unwrap_or(empty.as_any()), Vec::new(), limits.as_deref(), clear_env)?;
+        let req = exec_request(
+            argv,
+            env,
+            cwd.unwrap_or(empty.as_any()),
+            Vec::new(),
+            limits.as_deref(),
+            clear_env,
+        )?;
         Ok(ExecStream::open(self.client.clone(), req))
     }
 
-    fn write_files<'py>(&self, py: Python<'py>, files: Vec<(String, Vec<u8>, u32)>) -> PyResult<Bound<'py, PyAny>> {
+    fn write_files<'py>(
+        &self,
+        py: Python<'py>,
+        files: Vec<(String, Vec<u8>, u32)>,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let files = files
             .into_iter()
-            .map(|(path, data, mode)| pb::FileEntry { path, data: data.into(), mode })
+            .map(|(path, data, mode)| pb::FileEntry {
+                path,
+                data: data.into(),
+                mode,
+            })
             .collect();
         self.call(py, Some(DEFAULT_CALL_TIMEOUT_S), move |mut c| async move {
-            Ok(c.write_files(pb::WriteFilesRequest { files }).await.map_err(from_status)?.into_inner().bytes_written)
+            Ok(c.write_files(pb::WriteFilesRequest { files })
+                .await
+                .map_err(from_status)?
+                .into_inner()
+                .bytes_written)
         })
     }
 
     fn read_file<'py>(&self, py: Python<'py>, path: String) -> PyResult<Bound<'py, PyAny>> {
         self.call(py, Some(DEFAULT_CALL_TIMEOUT_S), move |mut c| async move {
-            let mut stream = c.read_file(pb::ReadFileRequest { path, chunk_size: 0 }).await.map_err(from_status)?.into_inner();
+            let mut stream = c
+                .read_file(pb::ReadFileRequest {
+                    path,
+                    chunk_size: 0,
+                })
+                .await
+                .map_err(from_status)?
+                .into_inner();
             let mut out = Vec::new();
             while let Some(chunk) = stream.message().await.map_err(from_status)? {
                 if out.is_empty() {
@@ -215,29 +284,54 @@ impl AgentClient {
 
     fn list_dir<'py>(&self, py: Python<'py>, path: String) -> PyResult<Bound<'py, PyAny>> {
         self.call(py, Some(DEFAULT_CALL_TIMEOUT_S), move |mut c| async move {
-            let entries = c.list_dir(pb::ListDirRequest { path }).await.map_err(from_status)?.into_inner().entries;
-            Python::attach(|py| entries.into_iter().map(|e| Py::new(py, DirEntry::from(e))).collect::<PyResult<Vec<_>>>())
+            let entries = c
+                .list_dir(pb::ListDirRequest { path })
+                .await
+                .map_err(from_status)?
+                .into_inner()
+                .entries;
+            Python::attach(|py| {
+                entries
+                    .into_iter()
+                    .map(|e| Py::new(py, DirEntry::from(e)))
+                    .collect::<PyResult<Vec<_>>>()
+            })
         })
     }
 
     #[pyo3(signature = (path, recursive=false))]
-    fn remove<'py>(&self, py: Python<'py>, path: String, recursive: bool) -> PyResult<Bound<'py, PyAny>> {
+    fn remove<'py>(
+        &self,
+        py: Python<'py>,
+        path: String,
+        recursive: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
         self.call(py, Some(DEFAULT_CALL_TIMEOUT_S), move |mut c| async move {
-            c.remove(pb::RemoveRequest { path, recursive }).await.map_err(from_status)?;
+            c.remove(pb::RemoveRequest { path, recursive })
+                .await
+                .map_err(from_status)?;
             Ok(())
         })
     }
 
     fn info<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         self.call(py, Some(DEFAULT_CALL_TIMEOUT_S), move |mut c| async move {
-            let info = c.info(pb::InfoRequest {}).await.map_err(from_status)?.into_inner();
+            let info = c
+                .info(pb::InfoRequest {})
+                .await
+                .map_err(from_status)?
+                .into_inner();
             Python::attach(|py| Py::new(py, AgentInfo::from(info)))
         })
     }
 
     fn renew_lease<'py>(&self, py: Python<'py>, ttl_s: f64) -> PyResult<Bound<'py, PyAny>> {
         self.call(py, Some(DEFAULT_CALL_TIMEOUT_S), move |mut c| async move {
-            Ok(c.renew_lease(pb::RenewLeaseRequest { ttl_s }).await.map_err(from_status)?.into_inner().expires_in_s)
+            Ok(c.renew_lease(pb::RenewLeaseRequest { ttl_s })
+                .await
+                .map_err(from_status)?
+                .into_inner()
+                .expires_in_s)
         })
     }
 
@@ -262,14 +356,23 @@ impl AgentClient {
             "exact" => pb::Compare::Exact,
             "whitespace" | "" => pb::Compare::Whitespace,
             "float" => pb::Compare::Float,
-            other => return Err(err("invalid_argument", format!("compare must be exact, whitespace or float, got {other:?}"))),
+            other => {
+                return Err(err(
+                    "invalid_argument",
+                    format!("compare must be exact, whitespace or float, got {other:?}"),
+                ))
+            }
         };
         let req = pb::RunTestsRequest {
             language,
             source: utf8(source, "source")?,
             tests: tests
                 .into_iter()
-                .map(|(input, expected_output, check)| pb::TestCase { input: input.into(), expected_output: expected_output.into(), check })
+                .map(|(input, expected_output, check)| pb::TestCase {
+                    input: input.into(),
+                    expected_output: expected_output.into(),
+                    check,
+                })
                 .collect(),
             limits: limits.as_deref().map(Limits::to_proto),
             stop_on_first_failure,

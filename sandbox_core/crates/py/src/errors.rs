@@ -16,7 +16,9 @@ pub fn add_attributes(py: Python<'_>) -> PyResult<()> {
     let cls = py.get_type::<NativeError>();
     let property = py.import("builtins")?.getattr("property")?;
     for (i, name) in ["kind", "detail", "step"].iter().enumerate() {
-        let code = std::ffi::CString::new(format!("lambda self: self.args[{i}] if len(self.args) > {i} else ''"))?;
+        let code = std::ffi::CString::new(format!(
+            "lambda self: self.args[{i}] if len(self.args) > {i} else ''"
+        ))?;
         let getter = py.eval(&code, None, None)?;
         cls.setattr(*name, property.call1((getter,))?)?;
     }

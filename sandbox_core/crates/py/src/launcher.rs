@@ -66,13 +66,22 @@ impl LaunchConfig {
         env: Option<std::collections::BTreeMap<String, String>>,
     ) -> PyResult<Self> {
         if !lease_ttl_s.is_finite() || lease_ttl_s < 0.0 {
-            return Err(err("invalid_argument", format!("lease_ttl_s must be >= 0, got {lease_ttl_s}")));
+            return Err(err(
+                "invalid_argument",
+                format!("lease_ttl_s must be >= 0, got {lease_ttl_s}"),
+            ));
         }
         if !cpu_quota.is_finite() || cpu_quota < 0.0 {
-            return Err(err("invalid_argument", format!("cpu_quota must be >= 0, got {cpu_quota}")));
+            return Err(err(
+                "invalid_argument",
+                format!("cpu_quota must be >= 0, got {cpu_quota}"),
+            ));
         }
         if !work_dir.starts_with('/') || work_dir == "/" || work_dir.contains("..") {
-            return Err(err("invalid_argument", format!("work_dir must be an absolute path below /, got {work_dir}")));
+            return Err(err(
+                "invalid_argument",
+                format!("work_dir must be an absolute path below /, got {work_dir}"),
+            ));
         }
         Ok(LaunchConfig {
             agent_path,
@@ -114,8 +123,16 @@ impl Inner {
         if st.reaped.is_none() {
             let mut status = 0;
             // SAFETY: waitpid on our own child.
-            let rc = unsafe { libc::waitpid(self.pid, &mut status, if block { 0 } else { libc::WNOHANG } | libc::__WALL) };
-            if rc == self.pid || (rc < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ECHILD)) {
+            let rc = unsafe {
+                libc::waitpid(
+                    self.pid,
+                    &mut status,
+                    if block { 0 } else { libc::WNOHANG } | libc::__WALL,
+                )
+            };
+            if rc == self.pid
+                || (rc < 0 && std::io::Error::last_os_error().raw_os_error() == Some(libc::ECHILD))
+            {
                 st.reaped = Some(status);
             }
         }
@@ -162,7 +179,12 @@ impl LocalSandbox {
     }
     #[getter]
     fn cgroup(&self) -> String {
-        self.inner.cgroup.as_ref().and_then(|c| c.dirs.first()).map(|d| d.display().to_string()).unwrap_or_default()
+        self.inner
+            .cgroup
+            .as_ref()
+            .and_then(|c| c.dirs.first())
+            .map(|d| d.display().to_string())
+            .unwrap_or_default()
     }
     fn alive(&self) -> bool {
         self.inner.reap(false).is_none()
@@ -189,7 +211,9 @@ impl LocalSandbox {
                 }
             }
             let inner2 = inner.clone();
-            let s = tokio::task::spawn_blocking(move || inner2.reap(true)).await.map_err(|e| err("internal", e.to_string()))?;
+            let s = tokio::task::spawn_blocking(move || inner2.reap(true))
+                .await
+                .map_err(|e| err("internal", e.to_string()))?;
             Ok(s.unwrap_or(-1))
         })
     }
@@ -217,7 +241,9 @@ fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
 fn random_token() -> std::io::Result<String> {
     let mut buf = [0u8; 24];
     // SAFETY: getrandom into a buffer of the given length.
-    if unsafe { libc::getrandom(buf.as_mut_ptr() as *mut libc::c_void, buf.len(), 0) } != buf.len() as isize {
+    if unsafe { libc::getrandom(buf.as_mut_ptr() as *mut libc::c_void, buf.len(), 0) }
+        != buf.len() as isize
+    {
         return Err(std::io::Error::last_os_error());
     }
     Ok(buf.iter().map(|b| format!("{b:02x}")).collect())
@@ -327,22 +353,42 @@ fn spawn_child(plan: &ChildPlan, flags: libc::c_int) -> i32 {
     envp_p.push(std::ptr::null());
     // SAFETY: a fork-like clone (no new stack): the child runs only `child`, which makes
     // async-signal-safe calls on memory prepared above and then execs or exits.
-    let pid = unsafe { libc::syscall(libc::SYS_clone, (flags | libc::SIGCHLD) as libc::c_ulong, 0usize, 0usize, 0usize, 0usize) } as i32;
+    let pid = unsafe {
+        libc::syscall(
+            libc::SYS_clone,
+            (flags | libc::SIGCHLD) as libc::c_ulong,
+            0usize,
+            0usize,
+            0usize,
+            0usize,
+        )
+    } as i32;
     if pid == 0 {
         unsafe { child(plan, &argv_p, &envp_p) }
     }
     pid
 }
 
-const CHILD_STEPS: [&str; 6] = ["", "sync", "cgroup-namespace", "setsid", "fds", "exec-agent"];
+const CHILD_STEPS: [&str; 6] = [
+    "",
+    "sync",
+    "cgroup-namespace",
+    "setsid",
+    "fds",
+    "exec-agent",
+];
 
 async fn launch(config: LaunchConfig) -> PyResult<LocalSandbox> {
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
     let run_dir = PathBuf::from(&config.run_dir);
-    std::fs::create_dir_all(&run_dir).map_err(|e| launch_err("run-dir", format!("{}: {e}", run_dir.display())))?;
-    std::fs::set_permissions(&run_dir, std::os::unix::fs::PermissionsExt::from_mode(0o700))
+    std::fs::create_dir_all(&run_dir)
         .map_err(|e| launch_err("run-dir", format!("{}: {e}", run_dir.display())))?;
+    std::fs::set_permissions(
+        &run_dir,
+        std::os::unix::fs::PermissionsExt::from_mode(0o700),
+    )
+    .map_err(|e| launch_err("run-dir", format!("{}: {e}", run_dir.display())))?;
     let sock_path = run_dir.join("agent.sock");
     let _ = std::fs::remove_file(&sock_path);
     let listener = std::os::unix::net::UnixListener::bind(&sock_path)
@@ -350,8 +396,15 @@ async fn launch(config: LaunchConfig) -> PyResult<LocalSandbox> {
     let token = random_token().map_err(|e| launch_err("token", e.to_string()))?;
 
     let cgroup = if config.cgroups {
-        let name = run_dir.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_else(|| "sandbox".into());
-        let limits = CgroupLimits { memory_bytes: config.memory_bytes, max_pids: config.max_pids, cpu_quota: config.cpu_quota };
+        let name = run_dir
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_else(|| "sandbox".into());
+        let limits = CgroupLimits {
+            memory_bytes: config.memory_bytes,
+            max_pids: config.max_pids,
+            cpu_quota: config.cpu_quota,
+        };
         match SandboxCgroup::create(&name, &limits) {
             Ok(cg) => Some(cg),
             // Asked-for limits that cannot be enforced are an error, not a silent downgrade.
@@ -372,7 +425,8 @@ async fn launch(config: LaunchConfig) -> PyResult<LocalSandbox> {
     };
 
     let mut namespaces = vec!["pid", "mnt", "ipc", "uts"];
-    let mut flags = libc::CLONE_NEWPID | libc::CLONE_NEWNS | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS;
+    let mut flags =
+        libc::CLONE_NEWPID | libc::CLONE_NEWNS | libc::CLONE_NEWIPC | libc::CLONE_NEWUTS;
     if !config.network {
         flags |= libc::CLONE_NEWNET;
         namespaces.push("net");
@@ -394,7 +448,11 @@ async fn launch(config: LaunchConfig) -> PyResult<LocalSandbox> {
     let pipes = (|| -> std::io::Result<_> { Ok((pipe()?, pipe()?, pipe()?, pipe()?)) })()
         .map_err(|e| launch_err("pipe", e.to_string()))?;
     let ((sync_r, sync_w), (ready_r, ready_w), (token_r, token_w), (err_r, err_w)) = pipes;
-    let devnull = std::fs::OpenOptions::new().read(true).write(true).open("/dev/null").map_err(|e| launch_err("devnull", e.to_string()))?;
+    let devnull = std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open("/dev/null")
+        .map_err(|e| launch_err("devnull", e.to_string()))?;
     let argv_s = agent_argv(&config, &namespaces);
     let plan = ChildPlan {
         path: cstring(config.agent_path.as_bytes())?,
@@ -412,11 +470,26 @@ async fn launch(config: LaunchConfig) -> PyResult<LocalSandbox> {
     if pid < 0 {
         let e = std::io::Error::last_os_error();
         cleanup_early(&cgroup);
-        return Err(launch_err("clone", format!("{e} (are user namespaces or CAP_SYS_ADMIN available?)")));
+        return Err(launch_err(
+            "clone",
+            format!("{e} (are user namespaces or CAP_SYS_ADMIN available?)"),
+        ));
     }
     drop((sync_r, ready_w, token_r, err_w, listener, devnull));
-    let inner = Arc::new(Inner { pid, run_dir: run_dir.clone(), cgroup, state: Mutex::new(State { reaped: None, cleaned: false }) });
-    let handle = LocalSandbox { inner: inner.clone(), endpoint: format!("unix://{}", sock_path.display()), token: token.clone() };
+    let inner = Arc::new(Inner {
+        pid,
+        run_dir: run_dir.clone(),
+        cgroup,
+        state: Mutex::new(State {
+            reaped: None,
+            cleaned: false,
+        }),
+    });
+    let handle = LocalSandbox {
+        inner: inner.clone(),
+        endpoint: format!("unix://{}", sock_path.display()),
+        token: token.clone(),
+    };
 
     let release = (|| -> Result<(), (String, String)> {
         if let Some(cg) = &inner.cgroup {
@@ -425,13 +498,17 @@ async fn launch(config: LaunchConfig) -> PyResult<LocalSandbox> {
         if !root {
             // SAFETY: getuid/getgid have no preconditions.
             let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
-            let w = |f: &str, v: String| std::fs::write(format!("/proc/{pid}/{f}"), v).map_err(|e| ("user-namespace".to_string(), format!("{f}: {e}")));
+            let w = |f: &str, v: String| {
+                std::fs::write(format!("/proc/{pid}/{f}"), v)
+                    .map_err(|e| ("user-namespace".to_string(), format!("{f}: {e}")))
+            };
             w("setgroups", "deny".into())?;
             w("uid_map", format!("0 {uid} 1"))?;
             w("gid_map", format!("0 {gid} 1"))?;
         }
         let mut t = std::fs::File::from(token_w);
-        std::io::Write::write_all(&mut t, token.as_bytes()).map_err(|e| ("token".into(), e.to_string()))?;
+        std::io::Write::write_all(&mut t, token.as_bytes())
+            .map_err(|e| ("token".into(), e.to_string()))?;
         drop(t);
         let mut s = std::fs::File::from(sync_w);
         std::io::Write::write_all(&mut s, b"G").map_err(|e| ("sync".into(), e.to_string()))?;
@@ -443,7 +520,8 @@ async fn launch(config: LaunchConfig) -> PyResult<LocalSandbox> {
     }
 
     // Readiness is pushed: the agent writes one byte once it serves, or the pipe closes if it dies.
-    let mut ready = tokio::net::unix::pipe::Receiver::from_owned_fd(ready_r).map_err(|e| launch_err("ready-pipe", e.to_string()))?;
+    let mut ready = tokio::net::unix::pipe::Receiver::from_owned_fd(ready_r)
+        .map_err(|e| launch_err("ready-pipe", e.to_string()))?;
     let mut byte = [0u8; 1];
     let got = tokio::time::timeout(READY_TIMEOUT, ready.read(&mut byte)).await;
     match got {
@@ -451,26 +529,41 @@ async fn launch(config: LaunchConfig) -> PyResult<LocalSandbox> {
         Ok(_) => {
             let mut msg = [0u8; 3];
             // SAFETY: reading from our own pipe; the child is gone or has exec'd, so the write end is closed.
-            let n = unsafe { libc::read(err_r.as_raw_fd(), msg.as_mut_ptr() as *mut libc::c_void, 3) };
+            let n =
+                unsafe { libc::read(err_r.as_raw_fd(), msg.as_mut_ptr() as *mut libc::c_void, 3) };
             inner.kill();
-            let status = inner.state.lock().unwrap_or_else(|e| e.into_inner()).reaped.unwrap_or(-1);
+            let status = inner
+                .state
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .reaped
+                .unwrap_or(-1);
             if n == 3 {
                 let errno = msg[1] as i32 | ((msg[2] as i32) << 8);
                 let step = CHILD_STEPS.get(msg[0] as usize).copied().unwrap_or("child");
-                Err(launch_err(step, format!("{}", std::io::Error::from_raw_os_error(errno))))
+                Err(launch_err(
+                    step,
+                    format!("{}", std::io::Error::from_raw_os_error(errno)),
+                ))
             } else {
                 Err(launch_err("agent-start", format!("the agent exited before it was ready (wait status {status}); its stderr has the reason")))
             }
         }
         Err(_) => {
             inner.kill();
-            Err(launch_err("ready-timeout", format!("the agent did not become ready within {READY_TIMEOUT:?}")))
+            Err(launch_err(
+                "ready-timeout",
+                format!("the agent did not become ready within {READY_TIMEOUT:?}"),
+            ))
         }
     }
 }
 
 #[pyfunction]
-pub fn launch_local<'py>(py: Python<'py>, config: PyRef<'py, LaunchConfig>) -> PyResult<Bound<'py, PyAny>> {
+pub fn launch_local<'py>(
+    py: Python<'py>,
+    config: PyRef<'py, LaunchConfig>,
+) -> PyResult<Bound<'py, PyAny>> {
     runtime::check_pid()?;
     pyo3_async_runtimes::tokio::future_into_py(py, launch(config.clone()))
 }

@@ -10,7 +10,10 @@ static OWNER_PID: OnceLock<u32> = OnceLock::new();
 pub fn init() {
     OWNER_PID.get_or_init(std::process::id);
     let mut builder = tokio::runtime::Builder::new_multi_thread();
-    builder.worker_threads(2).enable_all().thread_name("sandboxes-native");
+    builder
+        .worker_threads(2)
+        .enable_all()
+        .thread_name("sandboxes-native");
     pyo3_async_runtimes::tokio::init(builder);
 }
 

@@ -29,7 +29,9 @@ impl ExecStream {
     pub fn open(mut client: Client, start: pb::ExecRequest) -> Self {
         let (input, input_rx) = mpsc::channel(64);
         let (events_tx, events_rx) = mpsc::channel(64);
-        let first = pb::ExecInput { kind: Some(pb::exec_input::Kind::Start(start)) };
+        let first = pb::ExecInput {
+            kind: Some(pb::exec_input::Kind::Start(start)),
+        };
         // The channel is empty and has room: this cannot fail.
         let _ = input.try_send(first);
         let task = runtime::handle().spawn(async move {
@@ -55,14 +57,26 @@ impl ExecStream {
                 }
             }
         });
-        ExecStream { input: std::sync::Mutex::new(Some(input)), events: Arc::new(Mutex::new((events_rx, false))), task }
+        ExecStream {
+            input: std::sync::Mutex::new(Some(input)),
+            events: Arc::new(Mutex::new((events_rx, false))),
+            task,
+        }
     }
 
-    fn send<'py>(&self, py: Python<'py>, kind: pb::exec_input::Kind) -> PyResult<Bound<'py, PyAny>> {
+    fn send<'py>(
+        &self,
+        py: Python<'py>,
+        kind: pb::exec_input::Kind,
+    ) -> PyResult<Bound<'py, PyAny>> {
         let input = self.input.lock().unwrap_or_else(|e| e.into_inner()).clone();
         pyo3_async_runtimes::tokio::future_into_py(py, async move {
             let ended = || err("failed_precondition", "the execution has ended");
-            input.ok_or_else(ended)?.send(pb::ExecInput { kind: Some(kind) }).await.map_err(|_| ended())
+            input
+                .ok_or_else(ended)?
+                .send(pb::ExecInput { kind: Some(kind) })
+                .await
+                .map_err(|_| ended())
         })
     }
 }
@@ -91,7 +105,10 @@ impl ExecStream {
                 }
                 None => {
                     *done = true;
-                    Err(err("unavailable", "the execution stream ended without an exit event"))
+                    Err(err(
+                        "unavailable",
+                        "the execution stream ended without an exit event",
+                    ))
                 }
             }
         })

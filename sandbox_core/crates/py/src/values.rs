@@ -32,7 +32,16 @@ impl Limits {
         max_open_files: u32,
         kill_on_output_limit: bool,
     ) -> Self {
-        Limits { wall_time_s, cpu_time_s, memory_bytes, max_pids, max_output_bytes, max_file_size_bytes, max_open_files, kill_on_output_limit }
+        Limits {
+            wall_time_s,
+            cpu_time_s,
+            memory_bytes,
+            max_pids,
+            max_output_bytes,
+            max_file_size_bytes,
+            max_open_files,
+            kill_on_output_limit,
+        }
     }
 }
 
@@ -87,7 +96,11 @@ impl ExecResult {
             wall_time_s: r.wall_time_s,
             cpu_time_s: r.cpu_time_s,
             peak_memory_bytes: r.peak_memory_bytes,
-            path: if r.path == pb::ExecPath::Zygote as i32 { "zygote" } else { "spawn" },
+            path: if r.path == pb::ExecPath::Zygote as i32 {
+                "zygote"
+            } else {
+                "spawn"
+            },
         }
     }
 }
@@ -103,12 +116,33 @@ pub struct ExecEvent {
 impl ExecEvent {
     pub fn from_proto(py: Python<'_>, e: pb::ExecEvent) -> PyResult<Self> {
         use pb::exec_event::Kind;
-        let empty = ExecEvent { kind: "keepalive", pid: None, data: None, result: None };
+        let empty = ExecEvent {
+            kind: "keepalive",
+            pid: None,
+            data: None,
+            result: None,
+        };
         Ok(match e.kind {
-            Some(Kind::Started(s)) => ExecEvent { kind: "started", pid: Some(s.pid), ..empty },
-            Some(Kind::Stdout(b)) => ExecEvent { kind: "stdout", data: Some(PyBytes::new(py, &b).unbind()), ..empty },
-            Some(Kind::Stderr(b)) => ExecEvent { kind: "stderr", data: Some(PyBytes::new(py, &b).unbind()), ..empty },
-            Some(Kind::Exit(r)) => ExecEvent { kind: "exit", result: Some(Py::new(py, ExecResult::from_proto(py, r))?), ..empty },
+            Some(Kind::Started(s)) => ExecEvent {
+                kind: "started",
+                pid: Some(s.pid),
+                ..empty
+            },
+            Some(Kind::Stdout(b)) => ExecEvent {
+                kind: "stdout",
+                data: Some(PyBytes::new(py, &b).unbind()),
+                ..empty
+            },
+            Some(Kind::Stderr(b)) => ExecEvent {
+                kind: "stderr",
+                data: Some(PyBytes::new(py, &b).unbind()),
+                ..empty
+            },
+            Some(Kind::Exit(r)) => ExecEvent {
+                kind: "exit",
+                result: Some(Py::new(py, ExecResult::from_proto(py, r))?),
+                ..empty
+            },
             Some(Kind::Keepalive(_)) | None => empty,
         })
     }
@@ -125,7 +159,13 @@ pub struct DirEntry {
 
 impl From<pb::DirEntry> for DirEntry {
     fn from(e: pb::DirEntry) -> Self {
-        DirEntry { name: e.name, is_dir: e.is_dir, is_symlink: e.is_symlink, size: e.size, mode: e.mode }
+        DirEntry {
+            name: e.name,
+            is_dir: e.is_dir,
+            is_symlink: e.is_symlink,
+            size: e.size,
+            mode: e.mode,
+        }
     }
 }
 
@@ -225,7 +265,11 @@ impl RunTestsReport {
                         stdout: PyBytes::new(py, &c.stdout).unbind(),
                         stderr: PyBytes::new(py, &c.stderr).unbind(),
                         message: c.message,
-                        path: if c.path == pb::ExecPath::Zygote as i32 { "zygote" } else { "spawn" },
+                        path: if c.path == pb::ExecPath::Zygote as i32 {
+                            "zygote"
+                        } else {
+                            "spawn"
+                        },
                     },
                 )
             })

@@ -17,7 +17,9 @@ fn secs(v: f64, what: &str) -> Result<Option<Duration>, AgentError> {
         return Ok(None);
     }
     if !v.is_finite() || v < 0.0 {
-        return Err(AgentError::Invalid(format!("{what} must be a positive number of seconds, got {v}")));
+        return Err(AgentError::Invalid(format!(
+            "{what} must be a positive number of seconds, got {v}"
+        )));
     }
     Duration::try_from_secs_f64(v)
         .map(Some)
@@ -56,26 +58,47 @@ pub fn resolve_limits(req: Option<&pb::Limits>, defaults: &Limits) -> Result<Lim
 }
 
 /// `work_dir` anchors a relative `cwd`.
-pub fn command(req: &pb::ExecRequest, defaults: &Limits, work_dir: &std::path::Path) -> Result<Command, AgentError> {
+pub fn command(
+    req: &pb::ExecRequest,
+    defaults: &Limits,
+    work_dir: &std::path::Path,
+) -> Result<Command, AgentError> {
     if req.argv.is_empty() || req.argv[0].is_empty() {
-        return Err(AgentError::Invalid("argv is empty: name the program to run".into()));
+        return Err(AgentError::Invalid(
+            "argv is empty: name the program to run".into(),
+        ));
     }
     if req.argv.len() > MAX_ARGV {
-        return Err(AgentError::Invalid(format!("{} arguments (max {MAX_ARGV})", req.argv.len())));
+        return Err(AgentError::Invalid(format!(
+            "{} arguments (max {MAX_ARGV})",
+            req.argv.len()
+        )));
     }
     let bytes: usize = req.argv.iter().map(|a| a.len()).sum::<usize>()
-        + req.env.iter().map(|(k, v)| k.len() + v.len()).sum::<usize>();
+        + req
+            .env
+            .iter()
+            .map(|(k, v)| k.len() + v.len())
+            .sum::<usize>();
     if bytes > MAX_ARG_BYTES {
-        return Err(AgentError::Invalid(format!("arguments and environment take {bytes} bytes (max {MAX_ARG_BYTES})")));
+        return Err(AgentError::Invalid(format!(
+            "arguments and environment take {bytes} bytes (max {MAX_ARG_BYTES})"
+        )));
     }
     for k in req.env.keys() {
         if k.is_empty() || k.contains('=') || k.contains('\0') {
-            return Err(AgentError::Invalid(format!("invalid environment variable name {k:?}")));
+            return Err(AgentError::Invalid(format!(
+                "invalid environment variable name {k:?}"
+            )));
         }
     }
     Ok(Command {
         argv: req.argv.clone(),
-        env: req.env.iter().map(|(k, v)| (k.clone(), v.clone())).collect::<BTreeMap<_, _>>(),
+        env: req
+            .env
+            .iter()
+            .map(|(k, v)| (k.clone(), v.clone()))
+            .collect::<BTreeMap<_, _>>(),
         clear_env: req.clear_env,
         cwd: (!req.cwd.is_empty()).then(|| work_dir.join(PathBuf::from(&req.cwd))),
         limits: resolve_limits(req.limits.as_ref(), defaults)?,
@@ -121,26 +144,54 @@ mod tests {
     use std::path::Path;
 
     fn req(argv: &[&str]) -> pb::ExecRequest {
-        pb::ExecRequest { argv: argv.iter().map(|s| s.to_string()).collect(), ..Default::default() }
+        pb::ExecRequest {
+            argv: argv.iter().map(|s| s.to_string()).collect(),
+            ..Default::default()
+        }
     }
 
     #[test]
     fn empty_argv_is_invalid() {
-        assert!(matches!(command(&req(&[]), &Limits::default(), Path::new("/work")), Err(AgentError::Invalid(_))));
-        assert!(matches!(command(&req(&[""]), &Limits::default(), Path::new("/work")), Err(AgentError::Invalid(_))));
+        assert!(matches!(
+            command(&req(&[]), &Limits::default(), Path::new("/work")),
+            Err(AgentError::Invalid(_))
+        ));
+        assert!(matches!(
+            command(&req(&[""]), &Limits::default(), Path::new("/work")),
+            Err(AgentError::Invalid(_))
+        ));
     }
 
     #[test]
     fn zero_limits_keep_defaults_and_absurd_ones_are_refused() {
         let d = Limits::default();
-        let l = resolve_limits(Some(&pb::Limits { wall_time_s: 2.5, ..Default::default() }), &d).unwrap();
+        let l = resolve_limits(
+            Some(&pb::Limits {
+                wall_time_s: 2.5,
+                ..Default::default()
+            }),
+            &d,
+        )
+        .unwrap();
         assert_eq!(l.wall_time, Duration::from_millis(2500));
         assert_eq!(l.memory_bytes, d.memory_bytes);
         for bad in [-1.0, f64::NAN, f64::INFINITY, 1e30] {
-            let r = resolve_limits(Some(&pb::Limits { wall_time_s: bad, ..Default::default() }), &d);
+            let r = resolve_limits(
+                Some(&pb::Limits {
+                    wall_time_s: bad,
+                    ..Default::default()
+                }),
+                &d,
+            );
             assert!(matches!(r, Err(AgentError::Invalid(_))), "{bad}");
         }
-        let r = resolve_limits(Some(&pb::Limits { memory_bytes: u64::MAX, ..Default::default() }), &d);
+        let r = resolve_limits(
+            Some(&pb::Limits {
+                memory_bytes: u64::MAX,
+                ..Default::default()
+            }),
+            &d,
+        );
         assert!(matches!(r, Err(AgentError::Invalid(_))));
     }
 
@@ -148,6 +199,9 @@ mod tests {
     fn bad_env_names_are_invalid() {
         let mut r = req(&["true"]);
         r.env.insert("A=B".into(), "x".into());
-        assert!(matches!(command(&r, &Limits::default(), Path::new("/work")), Err(AgentError::Invalid(_))));
+        assert!(matches!(
+            command(&r, &Limits::default(), Path::new("/work")),
+            Err(AgentError::Invalid(_))
+        ));
     }
 }

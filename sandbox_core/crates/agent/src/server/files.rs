@@ -41,18 +41,34 @@ fn chown_fd(fd: &OwnedFd, owner: Owner) -> std::io::Result<()> {
 
 /// Opens (creating as needed) every directory of `rel`'s parent, beneath `root`.
 fn make_parents(root: &OwnedFd, rel: &Path, owner: Owner) -> std::io::Result<()> {
-    let Some(parent) = rel.parent() else { return Ok(()) };
+    let Some(parent) = rel.parent() else {
+        return Ok(());
+    };
     let mut sofar = std::path::PathBuf::new();
     for c in parent.components() {
         match c {
             Component::Normal(name) => {
-                let dir = open_beneath(root, if sofar.as_os_str().is_empty() { Path::new(".") } else { &sofar }, libc::O_PATH | libc::O_DIRECTORY, 0)?;
+                let dir = open_beneath(
+                    root,
+                    if sofar.as_os_str().is_empty() {
+                        Path::new(".")
+                    } else {
+                        &sofar
+                    },
+                    libc::O_PATH | libc::O_DIRECTORY,
+                    0,
+                )?;
                 let cname = CString::new(std::os::unix::ffi::OsStrExt::as_bytes(name))
                     .map_err(|_| std::io::Error::from_raw_os_error(libc::EINVAL))?;
                 // SAFETY: mkdirat on a valid dir fd and C string.
                 let rc = unsafe { libc::mkdirat(dir.as_raw_fd(), cname.as_ptr(), 0o755) };
                 if rc == 0 {
-                    let made = open_beneath(root, &sofar.join(name), libc::O_RDONLY | libc::O_DIRECTORY, 0)?;
+                    let made = open_beneath(
+                        root,
+                        &sofar.join(name),
+                        libc::O_RDONLY | libc::O_DIRECTORY,
+                        0,
+                    )?;
                     chown_fd(&made, owner)?;
                 } else {
                     let e = std::io::Error::last_os_error();
@@ -71,17 +87,26 @@ fn make_parents(root: &OwnedFd, rel: &Path, owner: Owner) -> std::io::Result<()>
     Ok(())
 }
 
-pub fn write_files(roots: &Roots, owner: Owner, files: Vec<pb::FileEntry>) -> Result<u64, AgentError> {
+pub fn write_files(
+    roots: &Roots,
+    owner: Owner,
+    files: Vec<pb::FileEntry>,
+) -> Result<u64, AgentError> {
     let total: u64 = files.iter().map(|f| f.data.len() as u64).sum();
     if total > MAX_WRITE_BYTES {
-        return Err(AgentError::TooLarge(format!("{total} bytes in one write (max {MAX_WRITE_BYTES})")));
+        return Err(AgentError::TooLarge(format!(
+            "{total} bytes in one write (max {MAX_WRITE_BYTES})"
+        )));
     }
     // Validate every path before writing any file: a bad entry must not leave half a batch.
     let resolved = files
         .iter()
         .map(|f| {
             if f.mode > 0o7777 {
-                return Err(AgentError::Invalid(format!("{}: mode {:o} is not a permission mode", f.path, f.mode)));
+                return Err(AgentError::Invalid(format!(
+                    "{}: mode {:o} is not a permission mode",
+                    f.path, f.mode
+                )));
             }
             roots.resolve(&f.path)
         })
@@ -89,15 +114,22 @@ pub fn write_files(roots: &Roots, owner: Owner, files: Vec<pb::FileEntry>) -> Re
     let mut written = 0u64;
     for (f, r) in files.iter().zip(resolved) {
         let root = open_root(&r.root)?;
-        make_parents(&root, &r.rel, owner).map_err(io(format!("create parent dirs of {}", f.path)))?;
+        make_parents(&root, &r.rel, owner)
+            .map_err(io(format!("create parent dirs of {}", f.path)))?;
         let mode = if f.mode == 0 { 0o644 } else { f.mode };
-        let fd = open_beneath(&root, &r.rel, libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_NOFOLLOW, mode)
-            .map_err(io(format!("open {}", f.path)))?;
+        let fd = open_beneath(
+            &root,
+            &r.rel,
+            libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_NOFOLLOW,
+            mode,
+        )
+        .map_err(io(format!("open {}", f.path)))?;
         chown_fd(&fd, owner).map_err(io(format!("chown {}", f.path)))?;
         // SAFETY: fchmod on a valid fd; the mode was validated above.
         unsafe { libc::fchmod(fd.as_raw_fd(), mode) };
         let mut file = std::fs::File::from(fd);
-        file.write_all(&f.data).map_err(io(format!("write {}", f.path)))?;
+        file.write_all(&f.data)
+            .map_err(io(format!("write {}", f.path)))?;
         written += f.data.len() as u64;
     }
     Ok(written)
@@ -134,10 +166,12 @@ pub fn read_chunk(file: &mut std::fs::File, size: usize) -> Result<Vec<u8>, Agen
 pub fn list_dir(roots: &Roots, path: &str) -> Result<Vec<pb::DirEntry>, AgentError> {
     let r = roots.resolve(if path.is_empty() { "." } else { path })?;
     let root = open_root(&r.root)?;
-    let dir = open_beneath(&root, &r.rel, libc::O_RDONLY | libc::O_DIRECTORY, 0).map_err(io(format!("open {path}")))?;
+    let dir = open_beneath(&root, &r.rel, libc::O_RDONLY | libc::O_DIRECTORY, 0)
+        .map_err(io(format!("open {path}")))?;
     // /proc/self/fd/N names the directory we opened safely; read_dir then cannot be redirected.
     let mut entries = Vec::new();
-    let iter = std::fs::read_dir(format!("/proc/self/fd/{}", dir.as_raw_fd())).map_err(io(format!("list {path}")))?;
+    let iter = std::fs::read_dir(format!("/proc/self/fd/{}", dir.as_raw_fd()))
+        .map_err(io(format!("list {path}")))?;
     for e in iter {
         let e = e.map_err(io(format!("list {path}")))?;
         let meta = match e.metadata() {
@@ -160,12 +194,22 @@ pub fn list_dir(roots: &Roots, path: &str) -> Result<Vec<pb::DirEntry>, AgentErr
 pub fn remove(roots: &Roots, path: &str, recursive: bool) -> Result<(), AgentError> {
     let r = roots.resolve(path)?;
     if r.rel == Path::new(".") {
-        return Err(AgentError::Invalid(format!("{path}: refusing to remove a sandbox root")));
+        return Err(AgentError::Invalid(format!(
+            "{path}: refusing to remove a sandbox root"
+        )));
     }
-    let name = r.rel.file_name().ok_or_else(|| AgentError::Invalid(format!("{path}: no file name")))?;
-    let parent = r.rel.parent().filter(|p| !p.as_os_str().is_empty()).unwrap_or(Path::new("."));
+    let name = r
+        .rel
+        .file_name()
+        .ok_or_else(|| AgentError::Invalid(format!("{path}: no file name")))?;
+    let parent = r
+        .rel
+        .parent()
+        .filter(|p| !p.as_os_str().is_empty())
+        .unwrap_or(Path::new("."));
     let root = open_root(&r.root)?;
-    let dir = open_beneath(&root, parent, libc::O_RDONLY | libc::O_DIRECTORY, 0).map_err(io(format!("open parent of {path}")))?;
+    let dir = open_beneath(&root, parent, libc::O_RDONLY | libc::O_DIRECTORY, 0)
+        .map_err(io(format!("open parent of {path}")))?;
     let target = Path::new(&format!("/proc/self/fd/{}", dir.as_raw_fd())).join(name);
     let meta = std::fs::symlink_metadata(&target).map_err(io(format!("stat {path}")))?;
     let result = if meta.is_dir() {

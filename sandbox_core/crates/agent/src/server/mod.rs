@@ -38,7 +38,9 @@ pub struct AgentService {
 type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
 
 /// Runs blocking file work off the async workers.
-async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, AgentError> + Send + 'static) -> Result<T, Status> {
+async fn blocking<T: Send + 'static>(
+    f: impl FnOnce() -> Result<T, AgentError> + Send + 'static,
+) -> Result<T, Status> {
     tokio::task::spawn_blocking(f)
         .await
         .map_err(|e| Status::internal(format!("file task failed: {e}")))?
@@ -46,7 +48,10 @@ async fn blocking<T: Send + 'static>(f: impl FnOnce() -> Result<T, AgentError> +
 }
 
 fn cgroup_memory() -> u64 {
-    for p in ["/sys/fs/cgroup/memory/memory.usage_in_bytes", "/sys/fs/cgroup/memory.current"] {
+    for p in [
+        "/sys/fs/cgroup/memory/memory.usage_in_bytes",
+        "/sys/fs/cgroup/memory.current",
+    ] {
         if let Ok(s) = std::fs::read_to_string(p) {
             if let Ok(v) = s.trim().parse() {
                 return v;
@@ -58,12 +63,23 @@ fn cgroup_memory() -> u64 {
 
 #[tonic::async_trait]
 impl Agent for AgentService {
-    async fn exec(&self, request: Request<pb::ExecRequest>) -> Result<Response<pb::ExecResult>, Status> {
+    async fn exec(
+        &self,
+        request: Request<pb::ExecRequest>,
+    ) -> Result<Response<pb::ExecResult>, Status> {
         let req = request.into_inner();
-        let cmd = exec::command(&req, &self.executor.config().default_limits, self.roots.work_dir())?;
+        let cmd = exec::command(
+            &req,
+            &self.executor.config().default_limits,
+            self.roots.work_dir(),
+        )?;
         self.total_execs.fetch_add(1, Ordering::Relaxed);
         // If the caller goes away this future is dropped, and with it the running program.
-        let outcome = self.executor.run(cmd, req.stdin).await.map_err(AgentError::from)?;
+        let outcome = self
+            .executor
+            .run(cmd, req.stdin)
+            .await
+            .map_err(AgentError::from)?;
         Ok(Response::new(exec::result(outcome, pb::ExecPath::Spawn)))
     }
 
@@ -75,11 +91,20 @@ impl Agent for AgentService {
     ) -> Result<Response<Self::ExecStreamStream>, Status> {
         let (tx, rx) = mpsc::channel(64);
         self.total_execs.fetch_add(1, Ordering::Relaxed);
-        stream::start(self.executor.clone(), self.roots.work_dir().to_path_buf(), request.into_inner(), tx).await?;
+        stream::start(
+            self.executor.clone(),
+            self.roots.work_dir().to_path_buf(),
+            request.into_inner(),
+            tx,
+        )
+        .await?;
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 
-    async fn write_files(&self, request: Request<pb::WriteFilesRequest>) -> Result<Response<pb::WriteFilesResponse>, Status> {
+    async fn write_files(
+        &self,
+        request: Request<pb::WriteFilesRequest>,
+    ) -> Result<Response<pb::WriteFilesResponse>, Status> {
         let files = request.into_inner().files;
         let (roots, owner) = (self.roots.clone(), self.owner);
         let bytes_written = blocking(move || files::write_files(&roots, owner, files)).await?;
@@ -88,7 +113,10 @@ impl Agent for AgentService {
 
     type ReadFileStream = BoxStream<pb::FileChunk>;
 
-    async fn read_file(&self, request: Request<pb::ReadFileRequest>) -> Result<Response<Self::ReadFileStream>, Status> {
+    async fn read_file(
+        &self,
+        request: Request<pb::ReadFileRequest>,
+    ) -> Result<Response<Self::ReadFileStream>, Status> {
         let req = request.into_inner();
         let chunk = match req.chunk_size as usize {
             0 => files::DEFAULT_CHUNK,
@@ -113,7 +141,14 @@ impl Agent for AgentService {
                 if n == 0 && offset > 0 {
                     return;
                 }
-                if tx.blocking_send(Ok(pb::FileChunk { offset, total_size, data: data.into() })).is_err() {
+                if tx
+                    .blocking_send(Ok(pb::FileChunk {
+                        offset,
+                        total_size,
+                        data: data.into(),
+                    }))
+                    .is_err()
+                {
                     return;
                 }
                 offset += n;
@@ -125,21 +160,30 @@ impl Agent for AgentService {
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 
-    async fn list_dir(&self, request: Request<pb::ListDirRequest>) -> Result<Response<pb::ListDirResponse>, Status> {
+    async fn list_dir(
+        &self,
+        request: Request<pb::ListDirRequest>,
+    ) -> Result<Response<pb::ListDirResponse>, Status> {
         let path = request.into_inner().path;
         let roots = self.roots.clone();
         let entries = blocking(move || files::list_dir(&roots, &path)).await?;
         Ok(Response::new(pb::ListDirResponse { entries }))
     }
 
-    async fn remove(&self, request: Request<pb::RemoveRequest>) -> Result<Response<pb::RemoveResponse>, Status> {
+    async fn remove(
+        &self,
+        request: Request<pb::RemoveRequest>,
+    ) -> Result<Response<pb::RemoveResponse>, Status> {
         let req = request.into_inner();
         let roots = self.roots.clone();
         blocking(move || files::remove(&roots, &req.path, req.recursive)).await?;
         Ok(Response::new(pb::RemoveResponse {}))
     }
 
-    async fn info(&self, _request: Request<pb::InfoRequest>) -> Result<Response<pb::InfoResponse>, Status> {
+    async fn info(
+        &self,
+        _request: Request<pb::InfoRequest>,
+    ) -> Result<Response<pb::InfoResponse>, Status> {
         let caps = self.executor.capabilities();
         Ok(Response::new(pb::InfoResponse {
             version: crate::VERSION.to_string(),
@@ -147,7 +191,10 @@ impl Agent for AgentService {
                 cgroup_version: caps.cgroup_version.to_string(),
                 seccomp: caps.seccomp,
                 namespaces: self.namespaces.clone(),
-                languages: sandbox_judge::Language::available().into_iter().map(String::from).collect(),
+                languages: sandbox_judge::Language::available()
+                    .into_iter()
+                    .map(String::from)
+                    .collect(),
                 zygote: self.executor.zygote_enabled(),
                 sandbox_uid: caps.uid,
                 sandbox_gid: caps.gid,
@@ -163,18 +210,30 @@ impl Agent for AgentService {
         }))
     }
 
-    async fn renew_lease(&self, request: Request<pb::RenewLeaseRequest>) -> Result<Response<pb::RenewLeaseResponse>, Status> {
+    async fn renew_lease(
+        &self,
+        request: Request<pb::RenewLeaseRequest>,
+    ) -> Result<Response<pb::RenewLeaseResponse>, Status> {
         let ttl = request.into_inner().ttl_s;
         if !ttl.is_finite() || ttl <= 0.0 || ttl > MAX_TTL.as_secs_f64() {
-            return Err(Status::invalid_argument(format!("lease ttl must be in (0, {}] seconds, got {ttl}", MAX_TTL.as_secs())));
+            return Err(Status::invalid_argument(format!(
+                "lease ttl must be in (0, {}] seconds, got {ttl}",
+                MAX_TTL.as_secs()
+            )));
         }
         let granted = self.lease.renew(Duration::from_secs_f64(ttl));
-        Ok(Response::new(pb::RenewLeaseResponse { expires_in_s: granted.as_secs_f64() }))
+        Ok(Response::new(pb::RenewLeaseResponse {
+            expires_in_s: granted.as_secs_f64(),
+        }))
     }
 
-    async fn run_tests(&self, request: Request<pb::RunTestsRequest>) -> Result<Response<pb::RunTestsReport>, Status> {
+    async fn run_tests(
+        &self,
+        request: Request<pb::RunTestsRequest>,
+    ) -> Result<Response<pb::RunTestsReport>, Status> {
         let req = request.into_inner();
-        self.total_execs.fetch_add(req.tests.len() as u64, Ordering::Relaxed);
+        self.total_execs
+            .fetch_add(req.tests.len() as u64, Ordering::Relaxed);
         let report = tests::run(self, req).await?;
         Ok(Response::new(report))
     }

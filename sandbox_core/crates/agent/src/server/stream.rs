@@ -29,20 +29,26 @@ pub async fn start(
     mut input: Streaming<pb::ExecInput>,
     tx: EventTx,
 ) -> Result<(), Status> {
-    let first = input
-        .message()
-        .await?
-        .ok_or_else(|| Status::invalid_argument("empty stream: the first message must carry `start`"))?;
+    let first = input.message().await?.ok_or_else(|| {
+        Status::invalid_argument("empty stream: the first message must carry `start`")
+    })?;
     let Some(pb::exec_input::Kind::Start(req)) = first.kind else {
-        return Err(Status::invalid_argument("the first message must carry `start`"));
+        return Err(Status::invalid_argument(
+            "the first message must carry `start`",
+        ));
     };
     let cmd = exec::command(&req, &executor.config().default_limits, &work_dir)?;
     let mut running = executor.start(cmd).map_err(AgentError::from)?;
     tokio::spawn(async move {
         let mut stdin = running.stdin.take();
-        let _ = tx.send(event(pb::exec_event::Kind::Started(pb::exec_event::Started { pid: running.pid }))).await;
+        let _ = tx
+            .send(event(pb::exec_event::Kind::Started(
+                pb::exec_event::Started { pid: running.pid },
+            )))
+            .await;
         let mut input_open = true;
-        let mut keepalive = tokio::time::interval_at(tokio::time::Instant::now() + KEEPALIVE, KEEPALIVE);
+        let mut keepalive =
+            tokio::time::interval_at(tokio::time::Instant::now() + KEEPALIVE, KEEPALIVE);
         loop {
             tokio::select! {
                 ev = running.events.recv() => {

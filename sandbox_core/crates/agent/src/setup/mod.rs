@@ -7,11 +7,21 @@ pub mod rootfs;
 #[derive(Debug, thiserror::Error)]
 pub enum SetupError {
     #[error("mount {what} at {target}: {source}")]
-    Mount { what: String, target: String, source: std::io::Error },
+    Mount {
+        what: String,
+        target: String,
+        source: std::io::Error,
+    },
     #[error("create {path}: {source}")]
-    Create { path: String, source: std::io::Error },
+    Create {
+        path: String,
+        source: std::io::Error,
+    },
     #[error("pivot_root into {path}: {source}")]
-    PivotRoot { path: String, source: std::io::Error },
+    PivotRoot {
+        path: String,
+        source: std::io::Error,
+    },
     #[error("sethostname: {0}")]
     Hostname(std::io::Error),
     #[error("loopback up: {0}")]

@@ -32,8 +32,16 @@ const DEFAULT_TMPFS: u64 = 256 << 20;
 const NEW_ROOT: &str = "/tmp";
 const TOP_LINKS: [&str; 6] = ["bin", "sbin", "lib", "lib32", "lib64", "libx32"];
 const ETC_FROM_HOST: [&str; 10] = [
-    "ld.so.cache", "ld.so.conf", "ld.so.conf.d", "alternatives", "localtime", "ssl", "python3",
-    "python3.11", "python3.12", "mime.types",
+    "ld.so.cache",
+    "ld.so.conf",
+    "ld.so.conf.d",
+    "alternatives",
+    "localtime",
+    "ssl",
+    "python3",
+    "python3.11",
+    "python3.12",
+    "mime.types",
 ];
 const DEVICES: [&str; 6] = ["null", "zero", "full", "random", "urandom", "tty"];
 const CGROUP_CONTROLLERS: [&str; 4] = ["memory", "pids", "cpu", "cpuacct"];
@@ -42,7 +50,13 @@ fn c(p: &Path) -> CString {
     CString::new(p.as_os_str().as_bytes()).unwrap_or_default()
 }
 
-fn mount(src: Option<&Path>, target: &Path, fstype: Option<&str>, flags: libc::c_ulong, data: Option<&str>) -> Result<(), SetupError> {
+fn mount(
+    src: Option<&Path>,
+    target: &Path,
+    fstype: Option<&str>,
+    flags: libc::c_ulong,
+    data: Option<&str>,
+) -> Result<(), SetupError> {
     let src_c = src.map(c);
     let fstype_c = fstype.map(|s| CString::new(s).unwrap_or_default());
     let data_c = data.map(|s| CString::new(s).unwrap_or_default());
@@ -54,12 +68,17 @@ fn mount(src: Option<&Path>, target: &Path, fstype: Option<&str>, flags: libc::c
             t.as_ptr(),
             fstype_c.as_ref().map_or(std::ptr::null(), |s| s.as_ptr()),
             flags,
-            data_c.as_ref().map_or(std::ptr::null(), |s| s.as_ptr() as *const libc::c_void),
+            data_c
+                .as_ref()
+                .map_or(std::ptr::null(), |s| s.as_ptr() as *const libc::c_void),
         )
     };
     if rc != 0 {
         return Err(SetupError::Mount {
-            what: src.map(|p| p.display().to_string()).or(fstype.map(String::from)).unwrap_or_default(),
+            what: src
+                .map(|p| p.display().to_string())
+                .or(fstype.map(String::from))
+                .unwrap_or_default(),
             target: target.display().to_string(),
             source: std::io::Error::last_os_error(),
         });
@@ -68,11 +87,17 @@ fn mount(src: Option<&Path>, target: &Path, fstype: Option<&str>, flags: libc::c
 }
 
 fn mkdirs(p: &Path) -> Result<(), SetupError> {
-    std::fs::create_dir_all(p).map_err(|source| SetupError::Create { path: p.display().to_string(), source })
+    std::fs::create_dir_all(p).map_err(|source| SetupError::Create {
+        path: p.display().to_string(),
+        source,
+    })
 }
 
 fn write(p: &Path, data: &str) -> Result<(), SetupError> {
-    std::fs::write(p, data).map_err(|source| SetupError::Create { path: p.display().to_string(), source })
+    std::fs::write(p, data).map_err(|source| SetupError::Create {
+        path: p.display().to_string(),
+        source,
+    })
 }
 
 /// Bind `src` read-only at the same place under `root` (a file or a directory).
@@ -88,25 +113,52 @@ fn bind_ro(root: &Path, src: &Path) -> Result<(), SetupError> {
         write(&dst, "")?;
     }
     mount(Some(src), &dst, None, libc::MS_BIND | libc::MS_REC, None)?;
-    mount(None, &dst, None, libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV, None)
+    mount(
+        None,
+        &dst,
+        None,
+        libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV,
+        None,
+    )
 }
 
 fn tmpfs(target: &Path, size: u64, mode: &str, extra: &str) -> Result<(), SetupError> {
     mkdirs(target)?;
     let size = if size == 0 { DEFAULT_TMPFS } else { size };
-    mount(None, target, Some("tmpfs"), libc::MS_NOSUID | libc::MS_NODEV, Some(&format!("size={size},mode={mode}{extra}")))
+    mount(
+        None,
+        target,
+        Some("tmpfs"),
+        libc::MS_NOSUID | libc::MS_NODEV,
+        Some(&format!("size={size},mode={mode}{extra}")),
+    )
 }
 
 fn etc(root: &Path, spec: &RootSpec) -> Result<(), SetupError> {
     let etc = root.join("etc");
     mkdirs(&etc)?;
     let work = spec.work_dir.display();
-    write(&etc.join("passwd"), &format!("root:x:0:0:root:/root:/bin/sh\nsandbox:x:{}:{}:sandbox:{work}:/bin/sh\n", spec.uid, spec.gid))?;
-    write(&etc.join("group"), &format!("root:x:0:\nsandbox:x:{}:\n", spec.gid))?;
-    write(&etc.join("hosts"), "127.0.0.1 localhost sandbox\n::1 localhost ip6-localhost\n")?;
+    write(
+        &etc.join("passwd"),
+        &format!(
+            "root:x:0:0:root:/root:/bin/sh\nsandbox:x:{}:{}:sandbox:{work}:/bin/sh\n",
+            spec.uid, spec.gid
+        ),
+    )?;
+    write(
+        &etc.join("group"),
+        &format!("root:x:0:\nsandbox:x:{}:\n", spec.gid),
+    )?;
+    write(
+        &etc.join("hosts"),
+        "127.0.0.1 localhost sandbox\n::1 localhost ip6-localhost\n",
+    )?;
     write(&etc.join("hostname"), "sandbox\n")?;
     write(&etc.join("resolv.conf"), "")?;
-    write(&etc.join("nsswitch.conf"), "passwd: files\ngroup: files\nhosts: files\n")?;
+    write(
+        &etc.join("nsswitch.conf"),
+        "passwd: files\ngroup: files\nhosts: files\n",
+    )?;
     for name in ETC_FROM_HOST {
         let src = Path::new("/etc").join(name);
         if src.exists() {
@@ -119,7 +171,13 @@ fn etc(root: &Path, spec: &RootSpec) -> Result<(), SetupError> {
 fn dev(root: &Path) -> Result<(), SetupError> {
     let dev = root.join("dev");
     mkdirs(&dev)?;
-    mount(None, &dev, Some("tmpfs"), libc::MS_NOSUID | libc::MS_NOEXEC, Some("size=64k,mode=755"))?;
+    mount(
+        None,
+        &dev,
+        Some("tmpfs"),
+        libc::MS_NOSUID | libc::MS_NOEXEC,
+        Some("size=64k,mode=755"),
+    )?;
     for name in DEVICES {
         let src = Path::new("/dev").join(name);
         if src.exists() {
@@ -128,9 +186,18 @@ fn dev(root: &Path) -> Result<(), SetupError> {
             mount(Some(&src), &dst, None, libc::MS_BIND, None)?;
         }
     }
-    for (link, target) in [("fd", "/proc/self/fd"), ("stdin", "/proc/self/fd/0"), ("stdout", "/proc/self/fd/1"), ("stderr", "/proc/self/fd/2")] {
-        std::os::unix::fs::symlink(target, dev.join(link))
-            .map_err(|source| SetupError::Create { path: format!("/dev/{link}"), source })?;
+    for (link, target) in [
+        ("fd", "/proc/self/fd"),
+        ("stdin", "/proc/self/fd/0"),
+        ("stdout", "/proc/self/fd/1"),
+        ("stderr", "/proc/self/fd/2"),
+    ] {
+        std::os::unix::fs::symlink(target, dev.join(link)).map_err(|source| {
+            SetupError::Create {
+                path: format!("/dev/{link}"),
+                source,
+            }
+        })?;
     }
     tmpfs(&dev.join("shm"), 64 << 20, "1777", "")
 }
@@ -140,37 +207,62 @@ fn proc_fs(root: &Path) -> Result<(), SetupError> {
     mkdirs(&target)?;
     let flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
     // Hide the agent (root) from user programs; older kernels only know the numeric form.
-    mount(None, &target, Some("proc"), flags, Some("hidepid=invisible"))
-        .or_else(|_| mount(None, &target, Some("proc"), flags, Some("hidepid=2")))
-        .or_else(|_| mount(None, &target, Some("proc"), flags, None))
+    mount(
+        None,
+        &target,
+        Some("proc"),
+        flags,
+        Some("hidepid=invisible"),
+    )
+    .or_else(|_| mount(None, &target, Some("proc"), flags, Some("hidepid=2")))
+    .or_else(|_| mount(None, &target, Some("proc"), flags, None))
 }
 
 /// Mounts the sandbox's own cgroup subtree (we are in a fresh cgroup namespace, so the
 /// hierarchy's root is the sandbox's cgroup). Best effort: without it the agent runs without
 /// per-exec cgroups and says so in Info.
 fn cgroups(root: &Path) {
-    let Ok(own) = std::fs::read_to_string("/proc/self/cgroup") else { return };
-    let has_v1 = own.lines().any(|l| l.split(':').nth(1).is_some_and(|c| !c.is_empty() && !c.starts_with("name=")));
+    let Ok(own) = std::fs::read_to_string("/proc/self/cgroup") else {
+        return;
+    };
+    let has_v1 = own.lines().any(|l| {
+        l.split(':')
+            .nth(1)
+            .is_some_and(|c| !c.is_empty() && !c.starts_with("name="))
+    });
     for line in own.lines() {
         let mut parts = line.splitn(3, ':');
         let (_, ctrls) = (parts.next(), parts.next().unwrap_or(""));
         let flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
         if ctrls.is_empty() {
-            let target = root.join(if has_v1 { "sys/fs/cgroup/unified" } else { "sys/fs/cgroup" });
+            let target = root.join(if has_v1 {
+                "sys/fs/cgroup/unified"
+            } else {
+                "sys/fs/cgroup"
+            });
             if mkdirs(&target).is_ok() {
                 let _ = mount(None, &target, Some("cgroup2"), flags, None);
             }
         } else if ctrls.split(',').any(|c| CGROUP_CONTROLLERS.contains(&c)) {
             let target = root.join("sys/fs/cgroup").join(ctrls);
             if mkdirs(&target).is_ok() {
-                let _ = mount(Some(Path::new("cgroup")), &target, Some("cgroup"), flags, Some(ctrls));
+                let _ = mount(
+                    Some(Path::new("cgroup")),
+                    &target,
+                    Some("cgroup"),
+                    flags,
+                    Some(ctrls),
+                );
             }
         }
     }
 }
 
 fn pivot(root: &Path) -> Result<(), SetupError> {
-    let err = |source| SetupError::PivotRoot { path: root.display().to_string(), source };
+    let err = |source| SetupError::PivotRoot {
+        path: root.display().to_string(),
+        source,
+    };
     std::env::set_current_dir(root).map_err(err)?;
     let dot = CString::new(".").unwrap_or_default();
     // SAFETY: pivot_root(".", ".") stacks the old root on top of the new one; we detach it next.
@@ -186,17 +278,36 @@ fn pivot(root: &Path) -> Result<(), SetupError> {
 
 /// Builds the new root and pivots into it. Must run before any thread is started.
 pub fn build(spec: &RootSpec) -> Result<(), SetupError> {
-    mount(None, Path::new("/"), None, libc::MS_REC | libc::MS_PRIVATE, None)?;
+    mount(
+        None,
+        Path::new("/"),
+        None,
+        libc::MS_REC | libc::MS_PRIVATE,
+        None,
+    )?;
     let root = Path::new(NEW_ROOT);
-    mount(None, root, Some("tmpfs"), libc::MS_NOSUID | libc::MS_NODEV, Some("size=16m,mode=755"))?;
+    mount(
+        None,
+        root,
+        Some("tmpfs"),
+        libc::MS_NOSUID | libc::MS_NODEV,
+        Some("size=16m,mode=755"),
+    )?;
     bind_ro(root, Path::new("/usr"))?;
     for top in TOP_LINKS {
         let host = Path::new("/").join(top);
         match std::fs::symlink_metadata(&host) {
             Ok(m) if m.file_type().is_symlink() => {
-                let target = std::fs::read_link(&host).map_err(|source| SetupError::Create { path: host.display().to_string(), source })?;
-                std::os::unix::fs::symlink(target, root.join(top))
-                    .map_err(|source| SetupError::Create { path: top.to_string(), source })?;
+                let target = std::fs::read_link(&host).map_err(|source| SetupError::Create {
+                    path: host.display().to_string(),
+                    source,
+                })?;
+                std::os::unix::fs::symlink(target, root.join(top)).map_err(|source| {
+                    SetupError::Create {
+                        path: top.to_string(),
+                        source,
+                    }
+                })?;
             }
             Ok(m) if m.is_dir() => bind_ro(root, &host)?,
             _ => {}
@@ -208,7 +319,12 @@ pub fn build(spec: &RootSpec) -> Result<(), SetupError> {
     cgroups(root);
     tmpfs(&root.join("tmp"), spec.tmp_size, "1777", "")?;
     let work_rel = spec.work_dir.strip_prefix("/").unwrap_or(&spec.work_dir);
-    tmpfs(&root.join(work_rel), spec.work_size, "755", &format!(",uid={},gid={}", spec.uid, spec.gid))?;
+    tmpfs(
+        &root.join(work_rel),
+        spec.work_size,
+        "755",
+        &format!(",uid={},gid={}", spec.uid, spec.gid),
+    )?;
     for p in &spec.ro_binds {
         if p.is_absolute() && p.exists() {
             bind_ro(root, p)?;
@@ -216,5 +332,11 @@ pub fn build(spec: &RootSpec) -> Result<(), SetupError> {
     }
     mkdirs(&root.join("root"))?;
     pivot(root)?;
-    mount(None, Path::new("/"), None, libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV, None)
+    mount(
+        None,
+        Path::new("/"),
+        None,
+        libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV,
+        None,
+    )
 }
