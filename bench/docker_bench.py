@@ -17,7 +17,7 @@ import asyncio
 import time
 
 from bench.common import Report, Stats
-from bench.pool_bench import wait_warm
+from bench.pool_bench import warm_claims
 
 IMAGE = "sandboxes-sandbox:latest"
 
@@ -74,25 +74,6 @@ async def local_cold_creates(n: int) -> list[float]:
     return out
 
 
-async def warm_claims(claimers: int = 8, rounds: int = 4) -> list[float]:
-    import sandboxes
-
-    out: list[float] = []
-    async with sandboxes.Pool(backend="docker", image=IMAGE, warm=claimers) as pool:
-        for _ in range(rounds):
-            await wait_warm(pool, claimers)
-
-            async def one() -> tuple[float, object]:
-                t = time.perf_counter()
-                sb = await pool.claim()
-                return time.perf_counter() - t, sb
-
-            got = await asyncio.gather(*(one() for _ in range(claimers)))
-            out += [d for d, _ in got]
-            await asyncio.gather(*(pool.release(sb) for _, sb in got))
-    return out
-
-
 async def exec_grpc_vs_docker_exec(n: int) -> tuple[list[float], list[float]]:
     import docker
 
@@ -135,7 +116,7 @@ def run() -> Report:
     rep.ratios["docker cold create / local cold create (median)"] = cold.median_ms / local.median_ms
     rep.ratios["docker cold create median / 1 s target"] = cold.median_ms / 1000.0
 
-    warm = rep.add(Stats.of("warm claim, docker pool (8 concurrent)", asyncio.run(warm_claims())))
+    warm = rep.add(Stats.of("warm claim, docker pool (8 concurrent)", asyncio.run(warm_claims(8, 4, backend="docker", image=IMAGE))))
     rep.ratios["docker cold create / warm claim (median)"] = cold.median_ms / warm.median_ms
     return rep
 

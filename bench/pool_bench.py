@@ -20,11 +20,13 @@ async def wait_warm(pool, n: int, bound_s: float = 600.0) -> None:
         await asyncio.sleep(0.05)
 
 
-async def warm_claims(claimers: int = 256, rounds: int = 3) -> list[float]:
+async def warm_claims(claimers: int = 256, rounds: int = 3, **pool_kwargs: object) -> list[float]:
+    """Claim latency of `claimers` concurrent claims on a full warm set (backend in `pool_kwargs`)."""
     import sandboxes
 
     out: list[float] = []
-    async with sandboxes.Pool(backend="local", warm=claimers) as pool:
+    pool_kwargs.setdefault("backend", "local")
+    async with sandboxes.Pool(warm=claimers, **pool_kwargs) as pool:
         for _ in range(rounds):
             await wait_warm(pool, claimers)
 
