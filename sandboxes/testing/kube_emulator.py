@@ -534,8 +534,10 @@ class FakeKubelet:
             f.write(token)
         port = free_port()
         r, w = os.pipe()
+        # --no-cgroups: a real unprivileged pod has no writable cgroups either, and an agent the
+        # kubelet kills must not leave exec cgroups behind on this host.
         cmd = [self.agent_bin, "--listen", f"tcp:127.0.0.1:{port}", "--token-file", token_file,
-               "--work-dir", work, "--ready-fd", str(w), *argv]
+               "--work-dir", work, "--ready-fd", str(w), "--no-cgroups", *argv]
         try:
             proc = await asyncio.create_subprocess_exec(
                 *cmd, pass_fds=(w,), env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "TMPDIR": tmp},
