@@ -17,6 +17,7 @@ import asyncio
 import time
 
 from bench.common import Report, Stats
+from bench.pool_bench import cold_creates as local_cold_creates
 from bench.pool_bench import warm_claims
 
 IMAGE = "sandboxes-sandbox:latest"
@@ -54,23 +55,6 @@ def docker_api_floor(n: int) -> list[float]:
         api.start(c["Id"])
         out.append(time.perf_counter() - t)
         api.remove_container(c["Id"], force=True)
-    return out
-
-
-async def local_cold_creates(n: int) -> list[float]:
-    from sandboxes.backends import get_backend
-    from sandboxes.templates import Template
-
-    backend = get_backend("local")
-    out = []
-    try:
-        for i in range(n):
-            t = time.perf_counter()
-            h = await backend.create(Template(), f"bench-local-{i}")
-            out.append(time.perf_counter() - t)
-            await backend.destroy(h)
-    finally:
-        await backend.close()
     return out
 
 
