@@ -6,10 +6,13 @@ sandboxes eval stdio --solutions broken             # deliberately wrong ones: e
 sandboxes eval humaneval --solutions samples.jsonl --workers 8 --output report.json
 ```
 
-Each submission (a problem and a program) is one `run_tests` call in a fresh sandbox claimed from
-a `Pool` kept `workers` warm. A failing program is a verdict; an infrastructure failure is retried
-once on another sandbox, then recorded as `sandbox_error` with its message (and the command exits
-125). A solutions file is JSONL, one submission a line: `{"problem_id" | "task_id", "program" |
+Each submission (a problem and a program) is one `run_tests` call. Each of `workers` workers
+claims a sandbox from a `Pool` kept `workers` warm and grades up to `per_sandbox` submissions in it
+before it takes a fresh one: the judge runs every case as its own process in its own fresh
+directory, so consecutive gradings do not meet each other's processes or files, and the Python
+zygote started by the first grading serves the rest. A failing program is a verdict; an
+infrastructure failure drops the sandbox and is retried once on a fresh one, then recorded as
+`sandbox_error` with its message (and the command exits 125). A solutions file is JSONL, one submission a line: `{"problem_id" | "task_id", "program" |
 "solution" | "completion", "language"?}`; a `completion` is appended to the problem's prompt
 (HumanEval samples), a `program` / `solution` is the whole program.
 """
@@ -36,6 +39,7 @@ __all__ = ["EvalReport", "ProblemResult", "Submission", "evaluate", "load_proble
 
 DATASETS = ("humaneval", "stdio")
 DEFAULT_TIME_LIMIT_S = 10.0
+DEFAULT_PER_SANDBOX = 64
 EXIT_INFRA = 125
 
 
@@ -202,15 +206,44 @@ def _failed(sub: Submission, e: SandboxError) -> ProblemResult:
     )
 
 
-async def grade(pool: Any, sub: Submission, **run_kwargs: Any) -> ProblemResult:
-    """One submission in a fresh sandbox; an infrastructure failure is retried once."""
+class _Lane:
+    """One worker's sandbox, used for up to `per_sandbox` gradings and then replaced by a fresh
+    one. Every case already runs as its own process in its own fresh directory (see the judge), so
+    consecutive gradings in one sandbox do not see each other's processes or working files;
+    recycling bounds what a submission could leave in the sandbox's shared /tmp."""
+
+    def __init__(self, pool: Any, per_sandbox: int) -> None:
+        self.pool, self.per_sandbox = pool, per_sandbox
+        self.sb: Any = None
+        self.used = 0
+
+    async def sandbox(self) -> Any:
+        if self.sb is not None and self.used >= self.per_sandbox:
+            await self.drop()
+        if self.sb is None:
+            self.sb = await self.pool.claim()
+            self.used = 0
+        self.used += 1
+        return self.sb
+
+    async def drop(self) -> None:
+        sb, self.sb = self.sb, None
+        if sb is not None:
+            await self.pool.release(sb)
+
+
+async def grade(lane: _Lane, sub: Submission, **run_kwargs: Any) -> ProblemResult:
+    """One submission; an infrastructure failure drops the sandbox and is retried once on a fresh one."""
     for attempt in (1, 2):
         try:
-            async with pool.sandbox() as sb:
-                report = await sb.run_tests(sub.program, sub.problem.tests, language=sub.language, **run_kwargs)
+            sb = await lane.sandbox()
+            report = await sb.run_tests(sub.program, sub.problem.tests, language=sub.language, **run_kwargs)
             return _result(sub, report)
         except SandboxError as e:
-            if isinstance(e, InvalidRequest) or not e.retryable or attempt == 2:
+            if isinstance(e, InvalidRequest):
+                return _failed(sub, e)
+            await lane.drop()
+            if not e.retryable or attempt == 2:
                 return _failed(sub, e)
     raise AssertionError("unreachable")
 
@@ -223,17 +256,22 @@ async def evaluate(
     on_result: Callable[[ProblemResult], None] | None = None,
     dataset: str = "",
     solutions: str = "",
+    per_sandbox: int = DEFAULT_PER_SANDBOX,
     **run_kwargs: Any,
 ) -> EvalReport:
     """Grade every submission with at most `workers` at once; results keep the input order.
 
     `pool`: a started `sandboxes.Pool` (default: a local one with `workers` warm sandboxes,
-    closed at the end). `run_kwargs` go to `run_tests` (time_limit, memory_limit_mb, ...).
+    closed at the end). Each worker grades up to `per_sandbox` submissions in one sandbox before
+    it takes a fresh one (1: a fresh sandbox per submission). `run_kwargs` go to `run_tests`
+    (time_limit, memory_limit_mb, ...).
     """
     from .pool import Pool
 
     if workers < 1:
         raise InvalidRequest(f"workers must be >= 1, got {workers}")
+    if per_sandbox < 1:
+        raise InvalidRequest(f"per_sandbox must be >= 1, got {per_sandbox}")
     report = EvalReport(dataset=dataset, solutions=solutions, workers=workers)
     t0 = time.monotonic()
     own = pool is None
@@ -248,11 +286,15 @@ async def evaluate(
             queue.put_nowait(i)
 
         async def worker() -> None:
-            while not queue.empty():
-                i = queue.get_nowait()
-                results[i] = r = await grade(pool, subs[i], **run_kwargs)
-                if on_result is not None:
-                    on_result(r)
+            lane = _Lane(pool, per_sandbox)
+            try:
+                while not queue.empty():
+                    i = queue.get_nowait()
+                    results[i] = r = await grade(lane, subs[i], **run_kwargs)
+                    if on_result is not None:
+                        on_result(r)
+            finally:
+                await lane.drop()
 
         t1 = time.monotonic()
         async with asyncio.TaskGroup() as tg:
@@ -279,6 +321,14 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         help="what to grade: the reference solutions (default), broken ones, or a JSONL file",
     )
     p.add_argument("--workers", type=int, default=4, help="sandboxes grading at once (= warm pool size)")
+    p.add_argument(
+        "--per-sandbox",
+        type=int,
+        default=DEFAULT_PER_SANDBOX,
+        metavar="N",
+        help=f"submissions graded in one sandbox before a fresh one is taken (default {DEFAULT_PER_SANDBOX}; "
+        "1: a fresh sandbox each)",
+    )
     p.add_argument("--output", "-o", default=None, help="write the JSON report here")
     p.add_argument("--limit", type=int, default=None, metavar="K", help="grade only the first K")
     p.add_argument("--data", default=None, metavar="FILE", help="read the problems from this JSONL file")
@@ -316,6 +366,8 @@ def main(args: argparse.Namespace, run: Callable[[Callable[[], Any]], Any] | Non
 
     if args.workers < 1:
         return err("--workers must be >= 1")
+    if args.per_sandbox < 1:
+        return err("--per-sandbox must be >= 1")
     if args.limit is not None and args.limit < 0:
         return err("--limit must be >= 0")
     try:
@@ -353,6 +405,7 @@ def main(args: argparse.Namespace, run: Callable[[Callable[[], Any]], Any] | Non
         return await evaluate(
             subs,
             workers=args.workers,
+            per_sandbox=args.per_sandbox,
             on_result=on_result,
             dataset=args.dataset,
             solutions=args.solutions,

@@ -4,7 +4,9 @@ one case's verdict never disturbing the next, compare modes, check-script isolat
 from __future__ import annotations
 
 import math
+import os
 import types
+from pathlib import Path
 
 import pytest
 
@@ -195,6 +197,63 @@ async def test_a_case_cannot_rewrite_the_program_of_later_cases(sb) -> None:
     )
     r = await sb.run_tests(prog, [TestCase("hack", "1"), TestCase("", "1")])
     assert r.all_passed, r
+
+
+async def test_temporary_files_go_to_the_case_directory(sb) -> None:
+    """TMPDIR is the case's own directory, removed with it: tempfile users leave nothing behind."""
+    check = (
+        "import os, tempfile\n"
+        "assert os.environ['TMPDIR'] == os.getcwd() == tempfile.gettempdir(), os.environ['TMPDIR']\n"
+        "assert os.listdir('.') == [], os.listdir('.')\n"
+        "tempfile.mkstemp()\n"
+    )
+    r = await sb.run_tests("pass\n", [TestCase(check=check), TestCase(check=check)])
+    assert r.all_passed, r
+
+
+def _zygote_pid_inside(agent_pid: int) -> int:
+    """The zygote (a child of the agent running the zygote program), as a pid of the sandbox."""
+    for p in filter(str.isdigit, os.listdir("/proc")):
+        try:
+            ppid = int(Path(f"/proc/{p}/stat").read_text().rsplit(")", 1)[1].split()[1])
+            if ppid == agent_pid and b"Python zygote" in Path(f"/proc/{p}/cmdline").read_bytes():
+                status = Path(f"/proc/{p}/status").read_text()
+                return int(status.split("NSpid:")[1].splitlines()[0].split()[-1])
+        except (OSError, IndexError, ValueError):
+            continue
+    raise AssertionError("no zygote")
+
+
+async def test_a_program_cannot_tamper_with_the_python_zygote(sb) -> None:
+    """The zygote shares the programs' uid but is non-dumpable: its memory, environment and fds are
+    out of their reach, so one submission cannot change what later ones run (no reward hacking
+    across cases). Workers themselves are dumpable again, like any spawned program."""
+    r = await sb.run_tests("pass\n", [TestCase(check="pass\n")])
+    assert r.all_passed and r.cases[0].path == "zygote", r
+    z = _zygote_pid_inside(sb.handle.backend_data.pid)
+    check = (
+        "import os\n"
+        f"z = {z}\n"
+        "assert z != os.getpid()\n"
+        "os.kill(z, 0)  # it exists and shares our uid: signals reach it\n"
+        "for path, mode in [(f'/proc/{z}/mem', 'r+b'), (f'/proc/{z}/mem', 'rb'), (f'/proc/{z}/environ', 'rb')]:\n"
+        "    try:\n"
+        "        open(path, mode).read(1)\n"
+        "    except OSError:\n"
+        "        pass\n"
+        "    else:\n"
+        "        raise AssertionError(f'{path} opened with {mode}')\n"
+        "try:\n"
+        "    os.listdir(f'/proc/{z}/fd')\n"
+        "except OSError:\n"
+        "    pass\n"
+        "else:\n"
+        "    raise AssertionError('zygote fds listed')\n"
+        "open('/proc/self/environ', 'rb').read()\n"
+        "open('/proc/self/mem', 'rb').close()\n"
+    )
+    r = await sb.run_tests("pass\n", [TestCase(check=check)])
+    assert r.all_passed and r.cases[0].path == "zygote", r
 
 
 # --- bad requests ------------------------------------------------------------------------------------

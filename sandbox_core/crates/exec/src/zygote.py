@@ -6,32 +6,47 @@
 #   agent -> zygote: JSON request + SCM_RIGHTS [stdin, stdout, stderr, go]
 #   zygote -> agent: JSON {"pid": worker pid} or {"error": "..."}
 # The worker is forked twice so that it is reparented to the agent (a child subreaper), which
-# reaps it like any program it spawned. The worker waits for one byte on `go` (sent once the agent
+# reaps it like any program it spawned. The zygote makes itself non-dumpable first: its workers
+# share its uid, and must not be able to trace it or write its memory. The worker waits for one byte on `go` (sent once the agent
 # has registered it and moved it into its own cgroup) before it runs any user code.
 import os
 import socket
 import sys
 
-# Modules most programs import; loading them here makes them free in every worker.
-import array  # noqa: F401
+# Modules most programs import; loading them here makes them free in every worker. A worker is a
+# fresh fork, so nothing a program does to a module reaches the next one (the random module
+# reseeds itself in every fork child).
+import array
 import atexit
 import builtins
+import ctypes
 import gc
 import importlib
 import io
+import json
 import resource
+import traceback
 import types
+
 import bisect  # noqa: F401
 import collections  # noqa: F401
+import copy  # noqa: F401
+import dataclasses  # noqa: F401
+import datetime  # noqa: F401
+import decimal  # noqa: F401
+import enum  # noqa: F401
+import fractions  # noqa: F401
 import functools  # noqa: F401
+import hashlib  # noqa: F401
 import heapq  # noqa: F401
 import itertools  # noqa: F401
-import json
 import math  # noqa: F401
+import operator  # noqa: F401
+import random  # noqa: F401
 import re  # noqa: F401
-import runpy
+import statistics  # noqa: F401
 import string  # noqa: F401
-import traceback
+import typing  # noqa: F401
 
 CONTROL_FD = 3
 MAX_REQUEST = 1 << 24
@@ -56,6 +71,7 @@ def run_worker(req, fds):
         if os.read(go, 1) != b"G":
             os._exit(137)
         os.close(go)
+        set_dumpable(True)
         os.chdir(req["cwd"])
         os.environ.clear()
         os.environ.update(req["env"])
@@ -88,7 +104,7 @@ def run_worker(req, fds):
             sys.argv = [path, *req["args"]]
             if not req.get("isolated"):
                 sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
-            runpy.run_path(path, run_name="__main__")
+            run_file(path)
     except SystemExit as e:
         code = exit_code(e)
     except BaseException as e:  # noqa: BLE001 (an uncaught exception ends the program like python3 does)
@@ -112,11 +128,22 @@ def run_worker(req, fds):
     os._exit(code)
 
 
+def run_file(path):
+    """What `python3 FILE` does with FILE: compile it and run it as the `__main__` module."""
+    with io.open_code(path) as f:
+        source = f.read()
+    code = compile(source, path, "exec")
+    main = types.ModuleType("__main__")
+    main.__dict__.update({"__file__": path, "__cached__": None, "__builtins__": builtins})
+    sys.modules["__main__"] = main
+    exec(code, main.__dict__)
+
+
 def print_user_exception(e):
-    # Like python3: the traceback starts at the program's own frames, not the zygote's or runpy's.
+    # Like python3: the traceback starts at the program's own frames, not the zygote's.
     tb = e.__traceback__
     while tb is not None and (
-        tb.tb_frame.f_globals is globals() or tb.tb_frame.f_globals.get("__name__") == "runpy"
+        tb.tb_frame.f_globals is globals()
     ):
         tb = tb.tb_next
     try:
@@ -183,6 +210,19 @@ def serve():
         ctl.send(json.dumps(reply).encode())
 
 
+def set_dumpable(on):
+    """Workers run as the zygote's uid; a non-dumpable zygote cannot be traced, nor its memory
+    (/proc/PID/mem), environment or fds read or written by them (and hidepid hides it), so one
+    program cannot change what the zygote runs for the next. Each worker is made dumpable again
+    before it runs user code, like any spawned program. The zygote refuses to run (the agent then
+    spawns) when it cannot make itself non-dumpable."""
+    if LIBC.prctl(PR_SET_DUMPABLE, int(on), 0, 0, 0) != 0 or LIBC.prctl(PR_GET_DUMPABLE, 0, 0, 0, 0) != int(on):
+        raise OSError(ctypes.get_errno(), f"cannot set dumpable={int(on)}")
+
+
+LIBC = ctypes.CDLL(None, use_errno=True)
+PR_GET_DUMPABLE, PR_SET_DUMPABLE = 3, 4
+set_dumpable(False)
 # Warm what every worker uses, then move everything allocated so far out of the collector's reach:
 # a collection in a worker would otherwise touch (and copy-on-write) the whole inherited heap.
 compile("pass", "<string>", "exec")

@@ -49,7 +49,8 @@ impl Drop for CaseDir {
 
 /// The call's directory belongs to the agent and is read-only to programs: the source, the
 /// compiled binary and the check scripts cannot be changed by one case to fool the next. Each case
-/// runs in a fresh directory of its own (writable by the program), removed after the case.
+/// runs in a fresh directory of its own (writable by the program, its `TMPDIR`), removed after the
+/// case.
 impl Scratch {
     fn make(&self) -> Result<CaseDir, JudgeError> {
         let dir = self.root.join(format!(
@@ -267,9 +268,11 @@ pub async fn run_tests(
             Some(name)
         };
         let cwd = scratch.make_writable(&dir.0, &format!("case-{i}"))?;
+        // Temporary files of the case go to its own directory, removed with it.
+        let env = [("TMPDIR".to_string(), cwd.display().to_string())].into();
         let cmd = Command {
             argv: lang.run(&dir.0, check.as_deref()),
-            env: Default::default(),
+            env,
             clear_env: false,
             cwd: Some(cwd.clone()),
             limits: case_limits.clone(),
