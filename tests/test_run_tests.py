@@ -211,6 +211,25 @@ async def test_temporary_files_go_to_the_case_directory(sb) -> None:
     assert r.all_passed, r
 
 
+@pytest.mark.parametrize(
+    "code, signal",
+    [
+        ("import os; os.abort()", 6),
+        ("import signal; signal.raise_signal(signal.SIGTERM)", 15),
+        ("import os, signal; os.kill(os.getpid(), signal.SIGKILL)", 9),
+    ],
+)
+async def test_a_zygote_worker_signals_itself_like_python3(sb, code, signal) -> None:
+    """A worker is a proper process of its own: abort() and raise() reach it, not the zygote."""
+    r = await sb.exec(["python3", "-c", code])
+    assert r.path == "zygote" and r.signal == signal and r.exit_code == -1, r
+    r = await sb.exec(["python3", "-c", "import threading, subprocess, os\n"
+                       "t = threading.Thread(target=print, args=('thread',)); t.start(); t.join()\n"
+                       "print(subprocess.run(['echo', 'child'], capture_output=True, text=True).stdout.strip())\n"
+                       "print(os.getppid())\n"])
+    assert r.path == "zygote" and r.stdout == b"thread\nchild\n1\n", r
+
+
 def _zygote_pid_inside(agent_pid: int) -> int:
     """The zygote (a child of the agent running the zygote program), as a pid of the sandbox."""
     for p in filter(str.isdigit, os.listdir("/proc")):

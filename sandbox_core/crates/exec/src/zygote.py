@@ -5,8 +5,8 @@
 # started by the agent with a SOCK_SEQPACKET control socket as fd 3. Protocol, one datagram each:
 #   agent -> zygote: JSON request + SCM_RIGHTS [stdin, stdout, stderr, go]
 #   zygote -> agent: JSON {"pid": worker pid} or {"error": "..."}
-# The worker is forked twice so that it is reparented to the agent (a child subreaper), which
-# reaps it like any program it spawned. The zygote makes itself non-dumpable first: its workers
+# The worker is the agent's child (one clone with CLONE_PARENT where verified, else a double fork
+# that reparents it to the agent, a child subreaper), which reaps it like any program it spawned. The zygote makes itself non-dumpable first: its workers
 # share its uid, and must not be able to trace it or write its memory. The worker waits for one byte on `go` (sent once the agent
 # has registered it and moved it into its own cgroup) before it runs any user code.
 import os
@@ -182,22 +182,7 @@ def serve():
             req = json.loads(msg)
             if len(fds) != 4:
                 raise ValueError(f"expected 4 fds, got {len(fds)}")
-            r, w = os.pipe()
-            mid = os.fork()
-            if mid == 0:
-                os.close(r)
-                try:
-                    worker = os.fork()
-                    if worker == 0:
-                        os.close(w)
-                        run_worker(req, fds)
-                    os.write(w, str(worker).encode())
-                finally:
-                    os._exit(0)
-            os.close(w)
-            pid = int(os.read(r, 32) or b"0")
-            os.close(r)
-            os.waitpid(mid, 0)
+            pid = fork_worker(req, fds)
             reply = {"pid": pid} if pid > 0 else {"error": "fork failed"}
         except Exception as e:  # noqa: BLE001 (a bad request must not end the zygote)
             reply = {"error": f"{type(e).__name__}: {e}"}
@@ -223,6 +208,81 @@ def set_dumpable(on):
 LIBC = ctypes.CDLL(None, use_errno=True)
 PR_GET_DUMPABLE, PR_SET_DUMPABLE = 3, 4
 set_dumpable(False)
+
+
+class ParentFork:
+    """One fork instead of two: `clone(CLONE_PARENT)` makes the worker a child of the agent right
+    away. It does what `os.fork()` does around the syscall (the interpreter's before/after-fork
+    hooks, with the GIL held throughout) and has the kernel store the child's thread id where the
+    C library keeps it (`CLONE_CHILD_SETTID`), as the C library's own fork does. Used only where
+    that place is known (x86_64) and verified at start: a probe child checks its own thread id
+    there and reports through a pipe. Otherwise the zygote double-forks."""
+
+    CLONE_PARENT, CLONE_CHILD_SETTID, CLONE_CHILD_CLEARTID, SIGCHLD = 0x8000, 0x01000000, 0x00200000, 17
+    SYS_CLONE, SYS_GETTID, TID_OFFSET = 56, 186, 0x2D0  # x86_64
+
+    def __init__(self):
+        self.ok = False
+        if os.uname().machine != "x86_64":
+            return
+        py = ctypes.PyDLL(None)  # calls keep the GIL, as os.fork() does
+        self.before, self.parent, self.child = py.PyOS_BeforeFork, py.PyOS_AfterFork_Parent, py.PyOS_AfterFork_Child
+        self.syscall = py.syscall
+        self.syscall.restype = ctypes.c_long
+        self.syscall.argtypes = [ctypes.c_long] * 6
+        LIBC.pthread_self.restype = ctypes.c_ulong
+        self.tid_addr = LIBC.pthread_self() + self.TID_OFFSET
+        if ctypes.c_int.from_address(self.tid_addr).value != self.syscall(self.SYS_GETTID, 0, 0, 0, 0, 0):
+            return
+        r, w = os.pipe()
+        pid = self.fork()
+        if pid == 0:
+            good = ctypes.c_int.from_address(self.tid_addr).value == os.getpid() == self.syscall(self.SYS_GETTID, 0, 0, 0, 0, 0)
+            os.write(w, b"y" if good else b"n")
+            os._exit(0)
+        os.close(w)
+        self.ok = pid > 0 and os.read(r, 1) == b"y"
+        os.close(r)
+
+    def fork(self):
+        """0 in the worker, its pid in the zygote (-1 on failure)."""
+        flags = self.CLONE_PARENT | self.CLONE_CHILD_SETTID | self.CLONE_CHILD_CLEARTID | self.SIGCHLD
+        self.before()
+        pid = self.syscall(self.SYS_CLONE, flags, 0, 0, self.tid_addr, 0)
+        if pid == 0:
+            self.child()
+        else:
+            self.parent()
+        return pid
+
+
+def fork_worker(req, fds):
+    """Starts the worker for `req` as a child of the agent; returns its pid (0: failed)."""
+    if PARENT_FORK.ok:
+        pid = PARENT_FORK.fork()
+        if pid == 0:
+            run_worker(req, fds)
+        return max(pid, 0)
+    r, w = os.pipe()
+    mid = os.fork()
+    if mid == 0:
+        os.close(r)
+        try:
+            worker = os.fork()
+            if worker == 0:
+                os.close(w)
+                run_worker(req, fds)
+            os.write(w, str(worker).encode())
+        finally:
+            os._exit(0)
+    os.close(w)
+    pid = int(os.read(r, 32) or b"0")
+    os.close(r)
+    os.waitpid(mid, 0)
+    return pid
+
+
+PARENT_FORK = ParentFork()
 # Warm what every worker uses, then move everything allocated so far out of the collector's reach:
 # a collection in a worker would otherwise touch (and copy-on-write) the whole inherited heap.
 compile("pass", "<string>", "exec")
