@@ -223,10 +223,13 @@ async def test_a_zygote_worker_signals_itself_like_python3(sb, code, signal) -> 
     """A worker is a proper process of its own: abort() and raise() reach it, not the zygote."""
     r = await sb.exec(["python3", "-c", code])
     assert r.path == "zygote" and r.signal == signal and r.exit_code == -1, r
-    r = await sb.exec(["python3", "-c", "import threading, subprocess, os\n"
-                       "t = threading.Thread(target=print, args=('thread',)); t.start(); t.join()\n"
-                       "print(subprocess.run(['echo', 'child'], capture_output=True, text=True).stdout.strip())\n"
-                       "print(os.getppid())\n"])
+    more = (
+        "import threading, subprocess, os\n"
+        "t = threading.Thread(target=print, args=('thread',)); t.start(); t.join()\n"
+        "print(subprocess.run(['echo', 'child'], capture_output=True, text=True).stdout.strip())\n"
+        "print(os.getppid())\n"
+    )
+    r = await sb.exec(["python3", "-c", more])
     assert r.path == "zygote" and r.stdout == b"thread\nchild\n1\n", r
 
 
