@@ -96,3 +96,15 @@ async def wait_until(
         if time.monotonic() > deadline:
             raise AssertionError(f"timed out waiting for {what}")
         await asyncio.sleep(interval)
+
+
+async def warm_zygote(sb) -> None:
+    """Runs Python in `sb` until the zygote serves it. The execution that starts the zygote (and any
+    while it loads its modules) is spawned, with the same result; nobody waits for the zygote."""
+    for _ in range(200):
+        r = await sb.exec(["python3", "-c", "print(1)"])
+        assert r.stdout == b"1\n", r
+        if r.path == "zygote":
+            return
+        await asyncio.sleep(0.02)
+    raise AssertionError("the python zygote never became ready")

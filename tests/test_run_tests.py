@@ -9,6 +9,7 @@ import types
 from pathlib import Path
 
 import pytest
+from helpers import warm_zygote
 
 import sandboxes
 from sandboxes import InvalidRequest, Limits, TestCase, TestReport, Verdict, _bridge
@@ -175,6 +176,7 @@ async def test_a_background_process_does_not_survive_its_case(sb) -> None:
 
 
 async def test_python_cases_run_through_the_zygote(sb) -> None:
+    await warm_zygote(sb)
     r = await sb.run_tests("print(int(input()) * 2)\n", [TestCase("3\n", "6\n"), TestCase("4\n", "8\n")])
     assert r.all_passed, r
     assert [c.path for c in r.cases] == ["zygote", "zygote"]
@@ -221,6 +223,7 @@ async def test_temporary_files_go_to_the_case_directory(sb) -> None:
 )
 async def test_a_zygote_worker_signals_itself_like_python3(sb, code, signal) -> None:
     """A worker is a proper process of its own: abort() and raise() reach it, not the zygote."""
+    await warm_zygote(sb)
     r = await sb.exec(["python3", "-c", code])
     assert r.path == "zygote" and r.signal == signal and r.exit_code == -1, r
     more = (
@@ -250,6 +253,7 @@ async def test_a_program_cannot_tamper_with_the_python_zygote(sb) -> None:
     """The zygote shares the programs' uid but is non-dumpable: its memory, environment and fds are
     out of their reach, so one submission cannot change what later ones run (no reward hacking
     across cases). Workers themselves are dumpable again, like any spawned program."""
+    await warm_zygote(sb)
     r = await sb.run_tests("pass\n", [TestCase(check="pass\n")])
     assert r.all_passed and r.cases[0].path == "zygote", r
     z = _zygote_pid_inside(sb.handle.backend_data.pid)

@@ -7,7 +7,7 @@ import secrets
 import tempfile
 
 import pytest
-from helpers import pgrep, wait_until
+from helpers import pgrep, wait_until, warm_zygote
 
 import sandboxes
 from sandboxes import Limits
@@ -221,6 +221,7 @@ async def test_output_is_capped(sb: sandboxes.Sandbox) -> None:
 
 
 async def test_python_runs_through_the_zygote_with_the_same_isolation(sb: sandboxes.Sandbox) -> None:
+    await warm_zygote(sb)
     r = await sb.exec(["python3", "-c", "print(1)"])
     assert (r.stdout, r.exit_code, r.path) == (b"1\n", 0, "zygote")
     assert (await sb.info()).zygote

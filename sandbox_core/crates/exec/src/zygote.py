@@ -3,6 +3,7 @@
 #
 # It runs with the isolation of any user program (sandbox uid, no_new_privs, seccomp, rlimits),
 # started by the agent with a SOCK_SEQPACKET control socket as fd 3. Protocol, one datagram each:
+#   zygote -> agent, once its imports are done: {"ready":true}
 #   agent -> zygote: JSON request + SCM_RIGHTS [stdin, stdout, stderr, go]
 #   zygote -> agent: JSON {"pid": worker pid} or {"error": "..."}
 # The worker is the agent's child (one clone with CLONE_PARENT where verified, else a double fork
@@ -167,6 +168,7 @@ def exit_code(e):
 def serve():
     ctl = socket.socket(fileno=CONTROL_FD)
     fds_size = socket.CMSG_LEN(4 * 4)
+    ctl.send(b'{"ready":true}')  # the agent sends requests from now on (and spawns until then)
     while True:
         try:
             msg, ancdata, _flags, _addr = ctl.recvmsg(MAX_REQUEST, fds_size)

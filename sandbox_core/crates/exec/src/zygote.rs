@@ -10,8 +10,10 @@
 //! exec's own cgroup and only then lets it run user code. From there on it is supervised exactly
 //! like a spawned program (timeouts, output caps, tree kill, cgroup stats).
 //!
-//! Started lazily on the first Python execution (or eagerly, see `Executor::enable_python_zygote`),
-//! restarted lazily when it died; when it cannot serve a request the exec falls back to a spawn.
+//! Started by the first Python execution (or eagerly, see `Executor::enable_python_zygote`) and
+//! restarted by the next one when it died. Nobody waits for it to start: it loads its modules in
+//! the background and says `{"ready":true}` on its socket when done; until then, and whenever it
+//! cannot serve a request, a Python execution is spawned like any other program.
 
 use std::ffi::OsStr;
 use std::fmt::Write as _;
@@ -46,6 +48,8 @@ pub(crate) struct Zygote {
 /// A running zygote.
 struct Live {
     ctl: OwnedFd,
+    /// Set once it said it is ready (its start-up imports are done).
+    ready: bool,
     /// Set once its supervisor reported its exit.
     dead: Arc<AtomicBool>,
     /// Its exec; dropping it kills the zygote (and its supervisor removes its cgroup).
@@ -235,9 +239,18 @@ impl Zygote {
                     }
                 }
             }
-            let Some(l) = live.as_ref() else {
+            let Some(l) = live.as_mut() else {
                 return Ok(None);
             };
+            match poll_ready(l) {
+                Ok(true) => {}
+                Ok(false) => return Ok(None), // still starting: this one is spawned
+                Err(e) => {
+                    tracing::warn!(error = %e, "the python zygote failed to start; restarting it");
+                    *live = None;
+                    continue;
+                }
+            }
             match request(l, &json, cgroup, reaper) {
                 Ok(s) => return Ok(Some(s)),
                 Err(Failure::Exec(e)) => return Err(e),
@@ -309,10 +322,49 @@ fn start_live(start: &dyn Fn(RawFd) -> Result<Running, SpawnError>) -> io::Resul
     tracing::info!(pid, "python zygote started");
     Ok(Live {
         ctl: ours,
+        ready: false,
         dead,
         _running: running,
     })
 }
+
+/// Whether the zygote has said it is ready, without waiting for it.
+fn poll_ready(live: &mut Live) -> io::Result<bool> {
+    if live.ready {
+        return Ok(true);
+    }
+    let mut buf = [0u8; 64];
+    // SAFETY: plain syscall into a buffer we own.
+    let n = unsafe {
+        libc::recv(
+            live.ctl.as_raw_fd(),
+            buf.as_mut_ptr().cast(),
+            buf.len(),
+            libc::MSG_DONTWAIT,
+        )
+    };
+    if n < 0 {
+        let e = io::Error::last_os_error();
+        return match e.kind() {
+            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(false),
+            _ => Err(e),
+        };
+    }
+    if n == 0 {
+        return Err(io::Error::from(io::ErrorKind::UnexpectedEof));
+    }
+    if &buf[..n as usize] != READY {
+        return Err(io::Error::other(format!(
+            "expected the ready message, got {:?}",
+            String::from_utf8_lossy(&buf[..n as usize])
+        )));
+    }
+    live.ready = true;
+    Ok(true)
+}
+
+/// What the zygote says once its start-up is done.
+const READY: &[u8] = b"{\"ready\":true}";
 
 /// One request: pipes, send, adopt the worker, move it into `cgroup`, release it.
 fn request(
