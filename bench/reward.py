@@ -2,7 +2,8 @@
 
 - whole-HumanEval grading (164 canonical + 164 broken = 328 gradings), one `run_tests` call per
   grading through an embedded local `Pool`, as many at once as the machine has cores (the engine
-  of `sandboxes eval`), against
+  of `sandboxes eval`; each worker claims a fresh warm sandbox per run and grades its share in it,
+  the judge isolating every case; the zygote starts during the run), against
   - the physical floor: the same programs and checks `exec()`'d in fresh dicts inside one Python
     process per core (multiprocessing), no isolation, timeouts ignored;
   - a fresh `python3` of a clean virtualenv per problem (program + check as a temp file), same
@@ -144,7 +145,7 @@ async def ours(
         await evaluate(subs[: 4 * workers], workers=workers, pool=pool, time_limit=TIME_LIMIT_S)  # warm-up
         for _ in range(repeats):
             await wait_warm(pool, warm)
-            rep = await evaluate(subs, workers=workers, pool=pool, time_limit=TIME_LIMIT_S)
+            rep = await evaluate(subs, workers=workers, pool=pool, time_limit=TIME_LIMIT_S, per_sandbox=len(subs))
             walls.append(rep.elapsed_s)
             infra += rep.infra_errors
         verdicts = [r.accepted for r in rep.results]
