@@ -4,8 +4,9 @@
 //! The zygote is itself started like any program (sandbox uid, `no_new_privs`, seccomp, rlimits,
 //! its own cgroup, its own session), with its end of a `SOCK_SEQPACKET` socket pair as fd 3 and
 //! long limits. Its workers inherit all of that. Per execution the agent sends one request (JSON +
-//! the worker's stdin/stdout/stderr and a `go` pipe as SCM_RIGHTS); the zygote double-forks so
-//! the worker is reparented to the agent (a child subreaper); the worker calls `setsid`, sets the
+//! the worker's stdin/stdout/stderr and a `go` pipe as SCM_RIGHTS); the zygote makes the worker a
+//! child of the agent (one `clone(CLONE_PARENT)` where verified, else a double fork that reparents
+//! it to the agent, a child subreaper); the worker calls `setsid`, sets the
 //! exec's rlimits and waits on `go`. Meanwhile the agent adopts it in the reaper, moves it into the
 //! exec's own cgroup and only then lets it run user code. From there on it is supervised exactly
 //! like a spawned program (timeouts, output caps, tree kill, cgroup stats).
