@@ -7,9 +7,10 @@
 #   agent -> zygote: JSON request + SCM_RIGHTS [stdin, stdout, stderr, go]
 #   zygote -> agent: JSON {"pid": worker pid} or {"error": "..."}
 # The worker is the agent's child (one clone with CLONE_PARENT where verified, else a double fork
-# that reparents it to the agent, a child subreaper), which reaps it like any program it spawned. The zygote makes itself non-dumpable first: its workers
-# share its uid, and must not be able to trace it or write its memory. The worker waits for one byte on `go` (sent once the agent
-# has registered it and moved it into its own cgroup) before it runs any user code.
+# that reparents it to the agent, a child subreaper), which reaps it like any program it spawned.
+# The zygote makes itself non-dumpable first: its workers share its uid, and must not be able to
+# trace it or write its memory. The worker waits for one byte on `go` (sent once the agent has
+# registered it and moved it into its own cgroup) before it runs any user code.
 import os
 import socket
 import sys
@@ -143,9 +144,7 @@ def run_file(path):
 def print_user_exception(e):
     # Like python3: the traceback starts at the program's own frames, not the zygote's.
     tb = e.__traceback__
-    while tb is not None and (
-        tb.tb_frame.f_globals is globals()
-    ):
+    while tb is not None and tb.tb_frame.f_globals is globals():
         tb = tb.tb_next
     try:
         traceback.print_exception(type(e), e, tb)
