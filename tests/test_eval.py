@@ -99,32 +99,25 @@ def test_load_solutions_errors(tmp_path: Path) -> None:
 
 
 class FlakyPool:
-    """A pool whose claims fail `fail` times with `error`, then claim for real from `real`."""
+    """A pool whose claims fail `fail` times with `error`, then claim for real from `real`; it
+    counts claims and releases and records the ids of the sandboxes it handed out."""
 
-    def __init__(self, real: sandboxes.Pool, error: Exception, fail: int) -> None:
+    def __init__(self, real: sandboxes.Pool, error: Exception | None = None, fail: int = 0) -> None:
         self.real, self.error, self.fail, self.claims, self.released = real, error, fail, 0, 0
+        self.ids: list[str] = []
 
     async def claim(self):
         self.claims += 1
         if self.fail > 0:
             self.fail -= 1
             raise self.error
-        return await self.real.claim()
+        sb = await self.real.claim()
+        self.ids.append(sb.id)
+        return sb
 
     async def release(self, sb) -> None:
         self.released += 1
         await self.real.release(sb)
-
-
-class CountingPool(FlakyPool):
-    def __init__(self, real: sandboxes.Pool) -> None:
-        super().__init__(real, SandboxLost("unused"), fail=0)
-        self.ids: list[str] = []
-
-    async def claim(self):
-        sb = await super().claim()
-        self.ids.append(sb.id)
-        return sb
 
 
 async def test_consecutive_gradings_share_a_sandbox_up_to_per_sandbox(make_pool) -> None:
@@ -132,11 +125,11 @@ async def test_consecutive_gradings_share_a_sandbox_up_to_per_sandbox(make_pool)
     and gives every sandbox back at the end; verdicts do not depend on the sharing."""
     pool = await make_pool(warm=1)
     subs = ev.submissions(load_stdio()[:5], "canonical") + ev.submissions(load_stdio()[:5], "broken")
-    counting = CountingPool(pool)
+    counting = FlakyPool(pool)
     r = await ev.evaluate(subs, workers=1, pool=counting, per_sandbox=4)
     assert [x.accepted for x in r.results] == [True] * 5 + [False] * 5
     assert counting.claims == 3 and len(set(counting.ids)) == 3 and counting.released == 3
-    fresh = CountingPool(pool)
+    fresh = FlakyPool(pool)
     r1 = await ev.evaluate(subs[:3], workers=1, pool=fresh, per_sandbox=1)
     assert r1.accepted == 3 and fresh.claims == 3 and fresh.released == 3
     with pytest.raises(InvalidRequest):
@@ -146,7 +139,7 @@ async def test_consecutive_gradings_share_a_sandbox_up_to_per_sandbox(make_pool)
 async def test_a_lost_sandbox_is_replaced_and_the_grading_retried(make_pool) -> None:
     pool = await make_pool(warm=1)
     subs = ev.submissions(load_stdio()[:3], "canonical")
-    counting = CountingPool(pool)
+    counting = FlakyPool(pool)
     killed = False
 
     def kill_first_sandbox(res: ev.ProblemResult) -> None:

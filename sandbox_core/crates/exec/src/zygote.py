@@ -73,7 +73,7 @@ def run_worker(req, fds):
         if os.read(go, 1) != b"G":
             os._exit(137)
         os.close(go)
-        set_dumpable(True)
+        LIBC.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # like any spawned program (the zygote is not)
         os.chdir(req["cwd"])
         os.environ.clear()
         os.environ.update(req["env"])
@@ -196,19 +196,19 @@ def serve():
         ctl.send(json.dumps(reply).encode())
 
 
-def set_dumpable(on):
+def make_undumpable():
     """Workers run as the zygote's uid; a non-dumpable zygote cannot be traced, nor its memory
     (/proc/PID/mem), environment or fds read or written by them (and hidepid hides it), so one
     program cannot change what the zygote runs for the next. Each worker is made dumpable again
     before it runs user code, like any spawned program. The zygote refuses to run (the agent then
     spawns) when it cannot make itself non-dumpable."""
-    if LIBC.prctl(PR_SET_DUMPABLE, int(on), 0, 0, 0) != 0 or LIBC.prctl(PR_GET_DUMPABLE, 0, 0, 0, 0) != int(on):
-        raise OSError(ctypes.get_errno(), f"cannot set dumpable={int(on)}")
+    if LIBC.prctl(PR_SET_DUMPABLE, 0, 0, 0, 0) != 0 or LIBC.prctl(PR_GET_DUMPABLE, 0, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "cannot make the zygote non-dumpable")
 
 
 LIBC = ctypes.CDLL(None, use_errno=True)
 PR_GET_DUMPABLE, PR_SET_DUMPABLE = 3, 4
-set_dumpable(False)
+make_undumpable()
 
 
 class ParentFork:

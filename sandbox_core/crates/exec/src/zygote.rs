@@ -335,33 +335,36 @@ fn poll_ready(live: &mut Live) -> io::Result<bool> {
         return Ok(true);
     }
     let mut buf = [0u8; 64];
-    // SAFETY: plain syscall into a buffer we own.
-    let n = unsafe {
-        libc::recv(
-            live.ctl.as_raw_fd(),
-            buf.as_mut_ptr().cast(),
-            buf.len(),
-            libc::MSG_DONTWAIT,
-        )
+    let n = match recv(&live.ctl, &mut buf, libc::MSG_DONTWAIT) {
+        Err(e) if e.kind() == io::ErrorKind::WouldBlock => return Ok(false),
+        r => r?,
     };
-    if n < 0 {
-        let e = io::Error::last_os_error();
-        return match e.kind() {
-            io::ErrorKind::WouldBlock | io::ErrorKind::Interrupted => Ok(false),
-            _ => Err(e),
-        };
-    }
-    if n == 0 {
-        return Err(io::Error::from(io::ErrorKind::UnexpectedEof));
-    }
-    if &buf[..n as usize] != READY {
+    if &buf[..n] != READY {
         return Err(io::Error::other(format!(
             "expected the ready message, got {:?}",
-            String::from_utf8_lossy(&buf[..n as usize])
+            String::from_utf8_lossy(&buf[..n])
         )));
     }
     live.ready = true;
     Ok(true)
+}
+
+/// One datagram from the zygote; its end of the socket closing is an error.
+fn recv(sock: &OwnedFd, buf: &mut [u8], flags: libc::c_int) -> io::Result<usize> {
+    loop {
+        // SAFETY: plain syscall into a buffer we own.
+        let n = unsafe { libc::recv(sock.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), flags) };
+        if n > 0 {
+            return Ok(n as usize);
+        }
+        if n == 0 {
+            return Err(io::Error::from(io::ErrorKind::UnexpectedEof));
+        }
+        let e = io::Error::last_os_error();
+        if e.kind() != io::ErrorKind::Interrupted {
+            return Err(e);
+        }
+    }
 }
 
 /// What the zygote says once its start-up is done.
@@ -398,23 +401,7 @@ fn request(
     .map_err(Failure::Transport)?;
     drop((stdin_r, stdout_w, stderr_w, go_r));
     let mut buf = [0u8; 4096];
-    let n = loop {
-        // SAFETY: plain syscall into a buffer we own.
-        let n = unsafe { libc::recv(live.ctl.as_raw_fd(), buf.as_mut_ptr().cast(), buf.len(), 0) };
-        if n < 0 {
-            let e = io::Error::last_os_error();
-            if e.kind() == io::ErrorKind::Interrupted {
-                continue;
-            }
-            return Err(Failure::Transport(e));
-        }
-        break n as usize;
-    };
-    if n == 0 {
-        return Err(Failure::Transport(io::Error::from(
-            io::ErrorKind::UnexpectedEof,
-        )));
-    }
+    let n = recv(&live.ctl, &mut buf, 0).map_err(Failure::Transport)?;
     let reply = String::from_utf8_lossy(&buf[..n]);
     let pid = match parse_pid(&reply) {
         Some(pid) => pid,
