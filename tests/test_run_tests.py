@@ -282,6 +282,18 @@ async def test_a_program_cannot_tamper_with_the_python_zygote(sb) -> None:
     assert r.all_passed and r.cases[0].path == "zygote", r
 
 
+async def test_a_program_that_stops_the_python_zygote_does_not_hold_up_the_next_one(sb) -> None:
+    """Signals of a program reach the zygote (same uid). A stopped zygote would leave the next
+    Python execution waiting for a reply until the agent's deadline (10 s) and then spawning it;
+    the agent resumes the zygote before each request, so the next case runs on the fast path
+    (without that, the second case is spawned after the zygote is given up)."""
+    await warm_zygote(sb)
+    z = _zygote_pid_inside(sb.handle.backend_data.pid)
+    stop = f"import os, signal\nos.kill({z}, signal.SIGSTOP)\n"
+    r = await sb.run_tests("pass\n", [TestCase(check=stop), TestCase(check="pass\n")], time_limit=5.0)
+    assert r.all_passed, r
+    assert [c.path for c in r.cases] == ["zygote", "zygote"], r  # not restarted, not spawned
+
 # --- bad requests ------------------------------------------------------------------------------------
 
 

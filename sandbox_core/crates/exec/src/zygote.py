@@ -23,7 +23,6 @@ import atexit
 import builtins
 import ctypes
 import gc
-import importlib
 import io
 import json
 import resource
@@ -41,6 +40,7 @@ import fractions  # noqa: F401
 import functools  # noqa: F401
 import hashlib  # noqa: F401
 import heapq  # noqa: F401
+import importlib  # noqa: F401
 import itertools  # noqa: F401
 import math  # noqa: F401
 import operator  # noqa: F401
@@ -85,7 +85,9 @@ def run_worker(req, fds):
             )
         if req.get("no_bytecode"):
             sys.dont_write_bytecode = True
-        importlib.invalidate_caches()
+        # No importlib.invalidate_caches(): the zygote runs isolated (-I), so the only directories
+        # whose listings it cached are the interpreter's own, read-only in the sandbox; the
+        # program's directories get fresh finders in the worker. (It cost ~60 page copies.)
     except BaseException:  # noqa: BLE001
         try:
             traceback.print_exc()
@@ -207,6 +209,10 @@ def make_undumpable():
 
 
 LIBC = ctypes.CDLL(None, use_errno=True)
+# Typed once here: a worker's call of an untyped foreign function builds argument converters and
+# copies more pages of the inherited heap.
+LIBC.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
+LIBC.prctl.restype = ctypes.c_int
 PR_GET_DUMPABLE, PR_SET_DUMPABLE = 3, 4
 make_undumpable()
 

@@ -54,7 +54,7 @@ struct Live {
     /// Set once its supervisor reported its exit.
     dead: Arc<AtomicBool>,
     /// Its exec; dropping it kills the zygote (and its supervisor removes its cgroup).
-    _running: Running,
+    running: Running,
 }
 
 /// What a Python command asks for, when it has the shape the zygote can run.
@@ -122,7 +122,7 @@ impl Zygote {
         self.lock()
             .as_ref()
             .filter(|l| !l.dead.load(Ordering::Acquire))
-            .map(|l| l._running.pid)
+            .map(|l| l.running.pid)
     }
 
     /// Kills the zygote (it is started again on the next Python execution).
@@ -137,8 +137,8 @@ impl Zygote {
         let Some(live) = self.lock().take() else {
             return;
         };
-        let pid = live._running.pid as libc::pid_t;
-        live._running.kill();
+        let pid = live.running.pid as libc::pid_t;
+        live.running.kill();
         if let Ok(reaper) = Reaper::global() {
             for _ in 0..2000 {
                 if !reaper.is_registered(pid) {
@@ -325,7 +325,7 @@ fn start_live(start: &dyn Fn(RawFd) -> Result<Running, SpawnError>) -> io::Resul
         ctl: ours,
         ready: false,
         dead,
-        _running: running,
+        running,
     })
 }
 
@@ -386,6 +386,9 @@ fn request(
     nonblocking(&stdout_r).map_err(exec_err(Step::Pipe))?;
     nonblocking(&stderr_r).map_err(exec_err(Step::Pipe))?;
 
+    // Programs share the zygote's uid and may have stopped it (SIGSTOP): resume it, or this
+    // request would wait for its reply until the deadline.
+    let _ = live.running.signal(libc::SIGCONT);
     // From here until the worker is registered, the reaper must not reap it as an orphan.
     let adoption = reaper.begin_adopt();
     send_with_fds(
