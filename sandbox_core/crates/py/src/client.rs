@@ -153,7 +153,7 @@ impl AgentClient {
             ),
             None => None,
         };
-        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+        runtime::awaitable(py, async move {
             // Dropping the future (a Python cancel or this deadline) resets the HTTP/2 stream, and
             // the agent kills what the call started.
             match deadline {

@@ -195,7 +195,7 @@ impl LocalSandbox {
     }
     fn wait<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let inner = self.inner.clone();
-        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+        runtime::awaitable(py, async move {
             if let Some(s) = inner.reap(false) {
                 return Ok(s);
             }
@@ -565,5 +565,5 @@ pub fn launch_local<'py>(
     config: PyRef<'py, LaunchConfig>,
 ) -> PyResult<Bound<'py, PyAny>> {
     runtime::check_pid()?;
-    pyo3_async_runtimes::tokio::future_into_py(py, launch(config.clone()))
+    runtime::awaitable(py, launch(config.clone()))
 }

@@ -1,9 +1,24 @@
-//! The tokio runtime behind every awaitable of the module. Refuses to run in a forked child:
-//! its threads did not survive the fork.
+//! The tokio runtime behind every awaitable of the module, and the bridge from a Rust future to
+//! an asyncio future. Refuses to run in a forked child: the runtime's threads did not survive
+//! the fork.
+//!
+//! The bridge is one tokio task per call: it runs the future, then, holding the GIL briefly,
+//! converts the output and hands it to the event loop (`call_soon_threadsafe`). A generic bridge
+//! costs two more thread hand-offs per call (a second task, and a blocking-pool thread to set the
+//! result), each a wake-up of another thread, which is most of a call's overhead on a small VM.
+//! Cancelling the asyncio future drops the Rust future (which resets its HTTP/2 stream, so the
+//! agent stops what the call started).
 
-use std::sync::OnceLock;
+use std::future::Future;
+use std::panic::AssertUnwindSafe;
+use std::sync::{Mutex, OnceLock};
 
-use pyo3::PyResult;
+use futures::FutureExt;
+use pyo3::prelude::*;
+use pyo3::sync::PyOnceLock;
+use pyo3::types::PyCFunction;
+use pyo3::{IntoPyObjectExt, PyResult};
+use tokio::sync::oneshot;
 
 static OWNER_PID: OnceLock<u32> = OnceLock::new();
 
@@ -29,4 +44,97 @@ pub fn check_pid() -> PyResult<()> {
 
 pub fn handle() -> &'static tokio::runtime::Runtime {
     pyo3_async_runtimes::tokio::get_runtime()
+}
+
+/// Run `fut` on the runtime; an asyncio future (of the running loop) of its output.
+pub fn awaitable<'py, F, T>(py: Python<'py>, fut: F) -> PyResult<Bound<'py, PyAny>>
+where
+    F: Future<Output = PyResult<T>> + Send + 'static,
+    T: for<'a> IntoPyObject<'a> + Send + 'static,
+{
+    static GET_RUNNING_LOOP: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
+    let event_loop = GET_RUNNING_LOOP
+        .get_or_try_init(py, || {
+            py.import("asyncio")?
+                .getattr("get_running_loop")
+                .map(Bound::unbind)
+        })?
+        .bind(py)
+        .call0()?;
+    let py_fut = event_loop.call_method0(pyo3::intern!(py, "create_future"))?;
+    let (cancel_tx, cancel_rx) = oneshot::channel::<()>();
+    let cancel_tx = Mutex::new(Some(cancel_tx));
+    let on_done = PyCFunction::new_closure(py, None, None, move |args, _kwargs| -> PyResult<()> {
+        let fut = args.get_item(0)?;
+        if fut.call_method0("cancelled")?.is_truthy()? {
+            if let Some(tx) = cancel_tx.lock().ok().and_then(|mut t| t.take()) {
+                let _ = tx.send(());
+            }
+        }
+        Ok(())
+    })?;
+    py_fut.call_method1(pyo3::intern!(py, "add_done_callback"), (on_done,))?;
+    let loop_ref = event_loop.unbind();
+    let fut_ref = py_fut.clone().unbind();
+    handle().spawn(async move {
+        // Only a cancel cancels: the sender is dropped unused when the future completes.
+        let cancelled = async {
+            if cancel_rx.await.is_err() {
+                std::future::pending::<()>().await
+            }
+        };
+        let outcome = tokio::select! {
+            r = AssertUnwindSafe(fut).catch_unwind() => r,
+            () = cancelled => return,
+        };
+        Python::attach(|py| {
+            let value = match outcome {
+                Ok(r) => r.and_then(|v| v.into_py_any(py)),
+                Err(panic) => Err(crate::errors::err(
+                    "internal",
+                    format!("native call panicked: {}", panic_message(&panic)),
+                )),
+            };
+            let resolve = Resolve {
+                fut: fut_ref,
+                value: Mutex::new(Some(value)),
+            };
+            // Fails only when the loop is closed: then nobody waits for the result.
+            let _ = loop_ref
+                .bind(py)
+                .call_method1(pyo3::intern!(py, "call_soon_threadsafe"), (resolve,));
+        });
+    });
+    Ok(py_fut)
+}
+
+fn panic_message(p: &(dyn std::any::Any + Send)) -> &str {
+    p.downcast_ref::<&str>()
+        .copied()
+        .or_else(|| p.downcast_ref::<String>().map(String::as_str))
+        .unwrap_or("unknown panic")
+}
+
+/// Sets an asyncio future's outcome, on the loop's thread, unless it is done (cancelled).
+#[pyclass(module = "sandboxes._native", frozen)]
+struct Resolve {
+    fut: Py<PyAny>,
+    value: Mutex<Option<PyResult<Py<PyAny>>>>,
+}
+
+#[pymethods]
+impl Resolve {
+    fn __call__(&self, py: Python<'_>) -> PyResult<()> {
+        let fut = self.fut.bind(py);
+        if fut.call_method0(pyo3::intern!(py, "done"))?.is_truthy()? {
+            return Ok(());
+        }
+        let value = self.value.lock().ok().and_then(|mut v| v.take());
+        match value {
+            Some(Ok(v)) => fut.call_method1(pyo3::intern!(py, "set_result"), (v,))?,
+            Some(Err(e)) => fut.call_method1(pyo3::intern!(py, "set_exception"), (e.into_value(py),))?,
+            None => return Ok(()),
+        };
+        Ok(())
+    }
 }

@@ -70,7 +70,7 @@ impl ExecStream {
         kind: pb::exec_input::Kind,
     ) -> PyResult<Bound<'py, PyAny>> {
         let input = self.input.lock().unwrap_or_else(|e| e.into_inner()).clone();
-        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+        runtime::awaitable(py, async move {
             let ended = || err("failed_precondition", "the execution has ended");
             input
                 .ok_or_else(ended)?
@@ -86,7 +86,7 @@ impl ExecStream {
     /// The next event, or None once the exit event was delivered.
     fn next<'py>(&self, py: Python<'py>) -> PyResult<Bound<'py, PyAny>> {
         let events = self.events.clone();
-        pyo3_async_runtimes::tokio::future_into_py(py, async move {
+        runtime::awaitable(py, async move {
             let mut guard = events.lock().await;
             let (rx, done) = &mut *guard;
             if *done {
