@@ -3,6 +3,7 @@ one case's verdict never disturbing the next, compare modes, check-script isolat
 
 from __future__ import annotations
 
+import json
 import math
 import os
 import types
@@ -282,6 +283,29 @@ async def test_a_program_cannot_tamper_with_the_python_zygote(sb) -> None:
     assert r.all_passed and r.cases[0].path == "zygote", r
 
 
+async def test_a_python_worker_has_exactly_the_environment_asked_for(sb) -> None:
+    """A worker starts with the zygote's environment and changes only what differs: variables of an
+    earlier execution are gone, changed ones changed, at the Python and the C level (a
+    subprocess), and the whole matches what a spawned program gets."""
+    await warm_zygote(sb)
+    show = (
+        "import json, os, subprocess\n"
+        "c = dict(l.split('=', 1) for l in subprocess.run(['env'], capture_output=True, text=True).stdout.splitlines())\n"
+        "print(json.dumps([dict(os.environ), c]))\n"
+    )
+    first = await sb.exec(["python3", "-c", show], env={"ZYG_A": "1", "ZYG_C": "x"})
+    second = await sb.exec(["python3", "-c", show], env={"ZYG_B": "2", "ZYG_C": "y"})
+    spawned = await sb.exec(["env"], env={"ZYG_B": "2", "ZYG_C": "y"})
+    assert (first.path, second.path) == ("zygote", "zygote"), (first, second)
+    py1, c1 = json.loads(first.stdout)
+    py2, c2 = json.loads(second.stdout)
+    assert py1["ZYG_A"] == c1["ZYG_A"] == "1" and py1["ZYG_C"] == "x"
+    assert "ZYG_A" not in py2 and "ZYG_A" not in c2, (py2, c2)
+    assert py2["ZYG_B"] == c2["ZYG_B"] == "2" and py2["ZYG_C"] == c2["ZYG_C"] == "y"
+    want = dict(line.split("=", 1) for line in spawned.stdout.decode().splitlines())
+    assert py2 == want, (py2, want)
+
+
 async def test_a_program_that_stops_the_python_zygote_does_not_hold_up_the_next_one(sb) -> None:
     """Signals of a program reach the zygote (same uid). A stopped zygote would leave the next
     Python execution waiting for a reply until the agent's deadline (10 s) and then spawning it;
@@ -293,6 +317,7 @@ async def test_a_program_that_stops_the_python_zygote_does_not_hold_up_the_next_
     r = await sb.run_tests("pass\n", [TestCase(check=stop), TestCase(check="pass\n")], time_limit=5.0)
     assert r.all_passed, r
     assert [c.path for c in r.cases] == ["zygote", "zygote"], r  # not restarted, not spawned
+
 
 # --- bad requests ------------------------------------------------------------------------------------
 
