@@ -319,6 +319,37 @@ async def test_a_program_that_stops_the_python_zygote_does_not_hold_up_the_next_
     assert [c.path for c in r.cases] == ["zygote", "zygote"], r  # not restarted, not spawned
 
 
+@pytest.mark.parametrize(
+    "language, program",
+    [
+        ("python", "import sys\nsys.exit(0)\n"),
+        ("python", "import os\nos._exit(0)\n"),
+        ("python", "raise SystemExit\n"),
+        ("python", "import atexit, os\natexit.register(lambda: os._exit(0))\n"),
+        ("python", "import os, signal\nos.kill(os.getpid(), signal.SIGKILL)\n"),
+        ("python", "print('\\n' + open('.check-token').read())\n"),
+        ("bash", "exit 0\n"),
+        ("bash", "exec 9<&-\n"),
+        ("bash", "cat .check-token; exit 0\n"),
+    ],
+)
+async def test_a_program_that_ends_before_its_check_does_not_pass(sb, language, program) -> None:
+    """A check script passes when it runs to its end, not when the process exits 0: a program that
+    exits early (the simplest reward hack against HumanEval-style checks) is not accepted. The
+    runner prints a per-case token after the check; the token's file is gone before the program
+    runs. (Checks share the program's interpreter, so a program built to fool them, e.g. one
+    returning an object equal to everything, still can: see docs.)"""
+    check = "assert False, 'the check ran'\n" if language == "python" else "false\n"
+    r = await sb.run_tests(program, [TestCase(check=check)], language=language)
+    assert r.cases[0].verdict in (Verdict.WRONG_ANSWER, Verdict.RUNTIME_ERROR), r
+    assert not r.all_passed
+    ok = "x = 1\n" if language == "python" else "x=1\n"
+    good = "assert x == 1\nprint('done')\n" if language == "python" else '[ "$x" = 1 ]\necho done\n'
+    r = await sb.run_tests(ok, [TestCase(check=good)], language=language)
+    assert r.all_passed, r
+    assert r.cases[0].stdout == b"done\n", r  # the token is not part of the output shown
+
+
 # --- bad requests ------------------------------------------------------------------------------------
 
 

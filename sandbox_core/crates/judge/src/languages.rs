@@ -10,14 +10,41 @@ pub enum Language {
     Bash,
 }
 
-/// Runs the program, then the check script, in one interpreter and one namespace (HumanEval style).
-pub const PYTHON_CHECK_RUNNER: &str = r#"import sys
-ns = {"__name__": "__main__", "__builtins__": __builtins__}
-with open(sys.argv[1]) as f:
-    exec(compile(f.read(), "solution.py", "exec"), ns)
-with open(sys.argv[2]) as f:
-    exec(compile(f.read(), "check.py", "exec"), ns)
+/// Runs the program, then the check script, in one interpreter and one namespace (HumanEval
+/// style), then prints the case's completion token (argv: solution, check, token file). The token
+/// is read and its file deleted before the program runs, so a program that ends early (`sys.exit`,
+/// `os._exit`, a signal) cannot print it: exiting 0 is not enough to pass.
+pub const PYTHON_CHECK_RUNNER: &str = r#"import os
+import sys
+
+
+def _judge(solution, check, token_file, write=os.write):
+    with open(token_file, "rb") as f:
+        token = f.read().strip()
+    os.unlink(token_file)
+    ns = {"__name__": "__main__", "__builtins__": __builtins__}
+    with open(solution) as f:
+        exec(compile(f.read(), "solution.py", "exec"), ns)
+    with open(check) as f:
+        exec(compile(f.read(), "check.py", "exec"), ns)
+    try:
+        sys.stdout.flush()
+    except Exception:
+        pass
+    write(1, b"\n" + token + b"\n")
+
+
+_judge(*sys.argv[1:4])
 "#;
+
+/// The same for Bash: the token is held on fd 9 (its file deleted) while the program and the check
+/// are sourced, and printed at the end.
+const BASH_CHECK_RUNNER: &str = r#"exec 9<"$3" && rm -f "$3" || exit 120
+set -e
+source "$1"
+source "$2"
+read -r __token <&9
+printf '\n%s\n' "$__token""#;
 
 impl Language {
     pub fn parse(name: &str) -> Option<Language> {
@@ -102,28 +129,31 @@ impl Language {
         }
     }
 
-    /// The command of one case; `check` names the check script, when the case has one.
-    pub fn run(self, dir: &Path, check: Option<&str>) -> Vec<String> {
+    /// The command of one case. A case with a check script names it, and the file holding the
+    /// token the runner prints once the check has run to its end.
+    pub fn run(self, dir: &Path, check: Option<(&str, &Path)>) -> Vec<String> {
         let d = |f: &str| dir.join(f).display().to_string();
         match (self, check) {
             (Language::Python, None) => {
                 vec!["/usr/bin/python3".into(), "-I".into(), d("solution.py")]
             }
-            (Language::Python, Some(c)) => vec![
+            (Language::Python, Some((c, token))) => vec![
                 "/usr/bin/python3".into(),
                 "-I".into(),
                 d("runner.py"),
                 d("solution.py"),
                 d(c),
+                token.display().to_string(),
             ],
             (Language::Bash, None) => vec!["/bin/bash".into(), d("solution.sh")],
-            (Language::Bash, Some(c)) => vec![
+            (Language::Bash, Some((c, token))) => vec![
                 "/bin/bash".into(),
                 "-c".into(),
-                "set -e; source \"$1\"; source \"$2\"".into(),
+                BASH_CHECK_RUNNER.into(),
                 "bash".into(),
                 d("solution.sh"),
                 d(c),
+                token.display().to_string(),
             ],
             (Language::C | Language::Cpp, _) => vec![d("solution")],
         }

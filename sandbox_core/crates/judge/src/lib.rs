@@ -91,6 +91,28 @@ impl Scratch {
         set_mode(&p, 0o644).map_err(err)
     }
 
+    /// A fresh random token in a file of the case's directory, readable by the program's uid (the
+    /// runner reads and deletes it before the program starts); its path and the line the runner
+    /// ends its output with when the check has run to its end.
+    fn token_file(&self, cwd: &Path) -> Result<(PathBuf, Vec<u8>), JudgeError> {
+        let p = cwd.join(".check-token");
+        let err = |source| JudgeError::Scratch {
+            path: p.display().to_string(),
+            source,
+        };
+        let mut raw = [0u8; 16];
+        // SAFETY: plain syscall filling a buffer we own.
+        let n = unsafe { libc::getrandom(raw.as_mut_ptr().cast(), raw.len(), 0) };
+        if n != raw.len() as isize {
+            return Err(err(std::io::Error::last_os_error()));
+        }
+        let token: String = raw.iter().map(|b| format!("{b:02x}")).collect();
+        std::fs::write(&p, format!("{token}\n")).map_err(err)?;
+        set_mode(&p, 0o400).map_err(err)?;
+        chown(&p, self.uid, self.gid).map_err(err)?;
+        Ok((p, format!("\n{token}\n").into_bytes()))
+    }
+
     /// Takes the compiled binary out of the program-writable build dir into the read-only one.
     fn seal_binary(&self, built: &Path, dir: &Path) -> Result<(), JudgeError> {
         let dst = dir.join("solution");
@@ -268,10 +290,20 @@ pub async fn run_tests(
             Some(name)
         };
         let cwd = scratch.make_writable(&dir.0, &format!("case-{i}"))?;
+        // A check passes only if the runner printed this token after it (see `languages`).
+        let token = match &check {
+            Some(_) => Some(scratch.token_file(&cwd)?),
+            None => None,
+        };
         // Temporary files of the case go to its own directory, removed with it.
         let env = [("TMPDIR".to_string(), cwd.display().to_string())].into();
         let cmd = Command {
-            argv: lang.run(&dir.0, check.as_deref()),
+            argv: lang.run(
+                &dir.0,
+                check
+                    .as_deref()
+                    .zip(token.as_ref().map(|(path, _)| path.as_path())),
+            ),
             env,
             clear_env: false,
             cwd: Some(cwd.clone()),
@@ -280,7 +312,15 @@ pub async fn run_tests(
         let outcome = executor.run(cmd, case.input.clone()).await;
         let _ = std::fs::remove_dir_all(&cwd);
         let result = match outcome {
-            Ok(o) => verdict::judge(&o, lang, case, compare, tolerance, excerpt_n),
+            Ok(o) => verdict::judge(
+                &o,
+                lang,
+                case,
+                token.as_ref().map(|(_, marker)| marker.as_slice()),
+                compare,
+                tolerance,
+                excerpt_n,
+            ),
             Err(e) => pb::CaseResult {
                 verdict: pb::Verdict::SandboxError as i32,
                 message: e.to_string(),

@@ -36,16 +36,28 @@ pub fn of_outcome(o: &Outcome, lang: Language) -> Option<(Verdict, &'static str)
     None
 }
 
+/// The verdict of a case. `token`: for a case with a check script, the line its runner prints
+/// last once the check has run to its end; it is cut from the output shown.
 pub fn judge(
     o: &Outcome,
     lang: Language,
     case: &pb::TestCase,
+    token: Option<&[u8]>,
     mode: pb::Compare,
     tolerance: f64,
     excerpt: usize,
 ) -> pb::CaseResult {
+    let completed = token.filter(|t| o.stdout.ends_with(t));
+    let stdout = match completed {
+        Some(t) => &o.stdout[..o.stdout.len() - t.len()],
+        None => &o.stdout[..],
+    };
     let (verdict, message) = match of_outcome(o, lang) {
         Some((v, m)) => (v, m.to_string()),
+        None if !case.check.is_empty() && token.is_some() && completed.is_none() => (
+            Verdict::WrongAnswer,
+            "the program ended before its check ran to the end".to_string(),
+        ),
         None if !case.check.is_empty() => (Verdict::Accepted, String::new()),
         None => match compare::differ(mode, &o.stdout, &case.expected_output, tolerance) {
             None => (Verdict::Accepted, String::new()),
@@ -59,7 +71,7 @@ pub fn judge(
         wall_time_s: o.wall_time.as_secs_f64(),
         cpu_time_s: o.cpu_time.as_secs_f64(),
         peak_memory_bytes: o.peak_memory_bytes,
-        stdout: bytes::Bytes::copy_from_slice(&o.stdout[..o.stdout.len().min(excerpt)]),
+        stdout: bytes::Bytes::copy_from_slice(&stdout[..stdout.len().min(excerpt)]),
         stderr: bytes::Bytes::copy_from_slice(&o.stderr[..o.stderr.len().min(excerpt)]),
         message,
         path: if o.zygote {
@@ -89,6 +101,44 @@ mod tests {
     }
 
     #[test]
+    fn a_check_passes_only_with_its_token_at_the_end() {
+        let check = pb::TestCase {
+            check: "assert f() == 1\n".into(),
+            ..Default::default()
+        };
+        let token = b"\n0123abcd\n".as_slice();
+        let run = |stdout: &[u8], exit: i32| {
+            let mut o = outcome();
+            o.exit_code = Some(exit);
+            o.stdout = stdout.to_vec();
+            judge(
+                &o,
+                Language::Python,
+                &check,
+                Some(token),
+                pb::Compare::Exact,
+                1e-6,
+                100,
+            )
+        };
+        let r = run(b"hello\n\n0123abcd\n", 0);
+        assert_eq!(r.verdict, Verdict::Accepted as i32);
+        assert_eq!(&r.stdout[..], b"hello\n"); // the token is not shown
+                                               // Exit 0 before the check ended (sys.exit in the program): no token.
+        let r = run(b"hello\n", 0);
+        assert_eq!(r.verdict, Verdict::WrongAnswer as i32);
+        assert!(r.message.contains("before its check"), "{}", r.message);
+        // A guessed or partial token is not the token.
+        assert_eq!(run(b"\n0123abc\n", 0).verdict, Verdict::WrongAnswer as i32);
+        assert_eq!(
+            run(b"\n0123abcd\nmore", 0).verdict,
+            Verdict::WrongAnswer as i32
+        );
+        // A failed check stays a runtime error.
+        assert_eq!(run(b"", 1).verdict, Verdict::RuntimeError as i32);
+    }
+
+    #[test]
     fn limits_come_before_output() {
         let mut o = outcome();
         o.timed_out = true;
@@ -97,6 +147,7 @@ mod tests {
             &o,
             Language::C,
             &case("3"),
+            None,
             pb::Compare::Whitespace,
             1e-6,
             100,
@@ -110,6 +161,7 @@ mod tests {
                 &o,
                 Language::C,
                 &case(""),
+                None,
                 pb::Compare::Whitespace,
                 1e-6,
                 100
@@ -124,6 +176,7 @@ mod tests {
                 &o,
                 Language::C,
                 &case(""),
+                None,
                 pb::Compare::Whitespace,
                 1e-6,
                 100
@@ -142,6 +195,7 @@ mod tests {
                 &o,
                 Language::C,
                 &case("3"),
+                None,
                 pb::Compare::Whitespace,
                 1e-6,
                 100
@@ -153,6 +207,7 @@ mod tests {
             &o,
             Language::C,
             &case("4"),
+            None,
             pb::Compare::Whitespace,
             1e-6,
             100,
@@ -171,6 +226,7 @@ mod tests {
                 &o,
                 Language::Python,
                 &case(""),
+                None,
                 pb::Compare::Whitespace,
                 1e-6,
                 100
@@ -184,6 +240,7 @@ mod tests {
                 &o,
                 Language::Python,
                 &case(""),
+                None,
                 pb::Compare::Whitespace,
                 1e-6,
                 100

@@ -132,7 +132,9 @@ impl Resolve {
         let value = self.value.lock().ok().and_then(|mut v| v.take());
         match value {
             Some(Ok(v)) => fut.call_method1(pyo3::intern!(py, "set_result"), (v,))?,
-            Some(Err(e)) => fut.call_method1(pyo3::intern!(py, "set_exception"), (e.into_value(py),))?,
+            Some(Err(e)) => {
+                fut.call_method1(pyo3::intern!(py, "set_exception"), (e.into_value(py),))?
+            }
             None => return Ok(()),
         };
         Ok(())
