@@ -123,8 +123,9 @@ mod tests {
         };
         let r = run(b"hello\n\n0123abcd\n", 0);
         assert_eq!(r.verdict, Verdict::Accepted as i32);
-        assert_eq!(&r.stdout[..], b"hello\n"); // the token is not shown
-                                               // Exit 0 before the check ended (sys.exit in the program): no token.
+        // The token is not part of the output shown.
+        assert_eq!(&r.stdout[..], b"hello\n");
+        // Exit 0 before the check ended (sys.exit in the program): no token.
         let r = run(b"hello\n", 0);
         assert_eq!(r.verdict, Verdict::WrongAnswer as i32);
         assert!(r.message.contains("before its check"), "{}", r.message);
