@@ -192,6 +192,50 @@ async def test_a_file_written_in_cwd_is_not_seen_by_the_next_case(sb) -> None:
     assert r.all_passed, r
 
 
+@pytest.mark.parametrize("language", ["python", "bash"])
+async def test_a_case_writes_only_beneath_its_own_directory(sb, language) -> None:
+    """Files a case leaves in the sandbox's shared places (/tmp, /dev/shm, the work dir) would be
+    seen by later cases and calls: the kernel (Landlock) refuses those writes, on the zygote path
+    (python) and the spawn path (bash). Its own directory (cwd, TMPDIR), /dev/null and its own
+    stdio reopened by name stay writable; a plain exec is not confined."""
+    if language == "python":
+        await warm_zygote(sb)
+        program = (
+            "import os, tempfile\n"
+            "for p in ['/tmp/planted', '/dev/shm/planted', '/work/planted']:\n"
+            "    try:\n"
+            "        open(p, 'w')\n"
+            "    except PermissionError:\n"
+            "        print('refused', p)\n"
+            "open('mine.txt', 'w').write('x')\n"
+            "tempfile.mkstemp()\n"
+            "open('/dev/null', 'w').write('x')\n"
+            "open('/dev/stdout', 'w').write('reopened\\n')\n"
+        )
+        check = "pass\n"
+    else:
+        program = (
+            "for p in /tmp/planted /dev/shm/planted /work/planted; do\n"
+            "  (echo x > $p) 2>/dev/null || echo refused $p\n"
+            "done\n"
+            "echo x > mine.txt && echo x > /dev/null && echo reopened > /dev/stdout\n"
+        )
+        check = "true\n"
+    r = await sb.run_tests(program, [TestCase(check=check)], language=language)
+    assert r.all_passed, r
+    # (Python's print is buffered, the reopened /dev/stdout is not: compare as sets.)
+    assert sorted(r.cases[0].stdout.decode().splitlines()) == [
+        "refused /dev/shm/planted",
+        "refused /tmp/planted",
+        "refused /work/planted",
+        "reopened",
+    ], r
+    if language == "python":
+        assert r.cases[0].path == "zygote", r
+    look = await sb.exec(["sh", "-c", "ls /tmp/planted /dev/shm/planted /work/planted 2>&1; echo y > /tmp/free && cat /tmp/free"])
+    assert look.stdout.decode().count("No such file") == 3 and look.stdout.endswith(b"y\n"), look
+
+
 async def test_a_case_cannot_rewrite_the_program_of_later_cases(sb) -> None:
     """The program, binary and checks are read-only to the program (no reward hacking)."""
     prog = (

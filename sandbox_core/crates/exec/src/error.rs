@@ -20,6 +20,7 @@ pub enum Step {
     Exec = 13,
     CreateCgroup = 14,
     CgroupLimit = 15,
+    Landlock = 16,
 }
 
 /// Why a program could not be started.

@@ -10,6 +10,7 @@
 
 pub mod cgroup;
 pub mod error;
+pub mod landlock;
 pub mod limits;
 pub mod reaper;
 pub mod run;

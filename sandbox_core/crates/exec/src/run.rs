@@ -75,6 +75,9 @@ pub struct Command {
     /// `None`: the executor's work dir.
     pub cwd: Option<PathBuf>,
     pub limits: Limits,
+    /// Confine the program's writes (create, change, remove files) to beneath this directory and
+    /// `/dev/null`, with Landlock where the kernel has it (see `landlock`).
+    pub write_within: Option<PathBuf>,
 }
 
 /// What a running program reports, in order: output chunks (already capped), then one `Exit`.
@@ -411,6 +414,7 @@ impl Executor {
             clear_env: false,
             cwd: Some(PathBuf::from("/")),
             limits,
+            write_within: None,
         }
     }
 
@@ -439,6 +443,10 @@ impl Executor {
             )),
             (None, _, _) => None,
         };
+        let landlock = match &cmd.write_within {
+            Some(dir) => confine_writes(dir)?,
+            None => None,
+        };
         let iso = Isolation {
             identity: inner.identity,
             seccomp: inner.seccomp.as_ref(),
@@ -451,14 +459,18 @@ impl Executor {
                 Launch::Zygote(fd) => Some(fd),
                 Launch::User => None,
             },
+            landlock: landlock.as_ref().map(std::os::fd::AsRawFd::as_raw_fd),
         };
         // On error the cgroup is dropped here, which removes it.
         let forked = match fast {
             Some((z, req)) => z.fork(
                 &req,
                 &prepared,
-                &crate::spawn::rlimits(&cmd.limits, &iso),
-                cgroup.as_deref(),
+                &crate::zygote::WorkerIsolation {
+                    rlimits: &crate::spawn::rlimits(&cmd.limits, &iso),
+                    cgroup: cgroup.as_deref(),
+                    landlock: iso.landlock,
+                },
                 inner.reaper,
                 &|fd| self.launch(self.zygote_command(z), Launch::Zygote(fd)),
             )?,
@@ -547,5 +559,26 @@ impl Executor {
             step: Step::Exec,
             source: std::io::Error::other("supervisor ended without an exit status"),
         })
+    }
+}
+
+/// The Landlock ruleset of `Command::write_within`; `None` (with a warning, once) where the kernel
+/// has no Landlock: the program then runs unconfined, as on kernels before 5.13.
+fn confine_writes(dir: &std::path::Path) -> Result<Option<std::os::fd::OwnedFd>, SpawnError> {
+    match crate::landlock::write_only_beneath(dir) {
+        Ok(Some(fd)) => Ok(Some(fd)),
+        Ok(None) => {
+            static WARNED: std::sync::Once = std::sync::Once::new();
+            WARNED.call_once(|| {
+                tracing::warn!(
+                    "no Landlock in this kernel: judged programs may write outside their directory"
+                )
+            });
+            Ok(None)
+        }
+        Err(source) => Err(SpawnError::Isolation {
+            step: crate::error::Step::Landlock,
+            source,
+        }),
     }
 }

@@ -63,6 +63,8 @@ pub struct Isolation<'a> {
     /// An fd to give the program as fd 3 (the zygote's control socket); everything else above 2
     /// is still closed.
     pub fd3: Option<RawFd>,
+    /// A Landlock ruleset the program enforces on itself before exec (`Command::write_within`).
+    pub landlock: Option<RawFd>,
 }
 
 /// A started program: its pid, its exit status to come, and the agent's ends of its pipes.
@@ -192,6 +194,8 @@ struct ChildPlan<'a> {
     stdio: [RawFd; 3],
     /// Dup'ed to fd 3 (inheritable) when not -1.
     fd3: RawFd,
+    /// Landlock ruleset to enforce when not -1.
+    landlock: RawFd,
     /// Written by the child only, read by the parent after the clone returned.
     report: *mut Report,
     /// CPUs to give the child back (see `Pin`).
@@ -283,6 +287,7 @@ pub fn spawn(
             stderr_w.as_raw_fd(),
         ],
         fd3: iso.fd3.unwrap_or(-1),
+        landlock: iso.landlock.unwrap_or(-1),
         report: &mut report,
         affinity: pin.as_ref().map(|p| &p.old).or(own_cpus.as_ref()),
         program: prep.program.as_ptr(),
@@ -467,7 +472,15 @@ pub(crate) fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
         return Err(io::Error::last_os_error());
     }
     // SAFETY: both fds were just created and are owned by nobody else.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
+    let ends = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    // The pipe's inode is the agent's, mode 0600: a program reopening its own stdio by name
+    // (`> /dev/stderr`, `open("/dev/stdout")`, i.e. /proc/self/fd/N) would be refused. Reaching
+    // it by name takes access to the program's /proc/PID/fd, so this opens it to nobody else.
+    // SAFETY: plain syscall on an fd we own.
+    if unsafe { libc::fchmod(fds[0], 0o666) } < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(ends)
 }
 
 /// Sets O_NONBLOCK on a fresh pipe end (whose only status flag is the access mode, which F_SETFL
@@ -511,6 +524,7 @@ fn step_from_u8(b: u8) -> Step {
         Exec,
         CreateCgroup,
         CgroupLimit,
+        Landlock,
     ]
     .into_iter()
     .find(|s| *s as u8 == b)
@@ -595,6 +609,15 @@ unsafe fn child_main(p: &ChildPlan<'_>) -> ! {
     {
         fail(p.report, Step::NoNewPrivs);
     }
+    if p.landlock >= 0
+        && libc::syscall(
+            crate::landlock::SYS_RESTRICT_SELF,
+            p.landlock as libc::c_long,
+            0 as libc::c_long,
+        ) != 0
+    {
+        fail(p.report, Step::Landlock);
+    }
     if let Some(prog) = p.seccomp {
         if libc::prctl(
             libc::PR_SET_SECCOMP,
@@ -676,6 +699,7 @@ mod tests {
             clear_env: false,
             cwd: None,
             limits: Limits::default(),
+            write_within: None,
         }
     }
 
@@ -742,6 +766,7 @@ mod tests {
             Step::Seccomp,
             Step::Exec,
             Step::CgroupLimit,
+            Step::Landlock,
         ] {
             assert_eq!(step_from_u8(s as u8), s);
         }

@@ -4,7 +4,7 @@
 # It runs with the isolation of any user program (sandbox uid, no_new_privs, seccomp, rlimits),
 # started by the agent with a SOCK_SEQPACKET control socket as fd 3. Protocol, one datagram each:
 #   zygote -> agent, once its imports are done: {"ready":true}
-#   agent -> zygote: JSON request + SCM_RIGHTS [stdin, stdout, stderr, go]
+#   agent -> zygote: JSON request + SCM_RIGHTS [stdin, stdout, stderr, go(, landlock ruleset)]
 #   zygote -> agent: JSON {"pid": worker pid} or {"error": "..."}
 # The worker is the agent's child (one clone with CLONE_PARENT where verified, else a double fork
 # that reparents it to the agent, a child subreaper), which reaps it like any program it spawned.
@@ -58,7 +58,7 @@ def run_worker(req, fds):
     # Never return into the serve loop: whatever happens, this process ends here.
     try:
         os.setsid()
-        stdin, stdout, stderr, go = fds
+        stdin, stdout, stderr, go = fds[:4]
         os.dup2(stdin, 0)
         os.dup2(stdout, 1)
         os.dup2(stderr, 2)
@@ -73,6 +73,11 @@ def run_worker(req, fds):
         if os.read(go, 1) != b"G":
             os._exit(137)
         os.close(go)
+        if req.get("landlock"):
+            # Writes only beneath the case's directory (see landlock.rs); no_new_privs is set.
+            if LANDLOCK_RESTRICT_SELF(SYS_LANDLOCK_RESTRICT_SELF, fds[4], 0) != 0:
+                raise OSError(ctypes.get_errno(), "landlock_restrict_self")
+            os.close(fds[4])
         LIBC.prctl(PR_SET_DUMPABLE, 1, 0, 0, 0)  # like any spawned program (the zygote is not)
         os.chdir(req["cwd"])
         # The difference only (usually TMPDIR or nothing): rewriting the whole environment copies
@@ -174,7 +179,7 @@ def exit_code(e):
 
 def serve():
     ctl = socket.socket(fileno=CONTROL_FD)
-    fds_size = socket.CMSG_LEN(4 * 4)
+    fds_size = socket.CMSG_LEN(5 * 4)  # stdin, stdout, stderr, go and a Landlock ruleset
     ctl.send(b'{"ready":true}')  # the agent sends requests from now on (and spawns until then)
     while True:
         try:
@@ -189,8 +194,8 @@ def serve():
                 fds += list(array.array("i", data[: len(data) - len(data) % 4]))
         try:
             req = json.loads(msg)
-            if len(fds) != 4:
-                raise ValueError(f"expected 4 fds, got {len(fds)}")
+            if len(fds) != 4 + bool(req.get("landlock")):
+                raise ValueError(f"got {len(fds)} fds for the request")
             pid = fork_worker(req, fds)
             reply = {"pid": pid} if pid > 0 else {"error": "fork failed"}
         except Exception as e:  # noqa: BLE001 (a bad request must not end the zygote)
@@ -220,6 +225,11 @@ LIBC = ctypes.CDLL(None, use_errno=True)
 LIBC.prctl.argtypes = [ctypes.c_int, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong, ctypes.c_ulong]
 LIBC.prctl.restype = ctypes.c_int
 PR_GET_DUMPABLE, PR_SET_DUMPABLE = 3, 4
+# Its own handle, typed (the same syscall number on every architecture); warmed below.
+LANDLOCK_RESTRICT_SELF = ctypes.CDLL(None, use_errno=True).syscall
+LANDLOCK_RESTRICT_SELF.argtypes = [ctypes.c_long, ctypes.c_int, ctypes.c_uint]
+LANDLOCK_RESTRICT_SELF.restype = ctypes.c_long
+SYS_LANDLOCK_RESTRICT_SELF = 446
 make_undumpable()
 
 
@@ -299,6 +309,7 @@ PARENT_FORK = ParentFork()
 # Warm what every worker uses, then move everything allocated so far out of the collector's reach:
 # a collection in a worker would otherwise touch (and copy-on-write) the whole inherited heap.
 compile("pass", "<string>", "exec")
+LANDLOCK_RESTRICT_SELF(SYS_LANDLOCK_RESTRICT_SELF, -1, 0)  # EBADF: builds the call's converters
 gc.collect()
 gc.freeze()
 serve()

@@ -57,6 +57,14 @@ struct Live {
     running: Running,
 }
 
+/// What the agent applies to a worker besides its request: the exec's rlimits (set by the worker),
+/// its cgroup (joined by the agent) and a Landlock ruleset (enforced by the worker).
+pub(crate) struct WorkerIsolation<'a> {
+    pub rlimits: &'a [(i32, libc::rlimit)],
+    pub cgroup: Option<&'a ExecCgroup>,
+    pub landlock: Option<RawFd>,
+}
+
 /// What a Python command asks for, when it has the shape the zygote can run.
 #[derive(Debug)]
 pub(crate) struct Request {
@@ -216,12 +224,11 @@ impl Zygote {
         &self,
         req: &Request,
         prep: &Prepared,
-        rlimits: &[(i32, libc::rlimit)],
-        cgroup: Option<&ExecCgroup>,
+        iso: &WorkerIsolation<'_>,
         reaper: &Reaper,
         start: &dyn Fn(RawFd) -> Result<Running, SpawnError>,
     ) -> Result<Option<Spawned>, SpawnError> {
-        let json = request_json(req, prep, rlimits);
+        let json = request_json(req, prep, iso.rlimits, iso.landlock.is_some());
         // One request at a time per zygote: it serves them in order, about 1 ms each.
         let mut live = self.lock();
         for _attempt in 0..2 {
@@ -252,7 +259,7 @@ impl Zygote {
                     continue;
                 }
             }
-            match request(l, &json, cgroup, reaper) {
+            match request(l, &json, iso.cgroup, iso.landlock, reaper) {
                 Ok(s) => return Ok(Some(s)),
                 Err(Failure::Exec(e)) => return Err(e),
                 Err(Failure::Refused(msg)) => {
@@ -375,6 +382,7 @@ fn request(
     live: &Live,
     json: &str,
     cgroup: Option<&ExecCgroup>,
+    landlock: Option<RawFd>,
     reaper: &Reaper,
 ) -> Result<Spawned, Failure> {
     use crate::spawn::{nonblocking, pipe};
@@ -391,17 +399,14 @@ fn request(
     let _ = live.running.signal(libc::SIGCONT);
     // From here until the worker is registered, the reaper must not reap it as an orphan.
     let adoption = reaper.begin_adopt();
-    send_with_fds(
-        &live.ctl,
-        json.as_bytes(),
-        &[
-            stdin_r.as_raw_fd(),
-            stdout_w.as_raw_fd(),
-            stderr_w.as_raw_fd(),
-            go_r.as_raw_fd(),
-        ],
-    )
-    .map_err(Failure::Transport)?;
+    let mut fds = vec![
+        stdin_r.as_raw_fd(),
+        stdout_w.as_raw_fd(),
+        stderr_w.as_raw_fd(),
+        go_r.as_raw_fd(),
+    ];
+    fds.extend(landlock);
+    send_with_fds(&live.ctl, json.as_bytes(), &fds).map_err(Failure::Transport)?;
     drop((stdin_r, stdout_w, stderr_w, go_r));
     let mut buf = [0u8; 4096];
     let n = recv(&live.ctl, &mut buf, 0).map_err(Failure::Transport)?;
@@ -460,7 +465,13 @@ fn parse_pid(reply: &str) -> Option<libc::pid_t> {
     rest.trim().parse().ok().filter(|p| *p > 0)
 }
 
-fn request_json(req: &Request, prep: &Prepared, rlimits: &[(i32, libc::rlimit)]) -> String {
+/// `landlock`: a Landlock ruleset fd follows the four stdio/go fds; the worker enforces it.
+fn request_json(
+    req: &Request,
+    prep: &Prepared,
+    rlimits: &[(i32, libc::rlimit)],
+    landlock: bool,
+) -> String {
     let mut s = String::with_capacity(256 + req.code.as_ref().map_or(0, String::len));
     s.push('{');
     match (&req.code, &req.path) {
@@ -509,8 +520,8 @@ fn request_json(req: &Request, prep: &Prepared, rlimits: &[(i32, libc::rlimit)])
     }
     let _ = write!(
         s,
-        "],\"isolated\":{},\"unbuffered\":{},\"no_bytecode\":{}}}",
-        req.isolated, req.unbuffered, req.no_bytecode
+        "],\"isolated\":{},\"unbuffered\":{},\"no_bytecode\":{},\"landlock\":{}}}",
+        req.isolated, req.unbuffered, req.no_bytecode, landlock
     );
     s
 }

@@ -266,3 +266,62 @@ async fn falls_back_to_spawn_without_a_zygote() {
     assert_eq!(text(&o.stdout), "spawned\n");
     std::fs::remove_dir_all(dir).unwrap();
 }
+
+/// `write_within` confines a program's writes to one directory (Landlock), on both paths: a
+/// zygote worker enforces the ruleset it is sent, a spawned program enforces it before exec.
+/// Reads, `/dev/null` and its own stdio reopened by name stay allowed.
+#[tokio::test]
+async fn write_within_confines_writes_on_both_paths() {
+    if sandbox_exec::landlock::abi() == 0 {
+        eprintln!("skipped: no Landlock in this kernel");
+        return;
+    }
+    let ex = with_zygote(config());
+    warm(&ex).await;
+    let root = tempdir("landlock");
+    let inside = root.join("inside");
+    std::fs::create_dir(&inside).unwrap();
+    let outside = root.join("outside.txt");
+    let code = format!(
+        "import os\n\
+         open('here.txt', 'w').write('x')\n\
+         open('/dev/null', 'w').write('x')\n\
+         open('/dev/stdout', 'w').write('reopened\\n')\n\
+         try:\n    open({outside:?}, 'w')\nexcept PermissionError:\n    print('refused')\n",
+        outside = outside.display().to_string()
+    );
+    let confined = |argv: &[&str]| {
+        let mut c = cmd(argv);
+        c.cwd = Some(inside.clone());
+        c.write_within = Some(inside.clone());
+        c
+    };
+    let o = run(&ex, confined(&[PYTHON, "-I", "-c", &code])).await;
+    assert!(o.zygote);
+    assert_eq!(
+        text(&o.stdout),
+        "reopened\nrefused\n",
+        "{}",
+        text(&o.stderr)
+    );
+    let o = run(
+        &ex,
+        confined(&["/bin/sh", "-c", &format!("echo x > {}", outside.display())]),
+    )
+    .await;
+    assert!(!o.zygote);
+    assert_ne!(o.exit_code, Some(0), "{}", text(&o.stderr));
+    assert!(!outside.exists());
+    assert!(inside.join("here.txt").exists());
+    // Unconfined, the same write goes through.
+    let o = run(&ex, sh(&format!("echo x > {}", outside.display()))).await;
+    assert_eq!(o.exit_code, Some(0), "{}", text(&o.stderr));
+    std::fs::remove_dir_all(&root).unwrap();
+}
+
+fn tempdir(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("sandbox-exec-{name}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&d);
+    std::fs::create_dir(&d).unwrap();
+    d
+}

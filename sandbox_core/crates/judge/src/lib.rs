@@ -231,6 +231,7 @@ pub async fn run_tests(
             clear_env: false,
             cwd: Some(build.clone()),
             limits: compile_limits(&limits),
+            write_within: None,
         };
         let t = Instant::now();
         let outcome = executor.run(cmd, bytes::Bytes::new()).await;
@@ -308,6 +309,8 @@ pub async fn run_tests(
             clear_env: false,
             cwd: Some(cwd.clone()),
             limits: case_limits.clone(),
+            // Nothing a case writes outlives it: its directory is removed after it.
+            write_within: Some(cwd.clone()),
         };
         let outcome = executor.run(cmd, case.input.clone()).await;
         let _ = std::fs::remove_dir_all(&cwd);

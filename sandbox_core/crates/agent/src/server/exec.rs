@@ -102,6 +102,7 @@ pub fn command(
         clear_env: req.clear_env,
         cwd: (!req.cwd.is_empty()).then(|| work_dir.join(PathBuf::from(&req.cwd))),
         limits: resolve_limits(req.limits.as_ref(), defaults)?,
+        write_within: None,
     })
 }
 

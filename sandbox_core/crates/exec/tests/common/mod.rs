@@ -37,6 +37,7 @@ pub fn cmd(argv: &[&str]) -> Command {
         clear_env: false,
         cwd: None,
         limits: Limits::default(),
+        write_within: None,
     }
 }
 
