@@ -36,6 +36,13 @@ async def test_exec_str_runs_through_shell_with_env_stdin_cwd(sb: sandboxes.Sand
     assert r.stdout == f"hi\n{work}/sub\ninput".encode()
 
 
+async def test_a_program_can_reopen_its_own_stdio_by_name(sb: sandboxes.Sandbox) -> None:
+    """`> /dev/stderr` and `open('/dev/stdout')` reopen the program's pipes through /proc/self/fd:
+    the pipes must be open to the program's uid, not only to the agent that made them."""
+    r = await sb.exec("echo out > /dev/stdout; echo err > /dev/stderr; read x < /dev/stdin; echo $x", stdin=b"in\n")
+    assert (r.exit_code, r.stdout, r.stderr) == (0, b"out\nin\n", b"err\n"), r
+
+
 async def test_relative_cwd_is_under_the_work_dir(sb: sandboxes.Sandbox) -> None:
     await sb.write_file("rel/keep.txt", b"")
     r = await sb.exec(["pwd"], cwd="rel")
