@@ -197,6 +197,7 @@ def to_agent_info(i: Any) -> types.AgentInfo:
         memory_bytes=i.memory_bytes,
         uptime_s=i.uptime_s,
         work_dir=i.work_dir,
+        landlock=i.landlock,
     )
 
 

@@ -87,6 +87,7 @@ class AgentInfo:
     zygote: bool
     sandbox_uid: int
     sandbox_gid: int
+    landlock: bool
     running_execs: int
     total_execs: int
     memory_bytes: int

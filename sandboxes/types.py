@@ -133,4 +133,6 @@ class AgentInfo:
     memory_bytes: int = 0
     uptime_s: float = 0.0
     work_dir: str = ""
+    # run_tests cases may write only beneath their own directory (Landlock in the kernel)
+    landlock: bool = False
     extra: dict = field(default_factory=dict)

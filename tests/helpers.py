@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import asyncio
+import ctypes
 import os
 import subprocess
 import time
@@ -108,3 +109,8 @@ async def warm_zygote(sb) -> None:
             return
         await asyncio.sleep(0.02)
     raise AssertionError("the python zygote never became ready")
+
+
+def kernel_has_landlock() -> bool:
+    """Whether this kernel has Landlock (which confines judged cases' writes)."""
+    return ctypes.CDLL(None, use_errno=True).syscall(444, None, 0, 1) > 0

@@ -7,7 +7,7 @@ import secrets
 import tempfile
 
 import pytest
-from helpers import pgrep, wait_until, warm_zygote
+from helpers import kernel_has_landlock, pgrep, wait_until, warm_zygote
 
 import sandboxes
 from sandboxes import Limits
@@ -213,6 +213,8 @@ async def test_user_code_runs_as_nobody(sb: sandboxes.Sandbox) -> None:
     info = await sb.info()
     assert info.sandbox_uid == 65534
     assert "net" in info.namespaces
+    # Judged cases are confined to their directory where the kernel can (Landlock, 5.13+).
+    assert info.landlock == kernel_has_landlock()
 
 
 async def test_failing_program_is_a_result(sb: sandboxes.Sandbox) -> None:

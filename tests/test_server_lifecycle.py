@@ -6,7 +6,7 @@ from __future__ import annotations
 import asyncio
 
 import pytest
-from helpers import pid_running
+from helpers import kernel_has_landlock, pid_running
 from server_fixtures import *
 from server_fixtures import KEY_A, agent_pids_of, wait_for
 
@@ -25,7 +25,7 @@ async def test_create_exec_delete(client: AsyncSandboxClient) -> None:
     got = await client.get(sb.id)
     assert got.id == sb.id and got.labels == {"job": "t1"}
     info = await sb.info()
-    assert info.version
+    assert info.version and info.landlock == kernel_has_landlock()  # through the server
     await client.delete(sb.id)
     with pytest.raises(E.NotFound):
         await client.get(sb.id)

@@ -157,6 +157,7 @@ def info_to_pb(i: T.AgentInfo) -> pb.InfoResponse:
         memory_bytes=i.memory_bytes,
         uptime_s=i.uptime_s,
         work_dir=i.work_dir,
+        landlock=i.landlock,
     )
 
 
@@ -175,6 +176,7 @@ def info_from_pb(m: pb.InfoResponse) -> T.AgentInfo:
         memory_bytes=m.memory_bytes,
         uptime_s=m.uptime_s,
         work_dir=m.work_dir,
+        landlock=m.landlock,
     )
 
 

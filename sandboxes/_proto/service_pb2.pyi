@@ -441,7 +441,7 @@ class InfoRequest(_message.Message):
     def __init__(self, sandbox_id: _Optional[str] = ...) -> None: ...
 
 class InfoResponse(_message.Message):
-    __slots__ = ("version", "cgroup_version", "seccomp", "namespaces", "languages", "zygote", "sandbox_uid", "sandbox_gid", "running_execs", "total_execs", "memory_bytes", "uptime_s", "work_dir")
+    __slots__ = ("version", "cgroup_version", "seccomp", "namespaces", "languages", "zygote", "sandbox_uid", "sandbox_gid", "running_execs", "total_execs", "memory_bytes", "uptime_s", "work_dir", "landlock")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     CGROUP_VERSION_FIELD_NUMBER: _ClassVar[int]
     SECCOMP_FIELD_NUMBER: _ClassVar[int]
@@ -455,6 +455,7 @@ class InfoResponse(_message.Message):
     MEMORY_BYTES_FIELD_NUMBER: _ClassVar[int]
     UPTIME_S_FIELD_NUMBER: _ClassVar[int]
     WORK_DIR_FIELD_NUMBER: _ClassVar[int]
+    LANDLOCK_FIELD_NUMBER: _ClassVar[int]
     version: str
     cgroup_version: str
     seccomp: bool
@@ -468,7 +469,8 @@ class InfoResponse(_message.Message):
     memory_bytes: int
     uptime_s: float
     work_dir: str
-    def __init__(self, version: _Optional[str] = ..., cgroup_version: _Optional[str] = ..., seccomp: _Optional[bool] = ..., namespaces: _Optional[_Iterable[str]] = ..., languages: _Optional[_Iterable[str]] = ..., zygote: _Optional[bool] = ..., sandbox_uid: _Optional[int] = ..., sandbox_gid: _Optional[int] = ..., running_execs: _Optional[int] = ..., total_execs: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., uptime_s: _Optional[float] = ..., work_dir: _Optional[str] = ...) -> None: ...
+    landlock: bool
+    def __init__(self, version: _Optional[str] = ..., cgroup_version: _Optional[str] = ..., seccomp: _Optional[bool] = ..., namespaces: _Optional[_Iterable[str]] = ..., languages: _Optional[_Iterable[str]] = ..., zygote: _Optional[bool] = ..., sandbox_uid: _Optional[int] = ..., sandbox_gid: _Optional[int] = ..., running_execs: _Optional[int] = ..., total_execs: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., uptime_s: _Optional[float] = ..., work_dir: _Optional[str] = ..., landlock: _Optional[bool] = ...) -> None: ...
 
 class HealthRequest(_message.Message):
     __slots__ = ()

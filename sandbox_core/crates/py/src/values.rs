@@ -184,6 +184,7 @@ pub struct AgentInfo {
     pub memory_bytes: u64,
     pub uptime_s: f64,
     pub work_dir: String,
+    pub landlock: bool,
 }
 
 impl From<pb::InfoResponse> for AgentInfo {
@@ -203,6 +204,7 @@ impl From<pb::InfoResponse> for AgentInfo {
             total_execs: usage.total_execs,
             memory_bytes: usage.memory_bytes,
             uptime_s: usage.uptime_s,
+            landlock: caps.landlock,
             work_dir: i.work_dir,
         }
     }

@@ -198,6 +198,7 @@ impl Agent for AgentService {
                 zygote: self.executor.zygote_enabled(),
                 sandbox_uid: caps.uid,
                 sandbox_gid: caps.gid,
+                landlock: sandbox_exec::landlock::abi() > 0,
             }),
             usage: Some(pb::Usage {
                 running_execs: self.executor.running(),
