@@ -55,7 +55,7 @@ test: build test-rust test-python ## build everything and run every test
 
 lint: $(VENV)/.deps ## clippy, rustfmt and ruff
 	cd $(CARGO_DIR) && $(CARGO) clippy --workspace -- -D warnings && $(CARGO) fmt --check
-	$(VENV)/bin/ruff check sandboxes tests bench
+	$(VENV)/bin/ruff check sandboxes tests bench rl
 
 bench: build ## run every benchmark against its baselines in one run
 	$(PY) -m bench
