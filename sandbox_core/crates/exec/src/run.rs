@@ -466,11 +466,8 @@ impl Executor {
             Some((z, req)) => z.fork(
                 &req,
                 &prepared,
-                &crate::zygote::WorkerIsolation {
-                    rlimits: &crate::spawn::rlimits(&cmd.limits, &iso),
-                    cgroup: cgroup.as_deref(),
-                    landlock: iso.landlock,
-                },
+                &crate::spawn::rlimits(&cmd.limits, &iso),
+                &iso,
                 inner.reaper,
                 &|fd| self.launch(self.zygote_command(z), Launch::Zygote(fd)),
             )?,

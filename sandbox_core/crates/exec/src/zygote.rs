@@ -26,11 +26,10 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
-use crate::cgroup::ExecCgroup;
 use crate::error::{SpawnError, Step};
 use crate::reaper::Reaper;
 use crate::run::{Event, Running};
-use crate::spawn::{Prepared, Spawned};
+use crate::spawn::{Isolation, Prepared, Spawned};
 
 /// The zygote program, run as `python3 -I -c SOURCE`.
 pub(crate) const SOURCE: &str = include_str!("zygote.py");
@@ -55,14 +54,6 @@ struct Live {
     dead: Arc<AtomicBool>,
     /// Its exec; dropping it kills the zygote (and its supervisor removes its cgroup).
     running: Running,
-}
-
-/// What the agent applies to a worker besides its request: the exec's rlimits (set by the worker),
-/// its cgroup (joined by the agent) and a Landlock ruleset (enforced by the worker).
-pub(crate) struct WorkerIsolation<'a> {
-    pub rlimits: &'a [(i32, libc::rlimit)],
-    pub cgroup: Option<&'a ExecCgroup>,
-    pub landlock: Option<RawFd>,
 }
 
 /// What a Python command asks for, when it has the shape the zygote can run.
@@ -224,11 +215,12 @@ impl Zygote {
         &self,
         req: &Request,
         prep: &Prepared,
-        iso: &WorkerIsolation<'_>,
+        rlimits: &[(i32, libc::rlimit)],
+        iso: &Isolation<'_>,
         reaper: &Reaper,
         start: &dyn Fn(RawFd) -> Result<Running, SpawnError>,
     ) -> Result<Option<Spawned>, SpawnError> {
-        let json = request_json(req, prep, iso.rlimits, iso.landlock.is_some());
+        let json = request_json(req, prep, rlimits, iso.landlock.is_some());
         // One request at a time per zygote: it serves them in order, about 1 ms each.
         let mut live = self.lock();
         for _attempt in 0..2 {
@@ -259,7 +251,7 @@ impl Zygote {
                     continue;
                 }
             }
-            match request(l, &json, iso.cgroup, iso.landlock, reaper) {
+            match request(l, &json, iso, reaper) {
                 Ok(s) => return Ok(Some(s)),
                 Err(Failure::Exec(e)) => return Err(e),
                 Err(Failure::Refused(msg)) => {
@@ -377,12 +369,12 @@ fn recv(sock: &OwnedFd, buf: &mut [u8], flags: libc::c_int) -> io::Result<usize>
 /// What the zygote says once its start-up is done.
 const READY: &[u8] = b"{\"ready\":true}";
 
-/// One request: pipes, send, adopt the worker, move it into `cgroup`, release it.
+/// One request: pipes, send (with the exec's Landlock ruleset, which the worker enforces), adopt
+/// the worker, move it into the exec's cgroup, release it.
 fn request(
     live: &Live,
     json: &str,
-    cgroup: Option<&ExecCgroup>,
-    landlock: Option<RawFd>,
+    iso: &Isolation<'_>,
     reaper: &Reaper,
 ) -> Result<Spawned, Failure> {
     use crate::spawn::{nonblocking, pipe};
@@ -405,7 +397,7 @@ fn request(
         stderr_w.as_raw_fd(),
         go_r.as_raw_fd(),
     ];
-    fds.extend(landlock);
+    fds.extend(iso.landlock);
     send_with_fds(&live.ctl, json.as_bytes(), &fds).map_err(Failure::Transport)?;
     drop((stdin_r, stdout_w, stderr_w, go_r));
     let mut buf = [0u8; 4096];
@@ -422,7 +414,7 @@ fn request(
     };
     // The worker's parent exited before the reply: it is our child now (alive, blocked on `go`).
     let child = adoption.adopt(pid).map_err(Failure::Transport)?;
-    if let Some(cg) = cgroup {
+    if let Some(cg) = iso.cgroup {
         let joined = cg.open_procs().and_then(|files| {
             let text = pid.to_string();
             for &fd in files.raw() {

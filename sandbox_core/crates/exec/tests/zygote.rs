@@ -278,7 +278,7 @@ async fn write_within_confines_writes_on_both_paths() {
     }
     let ex = with_zygote(config());
     warm(&ex).await;
-    let root = tempdir("landlock");
+    let root = temp_dir("landlock");
     let inside = root.join("inside");
     std::fs::create_dir(&inside).unwrap();
     let outside = root.join("outside.txt");
@@ -317,11 +317,4 @@ async fn write_within_confines_writes_on_both_paths() {
     let o = run(&ex, sh(&format!("echo x > {}", outside.display()))).await;
     assert_eq!(o.exit_code, Some(0), "{}", text(&o.stderr));
     std::fs::remove_dir_all(&root).unwrap();
-}
-
-fn tempdir(name: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("sandbox-exec-{name}-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&d);
-    std::fs::create_dir(&d).unwrap();
-    d
 }

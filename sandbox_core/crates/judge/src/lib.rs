@@ -292,10 +292,10 @@ pub async fn run_tests(
         };
         let cwd = scratch.make_writable(&dir.0, &format!("case-{i}"))?;
         // A check passes only if the runner printed this token after it (see `languages`).
-        let token = match &check {
-            Some(_) => Some(scratch.token_file(&cwd)?),
-            None => None,
-        };
+        let token = check
+            .as_ref()
+            .map(|_| scratch.token_file(&cwd))
+            .transpose()?;
         // Temporary files of the case go to its own directory, removed with it.
         let env = [("TMPDIR".to_string(), cwd.display().to_string())].into();
         let cmd = Command {
