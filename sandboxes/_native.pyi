@@ -189,6 +189,7 @@ class LaunchConfig:
         cgroups: bool = True,
         ro_binds: list[str] | None = None,
         env: dict[str, str] | None = None,
+        python_zygote: str = "lazy",  # "lazy" | "eager" | "off" (see Template.python_zygote)
     ) -> None: ...
 
 class LocalSandbox:

@@ -16,6 +16,7 @@ __all__ = ["Template"]
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 _ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+PYTHON_ZYGOTE_MODES = ("lazy", "eager", "off")
 
 
 @dataclass(frozen=True)
@@ -30,6 +31,13 @@ class Template:
     `sandboxes-sandbox:latest`, built by `make images`); `agent_mount` (docker) bind-mounts this
     host's agent binary read-only into the container instead of using the image's own, so any
     image with glibc and /bin/sh works.
+
+    `python_zygote` is when the agent starts its prewarmed Python interpreter, from which Python
+    executions and test cases are forked: `"lazy"` on the first Python execution (which, like any
+    until it is up, starts a fresh interpreter), `"eager"` when the sandbox starts, so that a
+    warm sandbox's first Python execution is already a fork (worth it when each sandbox grades
+    once, e.g. one per RL rollout; it costs the interpreter's start-up CPU and ~10 MiB of memory
+    per sandbox, also for sandboxes that never run Python), `"off"` never.
     """
 
     name: str = "default"
@@ -54,6 +62,7 @@ class Template:
     create_timeout_s: float = 60.0
     labels: Mapping[str, str] = field(default_factory=dict)
     agent_mount: bool = False
+    python_zygote: str = "lazy"
 
     def __post_init__(self) -> None:
         # Frozen, but copy the mutable containers so callers cannot change a template later.
@@ -88,6 +97,10 @@ class Template:
         _check_num("create_timeout_s", self.create_timeout_s, 0.001, 3600.0)
         if self.image is not None and (not isinstance(self.image, str) or not self.image.strip()):
             raise InvalidRequest(f"image must be a non-empty string or None, got {self.image!r}")
+        if self.python_zygote not in PYTHON_ZYGOTE_MODES:
+            raise InvalidRequest(
+                f"python_zygote must be one of {', '.join(PYTHON_ZYGOTE_MODES)}, got {self.python_zygote!r}"
+            )
         if not isinstance(self.agent_mount, bool):
             raise InvalidRequest(f"agent_mount must be a bool, got {self.agent_mount!r}")
         if not self.work_dir.startswith("/"):

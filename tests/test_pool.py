@@ -279,6 +279,49 @@ async def test_unknown_template_and_bad_pool_arguments(pool: Pool) -> None:
         sandboxes.Template(lease_ttl_s=float("nan"))
 
 
+def python_children(pid: int) -> list[int]:
+    """Host pids of the python3 processes whose parent is `pid`."""
+    out = []
+    for d in Path("/proc").iterdir():
+        try:
+            stat = (d / "stat").read_text()
+        except OSError:
+            continue
+        comm, rest = stat[stat.find("(") + 1 : stat.rfind(")")], stat[stat.rfind(")") + 2 :].split()
+        if comm.startswith("python3") and int(rest[1]) == pid and rest[0] not in "ZX":
+            out.append(int(d.name))
+    return out
+
+
+async def test_an_eager_template_starts_the_python_zygote_with_the_sandbox(make_pool: MakePool) -> None:
+    """`python_zygote="eager"`: the agent starts its Python zygote with the sandbox and says it is
+    ready once the zygote is (bounded at 10 s), so a claimed sandbox's first Python execution is
+    already a fork of it. With "lazy" (the default) no interpreter runs until the first Python
+    execution, which is spawned while the zygote starts; with "off" Python is always spawned.
+    Watched from the host too: the zygote is the agent's child."""
+    templates = {m: sandboxes.Template(name=m, warm=1, python_zygote=m) for m in ("eager", "lazy", "off")}
+    assert sandboxes.Template().python_zygote == "lazy"
+    pool = await make_pool(templates=templates)
+    async with pool.sandbox("eager") as sb:
+        assert python_children(sb.handle.backend_data.pid) != []
+        r = await sb.exec(["python3", "-c", "print(1)"])
+        assert (r.stdout, r.path) == (b"1\n", "zygote")
+        report = await sb.run_tests("def f():\n    return 1\n", [sandboxes.TestCase(check="assert f() == 1")])
+        assert report.all_passed and report.cases[0].path == "zygote"
+    async with pool.sandbox("lazy") as sb:
+        agent = sb.handle.backend_data.pid
+        assert (await sb.exec(["true"])).exit_code == 0
+        assert python_children(agent) == []
+        assert (await sb.exec(["python3", "-c", "print(1)"])).path == "spawn"
+        await wait_until(lambda: python_children(agent), what="the lazy zygote")
+    async with pool.sandbox("off") as sb:
+        for _ in range(3):
+            assert (await sb.exec(["python3", "-c", "print(1)"])).path == "spawn"
+        assert python_children(sb.handle.backend_data.pid) == []
+    with pytest.raises(sandboxes.InvalidRequest, match="python_zygote"):
+        sandboxes.Template(python_zygote="always")
+
+
 async def test_several_templates(make_pool: MakePool) -> None:
     small = sandboxes.Template(name="small", warm=1, env={"KIND": "small"})
     big = sandboxes.Template(name="big", warm=0, env={"KIND": "big"}, memory_bytes=512 << 20)

@@ -327,6 +327,7 @@ class DockerBackend:
             "--uid", str(t.uid),
             "--gid", str(t.gid),
             "--namespaces", "pid,mnt,net,ipc,uts",
+            "--python-zygote", t.python_zygote,
         ]  # fmt: skip
         if not t.seccomp:
             agent_args.append("--no-seccomp")

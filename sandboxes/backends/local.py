@@ -113,6 +113,7 @@ class LocalBackend:
                 cgroups=template.cgroups,
                 ro_binds=list(template.ro_binds) or None,
                 env=dict(template.env) or None,
+                python_zygote=template.python_zygote,
             )
             local = await native.launch_local(config)
         # No await from here on: the agent is recorded before anything can cancel us.

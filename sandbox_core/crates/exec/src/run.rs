@@ -318,6 +318,11 @@ impl Executor {
         self.zygote().is_some_and(|z| z.is_running())
     }
 
+    /// Whether the Python zygote is up and done with its start-up (does not wait).
+    pub fn zygote_ready(&self) -> bool {
+        self.zygote().is_some_and(|z| z.is_ready())
+    }
+
     /// Pid of the Python zygote process while it is up.
     pub fn zygote_pid(&self) -> Option<u32> {
         self.zygote().and_then(|z| z.pid())

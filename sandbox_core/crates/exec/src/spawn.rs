@@ -562,7 +562,7 @@ unsafe fn child_main(p: &ChildPlan<'_>) -> ! {
         libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), mask);
     }
     for &fd in p.procs_fds {
-        // "0" means "the writing process" in cgroup.procs (v1 and v2).
+        // "0" means the writer itself (v1 `tasks`: this thread, the child's only one).
         if libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
             fail(p.report, Step::JoinCgroup);
         }

@@ -4,13 +4,18 @@
 # It runs with the isolation of any user program (sandbox uid, no_new_privs, seccomp, rlimits),
 # started by the agent with a SOCK_SEQPACKET control socket as fd 3. Protocol, one datagram each:
 #   zygote -> agent, once its imports are done: {"ready":true}
-#   agent -> zygote: JSON request + SCM_RIGHTS [stdin, stdout, stderr, go(, landlock ruleset)]
-#   zygote -> agent: JSON {"pid": worker pid} or {"error": "..."}
+#   agent -> zygote: JSON request + SCM_RIGHTS [stdin, stdout, stderr, go(, landlock ruleset)
+#                    (, one cgroup join file per hierarchy)]
+#   worker (or zygote) -> agent: JSON {"pid": worker pid}, {"error": "..."} (the agent spawns the
+#                    program instead) or {"join_error": "..."} (the worker cannot join its cgroup)
 # The worker is the agent's child (one clone with CLONE_PARENT where verified, else a double fork
 # that reparents it to the agent, a child subreaper), which reaps it like any program it spawned.
 # The zygote makes itself non-dumpable first: its workers share its uid, and must not be able to
-# trace it or write its memory. The worker waits for one byte on `go` (sent once the agent has
-# registered it and moved it into its own cgroup) before it runs any user code.
+# trace it or write its memory. The worker joins its cgroup itself (writing "0", see
+# `Version::join_file` in cgroup.rs: the fast path for the kernel), then waits for one byte on `go`
+# (sent once the agent has registered it) before it runs any user code. With one clone the worker
+# reports its pid once it has joined; after a double fork the zygote reports it, and the worker
+# joins before it reads `go` (a failure then ends it with status 127).
 import os
 import socket
 import sys
@@ -52,11 +57,40 @@ import typing  # noqa: F401
 
 CONTROL_FD = 3
 MAX_REQUEST = 1 << 24
+MAX_FDS = 16  # stdin, stdout, stderr, go, a Landlock ruleset and a join file per cgroup hierarchy
 
 
-def run_worker(req, fds):
+def join(msg, fds, report_pid):
+    """Decodes the request and joins the worker's cgroup; reports the pid (one clone). Never
+    returns on failure."""
+    try:
+        req = json.loads(msg)
+        landlock, n_join = bool(req.get("landlock")), req.get("join", 0)
+        if len(fds) != 4 + landlock + n_join:
+            raise ValueError(f"got {len(fds)} fds for the request")
+    except Exception as e:  # noqa: BLE001 (the agent spawns the program instead)
+        if report_pid:
+            os.write(CONTROL_FD, json.dumps({"error": f"{type(e).__name__}: {e}"}).encode())
+        os._exit(127)
+    try:
+        for fd in fds[4 + landlock :]:
+            os.write(fd, b"0")
+            os.close(fd)
+    except OSError as e:
+        if report_pid:
+            os.write(CONTROL_FD, json.dumps({"join_error": str(e)}).encode())
+        else:
+            print(f"cannot join the cgroup: {e}", file=sys.stderr)
+        os._exit(127)
+    if report_pid:
+        os.write(CONTROL_FD, b'{"pid":%d}' % os.getpid())
+    return req
+
+
+def run_worker(msg, fds, report_pid):
     # Never return into the serve loop: whatever happens, this process ends here.
     try:
+        req = join(msg, fds, report_pid)
         os.setsid()
         stdin, stdout, stderr, go = fds[:4]
         os.dup2(stdin, 0)
@@ -69,7 +103,7 @@ def run_worker(req, fds):
         # [resource, soft, hard], -1 meaning unlimited (resource.RLIM_INFINITY on Linux).
         for res, soft, hard in req.get("rlimits", []):
             resource.setrlimit(res, (soft, hard))
-        # The agent releases us once we are in our own cgroup; EOF means it gave up.
+        # The agent releases us once it registered us; EOF means it gave up.
         if os.read(go, 1) != b"G":
             os._exit(137)
         os.close(go)
@@ -179,7 +213,7 @@ def exit_code(e):
 
 def serve():
     ctl = socket.socket(fileno=CONTROL_FD)
-    fds_size = socket.CMSG_LEN(5 * 4)  # stdin, stdout, stderr, go and a Landlock ruleset
+    fds_size = socket.CMSG_LEN(MAX_FDS * 4)
     ctl.send(b'{"ready":true}')  # the agent sends requests from now on (and spawns until then)
     while True:
         try:
@@ -191,22 +225,20 @@ def serve():
         fds = []
         for level, kind, data in ancdata:
             if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
-                fds += list(array.array("i", data[: len(data) - len(data) % 4]))
+                fds += array.array("i", data[: len(data) - len(data) % 4])
         try:
-            req = json.loads(msg)
-            if len(fds) != 4 + bool(req.get("landlock")):
-                raise ValueError(f"got {len(fds)} fds for the request")
-            pid = fork_worker(req, fds)
-            reply = {"pid": pid} if pid > 0 else {"error": "fork failed"}
-        except Exception as e:  # noqa: BLE001 (a bad request must not end the zygote)
-            reply = {"error": f"{type(e).__name__}: {e}"}
+            # The worker decodes and checks the request (see `join`).
+            reply = None if fork_worker(msg, fds) > 0 else b'{"error":"fork failed"}'
+        except Exception as e:  # noqa: BLE001 (nothing the agent sends may end the zygote)
+            reply = json.dumps({"error": f"{type(e).__name__}: {e}"}).encode()
         finally:
             for fd in fds:
                 try:
                     os.close(fd)
                 except OSError:
                     pass
-        ctl.send(json.dumps(reply).encode())
+        if reply is not None:
+            ctl.send(reply)
 
 
 def make_undumpable():
@@ -279,12 +311,13 @@ class ParentFork:
         return pid
 
 
-def fork_worker(req, fds):
-    """Starts the worker for `req` as a child of the agent; returns its pid (0: failed)."""
+def fork_worker(msg, fds):
+    """Starts the worker for request `msg` as a child of the agent; returns its pid (0: failed).
+    Who tells the agent the pid: see the top of this file."""
     if PARENT_FORK.ok:
         pid = PARENT_FORK.fork()
         if pid == 0:
-            run_worker(req, fds)
+            run_worker(msg, fds, True)
         return max(pid, 0)
     r, w = os.pipe()
     mid = os.fork()
@@ -294,7 +327,7 @@ def fork_worker(req, fds):
             worker = os.fork()
             if worker == 0:
                 os.close(w)
-                run_worker(req, fds)
+                run_worker(msg, fds, False)
             os.write(w, str(worker).encode())
         finally:
             os._exit(0)
@@ -302,6 +335,8 @@ def fork_worker(req, fds):
     pid = int(os.read(r, 32) or b"0")
     os.close(r)
     os.waitpid(mid, 0)
+    if pid > 0:
+        os.write(CONTROL_FD, b'{"pid":%d}' % pid)
     return pid
 
 

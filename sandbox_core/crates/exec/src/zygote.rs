@@ -116,6 +116,15 @@ impl Zygote {
         }
     }
 
+    /// Whether the zygote is up and has said it is ready (does not wait).
+    pub(crate) fn is_ready(&self) -> bool {
+        let mut live = self.lock();
+        match live.as_mut() {
+            Some(l) if !l.dead.load(Ordering::Acquire) => poll_ready(l).unwrap_or(false),
+            _ => false,
+        }
+    }
+
     /// Pid of the zygote process, while it is up.
     pub(crate) fn pid(&self) -> Option<u32> {
         self.lock()
@@ -220,7 +229,8 @@ impl Zygote {
         reaper: &Reaper,
         start: &dyn Fn(RawFd) -> Result<Running, SpawnError>,
     ) -> Result<Option<Spawned>, SpawnError> {
-        let json = request_json(req, prep, rlimits, iso.landlock.is_some());
+        let joins = iso.cgroup.map_or(0, |cg| cg.dirs().len());
+        let json = request_json(req, prep, rlimits, iso.landlock.is_some(), joins);
         // One request at a time per zygote: it serves them in order, about 1 ms each.
         let mut live = self.lock();
         for _attempt in 0..2 {
@@ -389,6 +399,8 @@ fn request(
     // Programs share the zygote's uid and may have stopped it (SIGSTOP): resume it, or this
     // request would wait for its reply until the deadline.
     let _ = live.running.signal(libc::SIGCONT);
+    // The worker joins its cgroup itself (see zygote.py), through these files.
+    let joins = iso.cgroup.map(|cg| cg.open_procs()).transpose().map_err(Failure::Exec)?;
     // From here until the worker is registered, the reaper must not reap it as an orphan.
     let adoption = reaper.begin_adopt();
     let mut fds = vec![
@@ -398,13 +410,21 @@ fn request(
         go_r.as_raw_fd(),
     ];
     fds.extend(iso.landlock);
+    fds.extend(joins.as_ref().map_or(&[][..], |j| j.raw()));
     send_with_fds(&live.ctl, json.as_bytes(), &fds).map_err(Failure::Transport)?;
-    drop((stdin_r, stdout_w, stderr_w, go_r));
+    drop((stdin_r, stdout_w, stderr_w, go_r, joins));
     let mut buf = [0u8; 4096];
     let n = recv(&live.ctl, &mut buf, 0).map_err(Failure::Transport)?;
     let reply = String::from_utf8_lossy(&buf[..n]);
     let pid = match parse_pid(&reply) {
         Some(pid) => pid,
+        // The worker is ending (127); the reaper reaps it as an orphan once `adoption` is dropped.
+        None if reply.contains("\"join_error\"") => {
+            return Err(Failure::Exec(SpawnError::Isolation {
+                step: Step::JoinCgroup,
+                source: io::Error::other(reply.into_owned()),
+            }))
+        }
         None if reply.contains("\"error\"") => return Err(Failure::Refused(reply.into_owned())),
         None => {
             return Err(Failure::Transport(io::Error::other(format!(
@@ -414,29 +434,6 @@ fn request(
     };
     // The worker's parent exited before the reply: it is our child now (alive, blocked on `go`).
     let child = adoption.adopt(pid).map_err(Failure::Transport)?;
-    if let Some(cg) = iso.cgroup {
-        let joined = cg.open_procs().and_then(|files| {
-            let text = pid.to_string();
-            for &fd in files.raw() {
-                // SAFETY: plain syscall with a buffer we own.
-                let r = unsafe { libc::write(fd, text.as_ptr().cast(), text.len()) };
-                if r != text.len() as isize {
-                    return Err(SpawnError::Isolation {
-                        step: Step::JoinCgroup,
-                        source: io::Error::last_os_error(),
-                    });
-                }
-            }
-            Ok(())
-        });
-        if let Err(e) = joined {
-            let _ = reaper.signal_pid(pid, libc::SIGKILL);
-            drop(go_w);
-            drop(child.pidfd);
-            let _ = reaper.reap_blocking(pid, child.exit);
-            return Err(Failure::Exec(e));
-        }
-    }
     // SAFETY: plain syscall; a 1-byte write to a fresh pipe never blocks. If the worker is gone
     // already (EPIPE) the supervisor sees its exit.
     unsafe { libc::write(go_w.as_raw_fd(), b"G".as_ptr().cast(), 1) };
@@ -458,11 +455,13 @@ fn parse_pid(reply: &str) -> Option<libc::pid_t> {
 }
 
 /// `landlock`: a Landlock ruleset fd follows the four stdio/go fds; the worker enforces it.
+/// `joins`: that many cgroup join files follow, which the worker writes itself into.
 fn request_json(
     req: &Request,
     prep: &Prepared,
     rlimits: &[(i32, libc::rlimit)],
     landlock: bool,
+    joins: usize,
 ) -> String {
     let mut s = String::with_capacity(256 + req.code.as_ref().map_or(0, String::len));
     s.push('{');
@@ -512,8 +511,8 @@ fn request_json(
     }
     let _ = write!(
         s,
-        "],\"isolated\":{},\"unbuffered\":{},\"no_bytecode\":{},\"landlock\":{}}}",
-        req.isolated, req.unbuffered, req.no_bytecode, landlock
+        "],\"isolated\":{},\"unbuffered\":{},\"no_bytecode\":{},\"landlock\":{},\"join\":{}}}",
+        req.isolated, req.unbuffered, req.no_bytecode, landlock, joins
     );
     s
 }

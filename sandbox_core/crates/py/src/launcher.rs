@@ -40,12 +40,14 @@ pub struct LaunchConfig {
     cgroups: bool,
     ro_binds: Vec<String>,
     env: Vec<(String, String)>,
+    /// When the agent starts its Python zygote: "lazy", "eager" or "off".
+    python_zygote: String,
 }
 
 #[pymethods]
 impl LaunchConfig {
     #[new]
-    #[pyo3(signature = (agent_path, run_dir, *, uid=65534, gid=65534, lease_ttl_s=30.0, memory_bytes=0, max_pids=0, cpu_quota=0.0, work_dir="/work".to_string(), work_size_bytes=0, tmp_size_bytes=0, network=false, seccomp=true, cgroups=true, ro_binds=None, env=None))]
+    #[pyo3(signature = (agent_path, run_dir, *, uid=65534, gid=65534, lease_ttl_s=30.0, memory_bytes=0, max_pids=0, cpu_quota=0.0, work_dir="/work".to_string(), work_size_bytes=0, tmp_size_bytes=0, network=false, seccomp=true, cgroups=true, ro_binds=None, env=None, python_zygote="lazy".to_string()))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         agent_path: String,
@@ -64,7 +66,14 @@ impl LaunchConfig {
         cgroups: bool,
         ro_binds: Option<Vec<String>>,
         env: Option<std::collections::BTreeMap<String, String>>,
+        python_zygote: String,
     ) -> PyResult<Self> {
+        if !["lazy", "eager", "off"].contains(&python_zygote.as_str()) {
+            return Err(err(
+                "invalid_argument",
+                format!("python_zygote must be lazy, eager or off, got {python_zygote}"),
+            ));
+        }
         if !lease_ttl_s.is_finite() || lease_ttl_s < 0.0 {
             return Err(err(
                 "invalid_argument",
@@ -100,6 +109,7 @@ impl LaunchConfig {
             cgroups,
             ro_binds: ro_binds.unwrap_or_default(),
             env: env.unwrap_or_default().into_iter().collect(),
+            python_zygote,
         })
     }
 }
@@ -268,6 +278,7 @@ fn agent_argv(c: &LaunchConfig, namespaces: &[&str]) -> Vec<String> {
         "--new-root".into(),
         "--hostname=sandbox".into(),
         format!("--namespaces={}", namespaces.join(",")),
+        format!("--python-zygote={}", c.python_zygote),
     ];
     if !c.network {
         a.push("--loopback".into());
