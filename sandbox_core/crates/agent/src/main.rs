@@ -139,7 +139,10 @@ async fn warm_up(executor: &Executor) {
     };
     match executor.run(cmd, Default::default()).await {
         Ok(o) if o.exit_code == Some(0) => {}
-        Ok(o) => eprintln!("sandbox-agent: warm-up exec ended with {:?}/{:?}", o.exit_code, o.signal),
+        Ok(o) => eprintln!(
+            "sandbox-agent: warm-up exec ended with {:?}/{:?}",
+            o.exit_code, o.signal
+        ),
         Err(e) => eprintln!("sandbox-agent: warm-up exec failed: {e}"),
     }
 }
@@ -175,7 +178,9 @@ async fn serve(args: cli::Args, token: String, uid: u32, gid: u32, is_root: bool
                 tokio::time::sleep(Duration::from_millis(2)).await;
             }
             if !executor.zygote_ready() {
-                eprintln!("sandbox-agent: the python zygote is not ready; serving without it for now");
+                eprintln!(
+                    "sandbox-agent: the python zygote is not ready; serving without it for now"
+                );
             }
         }
     }

@@ -400,7 +400,11 @@ fn request(
     // request would wait for its reply until the deadline.
     let _ = live.running.signal(libc::SIGCONT);
     // The worker joins its cgroup itself (see zygote.py), through these files.
-    let joins = iso.cgroup.map(|cg| cg.open_procs()).transpose().map_err(Failure::Exec)?;
+    let joins = iso
+        .cgroup
+        .map(|cg| cg.open_procs())
+        .transpose()
+        .map_err(Failure::Exec)?;
     // From here until the worker is registered, the reaper must not reap it as an orphan.
     let adoption = reaper.begin_adopt();
     let mut fds = vec![
