@@ -140,7 +140,8 @@ async def ours(
     from sandboxes.evaluate import evaluate
 
     walls, verdicts, durations, infra = [], [], [], 0
-    async with sandboxes.Pool(backend="local", warm=warm, claim_timeout=120.0) as pool:
+    # Zygotes start with the sandboxes (as `sandboxes eval` has them), not in their first grading.
+    async with sandboxes.Pool(backend="local", warm=warm, claim_timeout=120.0, python_zygote="eager") as pool:
         await wait_warm(pool, warm)
         await evaluate(subs[: 4 * workers], workers=workers, pool=pool, time_limit=TIME_LIMIT_S)  # warm-up
         for _ in range(repeats):
@@ -218,7 +219,8 @@ def _time_cmd(argv: list[str], n: int) -> list[float]:
     return out
 
 
-async def snippet_ours_vs_python(py: str, n: int) -> tuple[list[float], list[float], Counter]:
+async def snippet_ours_vs_python(py: str, n: int, idle_s: float = 0.0) -> tuple[list[float], list[float], Counter]:
+    """`idle_s` of quiet before each timed run (both sides), as between a model's turns."""
     import sandboxes
 
     argv = ["python3", "-c", SNIPPET]
@@ -227,12 +229,14 @@ async def snippet_ours_vs_python(py: str, n: int) -> tuple[list[float], list[flo
         for _ in range(20):
             await sb.exec(argv)
         for _ in range(n):  # interleaved, so drift of the machine hits both alike
+            await asyncio.sleep(idle_s)
             t = time.perf_counter()
             r = await sb.exec(argv)
             ours_s.append(time.perf_counter() - t)
             if r.stdout != SNIPPET_OUT:
                 raise RuntimeError(f"sandbox snippet: {r}")
             paths[r.path] += 1
+            await asyncio.sleep(idle_s)
             local += _time_cmd([py, "-c", SNIPPET], 1)
     return ours_s, local, paths
 
@@ -320,12 +324,20 @@ def peers(rep: Report, py: str, n_nsjail: int = 100, n_run: int = 10, n_exec: in
     return medians
 
 
+SNIPPET_IDLE_S = 0.1
+
+
 def snippet(rep: Report, py: str, n: int = 300) -> None:
     ours_s, local, paths = asyncio.run(snippet_ours_vs_python(py, n))
     o = rep.add(Stats.of("snippet: sandbox exec python3 -c", ours_s))
     p = rep.add(Stats.of("snippet: python3 -c, fresh clean venv (baseline)", local))
     rep.ratios["snippet python3 -c / sandbox (median, target >= 4)"] = p.median_ms / o.median_ms
     rep.extra["snippet_path"] = dict(paths)
+    ours_s, local, _ = asyncio.run(snippet_ours_vs_python(py, n // 5, SNIPPET_IDLE_S))
+    ms = f"{SNIPPET_IDLE_S * 1000:g} ms"
+    oi = rep.add(Stats.of(f"snippet: sandbox exec python3 -c, {ms} idle before each", ours_s))
+    pi = rep.add(Stats.of(f"snippet: python3 -c, {ms} idle before each (baseline)", local))
+    rep.ratios[f"snippet after {ms} idle: python3 -c / sandbox (median)"] = pi.median_ms / oi.median_ms
     for peer, med in peers(rep, py).items():
         rep.ratios[f"snippet {peer} / sandbox (median)"] = med / o.median_ms
 

@@ -276,7 +276,9 @@ async def evaluate(
     t0 = time.monotonic()
     own = pool is None
     if own:
-        pool = Pool(warm=workers, claim_timeout=120.0)
+        # Python submissions: each sandbox's zygote starts with it, not during its first grading.
+        zygote = "eager" if any(s.language == "python" for s in subs) else "lazy"
+        pool = Pool(warm=workers, claim_timeout=120.0, python_zygote=zygote)
         await pool.start()
     try:
         report.startup_s = time.monotonic() - t0
