@@ -458,6 +458,14 @@ impl ExecCgroup {
         &self.dirs
     }
 
+    /// Whether an unprivileged process may join this cgroup itself through [`Self::open_procs`]'s
+    /// files (v1: a thread moving itself passes the kernel's owner check whatever its uid). On v2
+    /// older kernels check the writer's own permission on `cgroup.procs`, and moving oneself saves
+    /// nothing there, so a privileged process moves it instead.
+    pub fn joinable_by_self(&self) -> bool {
+        self.with(|s| s.version == Version::V1).unwrap_or(false)
+    }
+
     /// Whether this cgroup came from (and goes back to) a pool.
     pub fn is_pooled(&self) -> bool {
         self.pool.is_some()

@@ -11,9 +11,10 @@
 # The worker is the agent's child (one clone with CLONE_PARENT where verified, else a double fork
 # that reparents it to the agent, a child subreaper), which reaps it like any program it spawned.
 # The zygote makes itself non-dumpable first: its workers share its uid, and must not be able to
-# trace it or write its memory. The worker joins its cgroup itself (writing "0", see
-# `Version::join_file` in cgroup.rs: the fast path for the kernel), then waits for one byte on `go`
-# (sent once the agent has registered it) before it runs any user code. With one clone the worker
+# trace it or write its memory. On cgroup v1 the worker joins its cgroup itself (writing "0", see
+# `Version::join_file` in cgroup.rs: the fast path for the kernel; on v2 the agent moves it once it
+# has the pid), then waits for one byte on `go` (sent once the agent has registered it, and moved
+# it where it does that) before it runs any user code. With one clone the worker
 # reports its pid once it has joined; after a double fork the zygote reports it, and the worker
 # joins before it reads `go` (a failure then ends it with status 127).
 import os

@@ -229,7 +229,10 @@ impl Zygote {
         reaper: &Reaper,
         start: &dyn Fn(RawFd) -> Result<Running, SpawnError>,
     ) -> Result<Option<Spawned>, SpawnError> {
-        let joins = iso.cgroup.map_or(0, |cg| cg.dirs().len());
+        let joins = iso
+            .cgroup
+            .filter(|cg| cg.joinable_by_self())
+            .map_or(0, |cg| cg.dirs().len());
         let json = request_json(req, prep, rlimits, iso.landlock.is_some(), joins);
         // One request at a time per zygote: it serves them in order, about 1 ms each.
         let mut live = self.lock();
@@ -399,9 +402,10 @@ fn request(
     // Programs share the zygote's uid and may have stopped it (SIGSTOP): resume it, or this
     // request would wait for its reply until the deadline.
     let _ = live.running.signal(libc::SIGCONT);
-    // The worker joins its cgroup itself (see zygote.py), through these files.
+    // The worker joins its cgroup itself where it can (see zygote.py), through these files.
     let joins = iso
         .cgroup
+        .filter(|cg| cg.joinable_by_self())
         .map(|cg| cg.open_procs())
         .transpose()
         .map_err(Failure::Exec)?;
@@ -438,6 +442,29 @@ fn request(
     };
     // The worker's parent exited before the reply: it is our child now (alive, blocked on `go`).
     let child = adoption.adopt(pid).map_err(Failure::Transport)?;
+    if let Some(cg) = iso.cgroup.filter(|cg| !cg.joinable_by_self()) {
+        let joined = cg.open_procs().and_then(|files| {
+            let text = pid.to_string();
+            for &fd in files.raw() {
+                // SAFETY: plain syscall with a buffer we own.
+                let r = unsafe { libc::write(fd, text.as_ptr().cast(), text.len()) };
+                if r != text.len() as isize {
+                    return Err(SpawnError::Isolation {
+                        step: Step::JoinCgroup,
+                        source: io::Error::last_os_error(),
+                    });
+                }
+            }
+            Ok(())
+        });
+        if let Err(e) = joined {
+            let _ = reaper.signal_pid(pid, libc::SIGKILL);
+            drop(go_w);
+            drop(child.pidfd);
+            let _ = reaper.reap_blocking(pid, child.exit);
+            return Err(Failure::Exec(e));
+        }
+    }
     // SAFETY: plain syscall; a 1-byte write to a fresh pipe never blocks. If the worker is gone
     // already (EPIPE) the supervisor sees its exit.
     unsafe { libc::write(go_w.as_raw_fd(), b"G".as_ptr().cast(), 1) };
