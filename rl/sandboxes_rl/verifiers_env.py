@@ -41,7 +41,7 @@ import verifiers as vf
 
 from sandboxes import InvalidRequest, SandboxError
 
-from .overlap import SandboxLease, as_provider
+from .overlap import SandboxLease, as_provider, rollout_pool_kwargs
 from .problems import problem_rows, program_of
 from .scoring import REWARD_MODES, Score, completion_text, extract_code, judge, tests_from_spec
 from .trl import format_exec_result
@@ -193,7 +193,7 @@ class SandboxCodeEnv(vf.StatefulToolEnv):
                 else:
                     from sandboxes import Pool
 
-                    source = Pool(backend=self._backend, warm=self._warm, **self._pool_kwargs)
+                    source = Pool(backend=self._backend, warm=self._warm, **rollout_pool_kwargs(self._pool_kwargs))
                     await source.start()
                 self._owned = source
                 self._provider = as_provider(source, self._template)

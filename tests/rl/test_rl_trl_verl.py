@@ -137,3 +137,31 @@ async def test_trl_reward_prefix_column_brings_the_prompts_imports(runtime, huma
     without = await reward(["q"] * 3, [fenced(b) for b in bodies], tests=tests)
     with_prefix = await reward(["q"] * 3, [fenced(b) for b in bodies], tests=tests, prefix=[r["info"]["prefix"] for r in rows])
     assert with_prefix == [1.0, 1.0, 1.0] and without[0] == 0.0
+
+
+def test_a_rollout_grades_through_a_zygote_started_with_its_sandbox(runtime) -> None:
+    """The runtime's pool starts each sandbox's Python zygote with it (one rollout grades once in
+    a fresh sandbox): the first `run_tests` in a leased sandbox is already a fork. An explicit
+    `python_zygote` in `pool_kwargs` wins."""
+
+    async def first_grading() -> str:
+        lease = await runtime.lease()
+        try:
+            sb = await lease.get()
+            report = await sb.run_tests("def f():\n    return 1\n", [sandboxes.TestCase(check="assert f() == 1")])
+            assert report.all_passed
+            return report.cases[0].path
+        finally:
+            await lease.release()
+
+    assert runtime.call(first_grading, timeout=120) == "zygote"
+    lazy = SandboxRuntime(backend="local", warm=1, pool_kwargs={"python_zygote": "lazy", "claim_timeout": 60.0})
+    try:
+
+        async def template() -> str:
+            await lazy.provider()
+            return lazy.source.templates[lazy.source.default_template].python_zygote
+
+        assert lazy.call(template, timeout=120) == "lazy"
+    finally:
+        lazy.close()
