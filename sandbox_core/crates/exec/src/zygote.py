@@ -72,6 +72,8 @@ def join(msg, fds, report_pid):
     except Exception as e:  # noqa: BLE001 (the agent spawns the program instead)
         if report_pid:
             os.write(CONTROL_FD, json.dumps({"error": f"{type(e).__name__}: {e}"}).encode())
+        else:
+            traceback.print_exc()  # the zygote's stderr: the agent's log
         os._exit(127)
     try:
         for fd in fds[4 + landlock :]:
