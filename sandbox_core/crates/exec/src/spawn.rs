@@ -3,7 +3,7 @@
 //! `std::process::Command` cannot join a cgroup or load seccomp between fork and exec without
 //! `pre_exec` closures whose safety is as hard to argue, and it waits for its children itself,
 //! which the process-wide reaper forbids. So everything the child needs (strings, env block, BPF
-//! program, rlimits, cgroup.procs fds, pipes) is prepared before the clone, and the child only
+//! program, rlimits, cgroup join fds, pipes) is prepared before the clone, and the child only
 //! makes async-signal-safe system calls.
 //!
 //! The child is started like `posix_spawn` does it (`CLONE_VM | CLONE_VFORK`, see
