@@ -6,17 +6,18 @@
 #   zygote -> agent, once its imports are done: {"ready":true}
 #   agent -> zygote: JSON request + SCM_RIGHTS [stdin, stdout, stderr, go(, landlock ruleset)
 #                    (, one cgroup join file per hierarchy)]
-#   worker (or zygote) -> agent: JSON {"pid": worker pid}, {"error": "..."} (the agent spawns the
-#                    program instead) or {"join_error": "..."} (the worker cannot join its cgroup)
+#   zygote -> agent: JSON {"pid": worker pid} or {"error": "..."} (the agent spawns instead)
+#   worker -> agent, in either order with the zygote's: {"worker_ok":true}, {"worker_error": "..."}
+#                    (a request it cannot decode: the agent spawns instead) or {"join_error": "..."}
 # The worker is the agent's child (one clone with CLONE_PARENT where verified, else a double fork
 # that reparents it to the agent, a child subreaper), which reaps it like any program it spawned.
 # The zygote makes itself non-dumpable first: its workers share its uid, and must not be able to
 # trace it or write its memory. On cgroup v1 the worker joins its cgroup itself (writing "0", see
 # `Version::join_file` in cgroup.rs: the fast path for the kernel; on v2 the agent moves it once it
-# has the pid), then waits for one byte on `go` (sent once the agent has registered it, and moved
-# it where it does that) before it runs any user code. With one clone the worker
-# reports its pid once it has joined; after a double fork the zygote reports it, and the worker
-# joins before it reads `go` (a failure then ends it with status 127).
+# has the pid), says so, then waits for one byte on `go` (sent once the agent has registered it, had
+# its report, and moved it where it does that) before it runs any user code. The agent registers
+# the worker while it decodes and joins, and watches it meanwhile: a worker that dies before its
+# report does not hold the agent up.
 import os
 import socket
 import sys
@@ -61,39 +62,32 @@ MAX_REQUEST = 1 << 24
 MAX_FDS = 16  # stdin, stdout, stderr, go, a Landlock ruleset and a join file per cgroup hierarchy
 
 
-def join(msg, fds, report_pid):
-    """Decodes the request and joins the worker's cgroup; reports the pid (one clone). Never
-    returns on failure."""
+def join(msg, fds):
+    """Decodes the request, joins the worker's cgroup (v1) and tells the agent how that went.
+    Never returns on failure."""
     try:
         req = json.loads(msg)
         landlock, n_join = bool(req.get("landlock")), req.get("join", 0)
         if len(fds) != 4 + landlock + n_join:
             raise ValueError(f"got {len(fds)} fds for the request")
     except Exception as e:  # noqa: BLE001 (the agent spawns the program instead)
-        if report_pid:
-            os.write(CONTROL_FD, json.dumps({"error": f"{type(e).__name__}: {e}"}).encode())
-        else:
-            traceback.print_exc()  # the zygote's stderr: the agent's log
+        os.write(CONTROL_FD, json.dumps({"worker_error": f"{type(e).__name__}: {e}"}).encode())
         os._exit(127)
     try:
         for fd in fds[4 + landlock :]:
             os.write(fd, b"0")
             os.close(fd)
     except OSError as e:
-        if report_pid:
-            os.write(CONTROL_FD, json.dumps({"join_error": str(e)}).encode())
-        else:
-            print(f"cannot join the cgroup: {e}", file=sys.stderr)
+        os.write(CONTROL_FD, json.dumps({"join_error": str(e)}).encode())
         os._exit(127)
-    if report_pid:
-        os.write(CONTROL_FD, b'{"pid":%d}' % os.getpid())
+    os.write(CONTROL_FD, b'{"worker_ok":true}')
     return req
 
 
-def run_worker(msg, fds, report_pid):
+def run_worker(msg, fds):
     # Never return into the serve loop: whatever happens, this process ends here.
     try:
-        req = join(msg, fds, report_pid)
+        req = join(msg, fds)
         os.setsid()
         stdin, stdout, stderr, go = fds[:4]
         os.dup2(stdin, 0)
@@ -106,7 +100,7 @@ def run_worker(msg, fds, report_pid):
         # [resource, soft, hard], -1 meaning unlimited (resource.RLIM_INFINITY on Linux).
         for res, soft, hard in req.get("rlimits", []):
             resource.setrlimit(res, (soft, hard))
-        # The agent releases us once it registered us; EOF means it gave up.
+        # The agent releases us once it registered us and had our report; EOF means it gave up.
         if os.read(go, 1) != b"G":
             os._exit(137)
         os.close(go)
@@ -231,7 +225,8 @@ def serve():
                 fds += array.array("i", data[: len(data) - len(data) % 4])
         try:
             # The worker decodes and checks the request (see `join`).
-            reply = None if fork_worker(msg, fds) > 0 else b'{"error":"fork failed"}'
+            pid = fork_worker(msg, fds)
+            reply = b'{"pid":%d}' % pid if pid > 0 else b'{"error":"fork failed"}'
         except Exception as e:  # noqa: BLE001 (nothing the agent sends may end the zygote)
             reply = json.dumps({"error": f"{type(e).__name__}: {e}"}).encode()
         finally:
@@ -240,8 +235,7 @@ def serve():
                     os.close(fd)
                 except OSError:
                     pass
-        if reply is not None:
-            ctl.send(reply)
+        ctl.send(reply)
 
 
 def make_undumpable():
@@ -315,12 +309,11 @@ class ParentFork:
 
 
 def fork_worker(msg, fds):
-    """Starts the worker for request `msg` as a child of the agent; returns its pid (0: failed).
-    Who tells the agent the pid: see the top of this file."""
+    """Starts the worker for request `msg` as a child of the agent; returns its pid (0: failed)."""
     if PARENT_FORK.ok:
         pid = PARENT_FORK.fork()
         if pid == 0:
-            run_worker(msg, fds, True)
+            run_worker(msg, fds)
         return max(pid, 0)
     r, w = os.pipe()
     mid = os.fork()
@@ -330,7 +323,7 @@ def fork_worker(msg, fds):
             worker = os.fork()
             if worker == 0:
                 os.close(w)
-                run_worker(msg, fds, False)
+                run_worker(msg, fds)
             os.write(w, str(worker).encode())
         finally:
             os._exit(0)
@@ -338,8 +331,6 @@ def fork_worker(msg, fds):
     pid = int(os.read(r, 32) or b"0")
     os.close(r)
     os.waitpid(mid, 0)
-    if pid > 0:
-        os.write(CONTROL_FD, b'{"pid":%d}' % pid)
     return pid
 
 

@@ -27,7 +27,7 @@ use std::sync::{Arc, Mutex};
 use std::time::Duration;
 
 use crate::error::{SpawnError, Step};
-use crate::reaper::Reaper;
+use crate::reaper::{Child, Reaper};
 use crate::run::{Event, Running};
 use crate::spawn::{Isolation, Prepared, Spawned};
 
@@ -421,27 +421,33 @@ fn request(
     fds.extend(joins.as_ref().map_or(&[][..], |j| j.raw()));
     send_with_fds(&live.ctl, json.as_bytes(), &fds).map_err(Failure::Transport)?;
     drop((stdin_r, stdout_w, stderr_w, go_r, joins));
-    let mut buf = [0u8; 4096];
-    let n = recv(&live.ctl, &mut buf, 0).map_err(Failure::Transport)?;
-    let reply = String::from_utf8_lossy(&buf[..n]);
-    let pid = match parse_pid(&reply) {
-        Some(pid) => pid,
-        // The worker is ending (127); the reaper reaps it as an orphan once `adoption` is dropped.
-        None if reply.contains("\"join_error\"") => {
-            return Err(Failure::Exec(SpawnError::Isolation {
-                step: Step::JoinCgroup,
-                source: io::Error::other(reply.into_owned()),
-            }))
+    // Two reports, in either order: the zygote's (the pid, or why there is no worker) and, once
+    // forked, the worker's (decoded and joined, or why not).
+    let mut worker: Option<String> = None;
+    let pid = loop {
+        let reply = recv_text(&live.ctl, 0).map_err(Failure::Transport)?;
+        if let Some(pid) = parse_pid(&reply) {
+            break pid;
         }
-        None if reply.contains("\"error\"") => return Err(Failure::Refused(reply.into_owned())),
-        None => {
+        if is_worker_report(&reply) && worker.is_none() {
+            worker = Some(reply);
+        } else if reply.contains("\"error\"") && worker.is_none() {
+            return Err(Failure::Refused(reply));
+        } else {
             return Err(Failure::Transport(io::Error::other(format!(
                 "bad reply {reply:?}"
-            ))))
+            ))));
         }
     };
     // The worker's parent exited before the reply: it is our child now (alive, blocked on `go`).
     let child = adoption.adopt(pid).map_err(Failure::Transport)?;
+    // Past this point a worker that will not run is killed and reaped before we return.
+    let abandon = |child: Child, failure: Failure| {
+        let _ = reaper.signal_pid(pid, libc::SIGKILL);
+        drop(child.pidfd);
+        let _ = reaper.reap_blocking(pid, child.exit);
+        Err(failure)
+    };
     if let Some(cg) = iso.cgroup.filter(|cg| !cg.joinable_by_self()) {
         let joined = cg.open_procs().and_then(|files| {
             let text = pid.to_string();
@@ -458,11 +464,37 @@ fn request(
             Ok(())
         });
         if let Err(e) = joined {
-            let _ = reaper.signal_pid(pid, libc::SIGKILL);
-            drop(go_w);
-            drop(child.pidfd);
-            let _ = reaper.reap_blocking(pid, child.exit);
-            return Err(Failure::Exec(e));
+            return abandon(child, Failure::Exec(e));
+        }
+    }
+    let report = match worker {
+        Some(r) => Some(r),
+        None => match worker_report(&live.ctl, child.pidfd.as_ref()) {
+            Ok(r) => r,
+            Err(e) => return abandon(child, Failure::Transport(e)),
+        },
+    };
+    match report {
+        Some(r) if r.contains("\"worker_ok\"") => {}
+        Some(r) if r.contains("\"join_error\"") => {
+            let source = io::Error::other(r);
+            return abandon(
+                child,
+                Failure::Exec(SpawnError::Isolation {
+                    step: Step::JoinCgroup,
+                    source,
+                }),
+            );
+        }
+        Some(r) if r.contains("\"worker_error\"") => return abandon(child, Failure::Refused(r)),
+        Some(r) => {
+            let e = io::Error::other(format!("bad worker report {r:?}"));
+            return abandon(child, Failure::Transport(e));
+        }
+        // Killed before it reported (only a program of this sandbox can do that): spawn instead.
+        None => {
+            let why = "the worker ended before it reported".to_string();
+            return abandon(child, Failure::Refused(why));
         }
     }
     // SAFETY: plain syscall; a 1-byte write to a fresh pipe never blocks. If the worker is gone
@@ -477,6 +509,66 @@ fn request(
         stdout: stdout_r,
         stderr: stderr_r,
     })
+}
+
+/// One datagram from the zygote or a worker, as text.
+fn recv_text(sock: &OwnedFd, flags: libc::c_int) -> io::Result<String> {
+    let mut buf = [0u8; 4096];
+    let n = recv(sock, &mut buf, flags)?;
+    Ok(String::from_utf8_lossy(&buf[..n]).into_owned())
+}
+
+fn is_worker_report(reply: &str) -> bool {
+    ["\"worker_ok\"", "\"worker_error\"", "\"join_error\""]
+        .iter()
+        .any(|k| reply.contains(k))
+}
+
+/// The worker's report, waited for until it comes (`Some`) or the worker is gone without one
+/// (`None`, seen through its pidfd; without one, until the reply deadline).
+fn worker_report(ctl: &OwnedFd, pidfd: Option<&OwnedFd>) -> io::Result<Option<String>> {
+    let Some(pidfd) = pidfd else {
+        return recv_text(ctl, 0).map(Some);
+    };
+    let mut fds = [
+        libc::pollfd {
+            fd: ctl.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        },
+        libc::pollfd {
+            fd: pidfd.as_raw_fd(),
+            events: libc::POLLIN,
+            revents: 0,
+        },
+    ];
+    let deadline = std::time::Instant::now() + REPLY_TIMEOUT;
+    loop {
+        let left = deadline.saturating_duration_since(std::time::Instant::now());
+        if left.is_zero() {
+            return Err(io::Error::from(io::ErrorKind::TimedOut));
+        }
+        // SAFETY: plain syscall on two pollfds we own.
+        let n = unsafe { libc::poll(fds.as_mut_ptr(), 2, left.as_millis().max(1) as libc::c_int) };
+        if n < 0 {
+            let e = io::Error::last_os_error();
+            if e.kind() == io::ErrorKind::Interrupted {
+                continue;
+            }
+            return Err(e);
+        }
+        if fds[0].revents != 0 {
+            return recv_text(ctl, 0).map(Some);
+        }
+        if fds[1].revents != 0 {
+            // Gone: a report it sent before it died is queued by now.
+            return match recv_text(ctl, libc::MSG_DONTWAIT) {
+                Ok(r) => Ok(Some(r)),
+                Err(e) if e.kind() == io::ErrorKind::WouldBlock => Ok(None),
+                Err(e) => Err(e),
+            };
+        }
+    }
 }
 
 fn parse_pid(reply: &str) -> Option<libc::pid_t> {
@@ -642,6 +734,44 @@ fn send_with_fds(sock: &OwnedFd, data: &[u8], fds: &[RawFd]) -> io::Result<()> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// A child of this test that sends `msg` (if any) on `sock`, then exits; its pidfd.
+    fn reporter(sock: &OwnedFd, msg: Option<&[u8]>) -> (libc::pid_t, OwnedFd) {
+        // SAFETY: the child only makes async-signal-safe calls (send, _exit).
+        let pid = unsafe { libc::fork() };
+        assert!(pid >= 0);
+        if pid == 0 {
+            if let Some(m) = msg {
+                // SAFETY: plain syscall with a buffer we own.
+                unsafe { libc::send(sock.as_raw_fd(), m.as_ptr().cast(), m.len(), 0) };
+            }
+            // SAFETY: ends the child without running the test harness's exit handlers.
+            unsafe { libc::_exit(0) };
+        }
+        // SAFETY: plain syscall; a new fd or -1.
+        let fd = unsafe { libc::syscall(libc::SYS_pidfd_open, pid, 0) };
+        assert!(fd >= 0, "pidfd_open: {}", io::Error::last_os_error());
+        // SAFETY: pidfd_open returned a new fd nobody else owns.
+        (pid, unsafe { OwnedFd::from_raw_fd(fd as libc::c_int) })
+    }
+
+    #[test]
+    fn a_worker_report_comes_or_its_death_is_seen() {
+        let (ours, theirs) = socketpair().unwrap();
+        // Reported, then gone: the report counts, whichever the poll sees first.
+        let (pid, pidfd) = reporter(&theirs, Some(b"{\"worker_ok\":true}"));
+        let r = worker_report(&ours, Some(&pidfd)).unwrap();
+        assert_eq!(r.as_deref(), Some("{\"worker_ok\":true}"));
+        // SAFETY: reaps our own child.
+        unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
+        // Gone without a report: seen through the pidfd (the reply deadline would be an error).
+        let (pid, pidfd) = reporter(&theirs, None);
+        assert_eq!(worker_report(&ours, Some(&pidfd)).unwrap(), None);
+        // SAFETY: reaps our own child.
+        unsafe { libc::waitpid(pid, std::ptr::null_mut(), 0) };
+        assert!(is_worker_report("{\"join_error\": \"EACCES\"}"));
+        assert!(!is_worker_report("{\"error\": \"fork failed\"}"));
+    }
 
     #[test]
     fn parses_replies() {
