@@ -358,7 +358,7 @@ impl std::fmt::Debug for Pool {
 #[derive(Debug)]
 struct Files {
     /// The join file (see [`Version::join_file`]) of every directory, write-only.
-    procs: Vec<fs::File>,
+    join: Vec<fs::File>,
     pids_current: Option<fs::File>,
     pids_events: Option<fs::File>,
     oom_control: Option<fs::File>,
@@ -379,7 +379,7 @@ impl Files {
                 .open(&p)
                 .map_err(|e| isolation(Step::CreateCgroup, &p, e))
         };
-        let procs = slot
+        let join = slot
             .dirs
             .iter()
             .map(|d| open(d, slot.version.join_file(), true, false))
@@ -390,7 +390,7 @@ impl Files {
             dir.map(|d| open(d, name, write, true)).transpose()
         };
         Ok(Files {
-            procs,
+            join,
             pids_current: opt(pids, "pids.current", false)?,
             pids_events: opt(pids, "pids.events", false)?,
             oom_control: opt(mem, "memory.oom_control", false)?,
@@ -458,7 +458,7 @@ impl ExecCgroup {
         &self.dirs
     }
 
-    /// Whether an unprivileged process may join this cgroup itself through [`Self::open_procs`]'s
+    /// Whether an unprivileged process may join this cgroup itself through [`Self::join_files`]'s
     /// files (v1: a thread moving itself passes the kernel's owner check whatever its uid). On v2
     /// older kernels check the writer's own permission on `cgroup.procs`, and moving oneself saves
     /// nothing there, so a privileged process moves it instead.
@@ -475,14 +475,14 @@ impl ExecCgroup {
     /// "0" (itself) into after the clone; a process that writes another pid there takes the slow
     /// path that `join_file` avoids.
     /// They stay valid while `self` lives (the slot is only given up at the end of the exec).
-    pub fn open_procs(&self) -> Result<JoinFiles, SpawnError> {
+    pub fn join_files(&self) -> Result<JoinFiles, SpawnError> {
         self.with(|s| match &s.files {
             Some(f) => Ok(JoinFiles {
                 _opened: Vec::new(),
-                raw: f.procs.iter().map(|f| f.as_raw_fd()).collect(),
+                raw: f.join.iter().map(|f| f.as_raw_fd()).collect(),
             }),
             None => {
-                let opened = s.open_procs()?;
+                let opened = s.open_join_files()?;
                 Ok(JoinFiles {
                     raw: opened.iter().map(|f| f.as_raw_fd()).collect(),
                     _opened: opened,
@@ -639,7 +639,7 @@ impl Slot {
         Ok(())
     }
 
-    fn open_procs(&self) -> Result<Vec<OwnedFd>, SpawnError> {
+    fn open_join_files(&self) -> Result<Vec<OwnedFd>, SpawnError> {
         self.dirs
             .iter()
             .map(|d| {

@@ -186,7 +186,7 @@ fn executable(p: &Path) -> Result<(), i32> {
 /// Everything the child touches, as raw values and pointers into memory owned by the parent's
 /// stack frame (the parent is suspended, its frame alive, until the child has exec'd or exited).
 struct ChildPlan<'a> {
-    procs_fds: &'a [RawFd],
+    join_fds: &'a [RawFd],
     rlimits: &'a [(i32, libc::rlimit)],
     cwd: *const libc::c_char,
     identity: Identity,
@@ -220,8 +220,8 @@ pub fn spawn(
     iso: &Isolation<'_>,
     reaper: &Reaper,
 ) -> Result<Spawned, SpawnError> {
-    let procs_files = iso.cgroup.map(ExecCgroup::open_procs).transpose()?;
-    let procs_fds: &[RawFd] = procs_files.as_ref().map_or(&[], |f| f.raw());
+    let join_files = iso.cgroup.map(ExecCgroup::join_files).transpose()?;
+    let join_fds: &[RawFd] = join_files.as_ref().map_or(&[], |f| f.raw());
     let rlimits = rlimits(limits, iso);
     let seccomp: Option<libc::sock_fprog> = match iso.seccomp {
         Some(f) => Some(libc::sock_fprog {
@@ -276,7 +276,7 @@ pub fn spawn(
     };
     let mut report = Report::default();
     let plan = ChildPlan {
-        procs_fds,
+        join_fds,
         rlimits: &rlimits,
         cwd: prep.cwd.as_ptr(),
         identity: iso.identity,
@@ -561,7 +561,7 @@ unsafe fn child_main(p: &ChildPlan<'_>) -> ! {
         // Not an isolation step: on failure the program merely keeps to one CPU.
         libc::sched_setaffinity(0, std::mem::size_of::<libc::cpu_set_t>(), mask);
     }
-    for &fd in p.procs_fds {
+    for &fd in p.join_fds {
         // "0" means the writer itself (v1 `tasks`: this thread, the child's only one).
         if libc::write(fd, b"0".as_ptr().cast(), 1) != 1 {
             fail(p.report, Step::JoinCgroup);

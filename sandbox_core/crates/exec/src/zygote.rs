@@ -403,10 +403,12 @@ fn request(
     // request would wait for its reply until the deadline.
     let _ = live.running.signal(libc::SIGCONT);
     // The worker joins its cgroup itself where it can (see zygote.py), through these files.
-    let joins = iso
-        .cgroup
-        .filter(|cg| cg.joinable_by_self())
-        .map(|cg| cg.open_procs())
+    let (self_join, agent_join) = match iso.cgroup {
+        Some(cg) if cg.joinable_by_self() => (Some(cg), None),
+        cg => (None, cg),
+    };
+    let joins = self_join
+        .map(|cg| cg.join_files())
         .transpose()
         .map_err(Failure::Exec)?;
     // From here until the worker is registered, the reaper must not reap it as an orphan.
@@ -448,8 +450,8 @@ fn request(
         let _ = reaper.reap_blocking(pid, child.exit);
         Err(failure)
     };
-    if let Some(cg) = iso.cgroup.filter(|cg| !cg.joinable_by_self()) {
-        let joined = cg.open_procs().and_then(|files| {
+    if let Some(cg) = agent_join {
+        let joined = cg.join_files().and_then(|files| {
             let text = pid.to_string();
             for &fd in files.raw() {
                 // SAFETY: plain syscall with a buffer we own.
