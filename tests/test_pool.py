@@ -11,7 +11,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from helpers import cgroup_exists, pid_running, wait_until
+from helpers import cgroup_exists, pgrep, pid_running, wait_until
 
 import sandboxes
 from sandboxes import Limits, Pool
@@ -191,6 +191,39 @@ async def test_destroy_leaves_nothing(make_pool: MakePool) -> None:
     pool_dir = Path(run_dir).parent
     await pool.close()
     assert not pool_dir.exists()
+
+
+async def test_the_agent_and_its_programs_are_in_the_sandbox_cgroup_everywhere(make_pool: MakePool) -> None:
+    """The launcher has the agent's process join its sandbox cgroup in every hierarchy before it
+    execs (on cgroup v1 by itself, through `tasks`; on v2 the launcher moves it), and everything
+    the agent starts stays beneath. Read from the host's /proc."""
+    pool = await make_pool(warm=1)
+    async with pool.sandbox() as sb:
+        local = sb.handle.backend_data
+        if not local.cgroup:
+            pytest.skip("no usable cgroup hierarchy here")
+        name = Path(local.run_dir).name
+        mark = f"{86000 + os.getpid() % 300}.{secrets.randbelow(10**9):09d}"
+        stream = sb.exec_stream(["sleep", mark])
+        await anext(stream)  # started
+        agent = Path(f"/proc/{local.pid}/cgroup").read_text().splitlines()
+        (program_pid,) = pgrep(f"sleep {mark}")
+        program = Path(f"/proc/{program_pid}/cgroup").read_text().splitlines()
+        stream.cancel()
+
+    def paths(lines: list[str]) -> dict[str, str]:
+        """controllers -> path of the hierarchies the launcher uses: the v1 ones of memory, pids
+        and cpu where any is mounted, else the v2 one ("")."""
+        rows = [line.split(":", 2)[1:] for line in lines]
+        v1 = {c: p for c, p in rows if {"memory", "pids", "cpu"} & set(c.split(","))}
+        return v1 or {c: p for c, p in rows if c == ""}
+
+    agent_paths, program_paths = paths(agent), paths(program)
+    assert agent_paths
+    for k, p in agent_paths.items():
+        assert p.rstrip("/").endswith(f"/sandboxes/{name}"), (k, p)
+        # the sandbox's own cgroup, or the per-exec one the agent made beneath it
+        assert (program_paths[k] + "/").startswith(p.rstrip("/") + "/"), (k, program_paths[k], p)
 
 
 async def test_close_destroys_warm_and_claimed(make_pool: MakePool) -> None:

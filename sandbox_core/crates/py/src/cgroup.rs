@@ -70,6 +70,8 @@ fn own_dirs() -> Vec<(String, PathBuf)> {
 
 pub struct SandboxCgroup {
     pub dirs: Vec<PathBuf>,
+    /// Every directory is a v1 hierarchy's (else the one v2 directory).
+    pub v1: bool,
 }
 
 pub struct CgroupLimits {
@@ -90,12 +92,13 @@ impl SandboxCgroup {
         if own.is_empty() {
             return Err("no cgroup hierarchy found".into());
         }
+        let v2 = own.iter().any(|(key, _)| key.is_empty());
         for (key, base) in own {
             let parent = base.join("sandboxes");
             let dir = parent.join(name);
             let made = std::fs::create_dir_all(&dir);
             if let Err(e) = made {
-                let cg = SandboxCgroup { dirs };
+                let cg = SandboxCgroup { dirs, v1: !v2 };
                 cg.remove();
                 return Err(format!("create {}: {e}", dir.display()));
             }
@@ -152,15 +155,38 @@ impl SandboxCgroup {
                 Ok(())
             })();
             if let Err(e) = set {
-                let cg = SandboxCgroup { dirs };
+                let cg = SandboxCgroup { dirs, v1: !v2 };
                 cg.remove();
                 return Err(format!("limits of {}: {e}", dir.display()));
             }
         }
-        Ok(SandboxCgroup { dirs })
+        Ok(SandboxCgroup { dirs, v1: !v2 })
     }
 
-    /// Moves `pid` into the sandbox's cgroups.
+    /// On cgroup v1, the sandbox's `tasks` files opened for writing, for the agent's process to
+    /// join by itself before it execs (writing "0"); empty on v2, where the launcher moves it with
+    /// [`SandboxCgroup::join`].
+    ///
+    /// Why: writing a pid to `cgroup.procs` takes the kernel's global threadgroup lock for
+    /// writing, which waits for an RCU grace period when the lock was idle (5-15 ms) and holds up
+    /// every fork, exec and exit on the host meanwhile, the first programs of a just-claimed
+    /// sandbox included (a pool starts the claimed sandbox's replacement right then). A thread
+    /// moving itself through `tasks` skips that lock (see `Version::join_file` of the exec crate).
+    pub fn open_self_join_files(&self) -> std::io::Result<Vec<std::fs::File>> {
+        if !self.v1 {
+            return Ok(vec![]);
+        }
+        self.dirs
+            .iter()
+            .map(|d| {
+                std::fs::OpenOptions::new()
+                    .write(true)
+                    .open(d.join("tasks"))
+            })
+            .collect()
+    }
+
+    /// Moves `pid` into the sandbox's cgroups (used on v2; see `open_self_join_files`).
     pub fn join(&self, pid: i32) -> std::io::Result<()> {
         for d in &self.dirs {
             write(d, "cgroup.procs", &pid.to_string())?;

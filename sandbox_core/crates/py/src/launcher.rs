@@ -3,8 +3,10 @@
 //! a unix socket bound here, outside the sandbox, and handed over as an fd.
 //!
 //! Order of a launch: bind the socket, create the cgroup, clone the child with new namespaces,
-//! move it into the cgroup (and map its ids), release it; it unshares its cgroup namespace and
-//! execs the agent, which builds its root file system, then writes one byte to the readiness pipe.
+//! map its ids (on cgroup v2 also move it into the cgroup), release it; it joins the cgroup itself
+//! on v1 (through `tasks`: see `SandboxCgroup::open_self_join_files`), unshares its cgroup
+//! namespace and execs the agent, which builds its root file system, then writes one byte to the
+//! readiness pipe.
 
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -311,6 +313,8 @@ struct ChildPlan {
     err_w: RawFd,
     devnull: RawFd,
     new_cgroupns: bool,
+    /// v1 `tasks` files of the sandbox's cgroups, which the child joins itself (writing "0").
+    join: Vec<RawFd>,
 }
 
 /// The child side of clone. Never returns.
@@ -321,10 +325,15 @@ unsafe fn child(plan: &ChildPlan, argv: &[*const libc::c_char], envp: &[*const l
         libc::write(plan.err_w, msg.as_ptr() as *const libc::c_void, 3);
         libc::_exit(127)
     };
-    // Wait until the parent has put us in the cgroup (and mapped our ids).
+    // Wait until the parent has mapped our ids (and, on cgroup v2, put us in the cgroup).
     let mut b = 0u8;
     if libc::read(plan.sync_r, &mut b as *mut u8 as *mut libc::c_void, 1) != 1 {
         fail(1);
+    }
+    for fd in &plan.join {
+        if libc::write(*fd, b"0".as_ptr() as *const libc::c_void, 1) != 1 {
+            fail(6);
+        }
     }
     if plan.new_cgroupns && libc::unshare(libc::CLONE_NEWCGROUP) != 0 {
         fail(2);
@@ -380,13 +389,14 @@ fn spawn_child(plan: &ChildPlan, flags: libc::c_int) -> i32 {
     pid
 }
 
-const CHILD_STEPS: [&str; 6] = [
+const CHILD_STEPS: [&str; 7] = [
     "",
     "sync",
     "cgroup-namespace",
     "setsid",
     "fds",
     "exec-agent",
+    "cgroup",
 ];
 
 async fn launch(config: LaunchConfig) -> PyResult<LocalSandbox> {
@@ -464,6 +474,14 @@ async fn launch(config: LaunchConfig) -> PyResult<LocalSandbox> {
         .write(true)
         .open("/dev/null")
         .map_err(|e| launch_err("devnull", e.to_string()))?;
+    let join_files = match cgroup.as_ref().map(SandboxCgroup::open_self_join_files) {
+        Some(Err(e)) => {
+            cleanup_early(&cgroup);
+            return Err(launch_err("cgroup", format!("open tasks: {e}")));
+        }
+        Some(Ok(files)) => files,
+        None => vec![],
+    };
     let argv_s = agent_argv(&config, &namespaces);
     let plan = ChildPlan {
         path: cstring(config.agent_path.as_bytes())?,
@@ -476,6 +494,7 @@ async fn launch(config: LaunchConfig) -> PyResult<LocalSandbox> {
         err_w: err_w.as_raw_fd(),
         devnull: devnull.as_raw_fd(),
         new_cgroupns: cgroup.is_some(),
+        join: join_files.iter().map(AsRawFd::as_raw_fd).collect(),
     };
     let pid = spawn_child(&plan, flags);
     if pid < 0 {
@@ -486,7 +505,9 @@ async fn launch(config: LaunchConfig) -> PyResult<LocalSandbox> {
             format!("{e} (are user namespaces or CAP_SYS_ADMIN available?)"),
         ));
     }
-    drop((sync_r, ready_w, token_r, err_w, listener, devnull));
+    drop((
+        sync_r, ready_w, token_r, err_w, listener, devnull, join_files,
+    ));
     let inner = Arc::new(Inner {
         pid,
         run_dir: run_dir.clone(),
@@ -503,8 +524,9 @@ async fn launch(config: LaunchConfig) -> PyResult<LocalSandbox> {
     };
 
     let release = (|| -> Result<(), (String, String)> {
-        if let Some(cg) = &inner.cgroup {
-            cg.join(pid).map_err(|e| ("cgroup".into(), e.to_string()))?;
+        match &inner.cgroup {
+            Some(cg) if !cg.v1 => cg.join(pid).map_err(|e| ("cgroup".into(), e.to_string()))?,
+            _ => {} // v1: the child joins by itself (`open_self_join_files`)
         }
         if !root {
             // SAFETY: getuid/getgid have no preconditions.
