@@ -59,6 +59,26 @@ async def cold_creates(n: int = 60) -> list[float]:
     return out
 
 
+async def first_execs_after_claim(n: int = 40) -> tuple[list[float], list[float]]:
+    """The first and second exec of /bin/true in a sandbox right after its claim, while the pool
+    starts its replacement (as an RL rollout does: claim, then run at once)."""
+    import sandboxes
+
+    first, second = [], []
+    async with sandboxes.Pool(backend="local", warm=2) as pool:
+        for _ in range(n):
+            await wait_warm(pool, 2)
+            await asyncio.sleep(0.2)  # the previous round's destroy is over
+            async with pool.sandbox() as sb:
+                t = time.perf_counter()
+                await sb.exec(["/bin/true"])
+                first.append(time.perf_counter() - t)
+                t = time.perf_counter()
+                await sb.exec(["/bin/true"])
+                second.append(time.perf_counter() - t)
+    return first, second
+
+
 async def exec_embedded_and_remote(n: int) -> tuple[list[float], list[float]]:
     import sandboxes
     from sandboxes.server.app import Server
@@ -99,5 +119,9 @@ def run() -> Report:
     rep.ratios["exec embedded / posix_spawn (median)"] = e.median_ms / spawn.median_ms
     rep.ratios["exec via server / posix_spawn (median)"] = r.median_ms / spawn.median_ms
     rep.add(Stats.of("cold create (local backend)", asyncio.run(cold_creates())))
+    first, second = asyncio.run(first_execs_after_claim())
+    f = rep.add(Stats.of("first exec right after a claim (refill running)", first))
+    s = rep.add(Stats.of("second exec right after a claim", second))
+    rep.ratios["first / second exec after a claim (median)"] = f.median_ms / s.median_ms
     rep.add(Stats.of("warm claim, 256 concurrent claimers", asyncio.run(warm_claims())))
     return rep
