@@ -154,6 +154,42 @@ async def test_lease_expiry_kills_the_agent_and_its_children(native: Any) -> Non
         local.kill()
 
 
+def agent_pids() -> set[int]:
+    return set(pgrep("sandbox-agent --listen-fd"))
+
+
+async def test_an_agent_that_cannot_be_executed_fails_the_launch_at_its_step(native: Any, tmp_path: Any) -> None:
+    """The launcher's child reports the step that failed (here its exec of the agent), and the
+    launch leaves nothing behind."""
+    fake = tmp_path / "not-an-agent"
+    fake.write_text("not a program\n")
+    fake.chmod(0o644)
+    run_dir = RUN_ROOT / f"noexec-{uuid.uuid4().hex[:8]}"
+    with pytest.raises(native.NativeError) as e:
+        await native.launch_local(native.LaunchConfig(str(fake), str(run_dir)))
+    assert (e.value.kind, e.value.step) == ("launch", "exec-agent"), e.value
+    assert "denied" in e.value.detail.lower(), e.value.detail
+    assert not run_dir.exists()
+
+
+async def test_a_cancelled_launch_leaves_nothing(native: Any) -> None:
+    """A launch cancelled while the agent starts (a pool closing, a create timing out) kills and
+    removes what it started: no agent process, no run dir. Cancelled at several points of the
+    start; one that finished first is killed by the test."""
+    before = agent_pids()
+    for delay in (0.0, 0.001, 0.002, 0.004, 0.008):
+        run_dir = RUN_ROOT / f"cancel-{uuid.uuid4().hex[:8]}"
+        task = asyncio.ensure_future(native.launch_local(native.LaunchConfig(_bridge.agent_path(), str(run_dir))))
+        await asyncio.sleep(delay)
+        task.cancel()
+        try:
+            (await task).kill()
+        except asyncio.CancelledError:
+            pass
+        await wait_until(lambda: agent_pids() <= before, what=f"no agent left by a launch cancelled after {delay}s")
+        await wait_until(lambda run_dir=run_dir: not run_dir.exists(), what="the run dir of a cancelled launch to go")
+
+
 async def test_renewed_lease_keeps_the_agent(native: Any) -> None:
     """Renewed right after start, the agent outlives its first lease (3 s: room for a loaded host
     between readiness and the renewal)."""

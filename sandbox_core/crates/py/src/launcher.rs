@@ -19,6 +19,7 @@ use tokio::io::AsyncReadExt;
 
 use crate::cgroup::{CgroupLimits, SandboxCgroup};
 use crate::errors::{err, launch_err};
+use crate::launch_child::{self, ChildMemory};
 use crate::runtime;
 
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -126,6 +127,17 @@ struct Inner {
     run_dir: PathBuf,
     cgroup: Option<SandboxCgroup>,
     state: Mutex<State>,
+    /// What the child runs in until it execs the agent (it shares our memory until then); kept
+    /// until the agent said it is ready, or the child is reaped.
+    child_memory: Mutex<Option<Box<ChildMemory>>>,
+}
+
+impl Drop for Inner {
+    /// The last handle gone (Python forgot it, or a launch was cancelled midway) must not leave
+    /// a sandbox behind; the child is reaped before its memory goes.
+    fn drop(&mut self) {
+        self.kill();
+    }
 }
 
 impl Inner {
@@ -231,15 +243,6 @@ impl LocalSandbox {
     }
 }
 
-impl Drop for LocalSandbox {
-    fn drop(&mut self) {
-        // A handle Python forgot must not leave a sandbox behind.
-        if Arc::strong_count(&self.inner) == 1 {
-            self.inner.kill();
-        }
-    }
-}
-
 fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [0; 2];
     // SAFETY: pipe2 fills two fds we then own.
@@ -299,105 +302,6 @@ fn agent_argv(c: &LaunchConfig, namespaces: &[&str]) -> Vec<String> {
     }
     a
 }
-
-/// Everything the child needs, prepared before clone: after it, the child may only make
-/// async-signal-safe system calls (this process has other threads, whose locks it inherits).
-struct ChildPlan {
-    path: CString,
-    argv: Vec<CString>,
-    envp: Vec<CString>,
-    sync_r: RawFd,
-    listen: RawFd,
-    ready_w: RawFd,
-    token_r: RawFd,
-    err_w: RawFd,
-    devnull: RawFd,
-    new_cgroupns: bool,
-    /// v1 `tasks` files of the sandbox's cgroups, which the child joins itself (writing "0").
-    join: Vec<RawFd>,
-}
-
-/// The child side of clone. Never returns.
-unsafe fn child(plan: &ChildPlan, argv: &[*const libc::c_char], envp: &[*const libc::c_char]) -> ! {
-    let fail = |step: u8| -> ! {
-        let errno = *libc::__errno_location();
-        let msg = [step, (errno & 0xff) as u8, ((errno >> 8) & 0xff) as u8];
-        libc::write(plan.err_w, msg.as_ptr() as *const libc::c_void, 3);
-        libc::_exit(127)
-    };
-    // Wait until the parent has mapped our ids (and, on cgroup v2, put us in the cgroup).
-    let mut b = 0u8;
-    if libc::read(plan.sync_r, &mut b as *mut u8 as *mut libc::c_void, 1) != 1 {
-        fail(1);
-    }
-    for fd in &plan.join {
-        if libc::write(*fd, b"0".as_ptr() as *const libc::c_void, 1) != 1 {
-            fail(6);
-        }
-    }
-    if plan.new_cgroupns && libc::unshare(libc::CLONE_NEWCGROUP) != 0 {
-        fail(2);
-    }
-    if libc::setsid() < 0 {
-        fail(3);
-    }
-    // Move the fds we hand over out of the way of 3..5 first, then into place (dup2 clears CLOEXEC).
-    let srcs = [plan.listen, plan.ready_w, plan.token_r];
-    let mut high = [0; 3];
-    for (i, fd) in srcs.iter().enumerate() {
-        high[i] = libc::fcntl(*fd, libc::F_DUPFD_CLOEXEC, 100);
-        if high[i] < 0 {
-            fail(4);
-        }
-    }
-    for (i, fd) in high.iter().enumerate() {
-        if libc::dup2(*fd, 3 + i as i32) < 0 {
-            fail(4);
-        }
-    }
-    if libc::dup2(plan.devnull, 0) < 0 || libc::dup2(plan.devnull, 1) < 0 {
-        fail(4);
-    }
-    let mut set: libc::sigset_t = std::mem::zeroed();
-    libc::sigemptyset(&mut set);
-    libc::sigprocmask(libc::SIG_SETMASK, &set, std::ptr::null_mut());
-    libc::execve(plan.path.as_ptr(), argv.as_ptr(), envp.as_ptr());
-    fail(5)
-}
-
-/// Clones the child with new namespaces; returns its pid (or -1 with errno set).
-fn spawn_child(plan: &ChildPlan, flags: libc::c_int) -> i32 {
-    let mut argv_p: Vec<*const libc::c_char> = plan.argv.iter().map(|a| a.as_ptr()).collect();
-    argv_p.push(std::ptr::null());
-    let mut envp_p: Vec<*const libc::c_char> = plan.envp.iter().map(|a| a.as_ptr()).collect();
-    envp_p.push(std::ptr::null());
-    // SAFETY: a fork-like clone (no new stack): the child runs only `child`, which makes
-    // async-signal-safe calls on memory prepared above and then execs or exits.
-    let pid = unsafe {
-        libc::syscall(
-            libc::SYS_clone,
-            (flags | libc::SIGCHLD) as libc::c_ulong,
-            0usize,
-            0usize,
-            0usize,
-            0usize,
-        )
-    } as i32;
-    if pid == 0 {
-        unsafe { child(plan, &argv_p, &envp_p) }
-    }
-    pid
-}
-
-const CHILD_STEPS: [&str; 7] = [
-    "",
-    "sync",
-    "cgroup-namespace",
-    "setsid",
-    "fds",
-    "exec-agent",
-    "cgroup",
-];
 
 async fn launch(config: LaunchConfig) -> PyResult<LocalSandbox> {
     // SAFETY: geteuid has no preconditions.
@@ -483,7 +387,7 @@ async fn launch(config: LaunchConfig) -> PyResult<LocalSandbox> {
         None => vec![],
     };
     let argv_s = agent_argv(&config, &namespaces);
-    let plan = ChildPlan {
+    let plan = launch_child::ChildPlan {
         path: cstring(config.agent_path.as_bytes())?,
         argv: argv_s.iter().map(cstring).collect::<PyResult<_>>()?,
         envp: vec![cstring("PATH=/usr/local/bin:/usr/bin:/bin")?],
@@ -496,18 +400,19 @@ async fn launch(config: LaunchConfig) -> PyResult<LocalSandbox> {
         new_cgroupns: cgroup.is_some(),
         join: join_files.iter().map(AsRawFd::as_raw_fd).collect(),
     };
-    let pid = spawn_child(&plan, flags);
-    if pid < 0 {
-        let e = std::io::Error::last_os_error();
-        cleanup_early(&cgroup);
-        return Err(launch_err(
-            "clone",
-            format!("{e} (are user namespaces or CAP_SYS_ADMIN available?)"),
-        ));
-    }
-    drop((
-        sync_r, ready_w, token_r, err_w, listener, devnull, join_files,
-    ));
+    let spawned = launch_child::spawn(plan, flags);
+    drop(join_files);
+    let (pid, child_memory) = match spawned {
+        Ok(spawned) => spawned,
+        Err(e) => {
+            cleanup_early(&cgroup);
+            return Err(launch_err(
+                "clone",
+                format!("{e} (are user namespaces or CAP_SYS_ADMIN available?)"),
+            ));
+        }
+    };
+    drop((sync_r, ready_w, token_r, err_w, listener, devnull));
     let inner = Arc::new(Inner {
         pid,
         run_dir: run_dir.clone(),
@@ -516,6 +421,7 @@ async fn launch(config: LaunchConfig) -> PyResult<LocalSandbox> {
             reaped: None,
             cleaned: false,
         }),
+        child_memory: Mutex::new(Some(child_memory)),
     });
     let handle = LocalSandbox {
         inner: inner.clone(),
@@ -558,7 +464,15 @@ async fn launch(config: LaunchConfig) -> PyResult<LocalSandbox> {
     let mut byte = [0u8; 1];
     let got = tokio::time::timeout(READY_TIMEOUT, ready.read(&mut byte)).await;
     match got {
-        Ok(Ok(1)) => Ok(handle),
+        Ok(Ok(1)) => {
+            // The agent runs: the child has exec'd and left our memory.
+            inner
+                .child_memory
+                .lock()
+                .unwrap_or_else(|e| e.into_inner())
+                .take();
+            Ok(handle)
+        }
         Ok(_) => {
             let mut msg = [0u8; 3];
             // SAFETY: reading from our own pipe; the child is gone or has exec'd, so the write end is closed.
@@ -573,7 +487,10 @@ async fn launch(config: LaunchConfig) -> PyResult<LocalSandbox> {
                 .unwrap_or(-1);
             if n == 3 {
                 let errno = msg[1] as i32 | ((msg[2] as i32) << 8);
-                let step = CHILD_STEPS.get(msg[0] as usize).copied().unwrap_or("child");
+                let step = launch_child::CHILD_STEPS
+                    .get(msg[0] as usize)
+                    .copied()
+                    .unwrap_or("child");
                 Err(launch_err(
                     step,
                     format!("{}", std::io::Error::from_raw_os_error(errno)),

@@ -7,6 +7,7 @@
 mod cgroup;
 mod client;
 mod errors;
+mod launch_child;
 mod launcher;
 mod runtime;
 mod stream;
