@@ -10,6 +10,8 @@ import time
 from bench.common import Report, Stats
 from bench.exec_latency import posix_spawn_true
 
+BALLAST_MB = 1024
+
 
 async def wait_warm(pool, n: int, bound_s: float = 600.0) -> None:
     """Benchmark-only wait for the background fill (tests wait on events instead)."""
@@ -56,6 +58,14 @@ async def cold_creates(n: int = 60) -> list[float]:
             await backend.destroy(h)
     finally:
         await backend.close()
+    return out
+
+
+def ballast(mb: int) -> list[bytearray]:
+    """`mb` MB of touched memory in this process, as a trainer holding a model has."""
+    out = [bytearray(1 << 20) for _ in range(mb)]
+    for b in out:
+        b[::4096] = b"\x01" * len(b[::4096])
     return out
 
 
@@ -119,6 +129,10 @@ def run() -> Report:
     rep.ratios["exec embedded / posix_spawn (median)"] = e.median_ms / spawn.median_ms
     rep.ratios["exec via server / posix_spawn (median)"] = r.median_ms / spawn.median_ms
     rep.add(Stats.of("cold create (local backend)", asyncio.run(cold_creates())))
+    held = ballast(BALLAST_MB)
+    big = rep.add(Stats.of(f"cold create, this client holding {BALLAST_MB} MB more", asyncio.run(cold_creates())))
+    del held
+    rep.ratios[f"cold create with {BALLAST_MB} MB more / without (median)"] = big.median_ms / rep.stats[-2].median_ms
     first, second = asyncio.run(first_execs_after_claim())
     f = rep.add(Stats.of("first exec right after a claim (refill running)", first))
     s = rep.add(Stats.of("second exec right after a claim", second))
