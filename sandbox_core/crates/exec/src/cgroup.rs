@@ -40,7 +40,7 @@ impl Version {
     /// lock, whose write side waits for an RCU grace period after an idle spell (measured here:
     /// an exec after 50 ms of quiet took 7-11 ms instead of 2 through `cgroup.procs`). v2 has no
     /// such file for domain cgroups.
-    fn join_file(self) -> &'static str {
+    pub fn join_file(self) -> &'static str {
         match self {
             Version::V1 => "tasks",
             Version::V2 => "cgroup.procs",

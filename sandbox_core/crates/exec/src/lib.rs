@@ -9,6 +9,7 @@
 //! must not wait for children of its own.
 
 pub mod cgroup;
+pub mod child_stack;
 pub mod error;
 pub mod landlock;
 pub mod limits;

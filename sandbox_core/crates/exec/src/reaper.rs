@@ -30,6 +30,8 @@ use std::sync::{Arc, Mutex, MutexGuard, OnceLock};
 
 use tokio::sync::oneshot;
 
+use crate::child_stack::ChildStack;
+
 /// What `wait4` reported for one child.
 #[derive(Clone, Copy)]
 pub struct ExitInfo {
@@ -74,47 +76,6 @@ pub struct Reaper {
     /// Stack of children started by [`Reaper::spawn_registered`], one spawn at a time (the child
     /// is done with it when the spawn returns).
     child_stack: Mutex<ChildStack>,
-}
-
-/// An mmap'd stack with a PROT_NONE guard page below it (a stack overflow faults the child).
-struct ChildStack {
-    base: usize,
-    len: usize,
-}
-
-impl ChildStack {
-    const SIZE: usize = 256 << 10;
-    const GUARD: usize = 4096;
-
-    fn new() -> io::Result<ChildStack> {
-        let len = Self::SIZE + Self::GUARD;
-        // SAFETY: anonymous private mapping; checked for failure below.
-        let p = unsafe {
-            libc::mmap(
-                std::ptr::null_mut(),
-                len,
-                libc::PROT_READ | libc::PROT_WRITE,
-                libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK,
-                -1,
-                0,
-            )
-        };
-        if p == libc::MAP_FAILED {
-            return Err(io::Error::last_os_error());
-        }
-        // SAFETY: the lowest page of the mapping just created. Best effort: without a guard page
-        // the child (which only makes a handful of shallow libc calls) is still well within bounds.
-        unsafe { libc::mprotect(p, Self::GUARD, libc::PROT_NONE) };
-        Ok(ChildStack {
-            base: p as usize,
-            len,
-        })
-    }
-
-    /// Highest address (the stack grows down), 16-byte aligned.
-    fn top(&self) -> *mut libc::c_void {
-        ((self.base + self.len) & !15) as *mut libc::c_void
-    }
 }
 
 /// The child side of [`Reaper::spawn_registered`].

@@ -4,6 +4,8 @@
 
 use std::path::{Path, PathBuf};
 
+use sandbox_exec::cgroup::Version;
+
 const V1_CONTROLLERS: [&str; 4] = ["memory", "pids", "cpu", "cpuacct"];
 
 /// Directories of this process's own cgroup: (controller or "" for v2, directory).
@@ -70,8 +72,8 @@ fn own_dirs() -> Vec<(String, PathBuf)> {
 
 pub struct SandboxCgroup {
     pub dirs: Vec<PathBuf>,
-    /// Every directory is a v1 hierarchy's (else the one v2 directory).
-    pub v1: bool,
+    /// V1: a directory per hierarchy; V2: the one directory.
+    pub version: Version,
 }
 
 pub struct CgroupLimits {
@@ -92,13 +94,17 @@ impl SandboxCgroup {
         if own.is_empty() {
             return Err("no cgroup hierarchy found".into());
         }
-        let v2 = own.iter().any(|(key, _)| key.is_empty());
+        let version = if own.iter().any(|(key, _)| key.is_empty()) {
+            Version::V2
+        } else {
+            Version::V1
+        };
         for (key, base) in own {
             let parent = base.join("sandboxes");
             let dir = parent.join(name);
             let made = std::fs::create_dir_all(&dir);
             if let Err(e) = made {
-                let cg = SandboxCgroup { dirs, v1: !v2 };
+                let cg = SandboxCgroup { dirs, version };
                 cg.remove();
                 return Err(format!("create {}: {e}", dir.display()));
             }
@@ -155,12 +161,12 @@ impl SandboxCgroup {
                 Ok(())
             })();
             if let Err(e) = set {
-                let cg = SandboxCgroup { dirs, v1: !v2 };
+                let cg = SandboxCgroup { dirs, version };
                 cg.remove();
                 return Err(format!("limits of {}: {e}", dir.display()));
             }
         }
-        Ok(SandboxCgroup { dirs, v1: !v2 })
+        Ok(SandboxCgroup { dirs, version })
     }
 
     /// On cgroup v1, the sandbox's `tasks` files opened for writing, for the agent's process to
@@ -173,16 +179,13 @@ impl SandboxCgroup {
     /// sandbox included (a pool starts the claimed sandbox's replacement right then). A thread
     /// moving itself through `tasks` skips that lock (see `Version::join_file` of the exec crate).
     pub fn open_self_join_files(&self) -> std::io::Result<Vec<std::fs::File>> {
-        if !self.v1 {
+        if self.version != Version::V1 {
             return Ok(vec![]);
         }
+        let file = Version::V1.join_file();
         self.dirs
             .iter()
-            .map(|d| {
-                std::fs::OpenOptions::new()
-                    .write(true)
-                    .open(d.join("tasks"))
-            })
+            .map(|d| std::fs::OpenOptions::new().write(true).open(d.join(file)))
             .collect()
     }
 

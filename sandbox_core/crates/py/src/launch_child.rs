@@ -20,6 +20,8 @@
 use std::ffi::CString;
 use std::os::fd::RawFd;
 
+use sandbox_exec::child_stack::ChildStack;
+
 /// Everything the child needs, prepared before the clone.
 pub struct ChildPlan {
     pub path: CString,
@@ -47,9 +49,6 @@ pub const CHILD_STEPS: [&str; 7] = [
     "cgroup",
 ];
 
-const STACK_SIZE: usize = 256 * 1024;
-const PAGE: usize = 4096;
-
 /// The memory a running child uses: its plan, the pointer arrays for execve, and its stack.
 /// Dropping it while the child has neither exec'd nor died would pull memory from under it, so
 /// the launch keeps it until then (`Inner::kill` reaps before it is dropped).
@@ -57,41 +56,19 @@ pub struct ChildMemory {
     plan: ChildPlan,
     argv: Vec<*const libc::c_char>,
     envp: Vec<*const libc::c_char>,
-    stack: *mut libc::c_void,
+    stack: ChildStack,
 }
 
-// SAFETY: the raw pointers point into `plan` (owned, never moved: the memory is boxed) and into a
-// mapping owned by this value; nothing mutates them after construction.
+// SAFETY: the raw pointers point into `plan` (owned, never moved: the memory is boxed); nothing
+// mutates them after construction.
 unsafe impl Send for ChildMemory {}
 // SAFETY: as above; shared access only reads.
 unsafe impl Sync for ChildMemory {}
 
-impl Drop for ChildMemory {
-    fn drop(&mut self) {
-        // SAFETY: the mapping was made in `spawn` with this size and is unmapped once.
-        unsafe { libc::munmap(self.stack, STACK_SIZE) };
-    }
-}
-
 /// Clones the child with `flags` (namespaces) and `CLONE_VM`; returns its pid and the memory it
 /// runs in, or the clone's error.
 pub fn spawn(plan: ChildPlan, flags: libc::c_int) -> std::io::Result<(i32, Box<ChildMemory>)> {
-    // SAFETY: a fresh anonymous private mapping; the lowest page becomes a guard page.
-    let stack = unsafe {
-        libc::mmap(
-            std::ptr::null_mut(),
-            STACK_SIZE,
-            libc::PROT_READ | libc::PROT_WRITE,
-            libc::MAP_PRIVATE | libc::MAP_ANONYMOUS | libc::MAP_STACK | libc::MAP_NORESERVE,
-            -1,
-            0,
-        )
-    };
-    if stack == libc::MAP_FAILED {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: the first page of our own mapping.
-    unsafe { libc::mprotect(stack, PAGE, libc::PROT_NONE) };
+    let stack = ChildStack::new()?;
     let mut argv: Vec<*const libc::c_char> = plan.argv.iter().map(|a| a.as_ptr()).collect();
     argv.push(std::ptr::null());
     let mut envp: Vec<*const libc::c_char> = plan.envp.iter().map(|a| a.as_ptr()).collect();
@@ -110,10 +87,9 @@ pub fn spawn(plan: ChildPlan, flags: libc::c_int) -> std::io::Result<(i32, Box<C
         libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
         // The C library's clone runs `child_main` on the new stack (its top: stacks grow down
         // on every architecture this builds for) and exits with its result.
-        let top = (stack as *mut u8).add(STACK_SIZE) as *mut libc::c_void;
         let pid = libc::clone(
             child_main,
-            top,
+            mem.stack.top(),
             flags | libc::CLONE_VM | libc::SIGCHLD,
             &*mem as *const ChildMemory as *mut libc::c_void,
         );

@@ -17,6 +17,8 @@ use std::time::Duration;
 use pyo3::prelude::*;
 use tokio::io::AsyncReadExt;
 
+use sandbox_exec::cgroup::Version;
+
 use crate::cgroup::{CgroupLimits, SandboxCgroup};
 use crate::errors::{err, launch_err};
 use crate::launch_child::{self, ChildMemory};
@@ -431,7 +433,9 @@ async fn launch(config: LaunchConfig) -> PyResult<LocalSandbox> {
 
     let release = (|| -> Result<(), (String, String)> {
         match &inner.cgroup {
-            Some(cg) if !cg.v1 => cg.join(pid).map_err(|e| ("cgroup".into(), e.to_string()))?,
+            Some(cg) if cg.version == Version::V2 => {
+                cg.join(pid).map_err(|e| ("cgroup".into(), e.to_string()))?
+            }
             _ => {} // v1: the child joins by itself (`open_self_join_files`)
         }
         if !root {
