@@ -6,6 +6,7 @@ use std::time::Duration;
 use bytes::Bytes;
 use hyper_util::rt::TokioIo;
 use pyo3::prelude::*;
+use pyo3::IntoPyObjectExt;
 use pyo3::types::{PyList, PyString};
 use sandbox_proto as pb;
 use sandbox_proto::agent_client;
@@ -14,7 +15,7 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint, Uri};
 
 use crate::errors::{err, from_status};
-use crate::runtime;
+use crate::runtime::{self, Later};
 use crate::stream::ExecStream;
 use crate::values::{AgentInfo, DirEntry, ExecResult, Limits, RunTestsReport};
 
@@ -212,7 +213,9 @@ impl AgentClient {
         )?;
         self.call(py, timeout_s, move |mut c| async move {
             let r = c.exec(req).await.map_err(from_status)?.into_inner();
-            Python::attach(|py| Py::new(py, ExecResult::from_proto(py, r)))
+            Ok(Later(move |py: Python<'_>| {
+                Py::new(py, ExecResult::from_proto(py, r)).map(Py::into_any)
+            }))
         })
     }
 
@@ -278,7 +281,9 @@ impl AgentClient {
                 }
                 out.extend_from_slice(&chunk.data);
             }
-            Python::attach(|py| Ok(pyo3::types::PyBytes::new(py, &out).unbind()))
+            Ok(Later(move |py: Python<'_>| {
+                Ok(pyo3::types::PyBytes::new(py, &out).into_any().unbind())
+            }))
         })
     }
 
@@ -290,12 +295,13 @@ impl AgentClient {
                 .map_err(from_status)?
                 .into_inner()
                 .entries;
-            Python::attach(|py| {
+            Ok(Later(move |py: Python<'_>| {
                 entries
                     .into_iter()
                     .map(|e| Py::new(py, DirEntry::from(e)))
-                    .collect::<PyResult<Vec<_>>>()
-            })
+                    .collect::<PyResult<Vec<_>>>()?
+                    .into_py_any(py)
+            }))
         })
     }
 
@@ -321,7 +327,9 @@ impl AgentClient {
                 .await
                 .map_err(from_status)?
                 .into_inner();
-            Python::attach(|py| Py::new(py, AgentInfo::from(info)))
+            Ok(Later(move |py: Python<'_>| {
+                Py::new(py, AgentInfo::from(info)).map(Py::into_any)
+            }))
         })
     }
 
@@ -382,7 +390,9 @@ impl AgentClient {
         };
         self.call(py, timeout_s, move |mut c| async move {
             let r = c.run_tests(req).await.map_err(from_status)?.into_inner();
-            Python::attach(|py| Py::new(py, RunTestsReport::from_proto(py, r)?))
+            Ok(Later(move |py: Python<'_>| {
+                Py::new(py, RunTestsReport::from_proto(py, r)?).map(Py::into_any)
+            }))
         })
     }
 

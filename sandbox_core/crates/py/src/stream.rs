@@ -11,7 +11,7 @@ use tokio_stream::wrappers::ReceiverStream;
 
 use crate::client::Client;
 use crate::errors::{err, from_status};
-use crate::runtime;
+use crate::runtime::{self, Later};
 use crate::values::ExecEvent;
 
 type EventRx = mpsc::Receiver<PyResult<pb::ExecEvent>>;
@@ -97,7 +97,9 @@ impl ExecStream {
                     if matches!(e.kind, Some(pb::exec_event::Kind::Exit(_))) {
                         *done = true;
                     }
-                    Python::attach(|py| Ok(Some(Py::new(py, ExecEvent::from_proto(py, e)?)?)))
+                    Ok(Some(Later(move |py: Python<'_>| {
+                        Py::new(py, ExecEvent::from_proto(py, e)?).map(Py::into_any)
+                    })))
                 }
                 Some(Err(e)) => {
                     *done = true;
