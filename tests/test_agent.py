@@ -284,3 +284,77 @@ async def test_files_round_trip_chunked(agent: tuple[Any, Any]) -> None:
     assert "d" not in {e.name for e in await client.list_dir(".")}
     r = await client.exec(["/bin/sh", "-c", "./x.sh && id -u"])
     assert r.stdout == b"hi\n65534\n"
+
+
+async def test_calls_finishing_together_each_get_their_own_result(agent: tuple[Any, Any]) -> None:
+    """Many calls in flight at once on one loop: each result reaches its own future (finished calls
+    queue up and the loop takes them in batches), and cancelling some strands none of the others."""
+    _, client = agent
+    calls = [asyncio.ensure_future(client.exec(["/bin/echo", str(i)])) for i in range(40)]
+    slow = [asyncio.ensure_future(client.exec(["/bin/sleep", marker()])) for _ in range(3)]
+    await asyncio.sleep(0.05)
+    for t in slow:
+        t.cancel()
+    results = await asyncio.gather(*calls)
+    assert [(r.exit_code, r.stdout) for r in results] == [(0, f"{i}\n".encode()) for i in range(40)]
+    for t in slow:
+        with pytest.raises(asyncio.CancelledError):
+            await t
+    await still_serving(client)
+
+
+async def test_calls_resolve_on_every_event_loop_at_once(agent: tuple[Any, Any]) -> None:
+    """One client used from this loop, a plain asyncio loop and a uvloop loop in other threads, all at
+    the same time: every loop gets its own completion queue and every call its own result."""
+    import uvloop
+
+    _, client = agent
+
+    async def echoes(tag: str) -> list[bytes]:
+        rs = await asyncio.gather(*(client.exec(["/bin/echo", f"{tag}{i}"]) for i in range(15)))
+        return [r.stdout for r in rs]
+
+    def in_new_loop(factory: Any, tag: str) -> list[bytes]:
+        with asyncio.Runner(loop_factory=factory) as runner:
+            return runner.run(echoes(tag))
+
+    here, plain, uv = await asyncio.gather(
+        echoes("main"),
+        asyncio.to_thread(in_new_loop, asyncio.new_event_loop, "plain"),
+        asyncio.to_thread(in_new_loop, uvloop.new_event_loop, "uv"),
+    )
+    for tag, got in (("main", here), ("plain", plain), ("uv", uv)):
+        assert got == [f"{tag}{i}\n".encode() for i in range(15)]
+
+
+def eventfds() -> int:
+    fds = "/proc/self/fd"
+    n = 0
+    for fd in os.listdir(fds):
+        try:
+            n += os.readlink(f"{fds}/{fd}") == "anon_inode:[eventfd]"
+        except OSError:
+            pass
+    return n
+
+
+async def test_an_event_loop_takes_its_completion_queue_with_it(agent: tuple[Any, Any]) -> None:
+    """A process that runs many short-lived loops (a script calling `asyncio.run` per job) keeps a
+    bounded number of descriptors: each loop's completion queue goes when the loop does."""
+    import gc
+
+    _, client = agent
+
+    async def true() -> int:
+        return (await client.exec(["/bin/true"])).exit_code
+
+    def one_loop() -> int:
+        return asyncio.run(true())
+
+    assert await asyncio.to_thread(one_loop) == 0
+    gc.collect()
+    before = eventfds()
+    for _ in range(12):
+        assert await asyncio.to_thread(one_loop) == 0
+    gc.collect()
+    assert eventfds() <= before + 1

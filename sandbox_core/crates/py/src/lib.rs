@@ -6,6 +6,7 @@
 
 mod cgroup;
 mod client;
+mod completion;
 mod errors;
 mod launch_child;
 mod launcher;

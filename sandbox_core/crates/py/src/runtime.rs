@@ -2,14 +2,13 @@
 //! an asyncio future. Refuses to run in a forked child: the runtime's threads did not survive
 //! the fork.
 //!
-//! The bridge is one tokio task per call: it runs the future, then, holding the GIL briefly,
-//! converts the output and hands it to the event loop (`call_soon_threadsafe`). A generic bridge
-//! costs two more thread hand-offs per call (a second task, and a blocking-pool thread to set the
-//! result), each a wake-up of another thread, which is most of a call's overhead on a small VM.
-//! Cancelling the asyncio future drops the Rust future (which resets its HTTP/2 stream, so the
-//! agent stops what the call started).
+//! The bridge is one tokio task per call: it runs the future, then hands the output, unconverted,
+//! to the event loop's completion queue (see `completion`), which the loop thread drains. A
+//! generic bridge costs two more thread hand-offs per call (a second task, and a blocking-pool
+//! thread to set the result), each a wake-up of another thread, which is most of a call's
+//! overhead on a small VM. Cancelling the asyncio future drops the Rust future (which resets its
+//! HTTP/2 stream, so the agent stops what the call started).
 
-use std::cell::Cell;
 use std::future::Future;
 use std::panic::AssertUnwindSafe;
 use std::sync::{Mutex, OnceLock};
@@ -20,6 +19,8 @@ use pyo3::sync::PyOnceLock;
 use pyo3::types::PyCFunction;
 use pyo3::{IntoPyObjectExt, PyResult};
 use tokio::sync::oneshot;
+
+use crate::completion::{Convert, Deliver, Finished};
 
 static OWNER_PID: OnceLock<u32> = OnceLock::new();
 
@@ -92,7 +93,7 @@ where
         Ok(())
     })?;
     py_fut.call_method1(pyo3::intern!(py, "add_done_callback"), (on_done,))?;
-    let loop_ref = event_loop.unbind();
+    let deliver = Deliver::for_loop(py, &event_loop)?;
     let fut_ref = py_fut.clone().unbind();
     handle().spawn(async move {
         // Only a cancel cancels: the sender is dropped unused when the future completes.
@@ -105,53 +106,20 @@ where
             r = AssertUnwindSafe(fut).catch_unwind() => r,
             () = cancelled => return,
         };
-        keep_thread_state();
-        Python::attach(|py| {
-            let value = match outcome {
-                Ok(r) => r.and_then(|v| v.into_py_any(py)),
-                Err(panic) => Err(crate::errors::err(
-                    "internal",
-                    format!("native call panicked: {}", panic_message(&panic)),
-                )),
-            };
-            let resolve = Resolve {
-                fut: fut_ref,
-                value: Mutex::new(Some(value)),
-            };
-            // Fails only when the loop is closed: then nobody waits for the result.
-            let _ = loop_ref
-                .bind(py)
-                .call_method1(pyo3::intern!(py, "call_soon_threadsafe"), (resolve,));
+        let value = match outcome {
+            Ok(Ok(v)) => Ok(Box::new(move |py: Python<'_>| v.into_py_any(py)) as Convert),
+            Ok(Err(e)) => Err(e),
+            Err(panic) => Err(crate::errors::err(
+                "internal",
+                format!("native call panicked: {}", panic_message(&panic)),
+            )),
+        };
+        deliver.deliver(Finished {
+            fut: fut_ref,
+            value,
         });
     });
     Ok(py_fut)
-}
-
-thread_local! {
-    static HAS_THREAD_STATE: Cell<bool> = const { Cell::new(false) };
-}
-
-/// Gives this runtime thread a Python thread state of its own for good. Without one, each attach
-/// from a thread that Python did not start creates a thread state and deletes it again on detach,
-/// mapping and unmapping its frame stack each time: that was most of what resolving a call cost.
-/// With one, an attach only takes the GIL. Runtime threads live as long as the process.
-fn keep_thread_state() {
-    HAS_THREAD_STATE.with(|has| {
-        if has.get() {
-            return;
-        }
-        // SAFETY: called on a runtime thread, which never holds the GIL between calls; the
-        // state made by `PyGILState_Ensure` stays registered for this thread, and
-        // `PyEval_SaveThread` releases the GIL it took (every later attach finds the state).
-        unsafe {
-            if pyo3::ffi::Py_IsInitialized() == 0 {
-                return;
-            }
-            let _ = pyo3::ffi::PyGILState_Ensure();
-            pyo3::ffi::PyEval_SaveThread();
-        }
-        has.set(true);
-    });
 }
 
 fn panic_message(p: &(dyn std::any::Any + Send)) -> &str {
@@ -159,30 +127,4 @@ fn panic_message(p: &(dyn std::any::Any + Send)) -> &str {
         .copied()
         .or_else(|| p.downcast_ref::<String>().map(String::as_str))
         .unwrap_or("unknown panic")
-}
-
-/// Sets an asyncio future's outcome, on the loop's thread, unless it is done (cancelled).
-#[pyclass(module = "sandboxes._native", frozen)]
-struct Resolve {
-    fut: Py<PyAny>,
-    value: Mutex<Option<PyResult<Py<PyAny>>>>,
-}
-
-#[pymethods]
-impl Resolve {
-    fn __call__(&self, py: Python<'_>) -> PyResult<()> {
-        let fut = self.fut.bind(py);
-        if fut.call_method0(pyo3::intern!(py, "done"))?.is_truthy()? {
-            return Ok(());
-        }
-        let value = self.value.lock().ok().and_then(|mut v| v.take());
-        match value {
-            Some(Ok(v)) => fut.call_method1(pyo3::intern!(py, "set_result"), (v,))?,
-            Some(Err(e)) => {
-                fut.call_method1(pyo3::intern!(py, "set_exception"), (e.into_value(py),))?
-            }
-            None => return Ok(()),
-        };
-        Ok(())
-    }
 }
