@@ -10,6 +10,7 @@ import asyncio
 import os
 import uuid
 from collections.abc import AsyncIterator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -125,6 +126,19 @@ async def test_user_code_cannot_reach_the_agent(agent: tuple[Any, Any]) -> None:
     lines = r.stdout.decode().splitlines()
     assert lines[0].startswith("refused"), r
     assert lines[1] == "[0, 1, 2, 3]", r  # stdio and listdir's own fd: nothing of the agent inherited
+
+
+async def test_the_agent_itself_serves_under_the_deny_list(agent: tuple[Any, Any]) -> None:
+    """Read from the host: once set up, the agent's serving thread wears the same seccomp filter as
+    the programs it starts (they are cloned from it and inherit it), so a request that tricked the
+    agent could not mount, unshare or trace either."""
+    local, client = agent
+    await still_serving(client)
+    text = Path(f"/proc/{local.pid}/status").read_text()
+    status = dict(line.split(":\t", 1) for line in text.splitlines() if ":\t" in line)
+    assert status["Seccomp"] == "2" and status["NoNewPrivs"] == "1", status
+    if "Seccomp_filters" in status:
+        assert status["Seccomp_filters"] == "1", status
 
 
 async def test_wrong_token_is_refused_and_the_agent_keeps_serving(agent: tuple[Any, Any], native: Any) -> None:

@@ -164,6 +164,12 @@ async fn serve(args: cli::Args, token: String, uid: u32, gid: u32, is_root: bool
     // This process owns its cgroup subtree (whoever removes the sandbox removes the subtree), so
     // idle exec cgroups may stay between execs: each exec is spared creating and removing one.
     executor.enable_cgroup_pool(4);
+    // Every exec starts on this thread (the runtime has one): wearing the filter here spares each
+    // a hand-over to the spawner thread and back. Set-up is done; the agent needs none of the
+    // syscalls the filter refuses from now on.
+    if let Err(e) = executor.wear_seccomp_on_this_thread() {
+        eprintln!("sandbox-agent: {e}; programs start from the spawner thread");
+    }
     warm_up(&executor).await;
     if args.python_zygote != "off" {
         let eager = args.python_zygote == "eager";

@@ -291,6 +291,20 @@ impl Executor {
         });
     }
 
+    /// Puts the calling thread under the seccomp filter (with `no_new_privs`), so programs it
+    /// starts are cloned right here and inherit the filter, instead of being handed to the
+    /// spawner thread and back (two thread switches per exec, each dear on a small VM). The
+    /// thread then runs under the deny-list itself, for good: call it only from a thread that
+    /// needs none of those syscalls any more (the agent's, once its sandbox is set up). Programs
+    /// started from other threads still go through the spawner. Without seccomp, does nothing.
+    pub fn wear_seccomp_on_this_thread(&self) -> Result<(), SetupError> {
+        match &self.inner.seccomp {
+            Some(f) => crate::spawner::wear_on_this_thread(f)
+                .map_err(|e| SetupError::Seccomp(format!("install on this thread: {e}"))),
+            None => Ok(()),
+        }
+    }
+
     /// Run Python executions (`python3 [-I|-u|-B]... (-c CODE | FILE) [args]` resolving to
     /// `python`) as forks of a prewarmed interpreter, with the same isolation as any exec (see
     /// `zygote`). The zygote is started on the first such exec, or now with `eager` (then inside a

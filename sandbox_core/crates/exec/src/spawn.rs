@@ -265,13 +265,21 @@ pub fn spawn(
     // Where the clone happens: on the spawner thread, which wears the seccomp filter the child
     // then inherits (see `spawner`), with the CPUs of this thread given back to the child; or
     // here, pinned (see `Pin`), the child attaching the filter itself.
+    // Or here, unpinned, when this thread wears the filter itself (see
+    // `Executor::wear_seccomp_on_this_thread`): the child inherits it without a hand-over.
+    let worn = iso.seccomp.is_some_and(crate::spawner::this_thread_wears);
     let mut own_cpus = None;
-    let spawner = iso.seccomp.and_then(Spawner::for_filter).filter(|_| {
-        own_cpus = current_affinity();
-        own_cpus.is_some()
-    });
+    let spawner = iso
+        .seccomp
+        .filter(|_| !worn)
+        .and_then(Spawner::for_filter)
+        .filter(|_| {
+            own_cpus = current_affinity();
+            own_cpus.is_some()
+        });
     let pin = match spawner {
         Some(_) => None,
+        None if worn => None,
         None => Pin::current_cpu(),
     };
     let mut report = Report::default();
@@ -280,7 +288,7 @@ pub fn spawn(
         rlimits: &rlimits,
         cwd: prep.cwd.as_ptr(),
         identity: iso.identity,
-        seccomp: seccomp.as_ref().filter(|_| spawner.is_none()),
+        seccomp: seccomp.as_ref().filter(|_| spawner.is_none() && !worn),
         stdio: [
             stdin_r.as_raw_fd(),
             stdout_w.as_raw_fd(),

@@ -7,6 +7,11 @@
 //! needs it: the child carries exactly the filter it would have attached itself, for free. The
 //! thread does nothing else; it blocks every signal, so it never runs a handler.
 //!
+//! A thread that may wear the filter itself does better still: `wear_on_this_thread` installs it
+//! there, and children cloned from that thread inherit it with no hand-over at all (the agent's
+//! serving thread does this once set up; see `Executor::wear_seccomp_on_this_thread`). The
+//! spawner thread serves every other caller (tests, embedders with several runtimes).
+//!
 //! The caller hands over a job and blocks until it is done (`Executor::start` is synchronous
 //! anyway). To keep that hand-over on one CPU (waking a thread on another CPU costs an
 //! inter-processor interrupt, dear in a VM), the spawner is first moved to the caller's CPU.
@@ -47,6 +52,61 @@ pub(crate) struct Spawner {
 
 static SPAWNER: OnceLock<Option<Spawner>> = OnceLock::new();
 
+thread_local! {
+    /// The filter program this thread installed on itself with [`wear_on_this_thread`].
+    static WORN: std::cell::RefCell<Option<Vec<libc::sock_filter>>> =
+        const { std::cell::RefCell::new(None) };
+}
+
+fn same_program(a: &[libc::sock_filter], b: &[libc::sock_filter]) -> bool {
+    a.len() == b.len()
+        && a.iter()
+            .zip(b)
+            .all(|(a, b)| (a.code, a.jt, a.jf, a.k) == (b.code, b.jt, b.jf, b.k))
+}
+
+/// Installs `no_new_privs` and `filter` on the calling thread (not the process: no TSYNC), so
+/// that children it clones inherit the filter, as the spawner's do, without a hand-over to
+/// another thread. The thread is then itself under the deny-list for good.
+pub(crate) fn wear_on_this_thread(filter: &Filter) -> std::io::Result<()> {
+    if this_thread_wears(filter) {
+        return Ok(());
+    }
+    if WORN.with(|w| w.borrow().is_some()) {
+        return Err(std::io::Error::other(
+            "this thread wears another seccomp filter",
+        ));
+    }
+    let program = filter.program().to_vec();
+    let prog = libc::sock_fprog {
+        len: program.len() as u16,
+        filter: program.as_ptr() as *mut libc::sock_filter,
+    };
+    // SAFETY: plain syscalls on this thread; `prog` points at `program`, alive across the call.
+    let r = unsafe {
+        libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0
+            && libc::prctl(
+                libc::PR_SET_SECCOMP,
+                libc::SECCOMP_MODE_FILTER as libc::c_ulong,
+                &prog as *const libc::sock_fprog,
+            ) == 0
+    };
+    if !r {
+        return Err(std::io::Error::last_os_error());
+    }
+    WORN.with(|w| *w.borrow_mut() = Some(program));
+    Ok(())
+}
+
+/// Whether the calling thread wears exactly `filter` (see [`wear_on_this_thread`]).
+pub(crate) fn this_thread_wears(filter: &Filter) -> bool {
+    WORN.with(|w| {
+        w.borrow()
+            .as_deref()
+            .is_some_and(|p| same_program(p, filter.program()))
+    })
+}
+
 impl Spawner {
     /// The process's spawner for `filter`, started on first use. `None` if it cannot run (the
     /// filter cannot be installed on a thread here) or wears another filter: the caller then
@@ -61,12 +121,7 @@ impl Spawner {
                 }
             })
             .as_ref()?;
-        let same = s.program.len() == filter.program().len()
-            && s.program
-                .iter()
-                .zip(filter.program())
-                .all(|(a, b)| (a.code, a.jt, a.jf, a.k) == (b.code, b.jt, b.jf, b.k));
-        same.then_some(s)
+        same_program(&s.program, filter.program()).then_some(s)
     }
 
     /// Runs `f` on the spawner thread and returns its result (`None` if it panicked).

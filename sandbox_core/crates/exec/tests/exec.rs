@@ -502,3 +502,52 @@ async fn explicit_cgroup_parent() {
         std::fs::remove_dir(&p).unwrap();
     }
 }
+
+/// A thread that wears the filter itself starts programs right there: they inherit exactly that
+/// one filter (not a second one attached on top), and the thread is under the deny-list too.
+#[test]
+fn a_thread_wearing_the_filter_starts_programs_itself() {
+    std::thread::spawn(|| {
+        let rt = tokio::runtime::Builder::new_current_thread()
+            .enable_all()
+            .build()
+            .unwrap();
+        rt.block_on(async {
+            let ex = executor();
+            ex.wear_seccomp_on_this_thread().unwrap();
+            ex.wear_seccomp_on_this_thread().unwrap(); // again: nothing more to do
+                                                       // SAFETY: null arguments; the filter answers before the kernel looks at them.
+            let r = unsafe {
+                libc::mount(
+                    std::ptr::null(),
+                    std::ptr::null(),
+                    std::ptr::null(),
+                    0,
+                    std::ptr::null(),
+                )
+            };
+            let errno = std::io::Error::last_os_error().raw_os_error();
+            assert_eq!((r, errno), (-1, Some(libc::EPERM)));
+            for _ in 0..3 {
+                let o = run(
+                    &ex,
+                    sh("grep -E '^(Seccomp|Seccomp_filters|NoNewPrivs):' /proc/self/status"),
+                )
+                .await;
+                let status = text(&o.stdout);
+                assert!(status.contains("Seccomp:\t2"), "{status}");
+                assert!(status.contains("NoNewPrivs:\t1"), "{status}");
+                if status.contains("Seccomp_filters:") {
+                    assert!(status.contains("Seccomp_filters:\t1"), "{status}");
+                }
+            }
+            let o = run(&ex, cmd(&["unshare", "-U", "true"])).await;
+            assert_ne!(o.exit_code, Some(0));
+            let mut c = sh("sleep 30");
+            c.limits.wall_time = Duration::from_millis(200);
+            assert!(run(&ex, c).await.timed_out);
+        });
+    })
+    .join()
+    .unwrap();
+}

@@ -79,6 +79,9 @@ impl Deliver {
     }
 }
 
+/// The loop seen last (weakly) and its queue.
+type LastLoop = (Py<PyWeakrefReference>, Arc<Queue>);
+
 /// One loop's finished calls, and the eventfd that wakes it.
 pub struct Queue {
     eventfd: OwnedFd,
@@ -90,8 +93,7 @@ impl Queue {
     /// not support weak references.
     fn of_loop(py: Python<'_>, event_loop: &Bound<'_, PyAny>) -> PyResult<Option<Arc<Queue>>> {
         // The last loop seen: nearly every call comes from the same loop as the one before.
-        static LAST: PyOnceLock<Mutex<Option<(Py<PyWeakrefReference>, Arc<Queue>)>>> =
-            PyOnceLock::new();
+        static LAST: PyOnceLock<Mutex<Option<LastLoop>>> = PyOnceLock::new();
         // Every loop's queue (the reader callback holding it), forgotten with the loop.
         static BY_LOOP: PyOnceLock<Py<PyAny>> = PyOnceLock::new();
         let last = LAST.get_or_init(py, || Mutex::new(None));
@@ -170,7 +172,13 @@ impl Drain {
     fn __call__(&self, py: Python<'_>) {
         let mut count = [0u8; 8];
         // SAFETY: reads 8 bytes into a live buffer; EAGAIN (nothing pending) is fine.
-        unsafe { libc::read(self.0.eventfd.as_raw_fd(), count.as_mut_ptr().cast(), count.len()) };
+        unsafe {
+            libc::read(
+                self.0.eventfd.as_raw_fd(),
+                count.as_mut_ptr().cast(),
+                count.len(),
+            )
+        };
         let items = std::mem::take(&mut *self.0.lock());
         for done in items {
             // One caller's future failing to take its result must not strand the others.
