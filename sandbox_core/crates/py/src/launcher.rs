@@ -305,7 +305,27 @@ fn agent_argv(c: &LaunchConfig, namespaces: &[&str]) -> Vec<String> {
     a
 }
 
+/// A started agent not yet known to be ready: its handle, and the pipes that will tell.
+struct Started {
+    inner: Arc<Inner>,
+    handle: LocalSandbox,
+    ready_r: OwnedFd,
+    err_r: OwnedFd,
+}
+
 async fn launch(config: LaunchConfig) -> PyResult<LocalSandbox> {
+    // Starting makes blocking system calls for a millisecond or more (cgroups, a clone into new
+    // namespaces, id maps): a blocking-pool thread makes them, so the runtime's worker goes on
+    // serving other calls meanwhile. A launch cancelled during the start still finishes it, and
+    // the unused handle kills what was started when it drops (`Drop for Inner`).
+    let started = tokio::task::spawn_blocking(move || start(config))
+        .await
+        .map_err(|e| err("internal", format!("launch start: {e}")))??;
+    wait_ready(started).await
+}
+
+/// Everything up to the release of the agent's child, synchronously.
+fn start(config: LaunchConfig) -> PyResult<Started> {
     // SAFETY: geteuid has no preconditions.
     let root = unsafe { libc::geteuid() } == 0;
     let run_dir = PathBuf::from(&config.run_dir);
@@ -462,6 +482,22 @@ async fn launch(config: LaunchConfig) -> PyResult<LocalSandbox> {
         return Err(launch_err(&step, detail));
     }
 
+    Ok(Started {
+        inner,
+        handle,
+        ready_r,
+        err_r,
+    })
+}
+
+/// Waits (without blocking) for the agent's readiness byte, or the report of why it died.
+async fn wait_ready(started: Started) -> PyResult<LocalSandbox> {
+    let Started {
+        inner,
+        handle,
+        ready_r,
+        err_r,
+    } = started;
     // Readiness is pushed: the agent writes one byte once it serves, or the pipe closes if it dies.
     let mut ready = tokio::net::unix::pipe::Receiver::from_owned_fd(ready_r)
         .map_err(|e| launch_err("ready-pipe", e.to_string()))?;
