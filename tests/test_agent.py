@@ -341,6 +341,39 @@ async def test_calls_resolve_on_every_event_loop_at_once(agent: tuple[Any, Any])
         assert got == [f"{tag}{i}\n".encode() for i in range(15)]
 
 
+class NoReaderLoop(asyncio.SelectorEventLoop):
+    """A loop that cannot watch descriptors (as a proactor loop cannot)."""
+
+    def add_reader(self, *args: Any) -> None:
+        raise NotImplementedError
+
+
+async def test_calls_resolve_on_a_loop_that_cannot_watch_descriptors(agent: tuple[Any, Any]) -> None:
+    """Such a loop gets results through `call_soon_threadsafe` instead of a completion queue:
+    results, errors and cancellation work the same."""
+    _, client = agent
+
+    async def use() -> list[Any]:
+        rs = await asyncio.gather(*(client.exec(["/bin/echo", str(i)]) for i in range(10)))
+        with pytest.raises(Exception) as bad:
+            await client.exec([])
+        slow = asyncio.ensure_future(client.exec(["/bin/sleep", marker()]))
+        await asyncio.sleep(0.05)
+        slow.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await slow
+        return [[r.stdout for r in rs], type(bad.value).__name__]
+
+    def in_loop() -> list[Any]:
+        with asyncio.Runner(loop_factory=NoReaderLoop) as runner:
+            return runner.run(use())
+
+    outs, error = await asyncio.to_thread(in_loop)
+    assert outs == [f"{i}\n".encode() for i in range(10)]
+    assert error == "NativeError"
+    await still_serving(client)
+
+
 def eventfds() -> int:
     fds = "/proc/self/fd"
     n = 0

@@ -10,8 +10,8 @@
 //! while the loop thread waited for the GIL; then the loop draining its self-pipe until `recv`
 //! raised (an exception built per wake-up). Calls finishing together share one wake-up.
 //!
-//! A loop that cannot be weakly referenced (so its queue could not be forgotten with it) gets the
-//! old path, `call_soon_threadsafe`.
+//! A loop that cannot be weakly referenced (so its queue could not be forgotten with it), or that
+//! cannot watch a file descriptor (`add_reader` fails), gets the old path, `call_soon_threadsafe`.
 
 use std::cell::Cell;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -114,16 +114,24 @@ impl Queue {
             })?
             .bind(py);
         let drain = match by_loop.call_method1("get", (event_loop,))? {
-            d if !d.is_none() => d.cast_into::<Drain>()?,
-            _ => {
+            d if d.is_none() => {
                 let drain = Bound::new(py, Drain(Arc::new(Queue::new()?)))?;
-                event_loop.call_method1(
-                    "add_reader",
-                    (drain.get().0.eventfd.as_raw_fd(), drain.clone()),
-                )?;
+                let fd = drain.get().0.eventfd.as_raw_fd();
+                if event_loop
+                    .call_method1("add_reader", (fd, drain.clone()))
+                    .is_err()
+                {
+                    // A loop without readers (e.g. a proactor): remember it, use the fallback.
+                    by_loop.set_item(event_loop, false)?;
+                    return Ok(None);
+                }
                 by_loop.set_item(event_loop, &drain)?;
                 drain
             }
+            d => match d.cast_into::<Drain>() {
+                Ok(drain) => drain,
+                Err(_) => return Ok(None),
+            },
         };
         let q = drain.get().0.clone();
         *last.lock().unwrap_or_else(|e| e.into_inner()) = Some((weak.unbind(), q.clone()));
