@@ -262,11 +262,10 @@ pub fn spawn(
     let stdout_w = above_stdio(stdout_w).map_err(pipe_err)?;
     let stderr_w = above_stdio(stderr_w).map_err(pipe_err)?;
 
-    // Where the clone happens: on the spawner thread, which wears the seccomp filter the child
-    // then inherits (see `spawner`), with the CPUs of this thread given back to the child; or
-    // here, pinned (see `Pin`), the child attaching the filter itself.
-    // Or here, unpinned, when this thread wears the filter itself (see
-    // `Executor::wear_seccomp_on_this_thread`): the child inherits it without a hand-over.
+    // Where the clone happens: here, unpinned, when this thread wears the filter itself (see
+    // `Executor::wear_seccomp_on_this_thread`): the child inherits it without a hand-over; else
+    // on the spawner thread, which wears it (see `spawner`), with the CPUs of this thread given
+    // back to the child; else here, pinned (see `Pin`), the child attaching the filter itself.
     let worn = iso.seccomp.is_some_and(crate::spawner::this_thread_wears);
     let mut own_cpus = None;
     let spawner = iso

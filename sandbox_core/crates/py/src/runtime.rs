@@ -52,8 +52,8 @@ pub fn handle() -> &'static tokio::runtime::Runtime {
     pyo3_async_runtimes::tokio::get_runtime()
 }
 
-/// A call's result turned into a Python object only once the bridge holds the GIL to hand it
-/// over, so a call attaches to the interpreter once, not once to convert and again to resolve.
+/// A call's result turned into a Python object only when it is set on its future, on the loop's
+/// thread (see `completion`): the runtime thread never converts, so never takes the GIL.
 pub struct Later<F>(pub F);
 
 impl<'py, F> IntoPyObject<'py> for Later<F>
