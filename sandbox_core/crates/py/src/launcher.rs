@@ -132,12 +132,43 @@ struct Inner {
     /// What the child runs in until it execs the agent (it shares our memory until then); kept
     /// until the agent said it is ready, or the child is reaped.
     child_memory: Mutex<Option<Box<ChildMemory>>>,
+    /// Dropped on a blocking-pool thread already (see `Drop`): kill right here.
+    offloaded: bool,
 }
 
 impl Drop for Inner {
     /// The last handle gone (Python forgot it, or a launch was cancelled midway) must not leave
     /// a sandbox behind; the child is reaped before its memory goes.
     fn drop(&mut self) {
+        let state = self.state.get_mut().unwrap_or_else(|e| e.into_inner());
+        if state.cleaned {
+            return;
+        }
+        // Dropped inside the client's runtime (a launch cancelled while it awaited readiness
+        // drops there): the kill blocks until the agent's pid namespace is gone, so it goes to the
+        // blocking pool and the runtime's one worker keeps serving other calls.
+        if let (false, Ok(rt)) = (self.offloaded, tokio::runtime::Handle::try_current()) {
+            let moved = Inner {
+                pid: self.pid,
+                run_dir: std::mem::take(&mut self.run_dir),
+                cgroup: self.cgroup.take(),
+                state: Mutex::new(State {
+                    reaped: state.reaped,
+                    cleaned: false,
+                }),
+                child_memory: Mutex::new(
+                    self.child_memory
+                        .get_mut()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .take(),
+                ),
+                offloaded: true,
+            };
+            state.cleaned = true;
+            // If the runtime is shutting down the closure is dropped here, killing inline.
+            drop(rt.spawn_blocking(move || drop(moved)));
+            return;
+        }
         self.kill();
     }
 }
@@ -444,6 +475,7 @@ fn start(config: LaunchConfig) -> PyResult<Started> {
             cleaned: false,
         }),
         child_memory: Mutex::new(Some(child_memory)),
+        offloaded: false,
     });
     let handle = LocalSandbox {
         inner: inner.clone(),
