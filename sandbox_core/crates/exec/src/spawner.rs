@@ -66,8 +66,9 @@ fn same_program(a: &[libc::sock_filter], b: &[libc::sock_filter]) -> bool {
 }
 
 /// Installs `no_new_privs` and `filter` on the calling thread (not the process: no TSYNC), so
-/// that children it clones inherit the filter, as the spawner's do, without a hand-over to
-/// another thread. The thread is then itself under the deny-list for good.
+/// that children it clones inherit the filter. The spawner thread puts it on this way; a caller
+/// that does so itself needs no hand-over to the spawner. The thread is then under the deny-list
+/// for good.
 pub(crate) fn wear_on_this_thread(filter: &Filter) -> std::io::Result<()> {
     if this_thread_wears(filter) {
         return Ok(());
@@ -169,35 +170,22 @@ fn move_to_current_cpu(tid: libc::pid_t) {
 fn start(filter: &Filter) -> std::io::Result<Spawner> {
     let program = filter.program().to_vec();
     let (tx, rx) = std::sync::mpsc::channel::<std::io::Result<libc::pid_t>>();
-    let installed = program.clone();
+    let installed = filter.clone();
     let shared = Arc::new(Shared::default());
     let theirs = shared.clone();
     std::thread::Builder::new()
         .name("sandbox-spawner".into())
         .stack_size(256 << 10)
         .spawn(move || {
-            // SAFETY: plain syscalls on this thread only (no TSYNC): block every signal, then
-            // no_new_privs and the filter, as a child would install them.
-            let r = unsafe {
+            // SAFETY: plain syscall on this thread only: block every signal, before the filter
+            // goes on as a child would install it.
+            unsafe {
                 let mut all: libc::sigset_t = std::mem::zeroed();
                 libc::sigfillset(&mut all);
                 libc::pthread_sigmask(libc::SIG_SETMASK, &all, std::ptr::null_mut());
-                let prog = libc::sock_fprog {
-                    len: installed.len() as u16,
-                    filter: installed.as_ptr() as *mut libc::sock_filter,
-                };
-                if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
-                    || libc::prctl(
-                        libc::PR_SET_SECCOMP,
-                        libc::SECCOMP_MODE_FILTER as libc::c_ulong,
-                        &prog as *const libc::sock_fprog,
-                    ) != 0
-                {
-                    Err(std::io::Error::last_os_error())
-                } else {
-                    Ok(libc::gettid())
-                }
-            };
+            }
+            // SAFETY: gettid has no preconditions.
+            let r = wear_on_this_thread(&installed).map(|()| unsafe { libc::gettid() });
             let ok = r.is_ok();
             let _ = tx.send(r);
             if ok {
