@@ -16,12 +16,14 @@ from .errors import (
     Cancelled,
     InvalidRequest,
     LaunchError,
+    NoSpace,
     NotFound,
     PoolExhausted,
     QuotaExceeded,
     SandboxError,
     SandboxLost,
     SandboxTimeout,
+    TooLarge,
 )
 from .judging import CaseResult, TestCase, TestReport, Verdict
 from .pool import Pool
@@ -43,6 +45,7 @@ __all__ = [
     "InvalidRequest",
     "LaunchError",
     "Limits",
+    "NoSpace",
     "NotFound",
     "Pool",
     "PoolExhausted",
@@ -55,6 +58,7 @@ __all__ = [
     "Template",
     "TestCase",
     "TestReport",
+    "TooLarge",
     "Verdict",
     "errors",
 ]

@@ -64,20 +64,10 @@ def _is_native_error(exc: BaseException) -> bool:
     return _native is not None and isinstance(exc, _native.NativeError)
 
 
-# Details of RESOURCE_EXHAUSTED that mean "this request is too big" rather than "try later".
-_TOO_BIG_MARKERS = (
-    "too large",
-    "too big",
-    "larger than",
-    "exceeds",
-    "message length",
-    "no space",
-    "file too large",
-    "disk quota",
-)
-
 _KIND_TO_ERROR: dict[str, type[errors.SandboxError]] = {
     "unavailable": errors.SandboxLost,
+    "too_large": errors.TooLarge,
+    "no_space": errors.NoSpace,
     "invalid_argument": errors.InvalidRequest,
     "failed_precondition": errors.InvalidRequest,
     "not_found": errors.NotFound,
@@ -97,10 +87,6 @@ def translate(exc: BaseException) -> errors.SandboxError:
         step = getattr(exc, "step", "") or ""
         where = f" at step {step!r}" if step else ""
         return errors.LaunchError(f"sandbox launch failed{where}: {detail}", detail=detail, step=step)
-    if kind == "resource_exhausted":
-        too_big = any(m in detail.lower() for m in _TOO_BIG_MARKERS)
-        cls: type[errors.SandboxError] = errors.InvalidRequest if too_big else errors.QuotaExceeded
-        return cls(message, detail=detail)
     return _KIND_TO_ERROR.get(kind, errors.SandboxError)(message, detail=detail)
 
 

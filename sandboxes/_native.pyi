@@ -8,11 +8,12 @@ Only flat values, bytes and opaque handles cross this boundary. Every failure is
 class NativeError(Exception):
     """Raised by every native call. `kind` is one of:
     unavailable, invalid_argument, not_found, permission_denied, unauthenticated,
-    deadline_exceeded, resource_exhausted, cancelled, failed_precondition, internal, launch."""
+    deadline_exceeded, too_large, no_space, cancelled, failed_precondition, internal, launch."""
 
     kind: str
     detail: str
-    # For kind == "launch": the isolation step that failed (e.g. "clone", "cgroup", "mount").
+    # For kind == "launch": the isolation step that failed (e.g. "clone", "cgroup", "mount");
+    # for an agent's failed isolation step, its name (e.g. "Seccomp").
     step: str
 
 class Limits:
@@ -145,7 +146,7 @@ class AgentClient:
     ) -> ExecStream: ...
     async def write_files(self, files: list[tuple[str, bytes, int]]) -> int:
         """(path, data, mode) triples; mode 0 means 0o644. Returns bytes written."""
-    async def read_file(self, path: str) -> bytes: ...
+    async def read_file(self, path: str, offset: int, length: int, max_bytes: int) -> bytes: ...
     async def list_dir(self, path: str) -> list[DirEntry]: ...
     async def remove(self, path: str, recursive: bool = False) -> None: ...
     async def info(self) -> AgentInfo: ...

@@ -41,7 +41,7 @@ from sandboxes._proto.convert import (
 from sandboxes.judging import RunTestsRequest, TestReport
 from sandboxes.sandbox import Data, ExecRequest, ExecStream, SandboxBase, as_bytes
 from sandboxes.server.errors import error_from_rpc, is_retryable_unavailable
-from sandboxes.types import AgentInfo, DirEntry, ExecResult
+from sandboxes.types import AgentInfo, DirEntry, ExecResult, ReadRange
 
 __all__ = ["ADDRESS_ENV", "API_KEY_ENV", "AsyncSandboxClient", "RemoteSandbox"]
 
@@ -305,9 +305,10 @@ class RemoteSandbox(SandboxBase):
         )
         await self._client._call("WriteFiles", req)
 
-    async def read_file(self, path: str) -> bytes:
-        """The whole content of a file (streamed in chunks)."""
-        req = pb.ReadFileRequest(sandbox_id=self.id, path=path)
+    async def _read_file(self, path: str, r: ReadRange) -> bytes:
+        req = pb.ReadFileRequest(
+            sandbox_id=self.id, path=path, offset=r.offset, length=r.length, max_bytes=r.max_bytes
+        )
         client = self._client
 
         async def attempt() -> bytes:
@@ -315,6 +316,9 @@ class RemoteSandbox(SandboxBase):
             call = client._connect().ReadFile(req, timeout=client.timeout, metadata=client._metadata)
             async for chunk in call:
                 buf += chunk.data
+                if len(buf) > r.max_bytes:
+                    call.cancel()
+                    raise E.TooLarge(f"{path}: the server sent more than the limit of {r.max_bytes} bytes")
             return bytes(buf)
 
         return await client._retrying(attempt, retry=True)

@@ -16,12 +16,14 @@ __all__ = [
     "ErrorKind",
     "InvalidRequest",
     "LaunchError",
+    "NoSpace",
     "NotFound",
     "PoolExhausted",
     "QuotaExceeded",
     "SandboxError",
     "SandboxLost",
     "SandboxTimeout",
+    "TooLarge",
 ]
 
 
@@ -29,6 +31,8 @@ class ErrorKind(str, enum.Enum):
     """Stable names of error kinds (also used as metric labels and gRPC status details)."""
 
     INVALID_REQUEST = "invalid_request"
+    TOO_LARGE = "too_large"
+    NO_SPACE = "no_space"
     NOT_FOUND = "not_found"
     AUTH = "auth"
     QUOTA = "quota"
@@ -57,6 +61,21 @@ class InvalidRequest(SandboxError, ValueError):
     """The request is malformed (bad argument, absurd limit, path outside the sandbox)."""
 
     kind = ErrorKind.INVALID_REQUEST
+    retryable = False
+
+
+class TooLarge(InvalidRequest):
+    """A request or a file is over a bound: a read above its `max_bytes`, a write above the
+    agent's per-call ceiling, a file above the file-size limit. Split it, or raise the bound."""
+
+    kind = ErrorKind.TOO_LARGE
+
+
+class NoSpace(SandboxError, OSError):
+    """The sandbox's disk is full (its disk quota is reached). The sandbox keeps serving: remove
+    files, or use a template with a larger disk. Not an infrastructure failure: not retryable."""
+
+    kind = ErrorKind.NO_SPACE
     retryable = False
 
 

@@ -20,7 +20,7 @@ from . import _bridge
 from .errors import InvalidRequest, SandboxLost, SandboxTimeout
 from .judging import RunTestsRequest, TestCase, TestReport, build_run_tests_request
 from .templates import validate_env
-from .types import AgentInfo, DirEntry, ExecEvent, ExecResult, Limits
+from .types import DEFAULT_READ_MAX_BYTES, AgentInfo, DirEntry, ExecEvent, ExecResult, Limits, ReadRange
 
 __all__ = ["Argv", "Data", "ExecStream", "Sandbox", "SandboxBase"]
 
@@ -365,9 +365,23 @@ class SandboxBase(abc.ABC):
     @abc.abstractmethod
     async def _write_files(self, files: list[tuple[str, bytes, int]]) -> None: ...
 
+    async def read_file(
+        self,
+        path: str,
+        *,
+        offset: int = 0,
+        length: int | None = None,
+        max_bytes: int = DEFAULT_READ_MAX_BYTES,
+    ) -> bytes:
+        """The content of a regular file, or `length` bytes of it from `offset`.
+
+        A read of more than `max_bytes` raises `TooLarge` before any byte is sent; a FIFO, socket,
+        device or directory raises `InvalidRequest` (file calls never block on what a program
+        made)."""
+        return await self._read_file(path, ReadRange.of(offset, length, max_bytes))
+
     @abc.abstractmethod
-    async def read_file(self, path: str) -> bytes:
-        """The whole content of a file."""
+    async def _read_file(self, path: str, r: ReadRange) -> bytes: ...
 
     @abc.abstractmethod
     async def list_dir(self, path: str = ".") -> list[DirEntry]:
@@ -486,9 +500,8 @@ class Sandbox(SandboxBase):
     async def _write_files(self, files: list[tuple[str, bytes, int]]) -> None:
         await self._call(self._client.write_files, files)
 
-    async def read_file(self, path: str) -> bytes:
-        """The whole content of a file."""
-        return bytes(await self._call(self._client.read_file, path))
+    async def _read_file(self, path: str, r: ReadRange) -> bytes:
+        return bytes(await self._call(self._client.read_file, path, r.offset, r.length, r.max_bytes))
 
     async def list_dir(self, path: str = ".") -> list[DirEntry]:
         """Entries of a directory (relative paths are under the work dir)."""

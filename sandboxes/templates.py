@@ -18,13 +18,28 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 _ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 PYTHON_ZYGOTE_MODES = ("lazy", "eager", "off")
 
+# The bounds of every template that names none (documented in docs/sandbox.md).
+DEFAULT_MEMORY_BYTES = 1 << 30
+DEFAULT_MAX_PIDS = 256
+DEFAULT_CPU_QUOTA = 1.0
+DEFAULT_WORK_SIZE_BYTES = 1 << 30
+DEFAULT_TMP_SIZE_BYTES = 256 << 20
+# Inodes of a sandbox tmpfs per byte of its size (the agent's `BYTES_PER_INODE`, for the mounts
+# it makes; the docker backend's tmpfs mounts use this one). Empty files cost no space but ~1 KiB
+# of kernel memory each, so without this bound a program could pin far more than its disk.
+BYTES_PER_INODE = 8 << 10
+
 
 @dataclass(frozen=True)
 class Template:
     """How the pool builds one kind of sandbox.
 
-    Sandbox-wide resources (`memory_bytes`, `max_pids`, `cpu_quota` in CPUs) bound the whole
-    sandbox; `limits` are the defaults of each exec inside it (merged under per-call limits).
+    Sandbox-wide resources (`memory_bytes`, `max_pids`, `cpu_quota` in CPUs, and the disk:
+    `work_size_bytes` for the work dir, `tmp_size_bytes` for /tmp) bound the whole sandbox and
+    are enforced by the kernel (cgroup, tmpfs size and inode count); every template is bounded
+    unless it says otherwise (0: no bound of that kind). The disk is memory-backed (tmpfs), so
+    what a program writes also counts against `memory_bytes`. `limits` are the defaults of each
+    exec inside it (merged under per-call limits).
     `env` is the base environment of every program; `warm` is how many ready sandboxes the pool
     keeps ahead of demand (None: the pool's `warm`). `lease_ttl_s` is how long an agent outlives
     a silent owner. `image` is for the docker / kubernetes backends (docker default:
@@ -44,9 +59,9 @@ class Template:
     backend: str = "local"
     image: str | None = None
     limits: Limits = field(default_factory=Limits)
-    memory_bytes: int = 0
-    max_pids: int = 0
-    cpu_quota: float = 0.0
+    memory_bytes: int = DEFAULT_MEMORY_BYTES
+    max_pids: int = DEFAULT_MAX_PIDS
+    cpu_quota: float = DEFAULT_CPU_QUOTA
     env: Mapping[str, str] = field(default_factory=dict)
     network: bool = False
     lease_ttl_s: float = 30.0
@@ -54,8 +69,8 @@ class Template:
     uid: int = 65534
     gid: int = 65534
     work_dir: str = "/work"
-    work_size_bytes: int = 0
-    tmp_size_bytes: int = 0
+    work_size_bytes: int = DEFAULT_WORK_SIZE_BYTES
+    tmp_size_bytes: int = DEFAULT_TMP_SIZE_BYTES
     seccomp: bool = True
     cgroups: bool = True
     ro_binds: tuple[str, ...] = ()

@@ -9,7 +9,31 @@ from typing import Literal
 
 from .errors import InvalidRequest
 
-__all__ = ["AgentInfo", "DirEntry", "ExecEvent", "ExecResult", "Limits"]
+__all__ = ["DEFAULT_READ_MAX_BYTES", "AgentInfo", "DirEntry", "ExecEvent", "ExecResult", "Limits", "ReadRange"]
+
+# Most bytes one `read_file` returns unless the caller names another bound: a file larger than
+# this is a `TooLarge` error (read it in parts with offset/length), never a huge allocation.
+DEFAULT_READ_MAX_BYTES = 256 << 20
+
+
+@dataclass(frozen=True)
+class ReadRange:
+    """What one `read_file` reads: `length` bytes from `offset` (0: to the end of the file), at
+    most `max_bytes` of them (a larger read is refused before any byte is sent)."""
+
+    offset: int = 0
+    length: int = 0
+    max_bytes: int = DEFAULT_READ_MAX_BYTES
+
+    @classmethod
+    def of(cls, offset: int, length: int | None, max_bytes: int) -> ReadRange:
+        """A validated range; `length` None means to the end of the file."""
+        for name, v, lo in (("offset", offset, 0), ("length", length or 0, 0), ("max_bytes", max_bytes, 1)):
+            if isinstance(v, bool) or not isinstance(v, int) or not lo <= v < 1 << 63:
+                raise InvalidRequest(f"{name} must be an int in [{lo}, 2**63), got {v!r}")
+        if length == 0:
+            raise InvalidRequest("length must be positive, or None to read to the end")
+        return cls(offset, length or 0, max_bytes)
 
 
 @dataclass(frozen=True)

@@ -260,7 +260,7 @@ async def test_paths_outside_the_sandbox_are_refused(agent: tuple[Any, Any], nat
         await client.write_files([(path, b"x", 0)])
     assert e.value.kind in ("permission_denied", "invalid_argument"), e.value
     with pytest.raises(native.NativeError):
-        await client.read_file(path)
+        await client.read_file(path, 0, 0, 1 << 20)
     await still_serving(client)
 
 
@@ -272,7 +272,7 @@ async def test_symlink_planted_by_user_code_cannot_escape(agent: tuple[Any, Any]
         await client.write_files([("escape/owned", b"x", 0)])
     assert e.value.kind in ("permission_denied", "invalid_argument")
     with pytest.raises(native.NativeError):
-        await client.read_file("escape/passwd")
+        await client.read_file("escape/passwd", 0, 0, 1 << 20)
 
 
 async def test_huge_request_is_refused_and_the_agent_keeps_serving(agent: tuple[Any, Any], native: Any) -> None:
@@ -280,10 +280,13 @@ async def test_huge_request_is_refused_and_the_agent_keeps_serving(agent: tuple[
     with pytest.raises(native.NativeError) as e:
         await client.exec(["true"] + ["a" * 1024] * 10_000)
     assert e.value.kind == "invalid_argument"
-    big = b"z" * (300 << 20)
+    big = b"z" * (300 << 20)  # under the per-call bound, over the work dir's 256 MiB
     with pytest.raises(native.NativeError) as e:
         await client.write_files([("big.bin", big, 0)])
-    assert e.value.kind in ("resource_exhausted", "invalid_argument")
+    assert e.value.kind == "no_space", e.value
+    with pytest.raises(native.NativeError) as e:
+        await client.write_files([("a.bin", big, 0), ("b.bin", big, 0)])  # over the per-call bound
+    assert e.value.kind == "too_large", e.value
     await still_serving(client)
 
 
@@ -291,7 +294,7 @@ async def test_files_round_trip_chunked(agent: tuple[Any, Any]) -> None:
     _, client = agent
     blob = os.urandom(3 << 20)  # several read chunks
     assert await client.write_files([("d/e/blob", blob, 0o600), ("x.sh", b"echo hi", 0o755)]) == len(blob) + 7
-    assert await client.read_file("d/e/blob") == blob
+    assert await client.read_file("d/e/blob", 0, 0, len(blob)) == blob
     names = {e.name: e for e in await client.list_dir("")}
     assert names["d"].is_dir and names["x.sh"].mode == 0o755
     await client.remove("d", recursive=True)

@@ -28,9 +28,8 @@ class FakeNativeError(Exception):
         ("permission_denied", "outside the sandbox", errors.AuthError),
         ("unauthenticated", "bad token", errors.AuthError),
         ("deadline_exceeded", "deadline", errors.SandboxTimeout),
-        ("resource_exhausted", "request too large", errors.InvalidRequest),
-        ("resource_exhausted", "No space left on device", errors.InvalidRequest),
-        ("resource_exhausted", "too many concurrent execs", errors.QuotaExceeded),
+        ("too_large", "request too large", errors.TooLarge),
+        ("no_space", "No space left on device", errors.NoSpace),
         ("cancelled", "", errors.Cancelled),
         ("internal", "boom", errors.SandboxError),
         ("something_new", "?", errors.SandboxError),
@@ -40,6 +39,13 @@ def test_translate(kind: str, detail: str, expected: type) -> None:
     e = _bridge.translate(FakeNativeError(kind, detail))
     assert type(e) is expected
     assert e.detail == detail or not detail
+
+
+def test_the_kind_decides_not_the_message() -> None:
+    """A message that reads like another kind does not change the class (no text guessing)."""
+    assert type(_bridge.translate(FakeNativeError("too_large", "No space left on device"))) is errors.TooLarge
+    assert type(_bridge.translate(FakeNativeError("no_space", "file too large"))) is errors.NoSpace
+    assert not errors.NoSpace.retryable and not errors.TooLarge.retryable
 
 
 def test_translate_launch_keeps_the_step() -> None:

@@ -299,14 +299,20 @@ class WriteFilesResponse(_message.Message):
     def __init__(self, bytes_written: _Optional[int] = ...) -> None: ...
 
 class ReadFileRequest(_message.Message):
-    __slots__ = ("sandbox_id", "path", "chunk_size")
+    __slots__ = ("sandbox_id", "path", "chunk_size", "offset", "length", "max_bytes")
     SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
     PATH_FIELD_NUMBER: _ClassVar[int]
     CHUNK_SIZE_FIELD_NUMBER: _ClassVar[int]
+    OFFSET_FIELD_NUMBER: _ClassVar[int]
+    LENGTH_FIELD_NUMBER: _ClassVar[int]
+    MAX_BYTES_FIELD_NUMBER: _ClassVar[int]
     sandbox_id: str
     path: str
     chunk_size: int
-    def __init__(self, sandbox_id: _Optional[str] = ..., path: _Optional[str] = ..., chunk_size: _Optional[int] = ...) -> None: ...
+    offset: int
+    length: int
+    max_bytes: int
+    def __init__(self, sandbox_id: _Optional[str] = ..., path: _Optional[str] = ..., chunk_size: _Optional[int] = ..., offset: _Optional[int] = ..., length: _Optional[int] = ..., max_bytes: _Optional[int] = ...) -> None: ...
 
 class FileChunk(_message.Message):
     __slots__ = ("data", "offset", "total_size")

@@ -49,7 +49,7 @@ from typing import Any, TypeVar
 
 from .. import _bridge
 from ..errors import BackendUnavailable, LaunchError, SandboxError
-from ..templates import Template
+from ..templates import BYTES_PER_INODE, Template
 from .base import SandboxHandle
 from .local import _alive, _make_private_dir, _read_json, _starttime, _write_json, default_run_root
 
@@ -343,8 +343,9 @@ class DockerBackend:
         work = t.work_size_bytes or DEFAULT_TMPFS_BYTES
         tmp = t.tmp_size_bytes or DEFAULT_TMPFS_BYTES
         tmpfs = {
-            "/tmp": f"rw,exec,nosuid,nodev,size={tmp},mode=1777",
-            t.work_dir: f"rw,exec,nosuid,nodev,size={work},uid={t.uid},gid={t.gid},mode=0755",
+            "/tmp": f"rw,exec,nosuid,nodev,size={tmp},nr_inodes={_inodes(tmp)},mode=1777",
+            t.work_dir: f"rw,exec,nosuid,nodev,size={work},nr_inodes={_inodes(work)},"
+            f"uid={t.uid},gid={t.gid},mode=0755",
         }
         host_config: dict[str, Any] = {
             "binds": binds,
@@ -510,6 +511,11 @@ class DockerBackend:
 
 
 # --- helpers -------------------------------------------------------------------------------------
+
+
+def _inodes(size: int) -> int:
+    """Inodes of a tmpfs of `size` bytes (see `templates.BYTES_PER_INODE`)."""
+    return max(1024, size // BYTES_PER_INODE)
 
 
 def _prepare_run_dir(run_dir: Path, token: str) -> int:

@@ -35,6 +35,8 @@ class Unauthenticated(E.AuthError):
 
 _CODE_OF_KIND: dict[E.ErrorKind, grpc.StatusCode] = {
     E.ErrorKind.INVALID_REQUEST: grpc.StatusCode.INVALID_ARGUMENT,
+    E.ErrorKind.TOO_LARGE: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    E.ErrorKind.NO_SPACE: grpc.StatusCode.RESOURCE_EXHAUSTED,
     E.ErrorKind.NOT_FOUND: grpc.StatusCode.NOT_FOUND,
     E.ErrorKind.AUTH: grpc.StatusCode.PERMISSION_DENIED,
     E.ErrorKind.QUOTA: grpc.StatusCode.RESOURCE_EXHAUSTED,
@@ -49,6 +51,8 @@ _CODE_OF_KIND: dict[E.ErrorKind, grpc.StatusCode] = {
 
 _CLASS_OF_KIND: dict[str, type[E.SandboxError]] = {
     E.ErrorKind.INVALID_REQUEST.value: E.InvalidRequest,
+    E.ErrorKind.TOO_LARGE.value: E.TooLarge,
+    E.ErrorKind.NO_SPACE.value: E.NoSpace,
     E.ErrorKind.NOT_FOUND.value: E.NotFound,
     E.ErrorKind.AUTH.value: E.AuthError,
     E.ErrorKind.QUOTA.value: E.QuotaExceeded,

@@ -35,6 +35,7 @@ from sandboxes.server.metrics import Metrics
 from sandboxes.server.quota import Quotas
 from sandboxes.server.registry import Record, Registry
 from sandboxes.server.validation import Bounds, Validator
+from sandboxes.types import DEFAULT_READ_MAX_BYTES, ReadRange
 
 __all__ = ["SERVICE_NAME", "SandboxService", "ServiceConfig"]
 
@@ -500,7 +501,8 @@ class SandboxService:
         path = self.validate.path("path", req.path)
         chunk = self.validate.chunk_size(req.chunk_size) or self.config.read_chunk_size
         rec = self._record(req.sandbox_id, owner)
-        data = await rec.sandbox.read_file(path)
+        r = ReadRange.of(req.offset, req.length or None, req.max_bytes or DEFAULT_READ_MAX_BYTES)
+        data = await rec.sandbox.read_file(path, offset=r.offset, length=r.length or None, max_bytes=r.max_bytes)
         total = len(data)
         if total == 0:
             yield pb.FileChunk(data=b"", offset=0, total_size=0)

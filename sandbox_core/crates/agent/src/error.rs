@@ -1,4 +1,8 @@
 //! Errors of the agent's calls, translated to a gRPC status in exactly one place.
+//!
+//! Besides its code, a status carries what the caller must not guess from the message text:
+//! `sandbox-error-reason` (`too_large`: a request or file over a bound; `no_space`: the sandbox's
+//! disk is full) and, for a failed isolation step, `sandbox-error-step` (the step's name).
 
 use sandbox_exec::{SpawnError, Step};
 use tonic::Status;
@@ -31,37 +35,80 @@ impl AgentError {
     }
 }
 
+/// Metadata key of the reason of a RESOURCE_EXHAUSTED status.
+pub const REASON_KEY: &str = "sandbox-error-reason";
+/// Metadata key of the isolation step that failed.
+pub const STEP_KEY: &str = "sandbox-error-step";
+
+impl AgentError {
+    fn reason(&self) -> Option<&'static str> {
+        match self {
+            AgentError::TooLarge(_) => Some("too_large"),
+            AgentError::Io { source, .. } => match source.raw_os_error() {
+                Some(libc::ENOSPC) | Some(libc::EDQUOT) => Some("no_space"),
+                Some(libc::EFBIG) => Some("too_large"),
+                _ => None,
+            },
+            _ => None,
+        }
+    }
+
+    fn step(&self) -> Option<Step> {
+        match self {
+            AgentError::Spawn(SpawnError::Isolation { step, .. }) => Some(*step),
+            _ => None,
+        }
+    }
+}
+
 impl From<AgentError> for Status {
     fn from(e: AgentError) -> Status {
-        let msg = e.to_string();
-        match e {
-            AgentError::Invalid(_) => Status::invalid_argument(msg),
-            AgentError::NotFound(_) => Status::not_found(msg),
-            AgentError::PermissionDenied(_) => Status::permission_denied(msg),
-            AgentError::TooLarge(_) => Status::resource_exhausted(msg),
-            AgentError::Spawn(SpawnError::Invalid(_)) => Status::invalid_argument(msg),
-            AgentError::Spawn(SpawnError::NotFound { .. }) => Status::not_found(msg),
-            AgentError::Spawn(SpawnError::Isolation {
-                step: Step::Chdir, ..
-            }) => Status::invalid_argument(format!("{msg} (cwd must be an existing directory)")),
-            AgentError::Spawn(SpawnError::Isolation { .. }) => Status::internal(msg),
-            AgentError::Io { ref source, .. } => match source.raw_os_error() {
-                Some(libc::ENOENT) => Status::not_found(msg),
-                Some(libc::EACCES) | Some(libc::EPERM) => Status::permission_denied(msg),
-                Some(libc::EXDEV) | Some(libc::ELOOP) => {
-                    Status::invalid_argument(format!("{msg} (path leaves the sandbox)"))
-                }
-                Some(libc::EISDIR)
-                | Some(libc::ENOTDIR)
-                | Some(libc::EEXIST)
-                | Some(libc::ENOTEMPTY)
-                | Some(libc::EINVAL)
-                | Some(libc::ENAMETOOLONG) => Status::invalid_argument(msg),
-                Some(libc::ENOSPC) | Some(libc::EFBIG) | Some(libc::EDQUOT) => {
-                    Status::resource_exhausted(msg)
-                }
-                _ => Status::internal(msg),
-            },
+        let (reason, step) = (e.reason(), e.step());
+        let mut status = status_of(e);
+        if let Some(r) = reason {
+            status
+                .metadata_mut()
+                .insert(REASON_KEY, tonic::metadata::MetadataValue::from_static(r));
         }
+        if let Some(step) = step {
+            if let Ok(v) = format!("{step:?}").parse() {
+                status.metadata_mut().insert(STEP_KEY, v);
+            }
+        }
+        status
+    }
+}
+
+fn status_of(e: AgentError) -> Status {
+    let msg = e.to_string();
+    match e {
+        AgentError::Invalid(_) => Status::invalid_argument(msg),
+        AgentError::NotFound(_) => Status::not_found(msg),
+        AgentError::PermissionDenied(_) => Status::permission_denied(msg),
+        AgentError::TooLarge(_) => Status::resource_exhausted(msg),
+        AgentError::Spawn(SpawnError::Invalid(_)) => Status::invalid_argument(msg),
+        AgentError::Spawn(SpawnError::NotFound { .. }) => Status::not_found(msg),
+        AgentError::Spawn(SpawnError::Isolation {
+            step: Step::Chdir, ..
+        }) => Status::invalid_argument(format!("{msg} (cwd must be an existing directory)")),
+        AgentError::Spawn(SpawnError::Isolation { .. }) => Status::internal(msg),
+        AgentError::Io { ref source, .. } => match source.raw_os_error() {
+            Some(libc::ENOENT) => Status::not_found(msg),
+            Some(libc::EACCES) | Some(libc::EPERM) => Status::permission_denied(msg),
+            Some(libc::EXDEV) | Some(libc::ELOOP) => {
+                Status::invalid_argument(format!("{msg} (path leaves the sandbox)"))
+            }
+            Some(libc::EISDIR)
+            | Some(libc::ENOTDIR)
+            | Some(libc::ENXIO)
+            | Some(libc::EEXIST)
+            | Some(libc::ENOTEMPTY)
+            | Some(libc::EINVAL)
+            | Some(libc::ENAMETOOLONG) => Status::invalid_argument(msg),
+            Some(libc::ENOSPC) | Some(libc::EFBIG) | Some(libc::EDQUOT) => {
+                Status::resource_exhausted(msg)
+            }
+            _ => Status::internal(msg),
+        },
     }
 }

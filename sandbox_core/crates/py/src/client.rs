@@ -264,12 +264,27 @@ impl AgentClient {
         })
     }
 
-    fn read_file<'py>(&self, py: Python<'py>, path: String) -> PyResult<Bound<'py, PyAny>> {
+    /// `length` bytes from `offset` (0: to the end); more than `max_bytes` is a `too_large`
+    /// error, checked by the agent before it sends and here again as the bytes arrive.
+    fn read_file<'py>(
+        &self,
+        py: Python<'py>,
+        path: String,
+        offset: u64,
+        length: u64,
+        max_bytes: u64,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        if max_bytes == 0 {
+            return Err(err("invalid_argument", "max_bytes must be positive"));
+        }
         self.call(py, Some(DEFAULT_CALL_TIMEOUT_S), move |mut c| async move {
             let mut stream = c
                 .read_file(pb::ReadFileRequest {
-                    path,
+                    path: path.clone(),
                     chunk_size: 0,
+                    offset,
+                    length,
+                    max_bytes,
                 })
                 .await
                 .map_err(from_status)?
@@ -277,7 +292,15 @@ impl AgentClient {
             let mut out = Vec::new();
             while let Some(chunk) = stream.message().await.map_err(from_status)? {
                 if out.is_empty() {
-                    out.reserve(chunk.total_size as usize);
+                    let rest = chunk.total_size.saturating_sub(offset);
+                    let want = if length == 0 { rest } else { rest.min(length) };
+                    out.reserve(want.min(max_bytes) as usize);
+                }
+                if (out.len() + chunk.data.len()) as u64 > max_bytes {
+                    return Err(err(
+                        "too_large",
+                        format!("{path}: the agent sent more than the limit of {max_bytes} bytes"),
+                    ));
                 }
                 out.extend_from_slice(&chunk.data);
             }

@@ -33,14 +33,36 @@ pub fn launch_err(step: &str, detail: impl Into<String>) -> PyErr {
     NativeError::new_err(("launch".to_string(), detail.into(), step.to_string()))
 }
 
+/// The agent's reason for a RESOURCE_EXHAUSTED status (`sandbox-error-reason`), which the status
+/// code alone does not tell.
+const REASON_KEY: &str = "sandbox-error-reason";
+/// The isolation step that failed (`sandbox-error-step`).
+const STEP_KEY: &str = "sandbox-error-step";
+
 pub fn from_status(s: tonic::Status) -> PyErr {
-    let kind = match s.code() {
+    let meta = |key| {
+        s.metadata()
+            .get(key)
+            .and_then(|v| v.to_str().ok())
+            .map(String::from)
+    };
+    let (reason, step) = (meta(REASON_KEY), meta(STEP_KEY).unwrap_or_default());
+    let kind = match (s.code(), reason.as_deref()) {
+        (Code::ResourceExhausted, Some("no_space")) => "no_space",
+        // The agent's own bounds, and the transport's message size limit, are the request's size.
+        (Code::ResourceExhausted, _) => "too_large",
+        (code, _) => kind_of_code(code),
+    };
+    NativeError::new_err((kind.to_string(), s.message().to_string(), step))
+}
+
+fn kind_of_code(code: Code) -> &'static str {
+    match code {
         Code::InvalidArgument | Code::OutOfRange => "invalid_argument",
         Code::NotFound => "not_found",
         Code::PermissionDenied => "permission_denied",
         Code::Unauthenticated => "unauthenticated",
         Code::DeadlineExceeded => "deadline_exceeded",
-        Code::ResourceExhausted => "resource_exhausted",
         // The agent never answers Cancelled: this is the transport's "operation was canceled", a
         // request caught on a connection that closed under it, i.e. the agent went away.
         Code::Cancelled => "unavailable",
@@ -48,6 +70,5 @@ pub fn from_status(s: tonic::Status) -> PyErr {
         // The agent died or the connection broke: the sandbox is lost.
         Code::Unavailable | Code::Unknown | Code::Aborted => "unavailable",
         _ => "internal",
-    };
-    err(kind, s.message().to_string())
+    }
 }

@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use sandbox_exec::{Command, Limits, Outcome};
+use sandbox_exec::{Command, Limits, Outcome, SpawnError, Step};
 use sandbox_proto as pb;
 
 use crate::error::AgentError;
@@ -123,6 +123,30 @@ pub fn result(o: Outcome, path: pb::ExecPath) -> pb::ExecResult {
         pids_limited: o.pids_limited,
         file_size_limited: o.file_size_limited,
         path: if o.zygote { pb::ExecPath::Zygote } else { path } as i32,
+    }
+}
+
+/// A program the kernel refuses to start because its arguments and environment exceed the
+/// kernel's limits (E2BIG, e.g. `python3 -c` with a few hundred KiB of code) failed as a program:
+/// its result says so as a shell does (exit 126, the message on stderr), so a caller scores it
+/// instead of retrying an infrastructure error that would repeat forever.
+pub fn refused_by_kernel(e: &SpawnError, argv0: &str) -> Option<pb::ExecResult> {
+    match e {
+        SpawnError::Isolation {
+            step: Step::Exec,
+            source,
+        } if source.raw_os_error() == Some(libc::E2BIG) => Some(pb::ExecResult {
+            exit_code: 126,
+            stderr: format!(
+                "{argv0}: Argument list too long (arguments and environment exceed the \
+                 kernel's limit: pass large data through a file or stdin)\n"
+            )
+            .into_bytes()
+            .into(),
+            path: pb::ExecPath::Spawn as i32,
+            ..Default::default()
+        }),
+        _ => None,
     }
 }
 

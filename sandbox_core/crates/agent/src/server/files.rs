@@ -2,8 +2,8 @@
 //! tokio's blocking pool; every path goes through `paths` so it stays inside the sandbox.
 
 use std::ffi::CString;
-use std::io::{Read, Write};
-use std::os::fd::{AsRawFd, OwnedFd};
+use std::io::Write;
+use std::os::fd::{AsFd, AsRawFd, BorrowedFd, OwnedFd};
 use std::path::{Component, Path};
 
 use sandbox_proto as pb;
@@ -15,6 +15,8 @@ use crate::paths::{open_beneath, open_root, Roots};
 pub const MAX_WRITE_BYTES: u64 = 512 << 20;
 pub const DEFAULT_CHUNK: usize = 1 << 20;
 pub const MAX_CHUNK: usize = 4 << 20;
+/// Most bytes one ReadFile call returns when the caller names no smaller bound.
+pub const MAX_READ_BYTES: u64 = 1 << 30;
 
 /// Owner given to files the agent creates, so user programs can change them.
 #[derive(Clone, Copy)]
@@ -27,7 +29,42 @@ fn io(context: String) -> impl FnOnce(std::io::Error) -> AgentError {
     move |e| AgentError::io(context, e)
 }
 
-fn chown_fd(fd: &OwnedFd, owner: Owner) -> std::io::Result<()> {
+/// Refuses anything but a regular file. Checked on the opened descriptor (opened non-blocking, so
+/// a FIFO or a device cannot hold the call up), never on the path, which a program can swap.
+fn regular(file: &std::fs::File, path: &str) -> Result<std::fs::Metadata, AgentError> {
+    let meta = file.metadata().map_err(io(format!("stat {path}")))?;
+    let ft = meta.file_type();
+    if ft.is_file() {
+        return Ok(meta);
+    }
+    use std::os::unix::fs::FileTypeExt;
+    let what = if ft.is_dir() {
+        "a directory"
+    } else if ft.is_fifo() {
+        "a FIFO"
+    } else if ft.is_socket() {
+        "a socket"
+    } else if ft.is_char_device() || ft.is_block_device() {
+        "a device"
+    } else {
+        "not a regular file"
+    };
+    Err(AgentError::Invalid(format!(
+        "{path} is {what}: file calls read and write regular files only"
+    )))
+}
+
+/// ENXIO from a non-blocking open: a socket, or a FIFO with nobody at its other end.
+fn open_error(path: &str, e: std::io::Error) -> AgentError {
+    match e.raw_os_error() {
+        Some(libc::ENXIO) => AgentError::Invalid(format!(
+            "{path} is a socket or a FIFO: file calls read and write regular files only"
+        )),
+        _ => AgentError::io(format!("open {path}"), e),
+    }
+}
+
+fn chown_fd(fd: BorrowedFd<'_>, owner: Owner) -> std::io::Result<()> {
     // SAFETY: fchown on a valid fd.
     if unsafe { libc::fchown(fd.as_raw_fd(), owner.uid, owner.gid) } != 0 {
         let e = std::io::Error::last_os_error();
@@ -69,7 +106,7 @@ fn make_parents(root: &OwnedFd, rel: &Path, owner: Owner) -> std::io::Result<()>
                         libc::O_RDONLY | libc::O_DIRECTORY,
                         0,
                     )?;
-                    chown_fd(&made, owner)?;
+                    chown_fd(made.as_fd(), owner)?;
                 } else {
                     let e = std::io::Error::last_os_error();
                     if e.raw_os_error() != Some(libc::EEXIST) {
@@ -117,17 +154,25 @@ pub fn write_files(
         make_parents(&root, &r.rel, owner)
             .map_err(io(format!("create parent dirs of {}", f.path)))?;
         let mode = if f.mode == 0 { 0o644 } else { f.mode };
+        // O_NONBLOCK: a FIFO without a reader fails at once (ENXIO) instead of blocking; with
+        // one it opens and is refused below. O_TRUNC only ever truncates a regular file.
         let fd = open_beneath(
             &root,
             &r.rel,
-            libc::O_WRONLY | libc::O_CREAT | libc::O_TRUNC | libc::O_NOFOLLOW,
+            libc::O_WRONLY
+                | libc::O_CREAT
+                | libc::O_TRUNC
+                | libc::O_NOFOLLOW
+                | libc::O_NONBLOCK
+                | libc::O_NOCTTY,
             mode,
         )
-        .map_err(io(format!("open {}", f.path)))?;
-        chown_fd(&fd, owner).map_err(io(format!("chown {}", f.path)))?;
-        // SAFETY: fchmod on a valid fd; the mode was validated above.
-        unsafe { libc::fchmod(fd.as_raw_fd(), mode) };
+        .map_err(|e| open_error(&f.path, e))?;
         let mut file = std::fs::File::from(fd);
+        regular(&file, &f.path)?;
+        chown_fd(file.as_fd(), owner).map_err(io(format!("chown {}", f.path)))?;
+        // SAFETY: fchmod on a valid fd; the mode was validated above.
+        unsafe { libc::fchmod(file.as_raw_fd(), mode) };
         file.write_all(&f.data)
             .map_err(io(format!("write {}", f.path)))?;
         written += f.data.len() as u64;
@@ -135,24 +180,61 @@ pub fn write_files(
     Ok(written)
 }
 
-/// Opens a file for reading and returns it with its size.
-pub fn open_read(roots: &Roots, path: &str) -> Result<(std::fs::File, u64), AgentError> {
-    let r = roots.resolve(path)?;
-    let root = open_root(&r.root)?;
-    let fd = open_beneath(&root, &r.rel, libc::O_RDONLY, 0).map_err(io(format!("open {path}")))?;
-    let file = std::fs::File::from(fd);
-    let meta = file.metadata().map_err(io(format!("stat {path}")))?;
-    if meta.is_dir() {
-        return Err(AgentError::Invalid(format!("{path} is a directory")));
-    }
-    Ok((file, meta.len()))
+/// What one ReadFile call reads: `len` bytes of `file` from `offset`; `size` is the file's size.
+pub struct ReadPlan {
+    pub file: std::fs::File,
+    pub size: u64,
+    pub offset: u64,
+    pub len: u64,
 }
 
-pub fn read_chunk(file: &mut std::fs::File, size: usize) -> Result<Vec<u8>, AgentError> {
+/// Opens a regular file for reading `length` bytes from `offset` (0: to the end), refusing a
+/// read of more than `max_bytes` (0: `MAX_READ_BYTES`) before any byte is read.
+pub fn open_read(
+    roots: &Roots,
+    path: &str,
+    offset: u64,
+    length: u64,
+    max_bytes: u64,
+) -> Result<ReadPlan, AgentError> {
+    let r = roots.resolve(path)?;
+    let root = open_root(&r.root)?;
+    let fd = open_beneath(
+        &root,
+        &r.rel,
+        libc::O_RDONLY | libc::O_NONBLOCK | libc::O_NOCTTY,
+        0,
+    )
+    .map_err(|e| open_error(path, e))?;
+    let file = std::fs::File::from(fd);
+    let size = regular(&file, path)?.len();
+    let max = match max_bytes {
+        0 => MAX_READ_BYTES,
+        n => n.min(MAX_READ_BYTES),
+    };
+    let rest = size.saturating_sub(offset);
+    let len = if length == 0 { rest } else { length.min(rest) };
+    if len > max {
+        return Err(AgentError::TooLarge(format!(
+            "{path}: reading {len} bytes is more than the limit of {max} \
+             (raise the limit, or read the file in parts with offset and length)"
+        )));
+    }
+    Ok(ReadPlan {
+        file,
+        size,
+        offset,
+        len,
+    })
+}
+
+/// Up to `size` bytes at `offset`; fewer only at the end of the file.
+pub fn read_chunk(file: &std::fs::File, offset: u64, size: usize) -> Result<Vec<u8>, AgentError> {
+    use std::os::unix::fs::FileExt;
     let mut buf = vec![0u8; size];
     let mut filled = 0;
     while filled < size {
-        match file.read(&mut buf[filled..]) {
+        match file.read_at(&mut buf[filled..], offset + filled as u64) {
             Ok(0) => break,
             Ok(n) => filled += n,
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,

@@ -75,12 +75,13 @@ impl Agent for AgentService {
         )?;
         self.total_execs.fetch_add(1, Ordering::Relaxed);
         // If the caller goes away this future is dropped, and with it the running program.
-        let outcome = self
-            .executor
-            .run(cmd, req.stdin)
-            .await
-            .map_err(AgentError::from)?;
-        Ok(Response::new(exec::result(outcome, pb::ExecPath::Spawn)))
+        match self.executor.run(cmd, req.stdin).await {
+            Ok(outcome) => Ok(Response::new(exec::result(outcome, pb::ExecPath::Spawn))),
+            Err(e) => match exec::refused_by_kernel(&e, &req.argv[0]) {
+                Some(result) => Ok(Response::new(result)),
+                None => Err(AgentError::from(e).into()),
+            },
+        }
     }
 
     type ExecStreamStream = BoxStream<pb::ExecEvent>;
@@ -123,13 +124,16 @@ impl Agent for AgentService {
             n => n.min(files::MAX_CHUNK),
         };
         let roots = self.roots.clone();
-        let path = req.path.clone();
-        let (mut file, total_size) = blocking(move || files::open_read(&roots, &path)).await?;
+        let (path, offset, length, max) = (req.path.clone(), req.offset, req.length, req.max_bytes);
+        let plan = blocking(move || files::open_read(&roots, &path, offset, length, max)).await?;
         let (tx, rx) = mpsc::channel(4);
         tokio::task::spawn_blocking(move || {
-            let mut offset = 0u64;
+            // Never more than the plan's length, even if the file grows meanwhile.
+            let end = plan.offset + plan.len;
+            let mut at = plan.offset;
             loop {
-                let data = match files::read_chunk(&mut file, chunk) {
+                let want = chunk.min((end - at) as usize);
+                let data = match files::read_chunk(&plan.file, at, want) {
                     Ok(d) => d,
                     Err(e) => {
                         let _ = tx.blocking_send(Err(e.into()));
@@ -137,22 +141,22 @@ impl Agent for AgentService {
                     }
                 };
                 let n = data.len() as u64;
-                // An empty file still answers with one (empty) chunk.
-                if n == 0 && offset > 0 {
+                // An empty read still answers with one (empty) chunk.
+                if n == 0 && at > plan.offset {
                     return;
                 }
                 if tx
                     .blocking_send(Ok(pb::FileChunk {
-                        offset,
-                        total_size,
+                        offset: at,
+                        total_size: plan.size,
                         data: data.into(),
                     }))
                     .is_err()
                 {
                     return;
                 }
-                offset += n;
-                if n == 0 || offset >= total_size {
+                at += n;
+                if n == 0 || at >= end {
                     return;
                 }
             }

@@ -22,6 +22,13 @@ fn event(kind: pb::exec_event::Kind) -> Result<pb::ExecEvent, Status> {
     Ok(pb::ExecEvent { kind: Some(kind) })
 }
 
+/// The events of a program the kernel refused to start: its message on stderr, then its exit.
+async fn refused(mut result: pb::ExecResult, tx: EventTx) {
+    let stderr = std::mem::take(&mut result.stderr);
+    let _ = tx.send(event(pb::exec_event::Kind::Stderr(stderr))).await;
+    let _ = tx.send(event(pb::exec_event::Kind::Exit(result))).await;
+}
+
 /// Starts the program named by the first message and returns the task driving it.
 pub async fn start(
     executor: Arc<Executor>,
@@ -38,7 +45,14 @@ pub async fn start(
         ));
     };
     let cmd = exec::command(&req, &executor.config().default_limits, &work_dir)?;
-    let mut running = executor.start(cmd).map_err(AgentError::from)?;
+    let mut running = match executor.start(cmd) {
+        Ok(running) => running,
+        Err(e) => {
+            let result = exec::refused_by_kernel(&e, &req.argv[0]).ok_or(AgentError::from(e))?;
+            tokio::spawn(refused(result, tx));
+            return Ok(());
+        }
+    };
     tokio::spawn(async move {
         let mut stdin = running.stdin.take();
         let _ = tx
