@@ -314,6 +314,24 @@ async def test_ro_binds_and_template_resources(docker_api: Any, docker_pool: Mak
         assert (hc["Memory"], hc["PidsLimit"], hc["NanoCpus"]) == (256 << 20, 100, 500_000_000)
 
 
+async def test_a_default_container_is_bounded(docker_api: Any, docker_pool: MakePool) -> None:
+    """The default template's caps reach the container (memory, pids, CPU, tmpfs size and
+    inodes) and the kernel holds a program to them even when its own exec limits are looser."""
+    t = Template()
+    pool = await docker_pool(warm=0)
+    async with pool.sandbox() as sb:
+        hc = docker_api.inspect_container(sb.handle.backend_data.container_id)["HostConfig"]
+        assert (hc["Memory"], hc["PidsLimit"], hc["NanoCpus"]) == (
+            t.memory_bytes, t.max_pids, int(t.cpu_quota * 1e9))
+        work_opts = hc["Tmpfs"][t.work_dir]
+        assert f"size={t.work_size_bytes}" in work_opts
+        assert f"nr_inodes={t.work_size_bytes // sandboxes.templates.BYTES_PER_INODE}" in work_opts
+        loose = sandboxes.Limits(memory_bytes=4 << 30, wall_time_s=60)
+        r = await sb.exec(["python3", "-c", "b = b'x' * (1536 << 20); print('allocated')"], limits=loose)
+        assert r.stdout == b"" and r.exit_code != 0, r
+        assert (await sb.exec(["echo", "ok"])).stdout == b"ok\n"
+
+
 # --- lifecycle: leases, crashes, orphans ---------------------------------------------------------
 
 
