@@ -191,6 +191,9 @@ class LaunchConfig:
         ro_binds: list[str] | None = None,
         env: dict[str, str] | None = None,
         python_zygote: str = "lazy",  # "lazy" | "eager" | "off" (see Template.python_zygote)
+        user: str = "sandbox",  # "sandbox" | "root" (see Template.user)
+        id_base: int = 0,  # root: first host id of the sandbox's user namespace
+        root_size_bytes: int = 0,  # root: size of the writable root
     ) -> None: ...
 
 class LocalSandbox:

@@ -17,6 +17,7 @@ __all__ = ["Template"]
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 _ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 PYTHON_ZYGOTE_MODES = ("lazy", "eager", "off")
+USERS = ("sandbox", "root")
 
 # The bounds of every template that names none (documented in docs/sandbox.md).
 DEFAULT_MEMORY_BYTES = 1 << 30
@@ -24,6 +25,7 @@ DEFAULT_MAX_PIDS = 256
 DEFAULT_CPU_QUOTA = 1.0
 DEFAULT_WORK_SIZE_BYTES = 1 << 30
 DEFAULT_TMP_SIZE_BYTES = 256 << 20
+DEFAULT_ROOT_SIZE_BYTES = 1 << 30
 # Inodes of a sandbox tmpfs per byte of its size (the agent's `BYTES_PER_INODE`, for the mounts
 # it makes; the docker backend's tmpfs mounts use this one). Empty files cost no space but ~1 KiB
 # of kernel memory each, so without this bound a program could pin far more than its disk.
@@ -46,6 +48,12 @@ class Template:
     `sandboxes-sandbox:latest`, built by `make images`); `agent_mount` (docker) bind-mounts this
     host's agent binary read-only into the container instead of using the image's own, so any
     image with glibc and /bin/sh works.
+
+    `user` is who runs programs: `"sandbox"`, an unprivileged uid (`uid`/`gid`) under a
+    read-only root with a writable work dir and /tmp; or `"root"`, root inside a user namespace
+    of the sandbox's own (its host ids are a range no other sandbox has, with no capability over
+    the host) with a writable root file system of `root_size_bytes` (local backend; thrown away
+    with the sandbox, the host's files never change).
 
     `python_zygote` is when the agent starts its prewarmed Python interpreter, from which Python
     executions and test cases are forked: `"lazy"` on the first Python execution (which, like any
@@ -78,6 +86,8 @@ class Template:
     labels: Mapping[str, str] = field(default_factory=dict)
     agent_mount: bool = False
     python_zygote: str = "lazy"
+    user: str = "sandbox"
+    root_size_bytes: int = DEFAULT_ROOT_SIZE_BYTES
 
     def __post_init__(self) -> None:
         # Frozen, but copy the mutable containers so callers cannot change a template later.
@@ -116,6 +126,9 @@ class Template:
             raise InvalidRequest(
                 f"python_zygote must be one of {', '.join(PYTHON_ZYGOTE_MODES)}, got {self.python_zygote!r}"
             )
+        if self.user not in USERS:
+            raise InvalidRequest(f"user must be one of {', '.join(USERS)}, got {self.user!r}")
+        _check_int("root_size_bytes", self.root_size_bytes, 0, 1 << 40)
         if not isinstance(self.agent_mount, bool):
             raise InvalidRequest(f"agent_mount must be a bool, got {self.agent_mount!r}")
         if not self.work_dir.startswith("/"):

@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from .. import _bridge
-from ..errors import BackendUnavailable, LaunchError, SandboxError
+from ..errors import BackendUnavailable, InvalidRequest, LaunchError, SandboxError
 from ..templates import BYTES_PER_INODE, Template
 from .base import SandboxHandle
 from .local import _alive, _make_private_dir, _read_json, _starttime, _write_json, default_run_root
@@ -175,6 +175,12 @@ class DockerBackend:
 
     async def create(self, template: Template, sandbox_id: str) -> SandboxHandle:
         """Start a container for `template`; returns once its agent pushed readiness."""
+        if template.user != "sandbox":
+            raise InvalidRequest(
+                f"user={template.user!r} is not available on the docker backend: it runs programs "
+                "as the template's unprivileged uid (root inside a sandbox's own user namespace is "
+                "a local-backend feature)"
+            )
         image = template.image or self.default_image
         await self._api()  # BackendUnavailable before anything is made on the host
         agent_bin = self._agent_path() if template.agent_mount else None

@@ -29,6 +29,7 @@ from typing import Any
 from .. import _bridge
 from ..errors import LaunchError
 from ..templates import Template
+from . import ids
 from .base import SandboxHandle
 
 __all__ = ["LocalBackend", "create_backend", "default_run_root"]
@@ -80,6 +81,7 @@ class LocalBackend:
         self.agent_bin = agent_bin or _bridge.agent_path()  # fail at start, not at first claim
         self.pool_dir = self.run_root / f"pool-{self.pool_id}"
         self._live: dict[str, Any] = {}  # sandbox id -> _native.LocalSandbox
+        self._id_bases: dict[str, int] = {}  # sandbox id -> its host id range (root sandboxes)
         self._dir_ready = False
 
     # --- Backend protocol ------------------------------------------------------------------------
@@ -95,6 +97,26 @@ class LocalBackend:
                 step="run_dir",
             )
         native = _bridge.native()
+        id_base = ids.claim(sandbox_id) if template.user == "root" else 0
+        try:
+            local = await self._launch(native, template, run_dir, id_base)
+        except BaseException:
+            if id_base:
+                ids.release(id_base, sandbox_id)
+            raise
+        # No await from here on: the agent is recorded before anything can cancel us.
+        self._live[sandbox_id] = local
+        self._id_bases[sandbox_id] = id_base
+        self._write_record(sandbox_id, local)
+        return SandboxHandle(
+            id=sandbox_id,
+            endpoint=local.endpoint,
+            token=local.token,
+            backend_data=local,
+            created_at=time.time(),
+        )
+
+    async def _launch(self, native: Any, template: Template, run_dir: Path, id_base: int) -> Any:
         with _bridge.translating():
             config = native.LaunchConfig(
                 self.agent_bin,
@@ -114,18 +136,11 @@ class LocalBackend:
                 ro_binds=list(template.ro_binds) or None,
                 env=dict(template.env) or None,
                 python_zygote=template.python_zygote,
+                user=template.user,
+                id_base=id_base,
+                root_size_bytes=template.root_size_bytes,
             )
-            local = await native.launch_local(config)
-        # No await from here on: the agent is recorded before anything can cancel us.
-        self._live[sandbox_id] = local
-        self._write_record(sandbox_id, local)
-        return SandboxHandle(
-            id=sandbox_id,
-            endpoint=local.endpoint,
-            token=local.token,
-            backend_data=local,
-            created_at=time.time(),
-        )
+            return await native.launch_local(config)
 
     async def destroy(self, handle: SandboxHandle) -> None:
         """SIGKILL the agent (its pid namespace dies with it), remove its cgroup and run dir."""
@@ -136,6 +151,8 @@ class LocalBackend:
                     await asyncio.to_thread(local.kill)
         finally:
             self._live.pop(handle.id, None)
+            if id_base := self._id_bases.pop(handle.id, 0):
+                ids.release(id_base, handle.id)
             _unlink(self.pool_dir / f"{handle.id}.json")
 
     async def reap_orphans(self) -> int:
@@ -153,6 +170,8 @@ class LocalBackend:
             except Exception:
                 log.exception("killing sandbox %s failed", sid)
             self._live.pop(sid, None)
+            if id_base := self._id_bases.pop(sid, 0):
+                ids.release(id_base, sid)
         shutil.rmtree(self.pool_dir, ignore_errors=True)
         self._dir_ready = False
 

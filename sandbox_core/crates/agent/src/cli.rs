@@ -43,6 +43,17 @@ pub struct Args {
     /// Run user programs with the agent's own uid/gid (inside a user namespace, or in tests).
     #[arg(long)]
     pub keep_uid: bool,
+    /// Who runs user programs: `sandbox` (the unprivileged --uid/--gid) or `root`: root of a
+    /// user namespace whose ids are the host's --id-base.. (65,536 of them), with a writable root
+    /// file system of --root-size bytes. `root` needs --new-root and an agent that is root.
+    #[arg(long, default_value = "sandbox", value_parser = ["sandbox", "root"])]
+    pub user: String,
+    /// First host id of a root sandbox's user namespace (the launcher gives each sandbox its own).
+    #[arg(long, default_value_t = 0)]
+    pub id_base: u32,
+    /// Size of a root sandbox's writable root (its disk) in bytes (0: 1 GiB).
+    #[arg(long, default_value_t = 0)]
+    pub root_size: u64,
     #[arg(long)]
     pub no_seccomp: bool,
     #[arg(long)]

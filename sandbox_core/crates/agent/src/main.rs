@@ -63,12 +63,17 @@ fn base_env(args: &cli::Args) -> std::collections::BTreeMap<String, String> {
         ),
         ("LANG", "C.UTF-8"),
         ("TMPDIR", "/tmp"),
-        ("USER", "sandbox"),
     ]
     .into_iter()
     .map(|(k, v)| (k.to_string(), v.to_string()))
     .collect();
-    env.insert("HOME".into(), args.work_dir.display().to_string());
+    if args.user == "root" {
+        env.insert("USER".into(), "root".into());
+        env.insert("HOME".into(), "/root".into());
+    } else {
+        env.insert("USER".into(), "sandbox".into());
+        env.insert("HOME".into(), args.work_dir.display().to_string());
+    }
     for kv in &args.env {
         match kv.split_once('=') {
             Some((k, v)) if !k.is_empty() => {
@@ -80,17 +85,56 @@ fn base_env(args: &cli::Args) -> std::collections::BTreeMap<String, String> {
     env
 }
 
-fn main() {
-    let args = cli::Args::parse();
-    let token = read_token(&args);
-    // SAFETY: geteuid has no preconditions.
-    let is_root = unsafe { libc::geteuid() } == 0;
+/// Who runs user programs, and who owns what the agent makes for them.
+struct Programs {
+    /// Ids of programs (inside their user namespace when there is one).
+    uid: u32,
+    gid: u32,
+    /// Host ids that own the files and directories the agent makes for programs.
+    owner: server::Owner,
+    /// The programs' user namespace (root sandboxes).
+    userns: Option<Arc<std::os::fd::OwnedFd>>,
+}
+
+const DEFAULT_ROOT_SIZE: u64 = 1 << 30;
+
+fn programs(args: &cli::Args, is_root: bool) -> Programs {
+    if args.user == "root" {
+        if !is_root || !args.new_root || args.keep_uid {
+            fail("--user root needs an agent that is root, --new-root and no --keep-uid");
+        }
+        let ns = setup::userns::create(args.id_base).unwrap_or_else(|e| fail(e));
+        return Programs {
+            uid: 0,
+            gid: 0,
+            owner: server::Owner {
+                uid: args.id_base,
+                gid: args.id_base,
+            },
+            userns: Some(Arc::new(ns)),
+        };
+    }
     let (uid, gid) = if args.keep_uid || !is_root {
         // SAFETY: getuid/getgid have no preconditions.
         unsafe { (libc::getuid(), libc::getgid()) }
     } else {
         (args.uid, args.gid)
     };
+    Programs {
+        uid,
+        gid,
+        owner: server::Owner { uid, gid },
+        userns: None,
+    }
+}
+
+fn main() {
+    let args = cli::Args::parse();
+    let token = read_token(&args);
+    // SAFETY: geteuid has no preconditions.
+    let is_root = unsafe { libc::geteuid() } == 0;
+    // Before any thread: the user namespace is made by a fork.
+    let programs = programs(&args, is_root);
 
     if let Some(h) = &args.hostname {
         setup::net::set_hostname(h).unwrap_or_else(|e| fail(e));
@@ -104,8 +148,15 @@ fn main() {
             work_size: args.work_size,
             tmp_size: args.tmp_size,
             ro_binds: args.ro_binds.clone(),
-            uid,
-            gid,
+            uid: programs.owner.uid,
+            gid: programs.owner.gid,
+            writable: programs.userns.as_ref().map(|ns| setup::rootfs::Writable {
+                userns: std::os::fd::AsRawFd::as_raw_fd(ns.as_ref()),
+                size: match args.root_size {
+                    0 => DEFAULT_ROOT_SIZE,
+                    n => n,
+                },
+            }),
         };
         setup::rootfs::build(&spec).unwrap_or_else(|e| fail(e));
     } else if !args.work_dir.exists() {
@@ -119,7 +170,7 @@ fn main() {
         .enable_all()
         .build()
         .unwrap_or_else(|e| fail(format!("tokio runtime: {e}")));
-    let code = runtime.block_on(serve(args, token, uid, gid, is_root));
+    let code = runtime.block_on(serve(args, token, programs, is_root));
     std::process::exit(code);
 }
 
@@ -148,17 +199,19 @@ async fn warm_up(executor: &Executor) {
     }
 }
 
-async fn serve(args: cli::Args, token: String, uid: u32, gid: u32, is_root: bool) -> i32 {
+async fn serve(args: cli::Args, token: String, programs: Programs, is_root: bool) -> i32 {
     let drop_uid = is_root && !args.keep_uid;
+    let root_inside = programs.userns.is_some();
     let config = ExecutorConfig {
-        uid: drop_uid.then_some(uid),
-        gid: drop_uid.then_some(gid),
+        uid: drop_uid.then_some(programs.uid),
+        gid: drop_uid.then_some(programs.gid),
         seccomp: !args.no_seccomp,
         use_cgroups: !args.no_cgroups,
         cgroup_parent: None,
         work_dir: args.work_dir.clone(),
         base_env: base_env(&args),
         default_limits: sandbox_exec::Limits::default(),
+        user_namespace: programs.userns.clone(),
     };
     let executor = Arc::new(Executor::new(config).unwrap_or_else(|e| fail(e)));
     // This process owns its cgroup subtree (whoever removes the sandbox removes the subtree), so
@@ -167,8 +220,12 @@ async fn serve(args: cli::Args, token: String, uid: u32, gid: u32, is_root: bool
     // Every exec starts on this thread (the runtime has one): wearing the filter here spares each
     // a hand-over to the spawner thread and back. Set-up is done; the agent needs none of the
     // syscalls the filter refuses from now on.
-    if let Err(e) = executor.wear_seccomp_on_this_thread() {
-        eprintln!("sandbox-agent: {e}; programs start from the spawner thread");
+    // Programs that enter a user namespace must do so before any filter is on: they attach it
+    // themselves, after setns.
+    if !root_inside {
+        if let Err(e) = executor.wear_seccomp_on_this_thread() {
+            eprintln!("sandbox-agent: {e}; programs start from the spawner thread");
+        }
     }
     warm_up(&executor).await;
     if args.python_zygote != "off" {
@@ -202,12 +259,17 @@ async fn serve(args: cli::Args, token: String, uid: u32, gid: u32, is_root: bool
     if args.new_root {
         roots.push(PathBuf::from("/tmp"));
     }
+    if root_inside {
+        // The whole writable root; resolution never crosses a mount (`paths`), so /proc, /sys,
+        // /dev and the read-only binds stay out of reach.
+        roots.extend([PathBuf::from("/usr"), PathBuf::from("/")]);
+    }
     let lease = lease::Lease::new(Duration::from_secs_f64(args.lease_ttl.max(0.0)));
     let service = server::AgentService {
         executor: executor.clone(),
         lease: lease.clone(),
         roots: Arc::new(paths::Roots::new(roots)),
-        owner: server::Owner { uid, gid },
+        owner: programs.owner,
         scratch: if args.new_root {
             PathBuf::from("/tmp")
         } else {

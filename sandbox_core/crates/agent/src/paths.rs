@@ -2,7 +2,9 @@
 //!
 //! A path is relative to the work dir, or absolute under one of the allowed roots (the work dir,
 //! and /tmp when the agent built its own root). Resolution goes through `openat2` with
-//! `RESOLVE_BENEATH`, so neither `..` nor a symlink planted by user code can escape.
+//! `RESOLVE_BENEATH`, so neither `..` nor a symlink planted by user code can escape, and with
+//! `RESOLVE_NO_XDEV`, so no path crosses into another mount (a root sandbox's `/` is a root, and
+//! `/proc`, `/sys`, `/dev` and read-only binds are mounts beneath it).
 
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
@@ -118,6 +120,7 @@ struct OpenHow {
     resolve: u64,
 }
 
+const RESOLVE_NO_XDEV: u64 = 0x01;
 const RESOLVE_NO_MAGICLINKS: u64 = 0x02;
 const RESOLVE_BENEATH: u64 = 0x08;
 
@@ -137,7 +140,9 @@ pub fn open_beneath(
         } else {
             0
         },
-        resolve: RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS,
+        // NO_XDEV: a path stays on its root's own mount (each root is one), so it can never
+        // reach another file system through a mount point beneath a root.
+        resolve: RESOLVE_BENEATH | RESOLVE_NO_MAGICLINKS | RESOLVE_NO_XDEV,
     };
     // SAFETY: openat2 with a valid fd, C string and open_how of the size we pass.
     let fd = unsafe {

@@ -21,6 +21,8 @@ pub enum Step {
     CreateCgroup = 14,
     CgroupLimit = 15,
     Landlock = 16,
+    /// Entering the sandbox's user namespace (`ExecutorConfig::user_namespace`).
+    UserNs = 17,
 }
 
 /// Why a program could not be started.

@@ -16,6 +16,7 @@
 //!   for the clone + isolation syscalls + execve, typically 0.2-0.4 ms (see `spawn`).
 
 use std::collections::{BTreeMap, HashMap};
+use std::os::fd::{AsRawFd, OwnedFd};
 use std::path::PathBuf;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 use std::sync::{Arc, Mutex, OnceLock, Weak};
@@ -53,6 +54,10 @@ pub struct ExecutorConfig {
     pub base_env: BTreeMap<String, String>,
     /// Limits applied where a request leaves a field at zero.
     pub default_limits: Limits,
+    /// A user namespace (an fd of `/proc/PID/ns/user`) every program enters before it takes
+    /// `uid`/`gid`, which are then ids inside it (root inside, an unprivileged range outside).
+    /// Programs then attach the seccomp filter themselves: do not `wear_seccomp_on_this_thread`.
+    pub user_namespace: Option<Arc<OwnedFd>>,
 }
 
 /// What the executor found usable at start-up.
@@ -218,6 +223,7 @@ impl Executor {
         };
         // SAFETY: plain syscalls.
         let (euid, egid) = unsafe { (libc::geteuid(), libc::getegid()) };
+        let userns = config.user_namespace.as_ref().map(|fd| fd.as_raw_fd());
         let identity = if config.uid.is_none() && config.gid.is_none() {
             Identity::default()
         } else if euid == 0 {
@@ -225,6 +231,7 @@ impl Executor {
                 groups: Some(config.gid.unwrap_or(egid)),
                 gid: config.gid,
                 uid: config.uid,
+                userns,
             }
         } else {
             // Unprivileged: only a change that is possible at all (to our own ids) is attempted.
@@ -232,6 +239,7 @@ impl Executor {
                 groups: None,
                 gid: config.gid.filter(|g| *g != egid),
                 uid: config.uid.filter(|u| *u != euid),
+                userns: None,
             }
         };
         let capabilities = Capabilities {

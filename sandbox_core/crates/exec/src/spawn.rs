@@ -42,12 +42,14 @@ use crate::spawner::Spawner;
 pub const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 
 /// Credentials the child switches to. `groups` is set whenever an identity is configured, so the
-/// program never keeps the agent's supplementary groups.
+/// program never keeps the agent's supplementary groups. With `userns` (an fd of a user
+/// namespace) the child enters it first, and the ids are ids inside it.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Identity {
     pub groups: Option<libc::gid_t>,
     pub gid: Option<libc::gid_t>,
     pub uid: Option<libc::uid_t>,
+    pub userns: Option<RawFd>,
 }
 
 /// Isolation settings of one spawn.
@@ -266,11 +268,14 @@ pub fn spawn(
     // `Executor::wear_seccomp_on_this_thread`): the child inherits it without a hand-over; else
     // on the spawner thread, which wears it (see `spawner`), with the CPUs of this thread given
     // back to the child; else here, pinned (see `Pin`), the child attaching the filter itself.
-    let worn = iso.seccomp.is_some_and(crate::spawner::this_thread_wears);
+    // A child that enters a user namespace must do so before any filter is on (the filter denies
+    // setns): it is cloned here and attaches the filter itself.
+    let enters_userns = iso.identity.userns.is_some();
+    let worn = !enters_userns && iso.seccomp.is_some_and(crate::spawner::this_thread_wears);
     let mut own_cpus = None;
     let spawner = iso
         .seccomp
-        .filter(|_| !worn)
+        .filter(|_| !worn && !enters_userns)
         .and_then(Spawner::for_filter)
         .filter(|_| {
             own_cpus = current_affinity();
@@ -532,6 +537,7 @@ fn step_from_u8(b: u8) -> Step {
         CreateCgroup,
         CgroupLimit,
         Landlock,
+        UserNs,
     ]
     .into_iter()
     .find(|s| *s as u8 == b)
@@ -584,6 +590,13 @@ unsafe fn child_main(p: &ChildPlan<'_>) -> ! {
     }
     if libc::chdir(p.cwd) != 0 {
         fail(p.report, Step::Chdir);
+    }
+    // Into the sandbox's user namespace once the host-side steps (cgroup, rlimits, cwd) are done:
+    // from here on the child has capabilities only inside it.
+    if let Some(ns) = p.identity.userns {
+        if libc::setns(ns, libc::CLONE_NEWUSER) != 0 {
+            fail(p.report, Step::UserNs);
+        }
     }
     // Raw syscalls: glibc's set*id wrappers broadcast to all threads of the parent image.
     if let Some(g) = p.identity.groups {
@@ -696,6 +709,7 @@ mod tests {
             ]
             .into(),
             default_limits: Limits::default(),
+            user_namespace: None,
         }
     }
 

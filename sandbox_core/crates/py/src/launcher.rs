@@ -47,12 +47,17 @@ pub struct LaunchConfig {
     env: Vec<(String, String)>,
     /// When the agent starts its Python zygote: "lazy", "eager" or "off".
     python_zygote: String,
+    /// Who runs programs: "sandbox" (uid/gid) or "root" (root of a user namespace whose ids are
+    /// the host's `id_base..id_base+65536`, with a writable root of `root_size_bytes`).
+    user: String,
+    id_base: u32,
+    root_size_bytes: u64,
 }
 
 #[pymethods]
 impl LaunchConfig {
     #[new]
-    #[pyo3(signature = (agent_path, run_dir, *, uid=65534, gid=65534, lease_ttl_s=30.0, memory_bytes=0, max_pids=0, cpu_quota=0.0, work_dir="/work".to_string(), work_size_bytes=0, tmp_size_bytes=0, network=false, seccomp=true, cgroups=true, ro_binds=None, env=None, python_zygote="lazy".to_string()))]
+    #[pyo3(signature = (agent_path, run_dir, *, uid=65534, gid=65534, lease_ttl_s=30.0, memory_bytes=0, max_pids=0, cpu_quota=0.0, work_dir="/work".to_string(), work_size_bytes=0, tmp_size_bytes=0, network=false, seccomp=true, cgroups=true, ro_binds=None, env=None, python_zygote="lazy".to_string(), user="sandbox".to_string(), id_base=0, root_size_bytes=0))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         agent_path: String,
@@ -72,7 +77,26 @@ impl LaunchConfig {
         ro_binds: Option<Vec<String>>,
         env: Option<std::collections::BTreeMap<String, String>>,
         python_zygote: String,
+        user: String,
+        id_base: u32,
+        root_size_bytes: u64,
     ) -> PyResult<Self> {
+        match (user.as_str(), id_base) {
+            ("sandbox", _) => {}
+            ("root", b) if b > 0 && b.checked_add(1 << 16).is_some() => {}
+            ("root", _) => {
+                return Err(err(
+                    "invalid_argument",
+                    "user root needs an id_base in [1, 2**32 - 65536]",
+                ))
+            }
+            _ => {
+                return Err(err(
+                    "invalid_argument",
+                    format!("user must be sandbox or root, got {user}"),
+                ))
+            }
+        }
         if !["lazy", "eager", "off"].contains(&python_zygote.as_str()) {
             return Err(err(
                 "invalid_argument",
@@ -115,6 +139,9 @@ impl LaunchConfig {
             ro_binds: ro_binds.unwrap_or_default(),
             env: env.unwrap_or_default().into_iter().collect(),
             python_zygote,
+            user,
+            id_base,
+            root_size_bytes,
         })
     }
 }
@@ -332,6 +359,11 @@ fn agent_argv(c: &LaunchConfig, namespaces: &[&str]) -> Vec<String> {
     }
     for (k, v) in &c.env {
         a.push(format!("--env={k}={v}"));
+    }
+    if c.user == "root" {
+        a.push("--user=root".into());
+        a.push(format!("--id-base={}", c.id_base));
+        a.push(format!("--root-size={}", c.root_size_bytes));
     }
     a
 }

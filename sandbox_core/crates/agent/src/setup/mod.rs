@@ -3,6 +3,7 @@
 
 pub mod net;
 pub mod rootfs;
+pub mod userns;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SetupError {
@@ -26,4 +27,14 @@ pub enum SetupError {
     Hostname(std::io::Error),
     #[error("loopback up: {0}")]
     Loopback(std::io::Error),
+    #[error("user namespace ({what}): {source}")]
+    UserNs {
+        what: &'static str,
+        source: std::io::Error,
+    },
+    #[error("idmapped mount of {path}: {source}")]
+    IdMap {
+        path: String,
+        source: std::io::Error,
+    },
 }

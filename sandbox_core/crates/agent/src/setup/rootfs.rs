@@ -12,8 +12,16 @@
 //! /tmp, <work> private tmpfs, size-limited; the work dir belongs to the sandbox user
 //! ```
 //! The host's other files, the agent's socket and the run dir are simply not there.
+//!
+//! A root sandbox (`RootSpec::writable`) gets a writable root instead: `/` is a directory of the
+//! sandbox's own disk (a tmpfs bounded in size and inodes, thrown away with the sandbox) and
+//! `/usr` an overlay whose lower layer is the host's `/usr`, idmapped into the programs' user
+//! namespace (so root inside owns it there) and whose upper layer is on that same disk: a program
+//! may change anything, the host's files never change, and all it writes counts against one
+//! quota (ENOSPC past it). The few host files of `/etc` stay read-only binds.
 
 use std::ffi::CString;
+use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
@@ -24,8 +32,18 @@ pub struct RootSpec {
     pub work_size: u64,
     pub tmp_size: u64,
     pub ro_binds: Vec<PathBuf>,
+    /// Host ids that own the work dir and, in a writable root, every directory the agent makes.
     pub uid: u32,
     pub gid: u32,
+    pub writable: Option<Writable>,
+}
+
+/// A writable root (root sandboxes).
+pub struct Writable {
+    /// The programs' user namespace, which the host's `/usr` is idmapped into.
+    pub userns: RawFd,
+    /// Bytes of the sandbox's disk (`/` and what is written under `/usr`).
+    pub size: u64,
 }
 
 const DEFAULT_TMPFS: u64 = 256 << 20;
@@ -147,27 +165,44 @@ fn etc(root: &Path, spec: &RootSpec) -> Result<(), SetupError> {
     let etc = root.join("etc");
     mkdirs(&etc)?;
     let work = spec.work_dir.display();
-    write(
-        &etc.join("passwd"),
-        &format!(
-            "root:x:0:0:root:/root:/bin/sh\nsandbox:x:{}:{}:sandbox:{work}:/bin/sh\n",
-            spec.uid, spec.gid
+    let (passwd, group) = if spec.writable.is_some() {
+        (
+            "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/sh\n"
+                .to_string(),
+            "root:x:0:\nnogroup:x:65534:\n".to_string(),
+        )
+    } else {
+        (
+            format!(
+                "root:x:0:0:root:/root:/bin/sh\nsandbox:x:{}:{}:sandbox:{work}:/bin/sh\n",
+                spec.uid, spec.gid
+            ),
+            format!("root:x:0:\nsandbox:x:{}:\n", spec.gid),
+        )
+    };
+    let files = [
+        ("passwd", passwd.as_str()),
+        ("group", group.as_str()),
+        (
+            "hosts",
+            "127.0.0.1 localhost sandbox\n::1 localhost ip6-localhost\n",
         ),
-    )?;
-    write(
-        &etc.join("group"),
-        &format!("root:x:0:\nsandbox:x:{}:\n", spec.gid),
-    )?;
-    write(
-        &etc.join("hosts"),
-        "127.0.0.1 localhost sandbox\n::1 localhost ip6-localhost\n",
-    )?;
-    write(&etc.join("hostname"), "sandbox\n")?;
-    write(&etc.join("resolv.conf"), "")?;
-    write(
-        &etc.join("nsswitch.conf"),
-        "passwd: files\ngroup: files\nhosts: files\n",
-    )?;
+        ("hostname", "sandbox\n"),
+        ("resolv.conf", ""),
+        (
+            "nsswitch.conf",
+            "passwd: files\ngroup: files\nhosts: files\n",
+        ),
+    ];
+    for (name, data) in files {
+        write(&etc.join(name), data)?;
+        if spec.writable.is_some() {
+            chown(&etc.join(name), spec.uid, spec.gid)?;
+        }
+    }
+    if spec.writable.is_some() {
+        chown(&etc, spec.uid, spec.gid)?;
+    }
     for name in ETC_FROM_HOST {
         let src = Path::new("/etc").join(name);
         if src.exists() {
@@ -285,15 +320,15 @@ fn pivot(root: &Path) -> Result<(), SetupError> {
     std::env::set_current_dir("/").map_err(err)
 }
 
-/// Builds the new root and pivots into it. Must run before any thread is started.
-pub fn build(spec: &RootSpec) -> Result<(), SetupError> {
-    mount(
-        None,
-        Path::new("/"),
-        None,
-        libc::MS_REC | libc::MS_PRIVATE,
-        None,
-    )?;
+fn chown(p: &Path, uid: u32, gid: u32) -> Result<(), SetupError> {
+    std::os::unix::fs::lchown(p, Some(uid), Some(gid)).map_err(|source| SetupError::Create {
+        path: p.display().to_string(),
+        source,
+    })
+}
+
+/// The read-only root of a judge-style sandbox: a small tmpfs with the host's `/usr` bound in.
+fn read_only_root() -> Result<PathBuf, SetupError> {
     let root = Path::new(NEW_ROOT);
     mount(
         None,
@@ -303,6 +338,141 @@ pub fn build(spec: &RootSpec) -> Result<(), SetupError> {
         Some("size=16m,mode=755"),
     )?;
     bind_ro(root, Path::new("/usr"))?;
+    Ok(root.to_path_buf())
+}
+
+/// The writable root (see the module's doc): the disk at NEW_ROOT, the root a directory of it.
+fn writable_root(spec: &RootSpec, w: &Writable) -> Result<PathBuf, SetupError> {
+    let disk = Path::new(NEW_ROOT);
+    tmpfs(disk, w.size, "700", "")?;
+    let root = disk.join("root");
+    for d in ["root", "usr.lower", "usr.upper", "usr.work"] {
+        mkdirs(&disk.join(d))?;
+    }
+    for d in ["root", "usr.upper"] {
+        chown(&disk.join(d), spec.uid, spec.gid)?;
+    }
+    // pivot_root wants a mount point.
+    mount(Some(&root), &root, None, libc::MS_BIND, None)?;
+    let usr = root.join("usr");
+    mkdirs(&usr)?;
+    chown(&usr, spec.uid, spec.gid)?;
+    let lower = disk.join("usr.lower");
+    match idmapped_bind(Path::new("/usr"), &lower, w.userns) {
+        Ok(()) => {
+            let opts = format!(
+                "lowerdir={},upperdir={},workdir={}",
+                lower.display(),
+                disk.join("usr.upper").display(),
+                disk.join("usr.work").display()
+            );
+            mount(
+                Some(Path::new("overlay")),
+                &usr,
+                Some("overlay"),
+                libc::MS_NOSUID | libc::MS_NODEV,
+                Some(&opts),
+            )?;
+        }
+        Err(e) => {
+            // A kernel or file system without idmapped mounts: /usr stays the host's, read-only.
+            eprintln!("sandbox-agent: {e}; /usr is read-only in this sandbox");
+            bind_ro(&root, Path::new("/usr"))?;
+        }
+    }
+    let home = root.join("root");
+    mkdirs(&home)?;
+    chown(&home, spec.uid, spec.gid)?;
+    Ok(root)
+}
+
+/// Binds `src` at `target` (an existing directory) read-only, with the ids of its files shifted
+/// into `userns` (file uid 0 is the namespace's root).
+fn idmapped_bind(src: &Path, target: &Path, userns: RawFd) -> Result<(), SetupError> {
+    let err = |source| SetupError::IdMap {
+        path: src.display().to_string(),
+        source,
+    };
+    #[repr(C)]
+    struct MountAttr {
+        attr_set: u64,
+        attr_clr: u64,
+        propagation: u64,
+        userns_fd: u64,
+    }
+    const OPEN_TREE_CLONE: libc::c_uint = 1;
+    const MOUNT_ATTR_RDONLY: u64 = 0x1;
+    const MOUNT_ATTR_NOSUID: u64 = 0x2;
+    const MOUNT_ATTR_NODEV: u64 = 0x4;
+    const MOUNT_ATTR_IDMAP: u64 = 0x0010_0000;
+    const MOVE_MOUNT_F_EMPTY_PATH: libc::c_uint = 0x4;
+    let (src_c, target_c, empty) = (c(src), c(target), CString::default());
+    // SAFETY: open_tree with a valid C string; the fd it returns is ours.
+    let tree = unsafe {
+        libc::syscall(
+            libc::SYS_open_tree,
+            libc::AT_FDCWD,
+            src_c.as_ptr(),
+            OPEN_TREE_CLONE | libc::O_CLOEXEC as libc::c_uint | libc::AT_RECURSIVE as libc::c_uint,
+        )
+    };
+    if tree < 0 {
+        return Err(err(std::io::Error::last_os_error()));
+    }
+    // SAFETY: just returned by the kernel.
+    let tree = unsafe { OwnedFd::from_raw_fd(tree as RawFd) };
+    let attr = MountAttr {
+        attr_set: MOUNT_ATTR_IDMAP | MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+        attr_clr: 0,
+        propagation: 0,
+        userns_fd: userns as u64,
+    };
+    use std::os::fd::AsRawFd;
+    // SAFETY: mount_setattr on our detached tree with an attr struct of the size we pass.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_mount_setattr,
+            tree.as_raw_fd(),
+            empty.as_ptr(),
+            libc::AT_EMPTY_PATH | libc::AT_RECURSIVE,
+            &attr as *const MountAttr,
+            std::mem::size_of::<MountAttr>(),
+        )
+    };
+    if rc != 0 {
+        return Err(err(std::io::Error::last_os_error()));
+    }
+    // SAFETY: move_mount of our tree onto an existing directory.
+    let rc = unsafe {
+        libc::syscall(
+            libc::SYS_move_mount,
+            tree.as_raw_fd(),
+            empty.as_ptr(),
+            libc::AT_FDCWD,
+            target_c.as_ptr(),
+            MOVE_MOUNT_F_EMPTY_PATH,
+        )
+    };
+    if rc != 0 {
+        return Err(err(std::io::Error::last_os_error()));
+    }
+    Ok(())
+}
+
+/// Builds the new root and pivots into it. Must run before any thread is started.
+pub fn build(spec: &RootSpec) -> Result<(), SetupError> {
+    mount(
+        None,
+        Path::new("/"),
+        None,
+        libc::MS_REC | libc::MS_PRIVATE,
+        None,
+    )?;
+    let root = match &spec.writable {
+        Some(w) => writable_root(spec, w)?,
+        None => read_only_root()?,
+    };
+    let root = root.as_path();
     for top in TOP_LINKS {
         let host = Path::new("/").join(top);
         match std::fs::symlink_metadata(&host) {
@@ -341,6 +511,9 @@ pub fn build(spec: &RootSpec) -> Result<(), SetupError> {
     }
     mkdirs(&root.join("root"))?;
     pivot(root)?;
+    if spec.writable.is_some() {
+        return Ok(());
+    }
     mount(
         None,
         Path::new("/"),

@@ -23,6 +23,7 @@ pub fn config() -> ExecutorConfig {
             "/usr/local/bin:/usr/bin:/bin".to_string(),
         )]),
         default_limits: Limits::default(),
+        user_namespace: None,
     }
 }
 

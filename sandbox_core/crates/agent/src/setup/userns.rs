@@ -1,0 +1,94 @@
+//! The user namespace programs of a root sandbox run in: ids 0..65536 inside are the host's
+//! `base..base+65536`, a range no other sandbox has (the launcher allocates it). Root inside has
+//! capabilities only over what that namespace owns, and it owns nothing the agent made: the mount,
+//! pid, network and cgroup namespaces belong to the host's user namespace, so a program that is
+//! root inside still cannot mount, trace the agent, open raw sockets or load modules.
+//!
+//! Made once, before the agent starts any thread: a forked child unshares its user namespace and
+//! waits; the agent (root on the host) writes the child's id maps, keeps an fd of the namespace
+//! and ends the child. The namespace lives as long as the fd, i.e. as the agent.
+
+use std::io::{Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+
+use super::SetupError;
+
+/// Ids of one sandbox's range.
+pub const RANGE: u32 = 65_536;
+
+fn err(what: &'static str) -> impl FnOnce(std::io::Error) -> SetupError {
+    move |source| SetupError::UserNs { what, source }
+}
+
+/// A new user namespace whose ids 0..RANGE map to the host's `base..base+RANGE`.
+pub fn create(base: u32) -> Result<OwnedFd, SetupError> {
+    if base == 0 || base.checked_add(RANGE).is_none() {
+        return Err(SetupError::UserNs {
+            what: "id range",
+            source: std::io::Error::from_raw_os_error(libc::EINVAL),
+        });
+    }
+    let (mut unshared_r, unshared_w) = pipe().map_err(err("pipe"))?;
+    let (done_r, mut done_w) = pipe().map_err(err("pipe"))?;
+    // SAFETY: the agent has no thread yet; the child only makes raw syscalls and exits.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(err("fork")(std::io::Error::last_os_error()));
+    }
+    if pid == 0 {
+        // The agent runs before its own /proc is mounted: /proc is the host's, where the child
+        // has another pid than `pid`. It says which, read from the host's /proc/self.
+        let mut msg = [0u8; 16];
+        // SAFETY: async-signal-safe syscalls only, then _exit.
+        unsafe {
+            if libc::unshare(libc::CLONE_NEWUSER) == 0 {
+                msg[0] = b'1';
+                libc::readlink(c"/proc/self".as_ptr(), msg[1..].as_mut_ptr().cast(), 15);
+            }
+            libc::write(unshared_w.as_raw_fd(), msg.as_ptr().cast(), msg.len());
+            let mut b = 0u8;
+            libc::read(done_r.as_raw_fd(), (&mut b as *mut u8).cast(), 1);
+            libc::_exit(0);
+        }
+    }
+    drop((unshared_w, done_r));
+    let result = (|| {
+        let mut msg = [0u8; 16];
+        unshared_r.read_exact(&mut msg).map_err(err("unshare"))?;
+        let host_pid = std::str::from_utf8(&msg[1..])
+            .ok()
+            .and_then(|s| s.trim_end_matches('\0').parse::<u32>().ok());
+        let (b'1', Some(host_pid)) = (msg[0], host_pid) else {
+            return Err(err("unshare")(std::io::Error::from_raw_os_error(
+                libc::EPERM,
+            )));
+        };
+        let map = format!("0 {base} {RANGE}\n");
+        let proc = format!("/proc/{host_pid}");
+        std::fs::write(format!("{proc}/uid_map"), &map).map_err(err("uid_map"))?;
+        std::fs::write(format!("{proc}/gid_map"), &map).map_err(err("gid_map"))?;
+        let ns = std::fs::File::open(format!("{proc}/ns/user")).map_err(err("open ns"))?;
+        Ok(OwnedFd::from(ns))
+    })();
+    let _ = done_w.write_all(b"x");
+    drop(done_w);
+    let mut status = 0;
+    // SAFETY: reaping our own child.
+    unsafe { libc::waitpid(pid, &mut status, 0) };
+    result
+}
+
+fn pipe() -> std::io::Result<(std::fs::File, std::fs::File)> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 into a valid array.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: both fds were just created and are owned by nobody else.
+    Ok(unsafe {
+        (
+            std::fs::File::from_raw_fd(fds[0]),
+            std::fs::File::from_raw_fd(fds[1]),
+        )
+    })
+}

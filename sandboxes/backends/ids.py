@@ -1,0 +1,85 @@
+"""Host id ranges of root sandboxes: each gets 65,536 host uids/gids no other sandbox has.
+
+Root inside a sandbox is host uid `base` (and its users `base+1..`), so per-uid kernel limits
+(processes, inotify instances, message queues) and file ownership are never shared between
+sandboxes. Ranges are slots above every ordinary account and subordinate-id range
+(`FIRST_ID` = 2**28), claimed host-wide (across pools and processes) by a file per slot under
+`ID_DIR`, written under an exclusive lock and holding its owner (pid and start time of the pool's
+process). A slot whose owner is gone is free again: a pool killed with SIGKILL leaks none.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import random
+from collections.abc import Iterator
+from pathlib import Path
+
+from ..errors import LaunchError
+
+__all__ = ["FIRST_ID", "ID_DIR", "RANGE", "SLOTS", "claim", "release"]
+
+RANGE = 1 << 16
+FIRST_ID = 1 << 28
+SLOTS = 4096
+ID_DIR = Path("/run/sandboxes-ids")
+
+
+@contextlib.contextmanager
+def _locked(root: Path) -> Iterator[None]:
+    root.mkdir(mode=0o700, parents=True, exist_ok=True)
+    fd = os.open(root / ".lock", os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _owner() -> str:
+    from .local import _starttime
+
+    return f"{os.getpid()} {_starttime(os.getpid())}"
+
+
+def _stale(path: Path) -> bool:
+    from .local import _alive
+
+    try:
+        pid, start, *_ = path.read_text().split()
+        return not _alive(int(pid), int(start))
+    except (OSError, ValueError):
+        return True
+
+
+def claim(sandbox_id: str, root: Path = ID_DIR) -> int:
+    """The first host id of a range no live sandbox of this host holds."""
+    with _locked(root):
+        slots = list(range(SLOTS))
+        random.shuffle(slots)
+        for slot in slots:
+            path = root / str(slot)
+            if path.exists() and not _stale(path):
+                continue
+            tmp = root / f".{slot}.{os.getpid()}"
+            tmp.write_text(f"{_owner()} {sandbox_id}\n")
+            os.replace(tmp, path)
+            return FIRST_ID + slot * RANGE
+    raise LaunchError(f"all {SLOTS} id ranges of this host are in use", step="id_range")
+
+
+def release(base: int, sandbox_id: str, root: Path = ID_DIR) -> None:
+    """Frees the range starting at `base` if `sandbox_id` holds it (idempotent)."""
+    slot, rest = divmod(base - FIRST_ID, RANGE)
+    if rest or not 0 <= slot < SLOTS:
+        return
+    path = root / str(slot)
+    with _locked(root):
+        try:
+            held = path.read_text().split()
+        except OSError:
+            return
+        if held[2:3] == [sandbox_id]:
+            path.unlink(missing_ok=True)

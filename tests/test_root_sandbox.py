@@ -1,0 +1,172 @@
+"""Root sandboxes (`Template(user="root")`, local backend): root inside a user namespace of the
+sandbox's own, a writable root file system thrown away with the sandbox, and no capability over
+the host. Checked from inside (as root) and from the host's side."""
+
+from __future__ import annotations
+
+import os
+import secrets
+from pathlib import Path
+
+import pytest
+from helpers import pgrep, wait_until
+
+import sandboxes
+from sandboxes import Template, TestCase
+from sandboxes.backends import ids
+
+ROOT = Template(name="root", user="root")
+
+pytestmark = [
+    pytest.mark.asyncio,
+    pytest.mark.skipif(os.geteuid() != 0, reason="root sandboxes need a manager that is root"),
+]
+
+
+@pytest.fixture
+async def root_pool(make_pool):
+    return await make_pool(warm=0, templates={"root": ROOT, "small": ROOT.replace(name="small", root_size_bytes=8 << 20)})
+
+
+async def sh(sb: sandboxes.Sandbox, cmd: str) -> sandboxes.ExecResult:
+    return await sb.exec(["/bin/sh", "-c", cmd])
+
+
+def host_uid_of(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("Uid:"):
+            return int(line.split()[1])
+    raise AssertionError(f"no Uid line for {pid}")
+
+
+async def test_root_inside_is_an_unprivileged_range_of_its_own_outside(root_pool) -> None:
+    async with root_pool.sandbox(template="root") as a, root_pool.sandbox(template="root") as b:
+        r = await sh(a, "id -u; id -g; cat /proc/self/uid_map")
+        uid, gid, *mapping = r.stdout.decode().split()
+        assert (uid, gid) == ("0", "0"), r
+        base = int(mapping[1])
+        assert base >= ids.FIRST_ID and mapping[2] == str(ids.RANGE)
+        assert (await a.info()).sandbox_uid == 0
+        # From the host: a program that is root inside runs as the sandbox's own host uid.
+        marks = {}
+        for sb in (a, b):
+            mark = f"{86000 + secrets.randbelow(399)}.{secrets.randbelow(10**9):09d}"
+            stream = sb.exec_stream(["sleep", mark])
+            await stream.__aenter__()
+            marks[mark] = stream
+        uids = []
+        for mark, stream in marks.items():
+            await wait_until(lambda m=mark: bool(pgrep(m)), timeout=10)
+            uids.append(host_uid_of(pgrep(mark)[0]))
+            await stream.signal(9)
+            await stream.__aexit__(None, None, None)
+        assert uids[0] == base and uids[1] != uids[0] and min(uids) >= ids.FIRST_ID
+
+
+async def test_the_root_is_writable_private_and_thrown_away(root_pool) -> None:
+    name = f"from-sandbox-{secrets.token_hex(4)}"
+    async with root_pool.sandbox(template="root") as sb:
+        cmd = (
+            f"echo top > /{name} && mkdir -p /app && echo app > /app/{name} && "
+            f"echo lib > /usr/lib/{name} && echo home > /root/{name} && echo etc > /etc/{name} && "
+            f"cat /{name} /app/{name} /usr/lib/{name} /root/{name} /etc/{name}"
+        )
+        r = await sh(sb, cmd)
+        assert (r.exit_code, r.stdout) == (0, b"top\napp\nlib\nhome\netc\n"), r
+        # Existing host files under /usr can be changed too (copied up), and stay unchanged outside.
+        r = await sh(sb, "echo changed >> /usr/lib/os-release && tail -1 /usr/lib/os-release")
+        assert r.stdout == b"changed\n", r
+        # File calls reach the whole root, as the same root.
+        await sb.write_file(f"/app/sub/{name}", b"via the agent")
+        assert await sb.read_file(f"/usr/lib/{name}") == b"lib\n"
+        r = await sh(sb, f"ls -ln /app/sub/{name} | cut -d' ' -f3; cat /app/sub/{name}")
+        assert r.stdout == b"0\nvia the agent", r
+    assert not Path(f"/usr/lib/{name}").exists() and not Path(f"/{name}").exists()
+    assert b"changed" not in Path("/usr/lib/os-release").read_bytes()
+    async with root_pool.sandbox(template="root") as fresh:
+        r = await sh(fresh, f"ls /{name} /app /usr/lib/{name} /root/{name} 2>&1; tail -1 /usr/lib/os-release")
+        assert r.stdout.count(b"No such file") == 4 and b"changed" not in r.stdout, r
+
+
+async def test_root_inside_has_no_power_over_the_host(root_pool) -> None:
+    async with root_pool.sandbox(template="root") as sb:
+        checks = {
+            "mount": "mkdir -p /mnt/t && mount -t tmpfs none /mnt/t",
+            "unshare": "unshare -U true",
+            "unshare-mount": "unshare -m true",
+            "raw socket": "python3 -c 'import socket; socket.socket(socket.AF_INET, socket.SOCK_RAW, 1)'",
+            "load a module": "python3 -c 'import ctypes, sys; libc = ctypes.CDLL(None, use_errno=True); "
+                             "sys.exit(0 if libc.syscall(175, 0, 0, b\"\") == 0 else 1)'",
+            "trace the agent": "python3 -c 'import ctypes, sys; libc = ctypes.CDLL(None, use_errno=True); "
+                               "sys.exit(0 if libc.ptrace(16, 1, 0, 0) == 0 else 1)'",
+            "signal the agent": "kill -0 1",
+            "read the agent's environment": "cat /proc/1/environ",
+            "write a read-only host file": "echo x >> /etc/ld.so.cache",
+            "set the clock": "date -s '2001-01-01'",
+            "change the hostname": "hostname other",
+        }
+        for what, cmd in checks.items():
+            r = await sh(sb, cmd)
+            assert r.exit_code != 0, (what, r)
+        r = await sh(sb, "ls /proc | grep -c '^[0-9]'; ls /")
+        visible, *top = r.stdout.decode().split()
+        assert int(visible) <= 3, r  # the shell and ls, never the agent
+        assert "run" not in top and not any(t.startswith("sbx-") for t in top)
+    # File calls never leave the sandbox's own file systems.
+    async with root_pool.sandbox(template="root") as sb:
+        for path in ("/proc/1/environ", "/proc/self/status", "/dev/null", "/etc/ld.so.cache", "/sys/fs/cgroup/pids/x"):
+            with pytest.raises(sandboxes.SandboxError) as err:
+                await sb.write_file(path, b"x")
+            assert isinstance(err.value, (sandboxes.InvalidRequest, sandboxes.AuthError)), (path, err.value)
+
+
+async def test_the_root_disk_is_bounded_and_the_sandbox_serves_on(root_pool) -> None:
+    async with root_pool.sandbox(template="small") as sb:
+        r = await sh(sb, "head -c 16000000 /dev/zero > /big")
+        assert r.exit_code != 0 and b"No space left" in r.stderr, r
+        with pytest.raises(sandboxes.NoSpace):
+            await sb.write_file("/app/big", b"\0" * (16 << 20))
+        r = await sh(sb, "rm -f /big; echo ok > /after && cat /after")
+        assert r.stdout == b"ok\n", r
+
+
+async def test_programs_and_tests_run_as_root(root_pool) -> None:
+    async with root_pool.sandbox(template="root") as sb:
+        r = await sb.exec(["python3", "-c", "import os; print(os.getuid())"])
+        assert r.stdout == b"0\n", r
+        r = await sb.exec(["python3", "-c", "import os; print(os.getuid())"])  # through the zygote
+        assert r.stdout == b"0\n", r
+        report = await sb.run_tests(
+            "import sys\nprint(int(sys.stdin.read()) * 2)",
+            [TestCase(input="21", expected_output="42"), TestCase(input="2", expected_output="5")],
+        )
+        assert [c.verdict for c in report.cases] == ["accepted", "wrong_answer"], report
+        c_report = await sb.run_tests(
+            "#include <stdio.h>\nint main(){int x; scanf(\"%d\", &x); printf(\"%d\\n\", x + 1);}",
+            [TestCase(input="1", expected_output="2")],
+            language="c",
+        )
+        assert c_report.cases[0].verdict == "accepted", c_report
+
+
+async def test_id_ranges_are_released_and_a_dead_owners_are_reclaimed(root_pool, tmp_path) -> None:
+    async with root_pool.sandbox(template="root") as sb:
+        base = int((await sh(sb, "cat /proc/self/uid_map")).stdout.split()[1])
+        slot = (base - ids.FIRST_ID) // ids.RANGE
+        assert (ids.ID_DIR / str(slot)).exists()
+    assert not (ids.ID_DIR / str(slot)).exists()
+    # A slot file whose owner is gone (a pool killed with SIGKILL) counts as free.
+    for s in range(ids.SLOTS):
+        (tmp_path / str(s)).write_text(f"{2**22 + 7} 1 gone-{s}\n")
+    taken = ids.claim("mine", root=tmp_path)
+    slot = (taken - ids.FIRST_ID) // ids.RANGE
+    assert (tmp_path / str(slot)).read_text().split()[2] == "mine"
+    ids.release(taken, "someone-else", root=tmp_path)
+    assert (tmp_path / str(slot)).exists()
+    ids.release(taken, "mine", root=tmp_path)
+    assert not (tmp_path / str(slot)).exists()
+
+
+async def test_root_is_refused_where_the_backend_cannot_give_it() -> None:
+    with pytest.raises(sandboxes.InvalidRequest):
+        Template(user="admin")
