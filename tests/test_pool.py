@@ -6,6 +6,8 @@ import asyncio
 import json
 import os
 import secrets
+import sys
+import textwrap
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -15,6 +17,7 @@ from helpers import cgroup_exists, pgrep, pid_running, wait_until
 
 import sandboxes
 from sandboxes import Limits, Pool
+from sandboxes.backends import ids
 from sandboxes.backends import local as local_backend
 
 pytestmark = pytest.mark.asyncio
@@ -266,6 +269,49 @@ async def test_orphans_of_a_dead_pool_are_reaped(native: Any, make_pool: MakePoo
         assert not orphan.cgroup or not cgroup_exists(orphan.cgroup)
     finally:
         orphan.kill()
+
+
+async def test_a_pool_killed_with_sigkill_leaves_nothing(native: Any, tmp_path: Path) -> None:
+    """No later pool needed: the pool's watchdog reaps its agents (a lease of 300 s would keep
+    them alive for minutes), cgroups, run dirs and host id ranges once its owner is gone."""
+    script = tmp_path / "owner.py"
+    script.write_text(textwrap.dedent("""
+        import asyncio, json, os, sys
+        import sandboxes
+        async def main():
+            t = sandboxes.Template(lease_ttl_s=300.0)
+            pool = sandboxes.Pool(warm=1, templates={"default": t, "root": t.replace(name="root", user="root")})
+            await pool.start()
+            a = await pool.claim()
+            b = await pool.claim("root") if os.geteuid() == 0 else a
+            uid_map = (await b.exec(["cat", "/proc/self/uid_map"])).stdout.decode().split()
+            while pool.stats()["default"]["warm"] < 1:
+                await asyncio.sleep(0.01)
+            agents = [(sb.handle.backend_data.pid, sb.handle.backend_data.cgroup, sb.handle.backend_data.run_dir)
+                      for sb in {a, b} | set(pool._tps["default"].warm)]
+            print(json.dumps({"agents": agents, "pool_dir": str(pool._tps["default"].backend.pool_dir),
+                              "id_base": int(uid_map[1]) if b is not a else 0}), flush=True)
+            await asyncio.sleep(3600)
+        asyncio.run(main())
+    """))
+    proc = await asyncio.create_subprocess_exec(sys.executable, str(script), stdout=asyncio.subprocess.PIPE)
+    try:
+        line = await asyncio.wait_for(proc.stdout.readline(), 60)
+        state = json.loads(line)
+        assert len(state["agents"]) >= 2 and all(pid_running(pid) for pid, _, _ in state["agents"])
+    finally:
+        proc.kill()
+        await proc.wait()
+
+    def gone() -> bool:
+        return not any(
+            pid_running(pid) or (cg and cgroup_exists(cg)) or os.path.exists(rd) for pid, cg, rd in state["agents"]
+        ) and not os.path.exists(state["pool_dir"])
+
+    await wait_until(gone, timeout=30, what="the dead pool's agents, cgroups and run dirs to go")
+    if state["id_base"]:
+        slot = (state["id_base"] - ids.FIRST_ID) // ids.RANGE
+        assert not (ids.ID_DIR / str(slot)).exists()
 
 
 async def test_live_pools_are_not_reaped(make_pool: MakePool) -> None:

@@ -19,7 +19,7 @@ from pathlib import Path
 
 from ..errors import LaunchError
 
-__all__ = ["FIRST_ID", "ID_DIR", "RANGE", "SLOTS", "claim", "release"]
+__all__ = ["FIRST_ID", "ID_DIR", "RANGE", "SLOTS", "claim", "release", "release_owned_by"]
 
 RANGE = 1 << 16
 FIRST_ID = 1 << 28
@@ -83,3 +83,22 @@ def release(base: int, sandbox_id: str, root: Path = ID_DIR) -> None:
             return
         if held[2:3] == [sandbox_id]:
             path.unlink(missing_ok=True)
+
+
+def release_owned_by(pid: int, starttime: int | None, root: Path = ID_DIR) -> int:
+    """Frees every range held by the process `pid` (started at `starttime`); returns how many."""
+    if not root.is_dir():
+        return 0
+    freed = 0
+    with _locked(root):
+        for path in root.iterdir():
+            if not path.name.isdigit():
+                continue
+            try:
+                held = path.read_text().split()
+            except OSError:
+                continue
+            if held[:2] == [str(pid), str(starttime)]:
+                path.unlink(missing_ok=True)
+                freed += 1
+    return freed

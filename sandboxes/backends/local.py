@@ -21,6 +21,8 @@ import logging
 import os
 import shutil
 import signal
+import subprocess
+import sys
 import time
 import uuid
 from pathlib import Path
@@ -82,6 +84,7 @@ class LocalBackend:
         self.pool_dir = self.run_root / f"pool-{self.pool_id}"
         self._live: dict[str, Any] = {}  # sandbox id -> _native.LocalSandbox
         self._id_bases: dict[str, int] = {}  # sandbox id -> its host id range (root sandboxes)
+        self._watchdog: subprocess.Popen[bytes] | None = None
         self._dir_ready = False
 
     # --- Backend protocol ------------------------------------------------------------------------
@@ -172,6 +175,10 @@ class LocalBackend:
             self._live.pop(sid, None)
             if id_base := self._id_bases.pop(sid, 0):
                 ids.release(id_base, sid)
+        if self._watchdog is not None:
+            self._watchdog.terminate()
+            await asyncio.to_thread(self._watchdog.wait)
+            self._watchdog = None
         shutil.rmtree(self.pool_dir, ignore_errors=True)
         self._dir_ready = False
 
@@ -184,6 +191,7 @@ class LocalBackend:
         self.pool_dir.mkdir(mode=0o700, exist_ok=True)
         me = os.getpid()
         _write_json(self.pool_dir / _OWNER, {"pid": me, "starttime": _starttime(me)})
+        self._watchdog = _start_watchdog(self.pool_dir, me)
         self._dir_ready = True
 
     def _write_record(self, sandbox_id: str, local: Any) -> None:
@@ -223,6 +231,22 @@ class LocalBackend:
 
 
 # --- helpers (sync; run in a thread) -------------------------------------------------------------
+
+
+def _start_watchdog(pool_dir: Path, owner: int) -> subprocess.Popen[bytes] | None:
+    """The process that reaps `pool_dir` if this one dies without closing it (`watchdog.py`)."""
+    script = Path(__file__).with_name("watchdog.py")
+    package_root = str(Path(__file__).resolve().parents[2])
+    try:
+        return subprocess.Popen(
+            [sys.executable, "-s", str(script), str(pool_dir), str(owner), str(_starttime(owner)), package_root],
+            stdin=subprocess.DEVNULL,
+            stdout=subprocess.DEVNULL,
+            start_new_session=True,
+        )
+    except OSError as e:
+        log.warning("no watchdog for %s (a later pool's start reaps it instead): %s", pool_dir, e)
+        return None
 
 
 def _reap_pool_dir(d: Path) -> int:
