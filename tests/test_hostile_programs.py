@@ -6,6 +6,7 @@ error of the caller (or a program result), and the sandbox keeps serving."""
 from __future__ import annotations
 
 import asyncio
+import os
 
 import pytest
 
@@ -187,3 +188,46 @@ async def test_a_default_sandbox_is_bounded_by_the_kernel(sb: sandboxes.Sandbox)
     errno, made = map(int, r.stdout.split())
     assert errno == 11 and made < t.max_pids, r
     await still_serves(sb)
+
+
+# --- per-uid kernel limits are per sandbox ----------------------------------------------------------
+
+EXHAUST_INOTIFY = """
+import ctypes, os
+libc = ctypes.CDLL(None, use_errno=True)
+fds = []
+while True:
+    fd = libc.inotify_init()
+    if fd < 0:
+        print(ctypes.get_errno(), len(fds), flush=True)
+        break
+    fds.append(fd)
+import time
+time.sleep(60)
+"""
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="host id ranges need a manager that is root")
+async def test_one_sandbox_using_up_a_per_uid_limit_leaves_another_its_own(pool: sandboxes.Pool) -> None:
+    """inotify instances are counted per host uid: sandboxes with one shared uid took them from
+    each other. Each sandbox's programs now run as a host uid of its own."""
+    async with pool.sandbox() as a, pool.sandbox() as b:
+        async with a.exec_stream(["python3", "-c", EXHAUST_INOTIFY]) as hog:
+            out = b""
+            async for ev in hog:
+                if ev.kind == "stdout":
+                    out += ev.data
+                    if out.endswith(b"\n"):
+                        break
+            errno, made = map(int, out.split())
+            assert errno == 24 and made > 0  # EMFILE: a's uid is out of instances
+            r = await b.exec(["python3", "-c", "import ctypes; print(ctypes.CDLL(None).inotify_init() >= 0)"])
+            assert r.stdout == b"True\n", r
+            await hog.signal(9)
+        ids_seen = set()
+        for sb in (a, b):
+            r = await sb.exec(["sh", "-c", "id -u; cat /proc/self/uid_map"])
+            inside, _, base, _ = r.stdout.split()
+            ids_seen.add(int(base) + int(inside))
+            assert inside == b"65534"
+        assert len(ids_seen) == 2

@@ -1,8 +1,9 @@
-"""Host id ranges of root sandboxes: each gets 65,536 host uids/gids no other sandbox has.
+"""Host id ranges of local sandboxes: each gets 65,536 host uids/gids no other sandbox has.
 
-Root inside a sandbox is host uid `base` (and its users `base+1..`), so per-uid kernel limits
-(processes, inotify instances, message queues) and file ownership are never shared between
-sandboxes. Ranges are slots above every ordinary account and subordinate-id range
+A sandbox's programs run in a user namespace mapping its ids 0..65535 to the host's
+`base..base+65535` (root inside is `base`, the default uid 65534 is `base+65534`), so per-uid
+kernel limits (processes, inotify instances, message queues) and file ownership are never
+shared between sandboxes. Ranges are slots above every ordinary account and subordinate-id range
 (`FIRST_ID` = 2**28), claimed host-wide (across pools and processes) by a file per slot under
 `ID_DIR`, written under an exclusive lock and holding its owner (pid and start time of the pool's
 process). A slot whose owner is gone is free again: a pool killed with SIGKILL leaks none.
@@ -23,7 +24,7 @@ __all__ = ["FIRST_ID", "ID_DIR", "RANGE", "SLOTS", "claim", "release", "release_
 
 RANGE = 1 << 16
 FIRST_ID = 1 << 28
-SLOTS = 4096
+SLOTS = 16384
 ID_DIR = Path("/run/sandboxes-ids")
 
 
@@ -57,9 +58,9 @@ def _stale(path: Path) -> bool:
 def claim(sandbox_id: str, root: Path = ID_DIR) -> int:
     """The first host id of a range no live sandbox of this host holds."""
     with _locked(root):
-        slots = list(range(SLOTS))
-        random.shuffle(slots)
-        for slot in slots:
+        start = random.randrange(SLOTS)  # few collisions between hosts' pools, no list to shuffle
+        for i in range(SLOTS):
+            slot = (start + i) % SLOTS
             path = root / str(slot)
             if path.exists() and not _stale(path):
                 continue

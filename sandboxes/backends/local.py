@@ -100,7 +100,8 @@ class LocalBackend:
                 step="run_dir",
             )
         native = _bridge.native()
-        id_base = ids.claim(sandbox_id) if template.user == "root" else 0
+        # Every sandbox of a root launcher gets host ids of its own (root sandboxes need them).
+        id_base = ids.claim(sandbox_id) if template.user == "root" or os.geteuid() == 0 else 0
         try:
             local = await self._launch(native, template, run_dir, id_base)
         except BaseException:

@@ -92,39 +92,48 @@ struct Programs {
     gid: u32,
     /// Host ids that own the files and directories the agent makes for programs.
     owner: server::Owner,
-    /// The programs' user namespace (root sandboxes).
+    /// The programs' user namespace (every sandbox given an id range).
     userns: Option<Arc<std::os::fd::OwnedFd>>,
 }
 
 const DEFAULT_ROOT_SIZE: u64 = 1 << 30;
 
 fn programs(args: &cli::Args, is_root: bool) -> Programs {
-    if args.user == "root" {
-        if !is_root || !args.new_root || args.keep_uid {
-            fail("--user root needs an agent that is root, --new-root and no --keep-uid");
-        }
-        let ns = setup::userns::create(args.id_base).unwrap_or_else(|e| fail(e));
-        return Programs {
-            uid: 0,
-            gid: 0,
-            owner: server::Owner {
-                uid: args.id_base,
-                gid: args.id_base,
-            },
-            userns: Some(Arc::new(ns)),
-        };
+    let root = args.user == "root";
+    if root && (!is_root || !args.new_root || args.keep_uid || args.id_base == 0) {
+        fail("--user root needs an agent that is root, --new-root, --id-base and no --keep-uid");
     }
-    let (uid, gid) = if args.keep_uid || !is_root {
+    let (uid, gid) = if root {
+        (0, 0)
+    } else if args.keep_uid || !is_root {
         // SAFETY: getuid/getgid have no preconditions.
         unsafe { (libc::getuid(), libc::getgid()) }
     } else {
         (args.uid, args.gid)
     };
+    if args.id_base == 0 || !is_root || args.keep_uid {
+        return Programs {
+            uid,
+            gid,
+            owner: server::Owner { uid, gid },
+            userns: None,
+        };
+    }
+    if uid >= setup::userns::RANGE || gid >= setup::userns::RANGE {
+        fail(format!(
+            "--uid/--gid must be below {} with --id-base",
+            setup::userns::RANGE
+        ));
+    }
+    let ns = setup::userns::create(args.id_base).unwrap_or_else(|e| fail(e));
     Programs {
         uid,
         gid,
-        owner: server::Owner { uid, gid },
-        userns: None,
+        owner: server::Owner {
+            uid: args.id_base + uid,
+            gid: args.id_base + gid,
+        },
+        userns: Some(Arc::new(ns)),
     }
 }
 
@@ -150,12 +159,14 @@ fn main() {
             ro_binds: args.ro_binds.clone(),
             uid: programs.owner.uid,
             gid: programs.owner.gid,
-            writable: programs.userns.as_ref().map(|ns| setup::rootfs::Writable {
-                userns: std::os::fd::AsRawFd::as_raw_fd(ns.as_ref()),
-                size: match args.root_size {
-                    0 => DEFAULT_ROOT_SIZE,
-                    n => n,
-                },
+            userns: programs
+                .userns
+                .as_ref()
+                .map(|ns| std::os::fd::AsRawFd::as_raw_fd(ns.as_ref())),
+            inside: (programs.uid, programs.gid),
+            writable_size: (args.user == "root").then_some(match args.root_size {
+                0 => DEFAULT_ROOT_SIZE,
+                n => n,
             }),
         };
         setup::rootfs::build(&spec).unwrap_or_else(|e| fail(e));
@@ -201,7 +212,7 @@ async fn warm_up(executor: &Executor) {
 
 async fn serve(args: cli::Args, token: String, programs: Programs, is_root: bool) -> i32 {
     let drop_uid = is_root && !args.keep_uid;
-    let root_inside = programs.userns.is_some();
+    let root_inside = args.user == "root";
     let config = ExecutorConfig {
         uid: drop_uid.then_some(programs.uid),
         gid: drop_uid.then_some(programs.gid),
@@ -220,12 +231,8 @@ async fn serve(args: cli::Args, token: String, programs: Programs, is_root: bool
     // Every exec starts on this thread (the runtime has one): wearing the filter here spares each
     // a hand-over to the spawner thread and back. Set-up is done; the agent needs none of the
     // syscalls the filter refuses from now on.
-    // Programs that enter a user namespace must do so before any filter is on: they attach it
-    // themselves, after setns.
-    if !root_inside {
-        if let Err(e) = executor.wear_seccomp_on_this_thread() {
-            eprintln!("sandbox-agent: {e}; programs start from the spawner thread");
-        }
+    if let Err(e) = executor.wear_seccomp_on_this_thread() {
+        eprintln!("sandbox-agent: {e}; programs start from the spawner thread");
     }
     warm_up(&executor).await;
     if args.python_zygote != "off" {

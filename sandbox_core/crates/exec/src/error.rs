@@ -54,4 +54,6 @@ pub enum SetupError {
     },
     #[error("reaper: {0}")]
     Reaper(std::io::Error),
+    #[error("user namespace fd at {fd}: {source}")]
+    UserNamespace { fd: i32, source: std::io::Error },
 }

@@ -55,8 +55,8 @@ pub struct ExecutorConfig {
     /// Limits applied where a request leaves a field at zero.
     pub default_limits: Limits,
     /// A user namespace (an fd of `/proc/PID/ns/user`) every program enters before it takes
-    /// `uid`/`gid`, which are then ids inside it (root inside, an unprivileged range outside).
-    /// Programs then attach the seccomp filter themselves: do not `wear_seccomp_on_this_thread`.
+    /// `uid`/`gid`, which are then ids inside it (an unprivileged range of the host's). The
+    /// executor keeps a copy at `seccomp::USERNS_FD`, the fd the filter lets `setns` use.
     pub user_namespace: Option<Arc<OwnedFd>>,
 }
 
@@ -166,6 +166,8 @@ struct Inner {
     config: ExecutorConfig,
     capabilities: Capabilities,
     identity: Identity,
+    /// The programs' user namespace, at `seccomp::USERNS_FD`: held open, used by number.
+    _userns_fd: Option<Arc<OwnedFd>>,
     seccomp: Option<Filter>,
     cgroups: Option<Cgroups>,
     /// Idle exec cgroups for reuse, once enabled (see `Executor::enable_cgroup_pool`).
@@ -223,7 +225,13 @@ impl Executor {
         };
         // SAFETY: plain syscalls.
         let (euid, egid) = unsafe { (libc::geteuid(), libc::getegid()) };
-        let userns = config.user_namespace.as_ref().map(|fd| fd.as_raw_fd());
+        let userns_fd = config
+            .user_namespace
+            .as_ref()
+            .map(|fd| park_at(fd, crate::seccomp::USERNS_FD))
+            .transpose()?;
+        let userns = userns_fd.as_ref().map(|fd| fd.as_raw_fd());
+        debug_assert!(userns.is_none_or(|fd| fd == crate::seccomp::USERNS_FD));
         let identity = if config.uid.is_none() && config.gid.is_none() {
             Identity::default()
         } else if euid == 0 {
@@ -261,6 +269,7 @@ impl Executor {
                 running: AtomicU32::new(0),
                 active: Mutex::new(HashMap::new()),
                 zygote: OnceLock::new(),
+                _userns_fd: userns_fd,
             }),
         })
     }
@@ -584,6 +593,28 @@ impl Executor {
             source: std::io::Error::other("supervisor ended without an exit status"),
         })
     }
+}
+
+/// `fd` itself when it is at `at`, else a close-on-exec copy at exactly `at` (which must be
+/// free). Place it there before starting threads: growing the fd table of a multi-threaded
+/// process waits for an RCU grace period.
+fn park_at(fd: &Arc<OwnedFd>, at: std::os::fd::RawFd) -> Result<Arc<OwnedFd>, SetupError> {
+    use std::os::fd::FromRawFd;
+    if fd.as_raw_fd() == at {
+        return Ok(fd.clone());
+    }
+    let err = |source| SetupError::UserNamespace { fd: at, source };
+    // SAFETY: fcntl on a valid fd; the result, when valid, is ours.
+    let got = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, at) };
+    if got < 0 {
+        return Err(err(std::io::Error::last_os_error()));
+    }
+    // SAFETY: just returned by fcntl, owned by nobody else.
+    let copy = unsafe { OwnedFd::from_raw_fd(got) };
+    if got != at {
+        return Err(err(std::io::Error::from_raw_os_error(libc::EBUSY)));
+    }
+    Ok(Arc::new(copy))
 }
 
 /// The Landlock ruleset of `Command::write_within`; `None` (with a warning, once) where the kernel

@@ -10,7 +10,8 @@
 //! 2. x32 syscall numbers on x86_64 (same audit arch, different numbers, so a deny-list keyed on
 //!    x86_64 numbers would not see them) and `clone3` (its flags sit in memory, which seccomp cannot
 //!    inspect; ENOSYS makes glibc fall back to `clone`): `ENOSYS`;
-//! 3. the deny-list, and `clone` with a namespace flag: `EPERM`;
+//! 3. the deny-list, `clone` with a namespace flag, and `setns` unless it is
+//!    `setns(USERNS_FD, CLONE_NEWUSER)`: `EPERM`;
 //! 4. everything else: allowed.
 //!
 //! It is one hand-assembled program, a binary search over the syscall numbers that need an answer
@@ -36,6 +37,13 @@ const CLONE_NS_FLAGS: [u64; 7] = [
     libc::CLONE_NEWCGROUP as u64,
 ];
 
+/// The one fd number `setns` may be called on, and only to enter a user namespace: where the
+/// executor keeps the sandbox's user namespace (`ExecutorConfig::user_namespace`), so a child of a
+/// thread that wears the filter can still enter it. Harmless for programs: the fd is closed before
+/// exec, and entering a user namespace takes CAP_SYS_ADMIN over it, which a program never holds
+/// (it cannot make namespaces of its own, and every other is its parent's or the host's).
+pub const USERNS_FD: i32 = 1021;
+
 /// On x86_64, syscall numbers with this bit set are the x32 ABI.
 #[cfg(target_arch = "x86_64")]
 const X32_SYSCALL_BIT: u32 = 0x4000_0000;
@@ -51,6 +59,8 @@ const OFF_ARCH: u32 = 4;
 /// Low 32 bits of args[0] (little-endian: x86_64 and aarch64). The clone flags that matter all
 /// live there; the upper half is not looked at.
 const OFF_ARG0_LO: u32 = 16;
+/// Low 32 bits of args[1].
+const OFF_ARG1_LO: u32 = 24;
 
 /// A compiled filter, ready to be installed after fork.
 #[derive(Clone)]
@@ -101,7 +111,6 @@ fn denied_syscalls() -> Vec<libc::c_long> {
         libc::SYS_request_key,
         libc::SYS_perf_event_open,
         libc::SYS_unshare,
-        libc::SYS_setns,
         libc::SYS_init_module,
         libc::SYS_finit_module,
         libc::SYS_delete_module,
@@ -141,6 +150,8 @@ enum Verdict {
     Enosys,
     /// `clone`: EPERM if arg 0 carries a namespace flag, else allow.
     CloneFlags,
+    /// `setns`: allow `setns(USERNS_FD, CLONE_NEWUSER)` only, else EPERM.
+    SetnsUser,
 }
 
 /// Every syscall number with a verdict other than "allow", sorted.
@@ -150,6 +161,7 @@ fn special_syscalls() -> Vec<(u32, Verdict)> {
         .map(|nr| (nr as u32, Verdict::Eperm))
         .collect();
     m.insert(libc::SYS_clone as u32, Verdict::CloneFlags);
+    m.insert(libc::SYS_setns as u32, Verdict::SetnsUser);
     m.insert(libc::SYS_clone3 as u32, Verdict::Enosys);
     m.into_iter().collect()
 }
@@ -160,6 +172,7 @@ enum Label {
     Next,
     Index(usize),
     Clone,
+    Setns,
     Eperm,
     Enosys,
 }
@@ -214,14 +227,31 @@ fn assemble(special: &[(u32, Verdict)]) -> Result<Vec<libc::sock_filter>, String
         jf: Label::Next,
     });
     p.push(stmt(RET_K, libc::SECCOMP_RET_ALLOW));
+    // setns: fd and namespace type must both match (ints: the low 32 bits are what counts).
+    p.push(stmt(LD_W_ABS, OFF_ARG0_LO));
+    p.push(Insn {
+        code: JEQ_K,
+        k: USERNS_FD as u32,
+        jt: Label::Next,
+        jf: Label::Eperm,
+    });
+    p.push(stmt(LD_W_ABS, OFF_ARG1_LO));
+    p.push(Insn {
+        code: JEQ_K,
+        k: libc::CLONE_NEWUSER as u32,
+        jt: Label::Next,
+        jf: Label::Eperm,
+    });
+    p.push(stmt(RET_K, libc::SECCOMP_RET_ALLOW));
     p.push(stmt(RET_K, libc::SECCOMP_RET_ERRNO | libc::EPERM as u32));
     p.push(stmt(RET_K, libc::SECCOMP_RET_ERRNO | libc::ENOSYS as u32));
     let target = |l: Label, i: usize| match l {
         Label::Next => i + 1,
         Label::Index(t) => t,
         Label::Clone => tails_at,
-        Label::Eperm => tails_at + 3,
-        Label::Enosys => tails_at + 4,
+        Label::Setns => tails_at + 3,
+        Label::Eperm => tails_at + 8,
+        Label::Enosys => tails_at + 9,
     };
     if p.len() > 4096 {
         return Err(format!(
@@ -258,6 +288,7 @@ fn search(p: &mut Vec<Insn>, keys: &[(u32, Verdict)]) {
         Verdict::Eperm => Label::Eperm,
         Verdict::Enosys => Label::Enosys,
         Verdict::CloneFlags => Label::Clone,
+        Verdict::SetnsUser => Label::Setns,
     };
     if keys.len() <= LEAF {
         for &(nr, v) in keys {
@@ -371,6 +402,11 @@ mod tests {
         if denied_syscalls().contains(&nr) {
             return eperm();
         }
+        if nr == libc::SYS_setns {
+            let ok = d.args[0] as u32 == USERNS_FD as u32
+                && d.args[1] as u32 == libc::CLONE_NEWUSER as u32;
+            return if ok { libc::SECCOMP_RET_ALLOW } else { eperm() };
+        }
         if nr == libc::SYS_clone
             && CLONE_NS_FLAGS
                 .iter()
@@ -395,7 +431,27 @@ mod tests {
         let mut flags: Vec<u64> = vec![0, 0x11, (libc::CLONE_VM | libc::CLONE_VFORK) as u64];
         flags.extend(CLONE_NS_FLAGS.iter().map(|f| f | libc::SIGCHLD as u64));
         flags.extend([ns_any, u32::MAX as u64, u64::MAX, ns_any << 32, 1 << 63]);
+        let fd = USERNS_FD as u64;
+        let user = libc::CLONE_NEWUSER as u64;
+        let setns_args: [[u64; 2]; 7] = [
+            [fd, user],
+            [fd | 1 << 32, user],
+            [fd, 0],
+            [fd, libc::CLONE_NEWNS as u64],
+            [fd, user | libc::CLONE_NEWNET as u64],
+            [3, user],
+            [fd + 1, user],
+        ];
         let mut v = Vec::new();
+        for arch in [AUDIT_ARCH, 0xC000_003E, 0] {
+            for a in setns_args {
+                v.push(Data {
+                    nr: libc::SYS_setns as u32,
+                    arch,
+                    args: [a[0], a[1], 0, 0, 0, 0],
+                });
+            }
+        }
         for arch in [AUDIT_ARCH, 0x4000_0003, 0xC000_00B7, 0xC000_003E, 0] {
             for &nr in &nrs {
                 let fl: &[u64] = if libc::c_long::from(nr) == libc::SYS_clone {
@@ -479,6 +535,7 @@ mod tests {
         };
         let mut rules: BTreeMap<i64, Vec<SeccompRule>> = denied_syscalls()
             .into_iter()
+            .chain([libc::SYS_setns])
             .map(|nr| (nr, Vec::new()))
             .collect();
         rules.insert(
@@ -554,6 +611,11 @@ mod tests {
         };
         let f = Filter::build().unwrap();
         for d in cases() {
+            if libc::c_long::from(d.nr) == libc::SYS_setns
+                && expected(&d) == libc::SECCOMP_RET_ALLOW
+            {
+                continue; // the one intended difference: setns(USERNS_FD, CLONE_NEWUSER)
+            }
             assert_eq!(
                 run(f.program(), &d),
                 stacked(&d),

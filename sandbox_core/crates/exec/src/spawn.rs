@@ -43,7 +43,8 @@ pub const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 
 /// Credentials the child switches to. `groups` is set whenever an identity is configured, so the
 /// program never keeps the agent's supplementary groups. With `userns` (an fd of a user
-/// namespace) the child enters it first, and the ids are ids inside it.
+/// namespace, always `seccomp::USERNS_FD`, the one the filter lets `setns` use) the child enters
+/// it first, and the ids are ids inside it.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Identity {
     pub groups: Option<libc::gid_t>,
@@ -268,14 +269,11 @@ pub fn spawn(
     // `Executor::wear_seccomp_on_this_thread`): the child inherits it without a hand-over; else
     // on the spawner thread, which wears it (see `spawner`), with the CPUs of this thread given
     // back to the child; else here, pinned (see `Pin`), the child attaching the filter itself.
-    // A child that enters a user namespace must do so before any filter is on (the filter denies
-    // setns): it is cloned here and attaches the filter itself.
-    let enters_userns = iso.identity.userns.is_some();
-    let worn = !enters_userns && iso.seccomp.is_some_and(crate::spawner::this_thread_wears);
+    let worn = iso.seccomp.is_some_and(crate::spawner::this_thread_wears);
     let mut own_cpus = None;
     let spawner = iso
         .seccomp
-        .filter(|_| !worn && !enters_userns)
+        .filter(|_| !worn)
         .and_then(Spawner::for_filter)
         .filter(|_| {
             own_cpus = current_affinity();

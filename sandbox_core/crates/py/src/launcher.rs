@@ -47,8 +47,9 @@ pub struct LaunchConfig {
     env: Vec<(String, String)>,
     /// When the agent starts its Python zygote: "lazy", "eager" or "off".
     python_zygote: String,
-    /// Who runs programs: "sandbox" (uid/gid) or "root" (root of a user namespace whose ids are
-    /// the host's `id_base..id_base+65536`, with a writable root of `root_size_bytes`).
+    /// Who runs programs: "sandbox" (uid/gid) or "root" (uid 0, with a writable root of
+    /// `root_size_bytes`), inside a user namespace whose ids are the host's
+    /// `id_base..id_base+65536` when `id_base` is set (required for "root").
     user: String,
     id_base: u32,
     root_size_bytes: u64,
@@ -82,12 +83,12 @@ impl LaunchConfig {
         root_size_bytes: u64,
     ) -> PyResult<Self> {
         match (user.as_str(), id_base) {
-            ("sandbox", _) => {}
+            ("sandbox", b) if b.checked_add(1 << 16).is_some() => {}
             ("root", b) if b > 0 && b.checked_add(1 << 16).is_some() => {}
-            ("root", _) => {
+            ("sandbox" | "root", _) => {
                 return Err(err(
                     "invalid_argument",
-                    "user root needs an id_base in [1, 2**32 - 65536]",
+                    "id_base must be in [1, 2**32 - 65536] (0: none, for user sandbox only)",
                 ))
             }
             _ => {
@@ -360,9 +361,11 @@ fn agent_argv(c: &LaunchConfig, namespaces: &[&str]) -> Vec<String> {
     for (k, v) in &c.env {
         a.push(format!("--env={k}={v}"));
     }
+    if c.id_base > 0 {
+        a.push(format!("--id-base={}", c.id_base));
+    }
     if c.user == "root" {
         a.push("--user=root".into());
-        a.push(format!("--id-base={}", c.id_base));
         a.push(format!("--root-size={}", c.root_size_bytes));
     }
     a

@@ -13,7 +13,7 @@
 //! ```
 //! The host's other files, the agent's socket and the run dir are simply not there.
 //!
-//! A root sandbox (`RootSpec::writable`) gets a writable root instead: `/` is a directory of the
+//! A root sandbox (`RootSpec::writable_size`) gets a writable root instead: `/` is a directory of the
 //! sandbox's own disk (a tmpfs bounded in size and inodes, thrown away with the sandbox) and
 //! `/usr` an overlay whose lower layer is the host's `/usr`, idmapped into the programs' user
 //! namespace (so root inside owns it there) and whose upper layer is on that same disk: a program
@@ -35,15 +35,13 @@ pub struct RootSpec {
     /// Host ids that own the work dir and, in a writable root, every directory the agent makes.
     pub uid: u32,
     pub gid: u32,
-    pub writable: Option<Writable>,
-}
-
-/// A writable root (root sandboxes).
-pub struct Writable {
-    /// The programs' user namespace, which the host's `/usr` is idmapped into.
-    pub userns: RawFd,
-    /// Bytes of the sandbox's disk (`/` and what is written under `/usr`).
-    pub size: u64,
+    /// The programs' user namespace, which the host's `/usr` is idmapped into (so its files are
+    /// root's inside, as on any machine); without one, `/usr` is a plain read-only bind.
+    pub userns: Option<RawFd>,
+    /// A writable root (root sandboxes) of this many bytes: `/` and what is written under `/usr`.
+    pub writable_size: Option<u64>,
+    /// The programs' uid/gid as they see them (inside their user namespace), for /etc/passwd.
+    pub inside: (u32, u32),
 }
 
 const DEFAULT_TMPFS: u64 = 256 << 20;
@@ -165,7 +163,7 @@ fn etc(root: &Path, spec: &RootSpec) -> Result<(), SetupError> {
     let etc = root.join("etc");
     mkdirs(&etc)?;
     let work = spec.work_dir.display();
-    let (passwd, group) = if spec.writable.is_some() {
+    let (passwd, group) = if spec.writable_size.is_some() {
         (
             "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/sh\n"
                 .to_string(),
@@ -175,9 +173,9 @@ fn etc(root: &Path, spec: &RootSpec) -> Result<(), SetupError> {
         (
             format!(
                 "root:x:0:0:root:/root:/bin/sh\nsandbox:x:{}:{}:sandbox:{work}:/bin/sh\n",
-                spec.uid, spec.gid
+                spec.inside.0, spec.inside.1
             ),
-            format!("root:x:0:\nsandbox:x:{}:\n", spec.gid),
+            format!("root:x:0:\nsandbox:x:{}:\n", spec.inside.1),
         )
     };
     let files = [
@@ -196,11 +194,11 @@ fn etc(root: &Path, spec: &RootSpec) -> Result<(), SetupError> {
     ];
     for (name, data) in files {
         write(&etc.join(name), data)?;
-        if spec.writable.is_some() {
+        if spec.writable_size.is_some() {
             chown(&etc.join(name), spec.uid, spec.gid)?;
         }
     }
-    if spec.writable.is_some() {
+    if spec.writable_size.is_some() {
         chown(&etc, spec.uid, spec.gid)?;
     }
     for name in ETC_FROM_HOST {
@@ -328,7 +326,7 @@ fn chown(p: &Path, uid: u32, gid: u32) -> Result<(), SetupError> {
 }
 
 /// The read-only root of a judge-style sandbox: a small tmpfs with the host's `/usr` bound in.
-fn read_only_root() -> Result<PathBuf, SetupError> {
+fn read_only_root(spec: &RootSpec) -> Result<PathBuf, SetupError> {
     let root = Path::new(NEW_ROOT);
     mount(
         None,
@@ -337,14 +335,24 @@ fn read_only_root() -> Result<PathBuf, SetupError> {
         libc::MS_NOSUID | libc::MS_NODEV,
         Some("size=16m,mode=755"),
     )?;
-    bind_ro(root, Path::new("/usr"))?;
+    let usr = root.join("usr");
+    mkdirs(&usr)?;
+    let mapped = spec
+        .userns
+        .map(|ns| idmapped_bind(Path::new("/usr"), &usr, ns));
+    if let Some(Err(e)) = &mapped {
+        eprintln!("sandbox-agent: {e}; /usr is bound as it is");
+    }
+    if !matches!(mapped, Some(Ok(()))) {
+        bind_ro(root, Path::new("/usr"))?;
+    }
     Ok(root.to_path_buf())
 }
 
 /// The writable root (see the module's doc): the disk at NEW_ROOT, the root a directory of it.
-fn writable_root(spec: &RootSpec, w: &Writable) -> Result<PathBuf, SetupError> {
+fn writable_root(spec: &RootSpec, size: u64) -> Result<PathBuf, SetupError> {
     let disk = Path::new(NEW_ROOT);
-    tmpfs(disk, w.size, "700", "")?;
+    tmpfs(disk, size, "700", "")?;
     let root = disk.join("root");
     for d in ["root", "usr.lower", "usr.upper", "usr.work"] {
         mkdirs(&disk.join(d))?;
@@ -358,7 +366,11 @@ fn writable_root(spec: &RootSpec, w: &Writable) -> Result<PathBuf, SetupError> {
     mkdirs(&usr)?;
     chown(&usr, spec.uid, spec.gid)?;
     let lower = disk.join("usr.lower");
-    match idmapped_bind(Path::new("/usr"), &lower, w.userns) {
+    let userns = spec.userns.ok_or_else(|| SetupError::UserNs {
+        what: "a writable root needs one",
+        source: std::io::Error::from_raw_os_error(libc::EINVAL),
+    })?;
+    match idmapped_bind(Path::new("/usr"), &lower, userns) {
         Ok(()) => {
             let opts = format!(
                 "lowerdir={},upperdir={},workdir={}",
@@ -468,9 +480,9 @@ pub fn build(spec: &RootSpec) -> Result<(), SetupError> {
         libc::MS_REC | libc::MS_PRIVATE,
         None,
     )?;
-    let root = match &spec.writable {
-        Some(w) => writable_root(spec, w)?,
-        None => read_only_root()?,
+    let root = match spec.writable_size {
+        Some(size) => writable_root(spec, size)?,
+        None => read_only_root(spec)?,
     };
     let root = root.as_path();
     for top in TOP_LINKS {
@@ -511,7 +523,7 @@ pub fn build(spec: &RootSpec) -> Result<(), SetupError> {
     }
     mkdirs(&root.join("root"))?;
     pivot(root)?;
-    if spec.writable.is_some() {
+    if spec.writable_size.is_some() {
         return Ok(());
     }
     mount(

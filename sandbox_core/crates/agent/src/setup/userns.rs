@@ -4,8 +4,8 @@
 //! pid, network and cgroup namespaces belong to the host's user namespace, so a program that is
 //! root inside still cannot mount, trace the agent, open raw sockets or load modules.
 //!
-//! Made once, before the agent starts any thread: a forked child unshares its user namespace and
-//! waits; the agent (root on the host) writes the child's id maps, keeps an fd of the namespace
+//! Made once, before the agent starts any thread: a forked child takes the sandbox's own root id
+//! (so that id, not the host's root, owns the namespace), unshares its user namespace and waits; the agent (root on the host) writes the child's id maps, keeps an fd of the namespace
 //! and ends the child. The namespace lives as long as the fd, i.e. as the agent.
 
 use std::io::{Read, Write};
@@ -41,7 +41,14 @@ pub fn create(base: u32) -> Result<OwnedFd, SetupError> {
         let mut msg = [0u8; 16];
         // SAFETY: async-signal-safe syscalls only, then _exit.
         unsafe {
-            if libc::unshare(libc::CLONE_NEWUSER) == 0 {
+            // The namespace's owner is whoever makes it: the sandbox's own root id, not the
+            // agent's host root. The kernel charges per-user counts (inotify instances, user
+            // namespaces, message queues ...) to the owner at every level up, so they stay the
+            // sandbox's own.
+            let dropped = libc::setgroups(0, std::ptr::null()) == 0
+                && libc::setresgid(base, base, base) == 0
+                && libc::setresuid(base, base, base) == 0;
+            if dropped && libc::unshare(libc::CLONE_NEWUSER) == 0 {
                 msg[0] = b'1';
                 libc::readlink(c"/proc/self".as_ptr(), msg[1..].as_mut_ptr().cast(), 15);
             }
@@ -68,7 +75,17 @@ pub fn create(base: u32) -> Result<OwnedFd, SetupError> {
         std::fs::write(format!("{proc}/uid_map"), &map).map_err(err("uid_map"))?;
         std::fs::write(format!("{proc}/gid_map"), &map).map_err(err("gid_map"))?;
         let ns = std::fs::File::open(format!("{proc}/ns/user")).map_err(err("open ns"))?;
-        Ok(OwnedFd::from(ns))
+        // Where the executor uses it (the fd the seccomp filter lets `setns` take), placed now
+        // while the agent has one thread: growing the fd table later, with threads, waits for
+        // an RCU grace period (~10 ms here).
+        let at = sandbox_exec::seccomp::USERNS_FD;
+        // SAFETY: fcntl on a valid fd; the result, when valid, is ours.
+        let fd = unsafe { libc::fcntl(ns.as_raw_fd(), libc::F_DUPFD_CLOEXEC, at) };
+        if fd < 0 {
+            return Err(err("place ns fd")(std::io::Error::last_os_error()));
+        }
+        // SAFETY: just returned by fcntl.
+        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
     })();
     let _ = done_w.write_all(b"x");
     drop(done_w);
