@@ -194,6 +194,7 @@ class LaunchConfig:
         user: str = "sandbox",  # "sandbox" | "root" (see Template.user)
         id_base: int = 0,  # root: first host id of the sandbox's user namespace
         root_size_bytes: int = 0,  # root: size of the writable root
+        image_root: str = "",  # an unpacked image to build the root on ("": host /usr view)
     ) -> None: ...
 
 class LocalSandbox:

@@ -44,8 +44,11 @@ class Template:
     exec inside it (merged under per-call limits).
     `env` is the base environment of every program; `warm` is how many ready sandboxes the pool
     keeps ahead of demand (None: the pool's `warm`). `lease_ttl_s` is how long an agent outlives
-    a silent owner. `image` is for the docker / kubernetes backends (docker default:
-    `sandboxes-sandbox:latest`, built by `make images`); `agent_mount` (docker) bind-mounts this
+    a silent owner. `image` is what the sandbox runs: on docker / kubernetes an image name (docker
+    default: `sandboxes-sandbox:latest`, built by `make images`); on the local backend an image
+    of the local Docker engine, an image tarball or `docker save` archive, or an unpacked
+    directory, unpacked once and cached by digest (`backends/images.py`) and used as the
+    read-only lower layer of each sandbox's root (None: the host's /usr view); `agent_mount` (docker) bind-mounts this
     host's agent binary read-only into the container instead of using the image's own, so any
     image with glibc and /bin/sh works.
 

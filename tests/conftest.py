@@ -22,6 +22,11 @@ import pytest_asyncio
 # Short, private run dir for the whole session (unix socket paths must stay under 108 bytes).
 RUN_ROOT = Path(tempfile.mkdtemp(prefix="sbx-", dir="/tmp"))
 os.environ["SANDBOXES_RUN_DIR"] = str(RUN_ROOT)
+# Images the local backend unpacks go to a cache of this session's, removed at its end.
+IMAGE_CACHE = Path(tempfile.mkdtemp(prefix="sbx-images-", dir="/var/tmp"))
+os.environ["SANDBOXES_IMAGE_CACHE"] = str(IMAGE_CACHE)
+REPO = Path(__file__).resolve().parent.parent
+BUILD_SCRIPT = REPO / "deploy" / "docker" / "build_images.sh"
 
 from helpers import (  # noqa: F401
     agent_pids,
@@ -112,8 +117,47 @@ def no_leaks() -> Any:
     for c in sandbox_containers(RUN_ROOT) - containers_before:
         subprocess.run(["docker", "rm", "-f", c], capture_output=True, check=False)
     shutil.rmtree(RUN_ROOT, ignore_errors=True)
+    shutil.rmtree(IMAGE_CACHE, ignore_errors=True)
     if found:
         pytest.fail("the session leaked: " + ", ".join(found), pytrace=False)
+
+
+# --- the Docker engine and the images `make images` builds ---------------------------------------
+
+
+@pytest.fixture(scope="session")
+def docker_api() -> Any:
+    """The low-level Docker API client; skips the module when no engine answers."""
+    try:
+        import docker
+    except ImportError:
+        pytest.skip("the `docker` SDK is not installed (pip install 'sandboxes[docker]')")
+    try:
+        client = docker.from_env(timeout=120)
+        client.ping()
+    except Exception as e:  # noqa: BLE001
+        pytest.skip(f"no Docker engine answers: {e}")
+    yield client.api
+    client.close()
+
+
+@pytest.fixture(scope="session")
+def images(docker_api: Any, native: Any) -> str:
+    """Builds (or finds up to date) the base and sandbox images with the project's own script;
+    fails when they do not build (an engine answers: `docker_api`)."""
+    try:
+        proc = subprocess.run(
+            ["bash", str(BUILD_SCRIPT)], cwd=REPO, capture_output=True, text=True, timeout=1500, check=False
+        )
+    except subprocess.TimeoutExpired:
+        pytest.fail("building the sandbox image took over 25 minutes")
+    if proc.returncode != 0:
+        # An engine answers, so the images must build: a broken build is a failure, not a skip.
+        pytest.fail(f"the sandbox image does not build: {proc.stderr[-1500:]}")
+    from sandboxes.backends.docker import DEFAULT_IMAGE
+
+    return DEFAULT_IMAGE
+
 
 
 # --- pools ---------------------------------------------------------------------------------------

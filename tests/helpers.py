@@ -13,6 +13,9 @@ from pathlib import Path
 from sandboxes.backends.local import _cgroup_dirs
 
 AGENT_NAME = "sandbox-agent"
+# Built by deploy/docker/build_images.sh (the `images` fixture): Debian with python3 and a C
+# toolchain, no agent inside.
+BASE_IMAGE = "sandboxes-base:bookworm"
 
 
 def agent_pids() -> set[int]:

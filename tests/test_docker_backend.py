@@ -1,7 +1,7 @@
 """The docker backend against this machine's real Docker engine and the image `make images` builds.
 
-Skips (with the reason) only where no engine answers, the `docker` SDK is missing, or the image
-cannot be built here. Every container a test makes is checked gone from the outside (Docker API);
+Skips (with the reason) only where no engine answers or the `docker` SDK is missing; with an
+engine, images that do not build fail the suite. Every container a test makes is checked gone from the outside (Docker API);
 the session's leak check counts containers labelled `sandboxes.pool` too.
 """
 
@@ -21,6 +21,7 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
+from helpers import BASE_IMAGE
 
 import sandboxes
 from sandboxes import Pool, TestCase
@@ -30,44 +31,11 @@ from sandboxes.templates import Template
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(900)]
 
-REPO = Path(__file__).resolve().parent.parent
-BUILD_SCRIPT = REPO / "deploy" / "docker" / "build_images.sh"
 IMAGE = docker_backend.DEFAULT_IMAGE
-BASE_IMAGE = "sandboxes-base:bookworm"  # no agent inside: the "image without the agent" case
 MakePool = Callable[..., Awaitable[Pool]]
 
 
-# --- session fixtures: engine, images ------------------------------------------------------------
-
-
-@pytest.fixture(scope="session")
-def docker_api() -> Any:
-    """The low-level Docker API client; skips the module when no engine answers."""
-    try:
-        import docker
-    except ImportError:
-        pytest.skip("the `docker` SDK is not installed (pip install 'sandboxes[docker]')")
-    try:
-        client = docker.from_env(timeout=120)
-        client.ping()
-    except Exception as e:  # noqa: BLE001
-        pytest.skip(f"no Docker engine answers: {e}")
-    yield client.api
-    client.close()
-
-
-@pytest.fixture(scope="session")
-def images(docker_api: Any, native: Any) -> str:
-    """Builds (or finds up to date) the base and sandbox images with the project's own script."""
-    try:
-        proc = subprocess.run(
-            ["bash", str(BUILD_SCRIPT)], cwd=REPO, capture_output=True, text=True, timeout=1500, check=False
-        )
-    except subprocess.TimeoutExpired:
-        pytest.skip("building the sandbox image took over 25 minutes")
-    if proc.returncode != 0:
-        pytest.skip(f"the sandbox image cannot be built here: {proc.stderr[-1500:]}")
-    return IMAGE
+# --- fixtures (the engine and the images: conftest.py) --------------------------------------------
 
 
 @pytest_asyncio.fixture

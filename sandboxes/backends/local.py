@@ -31,7 +31,7 @@ from typing import Any
 from .. import _bridge
 from ..errors import LaunchError
 from ..templates import Template
-from . import ids
+from . import ids, images
 from .base import SandboxHandle
 
 __all__ = ["LocalBackend", "create_backend", "default_run_root"]
@@ -85,6 +85,7 @@ class LocalBackend:
         self._live: dict[str, Any] = {}  # sandbox id -> _native.LocalSandbox
         self._id_bases: dict[str, int] = {}  # sandbox id -> its host id range (root sandboxes)
         self._watchdog: subprocess.Popen[bytes] | None = None
+        self._images: dict[str, str] = {}  # template image -> its unpacked root
         self._dir_ready = False
 
     # --- Backend protocol ------------------------------------------------------------------------
@@ -121,6 +122,7 @@ class LocalBackend:
         )
 
     async def _launch(self, native: Any, template: Template, run_dir: Path, id_base: int) -> Any:
+        image_root = await self._image_root(template.image) if template.image else ""
         with _bridge.translating():
             config = native.LaunchConfig(
                 self.agent_bin,
@@ -143,8 +145,15 @@ class LocalBackend:
                 user=template.user,
                 id_base=id_base,
                 root_size_bytes=template.root_size_bytes,
+                image_root=image_root,
             )
             return await native.launch_local(config)
+
+    async def _image_root(self, image: str) -> str:
+        """The unpacked root of `image`, resolved once per backend (`images.resolve`)."""
+        if image not in self._images:
+            self._images[image] = str(await asyncio.to_thread(images.resolve, image))
+        return self._images[image]
 
     async def destroy(self, handle: SandboxHandle) -> None:
         """SIGKILL the agent (its pid namespace dies with it), remove its cgroup and run dir."""

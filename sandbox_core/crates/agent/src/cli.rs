@@ -54,6 +54,10 @@ pub struct Args {
     /// Size of a root sandbox's writable root (its disk) in bytes (0: 1 GiB).
     #[arg(long, default_value_t = 0)]
     pub root_size: u64,
+    /// An unpacked image (a directory) to build the root on, instead of the host's /usr: the
+    /// lower layer of an overlay whose upper layer is the sandbox's disk. Needs --new-root.
+    #[arg(long)]
+    pub image_root: Option<PathBuf>,
     #[arg(long)]
     pub no_seccomp: bool,
     #[arg(long)]

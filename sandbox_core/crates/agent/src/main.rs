@@ -164,6 +164,7 @@ fn main() {
                 .as_ref()
                 .map(|ns| std::os::fd::AsRawFd::as_raw_fd(ns.as_ref())),
             inside: (programs.uid, programs.gid),
+            image: args.image_root.clone(),
             writable_size: (args.user == "root").then_some(match args.root_size {
                 0 => DEFAULT_ROOT_SIZE,
                 n => n,

@@ -53,12 +53,14 @@ pub struct LaunchConfig {
     user: String,
     id_base: u32,
     root_size_bytes: u64,
+    /// An unpacked image to build the sandbox's root on ("": the host's /usr view).
+    image_root: String,
 }
 
 #[pymethods]
 impl LaunchConfig {
     #[new]
-    #[pyo3(signature = (agent_path, run_dir, *, uid=65534, gid=65534, lease_ttl_s=30.0, memory_bytes=0, max_pids=0, cpu_quota=0.0, work_dir="/work".to_string(), work_size_bytes=0, tmp_size_bytes=0, network=false, seccomp=true, cgroups=true, ro_binds=None, env=None, python_zygote="lazy".to_string(), user="sandbox".to_string(), id_base=0, root_size_bytes=0))]
+    #[pyo3(signature = (agent_path, run_dir, *, uid=65534, gid=65534, lease_ttl_s=30.0, memory_bytes=0, max_pids=0, cpu_quota=0.0, work_dir="/work".to_string(), work_size_bytes=0, tmp_size_bytes=0, network=false, seccomp=true, cgroups=true, ro_binds=None, env=None, python_zygote="lazy".to_string(), user="sandbox".to_string(), id_base=0, root_size_bytes=0, image_root="".to_string()))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         agent_path: String,
@@ -81,7 +83,14 @@ impl LaunchConfig {
         user: String,
         id_base: u32,
         root_size_bytes: u64,
+        image_root: String,
     ) -> PyResult<Self> {
+        if !image_root.is_empty() && !image_root.starts_with('/') {
+            return Err(err(
+                "invalid_argument",
+                format!("image_root must be an absolute path, got {image_root}"),
+            ));
+        }
         match (user.as_str(), id_base) {
             ("sandbox", b) if b.checked_add(1 << 16).is_some() => {}
             ("root", b) if b > 0 && b.checked_add(1 << 16).is_some() => {}
@@ -143,6 +152,7 @@ impl LaunchConfig {
             user,
             id_base,
             root_size_bytes,
+            image_root,
         })
     }
 }
@@ -363,6 +373,9 @@ fn agent_argv(c: &LaunchConfig, namespaces: &[&str]) -> Vec<String> {
     }
     if c.id_base > 0 {
         a.push(format!("--id-base={}", c.id_base));
+    }
+    if !c.image_root.is_empty() {
+        a.push(format!("--image-root={}", c.image_root));
     }
     if c.user == "root" {
         a.push("--user=root".into());

@@ -42,9 +42,15 @@ pub struct RootSpec {
     pub writable_size: Option<u64>,
     /// The programs' uid/gid as they see them (inside their user namespace), for /etc/passwd.
     pub inside: (u32, u32),
+    /// An unpacked image to build the root on (the lower layer of an overlay whose upper layer
+    /// is the sandbox's disk) instead of the host's `/usr`.
+    pub image: Option<PathBuf>,
 }
 
 const DEFAULT_TMPFS: u64 = 256 << 20;
+/// The disk of an image sandbox that is not a root one (only root and the image's own
+/// world-writable directories can use it).
+const DEFAULT_IMAGE_DISK: u64 = 64 << 20;
 const NEW_ROOT: &str = "/tmp";
 const TOP_LINKS: [&str; 6] = ["bin", "sbin", "lib", "lib32", "lib64", "libx32"];
 const ETC_FROM_HOST: [&str; 10] = [
@@ -162,25 +168,8 @@ fn tmpfs(target: &Path, size: u64, mode: &str, extra: &str) -> Result<(), SetupE
 fn etc(root: &Path, spec: &RootSpec) -> Result<(), SetupError> {
     let etc = root.join("etc");
     mkdirs(&etc)?;
-    let work = spec.work_dir.display();
-    let (passwd, group) = if spec.writable_size.is_some() {
-        (
-            "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/sh\n"
-                .to_string(),
-            "root:x:0:\nnogroup:x:65534:\n".to_string(),
-        )
-    } else {
-        (
-            format!(
-                "root:x:0:0:root:/root:/bin/sh\nsandbox:x:{}:{}:sandbox:{work}:/bin/sh\n",
-                spec.inside.0, spec.inside.1
-            ),
-            format!("root:x:0:\nsandbox:x:{}:\n", spec.inside.1),
-        )
-    };
+    etc_accounts(&etc, spec)?;
     let files = [
-        ("passwd", passwd.as_str()),
-        ("group", group.as_str()),
         (
             "hosts",
             "127.0.0.1 localhost sandbox\n::1 localhost ip6-localhost\n",
@@ -205,6 +194,33 @@ fn etc(root: &Path, spec: &RootSpec) -> Result<(), SetupError> {
         let src = Path::new("/etc").join(name);
         if src.exists() {
             bind_ro(root, &src)?;
+        }
+    }
+    Ok(())
+}
+
+/// passwd and group: root, and the sandbox user (or nobody, in a root sandbox).
+fn etc_accounts(etc: &Path, spec: &RootSpec) -> Result<(), SetupError> {
+    let work = spec.work_dir.display();
+    let (passwd, group) = if spec.writable_size.is_some() {
+        (
+            "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/sh\n"
+                .to_string(),
+            "root:x:0:\nnogroup:x:65534:\n".to_string(),
+        )
+    } else {
+        (
+            format!(
+                "root:x:0:0:root:/root:/bin/sh\nsandbox:x:{}:{}:sandbox:{work}:/bin/sh\n",
+                spec.inside.0, spec.inside.1
+            ),
+            format!("root:x:0:\nsandbox:x:{}:\n", spec.inside.1),
+        )
+    };
+    for (name, data) in [("passwd", passwd), ("group", group)] {
+        write(&etc.join(name), &data)?;
+        if spec.writable_size.is_some() {
+            chown(&etc.join(name), spec.uid, spec.gid)?;
         }
     }
     Ok(())
@@ -471,20 +487,84 @@ fn idmapped_bind(src: &Path, target: &Path, userns: RawFd) -> Result<(), SetupEr
     Ok(())
 }
 
-/// Builds the new root and pivots into it. Must run before any thread is started.
-pub fn build(spec: &RootSpec) -> Result<(), SetupError> {
+/// The root of an image sandbox: an overlay of the image (idmapped into the programs' user
+/// namespace when there is one, so its root-owned files are root's inside) and the sandbox's disk.
+/// Root sandboxes may write anywhere; others only where the image's modes let their uid.
+fn image_root(spec: &RootSpec, image: &Path, size: u64) -> Result<PathBuf, SetupError> {
+    let disk = Path::new(NEW_ROOT);
+    tmpfs(disk, size, "700", "")?;
+    let (lower, upper, work, root) = (
+        disk.join("image"),
+        disk.join("upper"),
+        disk.join("work"),
+        disk.join("root"),
+    );
+    for d in [&lower, &upper, &work, &root] {
+        mkdirs(d)?;
+    }
+    let mapped = spec.userns.map(|ns| idmapped_bind(image, &lower, ns));
+    match mapped {
+        Some(Ok(())) => chown(&upper, spec.uid - spec.inside.0, spec.gid - spec.inside.1)?,
+        Some(Err(e)) => {
+            eprintln!("sandbox-agent: {e}; the image is used with its ids as they are");
+            bind_plain_ro(image, &lower)?;
+        }
+        None => bind_plain_ro(image, &lower)?,
+    }
+    let opts = format!(
+        "lowerdir={},upperdir={},workdir={}",
+        lower.display(),
+        upper.display(),
+        work.display()
+    );
+    mount(
+        Some(Path::new("overlay")),
+        &root,
+        Some("overlay"),
+        libc::MS_NOSUID | libc::MS_NODEV,
+        Some(&opts),
+    )?;
+    Ok(root)
+}
+
+fn bind_plain_ro(src: &Path, target: &Path) -> Result<(), SetupError> {
+    mount(Some(src), target, None, libc::MS_BIND | libc::MS_REC, None)?;
     mount(
         None,
-        Path::new("/"),
+        target,
         None,
-        libc::MS_REC | libc::MS_PRIVATE,
+        libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV,
         None,
-    )?;
-    let root = match spec.writable_size {
-        Some(size) => writable_root(spec, size)?,
-        None => read_only_root(spec)?,
-    };
-    let root = root.as_path();
+    )
+}
+
+/// The few files of /etc the agent writes into an image's root: names, not accounts (the
+/// image's own passwd and group stay).
+fn image_etc(root: &Path, spec: &RootSpec) -> Result<(), SetupError> {
+    let etc = root.join("etc");
+    mkdirs(&etc)?;
+    for (name, data) in [
+        (
+            "hosts",
+            "127.0.0.1 localhost sandbox\n::1 localhost ip6-localhost\n",
+        ),
+        ("hostname", "sandbox\n"),
+        ("resolv.conf", ""),
+    ] {
+        let p = etc.join(name);
+        // A symlink of the image (resolv.conf often is one) must not send the write elsewhere.
+        let _ = std::fs::remove_file(&p);
+        write(&p, data)?;
+    }
+    if !etc.join("passwd").exists() {
+        return etc_accounts(&etc, spec);
+    }
+    Ok(())
+}
+
+/// The host's view: `/bin`, `/lib`, ... as on the host (symlinks into `/usr`, or read-only
+/// binds), and our `/etc`.
+fn host_view(root: &Path, spec: &RootSpec) -> Result<(), SetupError> {
     for top in TOP_LINKS {
         let host = Path::new("/").join(top);
         match std::fs::symlink_metadata(&host) {
@@ -504,11 +584,42 @@ pub fn build(spec: &RootSpec) -> Result<(), SetupError> {
             _ => {}
         }
     }
-    etc(root, spec)?;
+    etc(root, spec)
+}
+
+/// Builds the new root and pivots into it. Must run before any thread is started.
+pub fn build(spec: &RootSpec) -> Result<(), SetupError> {
+    mount(
+        None,
+        Path::new("/"),
+        None,
+        libc::MS_REC | libc::MS_PRIVATE,
+        None,
+    )?;
+    let root = match (&spec.image, spec.writable_size) {
+        (Some(image), size) => image_root(spec, image, size.unwrap_or(DEFAULT_IMAGE_DISK))?,
+        (None, Some(size)) => writable_root(spec, size)?,
+        (None, None) => read_only_root(spec)?,
+    };
+    let root = root.as_path();
+    if spec.image.is_some() {
+        image_etc(root, spec)?;
+    } else {
+        host_view(root, spec)?;
+    }
     dev(root)?;
     proc_fs(root)?;
     cgroups(root);
-    tmpfs(&root.join("tmp"), spec.tmp_size, "1777", "")?;
+    // Root's inside the programs' user namespace (else it shows as nobody's there).
+    let tmp_owner = match spec.userns {
+        Some(_) => format!(
+            ",uid={},gid={}",
+            spec.uid - spec.inside.0,
+            spec.gid - spec.inside.1
+        ),
+        None => String::new(),
+    };
+    tmpfs(&root.join("tmp"), spec.tmp_size, "1777", &tmp_owner)?;
     let work_rel = spec.work_dir.strip_prefix("/").unwrap_or(&spec.work_dir);
     tmpfs(
         &root.join(work_rel),
@@ -523,7 +634,7 @@ pub fn build(spec: &RootSpec) -> Result<(), SetupError> {
     }
     mkdirs(&root.join("root"))?;
     pivot(root)?;
-    if spec.writable_size.is_some() {
+    if spec.writable_size.is_some() || spec.image.is_some() {
         return Ok(());
     }
     mount(

@@ -1,0 +1,221 @@
+"""Images of the local backend: a template's `image` made into a directory the agent builds the
+sandbox's root on (a read-only lower layer: each sandbox writes only to its own upper layer).
+
+An image is one of:
+- a directory: an unpacked root file system, used where it is;
+- a file: a root file system tarball, or a `docker save` archive (layers applied in order,
+  whiteouts honoured), unpacked once and cached by the file's sha256;
+- a name known to the local Docker engine (`sandboxes-base:bookworm`): saved from the engine
+  and unpacked once, cached by the image's id.
+
+The cache (`$SANDBOXES_IMAGE_CACHE`, else /var/cache/sandboxes/images for root, else
+~/.cache/sandboxes/images) holds one directory per digest, made under a lock into a temporary
+directory and renamed into place, so concurrent pools unpack an image once and a half-unpacked
+one is never used. Nothing removes entries by itself: `clear_cache` (or deleting the directory)
+does.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import hashlib
+import json
+import os
+import shutil
+import tarfile
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import IO
+
+from ..errors import LaunchError
+
+__all__ = ["CACHE_ENV", "cache_root", "clear_cache", "resolve"]
+
+CACHE_ENV = "SANDBOXES_IMAGE_CACHE"
+WHITEOUT = ".wh."
+OPAQUE = ".wh..wh..opq"
+
+
+def cache_root() -> Path:
+    """Where unpacked images live on this host."""
+    if env := os.environ.get(CACHE_ENV):
+        return Path(env)
+    if os.geteuid() == 0:
+        return Path("/var/cache/sandboxes/images")
+    return Path.home() / ".cache" / "sandboxes" / "images"
+
+
+def clear_cache(root: Path | None = None) -> None:
+    """Removes every unpacked image (sandboxes running on one keep their mount of it)."""
+    shutil.rmtree(root or cache_root(), ignore_errors=True)
+
+
+def resolve(image: str, root: Path | None = None) -> Path:
+    """The unpacked root file system of `image` (blocking: unpacks on first use)."""
+    root = root or cache_root()
+    p = Path(image)
+    if p.is_dir():
+        if not (p / "bin").exists() and not (p / "usr").is_dir():
+            raise LaunchError(f"image directory {p} has no /usr or /bin: not a root file system", step="image")
+        return p.resolve()
+    if p.is_file():
+        return _cached(root, "file-" + _sha256(p), lambda dest: _unpack_file(p, dest))
+    return _from_engine(image, root)
+
+
+def _sha256(p: Path) -> str:
+    h = hashlib.sha256()
+    with p.open("rb") as f:
+        while chunk := f.read(1 << 20):
+            h.update(chunk)
+    return h.hexdigest()
+
+
+@contextlib.contextmanager
+def _locked(root: Path, key: str) -> Iterator[None]:
+    root.mkdir(mode=0o755, parents=True, exist_ok=True)
+    fd = os.open(root / f".{key}.lock", os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)
+
+
+def _cached(root: Path, key: str, unpack: object) -> Path:
+    dest = root / key
+    if dest.is_dir():
+        return dest
+    with _locked(root, key):
+        if dest.is_dir():
+            return dest
+        tmp = Path(tempfile.mkdtemp(prefix=f".{key}.", dir=root))
+        try:
+            tmp.chmod(0o755)
+            unpack(tmp)  # type: ignore[operator]
+            os.rename(tmp, dest)
+        except BaseException:
+            shutil.rmtree(tmp, ignore_errors=True)
+            raise
+    return dest
+
+
+def _from_engine(name: str, root: Path) -> Path:
+    try:
+        import docker
+        import docker.errors
+    except ImportError as e:
+        raise LaunchError(f"image {name!r} is not a path, and the docker SDK is missing to look it up", step="image") from e
+    try:
+        client = docker.from_env(timeout=600)
+    except docker.errors.DockerException as e:
+        raise LaunchError(f"image {name!r} is not a path, and no Docker engine answers: {e}", step="image") from e
+    try:
+        try:
+            img = client.images.get(name)
+        except docker.errors.ImageNotFound as e:
+            raise LaunchError(f"image {name!r} is not in the local Docker engine (nothing is pulled)", step="image") from e
+        key = "docker-" + img.id.removeprefix("sha256:")
+
+        def unpack(dest: Path) -> None:
+            with tempfile.TemporaryFile(dir=root) as archive:
+                for chunk in img.save(named=False):
+                    archive.write(chunk)
+                archive.seek(0)
+                with tarfile.open(fileobj=archive) as t:
+                    _unpack_saved(t, dest)
+
+        return _cached(root, key, unpack)
+    except docker.errors.DockerException as e:
+        raise LaunchError(f"image {name!r}: {e}", step="image") from e
+    finally:
+        client.close()
+
+
+def _unpack_file(p: Path, dest: Path) -> None:
+    try:
+        with tarfile.open(p) as t:
+            if "manifest.json" in t.getnames():
+                _unpack_saved(t, dest)
+            else:
+                _apply_layer(t, dest)
+    except tarfile.TarError as e:
+        raise LaunchError(f"image {p} is not a tar archive: {e}", step="image") from e
+
+
+def _unpack_saved(t: tarfile.TarFile, dest: Path) -> None:
+    """A `docker save` archive: its manifest's layers, bottom first."""
+    manifest = _json(t, "manifest.json")
+    if not isinstance(manifest, list) or not manifest or "Layers" not in manifest[0]:
+        raise LaunchError("image archive has no usable manifest.json", step="image")
+    for layer in manifest[0]["Layers"]:
+        f = t.extractfile(layer)
+        if f is None:
+            raise LaunchError(f"image archive lacks its layer {layer}", step="image")
+        with f, tarfile.open(fileobj=f, mode="r:*") as lt:
+            _apply_layer(lt, dest)
+
+
+def _json(t: tarfile.TarFile, name: str) -> object:
+    f: IO[bytes] | None = t.extractfile(name)
+    if f is None:
+        raise LaunchError(f"image archive lacks {name}", step="image")
+    with f:
+        return json.load(f)
+
+
+def _apply_layer(t: tarfile.TarFile, dest: Path) -> None:
+    """One layer onto `dest`: whiteouts delete what lower layers made, the rest is extracted with
+    owners and modes kept, and nothing lands outside `dest` (see `_inside`)."""
+    members = []
+    for m in t:
+        parent, _, base = m.name.rstrip("/").rpartition("/")
+        target = dest / parent
+        if base == OPAQUE:
+            if target.is_dir():
+                for child in target.iterdir():
+                    _remove(child)
+            continue
+        if base.startswith(WHITEOUT):
+            _remove(target / base[len(WHITEOUT) :])
+            continue
+        if m.isdev():
+            continue
+        existing = dest / m.name
+        if existing.is_symlink() or (existing.exists() and not (existing.is_dir() and m.isdir())):
+            _remove(existing)
+        members.append(m)
+    t.extractall(dest, members=members, filter=_inside(dest), numeric_owner=True)
+
+
+def _inside(dest: Path):  # noqa: ANN202 - a tarfile extraction filter
+    """A filter that keeps every member as it is (absolute symlinks included: they point into the
+    sandbox's root at run time) but refuses one that would be written outside `dest`: an absolute
+    or `..` name, a parent that is a symlink leading out (checked as extraction goes, so a link
+    planted by an earlier member counts), or a hard link to something outside."""
+    top = os.path.realpath(dest)
+
+    def within(p: str) -> bool:
+        real = os.path.realpath(p)
+        return real == top or real.startswith(top + os.sep)
+
+    def check(member: tarfile.TarInfo, path: str) -> tarfile.TarInfo:
+        name = member.name
+        if name.startswith("/") or ".." in Path(name).parts:
+            raise LaunchError(f"image member {name!r} leaves the image", step="image")
+        if not within(os.path.join(path, os.path.dirname(name.rstrip("/")))):
+            raise LaunchError(f"image member {name!r} is written through a link that leaves the image", step="image")
+        if member.islnk() and not within(os.path.join(path, member.linkname)):
+            raise LaunchError(f"image hard link {name!r} points outside the image", step="image")
+        return member
+
+    return check
+
+
+def _remove(p: Path) -> None:
+    if p.is_symlink() or p.is_file():
+        p.unlink(missing_ok=True)
+    elif p.is_dir():
+        shutil.rmtree(p, ignore_errors=True)
