@@ -4,6 +4,7 @@ lower layer of each sandbox's root. Needs the Docker engine for the image (`imag
 
 from __future__ import annotations
 
+import asyncio
 import io
 import os
 import secrets
@@ -64,8 +65,8 @@ async def test_root_writes_to_its_own_layer_only(image_pool) -> None:
         r = await sh(sb, "echo changed >> /etc/os-release && rm /usr/bin/perl* 2>/dev/null; tail -1 /etc/os-release")
         assert r.stdout == b"changed\n", r
     cached = image_cache.resolve(BASE_IMAGE)
-    found = subprocess.run(["find", str(cached), "-name", f"*{name}*"], capture_output=True, text=True).stdout
-    assert found == "", found
+    found = list(cached.rglob(f"*{name}*"))
+    assert found == [], found
     assert b"changed" not in (cached / "etc/os-release").read_bytes()
     async with image_pool.sandbox(template="imgroot") as fresh:
         r = await sh(fresh, f"ls /{name} /usr/lib/{name} /app 2>&1 | grep -c 'No such'; tail -1 /etc/os-release")
@@ -86,7 +87,7 @@ async def test_an_image_is_unpacked_once_and_shared(image_pool) -> None:
 async def test_an_archive_and_a_directory_are_images_too(images: str, make_pool, tmp_path: Path) -> None:
     archive = tmp_path / "base.tar"
     with archive.open("wb") as f:
-        subprocess.run(["docker", "save", BASE_IMAGE], stdout=f, check=True)
+        await asyncio.to_thread(subprocess.run, ["docker", "save", BASE_IMAGE], stdout=f, check=True)
     unpacked = image_cache.resolve(str(archive))
     assert (unpacked / "usr/bin/python3").exists()
     pool = await make_pool(warm=0, templates={

@@ -190,7 +190,7 @@ def _apply_layer(t: tarfile.TarFile, dest: Path) -> None:
     t.extractall(dest, members=members, filter=_inside(dest), numeric_owner=True)
 
 
-def _inside(dest: Path):  # noqa: ANN202 - a tarfile extraction filter
+def _inside(dest: Path):
     """A filter that keeps every member as it is (absolute symlinks included: they point into the
     sandbox's root at run time) but refuses one that would be written outside `dest`: an absolute
     or `..` name, a parent that is a symlink leading out (checked as extraction goes, so a link
