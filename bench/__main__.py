@@ -15,7 +15,7 @@ BENCHMARKS = {
     "k8s": "bench.k8s_bench",
     "docker": "bench.docker_bench",
     "reward": "bench.reward",
-    "root": "bench.root_sandbox",
+    "kinds": "bench.sandbox_kinds",
 }
 
 
