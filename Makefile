@@ -60,8 +60,8 @@ lint: $(VENV)/.deps ## clippy, rustfmt and ruff
 bench: build ## run every benchmark against its baselines in one run
 	$(PY) -m bench
 
-images: build-agent ## build the docker backend's images offline (Debian rootfs + agent); skips what is up to date
-	bash deploy/docker/build_images.sh
+images: build-agent ## build the images offline from Debian packages (base, sandbox = base + agent, dev); skips what is up to date
+	bash deploy/docker/build_images.sh --dev
 
 proto: $(VENV)/.deps ## regenerate the Python stubs of proto/service.proto
 	$(PY) -m sandboxes._proto.generate

@@ -160,6 +160,17 @@ def images(docker_api: Any, native: Any) -> str:
 
 
 
+@pytest.fixture(scope="session")
+def dev_image(images: str) -> str:
+    """The dev image (git, build tools, python3 with pip and venv), built by the same script."""
+    proc = subprocess.run(
+        ["bash", str(BUILD_SCRIPT), "--dev"], cwd=REPO, capture_output=True, text=True, timeout=1500, check=False
+    )
+    if proc.returncode != 0:
+        pytest.fail(f"the dev image does not build: {proc.stderr[-1500:]}")
+    return "sandboxes-dev:bookworm"
+
+
 # --- pools ---------------------------------------------------------------------------------------
 
 

@@ -151,3 +151,52 @@ async def test_a_missing_image_is_a_launch_error_at_the_image_step(images: str) 
     with pytest.raises(sandboxes.LaunchError) as err:
         image_cache.resolve(f"no-such-image-{secrets.token_hex(4)}:latest")
     assert err.value.step == "image"
+
+
+def tiny_wheel() -> tuple[str, bytes]:
+    """A pure-Python wheel made here (nothing is fetched): `import tinypkg; tinypkg.VALUE == 42`."""
+    import zipfile
+
+    files = {
+        "tinypkg/__init__.py": "VALUE = 42\n",
+        "tinypkg-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: tinypkg\nVersion: 1.0\n",
+        "tinypkg-1.0.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    files["tinypkg-1.0.dist-info/RECORD"] = "".join(f"{n},,\n" for n in [*files, "tinypkg-1.0.dist-info/RECORD"])
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        for name, text in files.items():
+            z.writestr(name, text)
+    return "tinypkg-1.0-py3-none-any.whl", buf.getvalue()
+
+
+async def test_an_agent_clones_builds_and_installs_as_root_in_the_dev_image(dev_image: str, make_pool) -> None:
+    """What a coding agent does first, offline: clone a repository, build C, make a venv and
+    pip-install into it and into the system, all as root inside a sandbox of the dev image."""
+    pool = await make_pool(warm=0, templates={"dev": Template(name="dev", image=dev_image, user="root")})
+    wheel_name, wheel = tiny_wheel()
+    async with pool.sandbox(template="dev") as sb:
+        await sb.write_file(f"/tmp/{wheel_name}", wheel)
+        steps = {
+            "repository": "git init -q /src && cd /src && git -c user.email=a@b -c user.name=t commit -q "
+                          "--allow-empty -m one && echo hi > f && git add f && "
+                          "git -c user.email=a@b -c user.name=t commit -qm two",
+            "clone": "git clone -q /src /app/clone && cat /app/clone/f && git -C /app/clone log --oneline | wc -l",
+            "build": "printf 'int main(void){return 7;}' > /tmp/a.c && cc -O2 /tmp/a.c -o /usr/local/bin/seven; "
+                     "seven; echo $?",
+            "venv": f"python3 -m venv /opt/venv && /opt/venv/bin/pip install -q --no-index /tmp/{wheel_name} "
+                    "&& /opt/venv/bin/python -c 'import tinypkg; print(tinypkg.VALUE)'",
+            "system pip": f"pip install -q --no-index --break-system-packages /tmp/{wheel_name} "
+                          "&& python3 -c 'import tinypkg, os; print(tinypkg.__file__.startswith(\"/usr/local\"))'",
+        }
+        outputs = {}
+        for what, cmd in steps.items():
+            r = await sb.exec(["/bin/sh", "-c", cmd], limits=sandboxes.Limits(wall_time_s=120))
+            assert r.exit_code == 0, (what, r)
+            outputs[what] = r.stdout.decode().split()
+        assert outputs["clone"] == ["hi", "2"]
+        assert outputs["build"] == ["7"]
+        assert outputs["venv"] == ["42"]
+        assert outputs["system pip"] == ["True"]
+    cached = image_cache.resolve(dev_image)
+    assert not (cached / "usr/local/bin/seven").exists() and not (cached / "opt/venv").exists()

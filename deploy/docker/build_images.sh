@@ -3,7 +3,9 @@
 #   1. sandboxes-base:bookworm    a Debian rootfs made from packages (mmdebstrap, else debootstrap),
 #                                 put into the engine with `docker import`;
 #   2. sandboxes-sandbox:latest   the base + the agent at /usr/local/bin/sandbox-agent
-#                                 (deploy/docker/Dockerfile.sandbox, `docker build`, offline).
+#                                 (deploy/docker/Dockerfile.sandbox, `docker build`, offline);
+#   3. with `--dev`: sandboxes-dev:bookworm, a Debian rootfs for agents that build and install
+#                                 (git, build-essential, python3 with pip and venv), as the base.
 # Each image carries the label `sandboxes.inputs` = a hash of what it was made from (package list
 # and suite for the base; agent binary, Dockerfile and base image id for the top); an image whose
 # label matches is kept, so a second run does nothing.
@@ -15,7 +17,8 @@
 #   SANDBOXES_SUITE      Debian suite (default: bookworm)
 #   SANDBOXES_PACKAGES   packages of the base (default below)
 #   SANDBOXES_DEBIAN_MIRROR  mirror URL; by default the Debian mirror(s) of this machine's apt config
-#   FORCE=1              rebuild both images even when their labels match
+#   SANDBOXES_DEV_IMAGE / SANDBOXES_DEV_PACKAGES   the dev image's name and packages
+#   FORCE=1              rebuild the images even when their labels match
 set -euo pipefail
 
 cd "$(dirname "$0")/../.."
@@ -27,6 +30,15 @@ SANDBOX_IMAGE=${SANDBOXES_IMAGE:-sandboxes-sandbox:latest}
 VARIANT=minbase
 # What the reward engine and user programs need: Python, a C/C++ toolchain, a shell.
 PACKAGES=${SANDBOXES_PACKAGES:-"python3 gcc g++ libc6-dev bash coreutils"}
+DEV_IMAGE=${SANDBOXES_DEV_IMAGE:-sandboxes-dev:$SUITE}
+DEV_PACKAGES=${SANDBOXES_DEV_PACKAGES:-"python3 python3-pip python3-venv git build-essential ca-certificates bash coreutils"}
+DEV=0
+for arg in "$@"; do
+  case $arg in
+    --dev) DEV=1 ;;
+    *) echo "usage: $0 [--dev]" >&2; exit 2 ;;
+  esac
+done
 LABEL=sandboxes.inputs
 BUILD_VERSION=1  # bump when this script changes what it produces
 
@@ -105,9 +117,11 @@ print("\n".join(out))
 PY
 }
 
-# --- 1. base image ---------------------------------------------------------------------------
+# --- 1. base image (and the dev image) ------------------------------------------------------
 
+# build_base [IMAGE PACKAGES]: a Debian rootfs of PACKAGES imported as IMAGE (default: the base).
 build_base() {
+  local BASE_IMAGE=${1:-$BASE_IMAGE} PACKAGES=${2:-$PACKAGES}
   local pkgs sorted want have tmp
   sorted=$(echo "$PACKAGES" | tr ' ,' '\n\n' | sed '/^$/d' | sort -u | tr '\n' ' ')
   want=$(printf 'v%s %s %s %s' "$BUILD_VERSION" "$SUITE" "$VARIANT" "$sorted" | sha)
@@ -199,5 +213,9 @@ build_sandbox() {
 
 build_base
 build_sandbox
-docker image ls --format '{{.Repository}}:{{.Tag}} {{.ID}} {{.Size}}' | grep -E "^(${BASE_IMAGE}|${SANDBOX_IMAGE}) " >&2 || true
+if [ "$DEV" = 1 ]; then
+  build_base "$DEV_IMAGE" "$DEV_PACKAGES"
+fi
+docker image ls --format '{{.Repository}}:{{.Tag}} {{.ID}} {{.Size}}' \
+  | grep -E "^(${BASE_IMAGE}|${SANDBOX_IMAGE}|${DEV_IMAGE}) " >&2 || true
 log "done"
