@@ -209,3 +209,23 @@ async def test_stop_leaves_no_sandbox_behind(make_server) -> None:
         sb = await client.create()
         assert (await sb.exec(["true"])).exit_code == 0
         await sb.close()
+
+
+async def test_file_reads_are_ranges_bounded_end_to_end(client: AsyncSandboxClient) -> None:
+    """Through the API server: ranges, the caller's bound (`TooLarge` rebuilt from the trailer,
+    not a quota error), and a FIFO refused at once as the caller's error."""
+    sb = await client.create()
+    try:
+        blob = bytes(range(256)) * 4096  # 1 MiB
+        await sb.write_file("blob", blob)
+        assert await sb.read_file("blob", offset=1000, length=5000) == blob[1000:6000]
+        assert await sb.read_file("blob", max_bytes=len(blob)) == blob
+        with pytest.raises(E.TooLarge) as err:
+            await sb.read_file("blob", max_bytes=1000)
+        assert not err.value.retryable
+        assert (await sb.exec("mkfifo pipe")).exit_code == 0
+        with pytest.raises(E.InvalidRequest, match="FIFO"):
+            await asyncio.wait_for(sb.read_file("pipe"), 30)
+        assert await sb.read_file("blob", length=3) == blob[:3]
+    finally:
+        await sb.close()

@@ -83,7 +83,7 @@ class LocalBackend:
         self.agent_bin = agent_bin or _bridge.agent_path()  # fail at start, not at first claim
         self.pool_dir = self.run_root / f"pool-{self.pool_id}"
         self._live: dict[str, Any] = {}  # sandbox id -> _native.LocalSandbox
-        self._id_bases: dict[str, int] = {}  # sandbox id -> its host id range (root sandboxes)
+        self._id_bases: dict[str, int] = {}  # sandbox id -> its host id range (0: none)
         self._watchdog: subprocess.Popen[bytes] | None = None
         self._images: dict[str, str] = {}  # template image -> its unpacked root
         self._dir_ready = False

@@ -387,21 +387,12 @@ fn writable_root(spec: &RootSpec, size: u64) -> Result<PathBuf, SetupError> {
         source: std::io::Error::from_raw_os_error(libc::EINVAL),
     })?;
     match idmapped_bind(Path::new("/usr"), &lower, userns) {
-        Ok(()) => {
-            let opts = format!(
-                "lowerdir={},upperdir={},workdir={}",
-                lower.display(),
-                disk.join("usr.upper").display(),
-                disk.join("usr.work").display()
-            );
-            mount(
-                Some(Path::new("overlay")),
-                &usr,
-                Some("overlay"),
-                libc::MS_NOSUID | libc::MS_NODEV,
-                Some(&opts),
-            )?;
-        }
+        Ok(()) => overlay(
+            &lower,
+            &disk.join("usr.upper"),
+            &disk.join("usr.work"),
+            &usr,
+        )?,
         Err(e) => {
             // A kernel or file system without idmapped mounts: /usr stays the host's, read-only.
             eprintln!("sandbox-agent: {e}; /usr is read-only in this sandbox");
@@ -511,6 +502,12 @@ fn image_root(spec: &RootSpec, image: &Path, size: u64) -> Result<PathBuf, Setup
         }
         None => bind_plain_ro(image, &lower)?,
     }
+    overlay(&lower, &upper, &work, &root)?;
+    Ok(root)
+}
+
+/// An overlay at `target`: `lower` read-only beneath, changes in `upper` (`work` is its scratch).
+fn overlay(lower: &Path, upper: &Path, work: &Path, target: &Path) -> Result<(), SetupError> {
     let opts = format!(
         "lowerdir={},upperdir={},workdir={}",
         lower.display(),
@@ -519,12 +516,11 @@ fn image_root(spec: &RootSpec, image: &Path, size: u64) -> Result<PathBuf, Setup
     );
     mount(
         Some(Path::new("overlay")),
-        &root,
+        target,
         Some("overlay"),
         libc::MS_NOSUID | libc::MS_NODEV,
         Some(&opts),
-    )?;
-    Ok(root)
+    )
 }
 
 fn bind_plain_ro(src: &Path, target: &Path) -> Result<(), SetupError> {
