@@ -11,7 +11,7 @@ DEPS := grpcio grpcio-tools protobuf prometheus-client rich uvloop pytest pytest
 DEPS += aiohttp verifiers==0.3.1 sandbox-fusion==0.3.7
 PYTEST_ARGS ?=
 
-.PHONY: help install build build-agent build-dev build-rl serve test test-rust test-python helm-test lint bench proto clean images
+.PHONY: help install build build-agent build-dev build-rl serve test test-rust test-python helm-test lint bench bench-table proto clean images
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | sort
@@ -57,8 +57,11 @@ lint: $(VENV)/.deps ## clippy, rustfmt and ruff
 	cd $(CARGO_DIR) && $(CARGO) clippy --workspace -- -D warnings && $(CARGO) fmt --check
 	$(VENV)/bin/ruff check sandboxes tests bench rl
 
-bench: build ## run every benchmark against its baselines in one run
+bench: build ## run every benchmark against its baselines in one run; regenerates README's table
 	$(PY) -m bench
+
+bench-table: $(VENV)/.deps ## regenerate README's benchmark table from bench/results/*.json
+	$(PY) -m bench.table --write README.md
 
 images: build-agent ## build the images offline from Debian packages (base, sandbox = base + agent, dev); skips what is up to date
 	bash deploy/docker/build_images.sh --dev

@@ -1,10 +1,12 @@
 """`python -m bench [name ...]`: run benchmarks with their baselines in one run, save JSON results
-in bench/results/, print a table of ratios and draw the PNG plots (bench/plots.py)."""
+in bench/results/, print a table of ratios, draw the PNG plots (bench/plots.py) and regenerate
+README.md's benchmark table from the results (bench/table.py)."""
 
 from __future__ import annotations
 
 import argparse
 import importlib
+from pathlib import Path
 
 BENCHMARKS = {
     "exec_true": "bench.exec_latency",
@@ -28,9 +30,11 @@ def main(argv: list[str] | None = None) -> int:
         rep = mod.run()
         rep.print()
         print(f"saved {rep.save()}")
-    from bench import plots
+    from bench import plots, table
 
     plots.main()
+    table.write(Path(__file__).resolve().parent.parent / "README.md")
+    print("README.md: benchmark table regenerated from bench/results/*.json")
     return 0
 
 

@@ -38,6 +38,10 @@ class Stats:
         return cls(name, len(ms), statistics.median(ms), p99, statistics.fmean(ms), ms[0], kept)
 
 
+def _ms(v: float) -> str:
+    return f"{v:.3g} ms" if v < 100 else f"{v:.0f} ms"
+
+
 @dataclass
 class Report:
     """One benchmark: its measurements, baselines and the ratios derived from them."""
@@ -46,10 +50,29 @@ class Report:
     stats: list[Stats] = field(default_factory=list)
     ratios: dict[str, float] = field(default_factory=dict)
     extra: dict = field(default_factory=dict)
+    # The rows this benchmark puts in README's table (`python -m bench.table`).
+    headlines: list[dict] = field(default_factory=list)
 
     def add(self, s: Stats) -> Stats:
         self.stats.append(s)
         return s
+
+    def headline(self, metric: str, ours: Stats | str, baseline: Stats | str | None = None,
+                 ratio: str | None = None, command: str | None = None) -> None:
+        """A row of README's table: `ours` and `baseline` are measurements of this run (their
+        median and p99 are shown) or text; `ratio` names one of `ratios`."""
+        def cell(v: Stats | str | None) -> str:
+            if v is None:
+                return ""
+            if isinstance(v, Stats):
+                return f"{_ms(v.median_ms)} median, {_ms(v.p99_ms)} p99"
+            return v
+        if ratio is not None and ratio not in self.ratios:
+            raise KeyError(f"no ratio {ratio!r} in {self.name}")
+        self.headlines.append({
+            "metric": metric, "ours": cell(ours), "baseline": cell(baseline), "ratio": ratio,
+            "command": command or f"python -m bench {self.name}",
+        })
 
     def save(self) -> Path:
         RESULTS.mkdir(exist_ok=True)

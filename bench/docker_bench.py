@@ -92,6 +92,8 @@ def run() -> Report:
     d = rep.add(Stats.of("exec /bin/true, docker exec (Docker API)", dexec_s))
     rep.ratios["docker exec / direct gRPC (median)"] = d.median_ms / g.median_ms
     rep.ratios["docker exec / direct gRPC (p99)"] = d.p99_ms / g.p99_ms
+    rep.headline("docker: exec `/bin/true` over the agent's socket vs `docker exec` (target 10x)", g, d,
+                 "docker exec / direct gRPC (median)")
 
     cold = rep.add(Stats.of("cold create, docker backend (ready)", asyncio.run(cold_creates(30))))
     floor = rep.add(Stats.of("docker create+start, no agent (API floor)", docker_api_floor(30)))
@@ -99,6 +101,7 @@ def run() -> Report:
     rep.ratios["docker cold create / API floor (median)"] = cold.median_ms / floor.median_ms
     rep.ratios["docker cold create / local cold create (median)"] = cold.median_ms / local.median_ms
     rep.ratios["docker cold create median / 1 s target"] = cold.median_ms / 1000.0
+    rep.headline("docker: cold create, ready (target 1 s)", cold, floor, "docker cold create / API floor (median)")
 
     warm = rep.add(Stats.of("warm claim, docker pool (8 concurrent)", asyncio.run(warm_claims(8, 4, backend="docker", image=IMAGE))))
     rep.ratios["docker cold create / warm claim (median)"] = cold.median_ms / warm.median_ms

@@ -55,6 +55,7 @@ def run(n: int = 2000, n_idle: int = 100) -> Report:
     rep.ratios["median ratio agent/posix_spawn"] = e.median_ms / s.median_ms
     rep.ratios["median overhead ms"] = e.median_ms - s.median_ms
     rep.ratios["p99 overhead ms"] = e.p99_ms - s.p99_ms
+    rep.headline("exec `/bin/true` through the native client and the agent", e, s, "median overhead ms")
     spawn, native = [], []
     for _ in range(2):
         spawn += posix_spawn_true(n_idle // 2, IDLE_S)
@@ -63,4 +64,5 @@ def run(n: int = 2000, n_idle: int = 100) -> Report:
     e = rep.add(Stats.of(f"agent exec /bin/true, {IDLE_S * 1000:g} ms idle before each", native))
     rep.ratios["after idle: median ratio agent/posix_spawn"] = e.median_ms / s.median_ms
     rep.ratios["after idle: median overhead ms"] = e.median_ms - s.median_ms
+    rep.headline(f"the same, {IDLE_S * 1000:g} ms idle before each", e, s, "after idle: median overhead ms")
     return rep

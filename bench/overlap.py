@@ -161,6 +161,9 @@ def _bench_backend(rep: Report, backend: str, problems: list[Any]) -> None:
     rep.ratios[f"{backend}: provisioning hidden % (target >= 95)"] = 100.0 * hidden
     rep.ratios[f"{backend}: provisioning hidden %, sandbox first"] = 100.0 * hidden_first
     rep.ratios[f"{backend}: total wall overlapped / sandbox first"] = over["wall_s"] / first["wall_s"]
+    rep.headline(f"RL overlap, {backend}: provisioning hidden behind the first turn (target 95 %)",
+                 f"{100.0 * hidden:.0f} % hidden", f"sandbox awaited first: {100.0 * hidden_first:.0f} % hidden",
+                 f"{backend}: total wall overlapped / sandbox first")
     rep.extra[f"{backend}: first-turn time to first token (s)"] = f"{ttft} .. {round(1.5 * ttft, 2)}"
     rep.extra[f"{backend}: calibration burst, slowest provisioning (s)"] = round(slowest, 3)
     rep.extra[f"{backend}: total wall of {len(problems)} rollouts, overlapped (s)"] = round(over["wall_s"], 3)

@@ -184,6 +184,9 @@ def humaneval(rep: Report, py: str, repeats: int = 3) -> None:
     rep.add(Stats.of("humaneval one grading: run_tests duration", durations))
     rep.ratios["humaneval ours / floor (target <= 2)"] = o / f
     rep.ratios["humaneval fresh python3 / ours (target >= 5)"] = fr / o
+    rep.headline(f"reward: HumanEval, {n} gradings (canonical + broken), wall",
+                 f"{o:.2f} s", f"in-process `exec()` floor {f:.2f} s; fresh `python3` each {fr:.2f} s",
+                 "humaneval ours / floor (target <= 2)")
     rep.extra.update(
         {
             "humaneval_gradings": n,
@@ -332,6 +335,8 @@ def snippet(rep: Report, py: str, n: int = 300) -> None:
     o = rep.add(Stats.of("snippet: sandbox exec python3 -c", ours_s))
     p = rep.add(Stats.of("snippet: python3 -c, fresh clean venv (baseline)", local))
     rep.ratios["snippet python3 -c / sandbox (median, target >= 4)"] = p.median_ms / o.median_ms
+    rep.headline("reward: `python3 -c` snippet through `Sandbox.exec`", o, p,
+                 "snippet python3 -c / sandbox (median, target >= 4)")
     rep.extra["snippet_path"] = dict(paths)
     ours_s, local, _ = asyncio.run(snippet_ours_vs_python(py, n // 5, SNIPPET_IDLE_S))
     ms = f"{SNIPPET_IDLE_S * 1000:g} ms"
