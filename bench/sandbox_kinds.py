@@ -90,7 +90,7 @@ async def steady_execs(n: int = 500) -> dict[str, list[float]]:
 
 
 def run() -> Report:
-    rep = Report("sandbox_kinds")
+    rep = Report("kinds")
     image = image_available()
     templates = kinds(image)
     got = asyncio.run(alternated_creates(templates))

@@ -13,7 +13,7 @@ from bench.common import RESULTS
 
 START, END = "<!-- bench-table -->", "<!-- /bench-table -->"
 # The order of README's rows: the data path first, then pools, kinds, peers, rewards.
-ORDER = ["exec_true", "pool", "sandbox_kinds", "density", "burst", "docker", "k8s", "overlap", "reward"]
+ORDER = ["exec_true", "pool", "kinds", "density", "burst", "docker", "k8s", "overlap", "reward"]
 
 
 def _ratio(v: float) -> str:
