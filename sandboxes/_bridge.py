@@ -1,20 +1,19 @@
 """The one boundary between Python and the native module `sandboxes._native`.
 
 Every native call goes through here: `native()` loads the extension (with a clear error when it was
-not built), `native_errors` / `translating()` turn `NativeError` into `sandboxes.errors`, and the
-`to_*` helpers convert flat native values into the public dataclasses of `sandboxes.types`.
+not built), `api()` is that module behind `Translated`, which turns every `NativeError` of a call
+into its `sandboxes.errors` type, and the `to_*` helpers convert flat native values into the
+public dataclasses of `sandboxes.types`.
 """
 
 from __future__ import annotations
 
-import contextlib
-import functools
 import importlib
 import inspect
 import os
 import shutil
 import sysconfig
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from pathlib import Path
 from types import ModuleType
 from typing import Any, TypeVar
@@ -23,9 +22,10 @@ from . import errors, judging, types
 
 __all__ = [
     "AGENT_BIN_ENV",
+    "Translated",
     "agent_path",
+    "api",
     "native",
-    "native_errors",
     "to_agent_info",
     "to_case_result",
     "to_dir_entry",
@@ -34,7 +34,6 @@ __all__ = [
     "to_native_limits",
     "to_test_report",
     "translate",
-    "translating",
 ]
 
 AGENT_BIN_ENV = "SANDBOXES_AGENT_BIN"
@@ -90,40 +89,66 @@ def translate(exc: BaseException) -> errors.SandboxError:
     return _KIND_TO_ERROR.get(kind, errors.SandboxError)(message, detail=detail)
 
 
-@contextlib.contextmanager
-def translating() -> Iterator[None]:
-    """Context manager: a `NativeError` raised inside leaves as its `sandboxes.errors` type."""
+class Translated:
+    """A native object (the module, an agent client, an exec stream, a launched sandbox) whose
+    every call raises `sandboxes.errors` instead of `NativeError`: the one place native errors are
+    translated. A call's awaitable is translated when awaited, and a native object a call returns
+    (a client, a stream, a sandbox handle) comes back wrapped too. Plain attributes pass through.
+    """
+
+    __slots__ = ("_native",)
+
+    def __init__(self, obj: Any) -> None:
+        self._native = obj
+
+    def __getattr__(self, name: str) -> Any:
+        attr = getattr(self._native, name)
+        if not callable(attr):
+            return attr
+
+        def call(*args: Any, **kwargs: Any) -> Any:
+            try:
+                result = attr(*args, **kwargs)
+            except Exception as e:
+                if _is_native_error(e):
+                    raise translate(e) from e
+                raise
+            if inspect.isawaitable(result):
+                return _awaited(result)
+            return _wrapped(result)
+
+        return call
+
+    def __repr__(self) -> str:
+        return f"Translated({self._native!r})"
+
+
+# Native types whose instances have calls that can fail (values and configs are passed as they are).
+_WRAPPED = frozenset({"AgentClient", "ExecStream", "LocalSandbox"})
+
+
+def _wrapped(value: Any) -> Any:
+    return Translated(value) if type(value).__name__ in _WRAPPED and _native is not None else value
+
+
+async def _awaited(aw: Any) -> Any:
     try:
-        yield
+        return _wrapped(await aw)
     except Exception as e:
         if _is_native_error(e):
             raise translate(e) from e
         raise
 
 
-def native_errors(fn: F) -> F:
-    """Decorator for sync or async functions that call into the native module."""
-    if inspect.iscoroutinefunction(fn):
-
-        @functools.wraps(fn)
-        async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-            with translating():
-                return await fn(*args, **kwargs)
-
-        return async_wrapper  # type: ignore[return-value]
-
-    @functools.wraps(fn)
-    def wrapper(*args: Any, **kwargs: Any) -> Any:
-        with translating():
-            return fn(*args, **kwargs)
-
-    return wrapper  # type: ignore[return-value]
+_api: Translated | None = None
 
 
-async def call(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
-    """`await fn(*args, **kwargs)` with native errors translated (also those raised synchronously)."""
-    with translating():
-        return await fn(*args, **kwargs)
+def api() -> Translated:
+    """The native module behind `Translated`: what every caller in the package uses."""
+    global _api
+    if _api is None:
+        _api = Translated(native())
+    return _api
 
 
 # --- conversions ---------------------------------------------------------------------------------

@@ -40,7 +40,7 @@ from sandboxes._proto.convert import (
 )
 from sandboxes.judging import RunTestsRequest, TestReport
 from sandboxes.sandbox import Data, ExecRequest, ExecStream, SandboxBase, as_bytes
-from sandboxes.server.errors import error_from_rpc, is_retryable_unavailable
+from sandboxes.status import error_from_rpc, is_retryable_unavailable
 from sandboxes.types import AgentInfo, DirEntry, ExecResult, ReadRange
 
 __all__ = ["ADDRESS_ENV", "API_KEY_ENV", "AsyncSandboxClient", "RemoteSandbox"]

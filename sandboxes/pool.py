@@ -499,9 +499,7 @@ class Pool:
         tp.wake.set()
 
     def _make_sandbox(self, tp: _TemplatePool, handle: SandboxHandle) -> Sandbox:
-        native = _bridge.native()
-        with _bridge.translating():
-            client = native.AgentClient(handle.endpoint, handle.token)
+        client = _bridge.api().AgentClient(handle.endpoint, handle.token)
         t = tp.template
         return Sandbox(
             handle,

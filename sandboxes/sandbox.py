@@ -110,8 +110,7 @@ class ExecStream:
         if self._stdin is not None and self._feeder is None:
             self._feeder = asyncio.ensure_future(self._feed(self._stdin))
         try:
-            with _bridge.translating():
-                raw = await self._source.next()
+            raw = await self._source.next()
         except BaseException:
             self.cancel()
             raise
@@ -135,18 +134,15 @@ class ExecStream:
 
     async def send_stdin(self, data: Data) -> None:
         """Write to the program's stdin."""
-        with _bridge.translating():
-            await self._source.send_stdin(as_bytes(data, "stdin"))
+        await self._source.send_stdin(as_bytes(data, "stdin"))
 
     async def close_stdin(self) -> None:
         """Close the program's stdin (it reads EOF)."""
-        with _bridge.translating():
-            await self._source.close_stdin()
+        await self._source.close_stdin()
 
     async def signal(self, signo: int) -> None:
         """Send a signal to the program's process group."""
-        with _bridge.translating():
-            await self._source.signal(int(signo))
+        await self._source.signal(int(signo))
 
     def cancel(self) -> None:
         """Kill the program (no-op once it exited)."""
@@ -452,7 +448,7 @@ class Sandbox(SandboxBase):
         self._check_open()
         try:
             async with asyncio.timeout(self.call_timeout_s):
-                return await _bridge.call(fn, *args, **kwargs)
+                return await fn(*args, **kwargs)
         except TimeoutError as e:
             if isinstance(e, SandboxTimeout):
                 raise
@@ -460,8 +456,7 @@ class Sandbox(SandboxBase):
 
     async def _exec(self, req: ExecRequest, stdin: bytes) -> ExecResult:
         self._check_open()
-        r = await _bridge.call(
-            self._client.exec,
+        r = await self._client.exec(
             req.argv,
             env=req.env or None,
             cwd=req.cwd,
@@ -473,8 +468,7 @@ class Sandbox(SandboxBase):
 
     async def _run_tests(self, req: RunTestsRequest) -> TestReport:
         self._check_open()
-        r = await _bridge.call(
-            self._client.run_tests,
+        r = await self._client.run_tests(
             req.language,
             req.source,
             list(req.tests),
@@ -488,13 +482,12 @@ class Sandbox(SandboxBase):
 
     def _exec_stream(self, req: ExecRequest, stdin: bytes | None) -> ExecStream:
         self._check_open()
-        with _bridge.translating():
-            source = self._client.exec_stream(
-                req.argv,
-                env=req.env or None,
-                cwd=req.cwd,
-                limits=_bridge.to_native_limits(req.limits),
-            )
+        source = self._client.exec_stream(
+            req.argv,
+            env=req.env or None,
+            cwd=req.cwd,
+            limits=_bridge.to_native_limits(req.limits),
+        )
         return ExecStream(source, convert=_bridge.to_exec_event, stdin=stdin)
 
     async def _write_files(self, files: list[tuple[str, bytes, int]]) -> None:

@@ -76,3 +76,44 @@ def test_agent_path_from_env(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) ->
     with pytest.raises(errors.LaunchError) as e:
         _bridge.agent_path()
     assert e.value.step == "agent_path" and os.fspath(tmp_path) in str(e.value)
+
+
+class ExecStream:  # named as the native type whose instances `Translated` wraps
+    def __init__(self, native) -> None:
+        self.native, self.pid = native, 7
+
+    async def next(self):
+        raise self.native.NativeError("unavailable", "agent gone", "")
+
+
+class FakeClient:
+    def __init__(self, native) -> None:
+        self.native = native
+
+    def fails_now(self):
+        raise self.native.NativeError("invalid_argument", "empty argv", "")
+
+    async def fails_later(self):
+        raise self.native.NativeError("too_large", "over the bound", "")
+
+    def stream(self):
+        return ExecStream(self.native)
+
+    def plain(self):
+        raise KeyError("not a native error")
+
+
+async def test_translated_turns_every_native_error_into_its_type(native) -> None:
+    client = _bridge.Translated(FakeClient(native))
+    with pytest.raises(errors.InvalidRequest, match="empty argv"):
+        client.fails_now()
+    with pytest.raises(errors.TooLarge, match="over the bound"):
+        await client.fails_later()
+    stream = client.stream()
+    assert isinstance(stream, _bridge.Translated) and stream.pid == 7
+    with pytest.raises(errors.SandboxLost):
+        await stream.next()
+    with pytest.raises(KeyError):
+        client.plain()
+    with pytest.raises(errors.InvalidRequest):  # the real module: a bad launch config
+        _bridge.api().LaunchConfig("/bin/true", "/tmp/x", python_zygote="sometimes")

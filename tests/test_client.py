@@ -16,7 +16,7 @@ from sandboxes._proto import service_pb2 as pb
 from sandboxes.client import AsyncSandboxClient, RemoteSandbox
 from sandboxes.judging import TestCase
 from sandboxes.sandbox import SandboxBase
-from sandboxes.server.errors import (
+from sandboxes.status import (
     KIND_KEY,
     Unauthenticated,
     error_from_status,
@@ -262,3 +262,12 @@ async def test_api_key_from_environment(server, monkeypatch) -> None:
     monkeypatch.setenv("SANDBOXES_API_KEY", KEY_A)
     async with AsyncSandboxClient(server.address) as c:
         assert await c.list() == []
+
+
+def test_the_client_imports_nothing_of_the_server() -> None:
+    import subprocess
+    import sys
+
+    code = "import sys, sandboxes.client; print(sorted(m for m in sys.modules if m.startswith('sandboxes.server')))"
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout
+    assert out.strip() == "[]", out

@@ -928,15 +928,13 @@ class KubernetesBackend:
     async def _confirm_agent(self, endpoint: str, token: str, deadline: float) -> None:
         """The agent answers Info: ready means ready. The container may be Running a few ms
         before the agent listens, so a refused connection is retried (bounded by the deadline)."""
-        native = _bridge.native()
-        with _bridge.translating():
-            client = native.AgentClient(endpoint, token, connect_timeout_s=2.0)
+        client = _bridge.api().AgentClient(endpoint, token, connect_timeout_s=2.0)
         loop = asyncio.get_running_loop()
         delay = 0.01
         try:
             while True:
                 try:
-                    await _bridge.call(client.info)
+                    await client.info()
                     return
                 except SandboxLost:
                     if loop.time() + delay >= deadline:

@@ -100,11 +100,10 @@ class LocalBackend:
                 f"socket path {sock} is too long for a unix socket; set ${RUN_DIR_ENV} shorter",
                 step="run_dir",
             )
-        native = _bridge.native()
         # Every sandbox of a root launcher gets host ids of its own (root sandboxes need them).
         id_base = ids.claim(sandbox_id) if template.user == "root" or os.geteuid() == 0 else 0
         try:
-            local = await self._launch(native, template, run_dir, id_base)
+            local = await self._launch(template, run_dir, id_base)
         except BaseException:
             if id_base:
                 ids.release(id_base, sandbox_id)
@@ -121,33 +120,33 @@ class LocalBackend:
             created_at=time.time(),
         )
 
-    async def _launch(self, native: Any, template: Template, run_dir: Path, id_base: int) -> Any:
+    async def _launch(self, template: Template, run_dir: Path, id_base: int) -> Any:
         image_root = await self._image_root(template.image) if template.image else ""
-        with _bridge.translating():
-            config = native.LaunchConfig(
-                self.agent_bin,
-                str(run_dir),
-                uid=template.uid,
-                gid=template.gid,
-                lease_ttl_s=template.lease_ttl_s,
-                memory_bytes=template.memory_bytes,
-                max_pids=template.max_pids,
-                cpu_quota=template.cpu_quota,
-                work_dir=template.work_dir,
-                work_size_bytes=template.work_size_bytes,
-                tmp_size_bytes=template.tmp_size_bytes,
-                network=template.network,
-                seccomp=template.seccomp,
-                cgroups=template.cgroups,
-                ro_binds=list(template.ro_binds) or None,
-                env=dict(template.env) or None,
-                python_zygote=template.python_zygote,
-                user=template.user,
-                id_base=id_base,
-                root_size_bytes=template.root_size_bytes,
-                image_root=image_root,
-            )
-            return await native.launch_local(config)
+        native = _bridge.api()
+        config = native.LaunchConfig(
+            self.agent_bin,
+            str(run_dir),
+            uid=template.uid,
+            gid=template.gid,
+            lease_ttl_s=template.lease_ttl_s,
+            memory_bytes=template.memory_bytes,
+            max_pids=template.max_pids,
+            cpu_quota=template.cpu_quota,
+            work_dir=template.work_dir,
+            work_size_bytes=template.work_size_bytes,
+            tmp_size_bytes=template.tmp_size_bytes,
+            network=template.network,
+            seccomp=template.seccomp,
+            cgroups=template.cgroups,
+            ro_binds=list(template.ro_binds) or None,
+            env=dict(template.env) or None,
+            python_zygote=template.python_zygote,
+            user=template.user,
+            id_base=id_base,
+            root_size_bytes=template.root_size_bytes,
+            image_root=image_root,
+        )
+        return await native.launch_local(config)
 
     async def _image_root(self, image: str) -> str:
         """The unpacked root of `image`, resolved once per backend (`images.resolve`)."""
@@ -160,8 +159,7 @@ class LocalBackend:
         local = handle.backend_data
         try:
             if local is not None:
-                with _bridge.translating():
-                    await asyncio.to_thread(local.kill)
+                await asyncio.to_thread(local.kill)
         finally:
             self._live.pop(handle.id, None)
             if id_base := self._id_bases.pop(handle.id, 0):
@@ -178,8 +176,7 @@ class LocalBackend:
         for sid, local in leftovers:
             log.warning("local backend closing with sandbox %s still live; killing it", sid)
             try:
-                with _bridge.translating():
-                    await asyncio.to_thread(local.kill)
+                await asyncio.to_thread(local.kill)
             except Exception:
                 log.exception("killing sandbox %s failed", sid)
             self._live.pop(sid, None)

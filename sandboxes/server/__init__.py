@@ -1,6 +1,6 @@
 """The remote API server (`sandboxes serve`): gRPC service over a Pool, auth, quotas, metrics.
 
-Submodules are imported on use so the client can import `sandboxes.server.errors` alone.
+Submodules are imported on use (`Server` and `serve` below).
 """
 
 from __future__ import annotations

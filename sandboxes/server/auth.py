@@ -17,7 +17,7 @@ import pathlib
 from collections.abc import Iterable, Sequence
 
 from sandboxes.errors import InvalidRequest
-from sandboxes.server.errors import Unauthenticated
+from sandboxes.status import Unauthenticated
 
 __all__ = ["ANONYMOUS", "ENV_VAR", "ApiKeys", "load_keys", "parse_keys"]
 

@@ -30,11 +30,11 @@ from sandboxes._proto.convert import (
     result_to_pb,
 )
 from sandboxes.server.auth import ApiKeys
-from sandboxes.server.errors import status_of, trailing_metadata_of
 from sandboxes.server.metrics import Metrics
 from sandboxes.server.quota import Quotas
 from sandboxes.server.registry import Record, Registry
 from sandboxes.server.validation import Bounds, Validator
+from sandboxes.status import status_of, trailing_metadata_of
 from sandboxes.types import DEFAULT_READ_MAX_BYTES, ReadRange
 
 __all__ = ["SERVICE_NAME", "SandboxService", "ServiceConfig"]

@@ -2,8 +2,8 @@
 
 mod exec;
 mod files;
+mod run_tests;
 mod stream;
-mod tests;
 
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -239,7 +239,7 @@ impl Agent for AgentService {
         let req = request.into_inner();
         self.total_execs
             .fetch_add(req.tests.len() as u64, Ordering::Relaxed);
-        let report = tests::run(self, req).await?;
+        let report = run_tests::run(self, req).await?;
         Ok(Response::new(report))
     }
 }

@@ -5,7 +5,8 @@ The server turns an exception into a status code plus trailing metadata naming i
 without that metadata (raised by gRPC itself: a dead connection, an oversized message, a deadline)
 is mapped from its code alone.
 
-This module imports only grpc and sandboxes.errors, so the client can use it without the server.
+Both sides import it (the client never imports the server's modules); it imports only grpc and
+sandboxes.errors.
 """
 
 from __future__ import annotations
