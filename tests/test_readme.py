@@ -19,7 +19,7 @@ def example(section: str) -> tuple[str, str]:
     start = text.index(f"\n## {section}\n")
     end = text.find("\n## ", start + 1)
     body = text[start : end if end > 0 else None]
-    m = re.search(r"```python\n(.*?)```\s*```text\n(.*?)```", body, re.S)
+    m = re.search(r"```python\n(.*?)```\s*```text\n(.*?)```", body, re.DOTALL)
     assert m, f"no python + text blocks in README section {section!r}"
     return m.group(1), m.group(2)
 

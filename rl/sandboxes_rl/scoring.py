@@ -21,7 +21,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from sandboxes import InvalidRequest, SandboxBase, TestCase, TestReport
+from sandboxes import InvalidRequest, SandboxBase, TestCase, TestReport, languages
 
 __all__ = [
     "REWARD_MODES",
@@ -34,20 +34,13 @@ __all__ = [
 
 REWARD_MODES = ("pass_rate", "all_passed")
 
-_LANG_ALIASES = {
-    "python": "python", "python3": "python", "py": "python",
-    "cpp": "cpp", "c++": "cpp", "cxx": "cpp", "cc": "cpp",
-    "c": "c",
-    "bash": "bash", "sh": "bash", "shell": "bash",
-}  # fmt: skip
-
 _FENCE = re.compile(r"```[ \t]*([A-Za-z0-9_+#.-]*)[^\n]*\n(.*?)(?:```|\Z)", re.DOTALL)
 
 
 def normalize_language(language: str | None) -> str | None:
     if language is None:
         return None
-    return _LANG_ALIASES.get(language.strip().lower(), language.strip().lower())
+    return languages.canonical(language) or language.strip().lower()
 
 
 def completion_text(completion: Any) -> str:

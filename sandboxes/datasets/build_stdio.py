@@ -18,6 +18,7 @@ import sys
 import tempfile
 from pathlib import Path
 
+from .. import languages
 from ._stdio_problems import PROBLEMS, Source
 
 __all__ = ["DATA_FILE", "build", "main"]
@@ -25,11 +26,6 @@ __all__ = ["DATA_FILE", "build", "main"]
 DATA_FILE = Path(__file__).resolve().parent / "data" / "stdio.jsonl"
 MIN_CASES = 5
 RUN_TIMEOUT_S = 30.0
-COMPILERS = {
-    "c": ["gcc", "-O2", "-std=gnu17", "-pipe", "-o", "{out}", "{src}", "-lm"],
-    "cpp": ["g++", "-O2", "-std=gnu++17", "-pipe", "-o", "{out}", "{src}"],
-}
-SUFFIX = {"c": ".c", "cpp": ".cpp"}
 
 
 def _python() -> str:
@@ -44,16 +40,19 @@ def _run(argv: list[str], stdin: str, what: str) -> str:
 
 
 def _compile(lang: str, source: str, workdir: Path, name: str) -> list[str]:
-    src = workdir / f"{name}{SUFFIX[lang]}"
-    out = workdir / f"{name}-{lang}"
-    src.write_text(source)
-    argv = [a.format(out=out, src=src) for a in COMPILERS[lang]]
-    if shutil.which(argv[0]) is None:
-        raise RuntimeError(f"{argv[0]} is needed to check the {lang} references")
-    p = subprocess.run(argv, capture_output=True, check=False)
+    """Compiles a reference as the judge compiles submissions (`sandboxes.languages`)."""
+    spec = languages.by_name(lang)
+    if spec is None or spec.compile is None:
+        raise RuntimeError(f"{lang} is not a compiled language of the judge")
+    d = workdir / f"{name}-{lang}"
+    d.mkdir(parents=True, exist_ok=True)
+    (d / spec.source_file).write_text(source)
+    if shutil.which(spec.compile[0]) is None:
+        raise RuntimeError(f"{spec.compile[0]} is needed to check the {lang} references")
+    p = subprocess.run(spec.compile, cwd=d, capture_output=True, check=False)
     if p.returncode != 0:
         raise RuntimeError(f"{name} ({lang}) does not compile: {p.stderr.decode(errors='replace')[-1000:]}")
-    return [str(out)]
+    return [str(d / "solution")]
 
 
 def build_one(src: Source, workdir: Path) -> dict:

@@ -38,27 +38,33 @@ from collections.abc import Callable
 from typing import Any
 
 from sandboxes import errors as E
+from sandboxes import languages
 from sandboxes.server.auth import ANONYMOUS, ApiKeys
 from sandboxes.server.quota import Quotas
 from sandboxes.types import Limits
 
-__all__ = ["LANGUAGES", "HttpCompat"]
+__all__ = ["HttpCompat", "commands"]
 
 log = logging.getLogger("sandboxes.server.http")
 
-# language -> (source file, compile argv or None, run argv)
-LANGUAGES: dict[str, tuple[str, list[str] | None, list[str]]] = {
-    "python": ("main.py", None, ["python3", "main.py"]),
-    "bash": ("main.sh", None, ["bash", "main.sh"]),
-    "cpp": ("main.cpp", ["g++", "-O2", "-std=c++17", "-o", "main", "main.cpp"], ["./main"]),
-    "c": ("main.c", ["gcc", "-O2", "-std=c11", "-o", "main", "main.c", "-lm"], ["./main"]),
-}
 MAX_TIMEOUT_S = 3600.0
 MAX_BATCH = 1024
 
 
 class _BadRequest(Exception):
     pass
+
+
+def commands(language: str) -> tuple[str, list[str] | None, list[str]] | None:
+    """(source file, compile argv or None, run argv) of `language` in the work dir: the judge's
+    file names and compile commands (`sandboxes.languages`). An interpreted program runs as a
+    plain script, without the judge's isolation flags, so files sent with it import as they do in
+    SandboxFusion."""
+    lang = languages.by_name(language)
+    if lang is None:
+        return None
+    run = list(lang.run) if lang.compile else [lang.run[0], lang.source_file]
+    return lang.source_file, list(lang.compile) if lang.compile else None, run
 
 
 def _number(req: dict, key: str, default: float) -> float:
@@ -78,8 +84,9 @@ def _parse(req: Any) -> dict[str, Any]:
         raise _BadRequest("code (a string) is required")
     if not isinstance(language, str) or not language:
         raise _BadRequest("language is required")
-    if language not in LANGUAGES:
-        raise _BadRequest(f"language {language!r} is not supported here (supported: {', '.join(LANGUAGES)})")
+    if commands(language) is None:
+        known = ", ".join(lang.name for lang in languages.table())
+        raise _BadRequest(f"language {language!r} is not supported here (supported: {known})")
     compile_timeout = _number(req, "compile_timeout", 10.0)
     run_timeout = _number(req, "run_timeout", 10.0)
     for name, t in (("compile_timeout", compile_timeout), ("run_timeout", run_timeout)):
@@ -279,7 +286,7 @@ class HttpCompat:
             self.quotas.release_sandbox(owner)
 
     async def _run(self, req: dict[str, Any]) -> dict[str, Any]:
-        source, compile_argv, run_argv = LANGUAGES[req["language"]]
+        source, compile_argv, run_argv = commands(req["language"])  # type: ignore[misc]  # checked in _parse
         limits = Limits(memory_bytes=int(req["memory_mb"] * (1 << 20))) if req["memory_mb"] > 0 else None
         files: dict[str, Any] = {**req["files"], source: req["code"].encode("utf-8")}
         t0 = time.perf_counter()

@@ -11,23 +11,14 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 
+from sandboxes import languages
 from sandboxes._proto.convert import case_from_pb, compare_from_pb, limits_from_pb
 from sandboxes.errors import InvalidRequest
 from sandboxes.judging import MAX_CASES, TestCase
 from sandboxes.types import Limits
 
-__all__ = ["LANGUAGES", "Bounds", "RunTestsArgs", "Validator"]
+__all__ = ["Bounds", "RunTestsArgs", "Validator"]
 
-# The languages the agent's judge knows, by every name it accepts (sandbox_core judge
-# `Language::parse`), and which of them take check scripts. Whether a sandbox has the tools is
-# the agent's answer (`Info.languages`).
-LANGUAGES = {
-    "python": "python", "python3": "python", "py": "python",
-    "c": "c",
-    "cpp": "cpp", "c++": "cpp", "cxx": "cpp",
-    "bash": "bash", "sh": "bash", "shell": "bash",
-}  # fmt: skip
-_CHECK_LANGUAGES = {"python", "bash"}
 
 _LABEL_KEY = re.compile(r"^[A-Za-z0-9]([A-Za-z0-9._/-]{0,126}[A-Za-z0-9])?$")
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
@@ -183,9 +174,9 @@ class Validator:
     def language(self, value: str) -> str:
         """The judge's canonical name of a language (aliases such as "py" or "c++" accepted)."""
         self._no_nul("language", value)
-        name = LANGUAGES.get(value.strip().lower())
+        name = languages.canonical(value)
         if name is None:
-            known = ", ".join(sorted(set(LANGUAGES.values())))
+            known = ", ".join(sorted(lang.name for lang in languages.table()))
             raise InvalidRequest(f"unknown language {value[:64]!r}; known: {known}")
         return name
 
@@ -209,10 +200,12 @@ class Validator:
         for i, t in enumerate(req.tests):
             if t.check and t.expected_output:
                 raise InvalidRequest(f"test case {i} has both expected_output and check; give one")
-            if t.check and language not in _CHECK_LANGUAGES:
+            lang = languages.by_name(language)
+            if t.check and not (lang and lang.checks):
+                takes = sorted(x.name for x in languages.table() if x.checks)
                 raise InvalidRequest(
                     f"test case {i} has a check script; check scripts are supported for "
-                    f"{' and '.join(sorted(_CHECK_LANGUAGES))}, not {language}"
+                    f"{' and '.join(takes)}, not {language}"
                 )
             try:
                 tests.append(case_from_pb(t))

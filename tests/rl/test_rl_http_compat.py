@@ -64,6 +64,27 @@ async def test_run_code_with_the_real_client(make_server) -> None:
     assert "missing" not in r.files
 
 
+# A GNU extension: accepted under the judge's -std=gnu++17 / gnu17, refused under strict c++17 / c11.
+GNU_CPP = "#include <cstdio>\nint main(){int x = 41; typeof(x) y = x + 1; std::printf(\"%d\\n\", y);}\n"
+GNU_C = "#include <stdio.h>\nint main(void){int x = 41; typeof(x) y = x + 1; printf(\"%d\\n\", y); return 0;}\n"
+
+
+async def test_programs_compile_here_as_in_the_judge(make_server) -> None:
+    """One language table: the endpoint compiles with the judge's commands, so a program the judge
+    accepts compiles here too (the endpoint had stricter flags of its own)."""
+    server = await make_server(insecure=True, http_port=0, warm=1)
+    r = await run(server, code=GNU_CPP, language="cpp")  # the client knows no "c"
+    assert r.status == sf.RunStatus.Success and r.run_result.stdout == "42\n", r
+    async with AsyncSandboxClient(server.address, KEY_A) as client:
+        sb = await client.create()
+        try:
+            for language, code in (("cpp", GNU_CPP), ("c", GNU_C)):
+                report = await sb.run_tests(code, [sandboxes.TestCase("", "42\n")], language=language)
+                assert report.cases[0].verdict == "accepted", (language, report)
+        finally:
+            await sb.close()
+
+
 def test_sync_client_and_endpoint_config(make_server_sync) -> None:
     server = make_server_sync
     sf.set_endpoint(url(server))

@@ -46,15 +46,35 @@ source "$2"
 read -r __token <&9
 printf '\n%s\n' "$__token""#;
 
+/// Every name a language is known by, on every surface (the judge, the API server's validation,
+/// the HTTP-compatible APIs, the RL adapters read this table through `sandboxes.languages`).
+const NAMES: [(&str, Language); 11] = [
+    ("python", Language::Python),
+    ("python3", Language::Python),
+    ("py", Language::Python),
+    ("c", Language::C),
+    ("cpp", Language::Cpp),
+    ("c++", Language::Cpp),
+    ("cxx", Language::Cpp),
+    ("cc", Language::Cpp),
+    ("bash", Language::Bash),
+    ("sh", Language::Bash),
+    ("shell", Language::Bash),
+];
+
 impl Language {
     pub fn parse(name: &str) -> Option<Language> {
-        match name.to_ascii_lowercase().as_str() {
-            "python" | "python3" | "py" => Some(Language::Python),
-            "c" => Some(Language::C),
-            "cpp" | "c++" | "cxx" => Some(Language::Cpp),
-            "bash" | "sh" | "shell" => Some(Language::Bash),
-            _ => None,
-        }
+        let name = name.to_ascii_lowercase();
+        NAMES.iter().find(|(n, _)| *n == name).map(|(_, l)| *l)
+    }
+
+    /// Every name of this language, its canonical one first.
+    pub fn aliases(self) -> Vec<&'static str> {
+        NAMES
+            .iter()
+            .filter(|(_, l)| *l == self)
+            .map(|(n, _)| *n)
+            .collect()
     }
 
     pub fn name(self) -> &'static str {

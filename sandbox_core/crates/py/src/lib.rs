@@ -8,6 +8,7 @@ mod cgroup;
 mod client;
 mod completion;
 mod errors;
+mod languages;
 mod launch_child;
 mod launcher;
 mod runtime;
@@ -39,5 +40,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<launcher::LocalSandbox>()?;
     m.add_function(wrap_pyfunction!(launcher::launch_local, m)?)?;
     m.add_function(wrap_pyfunction!(agent_version, m)?)?;
+    m.add_function(wrap_pyfunction!(languages::languages, m)?)?;
     Ok(())
 }

@@ -1,0 +1,36 @@
+//! The judge's language table, for Python (`sandboxes.languages`): one source for every surface.
+
+use std::path::Path;
+
+use pyo3::prelude::*;
+use sandbox_judge::Language;
+
+/// One language: (name, aliases with the name first, source file, compile argv or None, run
+/// argv), with paths relative to the directory the program is in (compiled to `./solution`), and
+/// whether cases may carry a check script.
+type Row = (
+    &'static str,
+    Vec<&'static str>,
+    &'static str,
+    Option<Vec<String>>,
+    Vec<String>,
+    bool,
+);
+
+#[pyfunction]
+pub fn languages() -> Vec<Row> {
+    let here = Path::new(".");
+    Language::ALL
+        .iter()
+        .map(|&l| {
+            (
+                l.name(),
+                l.aliases(),
+                l.source_file(),
+                l.compile(here, Path::new("solution")),
+                l.run(here, None),
+                l.supports_check(),
+            )
+        })
+        .collect()
+}

@@ -1,0 +1,52 @@
+"""The languages programs are judged and run in: the agent's judge table (`sandbox_core` judge
+crate, `languages.rs`), read through the native module, so every surface (the API server's
+validation, the SandboxFusion-compatible endpoint, the RL adapters, the dataset builder) uses
+the same names and the same compiler flags. Whether a sandbox has a language's tools is the
+agent's answer (`Info.languages`)."""
+
+from __future__ import annotations
+
+import functools
+from dataclasses import dataclass
+
+from . import _bridge
+
+__all__ = ["Language", "by_name", "canonical", "table"]
+
+
+@dataclass(frozen=True)
+class Language:
+    """One language. `compile` and `run` are argv with paths relative to the program's directory:
+    the source is `source_file`, a compiled program is `./solution`."""
+
+    name: str
+    aliases: tuple[str, ...]
+    source_file: str
+    compile: tuple[str, ...] | None
+    run: tuple[str, ...]
+    checks: bool  # cases may carry a check script (run after the program, same interpreter)
+
+
+@functools.cache
+def table() -> tuple[Language, ...]:
+    """Every language the judge knows."""
+    return tuple(
+        Language(name, tuple(aliases), source, tuple(c) if c else None, tuple(run), checks)
+        for name, aliases, source, c, run, checks in _bridge.native().languages()
+    )
+
+
+@functools.cache
+def _names() -> dict[str, Language]:
+    return {alias: lang for lang in table() for alias in lang.aliases}
+
+
+def by_name(name: str) -> Language | None:
+    """The language `name` (any alias, any case) stands for, or None."""
+    return _names().get(name.strip().lower())
+
+
+def canonical(name: str) -> str | None:
+    """The canonical name of the language `name` stands for, or None."""
+    lang = by_name(name)
+    return lang.name if lang else None
