@@ -17,7 +17,7 @@ from helpers import cgroup_exists, pgrep, pid_running, wait_until
 
 import sandboxes
 from sandboxes import Limits, Pool
-from sandboxes.backends import ids
+from sandboxes.backends import ids, rundirs
 from sandboxes.backends import local as local_backend
 
 pytestmark = pytest.mark.asyncio
@@ -255,7 +255,7 @@ async def test_orphans_of_a_dead_pool_are_reaped(native: Any, make_pool: MakePoo
         native.LaunchConfig(sandboxes._bridge.agent_path(), str(dead_dir / name), lease_ttl_s=300)
     )
     try:
-        record = {"pid": orphan.pid, "starttime": local_backend._starttime(orphan.pid),
+        record = {"pid": orphan.pid, "starttime": rundirs.starttime(orphan.pid),
                   "cgroup": orphan.cgroup, "run_dir": orphan.run_dir}
         (dead_dir / f"{name}.json").write_text(json.dumps(record))
         assert orphan.alive()

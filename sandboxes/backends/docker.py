@@ -51,7 +51,7 @@ from .. import _bridge
 from ..errors import BackendUnavailable, InvalidRequest, LaunchError, SandboxError
 from ..templates import BYTES_PER_INODE, Template
 from .base import SandboxHandle
-from .local import _alive, _make_private_dir, _read_json, _starttime, _write_json, default_run_root
+from .rundirs import alive, default_run_root, make_private_dir, read_json, starttime, write_json
 
 __all__ = [
     "AGENT_CAPABILITIES",
@@ -126,7 +126,7 @@ class DockerSandbox:
         """Cheap liveness check without the Docker API: the agent process (pid + start time)."""
         if self.pid is None:
             return True
-        return _alive(self.pid, self.starttime)
+        return alive(self.pid, self.starttime)
 
     def __repr__(self) -> str:
         return f"DockerSandbox({self.name}, {self.container_id[:12]}, image={self.image})"
@@ -169,7 +169,7 @@ class DockerBackend:
         self._dir_ready = False
         self._hostname = socket.gethostname()
         me = os.getpid()
-        self.owner = f"{self._hostname}:{me}:{_starttime(me)}"
+        self.owner = f"{self._hostname}:{me}:{starttime(me)}"
 
     # --- Backend protocol ------------------------------------------------------------------------
 
@@ -229,7 +229,7 @@ class DockerBackend:
             with contextlib.suppress(OSError):
                 (run_dir / leftover).unlink()
         ds.pid = _peer_pid(sock)
-        ds.starttime = _starttime(ds.pid) if ds.pid else None
+        ds.starttime = starttime(ds.pid) if ds.pid else None
         return SandboxHandle(
             id=sandbox_id,
             endpoint=f"unix://{sock}",
@@ -451,7 +451,7 @@ class DockerBackend:
             if labels.get(LABEL_POOL) == self.pool_id:
                 continue
             host, pid, start = _parse_owner(labels.get(LABEL_OWNER, ""))
-            if host != self._hostname or pid is None or _alive(pid, start):
+            if host != self._hostname or pid is None or alive(pid, start):
                 continue  # another host's, or its owner still runs
             try:
                 self._remove_container(c["Id"])
@@ -474,14 +474,14 @@ class DockerBackend:
         for d in self.run_root.glob("docker-*"):
             if d == self.pool_dir or not d.is_dir():
                 continue
-            owner = _read_json(d / "owner.json")
+            owner = read_json(d / "owner.json")
             if owner is None:
                 try:
                     if time.time() - d.stat().st_mtime < _UNOWNED_GRACE_S:
                         continue
                 except FileNotFoundError:
                     continue
-            elif _alive(owner.get("pid"), owner.get("starttime")):
+            elif alive(owner.get("pid"), owner.get("starttime")):
                 continue
             shutil.rmtree(d, ignore_errors=True)
 
@@ -495,10 +495,10 @@ class DockerBackend:
     def _ensure_pool_dir(self) -> None:
         if self._dir_ready:
             return
-        _make_private_dir(self.run_root)
+        make_private_dir(self.run_root)
         self.pool_dir.mkdir(mode=0o700, exist_ok=True)
         me = os.getpid()
-        _write_json(self.pool_dir / "owner.json", {"pid": me, "starttime": _starttime(me)})
+        write_json(self.pool_dir / "owner.json", {"pid": me, "starttime": starttime(me)})
         self._dir_ready = True
 
     def _cleanup_soon(self, start: asyncio.Future[str], name: str, run_dir: Path) -> None:

@@ -19,6 +19,7 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ..errors import LaunchError
+from .rundirs import alive, starttime
 
 __all__ = ["FIRST_ID", "ID_DIR", "RANGE", "SLOTS", "claim", "release", "release_owned_by"]
 
@@ -40,17 +41,13 @@ def _locked(root: Path) -> Iterator[None]:
 
 
 def _owner() -> str:
-    from .local import _starttime
-
-    return f"{os.getpid()} {_starttime(os.getpid())}"
+    return f"{os.getpid()} {starttime(os.getpid())}"
 
 
 def _stale(path: Path) -> bool:
-    from .local import _alive
-
     try:
         pid, start, *_ = path.read_text().split()
-        return not _alive(int(pid), int(start))
+        return not alive(int(pid), int(start))
     except (OSError, ValueError):
         return True
 

@@ -16,7 +16,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import errno
-import json
 import logging
 import os
 import shutil
@@ -33,12 +32,12 @@ from ..errors import LaunchError
 from ..templates import Template
 from . import ids, images
 from .base import SandboxHandle
+from .rundirs import RUN_DIR_ENV, alive, default_run_root, make_private_dir, read_json, starttime, write_json
 
 __all__ = ["LocalBackend", "create_backend", "default_run_root"]
 
 log = logging.getLogger(__name__)
 
-RUN_DIR_ENV = "SANDBOXES_RUN_DIR"
 _OWNER = "owner.json"
 _SOCKET_NAME = "agent.sock"
 _MAX_SOCKET_PATH = 107  # sun_path is 108 bytes with the NUL
@@ -46,17 +45,6 @@ _UNOWNED_GRACE_S = 60.0  # a pool dir without owner.json younger than this is be
 _CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 
-def default_run_root() -> Path:
-    """Where pool dirs live on this host (see the module docstring)."""
-    env = os.environ.get(RUN_DIR_ENV)
-    if env:
-        return Path(env)
-    if os.geteuid() == 0:
-        return Path("/run/sandboxes")
-    xdg = os.environ.get("XDG_RUNTIME_DIR")
-    if xdg:
-        return Path(xdg) / "sandboxes"
-    return Path(f"/tmp/sandboxes-{os.getuid()}")
 
 
 def create_backend(**kwargs: Any) -> LocalBackend:
@@ -194,22 +182,22 @@ class LocalBackend:
     def _ensure_pool_dir(self) -> None:
         if self._dir_ready:
             return
-        _make_private_dir(self.run_root)
+        make_private_dir(self.run_root)
         self.pool_dir.mkdir(mode=0o700, exist_ok=True)
         me = os.getpid()
-        _write_json(self.pool_dir / _OWNER, {"pid": me, "starttime": _starttime(me)})
+        write_json(self.pool_dir / _OWNER, {"pid": me, "starttime": starttime(me)})
         self._watchdog = _start_watchdog(self.pool_dir, me)
         self._dir_ready = True
 
     def _write_record(self, sandbox_id: str, local: Any) -> None:
         record = {
             "pid": local.pid,
-            "starttime": _starttime(local.pid),
+            "starttime": starttime(local.pid),
             "cgroup": local.cgroup,
             "run_dir": local.run_dir,
         }
         try:
-            _write_json(self.pool_dir / f"{sandbox_id}.json", record)
+            write_json(self.pool_dir / f"{sandbox_id}.json", record)
         except OSError:
             log.exception("cannot record sandbox %s (its lease still bounds its life)", sandbox_id)
 
@@ -220,7 +208,7 @@ class LocalBackend:
         for d in sorted(self.run_root.glob("pool-*")):
             if d == self.pool_dir or not d.is_dir():
                 continue
-            owner = _read_json(d / _OWNER)
+            owner = read_json(d / _OWNER)
             if owner is None:
                 try:
                     age = time.time() - d.stat().st_mtime
@@ -228,7 +216,7 @@ class LocalBackend:
                     continue
                 if age < _UNOWNED_GRACE_S:
                     continue
-            elif _alive(owner.get("pid"), owner.get("starttime")):
+            elif alive(owner.get("pid"), owner.get("starttime")):
                 continue
             try:
                 reaped += _reap_pool_dir(d)
@@ -246,7 +234,7 @@ def _start_watchdog(pool_dir: Path, owner: int) -> subprocess.Popen[bytes] | Non
     package_root = str(Path(__file__).resolve().parents[2])
     try:
         return subprocess.Popen(
-            [sys.executable, "-s", str(script), str(pool_dir), str(owner), str(_starttime(owner)), package_root],
+            [sys.executable, "-s", str(script), str(pool_dir), str(owner), str(starttime(owner)), package_root],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             start_new_session=True,
@@ -263,16 +251,16 @@ def _reap_pool_dir(d: Path) -> int:
     cgroup named after one of the pool's sandboxes, so an agent launched just before its owner
     died, and not yet recorded, is found too.
     """
-    records = {p.stem: r for p in d.glob("*.json") if p.name != _OWNER and (r := _read_json(p))}
+    records = {p.stem: r for p in d.glob("*.json") if p.name != _OWNER and (r := read_json(p))}
     names = set(records)
     names |= {p.name for p in d.iterdir() if p.is_dir()} if d.is_dir() else set()
     cgroups = {n: _cgroup_dirs(str(records.get(n, {}).get("cgroup") or n)) for n in names}
     victims: set[tuple[int, int | None]] = set()
     for r in records.values():
-        if _alive(r.get("pid"), r.get("starttime")):
+        if alive(r.get("pid"), r.get("starttime")):
             victims.add((r["pid"], r.get("starttime")))
     for dirs in cgroups.values():
-        victims |= {(pid, _starttime(pid)) for pid in _cgroup_pids(dirs)}
+        victims |= {(pid, starttime(pid)) for pid in _cgroup_pids(dirs)}
     me = os.getpid()
     for pid, _ in victims:
         if pid != me:
@@ -280,7 +268,7 @@ def _reap_pool_dir(d: Path) -> int:
                 os.kill(pid, signal.SIGKILL)
                 log.info("killed pid %s left by dead pool %s", pid, d.name)
     deadline = time.monotonic() + 5.0
-    while any(_alive(p, s) for p, s in victims if p != me) and time.monotonic() < deadline:
+    while any(alive(p, s) for p, s in victims if p != me) and time.monotonic() < deadline:
         time.sleep(0.01)
     for dirs in cgroups.values():
         _remove_cgroup_dirs(dirs)
@@ -303,28 +291,8 @@ def _cgroup_pids(dirs: list[Path]) -> set[int]:
     return pids
 
 
-def _starttime(pid: int) -> int | None:
-    """Start time of `pid` in clock ticks since boot (field 22 of /proc/pid/stat), None if gone."""
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return None
-    fields = stat[stat.rfind(")") + 2 :].split()
-    return int(fields[19])
 
 
-def _alive(pid: Any, starttime: Any) -> bool:
-    """True when `pid` runs, is not a zombie and is the same process (same start time)."""
-    if not isinstance(pid, int) or pid <= 0:
-        return False
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    fields = stat[stat.rfind(")") + 2 :].split()
-    if fields[0] in ("Z", "X"):
-        return False
-    return starttime is None or int(fields[19]) == starttime
 
 
 def _own_cgroup_dirs() -> list[Path]:
@@ -395,25 +363,10 @@ def _remove_cgroup_dirs(dirs: list[Path]) -> None:
                     time.sleep(0.01)
 
 
-def _make_private_dir(p: Path) -> None:
-    p.mkdir(mode=0o700, parents=True, exist_ok=True)
-    st = p.stat()
-    if st.st_uid != os.geteuid():
-        raise LaunchError(f"run dir {p} is owned by uid {st.st_uid}, not us", step="run_dir")
 
 
-def _write_json(path: Path, obj: dict) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj))
-    os.replace(tmp, path)
 
 
-def _read_json(path: Path) -> dict | None:
-    try:
-        data = json.loads(path.read_text())
-    except (OSError, ValueError):
-        return None
-    return data if isinstance(data, dict) else None
 
 
 def _unlink(path: Path) -> None:

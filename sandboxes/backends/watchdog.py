@@ -17,6 +17,7 @@ import sys
 
 
 def _starttime(pid: int) -> int | None:
+    """`rundirs.starttime`, restated: while it waits, the watchdog imports nothing of the package."""
     try:
         with open(f"/proc/{pid}/stat") as f:
             stat = f.read()
