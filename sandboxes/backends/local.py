@@ -234,7 +234,7 @@ def _start_watchdog(pool_dir: Path, owner: int) -> subprocess.Popen[bytes] | Non
     package_root = str(Path(__file__).resolve().parents[2])
     try:
         return subprocess.Popen(
-            [sys.executable, "-s", str(script), str(pool_dir), str(owner), str(starttime(owner)), package_root],
+            [sys.executable, str(script), str(pool_dir), str(owner), str(starttime(owner)), package_root],
             stdin=subprocess.DEVNULL,
             stdout=subprocess.DEVNULL,
             start_new_session=True,

@@ -17,7 +17,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 use clap::Parser;
-use sandbox_exec::{Executor, ExecutorConfig};
+use sandbox_exec::{userns, Executor, ExecutorConfig};
 use sandbox_proto::agent_server::AgentServer;
 
 pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), "+proto", "1");
@@ -119,13 +119,13 @@ fn programs(args: &cli::Args, is_root: bool) -> Programs {
             userns: None,
         };
     }
-    if uid >= setup::userns::RANGE || gid >= setup::userns::RANGE {
+    if uid >= userns::RANGE || gid >= userns::RANGE {
         fail(format!(
             "--uid/--gid must be below {} with --id-base",
-            setup::userns::RANGE
+            userns::RANGE
         ));
     }
-    let ns = setup::userns::create(args.id_base).unwrap_or_else(|e| fail(e));
+    let ns = userns::create(args.id_base).unwrap_or_else(|e| fail(e));
     Programs {
         uid,
         gid,

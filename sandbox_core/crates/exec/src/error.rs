@@ -56,4 +56,9 @@ pub enum SetupError {
     Reaper(std::io::Error),
     #[error("user namespace fd at {fd}: {source}")]
     UserNamespace { fd: i32, source: std::io::Error },
+    #[error("user namespace ({what}): {source}")]
+    UserNs {
+        what: &'static str,
+        source: std::io::Error,
+    },
 }

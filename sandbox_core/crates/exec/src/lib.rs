@@ -20,6 +20,7 @@ pub mod spawn;
 mod spawner;
 mod supervise;
 mod tree;
+pub mod userns;
 mod zygote;
 
 pub use error::{SetupError, SpawnError, Step};

@@ -55,8 +55,9 @@ pub struct ExecutorConfig {
     /// Limits applied where a request leaves a field at zero.
     pub default_limits: Limits,
     /// A user namespace (an fd of `/proc/PID/ns/user`) every program enters before it takes
-    /// `uid`/`gid`, which are then ids inside it (an unprivileged range of the host's). The
-    /// executor keeps a copy at `seccomp::USERNS_FD`, the fd the filter lets `setns` use.
+    /// `uid`/`gid`, which are then ids inside it (an unprivileged range of the host's). It must
+    /// be at `seccomp::USERNS_FD`, the fd the filter lets `setns` use: the executor copies it
+    /// there otherwise, which in a threaded process waits for an RCU grace period.
     pub user_namespace: Option<Arc<OwnedFd>>,
 }
 
@@ -231,7 +232,6 @@ impl Executor {
             .map(|fd| park_at(fd, crate::seccomp::USERNS_FD))
             .transpose()?;
         let userns = userns_fd.as_ref().map(|fd| fd.as_raw_fd());
-        debug_assert!(userns.is_none_or(|fd| fd == crate::seccomp::USERNS_FD));
         let identity = if config.uid.is_none() && config.gid.is_none() {
             Identity::default()
         } else if euid == 0 {

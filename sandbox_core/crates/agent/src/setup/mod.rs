@@ -3,7 +3,6 @@
 
 pub mod net;
 pub mod rootfs;
-pub mod userns;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SetupError {

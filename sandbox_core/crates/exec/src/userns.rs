@@ -11,7 +11,7 @@
 use std::io::{Read, Write};
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
-use super::SetupError;
+use crate::error::SetupError;
 
 /// Ids of one sandbox's range.
 pub const RANGE: u32 = 65_536;
@@ -78,7 +78,7 @@ pub fn create(base: u32) -> Result<OwnedFd, SetupError> {
         // Where the executor uses it (the fd the seccomp filter lets `setns` take), placed now
         // while the agent has one thread: growing the fd table later, with threads, waits for
         // an RCU grace period (~10 ms here).
-        let at = sandbox_exec::seccomp::USERNS_FD;
+        let at = crate::seccomp::USERNS_FD;
         // SAFETY: fcntl on a valid fd; the result, when valid, is ours.
         let fd = unsafe { libc::fcntl(ns.as_raw_fd(), libc::F_DUPFD_CLOEXEC, at) };
         if fd < 0 {
