@@ -169,7 +169,30 @@ class AgentClient:
     def close(self) -> None: ...
 
 class LaunchConfig:
-    """How the local backend starts one agent in fresh namespaces."""
+    """How the local backend starts one agent in fresh namespaces (fields readable and settable,
+    as given to the constructor)."""
+
+    agent_path: str
+    run_dir: str
+    uid: int
+    gid: int
+    lease_ttl_s: float
+    memory_bytes: int
+    max_pids: int
+    cpu_quota: float
+    work_dir: str
+    work_size_bytes: int
+    tmp_size_bytes: int
+    network: bool
+    seccomp: bool
+    cgroups: bool
+    ro_binds: list[str]
+    env: list[tuple[str, str]]
+    python_zygote: str
+    user: str
+    id_base: int
+    root_size_bytes: int
+    image_root: str
 
     def __init__(
         self,
