@@ -36,8 +36,9 @@ async def test_file_calls_refuse_a_fifo_instead_of_waiting_on_it(sb: sandboxes.S
     # No reader: the open itself fails at once.
     with pytest.raises(sandboxes.InvalidRequest, match="FIFO"):
         await asyncio.wait_for(sb.write_file("pipe", b"data"), HANG)
-    # A reader waiting on it: the open succeeds, the type check on the descriptor refuses.
-    async with sb.exec_stream("cat pipe > got.txt") as reader:
+    # A reader waiting on it: the open succeeds, the type check on the descriptor refuses. (The
+    # refusal closes the FIFO, so `cat` ends; the reader lives on until it is killed.)
+    async with sb.exec_stream("cat pipe > got.txt; sleep 60") as reader:
         async for ev in reader:
             if ev.kind == "started":
                 break
