@@ -40,6 +40,7 @@ from helpers import (  # noqa: F401
 import sandboxes
 from sandboxes import _bridge
 from sandboxes.backends.local import _cgroup_dirs
+from sandboxes.backends.rundirs import alive, starttime
 
 # --- session: native module present, launches recorded, leak check ------------------------------
 
@@ -79,7 +80,8 @@ def no_leaks() -> Any:
 
         async def recording_launch(config: Any) -> Any:
             local = await original(config)
-            log.launched.append({"pid": local.pid, "cgroup": local.cgroup, "run_dir": local.run_dir})
+            log.launched.append({"pid": local.pid, "starttime": starttime(local.pid),
+                                 "cgroup": local.cgroup, "run_dir": local.run_dir})
             return local
 
         mod.launch_local = recording_launch
@@ -90,7 +92,9 @@ def no_leaks() -> Any:
     def leftovers() -> list[str]:
         found = [f"agent process {p}" for p in sorted(agent_pids() - before)]
         for rec in log.launched:
-            if pid_running(rec["pid"]):
+            # Pid and start time: pids wrap (pid_max is 32768 here) over a run of this many
+            # processes, and a recorded agent's pid may be another process's by the end.
+            if rec["starttime"] is not None and alive(rec["pid"], rec["starttime"]):
                 found.append(f"agent pid {rec['pid']}")
             if rec["cgroup"] and cgroup_exists(rec["cgroup"]):
                 found.append(f"cgroup {rec['cgroup']}")

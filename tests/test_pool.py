@@ -299,13 +299,15 @@ async def test_a_pool_killed_with_sigkill_leaves_nothing(native: Any, tmp_path: 
         line = await asyncio.wait_for(proc.stdout.readline(), 60)
         state = json.loads(line)
         assert len(state["agents"]) >= 2 and all(pid_running(pid) for pid, _, _ in state["agents"])
+        started = {pid: rundirs.starttime(pid) for pid, _, _ in state["agents"]}  # pids get reused
     finally:
         proc.kill()
         await proc.wait()
 
     def gone() -> bool:
         return not any(
-            pid_running(pid) or (cg and cgroup_exists(cg)) or os.path.exists(rd) for pid, cg, rd in state["agents"]
+            rundirs.alive(pid, started[pid]) or (cg and cgroup_exists(cg)) or os.path.exists(rd)
+            for pid, cg, rd in state["agents"]
         ) and not os.path.exists(state["pool_dir"])
 
     await wait_until(gone, timeout=30, what="the dead pool's agents, cgroups and run dirs to go")
