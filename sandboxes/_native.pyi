@@ -133,6 +133,7 @@ class AgentClient:
         limits: Limits | None = None,
         clear_env: bool = False,
         timeout_s: float | None = None,
+        keep_descendants: bool = False,
     ) -> ExecResult:
         """Run to completion. `timeout_s` is the RPC deadline (the program's own wall limit is in
         `limits`); a program that fails is a result, not an exception."""
@@ -143,6 +144,7 @@ class AgentClient:
         cwd: str = "",
         limits: Limits | None = None,
         clear_env: bool = False,
+        keep_descendants: bool = False,
     ) -> ExecStream: ...
     async def write_files(self, files: list[tuple[str, bytes, int]]) -> int:
         """(path, data, mode) triples; mode 0 means 0o644. Returns bytes written."""

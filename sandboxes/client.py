@@ -273,7 +273,14 @@ class RemoteSandbox(SandboxBase):
         return (req.deadline_s or _UNBOUNDED_EXEC_DEADLINE_S) + _NETWORK_MARGIN_S
 
     def _exec_pb(self, req: ExecRequest, stdin: bytes = b"") -> pb.ExecRequest:
-        msg = pb.ExecRequest(sandbox_id=self.id, argv=req.argv, env=req.env, cwd=req.cwd, stdin=stdin)
+        msg = pb.ExecRequest(
+            sandbox_id=self.id,
+            argv=req.argv,
+            env=req.env,
+            cwd=req.cwd,
+            stdin=stdin,
+            keep_descendants=req.keep_descendants,
+        )
         limits = limits_to_pb(req.limits)
         if limits is not None:
             msg.limits.CopyFrom(limits)

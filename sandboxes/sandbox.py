@@ -72,6 +72,7 @@ class ExecRequest:
     cwd: str
     limits: Limits
     deadline_s: float | None
+    keep_descendants: bool = False
 
 
 class ExecStream:
@@ -223,6 +224,7 @@ class SandboxBase(abc.ABC):
         env: Mapping[str, str] | None,
         cwd: str | None,
         limits: Limits | None,
+        keep_descendants: bool = False,
     ) -> ExecRequest:
         args = normalize_argv(argv)
         merged_env = dict(self.env)
@@ -244,7 +246,7 @@ class SandboxBase(abc.ABC):
             deadline = eff.wall_time_s * 1.1 + DEADLINE_MARGIN_S
         if cwd is not None and (not isinstance(cwd, str) or "\0" in cwd):
             raise InvalidRequest(f"cwd must be a str without NUL, got {cwd!r}")
-        return ExecRequest(args, merged_env, cwd or "", eff, deadline)
+        return ExecRequest(args, merged_env, cwd or "", eff, deadline, bool(keep_descendants))
 
     async def exec(
         self,
@@ -255,14 +257,17 @@ class SandboxBase(abc.ABC):
         env: Mapping[str, str] | None = None,
         cwd: str | None = None,
         limits: Limits | None = None,
+        keep_descendants: bool = False,
     ) -> ExecResult:
         """Run a program to completion. A str `argv` runs via `/bin/sh -c`.
 
         `timeout` is the program's wall-time limit in seconds; passing it yields a result with
         `timed_out=True` (the whole process tree is killed), not an exception. A failing program
         is a result too; exceptions mean the infrastructure failed (`SandboxLost`, ...).
+        With `keep_descendants`, what the program leaves running (`server &`) outlives it, as in
+        a container, until it ends or the sandbox does; otherwise it dies with the program.
         """
-        req = self._request(argv, timeout, env, cwd, limits)
+        req = self._request(argv, timeout, env, cwd, limits, keep_descendants)
         return await self._exec(req, as_bytes(stdin, "stdin"))
 
     def exec_stream(
@@ -274,6 +279,7 @@ class SandboxBase(abc.ABC):
         env: Mapping[str, str] | None = None,
         cwd: str | None = None,
         limits: Limits | None = None,
+        keep_descendants: bool = False,
     ) -> ExecStream:
         """Start a program interactively; iterate the returned `ExecStream` for its events.
 
@@ -281,7 +287,7 @@ class SandboxBase(abc.ABC):
         `send_stdin` / `close_stdin`. Breaking out of the loop does not kill the program:
         use `async with sb.exec_stream(...) as s:` or `s.cancel()`.
         """
-        req = self._request(argv, timeout, env, cwd, limits)
+        req = self._request(argv, timeout, env, cwd, limits, keep_descendants)
         data = None if stdin is None else as_bytes(stdin, "stdin")
         return self._exec_stream(req, data)
 
@@ -463,6 +469,7 @@ class Sandbox(SandboxBase):
             stdin=stdin,
             limits=_bridge.to_native_limits(req.limits),
             timeout_s=req.deadline_s,
+            keep_descendants=req.keep_descendants,
         )
         return _bridge.to_exec_result(r)
 
@@ -487,6 +494,7 @@ class Sandbox(SandboxBase):
             env=req.env or None,
             cwd=req.cwd,
             limits=_bridge.to_native_limits(req.limits),
+            keep_descendants=req.keep_descendants,
         )
         return ExecStream(source, convert=_bridge.to_exec_event, stdin=stdin)
 

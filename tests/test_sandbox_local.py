@@ -132,6 +132,29 @@ async def test_timeout_kills_the_process_tree(sb: sandboxes.Sandbox) -> None:
     assert (await sb.exec(["true"])).exit_code == 0
 
 
+async def test_kept_descendants_outlive_the_program_and_end_with_the_sandbox(pool: sandboxes.Pool) -> None:
+    """`keep_descendants`: what a shell leaves behind with `&` (same process group, same exec
+    cgroup) keeps running after the exec answers, as in a container, until the sandbox ends;
+    without it, it dies with the program. A descendant holding the output pipe does not hold
+    up the answer."""
+    kept, killed, holder = marker(), marker(), marker()
+    async with pool.sandbox() as sb:
+        r = await sb.exec(f"sleep {kept} > /dev/null 2>&1 & echo started", keep_descendants=True)
+        assert r.ok and r.stdout == b"started\n"
+        r = await sb.exec(f"sleep {holder} & echo holding", keep_descendants=True, timeout=60)
+        assert r.ok and r.stdout == b"holding\n" and not r.timed_out
+        r = await sb.exec(f"sleep {killed} > /dev/null 2>&1 & echo started")
+        assert r.ok
+        await wait_until(lambda: not pgrep(f"sleep {killed}"), what="the unkept descendant to die")
+        assert pgrep(f"sleep {kept}") and pgrep(f"sleep {holder}")
+        seen = await sb.exec(["ps", "-e", "-o", "args"])
+        assert f"sleep {kept}".encode() in seen.stdout
+        # A later exec is unaffected, and the kept processes still count against the sandbox.
+        assert (await sb.exec(["echo", "alive"])).stdout == b"alive\n"
+    await wait_until(lambda: not pgrep(f"sleep {kept}") and not pgrep(f"sleep {holder}"),
+                     what="the kept descendants to end with their sandbox")
+
+
 async def test_memory_limit_is_oom_killed(sb: sandboxes.Sandbox) -> None:
     r = await sb.exec(
         ["python3", "-c", "x = bytearray(400 << 20); x[::4096] = b'1' * len(x[::4096])"],

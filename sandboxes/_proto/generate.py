@@ -1,4 +1,5 @@
-"""Regenerate the Python stubs of proto/service.proto: `python -m sandboxes._proto.generate`.
+"""Regenerate the Python stubs of proto/service.proto and proto/command_session.proto:
+`python -m sandboxes._proto.generate`.
 
 The stubs are checked in; run this after editing the proto. grpcio-tools writes an absolute import
 (`import service_pb2`) into the gRPC module; it is rewritten to a package-relative one.
@@ -12,7 +13,8 @@ import sys
 
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
-PROTOS = ["service.proto"]
+# (proto, has gRPC services served by grpcio)
+PROTOS = [("service.proto", True), ("command_session.proto", False)]
 
 
 def main() -> int:
@@ -23,19 +25,21 @@ def main() -> int:
         print("grpcio-tools is not installed: pip install grpcio-tools", file=sys.stderr)
         return 1
     include = pathlib.Path(grpc_tools.__file__).parent / "_proto"
-    for proto in PROTOS:
+    for proto, grpc_stubs in PROTOS:
         args = [
             "grpc_tools.protoc",
             f"-I{ROOT / 'proto'}",
             f"-I{include}",
             f"--python_out={HERE}",
             f"--pyi_out={HERE}",
-            f"--grpc_python_out={HERE}",
+            *([f"--grpc_python_out={HERE}"] if grpc_stubs else []),
             str(ROOT / "proto" / proto),
         ]
         if protoc.main(args) != 0:
             print(f"protoc failed on {proto}", file=sys.stderr)
             return 1
+        if not grpc_stubs:
+            continue
         stem = proto.removesuffix(".proto")
         grpc_module = HERE / f"{stem}_pb2_grpc.py"
         text = grpc_module.read_text()

@@ -192,7 +192,7 @@ class Limits(_message.Message):
     def __init__(self, wall_time_s: _Optional[float] = ..., cpu_time_s: _Optional[float] = ..., memory_bytes: _Optional[int] = ..., max_pids: _Optional[int] = ..., max_output_bytes: _Optional[int] = ..., max_file_size_bytes: _Optional[int] = ..., max_open_files: _Optional[int] = ..., kill_on_output_limit: _Optional[bool] = ...) -> None: ...
 
 class ExecRequest(_message.Message):
-    __slots__ = ("sandbox_id", "argv", "env", "cwd", "stdin", "limits", "timeout_s")
+    __slots__ = ("sandbox_id", "argv", "env", "cwd", "stdin", "limits", "timeout_s", "keep_descendants")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -207,6 +207,7 @@ class ExecRequest(_message.Message):
     STDIN_FIELD_NUMBER: _ClassVar[int]
     LIMITS_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
+    KEEP_DESCENDANTS_FIELD_NUMBER: _ClassVar[int]
     sandbox_id: str
     argv: _containers.RepeatedScalarFieldContainer[str]
     env: _containers.ScalarMap[str, str]
@@ -214,7 +215,8 @@ class ExecRequest(_message.Message):
     stdin: bytes
     limits: Limits
     timeout_s: float
-    def __init__(self, sandbox_id: _Optional[str] = ..., argv: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., cwd: _Optional[str] = ..., stdin: _Optional[bytes] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., timeout_s: _Optional[float] = ...) -> None: ...
+    keep_descendants: bool
+    def __init__(self, sandbox_id: _Optional[str] = ..., argv: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., cwd: _Optional[str] = ..., stdin: _Optional[bytes] = ..., limits: _Optional[_Union[Limits, _Mapping]] = ..., timeout_s: _Optional[float] = ..., keep_descendants: _Optional[bool] = ...) -> None: ...
 
 class ExecResult(_message.Message):
     __slots__ = ("exit_code", "signal", "stdout", "stderr", "timed_out", "oom_killed", "stdout_truncated", "stderr_truncated", "wall_time_s", "cpu_time_s", "peak_memory_bytes", "cpu_limited", "pids_limited", "file_size_limited", "path")

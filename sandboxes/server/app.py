@@ -94,10 +94,11 @@ class Server:
         self.metrics_port: int | None = None
         self._stopped = asyncio.Event()
         self._stopping: asyncio.Task | None = None
-        # SandboxFusion-compatible HTTP endpoint (`http_compat.py`), on the same host, when asked.
+        # The HTTP-compatible APIs (`http/`: SandboxFusion, Prime), on the same host, when asked.
         self.http_port_requested = http_port
         self.http_insecure = http_insecure
         self.http: Any = None
+        self.prime: Any = None
         self.http_port: int | None = None
 
     @property
@@ -112,6 +113,13 @@ class Server:
             kwargs = dict(self.pool_kwargs)
             if self.templates is not None:
                 kwargs["templates"] = dict(self.templates)
+            elif self.http_port_requested is not None and isinstance(self.backend, str) and not (
+                {"template", "image"} & set(kwargs)
+            ):
+                from sandboxes.server.image_templates import default_templates
+
+                if (agent_ready := default_templates(self.backend)) is not None:
+                    kwargs["templates"] = agent_ready
             self.pool = Pool(backend=self.backend, warm=self.warm, **kwargs)
             await self.pool.__aenter__()
         try:
@@ -142,16 +150,20 @@ class Server:
             await self.grpc.start()
             self.service.start()
             if self.http_port_requested is not None:
-                from sandboxes.server.http_compat import HttpCompat
+                from sandboxes.server.http import HttpServer
+                from sandboxes.server.http.fusion import FusionApi
+                from sandboxes.server.http.prime import PrimeApi
 
                 service = self.service
-                self.http = HttpCompat(
+                fusion = FusionApi(
                     self.pool,
                     self.auth,
                     quotas=self.quotas,
                     insecure=self.http_insecure,
                     draining=lambda: service.draining,
                 )
+                self.prime = PrimeApi(service, self.auth)
+                self.http = HttpServer(fusion.routes() + self.prime.routes(), grace_s=self.grace_s)
                 self.http_port = await self.http.start(self.host, self.http_port_requested)
         except BaseException:
             await self._teardown(grace=0)
@@ -183,6 +195,8 @@ class Server:
                 await self.http.stop()
             except Exception:
                 log.exception("stopping the HTTP endpoint failed")
+        if self.prime is not None:
+            await self.prime.close()
         if self.grpc is not None:
             try:
                 await self.grpc.stop(grace)

@@ -35,6 +35,7 @@ class Record:
     created_at: float = field(default_factory=time.time)  # unix seconds
     expires_at: float | None = None  # unix seconds
     deadline: float | None = None  # loop.time() of expires_at
+    attrs: dict[str, Any] = field(default_factory=dict)  # what the surface that made it keeps
 
 
 class Registry:

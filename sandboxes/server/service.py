@@ -104,6 +104,8 @@ class SandboxService:
         self.version = version
         self.draining = False
         self._deleting: dict[str, asyncio.Task] = {}
+        # Called with (record, reason) as a sandbox leaves the registry (delete, ttl, shutdown...).
+        self.on_delete: list[Callable[[Record, str], None]] = []
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -193,6 +195,10 @@ class SandboxService:
 
     # -- helpers -----------------------------------------------------------------------------
 
+    def record(self, sandbox_id: str, owner: str) -> Record:
+        """The caller's record of `sandbox_id`; `NotFound` for an unknown or another owner's one."""
+        return self._record(sandbox_id, owner)
+
     def _record(self, sandbox_id: str, owner: str) -> Record:
         sid = self.validate.sandbox_id(sandbox_id)
         rec = self.registry.get(sid, owner)
@@ -219,22 +225,43 @@ class SandboxService:
     # -- lifecycle RPCs ----------------------------------------------------------------------
 
     async def create(self, req: pb.CreateRequest, context: Any, owner: str) -> pb.Sandbox:
+        template = self.validate.template(req.template or getattr(self.pool, "default_template", "default"))
+        b = self.config.bounds
+        rec = await self.claim(
+            owner,
+            template,
+            labels=self.validate.labels(req.labels),
+            env=self.validate.env(req.env),
+            files=self.validate.files(req.files),
+            ttl_s=self.validate.seconds("ttl_s", req.ttl_s, b.max_ttl_s) or self.config.default_ttl_s,
+            timeout=self.validate.seconds("timeout_s", req.timeout_s, b.max_claim_timeout_s),
+            idempotency_key=req.idempotency_key or None,
+        )
+        return self._sandbox_pb(rec)
+
+    async def claim(
+        self,
+        owner: str,
+        template: str,
+        *,
+        labels: dict[str, str] | None = None,
+        env: dict[str, str] | None = None,
+        files: list[tuple[str, bytes, int]] | None = None,
+        ttl_s: float | None = None,
+        timeout: float | None = None,
+        idempotency_key: str | None = None,
+        attrs: dict[str, Any] | None = None,
+    ) -> Record:
+        """Claim a sandbox of `template` for `owner` and register it: the one way every API
+        creates a sandbox (quota, idempotency across retries, TTL). Arguments are validated by
+        the caller's surface; `attrs` is what that surface keeps with the record."""
         if self.draining:
             raise E.Cancelled("the server is shutting down")
-        template = self.validate.template(req.template or getattr(self.pool, "default_template", "default"))
         known = self._templates()
         if known is not None and template not in known:
             raise E.NotFound(f"unknown template {template!r}; known: {', '.join(sorted(known))}")
-        labels = self.validate.labels(req.labels)
-        env = self.validate.env(req.env)
-        files = self.validate.files(req.files)
-        b = self.config.bounds
-        ttl_s = self.validate.seconds("ttl_s", req.ttl_s, b.max_ttl_s) or self.config.default_ttl_s
-        timeout = (
-            self.validate.seconds("timeout_s", req.timeout_s, b.max_claim_timeout_s)
-            or self.config.default_claim_timeout_s
-        )
-        key = req.idempotency_key or None
+        timeout = timeout or self.config.default_claim_timeout_s
+        key = idempotency_key
         if key is not None:
             if len(key) > 256:
                 raise E.InvalidRequest("idempotency_key is longer than 256 characters")
@@ -245,19 +272,19 @@ class SandboxService:
                     raise E.InvalidRequest(
                         f"idempotency_key was used for a sandbox of template {rec.template!r}"
                     )
-                return self._sandbox_pb(rec)
+                return rec
 
         self.quotas.acquire_sandbox(owner)
-        coro = self._claim(owner, template, labels, env, files, ttl_s, timeout, key)
+        coro = self._claim(owner, template, labels or {}, env or {}, files or [], ttl_s, timeout, key, attrs)
         if key is None:
             # Without a key nobody can pick the sandbox up later: a cancelled call cancels the claim.
-            return self._sandbox_pb(await coro)
+            return await coro
         # With a key the claim outlives this call, so a retry after a lost answer gets the same sandbox.
         task = asyncio.ensure_future(coro)
         self.registry.track(owner, key, task)
-        return self._sandbox_pb(await asyncio.shield(task))
+        return await asyncio.shield(task)
 
-    async def _claim(self, owner, template, labels, env, files, ttl_s, timeout, key) -> Record:
+    async def _claim(self, owner, template, labels, env, files, ttl_s, timeout, key, attrs=None) -> Record:
         """Claim from the pool and register; owns one unit of `owner`'s sandbox quota."""
         started = time.perf_counter()
         try:
@@ -282,6 +309,7 @@ class SandboxService:
             labels=dict(labels),
             owner=owner,
             idempotency_key=key,
+            attrs=dict(attrs or {}),
         )
         self.registry.add(rec, ttl_s)
         self.metrics.claims.labels(template).inc()
@@ -299,6 +327,11 @@ class SandboxService:
         except Exception:
             log.exception("releasing sandbox %s failed", getattr(sb, "id", "?"))
 
+    async def delete_record(self, rec: Record, reason: str) -> bool:
+        """Unregister and destroy `rec` (see `_delete`); `reason` is counted and told to the
+        `on_delete` listeners."""
+        return await self._delete(rec, reason)
+
     async def _delete(self, rec: Record, reason: str) -> bool:
         """Unregister and destroy; concurrent deletes of one sandbox share the work. Returns
         whether this call removed it."""
@@ -308,6 +341,11 @@ class SandboxService:
                 await asyncio.shield(task)
             return False
         self.quotas.release_sandbox(rec.owner)
+        for listener in self.on_delete:
+            try:
+                listener(rec, reason)
+            except Exception:
+                log.exception("a delete listener failed for %s", rec.id)
         self.metrics.deletes.labels(reason).inc()
         self.metrics.live_sandboxes.set(len(self.registry))
         task = asyncio.ensure_future(self._release_quietly(rec.sandbox))
@@ -363,6 +401,7 @@ class SandboxService:
             "env": self.validate.env(req.env) or None,
             "cwd": self.validate.path("cwd", req.cwd, required=False) or None,
             "limits": self.validate.limits(req.limits) if req.HasField("limits") else None,
+            "keep_descendants": req.keep_descendants,
         }
         return argv, kwargs
 

@@ -200,6 +200,7 @@ async fn warm_up(executor: &Executor) {
         cwd: None,
         limits: executor.config().default_limits.clone(),
         write_within: None,
+        keep_descendants: false,
     };
     match executor.run(cmd, Default::default()).await {
         Ok(o) if o.exit_code == Some(0) => {}

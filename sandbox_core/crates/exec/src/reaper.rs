@@ -58,7 +58,19 @@ impl ExitInfo {
     }
 }
 
-type Waiters = HashMap<libc::pid_t, oneshot::Sender<ExitInfo>>;
+/// A registered child: where its exit status goes, and whether its process group is killed when
+/// it is reaped (the default: what it left behind dies with it) or kept (`keep_group`).
+struct Waiter {
+    tx: oneshot::Sender<ExitInfo>,
+    keep_group: bool,
+}
+
+type Waiters = HashMap<libc::pid_t, Waiter>;
+
+/// Whether reaping `pid` kills its process group first.
+fn kills_group(waiters: &Waiters, pid: libc::pid_t) -> bool {
+    waiters.get(&pid).is_some_and(|w| !w.keep_group)
+}
 
 /// State shared with the reaper thread.
 #[derive(Default)]
@@ -193,6 +205,7 @@ impl Reaper {
         &self,
         child: ChildFn,
         arg: *mut libc::c_void,
+        keep_group: bool,
     ) -> io::Result<Child> {
         let (tx, rx) = oneshot::channel();
         let stack = self.child_stack.lock().unwrap_or_else(|e| e.into_inner());
@@ -226,7 +239,7 @@ impl Reaper {
         libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
         drop(stack);
         if pid >= 0 {
-            self.lock().insert(pid, tx);
+            self.lock().insert(pid, Waiter { tx, keep_group });
         }
         self.shared.spawning.fetch_sub(1, Ordering::SeqCst);
         if self.shared.deferred.swap(false, Ordering::SeqCst) {
@@ -287,8 +300,10 @@ impl Reaper {
         {
             return None;
         }
-        // SAFETY: plain syscall; ESRCH (no other member) is fine.
-        unsafe { libc::killpg(pid, libc::SIGKILL) };
+        if kills_group(&waiters, pid) {
+            // SAFETY: plain syscall; ESRCH (no other member) is fine.
+            unsafe { libc::killpg(pid, libc::SIGKILL) };
+        }
         let mut status = 0;
         // SAFETY: zeroed rusage is a valid out-parameter.
         let mut ru: libc::rusage = unsafe { std::mem::zeroed() };
@@ -401,7 +416,13 @@ impl Adoption<'_> {
             if waiters.contains_key(&pid) {
                 return Err(io::Error::from_raw_os_error(libc::EEXIST));
             }
-            waiters.insert(pid, tx);
+            waiters.insert(
+                pid,
+                Waiter {
+                    tx,
+                    keep_group: false,
+                },
+            );
         }
         // Registered and unreaped: the pid cannot be reused, so the pidfd names our child.
         // SAFETY: plain syscall; the result is a new fd or -1.
@@ -444,8 +465,10 @@ fn reap_all(shared: &Shared) {
             return; // children exist, none has exited
         }
         if waiters.contains_key(&pid) {
-            // SAFETY: plain syscall; ESRCH (no other member) is fine.
-            unsafe { libc::killpg(pid, libc::SIGKILL) };
+            if kills_group(&waiters, pid) {
+                // SAFETY: plain syscall; ESRCH (no other member) is fine.
+                unsafe { libc::killpg(pid, libc::SIGKILL) };
+            }
         } else if shared.spawning.load(Ordering::SeqCst) > 0 {
             // Maybe a child whose spawn has not registered it yet: leave it to that spawn.
             shared.deferred.store(true, Ordering::SeqCst);
@@ -462,8 +485,8 @@ fn reap_all(shared: &Shared) {
         if r != pid {
             return;
         }
-        if let Some(tx) = waiters.remove(&pid) {
-            let _ = tx.send(ExitInfo { status, rusage: ru });
+        if let Some(w) = waiters.remove(&pid) {
+            let _ = w.tx.send(ExitInfo { status, rusage: ru });
         }
     }
 }

@@ -84,6 +84,10 @@ pub struct Command {
     /// Confine the program's writes (create, change, remove files) to beneath this directory and
     /// `/dev/null`, with Landlock where the kernel has it (see `landlock`).
     pub write_within: Option<PathBuf>,
+    /// Processes the program leaves behind (a shell's `cmd &`, a daemon) keep running after it
+    /// exits, as in a container, until they end or the sandbox does; the exec's cgroup stays
+    /// (with its limits) until it is empty. Without it they are killed with the exec.
+    pub keep_descendants: bool,
 }
 
 /// What a running program reports, in order: output chunks (already capped), then one `Exit`.
@@ -451,6 +455,7 @@ impl Executor {
             cwd: Some(PathBuf::from("/")),
             limits,
             write_within: None,
+            keep_descendants: false,
         }
     }
 
@@ -462,6 +467,8 @@ impl Executor {
         cmd.limits.validate().map_err(SpawnError::Invalid)?;
         let prepared = crate::spawn::prepare(&cmd, &inner.config)?;
         let fast = match launch {
+            // A zygote worker is reaped with its group killed, as every worker is.
+            Launch::User if cmd.keep_descendants => None,
             Launch::User => self
                 .zygote()
                 .and_then(|z| Some((z, z.plan(&cmd.argv, &prepared)?))),
@@ -496,6 +503,7 @@ impl Executor {
                 Launch::User => None,
             },
             landlock: landlock.as_ref().map(std::os::fd::AsRawFd::as_raw_fd),
+            keep_group: cmd.keep_descendants,
         };
         // On error the cgroup is dropped here, which removes it.
         let forked = match fast {
@@ -516,7 +524,7 @@ impl Executor {
         };
         tracing::debug!(pid = spawned.pid, argv0 = %cmd.argv[0], zygote, "exec started");
 
-        let tree = Arc::new(Tree::new(spawned.pid, inner.reaper, cgroup));
+        let tree = Arc::new(Tree::new(spawned.pid, inner.reaper, cgroup, cmd.keep_descendants));
         // The zygote is not a user program: not counted, not killed by `kill_all` through the
         // active map (it is stopped there directly), and its supervisor must not keep `inner`
         // (which owns it) alive.

@@ -68,6 +68,8 @@ pub struct Isolation<'a> {
     pub fd3: Option<RawFd>,
     /// A Landlock ruleset the program enforces on itself before exec (`Command::write_within`).
     pub landlock: Option<RawFd>,
+    /// Its process group is not killed when it is reaped (`Command::keep_descendants`).
+    pub keep_group: bool,
 }
 
 /// A started program: its pid, its exit status to come, and the agent's ends of its pipes.
@@ -308,7 +310,8 @@ pub fn spawn(
     // SAFETY: `child_entry` only makes async-signal-safe syscalls, reads `plan` (alive in this
     // frame while we wait, here or for the spawner) and writes `report`, which nothing else
     // touches meanwhile.
-    let clone = move || unsafe { reaper.spawn_registered(child_entry, { arg }.0) };
+    let keep_group = iso.keep_group;
+    let clone = move || unsafe { reaper.spawn_registered(child_entry, { arg }.0, keep_group) };
     let started = match spawner {
         Some(s) => s
             .run(clone)
@@ -719,6 +722,7 @@ mod tests {
             cwd: None,
             limits: Limits::default(),
             write_within: None,
+            keep_descendants: false,
         }
     }
 

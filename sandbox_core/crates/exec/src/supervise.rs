@@ -24,6 +24,11 @@ use crate::tree::Tree;
 /// How long output is still drained after the tree is dead. Only a process that escaped every
 /// kill net (possible only without cgroups) can hold a pipe open longer.
 const DRAIN_GRACE: Duration = Duration::from_secs(2);
+/// The same for an exec that keeps its descendants: one of them may hold a pipe for as long as it
+/// runs, and the exec's answer should not wait for it. What they write later is read and dropped.
+const DRAIN_GRACE_KEPT: Duration = Duration::from_millis(200);
+/// How often a cgroup left to kept descendants is checked for emptiness (then removed).
+const LINGER_POLL_MAX: Duration = Duration::from_secs(2);
 const READ_CHUNK: usize = 64 * 1024;
 
 pub(crate) struct Supervision {
@@ -124,10 +129,19 @@ pub(crate) async fn supervise(s: Supervision) {
     let wall_time = started.elapsed();
     drop(pidfd);
 
-    // The main process is gone: so is the exec. Kill what is left, then account and clean up.
+    // The main process is gone: so is the exec. Kill what is left (unless it is kept), then
+    // account and clean up.
+    tree.main_exited();
     tree.kill();
     let mut stats = Stats::default();
-    if let Some(cg) = tree.cgroup() {
+    // A cgroup that still holds kept descendants stays until they are gone.
+    let lingering = tree.keeps_descendants() && tree.cgroup().is_some_and(|cg| !cg.is_empty());
+    if lingering {
+        if let Some(cg) = tree.cgroup() {
+            stats = cg.stats();
+            tokio::spawn(linger(cg.clone()));
+        }
+    } else if let Some(cg) = tree.cgroup() {
         if !cg.kill_until_empty().await {
             tracing::warn!(dirs = ?cg.dirs(), "processes survive in the exec cgroup");
         }
@@ -139,7 +153,12 @@ pub(crate) async fn supervise(s: Supervision) {
     } else if let (Some(before), Some(after)) = (oom_before, crate::cgroup::enclosing_oom_kills()) {
         stats.oom_kills = after.saturating_sub(before);
     }
-    let _ = drain_tx.send(Some(tokio::time::Instant::now() + DRAIN_GRACE));
+    let grace = if tree.keeps_descendants() {
+        DRAIN_GRACE_KEPT
+    } else {
+        DRAIN_GRACE
+    };
+    let _ = drain_tx.send(Some(tokio::time::Instant::now() + grace));
     let stdout_truncated = out_task.await.unwrap_or(false);
     let stderr_truncated = err_task.await.unwrap_or(false);
     tree.finish();
@@ -159,7 +178,7 @@ pub(crate) async fn supervise(s: Supervision) {
     // A dropped receiver (caller went away) is fine: everything is cleaned up already (or, for a
     // pooled cgroup, empty, and about to be recycled or removed).
     let _ = events.send(Event::Exit(outcome)).await;
-    if let Some(cg) = tree.cgroup().filter(|cg| cg.is_pooled()) {
+    if let Some(cg) = tree.cgroup().filter(|cg| cg.is_pooled() && !lingering) {
         // Let the consumer of the exit event (on this thread, with a current-thread runtime) go
         // first: the reset is not needed before the next exec starts.
         tokio::task::yield_now().await;
@@ -167,6 +186,16 @@ pub(crate) async fn supervise(s: Supervision) {
             remove_cgroup(cg).await;
         }
     }
+}
+
+/// Waits for the kept descendants in `cg` to end, then removes it (ends with the agent otherwise).
+async fn linger(cg: Arc<crate::cgroup::ExecCgroup>) {
+    let mut delay = Duration::from_millis(50);
+    while !cg.is_empty() {
+        tokio::time::sleep(delay).await;
+        delay = (delay * 2).min(LINGER_POLL_MAX);
+    }
+    remove_cgroup(&cg).await;
 }
 
 async fn remove_cgroup(cg: &crate::cgroup::ExecCgroup) {
@@ -264,7 +293,14 @@ async fn forward(
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
                 Err(_) => break,
             },
-            _ = sleep_until(drain_at.unwrap_or_else(tokio::time::Instant::now)), if drain_at.is_some() => break,
+            _ = sleep_until(drain_at.unwrap_or_else(tokio::time::Instant::now)), if drain_at.is_some() => {
+                if tree.keeps_descendants() {
+                    // A kept descendant still holds the pipe: read it to its end, unseen, so
+                    // that its writes never fail.
+                    tokio::spawn(discard(pipe));
+                }
+                break;
+            }
             r = drain.changed(), if drain_at.is_none() => {
                 if r.is_err() {
                     break;
@@ -291,4 +327,16 @@ async fn forward(
         }
     }
     truncated
+}
+
+async fn discard(mut pipe: tokio::net::unix::pipe::Receiver) {
+    let mut buf = vec![0u8; READ_CHUNK];
+    loop {
+        match pipe.read(&mut buf).await {
+            Ok(0) => return,
+            Ok(_) => {}
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(_) => return,
+        }
+    }
 }

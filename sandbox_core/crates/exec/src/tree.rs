@@ -21,6 +21,9 @@ pub(crate) struct Tree {
     cgroup: Option<Arc<ExecCgroup>>,
     /// Set once the supervisor has finished: the pids are no longer ours to signal.
     finished: AtomicBool,
+    /// `Command::keep_descendants`: once the main process has exited, what is left is not killed.
+    keep_descendants: bool,
+    main_exited: AtomicBool,
 }
 
 impl Tree {
@@ -28,13 +31,31 @@ impl Tree {
         pid: libc::pid_t,
         reaper: &'static Reaper,
         cgroup: Option<Arc<ExecCgroup>>,
+        keep_descendants: bool,
     ) -> Tree {
         Tree {
             pid,
             reaper,
             cgroup,
             finished: AtomicBool::new(false),
+            keep_descendants,
+            main_exited: AtomicBool::new(false),
         }
+    }
+
+    pub(crate) fn keeps_descendants(&self) -> bool {
+        self.keep_descendants
+    }
+
+    /// The main process was reaped. With `keep_descendants`, `kill` does nothing from now on: the
+    /// processes it left behind (often still in its process group) are no longer the exec's.
+    pub(crate) fn main_exited(&self) {
+        self.main_exited.store(true, Ordering::Release);
+    }
+
+    fn released(&self) -> bool {
+        self.finished.load(Ordering::Acquire)
+            || (self.keep_descendants && self.main_exited.load(Ordering::Acquire))
     }
 
     pub(crate) fn pid(&self) -> libc::pid_t {
@@ -63,7 +84,7 @@ impl Tree {
 
     /// SIGKILLs the whole tree now. Idempotent, cheap enough for `Drop`.
     pub(crate) fn kill(&self) {
-        if self.finished.load(Ordering::Acquire) {
+        if self.released() {
             return;
         }
         // Without a cgroup, list descendants before killing anything: once their parent dies they

@@ -232,6 +232,7 @@ pub async fn run_tests(
             cwd: Some(build.clone()),
             limits: compile_limits(&limits),
             write_within: None,
+            keep_descendants: false,
         };
         let t = Instant::now();
         let outcome = executor.run(cmd, bytes::Bytes::new()).await;
@@ -311,6 +312,7 @@ pub async fn run_tests(
             limits: case_limits.clone(),
             // Nothing a case writes outlives it: its directory is removed after it.
             write_within: Some(cwd.clone()),
+            keep_descendants: false,
         };
         let outcome = executor.run(cmd, case.input.clone()).await;
         let _ = std::fs::remove_dir_all(&cwd);

@@ -116,6 +116,7 @@ pub fn exec_request(
     stdin: Vec<u8>,
     limits: Option<&Limits>,
     clear_env: bool,
+    keep_descendants: bool,
 ) -> PyResult<pb::ExecRequest> {
     Ok(pb::ExecRequest {
         argv: utf8_list(argv, "argv")?,
@@ -124,6 +125,7 @@ pub fn exec_request(
         stdin: Bytes::from(stdin),
         limits: limits.map(Limits::to_proto),
         clear_env,
+        keep_descendants,
     })
 }
 
@@ -189,7 +191,7 @@ impl AgentClient {
         Ok(AgentClient { endpoint, client })
     }
 
-    #[pyo3(signature = (argv, env=None, cwd=None, stdin=Vec::new(), limits=None, clear_env=false, timeout_s=None))]
+    #[pyo3(signature = (argv, env=None, cwd=None, stdin=Vec::new(), limits=None, clear_env=false, timeout_s=None, keep_descendants=false))]
     #[allow(clippy::too_many_arguments)]
     fn exec<'py>(
         &self,
@@ -201,6 +203,7 @@ impl AgentClient {
         limits: Option<PyRef<'py, Limits>>,
         clear_env: bool,
         timeout_s: Option<f64>,
+        keep_descendants: bool,
     ) -> PyResult<Bound<'py, PyAny>> {
         let empty = PyString::new(py, "");
         let req = exec_request(
@@ -210,6 +213,7 @@ impl AgentClient {
             stdin,
             limits.as_deref(),
             clear_env,
+            keep_descendants,
         )?;
         self.call(py, timeout_s, move |mut c| async move {
             let r = c.exec(req).await.map_err(from_status)?.into_inner();
@@ -219,7 +223,7 @@ impl AgentClient {
         })
     }
 
-    #[pyo3(signature = (argv, env=None, cwd=None, limits=None, clear_env=false))]
+    #[pyo3(signature = (argv, env=None, cwd=None, limits=None, clear_env=false, keep_descendants=false))]
     fn exec_stream<'py>(
         &self,
         py: Python<'py>,
@@ -228,6 +232,7 @@ impl AgentClient {
         cwd: Option<&Bound<'py, PyAny>>,
         limits: Option<PyRef<'py, Limits>>,
         clear_env: bool,
+        keep_descendants: bool,
     ) -> PyResult<ExecStream> {
         runtime::check_pid()?;
         let empty = PyString::new(py, "");
@@ -238,6 +243,7 @@ impl AgentClient {
             Vec::new(),
             limits.as_deref(),
             clear_env,
+            keep_descendants,
         )?;
         Ok(ExecStream::open(self.client.clone(), req))
     }

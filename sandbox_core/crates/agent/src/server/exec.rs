@@ -103,6 +103,7 @@ pub fn command(
         cwd: (!req.cwd.is_empty()).then(|| work_dir.join(PathBuf::from(&req.cwd))),
         limits: resolve_limits(req.limits.as_ref(), defaults)?,
         write_within: None,
+        keep_descendants: req.keep_descendants,
     })
 }
 

@@ -39,6 +39,7 @@ pub fn cmd(argv: &[&str]) -> Command {
         cwd: None,
         limits: Limits::default(),
         write_within: None,
+        keep_descendants: false,
     }
 }
 

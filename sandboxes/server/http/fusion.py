@@ -1,5 +1,5 @@
-"""A SandboxFusion-compatible HTTP endpoint over the server's pool: tools that speak that API work by
-changing a URL (`sandboxes serve --http-port 8080`).
+"""The SandboxFusion-compatible HTTP API over the server's pool: tools that speak that API work by
+changing a URL (`sandboxes serve --http-port 8080`; routes served by `http.server.HttpServer`).
 
 ```
 POST /run_code          SandboxFusion's RunCodeRequest -> RunCodeResponse
@@ -37,13 +37,16 @@ import time
 from collections.abc import Callable
 from typing import Any
 
+from starlette.responses import JSONResponse, PlainTextResponse
+
 from sandboxes import errors as E
 from sandboxes import languages
 from sandboxes.server.auth import ANONYMOUS, ApiKeys
+from sandboxes.server.http.bodies import BodyTooLarge, read_json
 from sandboxes.server.quota import Quotas
 from sandboxes.types import Limits
 
-__all__ = ["HttpCompat", "commands"]
+__all__ = ["FusionApi", "commands"]
 
 log = logging.getLogger("sandboxes.server.http")
 
@@ -151,8 +154,11 @@ def _sandbox_error(message: str) -> dict[str, Any]:
     }
 
 
-class HttpCompat:
-    """The HTTP app over `pool`; `await start(host, port)` returns the bound port, `await stop()`."""
+MAX_BODY_BYTES = 256 << 20
+
+
+class FusionApi:
+    """The SandboxFusion routes over `pool` (`routes()`)."""
 
     def __init__(
         self,
@@ -172,33 +178,16 @@ class HttpCompat:
         self.template = template
         self.max_batch_concurrency = max_batch_concurrency
         self.draining = draining
-        self.port: int | None = None
-        self._runner: Any = None
 
-    async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
-        from aiohttp import web
+    def routes(self) -> list[Any]:
+        from starlette.routing import Route
 
-        app = web.Application(client_max_size=256 << 20)
-        app.router.add_post("/run_code", self._run_code)
-        app.router.add_post("/run_code/batch", self._run_code_batch)
-        app.router.add_get("/v1/ping", _ping)
-        app.router.add_get("/health", _health)
-        runner = web.AppRunner(app, access_log=None)
-        await runner.setup()
-        site = web.TCPSite(runner, host, port)
-        try:
-            await site.start()
-        except BaseException:
-            await runner.cleanup()
-            raise
-        self._runner = runner
-        self.port = runner.addresses[0][1]
-        return self.port
-
-    async def stop(self) -> None:
-        if self._runner is not None:
-            runner, self._runner = self._runner, None
-            await runner.cleanup()
+        return [
+            Route("/run_code", self._run_code, methods=["POST"]),
+            Route("/run_code/batch", self._run_code_batch, methods=["POST"]),
+            Route("/v1/ping", _ping, methods=["GET"]),
+            Route("/health", _health, methods=["GET"]),
+        ]
 
     # -- plumbing ------------------------------------------------------------------------------
 
@@ -210,41 +199,37 @@ class HttpCompat:
 
     async def _guard(self, request: Any) -> tuple[str | None, Any]:
         """(owner, None) or (None, an error response)."""
-        from aiohttp import web
-
         if self.draining():
-            return None, web.json_response({"detail": "server is shutting down"}, status=503)
+            return None, JSONResponse({"detail": "server is shutting down"}, status_code=503)
         try:
             return self._owner(request), None
         except E.SandboxError as e:
-            return None, web.json_response({"detail": e.message}, status=401)
+            return None, JSONResponse({"detail": e.message}, status_code=401)
 
     async def _body(self, request: Any) -> Any:
         try:
-            return await request.json()
+            return await read_json(request, MAX_BODY_BYTES)
+        except BodyTooLarge as e:
+            raise _BadRequest(str(e)) from None
         except ValueError:
             raise _BadRequest("the body is not valid JSON") from None
 
     async def _run_code(self, request: Any) -> Any:
-        from aiohttp import web
-
         owner, refusal = await self._guard(request)
         if refusal is not None:
             return refusal
         try:
             req = _parse(await self._body(request))
         except _BadRequest as e:
-            return web.json_response({"detail": str(e)}, status=422)
+            return JSONResponse({"detail": str(e)}, status_code=422)
         try:
-            return web.json_response(await self.run_one(req, owner or ANONYMOUS))
+            return JSONResponse(await self.run_one(req, owner or ANONYMOUS))
         except E.QuotaExceeded as e:
-            return web.json_response({"detail": e.message}, status=429)
+            return JSONResponse({"detail": e.message}, status_code=429)
         except E.InvalidRequest as e:
-            return web.json_response({"detail": e.message}, status=422)
+            return JSONResponse({"detail": e.message}, status_code=422)
 
     async def _run_code_batch(self, request: Any) -> Any:
-        from aiohttp import web
-
         owner, refusal = await self._guard(request)
         if refusal is not None:
             return refusal
@@ -257,7 +242,7 @@ class HttpCompat:
                 raise _BadRequest(f"at most {MAX_BATCH} requests per batch")
             reqs = [_parse(r) for r in items]
         except _BadRequest as e:
-            return web.json_response({"detail": str(e)}, status=422)
+            return JSONResponse({"detail": str(e)}, status_code=422)
         sem = asyncio.Semaphore(self.max_batch_concurrency)
 
         async def one(req: dict[str, Any]) -> dict[str, Any]:
@@ -267,7 +252,7 @@ class HttpCompat:
                 except (E.QuotaExceeded, E.InvalidRequest) as e:
                     return _sandbox_error(f"{e.kind.value}: {e.message}")
 
-        return web.json_response({"results": await asyncio.gather(*(one(r) for r in reqs))})
+        return JSONResponse({"results": await asyncio.gather(*(one(r) for r in reqs))})
 
     # -- one run -------------------------------------------------------------------------------
 
@@ -322,12 +307,8 @@ class HttpCompat:
 
 
 async def _health(request: Any) -> Any:
-    from aiohttp import web
-
-    return web.json_response({"status": "ok"})
+    return JSONResponse({"status": "ok"})
 
 
 async def _ping(request: Any) -> Any:
-    from aiohttp import web
-
-    return web.Response(text="pong")
+    return PlainTextResponse("pong")

@@ -1,0 +1,71 @@
+"""The Prime Sandboxes API (`prime-sandboxes` SDK, verifiers' PrimeRuntime) on the server's HTTP
+port: the control plane (`api.py`), the per-sandbox gateway (`gateway.py`) with its command
+sessions (`sessions.py`) and background-job statuses (`jobs.py`). Sandboxes are the server's
+records (`SandboxService.claim`), so quotas, TTLs and shutdown treat them as any other."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from starlette.requests import Request
+
+from sandboxes.server.http.prime.api import ControlPlane, owner_of
+from sandboxes.server.http.prime.gateway import Gateway
+from sandboxes.server.http.prime.state import PrimeSandbox, Tombstones, iso
+
+__all__ = ["PrimeApi"]
+
+USER_NS = "sandboxes"
+
+# How a sandbox that leaves the registry ends, by the server's delete reason.
+_ENDINGS = {
+    "ttl": ("TIMEOUT", "timeout", "TIMEOUT", "the sandbox reached its timeout_minutes"),
+    "idle": ("TERMINATED", "idle_timeout", None, None),
+    "delete": ("TERMINATED", "deleted", None, None),
+    "shutdown": ("TERMINATED", "server_shutdown", None, None),
+}
+
+
+class PrimeApi:
+    def __init__(self, service: Any, auth: Any) -> None:
+        self.service = service
+        self.auth = auth
+        self.tombstones = Tombstones()
+        self.control = ControlPlane(self)
+        self.gateway = Gateway(self)
+        service.on_delete.append(self._ended)
+
+    def routes(self) -> list[Any]:
+        return self.control.routes() + self.gateway.routes()
+
+    def owner(self, request: Request) -> str:
+        return owner_of(self.auth, request)
+
+    def track(self, sb: PrimeSandbox) -> None:
+        sb.note(f"sandbox {sb.id} created: {sb.name}")
+
+    def gateway_auth(self, request: Request, sb: PrimeSandbox) -> dict[str, Any]:
+        """What `POST /sandbox/{id}/auth` answers: the gateway at the address the client used."""
+        token, expires = sb.gateway_token()
+        return {
+            "gateway_url": str(request.base_url).rstrip("/") + "/gateway",
+            "user_ns": USER_NS,
+            "job_id": sb.id,
+            "token": token,
+            "expires_at": iso(expires),
+            "is_vm": sb.vm,
+        }
+
+    def _ended(self, rec: Any, reason: str) -> None:
+        sb = rec.attrs.get("prime")
+        if sb is None:
+            return
+        status, why, error_type, message = _ENDINGS.get(reason, ("TERMINATED", reason, None, None))
+        sb.end(status, why, error_type, message)
+        sessions = rec.attrs.get("prime_sessions")
+        if sessions is not None:
+            sessions.close()
+        self.tombstones.add(rec.owner, sb)
+
+    async def close(self) -> None:
+        await self.control.close()

@@ -1,0 +1,349 @@
+"""The Prime Sandboxes control plane, `{base}/api/v1/sandbox...`, over the server's registry.
+
+A user points the `prime-sandboxes` SDK here with `PRIME_API_BASE_URL=http://HOST:PORT` and
+`PRIME_API_KEY=<a server key>` (sent as `Authorization: Bearer`). Create claims a warm sandbox of
+the template the image maps to (`image_templates.py`) and answers RUNNING; commands, files and
+jobs then go to the sandbox's gateway (`gateway.py`) with the token of `POST .../auth`.
+
+Errors are `{"detail": ...}` with the status the SDK maps: 401 (UnauthorizedError), 404, 422
+(invalid request), 429 (quota), 503 (draining). A key sees only its own sandboxes; another key's
+sandbox is 404, as an unknown one.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import shlex
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse
+from starlette.routing import Route
+
+from sandboxes import errors as E
+from sandboxes.server.auth import ANONYMOUS
+from sandboxes.server.http.bodies import BodyTooLarge, read_json
+from sandboxes.server.http.prime import jobs
+from sandboxes.server.http.prime.requests import BadRequest, CreateArgs, parse_create, parse_ids, parse_policy
+from sandboxes.server.http.prime.state import START_LOG, PrimeSandbox
+from sandboxes.server.image_templates import template_for_image
+from sandboxes.types import Limits
+
+__all__ = ["ControlPlane"]
+
+log = logging.getLogger("sandboxes.server.prime")
+
+MAX_BODY_BYTES = 4 << 20
+GB = 1 << 30
+IDLE_SWEEP_S = 5.0
+COMMAND_OUTPUT_BYTES = 256 << 20
+
+Handler = Callable[[Request, str], Awaitable[Any]]
+
+
+def _error(status: int, detail: str) -> JSONResponse:
+    return JSONResponse({"detail": detail}, status_code=status)
+
+
+class ControlPlane:
+    """`routes()` of `/api/v1/...`; `prime` is the shared state (`PrimeApi`)."""
+
+    def __init__(self, prime: Any) -> None:
+        self.prime = prime
+        self.service = prime.service
+        self._sweeper: asyncio.Task | None = None
+
+    def routes(self) -> list[Route]:
+        r = self._route
+        return [
+            r("/api/v1/sandbox", self.create, "POST"),
+            r("/api/v1/sandbox", self.list, "GET"),
+            r("/api/v1/sandbox", self.bulk_delete, "DELETE"),
+            r("/api/v1/sandbox/status:batchGet", self.statuses, "POST"),
+            r("/api/v1/sandbox/background-jobs/status:batchGet", self.job_statuses, "POST"),
+            r("/api/v1/sandbox/{sandbox_id}", self.get, "GET"),
+            r("/api/v1/sandbox/{sandbox_id}", self.delete, "DELETE"),
+            r("/api/v1/sandbox/{sandbox_id}/auth", self.auth, "POST"),
+            r("/api/v1/sandbox/{sandbox_id}/logs", self.logs, "GET"),
+            r("/api/v1/sandbox/{sandbox_id}/error-context", self.error_context, "GET"),
+            r("/api/v1/sandbox/{sandbox_id}/egress-policy", self.get_policy, "GET"),
+            r("/api/v1/sandbox/{sandbox_id}/egress-policy", self.set_policy, "PUT"),
+        ]
+
+    def _route(self, path: str, fn: Handler, method: str) -> Route:
+        async def endpoint(request: Request) -> Any:
+            if self.service.draining:
+                return _error(503, "server is shutting down")
+            try:
+                owner = self.prime.owner(request)
+            except E.SandboxError as e:
+                return _error(401, e.message)
+            try:
+                return await fn(request, owner)
+            except BadRequest as e:
+                return _error(422, str(e))
+            except BodyTooLarge as e:
+                return _error(413, str(e))
+            except E.NotFound as e:
+                return _error(404, e.message)
+            except E.QuotaExceeded as e:
+                return _error(429, e.message)
+            except E.PoolExhausted as e:
+                return _error(503, e.message)
+            except E.InvalidRequest as e:
+                return _error(422, e.message)
+            except E.Cancelled as e:
+                return _error(503, e.message)
+            except E.SandboxError as e:
+                log.warning("prime %s %s failed: %s: %s", method, path, e.kind.value, e.message)
+                return _error(502, f"{e.kind.value}: {e.message}")
+
+        return Route(path, endpoint, methods=[method])
+
+    async def _body(self, request: Request) -> Any:
+        try:
+            return await read_json(request, MAX_BODY_BYTES)
+        except ValueError as e:
+            if isinstance(e, BodyTooLarge):
+                raise
+            raise BadRequest(str(e)) from None
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def create(self, request: Request, owner: str) -> Any:
+        args = parse_create(await self._body(request))
+        template, why = template_for_image(self.service.pool, args.docker_image)
+        tp = self.service.pool.templates.get(template)
+        rec = await self.service.claim(
+            owner,
+            template,
+            env={**args.environment_vars, **args.secrets},
+            ttl_s=args.timeout_minutes * 60.0 if args.timeout_minutes > 0 else None,
+            idempotency_key=f"prime:{args.idempotency_key}" if args.idempotency_key else None,
+        )
+        # A retry with the same idempotency key gets the same record, already attached (attaching
+        # does not await, so the first of concurrent retries attaches it for all).
+        sb = rec.attrs.get("prime")
+        if sb is None:
+            sb = self._attach(rec, args, tp, why)
+            await self._start_command(rec, sb, args)
+        return JSONResponse({**sb.to_json(), "gatewayAuth": self.prime.gateway_auth(request, sb)})
+
+    def _attach(self, rec: Any, args: CreateArgs, tp: Any, why: str) -> PrimeSandbox:
+        """The API's view of a newly claimed sandbox: what it was asked for, within the template."""
+        memory_gb = args.memory_gb
+        if tp is not None and tp.memory_bytes:
+            memory_gb = min(memory_gb, tp.memory_bytes / GB)
+        cpu = args.cpu_cores
+        if tp is not None and tp.cpu_quota:
+            cpu = min(cpu, tp.cpu_quota)
+        root = tp is not None and tp.user == "root"
+        disk_bytes = (tp.root_size_bytes if root else tp.work_size_bytes) if tp is not None else 0
+        sb = PrimeSandbox(
+            id=rec.id,
+            name=args.name,
+            docker_image=args.docker_image,
+            template=rec.template,
+            cpu_cores=cpu,
+            memory_gb=round(memory_gb, 3),
+            disk_size_gb=round(min(args.disk_size_gb, disk_bytes / GB), 3) if disk_bytes else args.disk_size_gb,
+            disk_mount_path="/" if root else (tp.work_dir if tp is not None else "/work"),
+            timeout_minutes=args.timeout_minutes,
+            idle_timeout_minutes=args.idle_timeout_minutes,
+            labels=args.labels,
+            environment_vars=args.environment_vars,
+            secrets=args.secrets,
+            vm=args.vm,
+            start_command=args.start_command,
+            user="root" if root else "sandbox",
+        )
+        # Each command gets the memory asked for, within the sandbox's own (kernel) bound, may
+        # write files as large as its disk, and returns up to COMMAND_OUTPUT_BYTES of output.
+        rec.sandbox.default_limits = rec.sandbox.default_limits.merged(
+            Limits(
+                memory_bytes=int(memory_gb * GB),
+                max_file_size_bytes=disk_bytes or None,
+                max_output_bytes=COMMAND_OUTPUT_BYTES,
+            )
+        )
+        rec.attrs["prime"] = sb
+        sb.note(f"image {args.docker_image} runs as template {rec.template!r} ({why})")
+        self.prime.track(sb)
+        self._ensure_sweeper()
+        return sb
+
+    async def _start_command(self, rec: Any, sb: PrimeSandbox, args: CreateArgs) -> None:
+        if not args.start_shell:
+            return
+        line = f"({args.start_shell}) > {START_LOG} 2>&1 < /dev/null &"
+        r = await rec.sandbox.exec(["/bin/bash", "-c", line], keep_descendants=True, timeout=30)
+        sb.note(f"start command {shlex.quote(args.start_shell)}: launched (exit {r.exit_code})")
+
+    def _live(self, owner: str, sandbox_id: str) -> tuple[Any, PrimeSandbox]:
+        rec = self.service.registry.get(sandbox_id, owner)
+        if rec is None or "prime" not in rec.attrs:
+            raise E.NotFound(f"Sandbox {sandbox_id} not found")
+        return rec, rec.attrs["prime"]
+
+    def _any(self, owner: str, sandbox_id: str) -> PrimeSandbox:
+        """A live or ended sandbox of `owner`."""
+        rec = self.service.registry.get(sandbox_id, owner)
+        if rec is not None and "prime" in rec.attrs:
+            return rec.attrs["prime"]
+        sb = self.prime.tombstones.get(sandbox_id, owner)
+        if sb is None:
+            raise E.NotFound(f"Sandbox {sandbox_id} not found")
+        return sb
+
+    async def get(self, request: Request, owner: str) -> Any:
+        return JSONResponse(self._any(owner, request.path_params["sandbox_id"]).to_json())
+
+    async def list(self, request: Request, owner: str) -> Any:
+        q = request.query_params
+        try:
+            page = max(1, int(q.get("page", 1)))
+            per_page = min(max(1, int(q.get("per_page", 50))), 1000)
+        except ValueError:
+            raise BadRequest("page and per_page must be integers") from None
+        status = q.get("status")
+        labels = set(q.getlist("labels"))
+        active_only = q.get("is_active", "").lower() == "true"
+        live = [r.attrs["prime"] for r in self.service.registry.select(owner) if "prime" in r.attrs]
+        ended = [] if active_only else self.prime.tombstones.of(owner)
+        chosen = [
+            sb
+            for sb in sorted(live + ended, key=lambda s: s.created_at, reverse=True)
+            if (not status or sb.status == status) and labels <= set(sb.labels)
+        ]
+        start = (page - 1) * per_page
+        return JSONResponse(
+            {
+                "sandboxes": [sb.to_json() for sb in chosen[start : start + per_page]],
+                "total": len(chosen),
+                "page": page,
+                "perPage": per_page,
+                "hasNext": start + per_page < len(chosen),
+            }
+        )
+
+    async def statuses(self, request: Request, owner: str) -> Any:
+        ids = parse_ids(await self._body(request))
+        found, errors = [], []
+        for sid in ids:
+            try:
+                found.append(self._any(owner, sid).status_json())
+            except E.NotFound:
+                errors.append({"sandbox_id": sid, "code": "NOT_FOUND", "message": f"Sandbox {sid} not found"})
+        return JSONResponse({"statuses": found, "errors": errors})
+
+    async def delete(self, request: Request, owner: str) -> Any:
+        rec, _ = self._live(owner, request.path_params["sandbox_id"])
+        await self.service.delete_record(rec, "delete")
+        # A JSON body, not 204: clients decode whatever this answers.
+        return JSONResponse({})
+
+    async def bulk_delete(self, request: Request, owner: str) -> Any:
+        body = await self._body(request)
+        if not isinstance(body, dict):
+            raise BadRequest("the body must be a JSON object")
+        ids, labels = body.get("sandbox_ids") or [], body.get("labels") or []
+        if not isinstance(ids, list) or not isinstance(labels, list):
+            raise BadRequest("sandbox_ids and labels must be lists")
+        if not ids and not labels:
+            raise BadRequest("give sandbox_ids and/or labels (refusing to delete everything)")
+        chosen: dict[str, Any] = {}
+        failed: list[dict[str, str]] = []
+        for sid in ids:
+            try:
+                rec, _ = self._live(owner, str(sid))
+                chosen[rec.id] = rec
+            except E.NotFound as e:
+                failed.append({"sandbox_id": str(sid), "error": e.message})
+        if labels:
+            want = set(map(str, labels))
+            for rec in self.service.registry.select(owner):
+                sb = rec.attrs.get("prime")
+                if sb is not None and want <= set(sb.labels):
+                    chosen[rec.id] = rec
+        await asyncio.gather(*(self.service.delete_record(r, "delete") for r in chosen.values()))
+        return JSONResponse(
+            {"succeeded": list(chosen), "failed": failed, "message": f"deleted {len(chosen)} sandboxes"}
+        )
+
+    async def auth(self, request: Request, owner: str) -> Any:
+        _, sb = self._live(owner, request.path_params["sandbox_id"])
+        return JSONResponse(self.prime.gateway_auth(request, sb))
+
+    async def logs(self, request: Request, owner: str) -> Any:
+        sb = self._any(owner, request.path_params["sandbox_id"])
+        lines = list(sb.log)
+        rec = self.service.registry.get(sb.id, owner)
+        if rec is not None and sb.start_command is not None:
+            try:
+                out = await rec.sandbox.read_file(START_LOG, max_bytes=1 << 20)
+                lines.append(out.decode("utf-8", "replace"))
+            except E.SandboxError:
+                pass
+        return JSONResponse({"logs": "\n".join(lines)})
+
+    async def error_context(self, request: Request, owner: str) -> Any:
+        sb = self._any(owner, request.path_params["sandbox_id"])
+        return JSONResponse({"status": sb.status, "errorType": sb.error_type, "errorMessage": sb.error_message})
+
+    async def get_policy(self, request: Request, owner: str) -> Any:
+        self._live(owner, request.path_params["sandbox_id"])
+        return JSONResponse(_deny_all())
+
+    async def set_policy(self, request: Request, owner: str) -> Any:
+        self._live(owner, request.path_params["sandbox_id"])
+        parse_policy(await self._body(request))
+        return JSONResponse(_deny_all())
+
+    async def job_statuses(self, request: Request, owner: str) -> Any:
+        body = await self._body(request)
+        wanted = body.get("jobs") if isinstance(body, dict) else None
+        return JSONResponse(await jobs.statuses(wanted, lambda sid: self._live(owner, sid)[0]))
+
+    # -- idle timeouts -----------------------------------------------------------------------
+
+    def _ensure_sweeper(self) -> None:
+        if self._sweeper is None or self._sweeper.done():
+            self._sweeper = asyncio.create_task(self._sweep(), name="sandboxes-prime-idle")
+
+    async def _sweep(self) -> None:
+        """Deletes sandboxes idle past their `idle_timeout_minutes`; ends with the last of them."""
+        while True:
+            await asyncio.sleep(IDLE_SWEEP_S)
+            now = time.monotonic()
+            bounded = 0
+            for rec in list(self.service.registry):
+                sb = rec.attrs.get("prime")
+                if sb is None or sb.idle_timeout_minutes is None:
+                    continue
+                bounded += 1
+                if now - sb.last_active > sb.idle_timeout_minutes * 60:
+                    sb.end("TERMINATED", "idle_timeout")
+                    await self.service.delete_record(rec, "idle")
+            if not bounded:
+                return
+
+    async def close(self) -> None:
+        if self._sweeper is not None:
+            self._sweeper.cancel()
+            await asyncio.gather(self._sweeper, return_exceptions=True)
+
+
+def _deny_all() -> dict[str, Any]:
+    return {"policy": {"allowlist": [], "denylist": None}, "generation": 1, "applied_generation": 1, "applied": True}
+
+
+def owner_of(auth: Any, request: Request) -> str:
+    """The owner name of the request's bearer key (`ANONYMOUS` without keys)."""
+    if not auth.enabled:
+        return ANONYMOUS
+    header = request.headers.get("authorization")
+    return auth.authenticate([("authorization", header)] if header else [])
+

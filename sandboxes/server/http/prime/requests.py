@@ -1,0 +1,203 @@
+"""Validation of the Prime Sandboxes API's request bodies (`POST /api/v1/sandbox` and friends).
+
+Each parser returns plain values or raises `BadRequest`, answered with HTTP 422 and the
+`{"detail": ...}` body the SDK reads. Fields of every SDK version are known (current SDKs send
+`vm` and `checkpoint_id`; older ones a string `start_command`, `guaranteed`,
+`registry_credentials_id`); an unknown field is refused, not ignored.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = ["BadRequest", "CreateArgs", "parse_create", "parse_ids", "parse_policy"]
+
+MAX_LABELS = 64
+MAX_LABEL = 256
+MAX_NAME = 256
+MAX_ENV = 4096
+MAX_CPU = 1024.0
+MAX_MEMORY_GB = 4096.0
+MAX_DISK_GB = 65536.0
+MAX_TIMEOUT_MINUTES = 7 * 24 * 60
+MAX_BATCH = 100
+
+_ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+
+_CREATE_FIELDS = {
+    "name", "docker_image", "checkpoint_id", "arch", "start_command", "cpu_cores", "memory_gb",
+    "disk_size_gb", "gpu_count", "gpu_type", "vm", "network_allowlist", "network_denylist",
+    "timeout_minutes", "idle_timeout_minutes", "environment_vars", "secrets", "labels", "team_id",
+    "region", "advanced_configs", "idempotency_key", "volumes", "registry_credentials_id",
+    "guaranteed",
+}  # fmt: skip
+
+# A start command that only keeps a container alive: nothing to run here.
+_KEEPALIVES = {"tail -f /dev/null", "sleep infinity"}
+
+
+class BadRequest(ValueError):
+    """An invalid request: HTTP 422 with this message as `detail`."""
+
+
+@dataclass(frozen=True)
+class CreateArgs:
+    name: str
+    docker_image: str
+    cpu_cores: float
+    memory_gb: float
+    disk_size_gb: float
+    timeout_minutes: int
+    idle_timeout_minutes: int | None
+    environment_vars: dict[str, str]
+    secrets: dict[str, str]
+    labels: list[str]
+    vm: bool
+    start_command: dict[str, Any] | None  # {"executable", "args"} as the API returns it
+    start_shell: str | None  # what runs at start, through /bin/bash -c
+    idempotency_key: str | None
+
+
+def _number(body: dict, key: str, default: float, lo: float, hi: float) -> float:
+    v = body.get(key, default)
+    if v is None:
+        return default
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise BadRequest(f"{key} must be a number")
+    if not lo < v <= hi:
+        raise BadRequest(f"{key} must be in ({lo:g}, {hi:g}], got {v:g}")
+    return float(v)
+
+
+def _int(body: dict, key: str, default: int | None) -> int | None:
+    v = body.get(key, default)
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, int):
+        raise BadRequest(f"{key} must be an integer")
+    return v
+
+
+def _str_map(body: dict, key: str) -> dict[str, str]:
+    v = body.get(key) or {}
+    if not isinstance(v, dict) or len(v) > MAX_ENV:
+        raise BadRequest(f"{key} must be an object of at most {MAX_ENV} string values")
+    for k, val in v.items():
+        if not isinstance(k, str) or not _ENV_KEY.match(k):
+            raise BadRequest(f"{key}: {str(k)[:64]!r} is not a valid environment variable name")
+        if not isinstance(val, str) or "\x00" in val:
+            raise BadRequest(f"{key}[{k}] must be a string without NUL")
+    return dict(v)
+
+
+def _labels(value: Any) -> list[str]:
+    if value is None:
+        return []
+    if not isinstance(value, list) or len(value) > MAX_LABELS:
+        raise BadRequest(f"labels must be a list of at most {MAX_LABELS} strings")
+    for label in value:
+        if not isinstance(label, str) or not label or len(label) > MAX_LABEL or "\x00" in label:
+            raise BadRequest(f"each label must be a non-empty string of at most {MAX_LABEL} characters")
+    return list(dict.fromkeys(value))
+
+
+def _start(value: Any) -> tuple[dict[str, Any] | None, str | None]:
+    if value is None:
+        return None, None
+    if isinstance(value, str):
+        shell = value.strip()
+        return None, (None if not shell or shell in _KEEPALIVES else value)
+    if isinstance(value, dict) and set(value) <= {"executable", "args"}:
+        exe, args = value.get("executable"), value.get("args") or []
+        if isinstance(exe, str) and exe and isinstance(args, list) and all(isinstance(a, str) for a in args):
+            import shlex
+
+            line = shlex.join([exe, *args])
+            return {"executable": exe, "args": list(args)}, (None if line in _KEEPALIVES else line)
+    raise BadRequest("start_command must be a string or {executable, args}")
+
+
+def parse_create(body: Any) -> CreateArgs:
+    if not isinstance(body, dict):
+        raise BadRequest("the body must be a JSON object")
+    unknown = sorted(set(body) - _CREATE_FIELDS)
+    if unknown:
+        raise BadRequest(f"unknown fields: {', '.join(unknown)}")
+    name = body.get("name")
+    if not isinstance(name, str) or not name or len(name) > MAX_NAME:
+        raise BadRequest(f"name is required (a string of at most {MAX_NAME} characters)")
+    if body.get("checkpoint_id"):
+        raise BadRequest("checkpoints are not supported by this server")
+    image = body.get("docker_image")
+    if not isinstance(image, str) or not image or len(image) > 1024:
+        raise BadRequest("docker_image is required")
+    if body.get("gpu_count") not in (None, 0) or body.get("gpu_type") is not None:
+        raise BadRequest("GPUs are not available on this server")
+    if body.get("volumes"):
+        raise BadRequest("volumes are not supported by this server")
+    if body.get("arch") not in (None, "amd64"):
+        raise BadRequest("only amd64 sandboxes are available on this server")
+    parse_policy({"allowlist": body.get("network_allowlist"), "denylist": body.get("network_denylist")},
+                 at_create=True)
+    timeout = _int(body, "timeout_minutes", 60)
+    if timeout is None or timeout > MAX_TIMEOUT_MINUTES:
+        raise BadRequest(f"timeout_minutes must be at most {MAX_TIMEOUT_MINUTES} (<= 0: no limit)")
+    idle = _int(body, "idle_timeout_minutes", None)
+    if idle is not None and (idle < 1 or (timeout > 0 and idle > timeout)):
+        raise BadRequest("idle_timeout_minutes must be >= 1 and <= timeout_minutes")
+    key = body.get("idempotency_key")
+    if key is not None and (not isinstance(key, str) or len(key) > 256):
+        raise BadRequest("idempotency_key must be a string of at most 256 characters")
+    vm = body.get("vm")
+    if vm is not None and not isinstance(vm, bool):
+        raise BadRequest("vm must be a boolean")
+    start_command, start_shell = _start(body.get("start_command"))
+    return CreateArgs(
+        name=name,
+        docker_image=image,
+        cpu_cores=_number(body, "cpu_cores", 1.0, 0.0, MAX_CPU),
+        memory_gb=_number(body, "memory_gb", 1.0, 0.0, MAX_MEMORY_GB),
+        disk_size_gb=_number(body, "disk_size_gb", 5.0, 0.0, MAX_DISK_GB),
+        timeout_minutes=timeout,
+        idle_timeout_minutes=idle,
+        environment_vars=_str_map(body, "environment_vars"),
+        secrets=_str_map(body, "secrets"),
+        labels=_labels(body.get("labels")),
+        vm=bool(vm),
+        start_command=start_command,
+        start_shell=start_shell,
+        idempotency_key=key,
+    )
+
+
+def parse_ids(body: Any, key: str = "sandbox_ids") -> list[str]:
+    """A batch's list of 1..MAX_BATCH unique ids."""
+    ids = body.get(key) if isinstance(body, dict) else None
+    if not isinstance(ids, list) or not ids or len(ids) > MAX_BATCH or not all(isinstance(i, str) for i in ids):
+        raise BadRequest(f"{key} must be a list of 1 to {MAX_BATCH} ids")
+    if len(set(ids)) != len(ids):
+        raise BadRequest(f"{key} must be unique")
+    return ids
+
+
+def parse_policy(body: Any, *, at_create: bool = False) -> None:
+    """An egress policy this server can apply. Its sandboxes have no network at all: the one
+    policy it honours is "deny everything" (`allowlist: []` or `denylist: ["*"]`); anything
+    that would let traffic out is refused with a clear message."""
+    if not isinstance(body, dict):
+        raise BadRequest("the body must be a JSON object")
+    allow, deny = body.get("allowlist"), body.get("denylist")
+    for name, v in (("allowlist", allow), ("denylist", deny)):
+        if v is not None and (not isinstance(v, list) or not all(isinstance(e, str) for e in v)):
+            raise BadRequest(f"{name} must be a list of strings")
+    if at_create and allow is None and deny is None:
+        return
+    if allow == [] or deny == ["*"]:
+        return
+    raise BadRequest(
+        "sandboxes of this server have no network: the only egress policy available is to deny "
+        "all traffic (allow nothing)"
+    )

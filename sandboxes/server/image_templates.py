@@ -1,0 +1,45 @@
+"""Which of the server's templates serves a container image that a compatible API names.
+
+The Prime and E2B APIs ask for an image (`python:3.11-slim`) or a template name; the server runs
+templates. In order: a template of that name; a template whose `image` is that image; the
+template named `AGENT_TEMPLATE` (a root sandbox with a writable root, what such clients expect of
+a container) when the server has one; else the pool's default template. The choice is reported
+to the caller (the sandbox's labels or log), never silent.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = ["AGENT_TEMPLATE", "default_templates", "template_for_image"]
+
+AGENT_TEMPLATE = "agent"
+
+
+def default_templates(backend: str) -> dict[str, Any] | None:
+    """The templates of a server that serves the compatible APIs and was given none: the default
+    template, and on the local backend (where root sandboxes exist) the agent template. None: the
+    pool's own default."""
+    if backend != "local":
+        return None
+    from sandboxes.templates import Template
+
+    return {
+        "default": Template(backend=backend),
+        AGENT_TEMPLATE: Template(name=AGENT_TEMPLATE, backend=backend, user="root"),
+    }
+
+
+def template_for_image(pool: Any, image: str | None) -> tuple[str, str]:
+    """(template name, how it was chosen) for `image` on `pool`."""
+    templates: dict[str, Any] = dict(getattr(pool, "templates", {}) or {})
+    default = getattr(pool, "default_template", "default")
+    if image:
+        if image in templates:
+            return image, "template of that name"
+        for name, tp in templates.items():
+            if getattr(tp, "image", None) == image:
+                return name, f"template whose image is {image}"
+    if AGENT_TEMPLATE in templates:
+        return AGENT_TEMPLATE, "no template runs this image: the agent template"
+    return default, "no template runs this image: the default template"
