@@ -10,8 +10,12 @@ DEPS := grpcio grpcio-tools protobuf prometheus-client rich uvloop pytest pytest
 	kubernetes-asyncio kmock helm-python-sdk kubernetes-validate pyyaml
 DEPS += aiohttp starlette uvicorn python-multipart "connectrpc>=0.11.1,<0.12" verifiers==0.3.1 sandbox-fusion==0.3.7
 PYTEST_ARGS ?=
+# One virtualenv per pinned client set (tests/clients/NAME.txt): the compatibility tests run the
+# unmodified clients from PyPI in them, beside (not inside) the project's venv.
+CLIENT_VENVS ?= .venv-clients
+CLIENTS := $(patsubst tests/clients/%.txt,$(CLIENT_VENVS)/%/.ok,$(wildcard tests/clients/*.txt))
 
-.PHONY: help install build build-agent build-dev build-rl serve test test-rust test-python helm-test lint bench bench-table proto clean images
+.PHONY: help install clients build build-agent build-dev build-rl serve test test-rust test-python helm-test lint bench bench-table proto clean images
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | sort
@@ -21,6 +25,15 @@ $(VENV)/.deps: pyproject.toml
 	$(PY) -m pip install -q --upgrade pip
 	$(PY) -m pip install -q $(DEPS)
 	touch $@
+
+$(CLIENT_VENVS)/%/.ok: tests/clients/%.txt
+	rm -rf $(CLIENT_VENVS)/$*
+	$(PY_BOOT) -m venv $(CLIENT_VENVS)/$*
+	$(CLIENT_VENVS)/$*/bin/python -m pip install -q --upgrade pip
+	$(CLIENT_VENVS)/$*/bin/python -m pip install -q -r $<
+	touch $@
+
+clients: $(CLIENTS) ## the client virtualenvs of the compatibility tests (tests/clients/*.txt)
 
 build-agent: ## build the agent binary and place it where the package finds it
 	cd $(CARGO_DIR) && $(CARGO) build --release -p sandbox-agent
@@ -48,7 +61,7 @@ test-rust: ## cargo tests of the workspace
 helm-test: $(VENV)/.deps ## lint, render and schema-validate the Helm chart (default and deploy/helm/ci values)
 	$(PY) -m pytest -q tests/test_helm_chart.py
 
-test-python: build ## pytest against the real agent binary
+test-python: build clients ## pytest against the real agent binary
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 test: build test-rust test-python ## build everything and run every test
@@ -71,4 +84,4 @@ proto: $(VENV)/.deps ## regenerate the Python stubs of proto/service.proto
 	$(PY) -m sandboxes._proto.generate
 
 clean: ## remove build outputs
-	rm -rf $(CARGO_DIR)/target dist sandboxes/_bin sandboxes/_native*.so $(VENV)
+	rm -rf $(CARGO_DIR)/target dist sandboxes/_bin sandboxes/_native*.so $(VENV) $(CLIENT_VENVS)

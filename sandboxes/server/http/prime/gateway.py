@@ -15,8 +15,9 @@ POST .../command_session.CommandSession/<Method>    Connect (`sessions.py`)
 ```
 
 A wrong or expired token is 401 (the SDK fetches a new one and retries once); a sandbox that has
-ended answers 410 `{"error": "sandbox_terminated"}` (Connect: `not_found`), which the SDK turns
-into `SandboxNotRunningError` after reading the error context.
+ended answers 410 `{"error": "sandbox_terminated"}` (the REST exec: 502 `sandbox_not_found`;
+Connect: `not_found`), which the SDK turns into `SandboxNotRunningError` after reading the error
+context.
 """
 
 from __future__ import annotations
@@ -46,6 +47,12 @@ DEFAULT_EXEC_TIMEOUT_S = 300.0
 MAX_EXEC_TIMEOUT_S = 24 * 3600.0
 
 
+# An ended sandbox: the file calls answer 410 `sandbox_terminated`, the REST exec of older SDKs
+# 502 `sandbox_not_found`; each is what that client turns into `SandboxNotRunningError`.
+_GONE = (410, "sandbox_terminated")
+_GONE_EXEC = (502, "sandbox_not_found")
+
+
 class _Refused(Exception):
     def __init__(self, status: int, body: dict[str, Any]) -> None:
         self.status, self.body = status, body
@@ -62,7 +69,7 @@ class Gateway:
                 Route("/upload", self._wrap(self.upload), methods=["POST"]),
                 Route("/download", self._wrap(self.download), methods=["GET"]),
                 Route("/read-file", self._wrap(self.read_file), methods=["GET"]),
-                Route("/exec", self._wrap(self.exec), methods=["POST"]),
+                Route("/exec", self._wrap(self.exec, gone=_GONE_EXEC), methods=["POST"]),
                 Mount(f"/{SERVICE}", app=self._connect),
             ]
         )
@@ -85,12 +92,17 @@ class Gateway:
             raise _Refused(410, {"error": "sandbox_terminated", "detail": f"sandbox {sandbox_id} has ended"})
         raise _Refused(401, {"detail": "invalid or expired gateway token"})
 
-    def _wrap(self, fn: Any) -> Any:
+    def _wrap(self, fn: Any, gone: tuple[int, str] = _GONE) -> Any:
+        """`fn(request, record, sandbox)` behind the token check, its errors as HTTP statuses;
+        `gone` is how an ended sandbox is answered (status, `error`)."""
+
         async def endpoint(request: Request) -> Response:
             try:
                 rec, sb = self._resolve(request.path_params["job_id"], request.headers.get("authorization"))
                 return await fn(request, rec, sb)
             except _Refused as r:
+                if r.status == 410:
+                    return JSONResponse({**r.body, "error": gone[1]}, status_code=gone[0])
                 return JSONResponse(r.body, status_code=r.status)
             except BodyTooLarge as e:
                 return JSONResponse({"detail": str(e)}, status_code=413)
@@ -105,7 +117,7 @@ class Gateway:
             except (E.InvalidRequest, ValueError) as e:
                 return JSONResponse({"detail": getattr(e, "message", str(e))}, status_code=400)
             except (E.SandboxLost, E.Cancelled) as e:
-                return JSONResponse({"error": "sandbox_terminated", "detail": e.message}, status_code=410)
+                return JSONResponse({"error": gone[1], "detail": e.message}, status_code=gone[0])
             except E.SandboxError as e:
                 return JSONResponse({"detail": f"{e.kind.value}: {e.message}"}, status_code=502)
 

@@ -259,7 +259,7 @@ class Sessions:
                 raise ConnectError(Code.FAILED_PRECONDITION, "session_uuid names a session with another command")
             s = existing
         else:
-            timeout_ms = ctx.timeout_ms()
+            timeout_ms = ctx.timeout_ms
             timeout_s = timeout_ms / 1000.0 if timeout_ms else DEFAULT_TIMEOUT_S
             s = await self._launch(rec, sb, sessions, req, timeout_s, name or None)
         async for msg in self._follow(s, cs.StartResponse, own=existing is None):

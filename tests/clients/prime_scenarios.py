@@ -1,0 +1,266 @@
+"""Scenarios of the unmodified `prime-sandboxes` SDK against a real `sandboxes serve`, run inside a
+client virtualenv (tests/clients/*.txt) by tests/test_prime_api.py:
+
+    python prime_scenarios.py SCENARIO [ARG]      (PRIME_API_BASE_URL, PRIME_API_KEY, HOME set)
+
+Each scenario drives the SDK as its users do and prints one JSON object of what it observed; the
+test asserts on it. Exceptions are recorded by class name, since which one the SDK raises is the
+contract. Works with every SDK version the tests pin (calls a version lacks are skipped by the
+test, not here).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import sys
+import tempfile
+import time
+from typing import Any
+
+from prime_sandboxes import APIClient, AsyncSandboxClient, CreateSandboxRequest, SandboxClient
+
+IMAGE = "python:3.11-slim"
+
+
+def err(e: BaseException) -> str:
+    return type(e).__name__
+
+
+def attempt(fn: Any, *args: Any, **kwargs: Any) -> Any:
+    try:
+        return {"ok": fn(*args, **kwargs)}
+    except Exception as e:  # noqa: BLE001 - the class of the error is what is observed
+        return {"error": err(e), "message": str(e)[:300]}
+
+
+async def aattempt(coro: Any) -> Any:
+    try:
+        return {"ok": await coro}
+    except Exception as e:  # noqa: BLE001
+        return {"error": err(e), "message": str(e)[:300]}
+
+
+def request(**kw: Any) -> CreateSandboxRequest:
+    return CreateSandboxRequest(**{"name": "scenario", "docker_image": IMAGE, **kw})
+
+
+def cmd(r: Any) -> dict[str, Any]:
+    return {"stdout": r.stdout, "stderr": r.stderr, "exit_code": r.exit_code}
+
+
+# -- scenarios -------------------------------------------------------------------------------
+
+
+def lifecycle(_: str | None) -> dict[str, Any]:
+    c = SandboxClient(APIClient())
+    out: dict[str, Any] = {}
+    a = c.create(request(labels=["lc", "first"], environment_vars={"FOO": "bar"}, secrets={"TOKEN": "s3"},
+                         cpu_cores=1, memory_gb=0.5, timeout_minutes=30, idempotency_key="lifecycle-a"))
+    again = c.create(request(labels=["lc", "first"], idempotency_key="lifecycle-a"))
+    b = c.create(request(labels=["lc"], vm=False) if "vm" in CreateSandboxRequest.model_fields else request(labels=["lc"]))
+    out["created"] = {"status": a.status, "same_for_key": again.id == a.id, "distinct": a.id != b.id,
+                      "memory_gb": a.memory_gb, "timeout_minutes": a.timeout_minutes, "labels": a.labels}
+    c.wait_for_creation(a.id)
+    c.bulk_wait_for_creation([a.id, b.id])
+    env = c.execute_command(a.id, "echo $FOO $TOKEN")
+    out["env"] = env.stdout
+    got = c.get(a.id)
+    out["get"] = {"id": got.id, "status": got.status, "name": got.name, "image": got.docker_image}
+    listed = c.list(labels=["first"])
+    out["list_first"] = [s.id for s in listed.sandboxes] == [a.id]
+    page1 = c.list(labels=["lc"], per_page=1, page=1)
+    page2 = c.list(labels=["lc"], per_page=1, page=2)
+    out["paging"] = {"total": page1.total, "has_next": page1.has_next, "second_has_next": page2.has_next,
+                     "ids": sorted([page1.sandboxes[0].id, page2.sandboxes[0].id]) == sorted([a.id, b.id])}
+    st = c.get_sandbox_statuses([a.id, "sb-doesnotexist"])
+    out["statuses"] = {"statuses": [(s.sandbox_id, str(s.status.value)) for s in st.statuses],
+                       "errors": [(e.sandbox_id, e.code) for e in st.errors]}
+    out["logs"] = c.get_logs(a.id)
+    out["delete"] = c.delete(a.id)
+    out["after_delete"] = c.get(a.id).status
+    out["exec_after_delete"] = attempt(c.execute_command, a.id, "true")
+    out["delete_twice"] = attempt(c.delete, a.id)
+    bulk = c.bulk_delete(labels=["lc"])
+    out["bulk"] = {"succeeded": bulk.succeeded == [b.id], "failed": bulk.failed}
+    out["active_after"] = [s.id for s in c.list(labels=["lc"], exclude_terminated=True).sandboxes]
+    return out
+
+
+def commands(_: str | None) -> dict[str, Any]:
+    from prime_sandboxes.exceptions import CommandTimeoutError  # noqa: F401 - the class asserted
+
+    c = SandboxClient(APIClient())
+    sb = c.create(request())
+    c.wait_for_creation(sb.id)
+    out: dict[str, Any] = {}
+    out["basic"] = cmd(c.execute_command(sb.id, "echo out; echo err >&2; exit 3"))
+    out["whoami"] = cmd(c.execute_command(sb.id, "id -u; id -g"))
+    out["workdir"] = cmd(c.execute_command(sb.id, "mkdir -p /app && echo data > /app/f && pwd"))
+    out["cwd"] = cmd(c.execute_command(sb.id, "pwd; cat f", working_dir="/app"))
+    out["env"] = cmd(c.execute_command(sb.id, 'echo "$A-$B"', env={"A": "1", "B": "two words"}))
+    out["user_root"] = attempt(lambda: cmd(c.execute_command(sb.id, "id -u", user="root")))
+    out["user_other"] = attempt(c.execute_command, sb.id, "id -u", user="nobody")
+    t0 = time.monotonic()
+    out["timeout"] = attempt(c.execute_command, sb.id, "sleep 30", timeout=2)
+    out["timeout_s"] = time.monotonic() - t0
+    out["after_timeout"] = cmd(c.execute_command(sb.id, "echo alive"))
+    big = c.execute_command(sb.id, "head -c 3000000 /dev/zero | tr '\\0' x")
+    out["big_stdout"] = len(big.stdout)
+    out["pip"] = cmd(c.execute_command(sb.id, "python3 -m venv /opt/v && /opt/v/bin/python -c 'print(42)'",
+                                       timeout=120))
+    c.delete(sb.id)
+    return out
+
+
+def async_commands(_: str | None) -> dict[str, Any]:
+    async def main() -> dict[str, Any]:
+        c = AsyncSandboxClient()
+        sb = await c.create(request())
+        await c.wait_for_creation(sb.id)
+        rs = await asyncio.gather(*(c.execute_command(sb.id, f"echo {i}") for i in range(20)))
+        out = {"parallel": [r.stdout.strip() for r in rs]}
+        out["exit"] = (await c.execute_command(sb.id, "exit 9")).exit_code
+        await c.delete(sb.id)
+        await c.aclose()
+        return out
+
+    return asyncio.run(main())
+
+
+def processes(vm: str | None) -> dict[str, Any]:
+    async def main() -> dict[str, Any]:
+        c = AsyncSandboxClient()
+        sb = await c.create(request(vm=True) if vm else request())
+        await c.wait_for_creation(sb.id)
+        out: dict[str, Any] = {}
+        p = await c.open_process(sb.id, "read line; echo got:$line; echo to-err >&2; sleep 60")
+        await p.write_stdin(b"hello\n")
+        out["stdout"] = (await p.stdout.__anext__()).decode()
+        out["stderr"] = (await p.stderr.__anext__()).decode()
+        await p.terminate()
+        out["terminated"] = await p.wait()
+        p2 = await c.open_process(sb.id, "trap '' TERM; sleep 60")
+        await asyncio.sleep(0.3)
+        await p2.kill()
+        out["killed"] = await p2.wait()
+        p3 = await c.open_process(sb.id, "exit 5")
+        out["exited"] = await p3.wait()
+        await c.delete(sb.id)
+        await c.aclose()
+        return out
+
+    return asyncio.run(main())
+
+
+def jobs(_: str | None) -> dict[str, Any]:
+    c = SandboxClient(APIClient())
+    sb = c.create(request())
+    c.wait_for_creation(sb.id)
+    out: dict[str, Any] = {}
+    job = c.start_background_job(sb.id, "sleep 1; echo job-out; echo job-err >&2; exit 7", working_dir="/tmp",
+                                 env={"J": "1"})
+    first = c.get_background_job(sb.id, job)
+    out["first_completed"] = first.completed
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        st = c.get_background_job(sb.id, job)
+        if st.completed:
+            break
+        time.sleep(0.2)
+    out["done"] = {"completed": st.completed, "exit_code": st.exit_code, "stdout": st.stdout, "stderr": st.stderr}
+    if hasattr(c, "get_background_job_statuses"):
+        more = [c.start_background_job(sb.id, f"exit {i}") for i in range(3)]
+        time.sleep(1.5)
+        out["batch"] = attempt(lambda: [(s.job_id == j.job_id, s.completed, s.exit_code)
+                                        for s, j in zip(c.get_background_job_statuses(more), more)])
+    c.delete(sb.id)
+    return out
+
+
+def files(size_mb: str | None) -> dict[str, Any]:
+    from prime_sandboxes.exceptions import SandboxFileNotFoundError, SandboxFileTooLargeError  # noqa: F401
+
+    c = SandboxClient(APIClient())
+    sb = c.create(request())
+    c.wait_for_creation(sb.id)
+    out: dict[str, Any] = {}
+    with tempfile.TemporaryDirectory() as d:
+        src = os.path.join(d, "src.bin")
+        n = int(size_mb or 1) << 20
+        with open(src, "wb") as f:
+            f.write(os.urandom(n))
+        digest = hashlib.sha256(open(src, "rb").read()).hexdigest()
+        up = c.upload_file(sb.id, "/app/big.bin", src, timeout=300)
+        out["upload"] = {"success": up.success, "size": up.size == n}
+        remote = c.execute_command(sb.id, "sha256sum /app/big.bin", timeout=120).stdout.split()[0]
+        out["remote_digest"] = remote == digest
+        dst = os.path.join(d, "dst.bin")
+        c.download_file(sb.id, "/app/big.bin", dst, timeout=300)
+        out["download_digest"] = hashlib.sha256(open(dst, "rb").read()).hexdigest() == digest
+    c.upload_bytes(sb.id, "/app/text.txt", b"0123456789", "text.txt")
+    whole = c.read_file(sb.id, "/app/text.txt")
+    win = c.read_file(sb.id, "/app/text.txt", offset=2, length=3)
+    tail = c.read_file(sb.id, "/app/text.txt", offset=-4, length=4)
+    out["read"] = {"whole": (whole.content, whole.size, whole.truncated),
+                   "window": (win.content, win.offset, win.total_size, win.truncated),
+                   "tail": (tail.content, tail.offset)}
+    out["missing"] = attempt(c.read_file, sb.id, "/app/nope.txt")
+    c.execute_command(sb.id, "head -c 50000000 /dev/zero > /tmp/huge")
+    out["too_large"] = attempt(c.read_file, sb.id, "/tmp/huge")
+    out["huge_window"] = attempt(lambda: c.read_file(sb.id, "/tmp/huge", offset=-10, length=10).size)
+    out["outside"] = attempt(c.read_file, sb.id, "/proc/1/environ")
+    c.delete(sb.id)
+    return out
+
+
+def auth(other_id: str | None) -> dict[str, Any]:
+    from prime_sandboxes.core.client import UnauthorizedError  # noqa: F401
+
+    c = SandboxClient(APIClient())
+    out: dict[str, Any] = {}
+    if os.environ.get("PRIME_API_KEY") == "wrong-key":
+        out["list"] = attempt(lambda: c.list().total)
+        out["create"] = attempt(lambda: c.create(request()).id)
+        return out
+    out["get_other"] = attempt(lambda: c.get(other_id).id)
+    out["exec_other"] = attempt(lambda: c.execute_command(other_id, "true").exit_code)
+    out["delete_other"] = attempt(c.delete, other_id)
+    out["list_other"] = [s.id for s in c.list().sandboxes]
+    return out
+
+
+def network(_: str | None) -> dict[str, Any]:
+    c = SandboxClient(APIClient())
+    sb = c.create(request())
+    c.wait_for_creation(sb.id)
+    out: dict[str, Any] = {}
+    if hasattr(c, "set_network"):
+        out["deny_all"] = attempt(lambda: c.set_network(sb.id, deny=["*"]).applied)
+        out["allow_some"] = attempt(lambda: c.set_network(sb.id, allow=["pypi.org"]).applied)
+        out["get"] = attempt(lambda: c.get_network(sb.id).policy.allowlist)
+    out["create_allow"] = attempt(lambda: c.create(request(network_allowlist=["pypi.org"])).id)
+    out["curl"] = cmd(c.execute_command(
+        sb.id, "python3 -c \"import socket; socket.create_connection(('1.1.1.1', 53), timeout=2)\""))
+    c.delete(sb.id)
+    return out
+
+
+def hold(marker: str | None) -> dict[str, Any]:
+    """Starts a long command and never returns: the test kills this process mid-command."""
+    c = SandboxClient(APIClient())
+    sb = c.create(request())
+    c.wait_for_creation(sb.id)
+    print(json.dumps({"sandbox": sb.id}), flush=True)
+    c.execute_command(sb.id, f"sleep {marker}", timeout=600)
+    return {}
+
+
+SCENARIOS = {f.__name__: f for f in (lifecycle, commands, async_commands, processes, jobs, files, auth, network, hold)}
+
+
+if __name__ == "__main__":
+    name, arg = sys.argv[1], (sys.argv[2] if len(sys.argv) > 2 else None)
+    print(json.dumps(SCENARIOS[name](arg), default=str))

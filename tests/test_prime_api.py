@@ -1,0 +1,251 @@
+"""The Prime Sandboxes API, proven by the unmodified `prime-sandboxes` SDK from PyPI (each pinned
+version in its own virtualenv, tests/clients/) against a real server over real sockets: the
+server runs here, the SDK in a subprocess (`clients/prime_scenarios.py`) pointed at it by
+`PRIME_API_BASE_URL` and `PRIME_API_KEY` only, with a fresh HOME (the SDK caches gateway tokens
+there)."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import secrets
+import signal
+from pathlib import Path
+from typing import Any
+
+import aiohttp
+import pytest
+from helpers import pgrep, wait_until
+from server_fixtures import *
+from server_fixtures import KEY_A, KEY_B
+
+pytestmark = pytest.mark.asyncio
+
+ROOT = Path(__file__).resolve().parent.parent
+SCENARIOS = Path(__file__).resolve().parent / "clients" / "prime_scenarios.py"
+CURRENT, LEGACY = "prime-current", "prime-0.2.39"
+VENVS = [CURRENT, LEGACY]
+
+
+def client_python(venv: str) -> str:
+    py = ROOT / os.environ.get("CLIENT_VENVS", ".venv-clients") / venv / "bin" / "python"
+    if not py.exists():
+        pytest.fail(f"client virtualenv {venv} is missing: run `make clients` (tests/clients/{venv}.txt)")
+    return str(py)
+
+
+async def prime_server(make_server: Any, **kw: Any) -> Any:
+    return await make_server(http_port=0, warm=1, **kw)
+
+
+def base_url(server: Any) -> str:
+    return f"http://127.0.0.1:{server.http_port}"
+
+
+async def scenario(server: Any, venv: str, name: str, arg: str | None = None, *, key: str = KEY_A,
+                   home: Path | None = None, timeout: float = 600) -> dict[str, Any]:
+    """Runs one scenario of the real SDK; its JSON observations."""
+    home = home or Path(os.environ.get("TMPDIR", "/tmp")) / f"prime-home-{secrets.token_hex(6)}"
+    home.mkdir(parents=True, exist_ok=True)
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home),
+           "PRIME_API_BASE_URL": base_url(server), "PRIME_API_KEY": key}
+    proc = await asyncio.create_subprocess_exec(
+        client_python(venv), str(SCENARIOS), name, *([arg] if arg else []),
+        env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        out, errout = await asyncio.wait_for(proc.communicate(), timeout)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        raise
+    assert proc.returncode == 0, errout.decode()[-4000:]
+    return json.loads(out.decode().strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("venv", VENVS)
+async def test_lifecycle(make_server, venv) -> None:
+    server = await prime_server(make_server)
+    o = await scenario(server, venv, "lifecycle")
+    assert o["created"] == {"status": "RUNNING", "same_for_key": True, "distinct": True, "memory_gb": 0.5,
+                            "timeout_minutes": 30, "labels": ["lc", "first"]}
+    assert o["env"] == "bar s3\n"
+    assert o["get"]["status"] == "RUNNING" and o["get"]["image"] == "python:3.11-slim"
+    assert o["list_first"] and o["paging"] == {"total": 2, "has_next": True, "second_has_next": False, "ids": True}
+    assert o["statuses"]["errors"] == [["sb-doesnotexist", "NOT_FOUND"]]
+    assert o["statuses"]["statuses"][0][1] == "RUNNING"
+    assert "template 'agent'" in o["logs"]  # the image's mapping is said in the sandbox's log
+    assert o["delete"] == {} and o["after_delete"] == "TERMINATED"
+    assert o["exec_after_delete"]["error"] == "SandboxNotRunningError", o["exec_after_delete"]
+    assert o["delete_twice"]["error"] == "APIError" and "404" in o["delete_twice"]["message"]
+    assert o["bulk"] == {"succeeded": True, "failed": []}
+    assert o["active_after"] == []
+    assert len(server.service.registry) == 0
+
+
+@pytest.mark.parametrize("venv", VENVS)
+async def test_commands(make_server, venv) -> None:
+    server = await prime_server(make_server)
+    o = await scenario(server, venv, "commands")
+    assert o["basic"] == {"stdout": "out\n", "stderr": "err\n", "exit_code": 3}
+    assert o["whoami"]["stdout"] == "0\n0\n"  # root inside its own user namespace
+    assert o["workdir"]["exit_code"] == 0 and o["cwd"]["stdout"] == "/app\ndata\n"
+    assert o["env"]["stdout"] == "1-two words\n"
+    assert o["user_root"] == {"ok": {"stdout": "0\n", "stderr": "", "exit_code": 0}}
+    assert "error" in o["user_other"]
+    assert o["timeout"]["error"] == "CommandTimeoutError", o["timeout"]
+    assert o["after_timeout"]["stdout"] == "alive\n"
+    assert o["big_stdout"] == 3_000_000
+    assert o["pip"] == {"stdout": "42\n", "stderr": "", "exit_code": 0}
+
+
+async def test_async_client(make_server) -> None:
+    server = await prime_server(make_server)
+    o = await scenario(server, CURRENT, "async_commands")
+    assert o["parallel"] == [str(i) for i in range(20)] and o["exit"] == 9
+
+
+@pytest.mark.parametrize("venv,vm", [(CURRENT, None), (LEGACY, "vm")])
+async def test_interactive_processes(make_server, venv, vm) -> None:
+    server = await prime_server(make_server)
+    o = await scenario(server, venv, "processes", vm)
+    assert o["stdout"] == "got:hello\n" and o["stderr"] == "to-err\n"
+    assert o["terminated"] == 128 + signal.SIGTERM
+    assert o["killed"] == 128 + signal.SIGKILL
+    assert o["exited"] == 5
+
+
+@pytest.mark.parametrize("venv", VENVS)
+async def test_background_jobs(make_server, venv) -> None:
+    server = await prime_server(make_server)
+    o = await scenario(server, venv, "jobs")
+    assert o["first_completed"] is False
+    assert o["done"] == {"completed": True, "exit_code": 7, "stdout": "job-out\n", "stderr": "job-err\n"}
+    if venv == CURRENT:
+        assert o["batch"] == {"ok": [[True, True, 0], [True, True, 1], [True, True, 2]]}, o["batch"]
+
+
+@pytest.mark.parametrize("venv", VENVS)
+async def test_files(make_server, venv) -> None:
+    server = await prime_server(make_server)
+    o = await scenario(server, venv, "files", "100" if venv == CURRENT else "8")
+    assert o["upload"] == {"success": True, "size": True}
+    assert o["remote_digest"] and o["download_digest"]
+    assert o["read"] == {"whole": ["0123456789", 10, False], "window": ["234", 2, 10, True], "tail": ["6789", 6]}
+    assert o["missing"]["error"] == "SandboxFileNotFoundError"
+    assert o["too_large"]["error"] == "SandboxFileTooLargeError"
+    assert o["huge_window"] == {"ok": 10}
+    assert "error" in o["outside"]
+
+
+async def test_keys_see_only_their_sandboxes(make_server) -> None:
+    server = await prime_server(make_server)
+    home = Path(os.environ.get("TMPDIR", "/tmp")) / f"prime-home-{secrets.token_hex(6)}"
+    async with aiohttp.ClientSession() as http:
+        r = await http.post(f"{base_url(server)}/api/v1/sandbox", headers={"Authorization": f"Bearer {KEY_B}"},
+                            json={"name": "bobs", "docker_image": "python:3.11-slim"})
+        bobs = (await r.json())["id"]
+    o = await scenario(server, CURRENT, "auth", bobs, home=home)
+    for call in ("get_other", "exec_other", "delete_other"):
+        assert o[call]["error"] == "APIError" and "404" in o[call]["message"], o[call]
+    assert bobs not in o["list_other"]
+    assert server.service.registry.get(bobs) is not None
+    wrong = await scenario(server, CURRENT, "auth", key="wrong-key")
+    assert wrong["list"]["error"] == wrong["create"]["error"] == "UnauthorizedError"
+
+
+async def test_network_policy(make_server) -> None:
+    server = await prime_server(make_server)
+    o = await scenario(server, CURRENT, "network")
+    assert o["deny_all"] == {"ok": True}
+    assert o["allow_some"]["error"] == "APIError" and "no network" in o["allow_some"]["message"]
+    assert o["get"] == {"ok": []}
+    assert o["create_allow"]["error"] == "APIError" and "422" in o["create_allow"]["message"]
+    assert o["curl"]["exit_code"] != 0
+
+
+async def test_a_client_gone_mid_command_has_its_program_killed(make_server) -> None:
+    server = await prime_server(make_server)
+    marker = f"{77000 + secrets.randbelow(999)}.{secrets.randbelow(10**9):09d}"
+    home = Path(os.environ.get("TMPDIR", "/tmp")) / f"prime-home-{secrets.token_hex(6)}"
+    home.mkdir(parents=True)
+    env = {"PATH": os.environ["PATH"], "HOME": str(home), "PRIME_API_BASE_URL": base_url(server),
+           "PRIME_API_KEY": KEY_A}
+    proc = await asyncio.create_subprocess_exec(client_python(CURRENT), str(SCENARIOS), "hold", marker, env=env,
+                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL)
+    try:
+        await wait_until(lambda: bool(pgrep(f"sleep {marker}")), what="the command to start")
+    finally:
+        proc.kill()
+        await proc.wait()
+    await wait_until(lambda: not pgrep(f"sleep {marker}"), what="the abandoned command to be killed")
+    assert len(server.service.registry) == 1  # the sandbox itself keeps serving
+
+
+async def test_bad_input_gets_the_errors_the_sdk_expects(make_server) -> None:
+    server = await prime_server(make_server)
+    url = f"{base_url(server)}/api/v1/sandbox"
+    auth = {"Authorization": f"Bearer {KEY_A}"}
+    async with aiohttp.ClientSession() as http:
+        async def post(body: Any, raw: bytes | None = None) -> tuple[int, Any]:
+            r = await http.post(url, headers={**auth, "Content-Type": "application/json"},
+                                data=raw if raw is not None else json.dumps(body))
+            return r.status, await r.json()
+
+        base = {"name": "n", "docker_image": "python:3.11-slim"}
+        assert (await post(None, b"{not json"))[0] == 422
+        status, body = await post({**base, "surprise": 1})
+        assert status == 422 and "surprise" in body["detail"]
+        for absurd in ({"cpu_cores": 1e9}, {"memory_gb": -1}, {"disk_size_gb": float("inf")}, {"gpu_count": 8},
+                       {"timeout_minutes": "soon"}, {"labels": ["x"] * 1000}, {"environment_vars": {"1A": "x"}}):
+            status, body = await post({**base, **absurd})
+            assert status == 422 and body["detail"], absurd
+        r = await http.get(url, headers={"Authorization": "Bearer nope"})
+        assert r.status == 401
+        status, created = await post(base)
+        assert status == 200
+        sid, gw = created["id"], created["gatewayAuth"]
+        gateway = f"{gw['gateway_url']}/{gw['user_ns']}/{gw['job_id']}"
+        tok = {"Authorization": f"Bearer {gw['token']}"}
+        r = await http.get(f"{gateway}/read-file", params={"path": "/etc/hostname"},
+                           headers={"Authorization": "Bearer forged"})
+        assert r.status == 401
+        r = await http.get(f"{gateway}/read-file", params={"path": "/../../etc/shadow"}, headers=tok)
+        assert r.status in (400, 403, 404)
+        form = aiohttp.FormData()
+        form.add_field("file", b"x" * 10, filename="f")
+        r = await http.post(f"{gateway}/upload", params={"path": "/tmp/ok"}, data=form,
+                            headers={**tok, "Content-Length": str(1 << 40)})
+        assert r.status in (400, 413)
+        # A dropped Connect stream: the body ends mid-envelope.
+        r = await http.post(f"{gateway}/command_session.CommandSession/Start",
+                            headers={**tok, "Content-Type": "application/connect+proto"}, data=b"\x00\x00\x00\x10\x0a")
+        assert r.status < 500 or r.status == 200
+        r = await http.get(f"{url}/{sid}", headers=auth)
+        assert r.status == 200 and (await r.json())["status"] == "RUNNING"
+    o = await scenario(server, CURRENT, "async_commands")
+    assert o["exit"] == 9
+
+
+async def test_timeouts_are_enforced_by_the_server(make_server) -> None:
+    """`timeout_minutes` is the record's TTL (the registry's reaper ends it); an idle sandbox is
+    ended by the idle sweep (its last activity set back here, rather than waiting a minute)."""
+    server = await prime_server(make_server)
+    url = f"{base_url(server)}/api/v1/sandbox"
+    auth = {"Authorization": f"Bearer {KEY_A}"}
+    async with aiohttp.ClientSession() as http:
+        r = await http.post(url, headers=auth, json={"name": "t", "docker_image": "x", "timeout_minutes": 2,
+                                                      "idle_timeout_minutes": 1})
+        created = await r.json()
+        rec = server.service.registry.get(created["id"])
+        assert rec.expires_at - rec.created_at == pytest.approx(120, abs=2)
+        unbounded = await (await http.post(url, headers=auth, json={"name": "u", "docker_image": "x",
+                                                                    "timeout_minutes": -1})).json()
+        assert server.service.registry.get(unbounded["id"]).expires_at is None
+        rec.attrs["prime"].last_active -= 3600
+        await wait_until(lambda: server.service.registry.get(created["id"]) is None, what="the idle sweep")
+        r = await http.get(f"{url}/{created['id']}", headers=auth)
+        got = await r.json()
+        assert got["status"] == "TERMINATED" and got["terminationReason"] == "idle_timeout"
+
