@@ -39,6 +39,16 @@ def main() -> int:
             print(f"protoc failed on {proto}", file=sys.stderr)
             return 1
         if not grpc_stubs:
+            # A wire protocol of another platform: its clients' own generated modules register the
+            # same proto file name in the default descriptor pool, and one process may hold both
+            # (the SDK and this server, e.g. in tests). Ours lives in a pool of its own.
+            module = HERE / f"{proto.removesuffix('.proto')}_pb2.py"
+            text = module.read_text()
+            text = text.replace(
+                "DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(",
+                "_POOL = _descriptor_pool.DescriptorPool()\nDESCRIPTOR = _POOL.AddSerializedFile(",
+            )
+            module.write_text(text)
             continue
         stem = proto.removesuffix(".proto")
         grpc_module = HERE / f"{stem}_pb2_grpc.py"
