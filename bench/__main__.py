@@ -18,6 +18,7 @@ BENCHMARKS = {
     "docker": "bench.docker_bench",
     "reward": "bench.reward",
     "kinds": "bench.sandbox_kinds",
+    "prime_api": "bench.prime_api",
 }
 
 

@@ -249,3 +249,19 @@ async def test_timeouts_are_enforced_by_the_server(make_server) -> None:
         got = await r.json()
         assert got["status"] == "TERMINATED" and got["terminationReason"] == "idle_timeout"
 
+
+
+@pytest.mark.timeout(1800)
+@pytest.mark.parametrize("venv", VENVS)
+async def test_on_the_docker_backend(make_server, images, venv) -> None:
+    """The same API over containers of the docker backend's default template: programs run as
+    its unprivileged user, the work dir and /tmp writable, the image's root read-only (root and a
+    writable root are local-backend features; the SDK gets the command's own failure)."""
+    server = await make_server(http_port=0, warm=1, backend="docker")
+    o = await scenario(server, venv, "unprivileged", "/work")
+    assert o["status"] == "RUNNING"
+    assert o["cmd"] == {"stdout": "65534\n/work\nx\n", "stderr": "", "exit_code": 0}
+    assert o["read"] == "uploaded"
+    assert o["job"] == {"completed": True, "exit_code": 0, "stdout": "bg\n"}
+    assert o["root_dir"]["exit_code"] != 0
+    assert o["delete"] == {}

@@ -3,12 +3,14 @@ interpreter)."""
 
 from __future__ import annotations
 
+import asyncio
 import re
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from server_fixtures import *
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 
@@ -40,3 +42,25 @@ def test_the_coding_agent_example_prints_what_readme_shows(dev_image: str) -> No
     code, shown = example("Sandboxes for coding agents")
     assert dev_image in code
     assert run(code) == shown
+
+
+async def test_the_prime_example_prints_what_readme_shows(make_server) -> None:
+    """The Prime Sandboxes example, run by the real SDK (its client virtualenv) with the two
+    environment variables the README sets, against a real server."""
+    import os
+    import secrets
+
+    from server_fixtures import KEY_A
+    from test_prime_api import CURRENT, client_python
+
+    code, shown = example("Run Prime Sandboxes / verifiers environments on your own machines")
+    server = await make_server(http_port=0, warm=1)
+    home = Path(os.environ.get("TMPDIR", "/tmp")) / f"prime-home-{secrets.token_hex(6)}"
+    home.mkdir()
+    env = {"PATH": os.environ["PATH"], "HOME": str(home),
+           "PRIME_API_BASE_URL": f"http://127.0.0.1:{server.http_port}", "PRIME_API_KEY": KEY_A}
+    proc = await asyncio.create_subprocess_exec(client_python(CURRENT), "-c", code, env=env,
+                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    out, err = await asyncio.wait_for(proc.communicate(), 300)
+    assert proc.returncode == 0, err.decode()[-2000:]
+    assert out.decode() == shown

@@ -334,6 +334,7 @@ class DockerBackend:
             "--gid", str(t.gid),
             "--namespaces", "pid,mnt,net,ipc,uts",
             "--python-zygote", t.python_zygote,
+            "--file-root", "/tmp",  # the container's own tmpfs (below)
         ]  # fmt: skip
         if not t.seccomp:
             agent_args.append("--no-seccomp")

@@ -777,7 +777,8 @@ class KubernetesBackend:
         port = cfg.agent_port
         args = ["--listen", f"tcp:0.0.0.0:{port}", "--lease-ttl", f"{t.lease_ttl_s:g}",
                 "--work-dir", t.work_dir, "--uid", str(t.uid), "--gid", str(t.gid),
-                "--python-zygote", t.python_zygote]
+                "--python-zygote", t.python_zygote,
+                "--file-root", "/tmp"]  # the pod's own emptyDir (below)
         env: list[dict[str, Any]] = []
         if cfg.token_mode == "secret":
             args += ["--token-file", f"{TOKEN_DIR}/{TOKEN_KEY}"]

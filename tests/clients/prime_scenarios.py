@@ -190,16 +190,18 @@ def files(size_mb: str | None) -> dict[str, Any]:
     with tempfile.TemporaryDirectory() as d:
         src = os.path.join(d, "src.bin")
         n = int(size_mb or 1) << 20
+        data = os.urandom(n)
         with open(src, "wb") as f:
-            f.write(os.urandom(n))
-        digest = hashlib.sha256(open(src, "rb").read()).hexdigest()
+            f.write(data)
+        digest = hashlib.sha256(data).hexdigest()
         up = c.upload_file(sb.id, "/app/big.bin", src, timeout=300)
         out["upload"] = {"success": up.success, "size": up.size == n}
         remote = c.execute_command(sb.id, "sha256sum /app/big.bin", timeout=120).stdout.split()[0]
         out["remote_digest"] = remote == digest
         dst = os.path.join(d, "dst.bin")
         c.download_file(sb.id, "/app/big.bin", dst, timeout=300)
-        out["download_digest"] = hashlib.sha256(open(dst, "rb").read()).hexdigest() == digest
+        with open(dst, "rb") as f:
+            out["download_digest"] = hashlib.sha256(f.read()).hexdigest() == digest
     c.upload_bytes(sb.id, "/app/text.txt", b"0123456789", "text.txt")
     whole = c.read_file(sb.id, "/app/text.txt")
     win = c.read_file(sb.id, "/app/text.txt", offset=2, length=3)
@@ -248,6 +250,26 @@ def network(_: str | None) -> dict[str, Any]:
     return out
 
 
+def unprivileged(workdir: str | None) -> dict[str, Any]:
+    """What works in a sandbox whose programs run as an unprivileged user with `workdir` writable
+    (the docker backend's default template)."""
+    c = SandboxClient(APIClient())
+    sb = c.create(request(labels=["unpriv"]))
+    c.wait_for_creation(sb.id)
+    out: dict[str, Any] = {"status": c.get(sb.id).status}
+    out["cmd"] = cmd(c.execute_command(sb.id, "id -u; pwd; echo x > f && cat f", working_dir=workdir))
+    c.upload_bytes(sb.id, f"{workdir}/up.txt", b"uploaded", "up.txt")
+    out["read"] = c.read_file(sb.id, f"{workdir}/up.txt").content
+    job = c.start_background_job(sb.id, "sleep 0.5; echo bg", working_dir=workdir)
+    deadline = time.monotonic() + 60
+    while not (st := c.get_background_job(sb.id, job)).completed and time.monotonic() < deadline:
+        time.sleep(0.2)
+    out["job"] = {"completed": st.completed, "exit_code": st.exit_code, "stdout": st.stdout}
+    out["root_dir"] = cmd(c.execute_command(sb.id, "mkdir -p /app"))
+    out["delete"] = c.delete(sb.id)
+    return out
+
+
 def hold(marker: str | None) -> dict[str, Any]:
     """Starts a long command and never returns: the test kills this process mid-command."""
     c = SandboxClient(APIClient())
@@ -258,7 +280,10 @@ def hold(marker: str | None) -> dict[str, Any]:
     return {}
 
 
-SCENARIOS = {f.__name__: f for f in (lifecycle, commands, async_commands, processes, jobs, files, auth, network, hold)}
+SCENARIOS = {
+    f.__name__: f
+    for f in (lifecycle, commands, async_commands, processes, jobs, files, auth, network, unprivileged, hold)
+}
 
 
 if __name__ == "__main__":

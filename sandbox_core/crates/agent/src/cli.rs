@@ -74,6 +74,10 @@ pub struct Args {
     /// Extra host paths bind-mounted read-only into the new root.
     #[arg(long = "ro-bind")]
     pub ro_binds: Vec<PathBuf>,
+    /// A further directory the file calls may reach (beside the work dir; /tmp is one already
+    /// with --new-root): a mount private to this sandbox, such as a container's own /tmp.
+    #[arg(long = "file-root")]
+    pub file_roots: Vec<PathBuf>,
     /// Size of the work dir tmpfs in bytes (0: 256 MiB).
     #[arg(long, default_value_t = 0)]
     pub work_size: u64,

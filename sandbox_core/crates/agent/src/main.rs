@@ -268,6 +268,7 @@ async fn serve(args: cli::Args, token: String, programs: Programs, is_root: bool
     if args.new_root {
         roots.push(PathBuf::from("/tmp"));
     }
+    roots.extend(args.file_roots.iter().filter(|r| r.is_absolute()).cloned());
     if root_inside {
         // The whole writable root; resolution never crosses a mount (`paths`), so /proc, /sys,
         // /dev and the read-only binds stay out of reach.

@@ -524,7 +524,12 @@ impl Executor {
         };
         tracing::debug!(pid = spawned.pid, argv0 = %cmd.argv[0], zygote, "exec started");
 
-        let tree = Arc::new(Tree::new(spawned.pid, inner.reaper, cgroup, cmd.keep_descendants));
+        let tree = Arc::new(Tree::new(
+            spawned.pid,
+            inner.reaper,
+            cgroup,
+            cmd.keep_descendants,
+        ));
         // The zygote is not a user program: not counted, not killed by `kill_all` through the
         // active map (it is stopped there directly), and its supervisor must not keep `inner`
         // (which owns it) alive.

@@ -35,7 +35,7 @@ from sandboxes import errors as E
 from sandboxes._proto import command_session_pb2 as cs
 from sandboxes.types import Limits
 
-__all__ = ["SERVICE", "Sessions", "sessions_app", "TARGET"]
+__all__ = ["SERVICE", "TARGET", "Sessions", "sessions_app"]
 
 log = logging.getLogger("sandboxes.server.prime")
 
