@@ -109,6 +109,7 @@ fn utf8_map(env: Option<&Bound<'_, pyo3::types::PyDict>>) -> PyResult<HashMap<St
     Ok(out)
 }
 
+#[allow(clippy::too_many_arguments)]
 pub fn exec_request(
     argv: &Bound<'_, PyList>,
     env: Option<&Bound<'_, pyo3::types::PyDict>>,
