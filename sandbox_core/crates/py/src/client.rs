@@ -109,7 +109,6 @@ fn utf8_map(env: Option<&Bound<'_, pyo3::types::PyDict>>) -> PyResult<HashMap<St
     Ok(out)
 }
 
-#[allow(clippy::too_many_arguments)]
 pub fn exec_request(
     argv: &Bound<'_, PyList>,
     env: Option<&Bound<'_, pyo3::types::PyDict>>,
@@ -225,6 +224,7 @@ impl AgentClient {
     }
 
     #[pyo3(signature = (argv, env=None, cwd=None, limits=None, clear_env=false, keep_descendants=false))]
+    #[allow(clippy::too_many_arguments)]
     fn exec_stream<'py>(
         &self,
         py: Python<'py>,
