@@ -61,7 +61,7 @@ class _Refused(Exception):
 class Gateway:
     def __init__(self, prime: Any) -> None:
         self.prime = prime
-        self.connect_app = sessions_app(Sessions())
+        self.connect_app = sessions_app(Sessions(prime.service.quotas))
 
     def routes(self) -> list[Mount]:
         inner = Router(
@@ -110,6 +110,8 @@ class Gateway:
                 return JSONResponse({"detail": e.message}, status_code=413)
             except E.NotFound as e:
                 return JSONResponse({"detail": e.message}, status_code=404)
+            except E.QuotaExceeded as e:
+                return JSONResponse({"detail": e.message}, status_code=429)
             except E.NoSpace as e:
                 return JSONResponse({"detail": e.message}, status_code=507)
             except E.AuthError as e:
@@ -233,14 +235,15 @@ class Gateway:
         cwd = body.get("working_dir") or None
         if cwd is not None and not isinstance(cwd, str):
             raise E.InvalidRequest("working_dir must be a string")
-        r = await rec.sandbox.exec(
-            ["/bin/bash", "-c", body["command"]],
-            env=env or None,
-            cwd=cwd,
-            timeout=float(timeout),
-            limits=COMMAND_LIMITS,
-            keep_descendants=True,
-        )
+        with self.prime.service.quotas.exec_slot(rec.owner):
+            r = await rec.sandbox.exec(
+                ["/bin/bash", "-c", body["command"]],
+                env=env or None,
+                cwd=cwd,
+                timeout=float(timeout),
+                limits=COMMAND_LIMITS,
+                keep_descendants=True,
+            )
         if r.timed_out:
             return JSONResponse({"detail": f"command timed out after {timeout:g}s"}, status_code=408)
         code = 128 + r.signal if r.signal else r.exit_code

@@ -67,6 +67,7 @@ class Session:
     listeners: set[asyncio.Queue] = field(default_factory=set)
     seen_keys: dict[str, None] = field(default_factory=dict)
     pump: asyncio.Task | None = None
+    slot: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)  # the key's exec quota
 
     def once(self, key: str | None) -> bool:
         """False for an idempotency key this session has already applied."""
@@ -125,7 +126,11 @@ class SandboxSessions:
 
 
 class Sessions:
-    """The Connect service: handlers for `sessions_app`."""
+    """The Connect service: handlers for `sessions_app`. A running session holds one exec slot of
+    its key's quota (`quotas`) until its program ends."""
+
+    def __init__(self, quotas: Any = None) -> None:
+        self.quotas = quotas
 
     # -- helpers -----------------------------------------------------------------------------
 
@@ -159,6 +164,12 @@ class Sessions:
         argv, env, cwd = self._argv_env(req.command, sb)
         if len(sessions.live) >= MAX_SESSIONS_PER_SANDBOX:
             raise ConnectError(Code.RESOURCE_EXHAUSTED, f"at most {MAX_SESSIONS_PER_SANDBOX} running sessions")
+        slot = contextlib.ExitStack()
+        try:
+            if self.quotas is not None:
+                slot.enter_context(self.quotas.exec_slot(rec.owner))
+        except E.QuotaExceeded as e:
+            raise ConnectError(Code.RESOURCE_EXHAUSTED, e.message) from None
         try:
             stream = rec.sandbox.exec_stream(
                 argv,
@@ -170,13 +181,16 @@ class Sessions:
                 keep_descendants=True,
             )
             first = await stream.__anext__()
-        except E.InvalidRequest as e:
-            raise ConnectError(Code.INVALID_ARGUMENT, e.message) from None
-        except E.NotFound as e:
-            raise ConnectError(Code.NOT_FOUND, e.message) from None
-        except E.SandboxError as e:
-            raise ConnectError(Code.UNAVAILABLE, f"{e.kind.value}: {e.message}") from None
-        s = Session(stream=stream, name=name, spec=req.command)
+        except BaseException as e:
+            slot.close()
+            if isinstance(e, E.InvalidRequest):
+                raise ConnectError(Code.INVALID_ARGUMENT, e.message) from None
+            if isinstance(e, E.NotFound):
+                raise ConnectError(Code.NOT_FOUND, e.message) from None
+            if isinstance(e, E.SandboxError):
+                raise ConnectError(Code.UNAVAILABLE, f"{e.kind.value}: {e.message}") from None
+            raise
+        s = Session(stream=stream, name=name, spec=req.command, slot=slot)
         if first.kind == "started":
             s.pid = first.pid or 0
         sessions.live.add(s)
@@ -211,6 +225,7 @@ class Sessions:
         except Exception as e:  # noqa: BLE001 - the sandbox went away mid-stream
             log.info("session %s ended without an exit: %s", s.name or s.pid, e)
         finally:
+            s.slot.close()
             s.end = _end_event(result)
             s.ended_at = time.monotonic()
             sessions.live.discard(s)
