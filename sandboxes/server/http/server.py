@@ -53,6 +53,10 @@ class HttpServer:
         sock = socket.socket(family, socket.SOCK_STREAM)
         try:
             sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            # Inherited by the accepted connections (Linux): a streamed answer (a Connect command's
+            # events) goes out as it is written, not held for the peer's delayed ACK (40 ms a call
+            # on the default asyncio loop, which leaves sockets it did not make as they are).
+            sock.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             sock.bind((host, port))
             sock.listen(1024)
             sock.setblocking(False)
