@@ -1,8 +1,9 @@
 """The Prime Sandboxes API through the unmodified SDK (its client virtualenv, `make clients`) against
 a `sandboxes` server, beside our own remote client (gRPC) on the same server in the same run:
 create + ready, a command (`true`), and a background job's round trip (start, poll to done;
-its baseline is the same program run in the foreground by our client). Both on the server's
-defaults (warm pool of 4 per template, the agent template for the SDK's image)."""
+its baseline is the same program run in the foreground by our client). The server is a
+`sandboxes serve` process with its defaults (`bench/served.py`: a warm pool of 4 per template, the
+agent template for the SDK's image)."""
 
 from __future__ import annotations
 
@@ -18,15 +19,14 @@ from bench.common import Report, Stats
 
 ROOT = Path(__file__).resolve().parent.parent
 CLIENT = ROOT / ".venv-clients" / "prime-current" / "bin" / "python"
-KEY = "bench-key-0123456789"
 CREATES, EXECS, JOBS = 50, 300, 50
 
 
-async def native(address: str) -> dict[str, list[float]]:
+async def native(address: str, key: str) -> dict[str, list[float]]:
     from sandboxes.client import AsyncSandboxClient
 
     out: dict[str, list[float]] = {"create": [], "exec_true": []}
-    async with AsyncSandboxClient(address, api_key=KEY) as c:
+    async with AsyncSandboxClient(address, api_key=key) as c:
         for _ in range(CREATES):
             t = time.perf_counter()
             sb = await c.create(template="agent")
@@ -41,15 +41,14 @@ async def native(address: str) -> dict[str, list[float]]:
 
 
 async def measure() -> tuple[dict, dict]:
-    from sandboxes.server.app import Server
-    from sandboxes.server.auth import ApiKeys
+    from bench.served import served
 
     if not CLIENT.exists():
         raise SystemExit(f"{CLIENT} is missing: run `make clients`")
-    async with Server(port=0, http_port=0, warm=4, auth=ApiKeys({KEY: "bench"})) as server:
+    async with served() as server:
         with tempfile.TemporaryDirectory() as home:
-            env = {"PATH": os.environ["PATH"], "HOME": home, "PRIME_API_KEY": KEY,
-                   "PRIME_API_BASE_URL": f"http://127.0.0.1:{server.http_port}"}
+            env = {"PATH": os.environ["PATH"], "HOME": home, "PRIME_API_KEY": server.key,
+                   "PRIME_API_BASE_URL": server.http_url}
             proc = await asyncio.create_subprocess_exec(
                 str(CLIENT), str(Path(__file__).with_name("prime_driver.py")), str(CREATES), str(EXECS), str(JOBS),
                 env=env, stdout=asyncio.subprocess.PIPE,
@@ -58,7 +57,7 @@ async def measure() -> tuple[dict, dict]:
             if proc.returncode:
                 raise SystemExit(f"the SDK driver failed ({proc.returncode})")
         sdk = json.loads(out)
-        ours = await native(server.address)
+        ours = await native(server.address, server.key)
     return sdk, ours
 
 
