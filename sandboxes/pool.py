@@ -214,14 +214,36 @@ class Pool:
                 raise
             self._renew_sem = asyncio.Semaphore(self._renew_sem_size)
             for t in self._templates.values():
-                warm = self._default_warm if t.warm is None else t.warm
-                tp = _TemplatePool(template=t, backend=self._backends[t.backend], warm_target=warm)
-                self._tps[t.name] = tp
-                self._tasks.append(asyncio.create_task(self._replenish(tp), name=f"replenish-{t.name}"))
-                if t.lease_ttl_s > 0:
-                    self._tasks.append(asyncio.create_task(self._renew(tp), name=f"renew-{t.name}"))
+                self._serve_template(t)
             self._started = True
             return self
+
+    def _serve_template(self, t: Template) -> None:
+        """Start keeping `t`'s sandboxes (its warm set, renewals) on a backend already open."""
+        warm = self._default_warm if t.warm is None else t.warm
+        tp = _TemplatePool(template=t, backend=self._backends[t.backend], warm_target=warm)
+        self._tps[t.name] = tp
+        self._tasks.append(asyncio.create_task(self._replenish(tp), name=f"replenish-{t.name}"))
+        if t.lease_ttl_s > 0:
+            self._tasks.append(asyncio.create_task(self._renew(tp), name=f"renew-{t.name}"))
+
+    async def add_template(self, template: Template) -> None:
+        """Serve one more template from now on (a started pool; its backend must be one the pool
+        already uses). Adding a template of a name the pool has is a no-op when it is the same
+        template, else `InvalidRequest`."""
+        if not self._started:
+            await self.start()
+        if self._closing:
+            raise Cancelled("pool is closing")
+        known = self._templates.get(template.name)
+        if known is not None:
+            if known != template:
+                raise InvalidRequest(f"the pool has another template named {template.name!r}")
+            return
+        if template.backend not in self._backends:
+            raise InvalidRequest(f"backend {template.backend!r} is not one of this pool's ({sorted(self._backends)})")
+        self._templates[template.name] = template
+        self._serve_template(template)
 
     async def close(self) -> None:
         """Destroy every sandbox (warm and claimed), stop background tasks, close the backends."""

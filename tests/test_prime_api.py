@@ -44,12 +44,16 @@ def base_url(server: Any) -> str:
 
 
 async def scenario(server: Any, venv: str, name: str, arg: str | None = None, *, key: str = KEY_A,
-                   home: Path | None = None, timeout: float = 600) -> dict[str, Any]:
-    """Runs one scenario of the real SDK; its JSON observations."""
+                   home: Path | None = None, timeout: float = 600, directory: str | None = None,
+                   image: str | None = None) -> dict[str, Any]:
+    """Runs one scenario of the real SDK; its JSON observations. `directory`: where the file
+    scenarios write, `image`: the image they ask for (the scenarios' own variables)."""
     home = home or Path(os.environ.get("TMPDIR", "/tmp")) / f"prime-home-{secrets.token_hex(6)}"
     home.mkdir(parents=True, exist_ok=True)
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home),
-           "PRIME_API_BASE_URL": base_url(server), "PRIME_API_KEY": key}
+           "PRIME_API_BASE_URL": base_url(server), "PRIME_API_KEY": key,
+           **({"SCENARIO_DIR": directory} if directory else {}),
+           **({"SCENARIO_IMAGE": image} if image else {})}
     proc = await asyncio.create_subprocess_exec(
         client_python(venv), str(SCENARIOS), name, *([arg] if arg else []),
         env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
@@ -213,15 +217,28 @@ async def test_bad_input_gets_the_errors_the_sdk_expects(make_server) -> None:
         assert r.status == 401
         r = await http.get(f"{gateway}/read-file", params={"path": "/../../etc/shadow"}, headers=tok)
         assert r.status in (400, 403, 404)
-        form = aiohttp.FormData()
-        form.add_field("file", b"x" * 10, filename="f")
-        r = await http.post(f"{gateway}/upload", params={"path": "/tmp/ok"}, data=form,
-                            headers={**tok, "Content-Length": str(1 << 40)})
-        assert r.status in (400, 413)
-        # A dropped Connect stream: the body ends mid-envelope.
+        # An upload declaring more than the bound is refused before its body is read (its own
+        # connection: the server closes it rather than read a terabyte).
+        async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as lone:
+            form = aiohttp.FormData()
+            form.add_field("file", b"x" * 10, filename="f")
+            r = await lone.post(f"{gateway}/upload", params={"path": "/tmp/ok"}, data=form,
+                                headers={**tok, "Content-Length": str(1 << 40)})
+            assert r.status == 413 and r.headers.get("Connection") == "close"
+        # A Connect envelope cut short: a Connect error, not a 500.
         r = await http.post(f"{gateway}/command_session.CommandSession/Start",
                             headers={**tok, "Content-Type": "application/connect+proto"}, data=b"\x00\x00\x00\x10\x0a")
-        assert r.status < 500 or r.status == 200
+        body = await r.read()
+        assert (r.status == 200 and b'"error"' in body) or 400 <= r.status < 500, (r.status, body)
+        # A client gone mid-request: the server drops that connection only.
+        host, port = "127.0.0.1", server.http_port
+        _reader, writer = await asyncio.open_connection(host, port)
+        path = f"/gateway/{gw['user_ns']}/{gw['job_id']}/command_session.CommandSession/Start"
+        writer.write(f"POST {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {gw['token']}\r\n"
+                     "Content-Type: application/connect+proto\r\nContent-Length: 100\r\n\r\n\x00\x00".encode())
+        await writer.drain()
+        writer.close()
+        await writer.wait_closed()
         r = await http.get(f"{url}/{sid}", headers=auth)
         assert r.status == 200 and (await r.json())["status"] == "RUNNING"
     o = await scenario(server, CURRENT, "async_commands")
@@ -253,15 +270,43 @@ async def test_timeouts_are_enforced_by_the_server(make_server) -> None:
 
 @pytest.mark.timeout(1800)
 @pytest.mark.parametrize("venv", VENVS)
+async def test_jobs_files_and_processes_on_the_docker_backend(make_server, images, venv) -> None:
+    """The scenarios that need no root, on containers: background jobs, files (100 MB with the
+    current SDK) in the work dir, interactive processes."""
+    server = await make_server(http_port=0, warm=1, backend="docker")
+    jobs = await scenario(server, venv, "jobs", image=images)
+    assert jobs["done"] == {"completed": True, "exit_code": 7, "stdout": "job-out\n", "stderr": "job-err\n"}
+    files = await scenario(server, venv, "files", "100" if venv == CURRENT else "8", directory="/work", image=images)
+    assert files["upload"] == {"success": True, "size": True} and files["remote_digest"] and files["download_digest"]
+    assert files["read"]["window"] == ["234", 2, 10, True]
+    assert files["missing"]["error"] == "SandboxFileNotFoundError"
+    procs = await scenario(server, venv, "processes", None if venv == CURRENT else "vm", image=images)
+    assert procs["stdout"] == "got:hello\n" and procs["terminated"] == 128 + signal.SIGTERM
+
+
+@pytest.mark.timeout(1800)
+@pytest.mark.parametrize("venv", VENVS)
 async def test_on_the_docker_backend(make_server, images, venv) -> None:
     """The same API over containers of the docker backend's default template: programs run as
     its unprivileged user, the work dir and /tmp writable, the image's root read-only (root and a
     writable root are local-backend features; the SDK gets the command's own failure)."""
     server = await make_server(http_port=0, warm=1, backend="docker")
-    o = await scenario(server, venv, "unprivileged", "/work")
+    o = await scenario(server, venv, "unprivileged", "/work", image=images)
     assert o["status"] == "RUNNING"
     assert o["cmd"] == {"stdout": "65534\n/work\nx\n", "stderr": "", "exit_code": 0}
     assert o["read"] == "uploaded"
     assert o["job"] == {"completed": True, "exit_code": 0, "stdout": "bg\n"}
     assert o["root_dir"]["exit_code"] != 0
     assert o["delete"] == {}
+
+
+@pytest.mark.timeout(1800)
+async def test_docker_image_selects_the_image_on_the_docker_backend(make_server, dev_image) -> None:
+    """An image no template names runs as that image (the default template's bounds, the agent
+    mounted in); one the engine does not have is a sandbox in ERROR whose wait raises the SDK's
+    SandboxImagePullError."""
+    server = await make_server(http_port=0, warm=1, backend="docker")
+    o = await scenario(server, CURRENT, "images", dev_image)
+    assert o["git"] == {"stdout": "git version\n", "stderr": "", "exit_code": 0}
+    assert o["missing_status"] == "ERROR"
+    assert o["missing_wait"]["error"] == "SandboxImagePullError", o["missing_wait"]

@@ -1,19 +1,25 @@
 """Which of the server's templates serves a container image that a compatible API names.
 
 The Prime and E2B APIs ask for an image (`python:3.11-slim`) or a template name; the server runs
-templates. In order: a template of that name; a template whose `image` is that image; the
-template named `AGENT_TEMPLATE` (a root sandbox with a writable root, what such clients expect of
-a container) when the server has one; else the pool's default template. The choice is reported
-to the caller (the sandbox's labels or log), never silent.
+templates. In order: a template of that name; a template whose `image` is that image; on a
+container backend (docker, kubernetes), a template made for that image from the default one (it
+runs that image; one the engine or registry does not have fails that sandbox's create as its
+platform's image pull would); on the local backend, the template named `AGENT_TEMPLATE` (a root
+sandbox with a writable root, what such clients expect of a container) when the server has one,
+else the pool's default template. The choice is reported to the caller (the sandbox's log), never
+silent.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-__all__ = ["AGENT_TEMPLATE", "default_templates", "template_for_image"]
+__all__ = ["AGENT_TEMPLATE", "MAX_IMAGE_TEMPLATES", "default_templates", "template_for_image"]
 
 AGENT_TEMPLATE = "agent"
+# Templates made for images on a container backend, at most (a bound on what callers can add).
+MAX_IMAGE_TEMPLATES = 64
+IMAGE_TEMPLATE_PREFIX = "image-"
 
 
 def default_templates(backend: str) -> dict[str, Any] | None:
@@ -30,8 +36,12 @@ def default_templates(backend: str) -> dict[str, Any] | None:
     }
 
 
-def template_for_image(pool: Any, image: str | None) -> tuple[str, str]:
+async def template_for_image(pool: Any, image: str | None) -> tuple[str, str]:
     """(template name, how it was chosen) for `image` on `pool`."""
+    import hashlib
+
+    from sandboxes.errors import QuotaExceeded
+
     templates: dict[str, Any] = dict(getattr(pool, "templates", {}) or {})
     default = getattr(pool, "default_template", "default")
     if image:
@@ -40,6 +50,14 @@ def template_for_image(pool: Any, image: str | None) -> tuple[str, str]:
         for name, tp in templates.items():
             if getattr(tp, "image", None) == image:
                 return name, f"template whose image is {image}"
+        base = templates.get(default)
+        if base is not None and base.backend != "local":
+            name = IMAGE_TEMPLATE_PREFIX + hashlib.sha256(image.encode()).hexdigest()[:12]
+            if sum(n.startswith(IMAGE_TEMPLATE_PREFIX) for n in templates) >= MAX_IMAGE_TEMPLATES:
+                raise QuotaExceeded(f"this server runs at most {MAX_IMAGE_TEMPLATES} images not in its templates")
+            # A user's image has no agent of ours: the backend mounts it in.
+            await pool.add_template(base.replace(name=name, image=image, warm=0, labels={}, agent_mount=True))
+            return name, f"the default template with image {image}"
     if AGENT_TEMPLATE in templates:
         return AGENT_TEMPLATE, "no template runs this image: the agent template"
     return default, "no template runs this image: the default template"

@@ -22,7 +22,12 @@ from typing import Any
 
 from prime_sandboxes import APIClient, AsyncSandboxClient, CreateSandboxRequest, SandboxClient
 
-IMAGE = "python:3.11-slim"
+# The image sandboxes are asked for; a container backend runs exactly that image, so its tests name
+# one the engine has.
+IMAGE = os.environ.get("SCENARIO_IMAGE", "python:3.11-slim")
+# Where the file scenarios write: a root sandbox's writable root by default; the test sets another
+# writable directory for sandboxes whose root is read-only (the docker backend's default template).
+DIR = os.environ.get("SCENARIO_DIR", "/app")
 
 
 def err(e: BaseException) -> str:
@@ -194,22 +199,22 @@ def files(size_mb: str | None) -> dict[str, Any]:
         with open(src, "wb") as f:
             f.write(data)
         digest = hashlib.sha256(data).hexdigest()
-        up = c.upload_file(sb.id, "/app/big.bin", src, timeout=300)
+        up = c.upload_file(sb.id, f"{DIR}/big.bin", src, timeout=300)
         out["upload"] = {"success": up.success, "size": up.size == n}
-        remote = c.execute_command(sb.id, "sha256sum /app/big.bin", timeout=120).stdout.split()[0]
+        remote = c.execute_command(sb.id, f"sha256sum {DIR}/big.bin", timeout=120).stdout.split()[0]
         out["remote_digest"] = remote == digest
         dst = os.path.join(d, "dst.bin")
-        c.download_file(sb.id, "/app/big.bin", dst, timeout=300)
+        c.download_file(sb.id, f"{DIR}/big.bin", dst, timeout=300)
         with open(dst, "rb") as f:
             out["download_digest"] = hashlib.sha256(f.read()).hexdigest() == digest
-    c.upload_bytes(sb.id, "/app/text.txt", b"0123456789", "text.txt")
-    whole = c.read_file(sb.id, "/app/text.txt")
-    win = c.read_file(sb.id, "/app/text.txt", offset=2, length=3)
-    tail = c.read_file(sb.id, "/app/text.txt", offset=-4, length=4)
+    c.upload_bytes(sb.id, f"{DIR}/text.txt", b"0123456789", "text.txt")
+    whole = c.read_file(sb.id, f"{DIR}/text.txt")
+    win = c.read_file(sb.id, f"{DIR}/text.txt", offset=2, length=3)
+    tail = c.read_file(sb.id, f"{DIR}/text.txt", offset=-4, length=4)
     out["read"] = {"whole": (whole.content, whole.size, whole.truncated),
                    "window": (win.content, win.offset, win.total_size, win.truncated),
                    "tail": (tail.content, tail.offset)}
-    out["missing"] = attempt(c.read_file, sb.id, "/app/nope.txt")
+    out["missing"] = attempt(c.read_file, sb.id, f"{DIR}/nope.txt")
     c.execute_command(sb.id, "head -c 50000000 /dev/zero > /tmp/huge")
     out["too_large"] = attempt(c.read_file, sb.id, "/tmp/huge")
     out["huge_window"] = attempt(lambda: c.read_file(sb.id, "/tmp/huge", offset=-10, length=10).size)
@@ -270,6 +275,20 @@ def unprivileged(workdir: str | None) -> dict[str, Any]:
     return out
 
 
+def images(image: str | None) -> dict[str, Any]:
+    """`docker_image` on a container backend: that image runs; one the engine lacks fails as a pull."""
+    c = SandboxClient(APIClient())
+    out: dict[str, Any] = {}
+    sb = c.create(CreateSandboxRequest(name="img", docker_image=image))
+    c.wait_for_creation(sb.id)
+    out["git"] = cmd(c.execute_command(sb.id, "git --version | cut -d' ' -f1-2"))
+    c.delete(sb.id)
+    missing = c.create(CreateSandboxRequest(name="img", docker_image="no-such-image:0"))
+    out["missing_status"] = missing.status
+    out["missing_wait"] = attempt(c.wait_for_creation, missing.id)
+    return out
+
+
 def hold(marker: str | None) -> dict[str, Any]:
     """Starts a long command and never returns: the test kills this process mid-command."""
     c = SandboxClient(APIClient())
@@ -282,7 +301,7 @@ def hold(marker: str | None) -> dict[str, Any]:
 
 SCENARIOS = {
     f.__name__: f
-    for f in (lifecycle, commands, async_commands, processes, jobs, files, auth, network, unprivileged, hold)
+    for f in (lifecycle, commands, async_commands, processes, jobs, files, auth, network, unprivileged, images, hold)
 }
 
 

@@ -16,6 +16,7 @@ import asyncio
 import logging
 import shlex
 import time
+import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -86,7 +87,8 @@ class ControlPlane:
             except BadRequest as e:
                 return _error(422, str(e))
             except BodyTooLarge as e:
-                return _error(413, str(e))
+                # The rest of the body is not read: the connection cannot serve another request.
+                return JSONResponse({"detail": str(e)}, status_code=413, headers={"Connection": "close"})
             except E.NotFound as e:
                 return _error(404, e.message)
             except E.QuotaExceeded as e:
@@ -115,15 +117,23 @@ class ControlPlane:
 
     async def create(self, request: Request, owner: str) -> Any:
         args = parse_create(await self._body(request))
-        template, why = template_for_image(self.service.pool, args.docker_image)
+        template, why = await template_for_image(self.service.pool, args.docker_image)
         tp = self.service.pool.templates.get(template)
-        rec = await self.service.claim(
-            owner,
-            template,
-            env={**args.environment_vars, **args.secrets},
-            ttl_s=args.timeout_minutes * 60.0 if args.timeout_minutes > 0 else None,
-            idempotency_key=f"prime:{args.idempotency_key}" if args.idempotency_key else None,
-        )
+        try:
+            rec = await self.service.claim(
+                owner,
+                template,
+                env={**args.environment_vars, **args.secrets},
+                ttl_s=args.timeout_minutes * 60.0 if args.timeout_minutes > 0 else None,
+                idempotency_key=f"prime:{args.idempotency_key}" if args.idempotency_key else None,
+            )
+        except E.LaunchError as e:
+            if e.step != "image":
+                raise
+            # As the platform answers an image it cannot pull: a sandbox in ERROR, whose wait
+            # raises the SDK's SandboxImagePullError.
+            sb = self._failed(owner, args, tp, "IMAGE_PULL_FAILED", e.message)
+            return JSONResponse(sb.to_json())
         # A retry with the same idempotency key gets the same record, already attached (attaching
         # does not await, so the first of concurrent retries attaches it for all).
         sb = rec.attrs.get("prime")
@@ -132,8 +142,33 @@ class ControlPlane:
             await self._start_command(rec, sb, args)
         return JSONResponse({**sb.to_json(), "gatewayAuth": self.prime.gateway_auth(request, sb)})
 
+    def _failed(self, owner: str, args: CreateArgs, tp: Any, error_type: str, message: str) -> PrimeSandbox:
+        """A sandbox that could not start: a tombstone in ERROR (get, list and waits see it)."""
+        sb = self._view(f"sb-{uuid.uuid4().hex[:12]}", args, tp, template=tp.name if tp else "")
+        sb.end("ERROR", "create_failed", error_type, message)
+        self.prime.tombstones.add(owner, sb)
+        return sb
+
     def _attach(self, rec: Any, args: CreateArgs, tp: Any, why: str) -> PrimeSandbox:
         """The API's view of a newly claimed sandbox: what it was asked for, within the template."""
+        sb = self._view(rec.id, args, tp, template=rec.template)
+        # Each command gets the memory asked for, within the sandbox's own (kernel) bound, may
+        # write files as large as its disk, and returns up to COMMAND_OUTPUT_BYTES of output.
+        rec.sandbox.default_limits = rec.sandbox.default_limits.merged(
+            Limits(
+                memory_bytes=int(sb.memory_gb * GB),
+                max_file_size_bytes=_disk_bytes(tp) or None,
+                max_output_bytes=COMMAND_OUTPUT_BYTES,
+            )
+        )
+        rec.attrs["prime"] = sb
+        sb.note(f"image {args.docker_image} runs as template {rec.template!r} ({why})")
+        self.prime.track(sb)
+        self._ensure_sweeper()
+        return sb
+
+    @staticmethod
+    def _view(sandbox_id: str, args: CreateArgs, tp: Any, *, template: str) -> PrimeSandbox:
         memory_gb = args.memory_gb
         if tp is not None and tp.memory_bytes:
             memory_gb = min(memory_gb, tp.memory_bytes / GB)
@@ -141,12 +176,12 @@ class ControlPlane:
         if tp is not None and tp.cpu_quota:
             cpu = min(cpu, tp.cpu_quota)
         root = tp is not None and tp.user == "root"
-        disk_bytes = (tp.root_size_bytes if root else tp.work_size_bytes) if tp is not None else 0
-        sb = PrimeSandbox(
-            id=rec.id,
+        disk_bytes = _disk_bytes(tp)
+        return PrimeSandbox(
+            id=sandbox_id,
             name=args.name,
             docker_image=args.docker_image,
-            template=rec.template,
+            template=template,
             cpu_cores=cpu,
             memory_gb=round(memory_gb, 3),
             disk_size_gb=round(min(args.disk_size_gb, disk_bytes / GB), 3) if disk_bytes else args.disk_size_gb,
@@ -160,20 +195,6 @@ class ControlPlane:
             start_command=args.start_command,
             user="root" if root else "sandbox",
         )
-        # Each command gets the memory asked for, within the sandbox's own (kernel) bound, may
-        # write files as large as its disk, and returns up to COMMAND_OUTPUT_BYTES of output.
-        rec.sandbox.default_limits = rec.sandbox.default_limits.merged(
-            Limits(
-                memory_bytes=int(memory_gb * GB),
-                max_file_size_bytes=disk_bytes or None,
-                max_output_bytes=COMMAND_OUTPUT_BYTES,
-            )
-        )
-        rec.attrs["prime"] = sb
-        sb.note(f"image {args.docker_image} runs as template {rec.template!r} ({why})")
-        self.prime.track(sb)
-        self._ensure_sweeper()
-        return sb
 
     async def _start_command(self, rec: Any, sb: PrimeSandbox, args: CreateArgs) -> None:
         if not args.start_shell:
@@ -334,6 +355,13 @@ class ControlPlane:
         if self._sweeper is not None:
             self._sweeper.cancel()
             await asyncio.gather(self._sweeper, return_exceptions=True)
+
+
+def _disk_bytes(tp: Any) -> int:
+    """The template's disk: its writable root (root sandboxes) or its work dir."""
+    if tp is None:
+        return 0
+    return int(tp.root_size_bytes if tp.user == "root" else tp.work_size_bytes)
 
 
 def _deny_all() -> dict[str, Any]:

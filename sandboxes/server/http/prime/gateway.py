@@ -105,7 +105,8 @@ class Gateway:
                     return JSONResponse({**r.body, "error": gone[1]}, status_code=gone[0])
                 return JSONResponse(r.body, status_code=r.status)
             except BodyTooLarge as e:
-                return JSONResponse({"detail": str(e)}, status_code=413)
+                # The rest of the body is not read: the connection cannot serve another request.
+                return JSONResponse({"detail": str(e)}, status_code=413, headers={"Connection": "close"})
             except E.TooLarge as e:
                 return JSONResponse({"detail": e.message}, status_code=413)
             except E.NotFound as e:
