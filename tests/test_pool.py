@@ -413,3 +413,18 @@ async def test_several_templates(make_pool: MakePool) -> None:
     async with pool.sandbox("small") as sb:
         assert (await sb.exec("echo $KIND")).stdout == b"small\n"
     assert set(pool.stats()) == {"small", "big"}
+
+
+async def test_a_started_pool_serves_a_template_added_later(make_pool) -> None:
+    pool = await make_pool(warm=1)
+    extra = sandboxes.Template(name="extra", env={"KIND": "extra"}, warm=0)
+    await pool.add_template(extra)
+    await pool.add_template(extra)  # the same template again: nothing changes
+    with pytest.raises(sandboxes.InvalidRequest):
+        await pool.add_template(extra.replace(env={"KIND": "other"}))
+    with pytest.raises(sandboxes.InvalidRequest):
+        await pool.add_template(sandboxes.Template(name="elsewhere", backend="docker"))
+    assert "extra" in pool.templates
+    async with pool.sandbox(template="extra") as sb:  # warm 0: created on demand
+        assert (await sb.exec("echo $KIND")).stdout == b"extra\n"
+    assert pool.stats()["extra"]["created_total"] == 1
