@@ -229,6 +229,8 @@ class Sessions:
             s.end = _end_event(result)
             s.ended_at = time.monotonic()
             sessions.live.discard(s)
+            if s.name is None and sessions.by_pid.get(s.pid) is s:
+                del sessions.by_pid[s.pid]  # only named sessions are kept after their end
             for q in list(s.listeners):
                 q.put_nowait(cs.CommandSessionEvent(end=s.end))
 
