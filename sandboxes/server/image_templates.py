@@ -55,8 +55,9 @@ async def template_for_image(pool: Any, image: str | None) -> tuple[str, str]:
             name = IMAGE_TEMPLATE_PREFIX + hashlib.sha256(image.encode()).hexdigest()[:12]
             if sum(n.startswith(IMAGE_TEMPLATE_PREFIX) for n in templates) >= MAX_IMAGE_TEMPLATES:
                 raise QuotaExceeded(f"this server runs at most {MAX_IMAGE_TEMPLATES} images not in its templates")
-            # A user's image has no agent of ours: the backend mounts it in.
-            await pool.add_template(base.replace(name=name, image=image, warm=0, labels={}, agent_mount=True))
+            # A user's image has no agent of ours: docker mounts it in (a pod's image must have it).
+            derived = base.replace(name=name, image=image, warm=0, labels={}, agent_mount=base.backend == "docker")
+            await pool.add_template(derived)
             return name, f"the default template with image {image}"
     if AGENT_TEMPLATE in templates:
         return AGENT_TEMPLATE, "no template runs this image: the agent template"
