@@ -238,13 +238,18 @@ class Sessions:
         """Events of `s` for one stream: start, output from now on, the end. `own`: the stream
         that started an unnamed session, whose end kills it."""
         q: asyncio.Queue = asyncio.Queue()
-        yield response(event=cs.CommandSessionEvent(start=cs.CommandSessionEvent.StartEvent(pid=s.pid)))
-        if s.end is not None:
-            yield response(event=cs.CommandSessionEvent(end=s.end))
-            return
-        s.listeners.add(q)
+        ended = s.end is not None
+        if not ended:
+            # Listening before the first yield (no await in between since the pump was started):
+            # no output of the program can pass before this stream hears it.
+            s.listeners.add(q)
         finished = False
         try:
+            yield response(event=cs.CommandSessionEvent(start=cs.CommandSessionEvent.StartEvent(pid=s.pid)))
+            if ended:
+                finished = True
+                yield response(event=cs.CommandSessionEvent(end=s.end))
+                return
             while True:
                 try:
                     msg = await asyncio.wait_for(q.get(), KEEPALIVE_S)
