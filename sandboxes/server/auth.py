@@ -84,15 +84,19 @@ class ApiKeys:
         return cls(load_keys(path, env), insecure=insecure)
 
     def authenticate(self, metadata: Sequence | None) -> str:
-        """The owner name of the call's key; raises Unauthenticated."""
-        if not self.enabled:
-            return ANONYMOUS
+        """The owner name of the call's key (gRPC metadata); raises Unauthenticated."""
         header = None
         for item in metadata or ():
             if item[0] == "authorization":
                 header = item[1]
                 break
-        if header is None:
+        return self.authenticate_header(header)
+
+    def authenticate_header(self, header: str | bytes | None) -> str:
+        """The owner name of an `authorization` value (`Bearer <key>`; None or empty: absent)."""
+        if not self.enabled:
+            return ANONYMOUS
+        if not header:
             raise Unauthenticated("missing API key: send `authorization: Bearer <key>` metadata")
         if isinstance(header, bytes):
             header = header.decode("latin-1")

@@ -12,7 +12,10 @@ silent.
 
 from __future__ import annotations
 
+import hashlib
 from typing import Any
+
+from sandboxes.errors import QuotaExceeded
 
 __all__ = ["AGENT_TEMPLATE", "MAX_IMAGE_TEMPLATES", "default_templates", "template_for_image"]
 
@@ -38,10 +41,6 @@ def default_templates(backend: str) -> dict[str, Any] | None:
 
 async def template_for_image(pool: Any, image: str | None) -> tuple[str, str]:
     """(template name, how it was chosen) for `image` on `pool`."""
-    import hashlib
-
-    from sandboxes.errors import QuotaExceeded
-
     templates: dict[str, Any] = dict(getattr(pool, "templates", {}) or {})
     default = getattr(pool, "default_template", "default")
     if image:

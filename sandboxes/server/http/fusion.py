@@ -194,8 +194,7 @@ class FusionApi:
     def _owner(self, request: Any) -> str:
         if self.insecure or not self.auth.enabled:
             return ANONYMOUS
-        header = request.headers.get("Authorization")
-        return self.auth.authenticate([("authorization", header)] if header else [])
+        return self.auth.authenticate_header(request.headers.get("authorization"))
 
     async def _guard(self, request: Any) -> tuple[str | None, Any]:
         """(owner, None) or (None, an error response)."""

@@ -9,7 +9,7 @@ from typing import Any
 
 from starlette.requests import Request
 
-from sandboxes.server.http.prime.api import ControlPlane, owner_of
+from sandboxes.server.http.prime.api import ControlPlane
 from sandboxes.server.http.prime.gateway import Gateway
 from sandboxes.server.http.prime.state import PrimeSandbox, Tombstones, iso
 
@@ -39,10 +39,7 @@ class PrimeApi:
         return self.control.routes() + self.gateway.routes()
 
     def owner(self, request: Request) -> str:
-        return owner_of(self.auth, request)
-
-    def track(self, sb: PrimeSandbox) -> None:
-        sb.note(f"sandbox {sb.id} created: {sb.name}")
+        return self.auth.authenticate_header(request.headers.get("authorization"))
 
     def gateway_auth(self, request: Request, sb: PrimeSandbox) -> dict[str, Any]:
         """What `POST /sandbox/{id}/auth` answers: the gateway at the address the client used."""

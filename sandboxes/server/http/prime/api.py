@@ -25,7 +25,6 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from sandboxes import errors as E
-from sandboxes.server.auth import ANONYMOUS
 from sandboxes.server.http.bodies import BodyTooLarge, read_json
 from sandboxes.server.http.prime import jobs
 from sandboxes.server.http.prime.requests import BadRequest, CreateArgs, parse_create, parse_ids, parse_policy
@@ -162,8 +161,8 @@ class ControlPlane:
             )
         )
         rec.attrs["prime"] = sb
+        sb.note(f"sandbox {sb.id} created: {sb.name}")
         sb.note(f"image {args.docker_image} runs as template {rec.template!r} ({why})")
-        self.prime.track(sb)
         self._ensure_sweeper()
         return sb
 
@@ -367,11 +366,4 @@ def _disk_bytes(tp: Any) -> int:
 def _deny_all() -> dict[str, Any]:
     return {"policy": {"allowlist": [], "denylist": None}, "generation": 1, "applied_generation": 1, "applied": True}
 
-
-def owner_of(auth: Any, request: Request) -> str:
-    """The owner name of the request's bearer key (`ANONYMOUS` without keys)."""
-    if not auth.enabled:
-        return ANONYMOUS
-    header = request.headers.get("authorization")
-    return auth.authenticate([("authorization", header)] if header else [])
 

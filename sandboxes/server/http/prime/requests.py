@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import math
 import re
+import shlex
 from dataclasses import dataclass
 from typing import Any
 
@@ -113,8 +114,6 @@ def _start(value: Any) -> tuple[dict[str, Any] | None, str | None]:
     if isinstance(value, dict) and set(value) <= {"executable", "args"}:
         exe, args = value.get("executable"), value.get("args") or []
         if isinstance(exe, str) and exe and isinstance(args, list) and all(isinstance(a, str) for a in args):
-            import shlex
-
             line = shlex.join([exe, *args])
             return {"executable": exe, "args": list(args)}, (None if line in _KEEPALIVES else line)
     raise BadRequest("start_command must be a string or {executable, args}")
