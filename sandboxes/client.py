@@ -358,11 +358,20 @@ class RemoteSandbox(SandboxBase):
         return self
 
 
+_READ_AHEAD = 64  # events a stream's reader takes in before its caller reads them
+
+
 class _RemoteStream:
     """The `ExecStream` source of a remote exec: one bidirectional ExecStream call.
 
     The call starts lazily (first event read or first input sent) with the `start` message; gRPC
     errors leave as `sandboxes.errors`. `cancel()` cancels the call, and the server kills the program.
+
+    One task reads the call from its start and queues what arrives: a read is always pending, so
+    the exit event is taken in as soon as it arrives. A write that races the end of the call (the
+    program exited while the caller sent input) fails in gRPC's core, which then marks the whole
+    call failed; the exit event already taken in still reaches the caller, and a failure after
+    the exit event is the end of the stream, not an error of it.
     """
 
     def __init__(self, client: AsyncSandboxClient, start: pb.ExecRequest, deadline_s: float) -> None:
@@ -372,6 +381,11 @@ class _RemoteStream:
         self._call: Any = None
         self._lock = asyncio.Lock()
         self._cancelled = False
+        # An event, or the end: None (clean) or the error. The reader reads ahead at most
+        # `_READ_AHEAD` events: output a caller does not read yet waits in gRPC's flow control.
+        self._events: asyncio.Queue[pb.ExecEvent | BaseException | None] = asyncio.Queue()
+        self._room = asyncio.Semaphore(_READ_AHEAD)
+        self._reader: asyncio.Task[None] | None = None
 
     async def _ensure(self) -> Any:
         if self._call is None:
@@ -384,7 +398,27 @@ class _RemoteStream:
                     )
                     await self._guard(call.write(pb.ExecInput(start=self._start)))
                     self._call = call
+                    self._reader = asyncio.ensure_future(self._read_all(call))
         return self._call
+
+    async def _read_all(self, call: Any) -> None:
+        exited = False
+        end: BaseException | None = None
+        try:
+            while True:
+                await self._room.acquire()
+                msg = await call.read()
+                if msg is grpc.aio.EOF:
+                    break
+                self._events.put_nowait(msg)
+                exited = exited or msg.HasField("exit")
+        except grpc.aio.AioRpcError as e:
+            end = None if exited else error_from_rpc(e)
+        except asyncio.CancelledError:
+            end = None if exited else E.Cancelled("exec stream was cancelled")
+        except Exception as e:  # noqa: BLE001 - whatever ends the read ends the stream, typed
+            end = None if exited else E.SandboxLost(f"exec stream failed: {e}")
+        self._events.put_nowait(end)
 
     async def _guard(self, aw: Awaitable[Any]) -> Any:
         try:
@@ -399,18 +433,22 @@ class _RemoteStream:
         try:
             await self._guard(call.write(msg))
         except E.SandboxError:
-            # The call ended (the program exited): its real status comes from read(); a write
+            # The call ended (the program exited): its real status comes from the reads; a write
             # after the end is not an infrastructure failure of its own.
             if call.done():
                 return
             raise
 
     async def next(self) -> Any | None:
-        call = await self._ensure()
-        msg = await self._guard(call.read())
-        if msg is grpc.aio.EOF:
+        await self._ensure()
+        item = await self._events.get()
+        if item is None or isinstance(item, BaseException):
+            self._events.put_nowait(item)  # every later read sees the end too
+            if item is not None:
+                raise item
             return None
-        return event_from_pb(msg)
+        self._room.release()
+        return event_from_pb(item)
 
     async def send_stdin(self, data: bytes) -> None:
         await self._write(pb.ExecInput(stdin=data))
@@ -425,3 +463,5 @@ class _RemoteStream:
         self._cancelled = True
         if self._call is not None:
             self._call.cancel()
+        if self._reader is not None:
+            self._reader.cancel()
