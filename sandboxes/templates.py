@@ -18,6 +18,7 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 _ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 PYTHON_ZYGOTE_MODES = ("lazy", "eager", "off")
 USERS = ("sandbox", "root")
+ROOT_BACKENDS = ("local", "docker")  # the backends that give `user="root"` sandboxes
 
 # The bounds of every template that names none (documented in docs/sandbox.md).
 DEFAULT_MEMORY_BYTES = 1 << 30
@@ -55,8 +56,8 @@ class Template:
     `user` is who runs programs: `"sandbox"`, an unprivileged uid (`uid`/`gid`) under a
     read-only root with a writable work dir and /tmp; or `"root"`, root inside a user namespace
     of the sandbox's own (its host ids are a range no other sandbox has, with no capability over
-    the host) with a writable root file system of `root_size_bytes` (local backend; thrown away
-    with the sandbox, the host's files never change).
+    the host) with a writable root file system of `root_size_bytes` (`ROOT_BACKENDS`; thrown
+    away with the sandbox, the host's files and the image never change).
 
     `python_zygote` is when the agent starts its prewarmed Python interpreter, from which Python
     executions and test cases are forked: `"lazy"` on the first Python execution (which, like any

@@ -170,10 +170,13 @@ def tiny_wheel() -> tuple[str, bytes]:
     return "tinypkg-1.0-py3-none-any.whl", buf.getvalue()
 
 
-async def test_an_agent_clones_builds_and_installs_as_root_in_the_dev_image(dev_image: str, make_pool) -> None:
+@pytest.mark.parametrize("backend", ["local", "docker"])
+async def test_an_agent_clones_builds_and_installs_as_root_in_the_dev_image(dev_image: str, make_pool, backend) -> None:
     """What a coding agent does first, offline: clone a repository, build C, make a venv and
-    pip-install into it and into the system, all as root inside a sandbox of the dev image."""
-    pool = await make_pool(warm=0, templates={"dev": Template(name="dev", image=dev_image, user="root")})
+    pip-install into it and into the system, all as root inside a sandbox of the dev image (on
+    docker too: the image has no agent of ours, the backend mounts it in)."""
+    dev = Template(name="dev", backend=backend, image=dev_image, user="root", agent_mount=backend == "docker")
+    pool = await make_pool(backend=backend, warm=0, templates={"dev": dev})
     wheel_name, wheel = tiny_wheel()
     async with pool.sandbox(template="dev") as sb:
         await sb.write_file(f"/tmp/{wheel_name}", wheel)

@@ -44,15 +44,13 @@ def base_url(server: Any) -> str:
 
 
 async def scenario(server: Any, venv: str, name: str, arg: str | None = None, *, key: str = KEY_A,
-                   home: Path | None = None, timeout: float = 600, directory: str | None = None,
-                   image: str | None = None) -> dict[str, Any]:
-    """Runs one scenario of the real SDK; its JSON observations. `directory`: where the file
-    scenarios write, `image`: the image they ask for (the scenarios' own variables)."""
+                   home: Path | None = None, timeout: float = 600, image: str | None = None) -> dict[str, Any]:
+    """Runs one scenario of the real SDK; its JSON observations. `image`: the image sandboxes are
+    asked for (the scenarios' own variable)."""
     home = home or Path(os.environ.get("TMPDIR", "/tmp")) / f"prime-home-{secrets.token_hex(6)}"
     home.mkdir(parents=True, exist_ok=True)
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home),
            "PRIME_API_BASE_URL": base_url(server), "PRIME_API_KEY": key,
-           **({"SCENARIO_DIR": directory} if directory else {}),
            **({"SCENARIO_IMAGE": image} if image else {})}
     proc = await asyncio.create_subprocess_exec(
         client_python(venv), str(SCENARIOS), name, *([arg] if arg else []),
@@ -271,12 +269,12 @@ async def test_timeouts_are_enforced_by_the_server(make_server) -> None:
 @pytest.mark.timeout(1800)
 @pytest.mark.parametrize("venv", VENVS)
 async def test_jobs_files_and_processes_on_the_docker_backend(make_server, images, venv) -> None:
-    """The scenarios that need no root, on containers: background jobs, files (100 MB with the
-    current SDK) in the work dir, interactive processes."""
+    """Background jobs, files (100 MB with the current SDK) and interactive processes on
+    containers."""
     server = await make_server(http_port=0, warm=1, backend="docker")
     jobs = await scenario(server, venv, "jobs", image=images)
     assert jobs["done"] == {"completed": True, "exit_code": 7, "stdout": "job-out\n", "stderr": "job-err\n"}
-    files = await scenario(server, venv, "files", "100" if venv == CURRENT else "8", directory="/work", image=images)
+    files = await scenario(server, venv, "files", "100" if venv == CURRENT else "8", image=images)
     assert files["upload"] == {"success": True, "size": True} and files["remote_digest"] and files["download_digest"]
     assert files["read"]["window"] == ["234", 2, 10, True]
     assert files["missing"]["error"] == "SandboxFileNotFoundError"
@@ -286,18 +284,17 @@ async def test_jobs_files_and_processes_on_the_docker_backend(make_server, image
 
 @pytest.mark.timeout(1800)
 @pytest.mark.parametrize("venv", VENVS)
-async def test_on_the_docker_backend(make_server, images, venv) -> None:
-    """The same API over containers of the docker backend's default template: programs run as
-    its unprivileged user, the work dir and /tmp writable, the image's root read-only (root and a
-    writable root are local-backend features; the SDK gets the command's own failure)."""
+async def test_root_commands_on_the_docker_backend(make_server, dev_image, venv) -> None:
+    """A sandbox of the image asked for (the dev image) is a container as a Prime user expects:
+    root inside (its own user namespace), a writable root (`mkdir -p /app`, a venv under /opt),
+    the SDK's timeout."""
     server = await make_server(http_port=0, warm=1, backend="docker")
-    o = await scenario(server, venv, "unprivileged", "/work", image=images)
-    assert o["status"] == "RUNNING"
-    assert o["cmd"] == {"stdout": "65534\n/work\nx\n", "stderr": "", "exit_code": 0}
-    assert o["read"] == "uploaded"
-    assert o["job"] == {"completed": True, "exit_code": 0, "stdout": "bg\n"}
-    assert o["root_dir"]["exit_code"] != 0
-    assert o["delete"] == {}
+    o = await scenario(server, venv, "commands", image=dev_image)
+    assert o["basic"] == {"stdout": "out\n", "stderr": "err\n", "exit_code": 3}
+    assert o["whoami"]["stdout"] == "0\n0\n"
+    assert o["workdir"]["exit_code"] == 0 and o["cwd"]["stdout"] == "/app\ndata\n"
+    assert o["timeout"]["error"] == "CommandTimeoutError", o["timeout"]
+    assert o["pip"] == {"stdout": "42\n", "stderr": "", "exit_code": 0}
 
 
 @pytest.mark.timeout(1800)

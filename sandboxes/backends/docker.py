@@ -22,6 +22,17 @@ programs), memory / pids / CPU limits from the template, `auto_remove` (a contai
 exited -- its lease lapsed -- removes itself) and the labels `sandboxes.pool`, `sandboxes.owner`
 (`host:pid:starttime`), `sandboxes.lease_ttl`, `sandboxes.sandbox`, `sandboxes.run_dir`.
 
+Root sandboxes (`Template.user="root"`): the agent builds the sandbox's root itself, as on the
+local backend, from the same image unpacked into the host's image cache (`images.resolve`,
+bind-mounted read-only at `IMAGE_MOUNT`): an overlay of it, idmapped into a user namespace whose
+ids are a host range of the sandbox's own (`ids.claim`), with an upper layer on a tmpfs of
+`root_size_bytes`; programs are root there and have no capability over the host. For that the
+container adds CAP_SYS_ADMIN (mounts, pivot_root, the user namespace) to the agent's
+capabilities, a private cgroup namespace (the sandbox's per-exec cgroups), and runs without
+Docker's seccomp profile, which refuses pivot_root: the agent's own filter (worn by its serving
+thread and by every program) is the one that holds. The agent binds its socket before it pivots,
+so the manager reaches it through the run dir while no program can.
+
 Readiness: the entrypoint is `/bin/sh -c` that opens the `ready` FIFO as fd 3 and execs the agent
 with `--ready-fd 3` (the agent has no `--ready-file`; an inherited fd cannot cross the container
 boundary, so the shell bridges it). The backend awaits the FIFO with `loop.add_reader`: one byte
@@ -48,8 +59,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 from .. import _bridge
-from ..errors import BackendUnavailable, InvalidRequest, LaunchError, SandboxError
+from ..errors import BackendUnavailable, LaunchError, SandboxError
 from ..templates import BYTES_PER_INODE, Template
+from . import ids, images
 from .base import SandboxHandle
 from .rundirs import alive, default_run_root, make_private_dir, read_json, starttime, write_json
 
@@ -69,6 +81,7 @@ T = TypeVar("T")
 DEFAULT_IMAGE = "sandboxes-sandbox:latest"
 AGENT_IN_IMAGE = "/usr/local/bin/sandbox-agent"
 RUN_MOUNT = "/run/sandbox"
+IMAGE_MOUNT = "/run/sandbox-image"  # a root sandbox's unpacked image, read-only (lower layer)
 DEFAULT_TMPFS_BYTES = 256 << 20
 DEFAULT_PIDS_LIMIT = 1024  # per container when the template sets no max_pids
 
@@ -90,6 +103,12 @@ AGENT_CAPABILITIES = {
     "DAC_OVERRIDE": "read, write and remove files in the work dir whatever their mode "
     "(the work dir belongs to the sandbox uid; programs may create 0600 files)",
     "FOWNER": "chmod / utime files the agent does not own (written by user programs)",
+}
+# What a root sandbox's agent needs besides: to build the sandbox's root (mounts, pivot_root) and
+# its user namespace. Programs, in that namespace, have no capability over the container's.
+ROOT_AGENT_CAPABILITIES = {
+    "SYS_ADMIN": "mount the sandbox's root (overlay, idmapped image, tmpfs), pivot_root into it, "
+    "make the programs' user namespace",
 }
 
 # The entrypoint script. fd 3 is the `ready` FIFO (opened first, so any failure after this point
@@ -114,11 +133,12 @@ def create_backend(**kwargs: Any) -> DockerBackend:
 class DockerSandbox:
     """What the docker backend knows of one sandbox (`SandboxHandle.backend_data`)."""
 
-    def __init__(self, container_id: str, name: str, image: str, run_dir: Path) -> None:
+    def __init__(self, container_id: str, name: str, image: str, run_dir: Path, id_base: int = 0) -> None:
         self.container_id = container_id
         self.name = name
         self.image = image
         self.run_dir = run_dir
+        self.id_base = id_base  # a root sandbox's host id range (0: none)
         self.pid: int | None = None  # the agent's pid as this host sees it (None: unknown)
         self.starttime: int | None = None
 
@@ -165,6 +185,7 @@ class DockerBackend:
         self._client: Any = None  # docker.DockerClient, made on first use (in a thread)
         self._client_lock = asyncio.Lock()
         self._live: dict[str, DockerSandbox] = {}
+        self._images: dict[str, str] = {}  # image -> its unpacked root (root sandboxes)
         self._cleanups: set[asyncio.Task[None]] = set()
         self._dir_ready = False
         self._hostname = socket.gethostname()
@@ -175,15 +196,33 @@ class DockerBackend:
 
     async def create(self, template: Template, sandbox_id: str) -> SandboxHandle:
         """Start a container for `template`; returns once its agent pushed readiness."""
-        if template.user != "sandbox":
-            raise InvalidRequest(
-                f"user={template.user!r} is not available on the docker backend: it runs programs "
-                "as the template's unprivileged uid (root inside a sandbox's own user namespace is "
-                "a local-backend feature)"
-            )
         image = template.image or self.default_image
         await self._api()  # BackendUnavailable before anything is made on the host
         agent_bin = self._agent_path() if template.agent_mount else None
+        image_root = await self._image_root(image) if template.user == "root" else None
+        id_base = ids.claim(sandbox_id) if template.user == "root" else 0
+        try:
+            return await self._create(template, sandbox_id, image, agent_bin, image_root, id_base)
+        except BaseException:
+            if id_base:
+                ids.release(id_base, sandbox_id)
+            raise
+
+    async def _image_root(self, image: str) -> str:
+        """The unpacked root of `image` in the host's cache (`images.resolve`), once per backend."""
+        if image not in self._images:
+            self._images[image] = str(await asyncio.to_thread(images.resolve, image))
+        return self._images[image]
+
+    async def _create(
+        self,
+        template: Template,
+        sandbox_id: str,
+        image: str,
+        agent_bin: str | None,
+        image_root: str | None,
+        id_base: int,
+    ) -> SandboxHandle:
         self._ensure_pool_dir()
         run_dir = self.pool_dir / sandbox_id
         sock = run_dir / "agent.sock"
@@ -195,6 +234,8 @@ class DockerBackend:
         token = secrets.token_urlsafe(32)
         name = f"sandboxes-{self.pool_id}-{sandbox_id}"
         spec = self._container_spec(template, image, name, run_dir, agent_bin)
+        if image_root is not None:
+            _as_root_sandbox(spec, template, image_root, id_base)
         loop = asyncio.get_running_loop()
         try:
             ready_fd = _prepare_run_dir(run_dir, token)
@@ -205,7 +246,7 @@ class DockerBackend:
         ds: DockerSandbox | None = None
         try:
             container_id = await asyncio.shield(start)
-            ds = DockerSandbox(container_id, name, image, run_dir)
+            ds = DockerSandbox(container_id, name, image, run_dir, id_base)
             self._live[sandbox_id] = ds
             fd, ready_fd = ready_fd, -1  # _await_ready owns (and closes) it from here
             if not await _await_ready(loop, fd):
@@ -248,6 +289,8 @@ class DockerBackend:
             await self._call(self._remove_container, ds.name)
         finally:
             await asyncio.to_thread(shutil.rmtree, ds.run_dir, True)
+            if ds.id_base:
+                ids.release(ds.id_base, handle.id)
 
     async def reap_orphans(self) -> int:
         """Remove containers and run dirs of dead pools on this host; returns how many containers.
@@ -273,6 +316,8 @@ class DockerBackend:
             except Exception:
                 log.exception("removing container %s failed", ds.name)
             self._live.pop(sid, None)
+            if ds.id_base:
+                ids.release(ds.id_base, sid)
         await asyncio.to_thread(shutil.rmtree, self.pool_dir, True)
         self._dir_ready = False
         client, self._client = self._client, None
@@ -518,6 +563,35 @@ class DockerBackend:
 
 
 # --- helpers -------------------------------------------------------------------------------------
+
+
+def _as_root_sandbox(spec: dict[str, Any], t: Template, image_root: str, id_base: int) -> None:
+    """Turns a container spec into a root sandbox's: the agent builds the root (module docstring)."""
+    entrypoint = spec["entrypoint"]
+    args = entrypoint[entrypoint.index(AGENT_IN_IMAGE) + 1 :]
+    at = args.index("--file-root")
+    del args[at : at + 2]  # the new root has its own /tmp, which the file calls reach already
+    at = args.index("--namespaces")
+    args[at + 1] = "pid,mnt,net,ipc,uts,cgroup,user"
+    args += [
+        "--new-root",
+        "--user", "root",
+        "--id-base", str(id_base),
+        "--root-size", str(t.root_size_bytes),
+        "--image-root", IMAGE_MOUNT,
+        "--work-size", str(t.work_size_bytes),
+        "--tmp-size", str(t.tmp_size_bytes),
+    ]  # fmt: skip
+    for p in t.ro_binds:
+        args += ["--ro-bind", p]
+    spec["entrypoint"] = entrypoint[: entrypoint.index(AGENT_IN_IMAGE) + 1] + args
+    hc = spec["host_config"]
+    hc["binds"][image_root] = {"bind": IMAGE_MOUNT, "mode": "ro"}
+    hc["tmpfs"] = {"/tmp": "rw,nosuid,nodev,size=1m,mode=0700"}  # the agent mounts the root's disk here
+    hc["cap_add"] = sorted({*AGENT_CAPABILITIES, *ROOT_AGENT_CAPABILITIES})
+    hc["security_opt"] = ["no-new-privileges", "seccomp=unconfined", "apparmor=unconfined"]
+    hc["cgroupns"] = "private"
+
 
 
 def _inodes(size: int) -> int:

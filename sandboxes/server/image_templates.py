@@ -3,10 +3,11 @@
 The Prime and E2B APIs ask for an image (`python:3.11-slim`) or a template name; the server runs
 templates. In order: a template of that name; a template whose `image` is that image; on a
 container backend (docker, kubernetes), a template made for that image from the default one (it
-runs that image; one the engine or registry does not have fails that sandbox's create as its
-platform's image pull would); on the local backend, the template named `AGENT_TEMPLATE` (a root
-sandbox with a writable root, what such clients expect of a container) when the server has one,
-else the pool's default template. The choice is reported to the caller (the sandbox's log), never
+runs that image, as root with a writable root where the backend gives root sandboxes, as such
+clients expect of a container; one the engine or registry does not have fails that sandbox's
+create as its platform's image pull would); on the local backend, the template named
+`AGENT_TEMPLATE` (a root sandbox with a writable root) when the server has one, else the pool's
+default template. The choice is reported to the caller (the sandbox's log), never
 silent.
 """
 
@@ -16,6 +17,7 @@ import hashlib
 from typing import Any
 
 from sandboxes.errors import QuotaExceeded
+from sandboxes.templates import ROOT_BACKENDS, Template
 
 __all__ = ["AGENT_TEMPLATE", "MAX_IMAGE_TEMPLATES", "default_templates", "template_for_image"]
 
@@ -27,11 +29,9 @@ IMAGE_TEMPLATE_PREFIX = "image-"
 
 def default_templates(backend: str) -> dict[str, Any] | None:
     """The templates of a server that serves the compatible APIs and was given none: the default
-    template, and on the local backend (where root sandboxes exist) the agent template. None: the
-    pool's own default."""
-    if backend != "local":
+    template, and where root sandboxes exist the agent template. None: the pool's own default."""
+    if backend not in ROOT_BACKENDS:
         return None
-    from sandboxes.templates import Template
 
     return {
         "default": Template(backend=backend),
@@ -55,7 +55,14 @@ async def template_for_image(pool: Any, image: str | None) -> tuple[str, str]:
             if sum(n.startswith(IMAGE_TEMPLATE_PREFIX) for n in templates) >= MAX_IMAGE_TEMPLATES:
                 raise QuotaExceeded(f"this server runs at most {MAX_IMAGE_TEMPLATES} images not in its templates")
             # A user's image has no agent of ours: docker mounts it in (a pod's image must have it).
-            derived = base.replace(name=name, image=image, warm=0, labels={}, agent_mount=base.backend == "docker")
+            derived = base.replace(
+                name=name,
+                image=image,
+                warm=0,
+                labels={},
+                agent_mount=base.backend == "docker",
+                user="root" if base.backend in ROOT_BACKENDS else base.user,
+            )
             await pool.add_template(derived)
             return name, f"the default template with image {image}"
     if AGENT_TEMPLATE in templates:

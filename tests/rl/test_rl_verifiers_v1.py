@@ -41,13 +41,16 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
-async def test_a_prime_runtime_session(make_server, prime_env) -> None:
-    """start (create, wait, mkdir -p the workdir), run (a background job), write, read, stop."""
+@pytest.mark.parametrize("backend", ["local", "docker"])
+async def test_a_prime_runtime_session(make_server, prime_env, request, backend) -> None:
+    """start (create, wait, mkdir -p the workdir), run (a background job), write, read, stop; on
+    docker in a container of the image asked for, as root with a writable root."""
     from verifiers.v1.runtimes.prime import PrimeConfig, PrimeRuntime
 
-    server = await make_server(http_port=0, warm=1)
+    image = request.getfixturevalue("images") if backend == "docker" else "python:3.11-slim"
+    server = await make_server(http_port=0, warm=1, backend=backend)
     prime_env(server)
-    rt = PrimeRuntime(PrimeConfig(image="python:3.11-slim"), name="session")
+    rt = PrimeRuntime(PrimeConfig(image=image), name="session")
     await rt.start()
     try:
         assert server.service.registry.get(rt.info.id) is not None

@@ -24,20 +24,29 @@ fn set_cloexec(fd: i32) {
 pub fn from_fd(fd: i32) -> std::io::Result<Listener> {
     set_cloexec(fd);
     // SAFETY: the launcher handed us this fd: a bound, listening unix socket we now own.
-    let std_listener = unsafe { std::os::unix::net::UnixListener::from_raw_fd(fd) };
-    std_listener.set_nonblocking(true)?;
+    from_std(unsafe { std::os::unix::net::UnixListener::from_raw_fd(fd) })
+}
+
+/// A unix socket already bound (e.g. by `bind_unix` before the agent pivoted into a new root,
+/// which hides the socket's directory), served from here on. Needs the runtime.
+pub fn from_std(l: std::os::unix::net::UnixListener) -> std::io::Result<Listener> {
+    l.set_nonblocking(true)?;
     Ok(Listener::Unix(UnixListenerStream::new(
-        tokio::net::UnixListener::from_std(std_listener)?,
+        tokio::net::UnixListener::from_std(l)?,
     )))
+}
+
+/// Binds `path` (close-on-exec, 0600: only the agent's own uid, the manager side, may connect).
+pub fn bind_unix(path: &str) -> std::io::Result<std::os::unix::net::UnixListener> {
+    let _ = std::fs::remove_file(path);
+    let l = std::os::unix::net::UnixListener::bind(path)?;
+    std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
+    Ok(l)
 }
 
 pub async fn from_spec(spec: &str) -> std::io::Result<Listener> {
     if let Some(path) = spec.strip_prefix("unix:") {
-        let _ = std::fs::remove_file(path);
-        let l = tokio::net::UnixListener::bind(path)?;
-        // Only the agent's own uid (the manager side) may connect.
-        std::fs::set_permissions(path, std::fs::Permissions::from_mode(0o600))?;
-        Ok(Listener::Unix(UnixListenerStream::new(l)))
+        from_std(bind_unix(path)?)
     } else if let Some(addr) = spec.strip_prefix("tcp:") {
         Ok(Listener::Tcp(TcpListenerStream::new(
             tokio::net::TcpListener::bind(addr).await?,

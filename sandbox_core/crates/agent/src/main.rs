@@ -151,6 +151,14 @@ fn main() {
     if args.loopback {
         setup::net::loopback_up().unwrap_or_else(|e| fail(e));
     }
+    // A socket named by its path is bound before the new root hides its directory (the docker
+    // backend's run dir); the manager reaches it from outside by that path.
+    let bound = match (&args.listen, args.listen_fd, args.new_root) {
+        (Some(spec), None, true) => spec
+            .strip_prefix("unix:")
+            .map(|p| listen::bind_unix(p).unwrap_or_else(|e| fail(format!("listen: {e}")))),
+        _ => None,
+    };
     if args.new_root {
         let spec = setup::rootfs::RootSpec {
             work_dir: args.work_dir.clone(),
@@ -182,7 +190,7 @@ fn main() {
         .enable_all()
         .build()
         .unwrap_or_else(|e| fail(format!("tokio runtime: {e}")));
-    let code = runtime.block_on(serve(args, token, programs, is_root));
+    let code = runtime.block_on(serve(args, token, programs, is_root, bound));
     std::process::exit(code);
 }
 
@@ -212,7 +220,13 @@ async fn warm_up(executor: &Executor) {
     }
 }
 
-async fn serve(args: cli::Args, token: String, programs: Programs, is_root: bool) -> i32 {
+async fn serve(
+    args: cli::Args,
+    token: String,
+    programs: Programs,
+    is_root: bool,
+    bound: Option<std::os::unix::net::UnixListener>,
+) -> i32 {
     let drop_uid = is_root && !args.keep_uid;
     let root_inside = args.user == "root";
     let config = ExecutorConfig {
@@ -257,10 +271,11 @@ async fn serve(args: cli::Args, token: String, programs: Programs, is_root: bool
             }
         }
     }
-    let listener = match (args.listen_fd, &args.listen) {
-        (Some(fd), _) => listen::from_fd(fd),
-        (None, Some(spec)) => listen::from_spec(spec).await,
-        (None, None) => fail("nowhere to listen: pass --listen or --listen-fd"),
+    let listener = match (bound, args.listen_fd, &args.listen) {
+        (Some(l), _, _) => listen::from_std(l),
+        (None, Some(fd), _) => listen::from_fd(fd),
+        (None, None, Some(spec)) => listen::from_spec(spec).await,
+        (None, None, None) => fail("nowhere to listen: pass --listen or --listen-fd"),
     }
     .unwrap_or_else(|e| fail(format!("listen: {e}")));
 

@@ -5,10 +5,13 @@
 //! root inside still cannot mount, trace the agent, open raw sockets or load modules.
 //!
 //! Made once, before the agent starts any thread: a forked child takes the sandbox's own root id
-//! (so that id, not the host's root, owns the namespace), unshares its user namespace and waits; the agent (root on the host) writes the child's id maps, keeps an fd of the namespace
-//! and ends the child. The namespace lives as long as the fd, i.e. as the agent.
+//! (so that id, not the host's root, owns the namespace), unshares its user namespace, sends the
+//! agent an fd of it (over a socket pair: opening another uid's `/proc/<pid>/ns/user` would need
+//! CAP_SYS_PTRACE, which a container's agent does not have) and waits; the agent (root on the
+//! host) writes the child's id maps, keeps the fd and ends the child. The namespace lives as long
+//! as the fd, i.e. as the agent.
 
-use std::io::{Read, Write};
+use std::io::Write;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
 
 use crate::error::SetupError;
@@ -28,7 +31,7 @@ pub fn create(base: u32) -> Result<OwnedFd, SetupError> {
             source: std::io::Error::from_raw_os_error(libc::EINVAL),
         });
     }
-    let (mut unshared_r, unshared_w) = pipe().map_err(err("pipe"))?;
+    let (unshared_r, unshared_w) = socket_pair().map_err(err("socketpair"))?;
     let (done_r, mut done_w) = pipe().map_err(err("pipe"))?;
     // SAFETY: the agent has no thread yet; the child only makes raw syscalls and exits.
     let pid = unsafe { libc::fork() };
@@ -48,11 +51,18 @@ pub fn create(base: u32) -> Result<OwnedFd, SetupError> {
             let dropped = libc::setgroups(0, std::ptr::null()) == 0
                 && libc::setresgid(base, base, base) == 0
                 && libc::setresuid(base, base, base) == 0;
+            let mut ns = -1;
             if dropped && libc::unshare(libc::CLONE_NEWUSER) == 0 {
-                msg[0] = b'1';
-                libc::readlink(c"/proc/self".as_ptr(), msg[1..].as_mut_ptr().cast(), 15);
+                ns = libc::open(
+                    c"/proc/self/ns/user".as_ptr(),
+                    libc::O_RDONLY | libc::O_CLOEXEC,
+                );
+                if ns >= 0 {
+                    msg[0] = b'1';
+                    libc::readlink(c"/proc/self".as_ptr(), msg[1..].as_mut_ptr().cast(), 15);
+                }
             }
-            libc::write(unshared_w.as_raw_fd(), msg.as_ptr().cast(), msg.len());
+            send_with_fd(unshared_w.as_raw_fd(), &msg, ns);
             let mut b = 0u8;
             libc::read(done_r.as_raw_fd(), (&mut b as *mut u8).cast(), 1);
             libc::_exit(0);
@@ -60,12 +70,11 @@ pub fn create(base: u32) -> Result<OwnedFd, SetupError> {
     }
     drop((unshared_w, done_r));
     let result = (|| {
-        let mut msg = [0u8; 16];
-        unshared_r.read_exact(&mut msg).map_err(err("unshare"))?;
+        let (msg, ns) = recv_with_fd(&unshared_r).map_err(err("unshare"))?;
         let host_pid = std::str::from_utf8(&msg[1..])
             .ok()
             .and_then(|s| s.trim_end_matches('\0').parse::<u32>().ok());
-        let (b'1', Some(host_pid)) = (msg[0], host_pid) else {
+        let (b'1', Some(host_pid), Some(ns)) = (msg[0], host_pid, ns) else {
             return Err(err("unshare")(std::io::Error::from_raw_os_error(
                 libc::EPERM,
             )));
@@ -74,7 +83,6 @@ pub fn create(base: u32) -> Result<OwnedFd, SetupError> {
         let proc = format!("/proc/{host_pid}");
         std::fs::write(format!("{proc}/uid_map"), &map).map_err(err("uid_map"))?;
         std::fs::write(format!("{proc}/gid_map"), &map).map_err(err("gid_map"))?;
-        let ns = std::fs::File::open(format!("{proc}/ns/user")).map_err(err("open ns"))?;
         // Where the executor uses it (the fd the seccomp filter lets `setns` take), placed now
         // while the agent has one thread: growing the fd table later, with threads, waits for
         // an RCU grace period (~10 ms here).
@@ -93,6 +101,89 @@ pub fn create(base: u32) -> Result<OwnedFd, SetupError> {
     // SAFETY: reaping our own child.
     unsafe { libc::waitpid(pid, &mut status, 0) };
     result
+}
+
+const MSG_LEN: usize = 16;
+
+/// One datagram of `msg` carrying `fd` (when it is one) as SCM_RIGHTS. Async-signal-safe.
+///
+/// # Safety
+/// `sock` is a datagram socket; `fd` is -1 or an open fd.
+unsafe fn send_with_fd(sock: libc::c_int, msg: &[u8; MSG_LEN], fd: libc::c_int) {
+    let mut iov = libc::iovec {
+        iov_base: msg.as_ptr() as *mut libc::c_void,
+        iov_len: msg.len(),
+    };
+    // Room for one fd's control message, aligned for cmsghdr.
+    let mut control = [0u64; 4];
+    let mut hdr: libc::msghdr = std::mem::zeroed();
+    hdr.msg_iov = &mut iov;
+    hdr.msg_iovlen = 1;
+    if fd >= 0 {
+        hdr.msg_control = control.as_mut_ptr().cast();
+        hdr.msg_controllen = libc::CMSG_SPACE(std::mem::size_of::<libc::c_int>() as u32) as usize;
+        let cmsg = libc::CMSG_FIRSTHDR(&hdr);
+        (*cmsg).cmsg_level = libc::SOL_SOCKET;
+        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
+        (*cmsg).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<libc::c_int>() as u32) as usize;
+        std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::c_int>(), fd);
+    }
+    libc::sendmsg(sock, &hdr, 0);
+}
+
+/// The child's datagram and the fd it carried, if any.
+fn recv_with_fd(sock: &OwnedFd) -> std::io::Result<([u8; MSG_LEN], Option<OwnedFd>)> {
+    let mut msg = [0u8; MSG_LEN];
+    let mut iov = libc::iovec {
+        iov_base: msg.as_mut_ptr().cast(),
+        iov_len: msg.len(),
+    };
+    let mut control = [0u64; 4];
+    // SAFETY: a zeroed msghdr is valid; every pointer set below outlives the call.
+    let mut hdr: libc::msghdr = unsafe { std::mem::zeroed() };
+    hdr.msg_iov = &mut iov;
+    hdr.msg_iovlen = 1;
+    hdr.msg_control = control.as_mut_ptr().cast();
+    hdr.msg_controllen = std::mem::size_of_val(&control);
+    // SAFETY: recvmsg into the buffers above.
+    let n = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut hdr, libc::MSG_CMSG_CLOEXEC) };
+    if n < 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    if n as usize != MSG_LEN {
+        return Err(std::io::Error::from_raw_os_error(libc::EPIPE));
+    }
+    let mut fd = None;
+    // SAFETY: walking the control messages the kernel filled in.
+    unsafe {
+        let cmsg = libc::CMSG_FIRSTHDR(&hdr);
+        if !cmsg.is_null()
+            && (*cmsg).cmsg_level == libc::SOL_SOCKET
+            && (*cmsg).cmsg_type == libc::SCM_RIGHTS
+        {
+            let raw = std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::c_int>());
+            fd = Some(OwnedFd::from_raw_fd(raw));
+        }
+    }
+    Ok((msg, fd))
+}
+
+fn socket_pair() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: socketpair into a valid array.
+    if unsafe {
+        libc::socketpair(
+            libc::AF_UNIX,
+            libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
+            0,
+            fds.as_mut_ptr(),
+        )
+    } != 0
+    {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: both fds were just created and are owned by nobody else.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
 fn pipe() -> std::io::Result<(std::fs::File, std::fs::File)> {
