@@ -132,7 +132,7 @@ async def test_container_is_locked_down(docker_api: Any, docker_pool: MakePool) 
             try:
                 os.listdir('/run/sandbox')
                 print('run dir visible')
-            except PermissionError:
+            except OSError:
                 print('run dir hidden')
             open('/tmp/t', 'w').write('x'); open('/work/w', 'w').write('x'); print('tmp ok')
             """
@@ -142,7 +142,7 @@ async def test_container_is_locked_down(docker_api: Any, docker_pool: MakePool) 
         lines = r.stdout.decode().splitlines()
         assert lines[0] == "65534 65534"
         assert int(lines[1], 16) == 0  # no capability at all
-        assert lines[2:5] == ["ro 30"] * 3  # EROFS
+        assert lines[2:5] == ["ro 13"] * 3  # EACCES: the image's files are root's inside
         assert lines[5:] == ["run dir hidden", "tmp ok"]
         ds = sb.handle.backend_data
         assert not (ds.run_dir / "token").exists()  # removed once the agent was ready
@@ -207,7 +207,7 @@ async def test_network_is_really_off(docker_pool: MakePool) -> None:
             script = textwrap.dedent(
                 f"""
                 import errno, os, socket
-                print(sorted(os.listdir('/sys/class/net')))
+                print(sorted(l.split(':')[0].strip() for l in open('/proc/net/dev').readlines()[2:]))
                 print(len(open('/proc/net/route').read().splitlines()) - 1)
                 s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
                 try:
@@ -242,16 +242,15 @@ async def test_memory_limit_verdict(docker_pool: MakePool) -> None:
         assert (await sb.exec(["echo", "alive"])).stdout == b"alive\n"
         r = await sb.exec(["python3", "-c", hog])
         assert r.signal == signal.SIGKILL or r.exit_code != 0
-        # No per-exec cgroup in a container (/sys/fs/cgroup is read-only): the agent tells the OOM
-        # kill from the rise of its container's own memory cgroup oom_kill counter.
-        assert (await sb.info()).cgroup_version == "none"
+        # Per-exec cgroups in the container's own cgroup namespace: the exec's limit killed it.
+        assert (await sb.info()).cgroup_version != "none"
         assert case.verdict.value == "memory_limit", case
         assert r.oom_killed
 
 
 async def test_processes_of_one_container_do_not_limit_another(docker_pool: MakePool) -> None:
-    """Sandboxes share uid 65534 on the host: a per-uid RLIMIT_NPROC would let one container's
-    processes starve another's forks. The container's pids limit bounds each one instead."""
+    """Each container's programs have host ids of its own (its user namespace's range), and the
+    container's pids limit bounds each: one container's processes never starve another's forks."""
     pool = await docker_pool(warm=0)
     async with pool.sandbox() as a, pool.sandbox() as b:
         stream = a.exec_stream(["/bin/sh", "-c", "for i in $(seq 300); do sleep 60 & done; echo up; wait"])
@@ -291,9 +290,9 @@ async def test_a_default_container_is_bounded(docker_api: Any, docker_pool: Make
         hc = docker_api.inspect_container(sb.handle.backend_data.container_id)["HostConfig"]
         assert (hc["Memory"], hc["PidsLimit"], hc["NanoCpus"]) == (
             t.memory_bytes, t.max_pids, int(t.cpu_quota * 1e9))
-        work_opts = hc["Tmpfs"][t.work_dir]
-        assert f"size={t.work_size_bytes}" in work_opts
-        assert f"nr_inodes={t.work_size_bytes // sandboxes.templates.BYTES_PER_INODE}" in work_opts
+        r = await sb.exec(["sh", "-c", f"stat -f -c '%b %S %c' {t.work_dir}"])
+        blocks, block_size, inodes = map(int, r.stdout.split())
+        assert (blocks * block_size, inodes) == (t.work_size_bytes, t.work_size_bytes // sandboxes.templates.BYTES_PER_INODE), r
         loose = sandboxes.Limits(memory_bytes=4 << 30, wall_time_s=60)
         r = await sb.exec(["python3", "-c", "b = b'x' * (1536 << 20); print('allocated')"], limits=loose)
         assert r.stdout == b"" and r.exit_code != 0, r

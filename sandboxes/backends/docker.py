@@ -14,24 +14,23 @@ Layout on the host (the root is the local backend's: `SANDBOXES_RUN_DIR`, `/run/
         agent.sock  the agent's socket (0600, owned by root: only the manager may connect)
         agent.log   the agent's stderr (start-up errors are read from here)
 
-Container settings: read-only root, tmpfs /tmp and work dir (size-limited, exec allowed: the
-judge runs compiled programs from them), `network_mode="none"` unless the template allows the
-network, every capability dropped but the few the agent needs (`AGENT_CAPABILITIES`),
-`no-new-privileges`, Docker's default seccomp profile (the agent adds its own filter for user
-programs), memory / pids / CPU limits from the template, `auto_remove` (a container whose agent
+Container settings: read-only root (the container's own, which only the agent sees), the image
+unpacked into the host's image cache (`images.resolve`, once per image id) bind-mounted read-only
+at `IMAGE_MOUNT`, `network_mode="none"` unless the template allows the network, every capability
+dropped but the few the agent needs (`AGENT_CAPABILITIES`), `no-new-privileges`, a private cgroup
+namespace, memory / pids / CPU limits from the template, `auto_remove` (a container whose agent
 exited -- its lease lapsed -- removes itself) and the labels `sandboxes.pool`, `sandboxes.owner`
 (`host:pid:starttime`), `sandboxes.lease_ttl`, `sandboxes.sandbox`, `sandboxes.run_dir`.
 
-Root sandboxes (`Template.user="root"`): the agent builds the sandbox's root itself, as on the
-local backend, from the same image unpacked into the host's image cache (`images.resolve`,
-bind-mounted read-only at `IMAGE_MOUNT`): an overlay of it, idmapped into a user namespace whose
-ids are a host range of the sandbox's own (`ids.claim`), with an upper layer on a tmpfs of
-`root_size_bytes`; programs are root there and have no capability over the host. For that the
-container adds CAP_SYS_ADMIN (mounts, pivot_root, the user namespace) to the agent's
-capabilities, a private cgroup namespace (the sandbox's per-exec cgroups), and runs without
-Docker's seccomp profile, which refuses pivot_root: the agent's own filter (worn by its serving
-thread and by every program) is the one that holds. The agent binds its socket before it pivots,
-so the manager reaches it through the run dir while no program can.
+The sandbox is the agent's, as on the local backend: the agent builds the root (an overlay of
+the unpacked image, idmapped into a user namespace whose ids are a host range of the sandbox's
+own, `ids.claim`, with its upper layer, work dir and /tmp on tmpfs bounded in size and inodes),
+pivots into it and runs programs in that namespace: uid 65534 by default, root (with a writable
+root of `root_size_bytes`) for `Template.user="root"`, never with a capability over the host;
+its per-exec cgroups live in the container's cgroup namespace. The agent binds its socket before
+it pivots, so the manager reaches it through the run dir while no program can. Docker's seccomp
+profile is off (`SECURITY_OPTS`: it refuses pivot_root): the agent's own filter, worn by its
+serving thread and by every program, is the one that holds.
 
 Readiness: the entrypoint is `/bin/sh -c` that opens the `ready` FIFO as fd 3 and execs the agent
 with `--ready-fd 3` (the agent has no `--ready-file`; an inherited fd cannot cross the container
@@ -60,7 +59,7 @@ from typing import Any, TypeVar
 
 from .. import _bridge
 from ..errors import BackendUnavailable, LaunchError, SandboxError
-from ..templates import BYTES_PER_INODE, Template
+from ..templates import Template
 from . import ids, images
 from .base import SandboxHandle
 from .rundirs import alive, default_run_root, make_private_dir, read_json, starttime, write_json
@@ -81,8 +80,8 @@ T = TypeVar("T")
 DEFAULT_IMAGE = "sandboxes-sandbox:latest"
 AGENT_IN_IMAGE = "/usr/local/bin/sandbox-agent"
 RUN_MOUNT = "/run/sandbox"
-IMAGE_MOUNT = "/run/sandbox-image"  # a root sandbox's unpacked image, read-only (lower layer)
-DEFAULT_TMPFS_BYTES = 256 << 20
+IMAGE_MOUNT = "/run/sandbox-image"  # the unpacked image, read-only (the root's lower layer)
+BUILD_DIR = "/run/sandbox-disk"  # where the agent mounts the sandbox's disk and builds its root
 DEFAULT_PIDS_LIMIT = 1024  # per container when the template sets no max_pids
 
 LABEL_POOL = "sandboxes.pool"
@@ -103,13 +102,13 @@ AGENT_CAPABILITIES = {
     "DAC_OVERRIDE": "read, write and remove files in the work dir whatever their mode "
     "(the work dir belongs to the sandbox uid; programs may create 0600 files)",
     "FOWNER": "chmod / utime files the agent does not own (written by user programs)",
+    "SYS_ADMIN": "mount the sandbox's root (overlay of the idmapped image, tmpfs), pivot_root into "
+    "it, make the programs' user namespace",
 }
-# What a root sandbox's agent needs besides: to build the sandbox's root (mounts, pivot_root) and
-# its user namespace. Programs, in that namespace, have no capability over the container's.
-ROOT_AGENT_CAPABILITIES = {
-    "SYS_ADMIN": "mount the sandbox's root (overlay, idmapped image, tmpfs), pivot_root into it, "
-    "make the programs' user namespace",
-}
+# Docker's seccomp profile refuses pivot_root; the agent's own filter, worn by its serving thread
+# and every program, is the one that holds. No AppArmor profile either (docker-default refuses
+# mounts): the agent builds the root, then nothing in the sandbox can mount.
+SECURITY_OPTS = ("no-new-privileges", "seccomp=unconfined", "apparmor=unconfined")
 
 # The entrypoint script. fd 3 is the `ready` FIFO (opened first, so any failure after this point
 # closes it: the backend sees end-of-file), stderr goes to agent.log in the run dir (readable from
@@ -185,7 +184,7 @@ class DockerBackend:
         self._client: Any = None  # docker.DockerClient, made on first use (in a thread)
         self._client_lock = asyncio.Lock()
         self._live: dict[str, DockerSandbox] = {}
-        self._images: dict[str, str] = {}  # image -> its unpacked root (root sandboxes)
+        self._images: dict[str, str] = {}  # image -> its unpacked root in the host's cache
         self._cleanups: set[asyncio.Task[None]] = set()
         self._dir_ready = False
         self._hostname = socket.gethostname()
@@ -199,8 +198,8 @@ class DockerBackend:
         image = template.image or self.default_image
         await self._api()  # BackendUnavailable before anything is made on the host
         agent_bin = self._agent_path() if template.agent_mount else None
-        image_root = await self._image_root(image) if template.user == "root" else None
-        id_base = ids.claim(sandbox_id) if template.user == "root" else 0
+        image_root = await self._image_root(image)
+        id_base = ids.claim(sandbox_id)
         try:
             return await self._create(template, sandbox_id, image, agent_bin, image_root, id_base)
         except BaseException:
@@ -220,7 +219,7 @@ class DockerBackend:
         sandbox_id: str,
         image: str,
         agent_bin: str | None,
-        image_root: str | None,
+        image_root: str,
         id_base: int,
     ) -> SandboxHandle:
         self._ensure_pool_dir()
@@ -233,9 +232,7 @@ class DockerBackend:
             )
         token = secrets.token_urlsafe(32)
         name = f"sandboxes-{self.pool_id}-{sandbox_id}"
-        spec = self._container_spec(template, image, name, run_dir, agent_bin)
-        if image_root is not None:
-            _as_root_sandbox(spec, template, image_root, id_base)
+        spec = self._container_spec(template, image, name, run_dir, agent_bin, image_root, id_base)
         loop = asyncio.get_running_loop()
         try:
             ready_fd = _prepare_run_dir(run_dir, token)
@@ -368,7 +365,14 @@ class DockerBackend:
             raise BackendUnavailable(f"docker backend is closed: {e}") from e
 
     def _container_spec(
-        self, t: Template, image: str, name: str, run_dir: Path, agent_bin: str | None
+        self,
+        t: Template,
+        image: str,
+        name: str,
+        run_dir: Path,
+        agent_bin: str | None,
+        image_root: str,
+        id_base: int,
     ) -> dict[str, Any]:
         agent_args = [
             "--listen", f"unix:{RUN_MOUNT}/agent.sock",
@@ -377,9 +381,16 @@ class DockerBackend:
             "--work-dir", t.work_dir,
             "--uid", str(t.uid),
             "--gid", str(t.gid),
-            "--namespaces", "pid,mnt,net,ipc,uts",
+            "--namespaces", "pid,mnt,net,ipc,uts,cgroup,user",
             "--python-zygote", t.python_zygote,
-            "--file-root", "/tmp",  # the container's own tmpfs (below)
+            "--new-root",
+            "--build-dir", BUILD_DIR,
+            "--image-root", IMAGE_MOUNT,
+            "--user", t.user,
+            "--id-base", str(id_base),
+            "--root-size", str(t.root_size_bytes),
+            "--work-size", str(t.work_size_bytes),
+            "--tmp-size", str(t.tmp_size_bytes),
         ]  # fmt: skip
         if not t.seccomp:
             agent_args.append("--no-seccomp")
@@ -387,26 +398,25 @@ class DockerBackend:
             agent_args.append("--no-cgroups")
         for k, v in t.env.items():
             agent_args += ["--env", f"{k}={v}"]
-        binds = {str(run_dir): {"bind": RUN_MOUNT, "mode": "rw"}}
+        binds = {
+            str(run_dir): {"bind": RUN_MOUNT, "mode": "rw"},
+            image_root: {"bind": IMAGE_MOUNT, "mode": "ro"},
+        }
         if agent_bin:
             binds[agent_bin] = {"bind": AGENT_IN_IMAGE, "mode": "ro"}
         for p in t.ro_binds:
-            binds[p] = {"bind": p, "mode": "ro"}
-        work = t.work_size_bytes or DEFAULT_TMPFS_BYTES
-        tmp = t.tmp_size_bytes or DEFAULT_TMPFS_BYTES
-        tmpfs = {
-            "/tmp": f"rw,exec,nosuid,nodev,size={tmp},nr_inodes={_inodes(tmp)},mode=1777",
-            t.work_dir: f"rw,exec,nosuid,nodev,size={work},nr_inodes={_inodes(work)},"
-            f"uid={t.uid},gid={t.gid},mode=0755",
-        }
+            binds[p] = {"bind": p, "mode": "ro"}  # into the container, and from there into the root
+            agent_args += ["--ro-bind", p]
         host_config: dict[str, Any] = {
             "binds": binds,
-            "tmpfs": tmpfs,
+            # The mount point of the sandbox's disk (a directory docker makes in the read-only root).
+            "tmpfs": {BUILD_DIR: "rw,nosuid,nodev,noexec,size=1m,mode=0700"},
             "read_only": True,
             "network_mode": "bridge" if t.network else "none",
             "cap_drop": ["ALL"],
             "cap_add": sorted(AGENT_CAPABILITIES),
-            "security_opt": ["no-new-privileges"],
+            "security_opt": list(SECURITY_OPTS),
+            "cgroupns": "private",
             "pids_limit": t.max_pids or DEFAULT_PIDS_LIMIT,
             "auto_remove": True,
             "init": False,
@@ -564,39 +574,6 @@ class DockerBackend:
 
 # --- helpers -------------------------------------------------------------------------------------
 
-
-def _as_root_sandbox(spec: dict[str, Any], t: Template, image_root: str, id_base: int) -> None:
-    """Turns a container spec into a root sandbox's: the agent builds the root (module docstring)."""
-    entrypoint = spec["entrypoint"]
-    args = entrypoint[entrypoint.index(AGENT_IN_IMAGE) + 1 :]
-    at = args.index("--file-root")
-    del args[at : at + 2]  # the new root has its own /tmp, which the file calls reach already
-    at = args.index("--namespaces")
-    args[at + 1] = "pid,mnt,net,ipc,uts,cgroup,user"
-    args += [
-        "--new-root",
-        "--user", "root",
-        "--id-base", str(id_base),
-        "--root-size", str(t.root_size_bytes),
-        "--image-root", IMAGE_MOUNT,
-        "--work-size", str(t.work_size_bytes),
-        "--tmp-size", str(t.tmp_size_bytes),
-    ]  # fmt: skip
-    for p in t.ro_binds:
-        args += ["--ro-bind", p]
-    spec["entrypoint"] = entrypoint[: entrypoint.index(AGENT_IN_IMAGE) + 1] + args
-    hc = spec["host_config"]
-    hc["binds"][image_root] = {"bind": IMAGE_MOUNT, "mode": "ro"}
-    hc["tmpfs"] = {"/tmp": "rw,nosuid,nodev,size=1m,mode=0700"}  # the agent mounts the root's disk here
-    hc["cap_add"] = sorted({*AGENT_CAPABILITIES, *ROOT_AGENT_CAPABILITIES})
-    hc["security_opt"] = ["no-new-privileges", "seccomp=unconfined", "apparmor=unconfined"]
-    hc["cgroupns"] = "private"
-
-
-
-def _inodes(size: int) -> int:
-    """Inodes of a tmpfs of `size` bytes (see `templates.BYTES_PER_INODE`)."""
-    return max(1024, size // BYTES_PER_INODE)
 
 
 def _prepare_run_dir(run_dir: Path, token: str) -> int:

@@ -71,6 +71,10 @@ pub struct Args {
     /// into it. Needs fresh mount, pid and cgroup namespaces (the local launcher makes them).
     #[arg(long)]
     pub new_root: bool,
+    /// Where --new-root builds the root (the sandbox's disk is mounted here; what is beneath it,
+    /// e.g. a --ro-bind source, is hidden from then on).
+    #[arg(long, default_value = "/tmp")]
+    pub build_dir: PathBuf,
     /// Extra host paths bind-mounted read-only into the new root.
     #[arg(long = "ro-bind")]
     pub ro_binds: Vec<PathBuf>,

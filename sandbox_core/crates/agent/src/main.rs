@@ -173,6 +173,7 @@ fn main() {
                 .map(|ns| std::os::fd::AsRawFd::as_raw_fd(ns.as_ref())),
             inside: (programs.uid, programs.gid),
             image: args.image_root.clone(),
+            disk: args.build_dir.clone(),
             writable_size: (args.user == "root").then_some(match args.root_size {
                 0 => DEFAULT_ROOT_SIZE,
                 n => n,

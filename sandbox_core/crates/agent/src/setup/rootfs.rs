@@ -45,13 +45,15 @@ pub struct RootSpec {
     /// An unpacked image to build the root on (the lower layer of an overlay whose upper layer
     /// is the sandbox's disk) instead of the host's `/usr`.
     pub image: Option<PathBuf>,
+    /// Where the new root is built (a directory that exists and holds nothing a sandbox needs:
+    /// whatever is beneath it, binds included, is hidden from then on).
+    pub disk: PathBuf,
 }
 
 const DEFAULT_TMPFS: u64 = 256 << 20;
 /// The disk of an image sandbox that is not a root one (only root and the image's own
 /// world-writable directories can use it).
 const DEFAULT_IMAGE_DISK: u64 = 64 << 20;
-const NEW_ROOT: &str = "/tmp";
 const TOP_LINKS: [&str; 6] = ["bin", "sbin", "lib", "lib32", "lib64", "libx32"];
 const ETC_FROM_HOST: [&str; 10] = [
     "ld.so.cache",
@@ -343,7 +345,7 @@ fn chown(p: &Path, uid: u32, gid: u32) -> Result<(), SetupError> {
 
 /// The read-only root of a judge-style sandbox: a small tmpfs with the host's `/usr` bound in.
 fn read_only_root(spec: &RootSpec) -> Result<PathBuf, SetupError> {
-    let root = Path::new(NEW_ROOT);
+    let root = spec.disk.as_path();
     mount(
         None,
         root,
@@ -365,9 +367,9 @@ fn read_only_root(spec: &RootSpec) -> Result<PathBuf, SetupError> {
     Ok(root.to_path_buf())
 }
 
-/// The writable root (see the module's doc): the disk at NEW_ROOT, the root a directory of it.
+/// The writable root (see the module's doc): the disk at `spec.disk`, the root a directory of it.
 fn writable_root(spec: &RootSpec, size: u64) -> Result<PathBuf, SetupError> {
-    let disk = Path::new(NEW_ROOT);
+    let disk = spec.disk.as_path();
     tmpfs(disk, size, "700", "")?;
     let root = disk.join("root");
     for d in ["root", "usr.lower", "usr.upper", "usr.work"] {
@@ -482,7 +484,7 @@ fn idmapped_bind(src: &Path, target: &Path, userns: RawFd) -> Result<(), SetupEr
 /// namespace when there is one, so its root-owned files are root's inside) and the sandbox's disk.
 /// Root sandboxes may write anywhere; others only where the image's modes let their uid.
 fn image_root(spec: &RootSpec, image: &Path, size: u64) -> Result<PathBuf, SetupError> {
-    let disk = Path::new(NEW_ROOT);
+    let disk = spec.disk.as_path();
     tmpfs(disk, size, "700", "")?;
     let (lower, upper, work, root) = (
         disk.join("image"),
