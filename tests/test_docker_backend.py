@@ -492,3 +492,21 @@ async def test_templates_choose_backend_and_image() -> None:
 
     args = build_parser().parse_args(["serve", "--backend", "docker", "--image", "my/image:1"])
     assert (args.backend, args.image) == ("docker", "my/image:1")
+
+
+async def test_per_exec_limits_hold_in_a_container(docker_pool: MakePool) -> None:
+    """An exec's own memory and pids limits are its cgroup's (the container's cgroup namespace),
+    well below the container's: a program over them is killed, the sandbox serves on."""
+    pool = await docker_pool(warm=0)
+    async with pool.sandbox() as sb:
+        r = await sb.exec(
+            ["python3", "-c", "x = bytearray(300 << 20); print('allocated')"],
+            limits=sandboxes.Limits(memory_bytes=64 << 20),
+        )
+        assert r.oom_killed and r.stdout == b"", r
+        r = await sb.exec(
+            ["/bin/sh", "-c", "for i in $(seq 40); do sleep 5 & done 2>/dev/null; wait; echo done"],
+            limits=sandboxes.Limits(max_pids=10, wall_time_s=30),
+        )
+        assert r.pids_limited and r.exit_code != 0 and b"done" not in r.stdout, r
+        assert (await sb.exec(["echo", "alive"])).stdout == b"alive\n"
