@@ -209,6 +209,8 @@ def to_agent_info(i: Any) -> types.AgentInfo:
         uptime_s=i.uptime_s,
         work_dir=i.work_dir,
         landlock=i.landlock,
+        egress_allowed=i.egress_allowed,
+        egress_refused=i.egress_refused,
     )
 
 

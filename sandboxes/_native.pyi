@@ -94,6 +94,8 @@ class AgentInfo:
     memory_bytes: int
     uptime_s: float
     work_dir: str
+    egress_allowed: int
+    egress_refused: int
 
 class CaseResult:
     verdict: str  # accepted | wrong_answer | time_limit | memory_limit | runtime_error |
@@ -195,6 +197,7 @@ class LaunchConfig:
     id_base: int
     root_size_bytes: int
     image_root: str
+    egress_allow: list[str]
 
     def __init__(
         self,
@@ -220,6 +223,7 @@ class LaunchConfig:
         id_base: int = 0,  # root: first host id of the sandbox's user namespace
         root_size_bytes: int = 0,  # root: size of the writable root
         image_root: str = "",  # an unpacked image to build the root on ("": host /usr view)
+        egress_allow: list[str] | None = None,  # allow-list rules (see Template.network)
     ) -> None: ...
 
 class LocalSandbox:

@@ -19,6 +19,7 @@ _ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 PYTHON_ZYGOTE_MODES = ("lazy", "eager", "off")
 USERS = ("sandbox", "root")
 ROOT_BACKENDS = ("local", "docker")  # the backends that give `user="root"` sandboxes
+MAX_EGRESS_RULES = 256
 
 # The bounds of every template that names none (documented in docs/sandbox.md).
 DEFAULT_MEMORY_BYTES = 1 << 30
@@ -59,6 +60,13 @@ class Template:
     the host) with a writable root file system of `root_size_bytes` (`ROOT_BACKENDS`; thrown
     away with the sandbox, the host's files and the image never change).
 
+    `network` is the egress policy: False (none: only the sandbox's own loopback), True (the
+    host's network, or the container's bridge), or a list of allow-list rules (local and docker
+    backends): host names (`pypi.org`), their subdomains (`*.pythonhosted.org`), addresses or
+    networks (`10.0.0.0/8`), each with an optional `:port`. An allow-list sandbox's only way out
+    is its agent's proxy (the proxy variables are in every program's environment); a name must
+    resolve to a public address unless a rule names the address (docs/sandbox.md).
+
     `python_zygote` is when the agent starts its prewarmed Python interpreter, from which Python
     executions and test cases are forked: `"lazy"` on the first Python execution (which, like any
     until it is up, starts a fresh interpreter), `"eager"` when the sandbox starts, so that a
@@ -75,7 +83,7 @@ class Template:
     max_pids: int = DEFAULT_MAX_PIDS
     cpu_quota: float = DEFAULT_CPU_QUOTA
     env: Mapping[str, str] = field(default_factory=dict)
-    network: bool = False
+    network: bool | tuple[str, ...] = False
     lease_ttl_s: float = 30.0
     warm: int | None = None
     uid: int = 65534
@@ -98,6 +106,8 @@ class Template:
         object.__setattr__(self, "env", dict(self.env))
         object.__setattr__(self, "labels", dict(self.labels))
         object.__setattr__(self, "ro_binds", tuple(self.ro_binds))
+        if isinstance(self.network, (list, tuple)):
+            object.__setattr__(self, "network", tuple(self.network))
         self.validate()
 
     def validate(self) -> None:
@@ -133,6 +143,7 @@ class Template:
         if self.user not in USERS:
             raise InvalidRequest(f"user must be one of {', '.join(USERS)}, got {self.user!r}")
         _check_int("root_size_bytes", self.root_size_bytes, 0, 1 << 40)
+        _check_network(self.network)
         if not isinstance(self.agent_mount, bool):
             raise InvalidRequest(f"agent_mount must be a bool, got {self.agent_mount!r}")
         if not self.work_dir.startswith("/"):
@@ -148,6 +159,25 @@ class Template:
     def replace(self, **changes: Any) -> Template:
         """A copy with `changes` applied (validated)."""
         return dataclasses.replace(self, **changes)
+
+    @property
+    def egress_allow(self) -> tuple[str, ...]:
+        """The allow-list rules of a sandbox whose network is one (else empty)."""
+        return self.network if isinstance(self.network, tuple) else ()
+
+
+def _check_network(network: Any) -> None:
+    if isinstance(network, bool):
+        return
+    if not isinstance(network, tuple) or len(network) > MAX_EGRESS_RULES:
+        raise InvalidRequest(
+            f"network must be False (none), True (the host's) or a list of at most {MAX_EGRESS_RULES} "
+            f"allow-list rules, got {network!r}"
+        )
+    for rule in network:
+        # The agent parses each rule (and says what is wrong with one); here only its shape.
+        if not isinstance(rule, str) or not rule or len(rule) > 260 or any(c.isspace() or c == "\0" for c in rule):
+            raise InvalidRequest(f"an allow-list rule is a host, *.domain, address or network with an optional :port, got {rule!r}")
 
 
 def _check_int(name: str, value: Any, lo: int, hi: int) -> None:

@@ -159,4 +159,7 @@ class AgentInfo:
     work_dir: str = ""
     # run_tests cases may write only beneath their own directory (Landlock in the kernel)
     landlock: bool = False
+    # connections the egress proxy opened and refused (a sandbox whose network is an allow-list)
+    egress_allowed: int = 0
+    egress_refused: int = 0
     extra: dict = field(default_factory=dict)

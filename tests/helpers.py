@@ -117,3 +117,21 @@ async def warm_zygote(sb) -> None:
 def kernel_has_landlock() -> bool:
     """Whether this kernel has Landlock (which confines judged cases' writes)."""
     return ctypes.CDLL(None, use_errno=True).syscall(444, None, 0, 1) > 0
+
+
+def tiny_wheel() -> tuple[str, bytes]:
+    """A pure-Python wheel made here (nothing is fetched): `import tinypkg; tinypkg.VALUE == 42`."""
+    import io
+    import zipfile
+
+    files = {
+        "tinypkg/__init__.py": "VALUE = 42\n",
+        "tinypkg-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: tinypkg\nVersion: 1.0\n",
+        "tinypkg-1.0.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
+    }
+    files["tinypkg-1.0.dist-info/RECORD"] = "".join(f"{n},,\n" for n in [*files, "tinypkg-1.0.dist-info/RECORD"])
+    buf = io.BytesIO()
+    with zipfile.ZipFile(buf, "w") as z:
+        for name, text in files.items():
+            z.writestr(name, text)
+    return "tinypkg-1.0-py3-none-any.whl", buf.getvalue()

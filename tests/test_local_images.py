@@ -13,7 +13,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from helpers import BASE_IMAGE
+from helpers import BASE_IMAGE, tiny_wheel
 
 import sandboxes
 from sandboxes import Template
@@ -157,23 +157,6 @@ async def test_a_missing_image_is_a_launch_error_at_the_image_step(images: str) 
     with pytest.raises(sandboxes.LaunchError) as err:
         image_cache.resolve(f"no-such-image-{secrets.token_hex(4)}:latest")
     assert err.value.step == "image"
-
-
-def tiny_wheel() -> tuple[str, bytes]:
-    """A pure-Python wheel made here (nothing is fetched): `import tinypkg; tinypkg.VALUE == 42`."""
-    import zipfile
-
-    files = {
-        "tinypkg/__init__.py": "VALUE = 42\n",
-        "tinypkg-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: tinypkg\nVersion: 1.0\n",
-        "tinypkg-1.0.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
-    }
-    files["tinypkg-1.0.dist-info/RECORD"] = "".join(f"{n},,\n" for n in [*files, "tinypkg-1.0.dist-info/RECORD"])
-    buf = io.BytesIO()
-    with zipfile.ZipFile(buf, "w") as z:
-        for name, text in files.items():
-            z.writestr(name, text)
-    return "tinypkg-1.0-py3-none-any.whl", buf.getvalue()
 
 
 @pytest.mark.parametrize("backend", ["local", "docker"])

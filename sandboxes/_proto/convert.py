@@ -158,6 +158,8 @@ def info_to_pb(i: T.AgentInfo) -> pb.InfoResponse:
         uptime_s=i.uptime_s,
         work_dir=i.work_dir,
         landlock=i.landlock,
+        egress_allowed=i.egress_allowed,
+        egress_refused=i.egress_refused,
     )
 
 
@@ -177,6 +179,8 @@ def info_from_pb(m: pb.InfoResponse) -> T.AgentInfo:
         uptime_s=m.uptime_s,
         work_dir=m.work_dir,
         landlock=m.landlock,
+        egress_allowed=m.egress_allowed,
+        egress_refused=m.egress_refused,
     )
 
 

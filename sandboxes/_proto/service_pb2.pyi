@@ -449,7 +449,7 @@ class InfoRequest(_message.Message):
     def __init__(self, sandbox_id: _Optional[str] = ...) -> None: ...
 
 class InfoResponse(_message.Message):
-    __slots__ = ("version", "cgroup_version", "seccomp", "namespaces", "languages", "zygote", "sandbox_uid", "sandbox_gid", "running_execs", "total_execs", "memory_bytes", "uptime_s", "work_dir", "landlock")
+    __slots__ = ("version", "cgroup_version", "seccomp", "namespaces", "languages", "zygote", "sandbox_uid", "sandbox_gid", "running_execs", "total_execs", "memory_bytes", "uptime_s", "work_dir", "landlock", "egress_allowed", "egress_refused")
     VERSION_FIELD_NUMBER: _ClassVar[int]
     CGROUP_VERSION_FIELD_NUMBER: _ClassVar[int]
     SECCOMP_FIELD_NUMBER: _ClassVar[int]
@@ -464,6 +464,8 @@ class InfoResponse(_message.Message):
     UPTIME_S_FIELD_NUMBER: _ClassVar[int]
     WORK_DIR_FIELD_NUMBER: _ClassVar[int]
     LANDLOCK_FIELD_NUMBER: _ClassVar[int]
+    EGRESS_ALLOWED_FIELD_NUMBER: _ClassVar[int]
+    EGRESS_REFUSED_FIELD_NUMBER: _ClassVar[int]
     version: str
     cgroup_version: str
     seccomp: bool
@@ -478,7 +480,9 @@ class InfoResponse(_message.Message):
     uptime_s: float
     work_dir: str
     landlock: bool
-    def __init__(self, version: _Optional[str] = ..., cgroup_version: _Optional[str] = ..., seccomp: _Optional[bool] = ..., namespaces: _Optional[_Iterable[str]] = ..., languages: _Optional[_Iterable[str]] = ..., zygote: _Optional[bool] = ..., sandbox_uid: _Optional[int] = ..., sandbox_gid: _Optional[int] = ..., running_execs: _Optional[int] = ..., total_execs: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., uptime_s: _Optional[float] = ..., work_dir: _Optional[str] = ..., landlock: _Optional[bool] = ...) -> None: ...
+    egress_allowed: int
+    egress_refused: int
+    def __init__(self, version: _Optional[str] = ..., cgroup_version: _Optional[str] = ..., seccomp: _Optional[bool] = ..., namespaces: _Optional[_Iterable[str]] = ..., languages: _Optional[_Iterable[str]] = ..., zygote: _Optional[bool] = ..., sandbox_uid: _Optional[int] = ..., sandbox_gid: _Optional[int] = ..., running_execs: _Optional[int] = ..., total_execs: _Optional[int] = ..., memory_bytes: _Optional[int] = ..., uptime_s: _Optional[float] = ..., work_dir: _Optional[str] = ..., landlock: _Optional[bool] = ..., egress_allowed: _Optional[int] = ..., egress_refused: _Optional[int] = ...) -> None: ...
 
 class HealthRequest(_message.Message):
     __slots__ = ()

@@ -105,6 +105,11 @@ AGENT_CAPABILITIES = {
     "SYS_ADMIN": "mount the sandbox's root (overlay of the idmapped image, tmpfs), pivot_root into "
     "it, make the programs' user namespace",
 }
+# An allow-list sandbox's agent starts in the host's network namespace (its proxy's way out) and
+# moves itself and its programs to a fresh one.
+EGRESS_CAPABILITIES = {
+    "NET_ADMIN": "bring up lo in the sandbox's own network namespace",
+}
 # Docker's seccomp profile refuses pivot_root; the agent's own filter, worn by its serving thread
 # and every program, is the one that holds. No AppArmor profile either (docker-default refuses
 # mounts): the agent builds the root, then nothing in the sandbox can mount.
@@ -398,6 +403,10 @@ class DockerBackend:
             agent_args.append("--no-cgroups")
         for k, v in t.env.items():
             agent_args += ["--env", f"{k}={v}"]
+        for rule in t.egress_allow:
+            agent_args += ["--egress-allow", rule]
+        if t.egress_allow:  # the engine names no host in the host's network namespace
+            agent_args += ["--hostname", "sandbox"]
         binds = {
             str(run_dir): {"bind": RUN_MOUNT, "mode": "rw"},
             image_root: {"bind": IMAGE_MOUNT, "mode": "ro"},
@@ -412,9 +421,9 @@ class DockerBackend:
             # The mount point of the sandbox's disk (a directory docker makes in the read-only root).
             "tmpfs": {BUILD_DIR: "rw,nosuid,nodev,noexec,size=1m,mode=0700"},
             "read_only": True,
-            "network_mode": "bridge" if t.network else "none",
+            "network_mode": _network_mode(t),
             "cap_drop": ["ALL"],
-            "cap_add": sorted(AGENT_CAPABILITIES),
+            "cap_add": sorted({*AGENT_CAPABILITIES, *(EGRESS_CAPABILITIES if t.egress_allow else ())}),
             "security_opt": list(SECURITY_OPTS),
             "cgroupns": "private",
             "pids_limit": t.max_pids or DEFAULT_PIDS_LIMIT,
@@ -440,7 +449,7 @@ class DockerBackend:
             "entrypoint": ["/bin/sh", "-c", _ENTRYPOINT, "sandbox-agent", AGENT_IN_IMAGE, *agent_args],
             "user": "0:0",
             "working_dir": "/",
-            "hostname": "sandbox",
+            "hostname": None if t.egress_allow else "sandbox",
             "labels": labels,
             "host_config": host_config,
         }
@@ -625,6 +634,15 @@ def _peer_pid(sock: Path) -> int | None:
         return pid if pid > 0 else None
     except OSError:
         return None
+
+
+def _network_mode(t: Template) -> str:
+    """`none`; the bridge for `network=True`; for an allow-list the host's namespace, which only
+    the agent's egress helper keeps (programs are in a namespace with only lo): connections are
+    opened where the local backend opens them, and the allow-list is the only way out."""
+    if t.egress_allow:
+        return "host"
+    return "bridge" if t.network else "none"
 
 
 def _log_tail(run_dir: Path) -> str:

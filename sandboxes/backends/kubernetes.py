@@ -633,7 +633,12 @@ class KubernetesBackend:
             raise InvalidRequest(
                 f"user={template.user!r} is not available on the kubernetes backend: it runs programs "
                 "as the template's unprivileged uid (root inside a sandbox's own user namespace is "
-                "a local-backend feature)"
+                "a local and docker backend feature)"
+            )
+        if template.egress_allow:
+            raise InvalidRequest(
+                "an egress allow-list is not available on the kubernetes backend: its network is "
+                "none or the cluster's (network=True, a NetworkPolicy's to restrict)"
             )
         pod_name = sandbox_id.lower()
         if len(pod_name) > 63 or not _DNS_LABEL.match(pod_name):

@@ -97,6 +97,16 @@ pub struct Args {
     /// Environment given to every user program: KEY=VALUE, repeatable.
     #[arg(long = "env")]
     pub env: Vec<String>,
+    /// An egress allow-list rule (repeatable; `egress::policy` has the forms): the sandbox's
+    /// network is then a namespace with only `lo`, whose one way out is the agent's proxy at
+    /// `egress::PROXY_ADDR` (programs get the proxy variables).
+    #[arg(long = "egress-allow")]
+    pub egress_allow: Vec<String>,
+    /// The network namespace the proxy's connections are opened in (e.g. /proc/PID/ns/net,
+    /// opened at start-up). Without it: the agent's own at start-up, after which the agent and
+    /// its programs move to a fresh one with only `lo`.
+    #[arg(long)]
+    pub egress_netns: Option<PathBuf>,
     /// Namespaces this agent runs in, reported by Info (the launcher knows them).
     #[arg(long, value_delimiter = ',')]
     pub namespaces: Vec<String>,

@@ -3,6 +3,7 @@
 
 mod auth;
 mod cli;
+mod egress;
 mod error;
 mod lease;
 mod listen;
@@ -67,6 +68,16 @@ fn base_env(args: &cli::Args) -> std::collections::BTreeMap<String, String> {
     .into_iter()
     .map(|(k, v)| (k.to_string(), v.to_string()))
     .collect();
+    if !args.egress_allow.is_empty() {
+        // The sandbox's one way out; its own loopback stays direct.
+        let proxy = format!("http://{}", egress::PROXY_ADDR);
+        for k in ["http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY"] {
+            env.insert(k.into(), proxy.clone());
+        }
+        for k in ["no_proxy", "NO_PROXY"] {
+            env.insert(k.into(), "localhost,127.0.0.1,::1".into());
+        }
+    }
     if args.user == "root" {
         env.insert("USER".into(), "root".into());
         env.insert("HOME".into(), "/root".into());
@@ -137,6 +148,31 @@ fn programs(args: &cli::Args, is_root: bool) -> Programs {
     }
 }
 
+/// The egress proxy's policy and helper (forked here, while the agent has one thread and is
+/// still in the outside network namespace and file system); then, unless the outside namespace
+/// was named, the agent moves to a fresh network namespace with only `lo`.
+fn start_egress(args: &cli::Args) -> (egress::policy::Policy, egress::helper::Helper) {
+    let policy = egress::policy::Policy::parse(&args.egress_allow).unwrap_or_else(|e| fail(e));
+    let netns = args.egress_netns.as_ref().map(|p| {
+        std::fs::File::open(p)
+            .map(std::os::fd::OwnedFd::from)
+            .unwrap_or_else(|e| fail(format!("egress network namespace {}: {e}", p.display())))
+    });
+    let leave = netns.is_none();
+    let helper = egress::helper::start(&policy, netns).unwrap_or_else(|e| fail(e));
+    if leave {
+        // SAFETY: unshare of this (single-threaded) process's network namespace.
+        if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
+            fail(format!(
+                "egress: a network namespace of the sandbox's own: {}",
+                std::io::Error::last_os_error()
+            ));
+        }
+        setup::net::loopback_up().unwrap_or_else(|e| fail(e));
+    }
+    (policy, helper)
+}
+
 fn main() {
     let args = cli::Args::parse();
     let token = read_token(&args);
@@ -144,6 +180,7 @@ fn main() {
     let is_root = unsafe { libc::geteuid() } == 0;
     // Before any thread: the user namespace is made by a fork.
     let programs = programs(&args, is_root);
+    let egress = (!args.egress_allow.is_empty()).then(|| start_egress(&args));
 
     if let Some(h) = &args.hostname {
         setup::net::set_hostname(h).unwrap_or_else(|e| fail(e));
@@ -191,7 +228,7 @@ fn main() {
         .enable_all()
         .build()
         .unwrap_or_else(|e| fail(format!("tokio runtime: {e}")));
-    let code = runtime.block_on(serve(args, token, programs, is_root, bound));
+    let code = runtime.block_on(serve(args, token, programs, is_root, bound, egress));
     std::process::exit(code);
 }
 
@@ -227,6 +264,7 @@ async fn serve(
     programs: Programs,
     is_root: bool,
     bound: Option<std::os::unix::net::UnixListener>,
+    egress: Option<(egress::policy::Policy, egress::helper::Helper)>,
 ) -> i32 {
     let drop_uid = is_root && !args.keep_uid;
     let root_inside = args.user == "root";
@@ -272,6 +310,20 @@ async fn serve(
             }
         }
     }
+    let egress = egress.map(|(policy, helper)| {
+        let listener = std::net::TcpListener::bind(egress::PROXY_ADDR)
+            .and_then(|l| l.set_nonblocking(true).map(|()| l))
+            .and_then(tokio::net::TcpListener::from_std)
+            .unwrap_or_else(|e| fail(format!("egress proxy on {}: {e}", egress::PROXY_ADDR)));
+        let proxy = Arc::new(egress::Proxy {
+            policy,
+            helper,
+            counters: Default::default(),
+        });
+        let counters = proxy.counters.clone();
+        tokio::spawn(proxy.serve(listener));
+        counters
+    });
     let listener = match (bound, args.listen_fd, &args.listen) {
         (Some(l), _, _) => listen::from_std(l),
         (None, Some(fd), _) => listen::from_fd(fd),
@@ -304,6 +356,7 @@ async fn serve(
         namespaces: args.namespaces.clone(),
         started: Instant::now(),
         total_execs: Default::default(),
+        egress,
     };
     let check = auth::TokenCheck::new(&token);
     let svc = AgentServer::new(service)

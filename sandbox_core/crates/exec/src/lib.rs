@@ -11,6 +11,7 @@
 pub mod cgroup;
 pub mod child_stack;
 pub mod error;
+pub mod fdpass;
 pub mod landlock;
 pub mod limits;
 pub mod reaper;

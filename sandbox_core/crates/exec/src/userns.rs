@@ -31,7 +31,8 @@ pub fn create(base: u32) -> Result<OwnedFd, SetupError> {
             source: std::io::Error::from_raw_os_error(libc::EINVAL),
         });
     }
-    let (unshared_r, unshared_w) = socket_pair().map_err(err("socketpair"))?;
+    let (unshared_r, unshared_w) =
+        crate::fdpass::socket_pair(libc::SOCK_DGRAM).map_err(err("socketpair"))?;
     let (done_r, mut done_w) = pipe().map_err(err("pipe"))?;
     // SAFETY: the agent has no thread yet; the child only makes raw syscalls and exits.
     let pid = unsafe { libc::fork() };
@@ -41,7 +42,7 @@ pub fn create(base: u32) -> Result<OwnedFd, SetupError> {
     if pid == 0 {
         // The agent runs before its own /proc is mounted: /proc is the host's, where the child
         // has another pid than `pid`. It says which, read from the host's /proc/self.
-        let mut msg = [0u8; 16];
+        let mut msg = [0u8; MSG_LEN];
         // SAFETY: async-signal-safe syscalls only, then _exit.
         unsafe {
             // The namespace's owner is whoever makes it: the sandbox's own root id, not the
@@ -62,7 +63,7 @@ pub fn create(base: u32) -> Result<OwnedFd, SetupError> {
                     libc::readlink(c"/proc/self".as_ptr(), msg[1..].as_mut_ptr().cast(), 15);
                 }
             }
-            send_with_fd(unshared_w.as_raw_fd(), &msg, ns);
+            crate::fdpass::send_with_fd(unshared_w.as_raw_fd(), &msg, ns);
             let mut b = 0u8;
             libc::read(done_r.as_raw_fd(), (&mut b as *mut u8).cast(), 1);
             libc::_exit(0);
@@ -70,7 +71,13 @@ pub fn create(base: u32) -> Result<OwnedFd, SetupError> {
     }
     drop((unshared_w, done_r));
     let result = (|| {
-        let (msg, ns) = recv_with_fd(&unshared_r).map_err(err("unshare"))?;
+        let mut msg = [0u8; MSG_LEN];
+        let (n, ns) = crate::fdpass::recv_with_fd(&unshared_r, &mut msg).map_err(err("unshare"))?;
+        if n != MSG_LEN {
+            return Err(err("unshare")(std::io::Error::from_raw_os_error(
+                libc::EPIPE,
+            )));
+        }
         let host_pid = std::str::from_utf8(&msg[1..])
             .ok()
             .and_then(|s| s.trim_end_matches('\0').parse::<u32>().ok());
@@ -104,87 +111,6 @@ pub fn create(base: u32) -> Result<OwnedFd, SetupError> {
 }
 
 const MSG_LEN: usize = 16;
-
-/// One datagram of `msg` carrying `fd` (when it is one) as SCM_RIGHTS. Async-signal-safe.
-///
-/// # Safety
-/// `sock` is a datagram socket; `fd` is -1 or an open fd.
-unsafe fn send_with_fd(sock: libc::c_int, msg: &[u8; MSG_LEN], fd: libc::c_int) {
-    let mut iov = libc::iovec {
-        iov_base: msg.as_ptr() as *mut libc::c_void,
-        iov_len: msg.len(),
-    };
-    // Room for one fd's control message, aligned for cmsghdr.
-    let mut control = [0u64; 4];
-    let mut hdr: libc::msghdr = std::mem::zeroed();
-    hdr.msg_iov = &mut iov;
-    hdr.msg_iovlen = 1;
-    if fd >= 0 {
-        hdr.msg_control = control.as_mut_ptr().cast();
-        hdr.msg_controllen = libc::CMSG_SPACE(std::mem::size_of::<libc::c_int>() as u32) as usize;
-        let cmsg = libc::CMSG_FIRSTHDR(&hdr);
-        (*cmsg).cmsg_level = libc::SOL_SOCKET;
-        (*cmsg).cmsg_type = libc::SCM_RIGHTS;
-        (*cmsg).cmsg_len = libc::CMSG_LEN(std::mem::size_of::<libc::c_int>() as u32) as usize;
-        std::ptr::write_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::c_int>(), fd);
-    }
-    libc::sendmsg(sock, &hdr, 0);
-}
-
-/// The child's datagram and the fd it carried, if any.
-fn recv_with_fd(sock: &OwnedFd) -> std::io::Result<([u8; MSG_LEN], Option<OwnedFd>)> {
-    let mut msg = [0u8; MSG_LEN];
-    let mut iov = libc::iovec {
-        iov_base: msg.as_mut_ptr().cast(),
-        iov_len: msg.len(),
-    };
-    let mut control = [0u64; 4];
-    // SAFETY: a zeroed msghdr is valid; every pointer set below outlives the call.
-    let mut hdr: libc::msghdr = unsafe { std::mem::zeroed() };
-    hdr.msg_iov = &mut iov;
-    hdr.msg_iovlen = 1;
-    hdr.msg_control = control.as_mut_ptr().cast();
-    hdr.msg_controllen = std::mem::size_of_val(&control);
-    // SAFETY: recvmsg into the buffers above.
-    let n = unsafe { libc::recvmsg(sock.as_raw_fd(), &mut hdr, libc::MSG_CMSG_CLOEXEC) };
-    if n < 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    if n as usize != MSG_LEN {
-        return Err(std::io::Error::from_raw_os_error(libc::EPIPE));
-    }
-    let mut fd = None;
-    // SAFETY: walking the control messages the kernel filled in.
-    unsafe {
-        let cmsg = libc::CMSG_FIRSTHDR(&hdr);
-        if !cmsg.is_null()
-            && (*cmsg).cmsg_level == libc::SOL_SOCKET
-            && (*cmsg).cmsg_type == libc::SCM_RIGHTS
-        {
-            let raw = std::ptr::read_unaligned(libc::CMSG_DATA(cmsg).cast::<libc::c_int>());
-            fd = Some(OwnedFd::from_raw_fd(raw));
-        }
-    }
-    Ok((msg, fd))
-}
-
-fn socket_pair() -> std::io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [0; 2];
-    // SAFETY: socketpair into a valid array.
-    if unsafe {
-        libc::socketpair(
-            libc::AF_UNIX,
-            libc::SOCK_DGRAM | libc::SOCK_CLOEXEC,
-            0,
-            fds.as_mut_ptr(),
-        )
-    } != 0
-    {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: both fds were just created and are owned by nobody else.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
-}
 
 fn pipe() -> std::io::Result<(std::fs::File, std::fs::File)> {
     let mut fds = [0; 2];

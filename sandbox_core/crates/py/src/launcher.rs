@@ -55,12 +55,16 @@ pub struct LaunchConfig {
     root_size_bytes: u64,
     /// An unpacked image to build the sandbox's root on ("": the host's /usr view).
     image_root: String,
+    /// Egress allow-list rules (the agent's `--egress-allow`): the sandbox gets a network
+    /// namespace of its own whose one way out is the agent's proxy, which opens connections in
+    /// this process's network namespace. Empty: `network` decides (none, or the host's).
+    egress_allow: Vec<String>,
 }
 
 #[pymethods]
 impl LaunchConfig {
     #[new]
-    #[pyo3(signature = (agent_path, run_dir, *, uid=65534, gid=65534, lease_ttl_s=30.0, memory_bytes=0, max_pids=0, cpu_quota=0.0, work_dir="/work".to_string(), work_size_bytes=0, tmp_size_bytes=0, network=false, seccomp=true, cgroups=true, ro_binds=None, env=None, python_zygote="lazy".to_string(), user="sandbox".to_string(), id_base=0, root_size_bytes=0, image_root="".to_string()))]
+    #[pyo3(signature = (agent_path, run_dir, *, uid=65534, gid=65534, lease_ttl_s=30.0, memory_bytes=0, max_pids=0, cpu_quota=0.0, work_dir="/work".to_string(), work_size_bytes=0, tmp_size_bytes=0, network=false, seccomp=true, cgroups=true, ro_binds=None, env=None, python_zygote="lazy".to_string(), user="sandbox".to_string(), id_base=0, root_size_bytes=0, image_root="".to_string(), egress_allow=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         agent_path: String,
@@ -84,7 +88,15 @@ impl LaunchConfig {
         id_base: u32,
         root_size_bytes: u64,
         image_root: String,
+        egress_allow: Option<Vec<String>>,
     ) -> PyResult<Self> {
+        let egress_allow = egress_allow.unwrap_or_default();
+        if network && !egress_allow.is_empty() {
+            return Err(err(
+                "invalid_argument",
+                "network (the host's) and an egress allow-list exclude each other",
+            ));
+        }
         if !image_root.is_empty() && !image_root.starts_with('/') {
             return Err(err(
                 "invalid_argument",
@@ -153,6 +165,7 @@ impl LaunchConfig {
             id_base,
             root_size_bytes,
             image_root,
+            egress_allow,
         })
     }
 }
@@ -376,6 +389,16 @@ fn agent_argv(c: &LaunchConfig, namespaces: &[&str]) -> Vec<String> {
     }
     if !c.image_root.is_empty() {
         a.push(format!("--image-root={}", c.image_root));
+    }
+    if !c.egress_allow.is_empty() {
+        // The agent opens this process's namespace while the launcher is still there to be seen.
+        a.push(format!(
+            "--egress-netns=/proc/{}/ns/net",
+            std::process::id()
+        ));
+        for r in &c.egress_allow {
+            a.push(format!("--egress-allow={r}"));
+        }
     }
     if c.user == "root" {
         a.push("--user=root".into());

@@ -185,6 +185,8 @@ pub struct AgentInfo {
     pub uptime_s: f64,
     pub work_dir: String,
     pub landlock: bool,
+    pub egress_allowed: u64,
+    pub egress_refused: u64,
 }
 
 impl From<pb::InfoResponse> for AgentInfo {
@@ -206,6 +208,8 @@ impl From<pb::InfoResponse> for AgentInfo {
             uptime_s: usage.uptime_s,
             landlock: caps.landlock,
             work_dir: i.work_dir,
+            egress_allowed: usage.egress_allowed,
+            egress_refused: usage.egress_refused,
         }
     }
 }

@@ -33,6 +33,8 @@ pub struct AgentService {
     pub namespaces: Vec<String>,
     pub started: Instant,
     pub total_execs: AtomicU64,
+    /// The egress proxy's counts (a sandbox whose network is an allow-list).
+    pub egress: Option<Arc<crate::egress::Counters>>,
 }
 
 type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
@@ -209,6 +211,14 @@ impl Agent for AgentService {
                 total_execs: self.total_execs.load(Ordering::Relaxed),
                 memory_bytes: cgroup_memory(),
                 uptime_s: self.started.elapsed().as_secs_f64(),
+                egress_allowed: self
+                    .egress
+                    .as_ref()
+                    .map_or(0, |c| c.allowed.load(Ordering::Relaxed)),
+                egress_refused: self
+                    .egress
+                    .as_ref()
+                    .map_or(0, |c| c.refused.load(Ordering::Relaxed)),
             }),
             work_dir: self.roots.work_dir().display().to_string(),
             default_limits: Some(exec::limits_message(&self.executor.config().default_limits)),

@@ -28,9 +28,14 @@ pub fn loopback_up() -> Result<(), SetupError> {
     Ok(())
 }
 
+/// Names the sandbox in a uts namespace of its own (made here: whoever started the agent may
+/// have shared theirs, and the name must never be set on the host).
 pub fn set_hostname(name: &str) -> Result<(), SetupError> {
-    // SAFETY: sethostname with a pointer/length pair of a live string.
-    if unsafe { libc::sethostname(name.as_ptr() as *const libc::c_char, name.len()) } != 0 {
+    // SAFETY: unshare of this process's uts namespace; sethostname with a pointer/length pair of
+    // a live string.
+    if unsafe { libc::unshare(libc::CLONE_NEWUTS) } != 0
+        || unsafe { libc::sethostname(name.as_ptr() as *const libc::c_char, name.len()) } != 0
+    {
         return Err(SetupError::Hostname(std::io::Error::last_os_error()));
     }
     Ok(())

@@ -1,0 +1,285 @@
+//! The egress helper: the one process of a sandbox that can open connections out of it.
+//!
+//! Forked by the agent at start-up, before any thread and before the agent pivots into the
+//! sandbox's root or leaves the outside network namespace, it keeps both: it unshares a mount
+//! namespace of its own (the agent's pivot does not move it), enters the outside network
+//! namespace when one is named, drops to uid 65534 and serves the agent over socket pairs made
+//! before the fork. For each `host port` it checks the policy again, resolves the name with the
+//! outside's resolver (its `/etc`, never the sandbox's, which root inside may rewrite), refuses
+//! addresses the policy does not allow a name to reach, connects (10 s) and sends the connected
+//! socket back (SCM_RIGHTS). It dies with the agent (PR_SET_PDEATHSIG, and end of file on every
+//! channel). Programs cannot reach it: the channels are close-on-exec fds of the agent only.
+
+use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs};
+use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd};
+use std::sync::Mutex;
+use std::time::Duration;
+
+use sandbox_exec::fdpass;
+
+use super::policy::{Policy, Verdict};
+
+/// Connections the helper opens at once (one thread per channel).
+const CHANNELS: usize = 8;
+const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
+const MAX_REQUEST: usize = 512;
+const NOBODY: u32 = 65534;
+
+/// The answer to one connection request.
+pub enum Reply {
+    Connected(TcpStream),
+    Refused(String),
+    Failed(String),
+}
+
+/// The agent's end: a free list of channels to the helper.
+pub struct Helper {
+    channels: Mutex<Vec<OwnedFd>>,
+    permits: tokio::sync::Semaphore,
+}
+
+/// Forks the helper. `netns`: the network namespace connections are made in (None: the
+/// current one). Must run while the agent has one thread.
+pub fn start(policy: &Policy, netns: Option<OwnedFd>) -> Result<Helper, String> {
+    let mut ours = Vec::with_capacity(CHANNELS);
+    let mut theirs = Vec::with_capacity(CHANNELS);
+    for _ in 0..CHANNELS {
+        let (a, b) = fdpass::socket_pair(libc::SOCK_SEQPACKET)
+            .map_err(|e| format!("egress channel: {e}"))?;
+        ours.push(a);
+        theirs.push(b);
+    }
+    // SAFETY: getpid has no preconditions.
+    let agent = unsafe { libc::getpid() };
+    // SAFETY: the agent has no thread yet, so the child is an ordinary process.
+    let pid = unsafe { libc::fork() };
+    if pid < 0 {
+        return Err(format!(
+            "egress helper: fork: {}",
+            std::io::Error::last_os_error()
+        ));
+    }
+    if pid == 0 {
+        drop(ours);
+        let code = match serve(policy, netns, theirs, agent) {
+            Ok(()) => 0,
+            Err(e) => {
+                eprintln!("sandbox-agent: egress helper: {e}");
+                1
+            }
+        };
+        // SAFETY: ending the helper without running the agent's exit path.
+        unsafe { libc::_exit(code) };
+    }
+    drop(theirs);
+    drop(netns);
+    Ok(Helper {
+        channels: Mutex::new(ours),
+        permits: tokio::sync::Semaphore::new(CHANNELS),
+    })
+}
+
+fn os(what: &str) -> String {
+    format!("{what}: {}", std::io::Error::last_os_error())
+}
+
+/// Closes every fd of the helper but stdio and `keep` (it inherits the agent's: its socket,
+/// readiness pipe, token).
+fn close_others(keep: &[i32]) {
+    let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
+        return;
+    };
+    let fds: Vec<i32> = dir
+        .filter_map(|e| e.ok()?.file_name().to_str()?.parse().ok())
+        .collect();
+    for fd in fds {
+        if fd > 2 && !keep.contains(&fd) {
+            // SAFETY: closing an fd this process inherited and never uses.
+            unsafe { libc::close(fd) };
+        }
+    }
+}
+
+fn serve(
+    policy: &Policy,
+    netns: Option<OwnedFd>,
+    channels: Vec<OwnedFd>,
+    agent: libc::pid_t,
+) -> Result<(), String> {
+    let mut keep: Vec<i32> = channels.iter().map(AsRawFd::as_raw_fd).collect();
+    keep.extend(netns.as_ref().map(AsRawFd::as_raw_fd));
+    close_others(&keep);
+    // SAFETY: plain syscalls on this process's own state.
+    unsafe {
+        if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
+            return Err(os("PR_SET_PDEATHSIG"));
+        }
+        if libc::getppid() != agent {
+            // The agent already died (we were re-parented): nothing to serve.
+            return Ok(());
+        }
+        if libc::unshare(libc::CLONE_NEWNS) != 0 {
+            return Err(os("unshare(CLONE_NEWNS)"));
+        }
+        if libc::mount(
+            std::ptr::null(),
+            c"/".as_ptr(),
+            std::ptr::null(),
+            libc::MS_REC | libc::MS_PRIVATE,
+            std::ptr::null(),
+        ) != 0
+        {
+            return Err(os("make / private"));
+        }
+        if let Some(ns) = &netns {
+            if libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) != 0 {
+                return Err(os("setns into the outside network namespace"));
+            }
+        }
+        // Nothing it does needs a privilege: a parsing bug in the resolver must not hand one out.
+        let _ = libc::setgroups(0, std::ptr::null());
+        let _ = libc::setresgid(NOBODY, NOBODY, NOBODY);
+        let _ = libc::setresuid(NOBODY, NOBODY, NOBODY);
+    }
+    drop(netns);
+    let policy = policy.clone();
+    let threads: Vec<_> = channels
+        .into_iter()
+        .map(|ch| {
+            let policy = policy.clone();
+            std::thread::spawn(move || channel_loop(&policy, ch))
+        })
+        .collect();
+    for t in threads {
+        let _ = t.join();
+    }
+    Ok(())
+}
+
+fn channel_loop(policy: &Policy, ch: OwnedFd) {
+    let mut buf = [0u8; MAX_REQUEST];
+    loop {
+        let n = match fdpass::recv_with_fd(&ch, &mut buf) {
+            Ok((0, _)) | Err(_) => {
+                // The agent is gone: so is every reason to exist.
+                // SAFETY: ending the helper.
+                unsafe { libc::_exit(0) };
+            }
+            Ok((n, _)) => n,
+        };
+        let reply = match std::str::from_utf8(&buf[..n])
+            .ok()
+            .and_then(|s| s.split_once('\0'))
+            .and_then(|(h, p)| Some((h.to_string(), p.parse::<u16>().ok()?)))
+        {
+            Some((host, port)) => open(policy, &host, port),
+            None => Reply::Failed("malformed request".into()),
+        };
+        let (status, text, fd) = match reply {
+            Reply::Connected(s) => (b'C', String::new(), s.into_raw_fd()),
+            Reply::Refused(why) => (b'R', why, -1),
+            Reply::Failed(why) => (b'F', why, -1),
+        };
+        let mut msg = vec![status];
+        msg.extend_from_slice(&text.as_bytes()[..text.len().min(MAX_REQUEST - 1)]);
+        // SAFETY: our channel; `fd` is -1 or the socket just connected, closed right after.
+        unsafe {
+            fdpass::send_with_fd(ch.as_raw_fd(), &msg, fd);
+            if fd >= 0 {
+                libc::close(fd);
+            }
+        }
+    }
+}
+
+fn open(policy: &Policy, host: &str, port: u16) -> Reply {
+    if policy.check(host, port) == Verdict::Refused {
+        return Reply::Refused(format!("{host}:{port} is not on the sandbox's allow-list"));
+    }
+    let bare = host.trim_start_matches('[').trim_end_matches(']');
+    let addrs: Vec<SocketAddr> = match bare.parse::<IpAddr>() {
+        Ok(ip) => vec![SocketAddr::new(ip, port)],
+        Err(_) => match (bare, port).to_socket_addrs() {
+            Ok(a) => {
+                let all: Vec<SocketAddr> = a.collect();
+                let ok: Vec<SocketAddr> = all
+                    .iter()
+                    .copied()
+                    .filter(|a| policy.address_ok(a.ip(), port))
+                    .collect();
+                if ok.is_empty() && !all.is_empty() {
+                    return Reply::Refused(format!(
+                        "{host} resolves only to addresses the allow-list does not name ({})",
+                        all[0].ip()
+                    ));
+                }
+                ok
+            }
+            Err(e) => return Reply::Failed(format!("cannot resolve {host}: {e}")),
+        },
+    };
+    let mut last = format!("{host} has no address");
+    for a in addrs {
+        match TcpStream::connect_timeout(&a, CONNECT_TIMEOUT) {
+            Ok(s) => return Reply::Connected(s),
+            Err(e) => last = format!("connect to {a}: {e}"),
+        }
+    }
+    Reply::Failed(last)
+}
+
+impl Helper {
+    /// Asks the helper for a connection to `host:port` (blocking work off the runtime thread).
+    pub async fn connect(&self, host: &str, port: u16) -> Reply {
+        let Ok(_permit) = self.permits.acquire().await else {
+            return Reply::Failed("egress helper closed".into());
+        };
+        let Some(ch) = self
+            .channels
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .pop()
+        else {
+            return Reply::Failed("no egress channel free".into());
+        };
+        let request = format!("{host}\0{port}");
+        let done = tokio::task::spawn_blocking(move || {
+            let reply = ask(&ch, request.as_bytes());
+            (ch, reply)
+        })
+        .await;
+        match done {
+            Ok((ch, reply)) => {
+                self.channels
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner())
+                    .push(ch);
+                reply
+            }
+            Err(e) => Reply::Failed(format!("egress request: {e}")),
+        }
+    }
+}
+
+fn ask(ch: &OwnedFd, request: &[u8]) -> Reply {
+    // SAFETY: our channel; no fd is sent.
+    if unsafe { fdpass::send_with_fd(ch.as_raw_fd(), request, -1) } < 0 {
+        return Reply::Failed(os("egress helper is gone"));
+    }
+    let mut buf = [0u8; MAX_REQUEST];
+    match fdpass::recv_with_fd(ch, &mut buf) {
+        Ok((0, _)) => Reply::Failed("egress helper is gone".into()),
+        Ok((n, fd)) => {
+            let text = String::from_utf8_lossy(&buf[1..n]).into_owned();
+            match (buf[0], fd) {
+                // SAFETY: the helper sent us a connected TCP socket; we own it now.
+                (b'C', Some(fd)) => {
+                    Reply::Connected(unsafe { TcpStream::from_raw_fd(fd.into_raw_fd()) })
+                }
+                (b'R', _) => Reply::Refused(text),
+                _ => Reply::Failed(text),
+            }
+        }
+        Err(e) => Reply::Failed(format!("egress helper: {e}")),
+    }
+}

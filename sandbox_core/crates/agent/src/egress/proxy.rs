@@ -1,0 +1,230 @@
+//! The sandbox's egress proxy: an HTTP proxy on the sandbox's own loopback (`PROXY_ADDR`), the
+//! only way out of a sandbox with an allow-list. Programs find it through the usual variables
+//! (`http_proxy`, `https_proxy`, ... in every program's environment), which pip, git, curl, apt
+//! and Python's urllib honour.
+//!
+//! `CONNECT host:port` opens a tunnel (HTTPS, or anything else over TCP); a request in absolute
+//! form (`GET http://host:port/path`) is sent on in origin form with `Connection: close`. Each
+//! destination is checked against the policy here and again by the helper, which opens the
+//! connection outside the sandbox. A refusal is `403` with the reason; a destination that does
+//! not answer is `502`. Every decision is counted (`Counters`, reported by Info).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::Arc;
+
+use tokio::io::{AsyncReadExt, AsyncWriteExt};
+use tokio::net::{TcpListener, TcpStream};
+
+use super::helper::{Helper, Reply};
+use super::policy::{Policy, Verdict};
+
+/// Where the proxy listens inside the sandbox.
+pub const PROXY_ADDR: &str = "127.0.0.1:3128";
+const MAX_HEAD: usize = 16 << 10;
+
+#[derive(Default)]
+pub struct Counters {
+    pub allowed: AtomicU64,
+    pub refused: AtomicU64,
+}
+
+pub struct Proxy {
+    pub policy: Policy,
+    pub helper: Helper,
+    pub counters: Arc<Counters>,
+}
+
+impl Proxy {
+    /// Accepts connections until the runtime ends.
+    pub async fn serve(self: Arc<Self>, listener: TcpListener) {
+        loop {
+            let Ok((client, _)) = listener.accept().await else {
+                continue;
+            };
+            let me = self.clone();
+            tokio::spawn(async move {
+                let _ = me.handle(client).await;
+            });
+        }
+    }
+
+    async fn handle(&self, mut client: TcpStream) -> std::io::Result<()> {
+        let mut head = Vec::with_capacity(1024);
+        let mut buf = [0u8; 4096];
+        let end = loop {
+            let n = client.read(&mut buf).await?;
+            if n == 0 {
+                return Ok(());
+            }
+            head.extend_from_slice(&buf[..n]);
+            if let Some(i) = find(&head, b"\r\n\r\n") {
+                break i + 4;
+            }
+            if head.len() > MAX_HEAD {
+                return answer(&mut client, 431, "request head too large").await;
+            }
+        };
+        let rest = head.split_off(end);
+        let text = String::from_utf8_lossy(&head).into_owned();
+        let mut lines = text.split("\r\n");
+        let request_line = lines.next().unwrap_or("");
+        let mut parts = request_line.split_whitespace();
+        let (method, target, version) = (
+            parts.next().unwrap_or(""),
+            parts.next().unwrap_or(""),
+            parts.next().unwrap_or("HTTP/1.1"),
+        );
+        let (host, port, path) =
+            if method.eq_ignore_ascii_case("CONNECT") {
+                match split_host_port(target, 443) {
+                    Some((h, p)) => (h, p, None),
+                    None => return answer(&mut client, 400, "CONNECT needs host:port").await,
+                }
+            } else {
+                match absolute(target) {
+                    Some((h, p, path)) => (h, p, Some(path)),
+                    None => return answer(
+                        &mut client,
+                        400,
+                        "this is the sandbox's egress proxy: ask for http://host/path or CONNECT",
+                    )
+                    .await,
+                }
+            };
+        if self.policy.check(&host, port) == Verdict::Refused {
+            self.counters.refused.fetch_add(1, Ordering::Relaxed);
+            let why = format!("{host}:{port} is not on the sandbox's allow-list");
+            return answer(&mut client, 403, &why).await;
+        }
+        let upstream = match self.helper.connect(&host, port).await {
+            Reply::Connected(s) => s,
+            Reply::Refused(why) => {
+                self.counters.refused.fetch_add(1, Ordering::Relaxed);
+                return answer(&mut client, 403, &why).await;
+            }
+            Reply::Failed(why) => return answer(&mut client, 502, &why).await,
+        };
+        self.counters.allowed.fetch_add(1, Ordering::Relaxed);
+        upstream.set_nonblocking(true)?;
+        let mut upstream = TcpStream::from_std(upstream)?;
+        match path {
+            None => {
+                client
+                    .write_all(b"HTTP/1.1 200 Connection established\r\n\r\n")
+                    .await?;
+            }
+            Some(path) => {
+                let mut out = format!("{method} {path} {version}\r\n");
+                for line in lines.filter(|l| !l.is_empty()) {
+                    let name = line.split(':').next().unwrap_or("").trim();
+                    if [
+                        "proxy-connection",
+                        "proxy-authorization",
+                        "connection",
+                        "keep-alive",
+                    ]
+                    .iter()
+                    .any(|h| name.eq_ignore_ascii_case(h))
+                    {
+                        continue;
+                    }
+                    out.push_str(line);
+                    out.push_str("\r\n");
+                }
+                out.push_str("Connection: close\r\n\r\n");
+                upstream.write_all(out.as_bytes()).await?;
+            }
+        }
+        if !rest.is_empty() {
+            upstream.write_all(&rest).await?;
+        }
+        tokio::io::copy_bidirectional(&mut client, &mut upstream).await?;
+        Ok(())
+    }
+}
+
+async fn answer(client: &mut TcpStream, code: u16, why: &str) -> std::io::Result<()> {
+    let reason = match code {
+        400 => "Bad Request",
+        403 => "Forbidden",
+        431 => "Request Header Fields Too Large",
+        _ => "Bad Gateway",
+    };
+    let body = format!("{why}\n");
+    let msg = format!(
+        "HTTP/1.1 {code} {reason}\r\nContent-Type: text/plain\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    );
+    client.write_all(msg.as_bytes()).await?;
+    client.shutdown().await
+}
+
+fn find(hay: &[u8], needle: &[u8]) -> Option<usize> {
+    hay.windows(needle.len()).position(|w| w == needle)
+}
+
+/// `host:port` (or `[v6]:port`, or a bare host with `default` as its port).
+fn split_host_port(s: &str, default: u16) -> Option<(String, u16)> {
+    if let Some(rest) = s.strip_prefix('[') {
+        let (h, tail) = rest.split_once(']')?;
+        let port = match tail.strip_prefix(':') {
+            Some(p) => p.parse().ok()?,
+            None if tail.is_empty() => default,
+            None => return None,
+        };
+        return Some((format!("[{h}]"), port));
+    }
+    match s.rsplit_once(':') {
+        Some((h, p)) if !h.contains(':') => Some((h.to_string(), p.parse().ok()?)),
+        None if !s.is_empty() => Some((s.to_string(), default)),
+        _ => None,
+    }
+}
+
+/// `http://host[:port]/path?query` -> (host, port, "/path?query").
+fn absolute(target: &str) -> Option<(String, u16, String)> {
+    let rest = target.strip_prefix("http://").or_else(|| {
+        target
+            .get(..7)
+            .filter(|p| p.eq_ignore_ascii_case("http://"))
+            .map(|_| &target[7..])
+    })?;
+    let (authority, path) = match rest.find('/') {
+        Some(i) => (&rest[..i], rest[i..].to_string()),
+        None => (rest, "/".to_string()),
+    };
+    let authority = authority.rsplit('@').next()?;
+    let (host, port) = split_host_port(authority, 80)?;
+    Some((host, port, path))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn targets() {
+        assert_eq!(
+            split_host_port("pypi.org:443", 443),
+            Some(("pypi.org".into(), 443))
+        );
+        assert_eq!(
+            split_host_port("[::1]:8080", 443),
+            Some(("[::1]".into(), 8080))
+        );
+        assert_eq!(
+            split_host_port("pypi.org", 443),
+            Some(("pypi.org".into(), 443))
+        );
+        assert_eq!(split_host_port("a:b", 443), None);
+        assert_eq!(
+            absolute("http://127.0.0.2:8000/simple/x/?q=1"),
+            Some(("127.0.0.2".into(), 8000, "/simple/x/?q=1".into()))
+        );
+        assert_eq!(
+            absolute("http://example.com"),
+            Some(("example.com".into(), 80, "/".into()))
+        );
+        assert_eq!(absolute("/relative"), None);
+    }
+}

@@ -1,0 +1,189 @@
+"""Egress by allow-list (`Template(network=[...])`) on the local and docker backends, through the
+real agent: its proxy is the sandbox's only way out, and it opens what the list names, nothing
+else. The test servers listen on this host's loopback at 127.0.0.2 (the only network these
+tests use; a sandbox's own loopback is another one), so "allowed" and "refused" are both
+observable without leaving the machine."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import functools
+import http.server
+import os
+import textwrap
+import threading
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+
+import pytest
+import pytest_asyncio
+from helpers import tiny_wheel
+
+import sandboxes
+from sandboxes import Template
+
+pytestmark = [
+    pytest.mark.asyncio,
+    pytest.mark.timeout(600),
+    pytest.mark.skipif(os.geteuid() != 0, reason="egress allow-lists need a manager that is root"),
+]
+
+HOST = "127.0.0.2"
+
+
+class Seen:
+    """A loopback HTTP server of the test's: it answers its own name and records request lines."""
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self.lines: list[str] = []
+        self.server: asyncio.Server | None = None
+        self.port = 0
+
+    async def start(self) -> None:
+        self.server = await asyncio.start_server(self._serve, HOST, 0)
+        self.port = self.server.sockets[0].getsockname()[1]
+
+    async def _serve(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        with contextlib.suppress(Exception):
+            head = await reader.readuntil(b"\r\n\r\n")
+            self.lines.append(head.split(b"\r\n")[0].decode())
+            body = self.name.encode()
+            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(body), body))
+            await writer.drain()
+        writer.close()
+
+    async def stop(self) -> None:
+        if self.server is not None:
+            self.server.close()
+            await self.server.wait_closed()
+
+
+@pytest_asyncio.fixture
+async def servers() -> AsyncIterator[tuple[Seen, Seen]]:
+    allowed, other = Seen("allowed"), Seen("other")
+    await allowed.start()
+    await other.start()
+    yield allowed, other
+    await allowed.stop()
+    await other.stop()
+
+
+@pytest.fixture(params=["local", "docker"])
+def backend(request) -> str:
+    if request.param == "docker":
+        request.getfixturevalue("images")
+    return request.param
+
+
+async def test_the_allow_list_reaches_what_it_names_and_nothing_else(backend, servers, make_pool) -> None:
+    """As root inside: the allowed server answers through the proxy; the other server, a name
+    that resolves to loopback, a name not listed and a direct connection do not; there is no
+    DNS inside; every decision is counted."""
+    allowed, other = servers
+    rules = (f"{HOST}:{allowed.port}", f"localhost:{other.port}")
+    t = Template(name="egress", backend=backend, user="root", network=rules)
+    pool = await make_pool(backend=backend, warm=0, templates={"egress": t})
+    script = textwrap.dedent(f"""
+        import json, os, socket, urllib.request, urllib.error
+        out = {{}}
+        def get(url):
+            try:
+                return urllib.request.urlopen(url, timeout=20).read().decode()
+            except urllib.error.HTTPError as e:
+                return e.code
+            except Exception as e:
+                return type(e).__name__
+        out["allowed"] = get("http://{HOST}:{allowed.port}/some/path?q=1")
+        out["other"] = get("http://{HOST}:{other.port}/")
+        out["unlisted_name"] = get("http://unlisted.example/")
+        def connect(target):
+            s = socket.create_connection(("127.0.0.1", 3128), timeout=20)
+            s.sendall(("CONNECT %s HTTP/1.1\\r\\nHost: %s\\r\\n\\r\\n" % (target, target)).encode())
+            return s.recv(200).split(b"\\r\\n")[0].decode()
+        out["connect_allowed"] = connect("{HOST}:{allowed.port}")
+        out["connect_unlisted"] = connect("unlisted.example:443")
+        out["to_loopback_by_name"] = connect("localhost:{other.port}")  # no_proxy skips it: ask directly
+        try:
+            socket.create_connection(("{HOST}", {allowed.port}), timeout=5)
+            out["direct"] = "connected"
+        except OSError as e:
+            out["direct"] = type(e).__name__
+        try:
+            socket.getaddrinfo("unlisted.example", 80)
+            out["dns"] = "answered"
+        except OSError as e:
+            out["dns"] = type(e).__name__
+        out["interfaces"] = sorted(l.split(":")[0].strip() for l in open("/proc/net/dev").readlines()[2:])
+        out["proxy_env"] = os.environ.get("https_proxy")
+        print(json.dumps(out))
+    """)
+    async with pool.sandbox(template="egress") as sb:
+        r = await sb.exec(["python3", "-c", script], limits=sandboxes.Limits(wall_time_s=120))
+        assert r.exit_code == 0, r
+        import json
+
+        out = json.loads(r.stdout)
+        info = await sb.info()
+    assert out["allowed"] == "allowed"
+    assert allowed.lines[0] == "GET /some/path?q=1 HTTP/1.1"  # sent on in origin form
+    assert out["other"] == 403 and out["unlisted_name"] == 403
+    assert out["to_loopback_by_name"] == "HTTP/1.1 403 Forbidden"
+    assert out["connect_allowed"] == "HTTP/1.1 200 Connection established"
+    assert out["connect_unlisted"] == "HTTP/1.1 403 Forbidden"
+    assert not other.lines  # never reached, neither by address nor by a name for it
+    assert out["direct"] == "ConnectionRefusedError"  # the sandbox's own loopback, nothing there
+    assert out["dns"] == "gaierror"
+    assert out["interfaces"] == ["lo"]
+    assert out["proxy_env"] == "http://127.0.0.1:3128"
+    assert (info.egress_allowed, info.egress_refused) == (2, 4), info
+
+
+async def test_bad_rules_and_conflicts_are_refused() -> None:
+    with pytest.raises(sandboxes.InvalidRequest):
+        Template(network=["has space"])
+    with pytest.raises(sandboxes.InvalidRequest):
+        Template(network="pypi.org")
+    assert Template(network=["pypi.org", "*.pythonhosted.org:443"]).egress_allow == ("pypi.org", "*.pythonhosted.org:443")
+    assert Template(network=True).egress_allow == () and Template().egress_allow == ()
+
+
+@contextlib.contextmanager
+def package_index(root: Path) -> Iterator[int]:
+    """A PEP 503 index of one wheel, served from `root` on HOST by the standard library's server."""
+    name, wheel = tiny_wheel()
+    (root / "simple" / "tinypkg").mkdir(parents=True)
+    (root / "simple" / "tinypkg" / name).write_bytes(wheel)
+    (root / "simple" / "tinypkg" / "index.html").write_text(f'<a href="{name}">{name}</a>\n')
+    handler = functools.partial(http.server.SimpleHTTPRequestHandler, directory=str(root))
+    server = http.server.ThreadingHTTPServer((HOST, 0), handler)
+    thread = threading.Thread(target=server.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield server.server_address[1]
+    finally:
+        server.shutdown()
+        server.server_close()
+        thread.join()
+
+
+async def test_pip_installs_from_an_index_the_allow_list_names(backend, dev_image, make_pool, tmp_path) -> None:
+    """A root sandbox of the dev image pip-installs from a package index it may reach, and only
+    from it."""
+    with package_index(tmp_path) as port:
+        t = Template(name="dev", backend=backend, image=dev_image, user="root", agent_mount=backend == "docker",
+                     network=(f"{HOST}:{port}",))
+        pool = await make_pool(backend=backend, warm=0, templates={"dev": t})
+        async with pool.sandbox(template="dev") as sb:
+            r = await sb.exec(
+                ["sh", "-c", f"pip install -q --break-system-packages --index-url http://{HOST}:{port}/simple tinypkg "
+                             "&& python3 -c 'import tinypkg; print(tinypkg.VALUE)'"],
+                limits=sandboxes.Limits(wall_time_s=180),
+            )
+            assert (r.exit_code, r.stdout) == (0, b"42\n"), r
+            r = await sb.exec(
+                ["sh", "-c", f"pip download -q --no-deps -d /tmp/x --index-url http://{HOST}:{port + 1}/simple tinypkg"],
+                limits=sandboxes.Limits(wall_time_s=180),
+            )
+            assert r.exit_code != 0, r
