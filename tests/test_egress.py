@@ -10,6 +10,7 @@ import asyncio
 import contextlib
 import functools
 import http.server
+import json
 import os
 import textwrap
 import threading
@@ -122,8 +123,6 @@ async def test_the_allow_list_reaches_what_it_names_and_nothing_else(backend, se
     async with pool.sandbox(template="egress") as sb:
         r = await sb.exec(["python3", "-c", script], limits=sandboxes.Limits(wall_time_s=120))
         assert r.exit_code == 0, r
-        import json
-
         out = json.loads(r.stdout)
         info = await sb.info()
     assert out["allowed"] == "allowed"
@@ -176,11 +175,9 @@ async def test_pip_installs_from_an_index_the_allow_list_names(backend, dev_imag
                      network=(f"{HOST}:{port}",))
         pool = await make_pool(backend=backend, warm=0, templates={"dev": t})
         async with pool.sandbox(template="dev") as sb:
-            r = await sb.exec(
-                ["sh", "-c", f"pip install -q --break-system-packages --index-url http://{HOST}:{port}/simple tinypkg "
-                             "&& python3 -c 'import tinypkg; print(tinypkg.VALUE)'"],
-                limits=sandboxes.Limits(wall_time_s=180),
-            )
+            install = (f"pip install -q --break-system-packages --index-url http://{HOST}:{port}/simple tinypkg "
+                       "&& python3 -c 'import tinypkg; print(tinypkg.VALUE)'")
+            r = await sb.exec(["sh", "-c", install], limits=sandboxes.Limits(wall_time_s=180))
             assert (r.exit_code, r.stdout) == (0, b"42\n"), r
             r = await sb.exec(
                 ["sh", "-c", f"pip download -q --no-deps -d /tmp/x --index-url http://{HOST}:{port + 1}/simple tinypkg"],
