@@ -66,9 +66,10 @@ test-python: build clients ## pytest against the real agent binary
 
 test: build test-rust test-python ## build everything and run every test
 
-lint: build-dev ## clippy, rustfmt, ruff, and the native module's stub against the built module
+lint: build-dev ## clippy, rustfmt, ruff (lint and format), and the native module's stub against the built module
 	cd $(CARGO_DIR) && $(CARGO) clippy --workspace -- -D warnings && $(CARGO) fmt --check
 	$(VENV)/bin/ruff check sandboxes tests bench rl
+	$(VENV)/bin/ruff format --check sandboxes tests bench rl
 	$(PY) -m pytest -q -p no:cacheprovider tests/test_native_stub.py
 
 bench: build ## run every benchmark against its baselines in one run; regenerates README's table

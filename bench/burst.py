@@ -41,7 +41,9 @@ def run(total: int = 10_000, in_flight: int = 1_000, sandboxes_n: int = 100) -> 
     lat, errors, wall = asyncio.run(burst(total, in_flight, sandboxes_n))
     s = rep.add(Stats.of(f"exec /bin/true, {in_flight} in flight over {sandboxes_n} sandboxes", lat))
     rep.extra.update({"execs": total, "errors": errors, "wall_s": wall, "execs_per_s": total / wall})
-    rep.headline(f"burst: {total:,} execs, {in_flight:,} in flight over {sandboxes_n} sandboxes",
-                 f"{total / wall:,.0f} execs/s, {errors} errors; latency {s.median_ms / 1000:.2f} s median, "
-                 f"{s.p99_ms / 1000:.2f} s p99")
+    rep.headline(
+        f"burst: {total:,} execs, {in_flight:,} in flight over {sandboxes_n} sandboxes",
+        f"{total / wall:,.0f} execs/s, {errors} errors; latency {s.median_ms / 1000:.2f} s median, "
+        f"{s.p99_ms / 1000:.2f} s p99",
+    )
     return rep

@@ -57,28 +57,45 @@ class Report:
         self.stats.append(s)
         return s
 
-    def headline(self, metric: str, ours: Stats | str, baseline: Stats | str | None = None,
-                 ratio: str | None = None, command: str | None = None) -> None:
+    def headline(
+        self,
+        metric: str,
+        ours: Stats | str,
+        baseline: Stats | str | None = None,
+        ratio: str | None = None,
+        command: str | None = None,
+    ) -> None:
         """A row of README's table: `ours` and `baseline` are measurements of this run (their
         median and p99 are shown) or text; `ratio` names one of `ratios`."""
+
         def cell(v: Stats | str | None) -> str:
             if v is None:
                 return ""
             if isinstance(v, Stats):
                 return f"{_ms(v.median_ms)} median, {_ms(v.p99_ms)} p99"
             return v
+
         if ratio is not None and ratio not in self.ratios:
             raise KeyError(f"no ratio {ratio!r} in {self.name}")
-        self.headlines.append({
-            "metric": metric, "ours": cell(ours), "baseline": cell(baseline), "ratio": ratio,
-            "command": command or f"python -m bench {self.name}",
-        })
+        self.headlines.append(
+            {
+                "metric": metric,
+                "ours": cell(ours),
+                "baseline": cell(baseline),
+                "ratio": ratio,
+                "command": command or f"python -m bench {self.name}",
+            }
+        )
 
     def save(self) -> Path:
         RESULTS.mkdir(exist_ok=True)
         path = RESULTS / f"{self.name}.json"
         data = asdict(self) | {
-            "machine": {"cpus": os.cpu_count(), "python": platform.python_version(), "kernel": platform.release()},
+            "machine": {
+                "cpus": os.cpu_count(),
+                "python": platform.python_version(),
+                "kernel": platform.release(),
+            },
             "when": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         }
         path.write_text(json.dumps(data, indent=2))

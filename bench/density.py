@@ -50,6 +50,8 @@ def run(n: int = 1000) -> Report:
     res = asyncio.run(fill(n))
     rep.extra.update(res)
     rep.add(Stats.of(f"fill {n} warm sandboxes (s as ms)", [res["fill_s"]]))
-    rep.headline(f"density: {n:,} idle warm sandboxes (target 5 MB each)",
-                 f"{res['memory_per_sandbox_mb']:.2f} MB each, filled in {res['fill_s']:.1f} s")
+    rep.headline(
+        f"density: {n:,} idle warm sandboxes (target 5 MB each)",
+        f"{res['memory_per_sandbox_mb']:.2f} MB each, filled in {res['fill_s']:.1f} s",
+    )
     return rep

@@ -67,8 +67,11 @@ def docker_api_floor(n: int) -> list[float]:
     out = []
     for _ in range(n):
         t = time.perf_counter()
-        c = api.create_container(IMAGE, entrypoint=["sleep", "600"], host_config=api.create_host_config(
-            network_mode="none", auto_remove=False))
+        c = api.create_container(
+            IMAGE,
+            entrypoint=["sleep", "600"],
+            host_config=api.create_host_config(network_mode="none", auto_remove=False),
+        )
         api.start(c["Id"])
         out.append(time.perf_counter() - t)
         api.remove_container(c["Id"], force=True)
@@ -109,8 +112,12 @@ def run() -> Report:
     d = rep.add(Stats.of("exec /bin/true, docker exec (Docker API)", dexec_s))
     rep.ratios["docker exec / direct gRPC (median)"] = d.median_ms / g.median_ms
     rep.ratios["docker exec / direct gRPC (p99)"] = d.p99_ms / g.p99_ms
-    rep.headline("docker: exec `/bin/true` over the agent's socket vs `docker exec` (target 10x)", g, d,
-                 "docker exec / direct gRPC (median)")
+    rep.headline(
+        "docker: exec `/bin/true` over the agent's socket vs `docker exec` (target 10x)",
+        g,
+        d,
+        "docker exec / direct gRPC (median)",
+    )
 
     cold = rep.add(Stats.of("cold create, docker backend (ready)", asyncio.run(cold_creates(30))))
     floor = rep.add(Stats.of("docker create+start, no agent (API floor)", docker_api_floor(30)))
@@ -118,10 +125,21 @@ def run() -> Report:
     rep.ratios["docker cold create / API floor (median)"] = cold.median_ms / floor.median_ms
     rep.ratios["docker cold create / local cold create (median)"] = cold.median_ms / local.median_ms
     rep.ratios["docker cold create median / 1 s target"] = cold.median_ms / 1000.0
-    rep.headline("docker: cold create, ready (target 1 s)", cold, floor, "docker cold create / API floor (median)")
+    rep.headline(
+        "docker: cold create, ready (target 1 s)", cold, floor, "docker cold create / API floor (median)"
+    )
 
-    rep.add(Stats.of("first use of an image: save from the engine + unpack (once per image)", [first_use_of_an_image()]))
-    warm = rep.add(Stats.of("warm claim, docker pool (8 concurrent)", asyncio.run(warm_claims(8, 4, backend="docker", image=IMAGE))))
+    rep.add(
+        Stats.of(
+            "first use of an image: save from the engine + unpack (once per image)", [first_use_of_an_image()]
+        )
+    )
+    warm = rep.add(
+        Stats.of(
+            "warm claim, docker pool (8 concurrent)",
+            asyncio.run(warm_claims(8, 4, backend="docker", image=IMAGE)),
+        )
+    )
     rep.ratios["docker cold create / warm claim (median)"] = cold.median_ms / warm.median_ms
     return rep
 

@@ -42,9 +42,20 @@ def _stats(url: str) -> int:
 
 def _start_emulator() -> tuple[subprocess.Popen[str], str]:
     proc = subprocess.Popen(
-        [sys.executable, "-m", "sandboxes.testing.kube_emulator", "--latency-ms", *map(str, LATENCY_MS),
-         "--shared-agents", str(SHARED_AGENTS), "--shared-token", TOKEN],
-        stdout=subprocess.PIPE, text=True, env={**os.environ, "PYTHONUNBUFFERED": "1"},
+        [
+            sys.executable,
+            "-m",
+            "sandboxes.testing.kube_emulator",
+            "--latency-ms",
+            *map(str, LATENCY_MS),
+            "--shared-agents",
+            str(SHARED_AGENTS),
+            "--shared-token",
+            TOKEN,
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+        env={**os.environ, "PYTHONUNBUFFERED": "1"},
     )
     assert proc.stdout is not None
     line = proc.stdout.readline()
@@ -58,8 +69,14 @@ async def _run(url: str, pods: int, claims: int) -> dict:
     import sandboxes
     from sandboxes.backends.kubernetes import KubeConfig, KubernetesBackend
 
-    cfg = KubeConfig(api_url=url, image="sandboxes-sandbox:bench", identity="bench", port_from_annotation=True,
-                     create_concurrency=200, api_concurrency=64)
+    cfg = KubeConfig(
+        api_url=url,
+        image="sandboxes-sandbox:bench",
+        identity="bench",
+        port_from_annotation=True,
+        create_concurrency=200,
+        api_concurrency=64,
+    )
     be = KubernetesBackend(cfg, token_factory=lambda: TOKEN)
     template = sandboxes.Template(backend="kubernetes", lease_ttl_s=60)
     out: dict = {}
@@ -136,29 +153,33 @@ def run(pods: int = PODS, claims: int = CLAIMS) -> Report:
         proc.wait(30)
     lat = sorted(res.pop("claim_latencies"))
     warm_hits = lat[: min(pods, len(lat))]
-    waited = lat[min(pods, len(lat)):]
+    waited = lat[min(pods, len(lat)) :]
     rep.add(Stats.of(f"claim, {claims} concurrent on {pods} warm", lat))
     rep.add(Stats.of("  the fastest (warm hits)", warm_hits))
     if waited:
         rep.add(Stats.of("  the rest (pods created on demand)", waited))
-    rep.extra.update({
-        "pods": pods,
-        "prewarm_s": round(res["prewarm_s"], 3),
-        "pods_per_s": round(pods / res["prewarm_s"], 1),
-        "api_latency_ms": list(LATENCY_MS),
-        "shared_agents": SHARED_AGENTS,
-        "api_requests_per_sandbox": round(res["api_requests_per_sandbox"], 2),
-        "api_requests_during_1000_execs": res["api_requests_during_1000_execs"],
-        "claims": claims,
-        "claims_wall_s": round(res["claims_wall_s"], 3),
-        "manager_cpu_ms_per_pod_prewarm": round(res["manager_cpu_ms_per_pod"], 2),
-        "manager_cpu_busy_during_claims": round(res["manager_cpu_busy"], 2),
-        "claim_errors": res["claim_errors"],
-        "watch_restarts": res["watch_restarts"],
-    })
-    rep.headline("kubernetes (emulated API server): API requests during 1,000 execs on warm pods",
-                 f"{res['api_requests_during_1000_execs']}; {pods} pods prewarmed in {res['prewarm_s']:.1f} s, "
-                 f"{res['api_requests_per_sandbox']:.1f} requests per sandbox")
+    rep.extra.update(
+        {
+            "pods": pods,
+            "prewarm_s": round(res["prewarm_s"], 3),
+            "pods_per_s": round(pods / res["prewarm_s"], 1),
+            "api_latency_ms": list(LATENCY_MS),
+            "shared_agents": SHARED_AGENTS,
+            "api_requests_per_sandbox": round(res["api_requests_per_sandbox"], 2),
+            "api_requests_during_1000_execs": res["api_requests_during_1000_execs"],
+            "claims": claims,
+            "claims_wall_s": round(res["claims_wall_s"], 3),
+            "manager_cpu_ms_per_pod_prewarm": round(res["manager_cpu_ms_per_pod"], 2),
+            "manager_cpu_busy_during_claims": round(res["manager_cpu_busy"], 2),
+            "claim_errors": res["claim_errors"],
+            "watch_restarts": res["watch_restarts"],
+        }
+    )
+    rep.headline(
+        "kubernetes (emulated API server): API requests during 1,000 execs on warm pods",
+        f"{res['api_requests_during_1000_execs']}; {pods} pods prewarmed in {res['prewarm_s']:.1f} s, "
+        f"{res['api_requests_per_sandbox']:.1f} requests per sandbox",
+    )
     return rep
 
 

@@ -42,7 +42,11 @@ TOOLS = [
         "function": {
             "name": "python",
             "description": "Run a Python program in the sandbox.",
-            "parameters": {"type": "object", "properties": {"code": {"type": "string"}}, "required": ["code"]},
+            "parameters": {
+                "type": "object",
+                "properties": {"code": {"type": "string"}},
+                "required": ["code"],
+            },
         },
     }
 ]
@@ -66,7 +70,9 @@ async def _calibrate(backend: str, n: int) -> float:
     return slowest
 
 
-async def _rollout(pool: Any, url: str, session: Any, problem: Any, question: str, overlap: bool) -> dict[str, Any]:
+async def _rollout(
+    pool: Any, url: str, session: Any, problem: Any, question: str, overlap: bool
+) -> dict[str, Any]:
     from sandboxes_rl.fake_llm import chat
     from sandboxes_rl.overlap import SandboxLease
     from sandboxes_rl.scoring import extract_code, judge
@@ -134,7 +140,9 @@ def _docker_ready() -> str | None:
     except Exception as e:  # noqa: BLE001
         return f"the docker backend does not import: {e}"
     try:
-        r = subprocess.run(["docker", "image", "inspect", DEFAULT_IMAGE], capture_output=True, timeout=60, check=False)
+        r = subprocess.run(
+            ["docker", "image", "inspect", DEFAULT_IMAGE], capture_output=True, timeout=60, check=False
+        )
     except (OSError, subprocess.TimeoutExpired) as e:
         return f"no docker CLI / engine: {e}"
     if r.returncode != 0:
@@ -161,13 +169,18 @@ def _bench_backend(rep: Report, backend: str, problems: list[Any]) -> None:
     rep.ratios[f"{backend}: provisioning hidden % (target >= 95)"] = 100.0 * hidden
     rep.ratios[f"{backend}: provisioning hidden %, sandbox first"] = 100.0 * hidden_first
     rep.ratios[f"{backend}: total wall overlapped / sandbox first"] = over["wall_s"] / first["wall_s"]
-    rep.headline(f"RL overlap, {backend}: provisioning hidden behind the first turn (target 95 %)",
-                 f"{100.0 * hidden:.0f} % hidden", f"sandbox awaited first: {100.0 * hidden_first:.0f} % hidden",
-                 f"{backend}: total wall overlapped / sandbox first")
+    rep.headline(
+        f"RL overlap, {backend}: provisioning hidden behind the first turn (target 95 %)",
+        f"{100.0 * hidden:.0f} % hidden",
+        f"sandbox awaited first: {100.0 * hidden_first:.0f} % hidden",
+        f"{backend}: total wall overlapped / sandbox first",
+    )
     rep.extra[f"{backend}: first-turn time to first token (s)"] = f"{ttft} .. {round(1.5 * ttft, 2)}"
     rep.extra[f"{backend}: calibration burst, slowest provisioning (s)"] = round(slowest, 3)
     rep.extra[f"{backend}: total wall of {len(problems)} rollouts, overlapped (s)"] = round(over["wall_s"], 3)
-    rep.extra[f"{backend}: total wall of {len(problems)} rollouts, sandbox first (s)"] = round(first["wall_s"], 3)
+    rep.extra[f"{backend}: total wall of {len(problems)} rollouts, sandbox first (s)"] = round(
+        first["wall_s"], 3
+    )
     rewards = [r["reward"] for r in over["rollouts"] + first["rollouts"]]
     rep.extra[f"{backend}: mean reward (canonical solutions: 1.0)"] = statistics.fmean(rewards)
 

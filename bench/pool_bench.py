@@ -129,10 +129,14 @@ def run() -> Report:
     rep.ratios["exec embedded / posix_spawn (median)"] = e.median_ms / spawn.median_ms
     rep.ratios["exec via server / posix_spawn (median)"] = r.median_ms / spawn.median_ms
     rep.headline("exec `/bin/true`, embedded `Pool`", e, spawn, "exec embedded / posix_spawn (median)")
-    rep.headline("exec `/bin/true` through the API server", r, spawn, "exec via server / posix_spawn (median)")
+    rep.headline(
+        "exec `/bin/true` through the API server", r, spawn, "exec via server / posix_spawn (median)"
+    )
     cold = rep.add(Stats.of("cold create (local backend)", asyncio.run(cold_creates())))
     held = ballast(BALLAST_MB)
-    big = rep.add(Stats.of(f"cold create, this client holding {BALLAST_MB} MB more", asyncio.run(cold_creates())))
+    big = rep.add(
+        Stats.of(f"cold create, this client holding {BALLAST_MB} MB more", asyncio.run(cold_creates()))
+    )
     del held
     rep.ratios[f"cold create with {BALLAST_MB} MB more / without (median)"] = big.median_ms / cold.median_ms
     rep.headline("cold create, local backend (target 30 ms)", cold)
@@ -140,7 +144,12 @@ def run() -> Report:
     f = rep.add(Stats.of("first exec right after a claim (refill running)", first))
     s = rep.add(Stats.of("second exec right after a claim", second))
     rep.ratios["first / second exec after a claim (median)"] = f.median_ms / s.median_ms
-    rep.headline("first exec right after a claim, the pool refilling", f, s, "first / second exec after a claim (median)")
+    rep.headline(
+        "first exec right after a claim, the pool refilling",
+        f,
+        s,
+        "first / second exec after a claim (median)",
+    )
     warm = rep.add(Stats.of("warm claim, 256 concurrent claimers", asyncio.run(warm_claims())))
     rep.headline("warm claim, 256 concurrent claimers (target 1 ms)", warm)
     return rep

@@ -47,11 +47,20 @@ async def measure() -> tuple[dict, dict]:
         raise SystemExit(f"{CLIENT} is missing: run `make clients`")
     async with served() as server:
         with tempfile.TemporaryDirectory() as home:
-            env = {"PATH": os.environ["PATH"], "HOME": home, "PRIME_API_KEY": server.key,
-                   "PRIME_API_BASE_URL": server.http_url}
+            env = {
+                "PATH": os.environ["PATH"],
+                "HOME": home,
+                "PRIME_API_KEY": server.key,
+                "PRIME_API_BASE_URL": server.http_url,
+            }
             proc = await asyncio.create_subprocess_exec(
-                str(CLIENT), str(Path(__file__).with_name("prime_driver.py")), str(CREATES), str(EXECS), str(JOBS),
-                env=env, stdout=asyncio.subprocess.PIPE,
+                str(CLIENT),
+                str(Path(__file__).with_name("prime_driver.py")),
+                str(CREATES),
+                str(EXECS),
+                str(JOBS),
+                env=env,
+                stdout=asyncio.subprocess.PIPE,
             )
             out, _ = await proc.communicate()
             if proc.returncode:
@@ -72,11 +81,23 @@ def run() -> Report:
     rep.ratios["SDK create+wait / ours (median)"] = create.median_ms / create0.median_ms
     rep.ratios["SDK execute_command / ours (median)"] = ex.median_ms / ex0.median_ms
     rep.ratios["SDK background job / our exec (median)"] = job.median_ms / ex0.median_ms
-    rep.headline("Prime SDK create + wait_for_creation (vs our client's create)", create, create0,
-                 "SDK create+wait / ours (median)")
-    rep.headline("Prime SDK execute_command('true') (vs our client's exec)", ex, ex0,
-                 "SDK execute_command / ours (median)")
-    rep.headline("Prime SDK background job round trip (vs our client's exec)", job, ex0,
-                 "SDK background job / our exec (median)")
+    rep.headline(
+        "Prime SDK create + wait_for_creation (vs our client's create)",
+        create,
+        create0,
+        "SDK create+wait / ours (median)",
+    )
+    rep.headline(
+        "Prime SDK execute_command('true') (vs our client's exec)",
+        ex,
+        ex0,
+        "SDK execute_command / ours (median)",
+    )
+    rep.headline(
+        "Prime SDK background job round trip (vs our client's exec)",
+        job,
+        ex0,
+        "SDK background job / our exec (median)",
+    )
     rep.extra["python"] = sys.version.split()[0]
     return rep

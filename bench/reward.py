@@ -146,7 +146,9 @@ async def ours(
         await evaluate(subs[: 4 * workers], workers=workers, pool=pool, time_limit=TIME_LIMIT_S)  # warm-up
         for _ in range(repeats):
             await wait_warm(pool, warm)
-            rep = await evaluate(subs, workers=workers, pool=pool, time_limit=TIME_LIMIT_S, per_sandbox=len(subs))
+            rep = await evaluate(
+                subs, workers=workers, pool=pool, time_limit=TIME_LIMIT_S, per_sandbox=len(subs)
+            )
             walls.append(rep.elapsed_s)
             infra += rep.infra_errors
         verdicts = [r.accepted for r in rep.results]
@@ -184,9 +186,12 @@ def humaneval(rep: Report, py: str, repeats: int = 3) -> None:
     rep.add(Stats.of("humaneval one grading: run_tests duration", durations))
     rep.ratios["humaneval ours / floor (target <= 2)"] = o / f
     rep.ratios["humaneval fresh python3 / ours (target >= 5)"] = fr / o
-    rep.headline(f"reward: HumanEval, {n} gradings (canonical + broken), wall",
-                 f"{o:.2f} s", f"in-process `exec()` floor {f:.2f} s; fresh `python3` each {fr:.2f} s",
-                 "humaneval ours / floor (target <= 2)")
+    rep.headline(
+        f"reward: HumanEval, {n} gradings (canonical + broken), wall",
+        f"{o:.2f} s",
+        f"in-process `exec()` floor {f:.2f} s; fresh `python3` each {fr:.2f} s",
+        "humaneval ours / floor (target <= 2)",
+    )
     rep.extra.update(
         {
             "humaneval_gradings": n,
@@ -222,7 +227,9 @@ def _time_cmd(argv: list[str], n: int) -> list[float]:
     return out
 
 
-async def snippet_ours_vs_python(py: str, n: int, idle_s: float = 0.0) -> tuple[list[float], list[float], Counter]:
+async def snippet_ours_vs_python(
+    py: str, n: int, idle_s: float = 0.0
+) -> tuple[list[float], list[float], Counter]:
     """`idle_s` of quiet before each timed run (both sides), as between a model's turns."""
     import sandboxes
 
@@ -335,8 +342,12 @@ def snippet(rep: Report, py: str, n: int = 300) -> None:
     o = rep.add(Stats.of("snippet: sandbox exec python3 -c", ours_s))
     p = rep.add(Stats.of("snippet: python3 -c, fresh clean venv (baseline)", local))
     rep.ratios["snippet python3 -c / sandbox (median, target >= 4)"] = p.median_ms / o.median_ms
-    rep.headline("reward: `python3 -c` snippet through `Sandbox.exec`", o, p,
-                 "snippet python3 -c / sandbox (median, target >= 4)")
+    rep.headline(
+        "reward: `python3 -c` snippet through `Sandbox.exec`",
+        o,
+        p,
+        "snippet python3 -c / sandbox (median, target >= 4)",
+    )
     rep.extra["snippet_path"] = dict(paths)
     ours_s, local, _ = asyncio.run(snippet_ours_vs_python(py, n // 5, SNIPPET_IDLE_S))
     ms = f"{SNIPPET_IDLE_S * 1000:g} ms"

@@ -103,8 +103,12 @@ def run() -> Report:
         e = rep.add(Stats.of(f"first exec, {name} sandbox", got[name][1]))
         rep.ratios[f"cold create {name} / default (median)"] = c.median_ms / base.median_ms
         rep.ratios[f"first exec {name} / default (median)"] = e.median_ms / first.median_ms
-        rep.headline(f"cold create, {name} sandbox (target 2x the default)", c, base,
-                     f"cold create {name} / default (median)")
+        rep.headline(
+            f"cold create, {name} sandbox (target 2x the default)",
+            c,
+            base,
+            f"cold create {name} / default (median)",
+        )
     steady = asyncio.run(steady_execs())
     ds = rep.add(Stats.of("exec /bin/true, default sandbox", steady["default"]))
     rs = rep.add(Stats.of("exec /bin/true, root sandbox", steady["root"]))

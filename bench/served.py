@@ -26,8 +26,17 @@ class Served:
 async def served(*args: str, key: str = "bench-key-0123456789") -> AsyncIterator[Served]:
     env = {**os.environ, "SANDBOXES_API_KEYS": f"bench:{key}"}
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "sandboxes", "serve", "--port", "0", "--http-port", "0", *args,
-        env=env, stderr=asyncio.subprocess.PIPE,
+        sys.executable,
+        "-m",
+        "sandboxes",
+        "serve",
+        "--port",
+        "0",
+        "--http-port",
+        "0",
+        *args,
+        env=env,
+        stderr=asyncio.subprocess.PIPE,
     )
     try:
         assert proc.stderr is not None

@@ -35,7 +35,9 @@ def table(results: Path | None = None) -> str:
         for h in rep["headlines"]:
             ratio = f"{_ratio(rep['ratios'][h['ratio']])} ({h['ratio']})" if h.get("ratio") else ""
             rows.append(f"| {h['metric']} (`{h['command']}`) | {h['ours']} | {h['baseline']} | {ratio} |")
-    where = f"Measured on {', '.join(sorted(machines)) or 'no machine'}, {', '.join(sorted(whens)) or 'never'}; "
+    where = (
+        f"Measured on {', '.join(sorted(machines)) or 'no machine'}, {', '.join(sorted(whens)) or 'never'}; "
+    )
     head = [
         where + "every baseline ran in the same run as what it is compared with.",
         "",

@@ -41,17 +41,27 @@ async def rollouts(runtime: dict) -> tuple[float, list]:
 
     port = _free_port()
     async with FakeChatServer(reply, ttft_s=TTFT_S) as llm:
-        env: dict = {"taskset": {"id": "sandboxes-code", "problems": "humaneval", "num_examples": ROLLOUTS},
-                     "agent": {"runtime": runtime}}
+        env: dict = {
+            "taskset": {"id": "sandboxes-code", "problems": "humaneval", "num_examples": ROLLOUTS},
+            "agent": {"runtime": runtime},
+        }
         if runtime["type"] == "prime":
-            env["interception"] = {"type": "server", "tunnel": {"type": "custom", "url": f"http://127.0.0.1:{port}",
-                                                                "port": port}}
-        config = EvalConfig.model_validate({
-            "env": env, "model": "scripted",
-            "client": {"type": "eval", "base_url": llm.url, "api_key_var": "FAKE_API_KEY"},
-            "num_rollouts": 1, "max_concurrent": ROLLOUTS, "push": False, "rich": None,
-            "output_dir": tempfile.mkdtemp(prefix="bench-vf-"),
-        })
+            env["interception"] = {
+                "type": "server",
+                "tunnel": {"type": "custom", "url": f"http://127.0.0.1:{port}", "port": port},
+            }
+        config = EvalConfig.model_validate(
+            {
+                "env": env,
+                "model": "scripted",
+                "client": {"type": "eval", "base_url": llm.url, "api_key_var": "FAKE_API_KEY"},
+                "num_rollouts": 1,
+                "max_concurrent": ROLLOUTS,
+                "push": False,
+                "rich": None,
+                "output_dir": tempfile.mkdtemp(prefix="bench-vf-"),
+            }
+        )
         t = time.perf_counter()
         episodes = await run_eval(config)
         wall = time.perf_counter() - t
@@ -67,13 +77,22 @@ async def measure() -> dict:
     out: dict = {}
     with tempfile.TemporaryDirectory() as home:
         async with served() as server:
-            os.environ.update({"HOME": home, "FAKE_API_KEY": "unused", "VF_RUN_ID": "bench",
-                               "PRIME_API_KEY": server.key, "PRIME_API_BASE_URL": server.http_url})
+            os.environ.update(
+                {
+                    "HOME": home,
+                    "FAKE_API_KEY": "unused",
+                    "VF_RUN_ID": "bench",
+                    "PRIME_API_KEY": server.key,
+                    "PRIME_API_BASE_URL": server.http_url,
+                }
+            )
             judge = SandboxRuntime(address=server.address, api_key=server.key)
             use_runtime(judge)
             try:
-                for name, runtime in (("subprocess", {"type": "subprocess"}),
-                                      ("prime", {"type": "prime", "image": "python:3.11-slim"})):
+                for name, runtime in (
+                    ("subprocess", {"type": "subprocess"}),
+                    ("prime", {"type": "prime", "image": "python:3.11-slim"}),
+                ):
                     out[name] = await rollouts(runtime)
             finally:
                 use_runtime(None)
@@ -89,14 +108,19 @@ def run() -> Report:
     boot = rep.add(Stats.of("PrimeRuntime boot per rollout (create + wait + mkdir)", boots))
     for name, ts in (("prime", traces), ("subprocess", base_traces)):
         ok = [t for t in ts if t.ok]
-        rep.extra[f"{name}: rollouts ok / scored 1.0"] = f"{len(ok)} / {sum(t.reward == 1.0 for t in ok)} of {ROLLOUTS}"
+        rep.extra[f"{name}: rollouts ok / scored 1.0"] = (
+            f"{len(ok)} / {sum(t.reward == 1.0 for t in ok)} of {ROLLOUTS}"
+        )
     rep.extra["64 rollouts, PrimeRuntime, wall s"] = round(wall, 2)
     rep.extra["64 rollouts, subprocess runtime (baseline), wall s"] = round(base_wall, 2)
     rep.extra["boot median s"] = round(statistics.median(boots), 4) if boots else None
     rep.ratios["64 rollouts wall: PrimeRuntime / subprocess"] = wall / base_wall
-    rep.headline(f"{ROLLOUTS} concurrent verifiers v1 rollouts (1 s model turn), PrimeRuntime on our server",
-                 f"{wall:.2f} s wall; boot {_ms(boot.median_ms)} median", f"{base_wall:.2f} s (subprocess runtime)",
-                 "64 rollouts wall: PrimeRuntime / subprocess")
+    rep.headline(
+        f"{ROLLOUTS} concurrent verifiers v1 rollouts (1 s model turn), PrimeRuntime on our server",
+        f"{wall:.2f} s wall; boot {_ms(boot.median_ms)} median",
+        f"{base_wall:.2f} s (subprocess runtime)",
+        "64 rollouts wall: PrimeRuntime / subprocess",
+    )
     return rep
 
 

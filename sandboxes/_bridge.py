@@ -187,9 +187,7 @@ def to_exec_event(e: Any) -> types.ExecEvent:
 
 def to_dir_entry(e: Any) -> types.DirEntry:
     """`_native.DirEntry` -> `types.DirEntry`."""
-    return types.DirEntry(
-        name=e.name, is_dir=e.is_dir, size=e.size, mode=e.mode, is_symlink=e.is_symlink
-    )
+    return types.DirEntry(name=e.name, is_dir=e.is_dir, size=e.size, mode=e.mode, is_symlink=e.is_symlink)
 
 
 def to_agent_info(i: Any) -> types.AgentInfo:
@@ -291,9 +289,7 @@ def agent_path() -> str:
     if env:
         p = Path(env)
         if not _executable(p):
-            raise errors.LaunchError(
-                f"{AGENT_BIN_ENV}={env} is not an executable file", step="agent_path"
-            )
+            raise errors.LaunchError(f"{AGENT_BIN_ENV}={env} is not an executable file", step="agent_path")
         return str(p.resolve())
     pkg = Path(__file__).resolve().parent
     candidates = [

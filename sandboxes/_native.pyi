@@ -4,7 +4,6 @@ Only flat values, bytes and opaque handles cross this boundary. Every failure is
 `NativeError` with a `kind`; `sandboxes._bridge` translates it into `sandboxes.errors` in one place.
 """
 
-
 class NativeError(Exception):
     """Raised by every native call. `kind` is one of:
     unavailable, invalid_argument, not_found, permission_denied, unauthenticated,
@@ -246,7 +245,6 @@ async def launch_local(config: LaunchConfig) -> LocalSandbox:
     not polled). Raises NativeError(kind="launch", step=...) when an isolation step fails."""
 
 def agent_version() -> str: ...
-
 def languages() -> list[tuple[str, list[str], str, list[str] | None, list[str], bool]]:
     """The judge's language table: (name, aliases with the name first, source file, compile argv
     or None, run argv, takes check scripts); paths relative to the program's directory."""

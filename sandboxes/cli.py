@@ -419,7 +419,9 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("serve", help="run the gRPC server over a warm pool")
     p.add_argument("--backend", default="local", help="sandbox backend (default: local)")
-    p.add_argument("--image", default=None, help="container image (docker backend; default sandboxes-sandbox:latest)")
+    p.add_argument(
+        "--image", default=None, help="container image (docker backend; default sandboxes-sandbox:latest)"
+    )
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1)")
     p.add_argument("--port", type=int, default=50051)
     p.add_argument("--warm", type=int, default=4, help="ready sandboxes kept per template")
@@ -437,12 +439,23 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--default-ttl", type=float, default=None, help="TTL (s) of sandboxes created without one")
     p.add_argument("--grace", type=float, default=10.0, help="seconds running calls get on shutdown")
     p.add_argument("--log-level", default="info")
-    p.add_argument("--http-port", type=int, default=None,
-                   help="also serve a SandboxFusion-compatible HTTP API (POST /run_code) on this port")
-    p.add_argument("--http-insecure", action="store_true",
-                   help="no API key on the HTTP API (SandboxFusion's own API and client have none)")
-    p.add_argument("--kube-config", default=None, metavar="FILE",
-                   help="kubernetes backend: JSON file of its settings (pod template, namespace, ...)")
+    p.add_argument(
+        "--http-port",
+        type=int,
+        default=None,
+        help="also serve a SandboxFusion-compatible HTTP API (POST /run_code) on this port",
+    )
+    p.add_argument(
+        "--http-insecure",
+        action="store_true",
+        help="no API key on the HTTP API (SandboxFusion's own API and client have none)",
+    )
+    p.add_argument(
+        "--kube-config",
+        default=None,
+        metavar="FILE",
+        help="kubernetes backend: JSON file of its settings (pod template, namespace, ...)",
+    )
     p.add_argument("--kube-namespace", default=None, help="kubernetes backend: namespace of the sandbox pods")
     p.set_defaults(fn=cmd_serve)
 

@@ -157,7 +157,7 @@ def load_solutions(path: str | Path, problems: Sequence[Problem]) -> list[Submis
 
 
 def submissions(problems: Sequence[Problem], solutions: str, language: str | None = None) -> list[Submission]:
-    """"canonical" (the references), "broken" (wrong on purpose) or a solutions file's submissions.
+    """ "canonical" (the references), "broken" (wrong on purpose) or a solutions file's submissions.
 
     With "canonical", problems without a reference in the language are left out.
     """

@@ -241,7 +241,9 @@ class Pool:
                 raise InvalidRequest(f"the pool has another template named {template.name!r}")
             return
         if template.backend not in self._backends:
-            raise InvalidRequest(f"backend {template.backend!r} is not one of this pool's ({sorted(self._backends)})")
+            raise InvalidRequest(
+                f"backend {template.backend!r} is not one of this pool's ({sorted(self._backends)})"
+            )
         self._templates[template.name] = template
         self._serve_template(template)
 
@@ -540,7 +542,10 @@ class Pool:
         tp.backoff_until = asyncio.get_running_loop().time() + backoff
         log.warning(
             "creating a %r sandbox failed (%d in a row, retry in %.1fs): %s",
-            tp.name, tp.consecutive_failures, backoff, e,
+            tp.name,
+            tp.consecutive_failures,
+            backoff,
+            e,
         )
         if tp.consecutive_failures >= FAIL_FAST_AFTER:
             err = e if isinstance(e, SandboxError) else LaunchError(str(e), step="create")

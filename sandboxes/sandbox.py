@@ -537,4 +537,3 @@ class Sandbox(SandboxBase):
                 self._client.close()
             except Exception:
                 log.debug("closing agent client of %s failed", self.id, exc_info=True)
-

@@ -176,8 +176,15 @@ def _check_network(network: Any) -> None:
         )
     for rule in network:
         # The agent parses each rule (and says what is wrong with one); here only its shape.
-        if not isinstance(rule, str) or not rule or len(rule) > 260 or any(c.isspace() or c == "\0" for c in rule):
-            raise InvalidRequest(f"an allow-list rule is a host, *.domain, address or network with an optional :port, got {rule!r}")
+        if (
+            not isinstance(rule, str)
+            or not rule
+            or len(rule) > 260
+            or any(c.isspace() or c == "\0" for c in rule)
+        ):
+            raise InvalidRequest(
+                f"an allow-list rule is a host, *.domain, address or network with an optional :port, got {rule!r}"
+            )
 
 
 def _check_int(name: str, value: Any, lo: int, hi: int) -> None:

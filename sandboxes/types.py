@@ -9,7 +9,15 @@ from typing import Literal
 
 from .errors import InvalidRequest
 
-__all__ = ["DEFAULT_READ_MAX_BYTES", "AgentInfo", "DirEntry", "ExecEvent", "ExecResult", "Limits", "ReadRange"]
+__all__ = [
+    "DEFAULT_READ_MAX_BYTES",
+    "AgentInfo",
+    "DirEntry",
+    "ExecEvent",
+    "ExecResult",
+    "Limits",
+    "ReadRange",
+]
 
 # Most bytes one `read_file` returns unless the caller names another bound: a file larger than
 # this is a `TooLarge` error (read it in parts with offset/length), never a huge allocation.

@@ -80,8 +80,14 @@ def no_leaks() -> Any:
 
         async def recording_launch(config: Any) -> Any:
             local = await original(config)
-            log.launched.append({"pid": local.pid, "starttime": starttime(local.pid),
-                                 "cgroup": local.cgroup, "run_dir": local.run_dir})
+            log.launched.append(
+                {
+                    "pid": local.pid,
+                    "starttime": starttime(local.pid),
+                    "cgroup": local.cgroup,
+                    "run_dir": local.run_dir,
+                }
+            )
             return local
 
         mod.launch_local = recording_launch
@@ -163,12 +169,16 @@ def images(docker_api: Any, native: Any) -> str:
     return DEFAULT_IMAGE
 
 
-
 @pytest.fixture(scope="session")
 def dev_image(images: str) -> str:
     """The dev image (git, build tools, python3 with pip and venv), built by the same script."""
     proc = subprocess.run(
-        ["bash", str(BUILD_SCRIPT), "--dev"], cwd=REPO, capture_output=True, text=True, timeout=1500, check=False
+        ["bash", str(BUILD_SCRIPT), "--dev"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=1500,
+        check=False,
     )
     if proc.returncode != 0:
         pytest.fail(f"the dev image does not build: {proc.stderr[-1500:]}")

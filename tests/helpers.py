@@ -53,15 +53,29 @@ def sandbox_containers(run_root: Path) -> set[str]:
     other sessions on the machine have their own). Empty without a Docker CLI or engine."""
     try:
         out = subprocess.run(
-            ["docker", "ps", "-a", "--no-trunc", "--filter", "label=sandboxes.pool",
-             "--format", '{{.ID}} {{.Label "sandboxes.run_dir"}}'],
-            capture_output=True, text=True, check=False, timeout=30,
+            [
+                "docker",
+                "ps",
+                "-a",
+                "--no-trunc",
+                "--filter",
+                "label=sandboxes.pool",
+                "--format",
+                '{{.ID}} {{.Label "sandboxes.run_dir"}}',
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
+            timeout=30,
         ).stdout
     except (OSError, subprocess.TimeoutExpired):
         return set()
     prefix = str(run_root).rstrip("/") + "/"
-    return {cid for cid, _, run_dir in (line.partition(" ") for line in out.splitlines())
-            if run_dir.startswith(prefix)}
+    return {
+        cid
+        for cid, _, run_dir in (line.partition(" ") for line in out.splitlines())
+        if run_dir.startswith(prefix)
+    }
 
 
 def pgrep(pattern: str) -> list[int]:
@@ -129,7 +143,9 @@ def tiny_wheel() -> tuple[str, bytes]:
         "tinypkg-1.0.dist-info/METADATA": "Metadata-Version: 2.1\nName: tinypkg\nVersion: 1.0\n",
         "tinypkg-1.0.dist-info/WHEEL": "Wheel-Version: 1.0\nGenerator: tests\nRoot-Is-Purelib: true\nTag: py3-none-any\n",
     }
-    files["tinypkg-1.0.dist-info/RECORD"] = "".join(f"{n},,\n" for n in [*files, "tinypkg-1.0.dist-info/RECORD"])
+    files["tinypkg-1.0.dist-info/RECORD"] = "".join(
+        f"{n},,\n" for n in [*files, "tinypkg-1.0.dist-info/RECORD"]
+    )
     buf = io.BytesIO()
     with zipfile.ZipFile(buf, "w") as z:
         for name, text in files.items():

@@ -74,7 +74,9 @@ async def test_stream_with_stdin_and_signal(native: Any, agent: tuple[Any, Any])
     assert last.kind == "exit" and last.result.signal == 9
 
 
-async def test_timeout_kills_the_tree_including_setsid_grandchildren(agent: tuple[Any, Any], native: Any) -> None:
+async def test_timeout_kills_the_tree_including_setsid_grandchildren(
+    agent: tuple[Any, Any], native: Any
+) -> None:
     _, client = agent
     m = marker()
     r = await client.exec(
@@ -141,7 +143,9 @@ async def test_the_agent_itself_serves_under_the_deny_list(agent: tuple[Any, Any
         assert status["Seccomp_filters"] == "1", status
 
 
-async def test_wrong_token_is_refused_and_the_agent_keeps_serving(agent: tuple[Any, Any], native: Any) -> None:
+async def test_wrong_token_is_refused_and_the_agent_keeps_serving(
+    agent: tuple[Any, Any], native: Any
+) -> None:
     local, client = agent
     for token in ("x" * 48, ""):
         with pytest.raises(native.NativeError) as e:
@@ -152,7 +156,9 @@ async def test_wrong_token_is_refused_and_the_agent_keeps_serving(agent: tuple[A
 
 async def test_lease_expiry_kills_the_agent_and_its_children(native: Any) -> None:
     local = await native.launch_local(
-        native.LaunchConfig(_bridge.agent_path(), str(RUN_ROOT / f"lease-{uuid.uuid4().hex[:8]}"), lease_ttl_s=1.0)
+        native.LaunchConfig(
+            _bridge.agent_path(), str(RUN_ROOT / f"lease-{uuid.uuid4().hex[:8]}"), lease_ttl_s=1.0
+        )
     )
     try:
         client = native.AgentClient(local.endpoint, local.token)
@@ -172,7 +178,9 @@ def agent_pids() -> set[int]:
     return set(pgrep("sandbox-agent --listen-fd"))
 
 
-async def test_an_agent_that_cannot_be_executed_fails_the_launch_at_its_step(native: Any, tmp_path: Any) -> None:
+async def test_an_agent_that_cannot_be_executed_fails_the_launch_at_its_step(
+    native: Any, tmp_path: Any
+) -> None:
     """The launcher's child reports the step that failed (here its exec of the agent), and the
     launch leaves nothing behind."""
     fake = tmp_path / "not-an-agent"
@@ -193,22 +201,30 @@ async def test_a_cancelled_launch_leaves_nothing(native: Any) -> None:
     before = agent_pids()
     for delay in (0.0, 0.001, 0.002, 0.004, 0.008):
         run_dir = RUN_ROOT / f"cancel-{uuid.uuid4().hex[:8]}"
-        task = asyncio.ensure_future(native.launch_local(native.LaunchConfig(_bridge.agent_path(), str(run_dir))))
+        task = asyncio.ensure_future(
+            native.launch_local(native.LaunchConfig(_bridge.agent_path(), str(run_dir)))
+        )
         await asyncio.sleep(delay)
         task.cancel()
         try:
             (await task).kill()
         except asyncio.CancelledError:
             pass
-        await wait_until(lambda: agent_pids() <= before, what=f"no agent left by a launch cancelled after {delay}s")
-        await wait_until(lambda run_dir=run_dir: not run_dir.exists(), what="the run dir of a cancelled launch to go")
+        await wait_until(
+            lambda: agent_pids() <= before, what=f"no agent left by a launch cancelled after {delay}s"
+        )
+        await wait_until(
+            lambda run_dir=run_dir: not run_dir.exists(), what="the run dir of a cancelled launch to go"
+        )
 
 
 async def test_renewed_lease_keeps_the_agent(native: Any) -> None:
     """Renewed right after start, the agent outlives its first lease (3 s: room for a loaded host
     between readiness and the renewal)."""
     local = await native.launch_local(
-        native.LaunchConfig(_bridge.agent_path(), str(RUN_ROOT / f"lease-{uuid.uuid4().hex[:8]}"), lease_ttl_s=3.0)
+        native.LaunchConfig(
+            _bridge.agent_path(), str(RUN_ROOT / f"lease-{uuid.uuid4().hex[:8]}"), lease_ttl_s=3.0
+        )
     )
     try:
         client = native.AgentClient(local.endpoint, local.token)
@@ -253,7 +269,9 @@ async def test_non_utf8_arguments_are_invalid(agent: tuple[Any, Any], native: An
     await still_serving(client)
 
 
-@pytest.mark.parametrize("path", ["../etc/passwd", "/etc/passwd", "a/../../x", "/work/../etc/x", "/proc/1/environ"])
+@pytest.mark.parametrize(
+    "path", ["../etc/passwd", "/etc/passwd", "a/../../x", "/work/../etc/x", "/proc/1/environ"]
+)
 async def test_paths_outside_the_sandbox_are_refused(agent: tuple[Any, Any], native: Any, path: str) -> None:
     _, client = agent
     with pytest.raises(native.NativeError) as e:
@@ -275,7 +293,9 @@ async def test_symlink_planted_by_user_code_cannot_escape(agent: tuple[Any, Any]
         await client.read_file("escape/passwd", 0, 0, 1 << 20)
 
 
-async def test_huge_request_is_refused_and_the_agent_keeps_serving(agent: tuple[Any, Any], native: Any) -> None:
+async def test_huge_request_is_refused_and_the_agent_keeps_serving(
+    agent: tuple[Any, Any], native: Any
+) -> None:
     _, client = agent
     with pytest.raises(native.NativeError) as e:
         await client.exec(["true"] + ["a" * 1024] * 10_000)

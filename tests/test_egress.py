@@ -51,7 +51,9 @@ class Seen:
             head = await reader.readuntil(b"\r\n\r\n")
             self.lines.append(head.split(b"\r\n")[0].decode())
             body = self.name.encode()
-            writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(body), body))
+            writer.write(
+                b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(body), body)
+            )
             await writer.drain()
         writer.close()
 
@@ -144,7 +146,10 @@ async def test_bad_rules_and_conflicts_are_refused() -> None:
         Template(network=["has space"])
     with pytest.raises(sandboxes.InvalidRequest):
         Template(network="pypi.org")
-    assert Template(network=["pypi.org", "*.pythonhosted.org:443"]).egress_allow == ("pypi.org", "*.pythonhosted.org:443")
+    assert Template(network=["pypi.org", "*.pythonhosted.org:443"]).egress_allow == (
+        "pypi.org",
+        "*.pythonhosted.org:443",
+    )
     assert Template(network=True).egress_allow == () and Template().egress_allow == ()
 
 
@@ -167,20 +172,34 @@ def package_index(root: Path) -> Iterator[int]:
         thread.join()
 
 
-async def test_pip_installs_from_an_index_the_allow_list_names(backend, dev_image, make_pool, tmp_path) -> None:
+async def test_pip_installs_from_an_index_the_allow_list_names(
+    backend, dev_image, make_pool, tmp_path
+) -> None:
     """A root sandbox of the dev image pip-installs from a package index it may reach, and only
     from it."""
     with package_index(tmp_path) as port:
-        t = Template(name="dev", backend=backend, image=dev_image, user="root", agent_mount=backend == "docker",
-                     network=(f"{HOST}:{port}",))
+        t = Template(
+            name="dev",
+            backend=backend,
+            image=dev_image,
+            user="root",
+            agent_mount=backend == "docker",
+            network=(f"{HOST}:{port}",),
+        )
         pool = await make_pool(backend=backend, warm=0, templates={"dev": t})
         async with pool.sandbox(template="dev") as sb:
-            install = (f"pip install -q --break-system-packages --index-url http://{HOST}:{port}/simple tinypkg "
-                       "&& python3 -c 'import tinypkg; print(tinypkg.VALUE)'")
+            install = (
+                f"pip install -q --break-system-packages --index-url http://{HOST}:{port}/simple tinypkg "
+                "&& python3 -c 'import tinypkg; print(tinypkg.VALUE)'"
+            )
             r = await sb.exec(["sh", "-c", install], limits=sandboxes.Limits(wall_time_s=180))
             assert (r.exit_code, r.stdout) == (0, b"42\n"), r
             r = await sb.exec(
-                ["sh", "-c", f"pip download -q --no-deps -d /tmp/x --index-url http://{HOST}:{port + 1}/simple tinypkg"],
+                [
+                    "sh",
+                    "-c",
+                    f"pip download -q --no-deps -d /tmp/x --index-url http://{HOST}:{port + 1}/simple tinypkg",
+                ],
                 limits=sandboxes.Limits(wall_time_s=180),
             )
             assert r.exit_code != 0, r

@@ -22,8 +22,13 @@ async def run_cli(*args: str) -> tuple[int, str, str]:
     env = dict(os.environ)
     env["PYTHONPATH"] = PKG_ROOT + os.pathsep + env.get("PYTHONPATH", "")
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "sandboxes", *args,
-        stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE, env=env,
+        sys.executable,
+        "-m",
+        "sandboxes",
+        *args,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+        env=env,
     )
     out, err = await asyncio.wait_for(proc.communicate(), 240)
     return proc.returncode, out.decode(), err.decode()
@@ -45,7 +50,10 @@ async def test_cli_eval_stdio_limit_5(native, tmp_path: Path) -> None:
 async def test_cli_eval_solutions_file(native, tmp_path: Path) -> None:
     sols = tmp_path / "samples.jsonl"
     lines = [
-        {"task_id": "HumanEval/0", "completion": load_humaneval()[0].references["python"][len(load_humaneval()[0].prompt):]},
+        {
+            "task_id": "HumanEval/0",
+            "completion": load_humaneval()[0].references["python"][len(load_humaneval()[0].prompt) :],
+        },
         {"task_id": "HumanEval/2", "completion": "    return 0.0\n"},
         {"problem_id": "HumanEval/4", "program": "this is not python"},
     ]
@@ -71,7 +79,9 @@ async def test_evaluate_canonical_broken_and_other_languages(make_pool) -> None:
     pool = await make_pool(warm=2)
     problems = [p for p in load_stdio() if "c" in p.references][:3]
     seen = []
-    good = await ev.evaluate(ev.submissions(problems, "canonical", "c"), workers=2, pool=pool, on_result=seen.append)
+    good = await ev.evaluate(
+        ev.submissions(problems, "canonical", "c"), workers=2, pool=pool, on_result=seen.append
+    )
     assert good.accepted == 3 and good.pass_rate == 1.0 and len(seen) == 3
     assert {r.language for r in good.results} == {"c"}
     bad = await ev.evaluate(ev.submissions(problems, "broken"), workers=2, pool=pool, time_limit=5)
@@ -93,7 +103,9 @@ def test_load_solutions_errors(tmp_path: Path) -> None:
         f.write_text(json.dumps(line) + "\n")
         with pytest.raises(DatasetError, match=match):
             ev.load_solutions(f, problems)
-    f.write_text(json.dumps({"problem_id": problems[1].problem_id, "solution": "print(1)", "language": "bash"}) + "\n")
+    f.write_text(
+        json.dumps({"problem_id": problems[1].problem_id, "solution": "print(1)", "language": "bash"}) + "\n"
+    )
     (s,) = ev.load_solutions(f, problems)
     assert s.problem is problems[1] and s.program == "print(1)" and s.language == "bash"
 

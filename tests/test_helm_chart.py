@@ -55,8 +55,9 @@ def test_there_are_non_default_value_files() -> None:
 
 @pytest.mark.parametrize("values_file", CASES)
 def test_lint(values_file: Path | None) -> None:
-    report = helm.lint(str(CHART), _values(values_file), strict=True, namespace=NAMESPACE,
-                       kube_version="v1.33.0")
+    report = helm.lint(
+        str(CHART), _values(values_file), strict=True, namespace=NAMESPACE, kube_version="v1.33.0"
+    )
     problems = [m for m in report["messages"] if m["severity"] >= 2]  # 2 warning, 3 error
     assert not report["errors"] and not problems, report
 
@@ -73,10 +74,14 @@ def test_render_and_validate(values_file: Path | None) -> None:
                 kv.validate(doc, version, strict=True)
             except kv.SchemaNotFoundError:
                 # CRDs have no schema in kubernetes-validate; check the one we render by hand.
-                assert doc["kind"] == "ServiceMonitor" and doc["apiVersion"] == "monitoring.coreos.com/v1", path
+                assert doc["kind"] == "ServiceMonitor" and doc["apiVersion"] == "monitoring.coreos.com/v1", (
+                    path
+                )
                 assert doc["spec"]["endpoints"][0]["port"] == "metrics"
             except kv.ValidationError as e:
-                raise AssertionError(f"{path} ({doc['kind']}) is invalid for Kubernetes {version}: {e}") from e
+                raise AssertionError(
+                    f"{path} ({doc['kind']}) is invalid for Kubernetes {version}: {e}"
+                ) from e
 
 
 def _by_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:

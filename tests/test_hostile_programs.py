@@ -49,9 +49,7 @@ async def test_file_calls_refuse_a_fifo_instead_of_waiting_on_it(sb: sandboxes.S
 
 
 async def test_file_calls_refuse_sockets_and_device_links(sb: sandboxes.Sandbox) -> None:
-    r = await sb.exec(
-        ["python3", "-c", "import socket; s = socket.socket(socket.AF_UNIX); s.bind('sock')"]
-    )
+    r = await sb.exec(["python3", "-c", "import socket; s = socket.socket(socket.AF_UNIX); s.bind('sock')"])
     assert r.exit_code == 0, r.stderr
     with pytest.raises(sandboxes.InvalidRequest, match="socket"):
         await asyncio.wait_for(sb.read_file("sock"), HANG)
@@ -157,7 +155,10 @@ async def test_a_default_sandbox_is_bounded_by_the_kernel(sb: sandboxes.Sandbox)
     sandbox's cgroup, and enforced against a program whose own exec limits are looser."""
     t = sandboxes.Template()
     assert (t.memory_bytes, t.max_pids, t.cpu_quota) == (
-        templates.DEFAULT_MEMORY_BYTES, templates.DEFAULT_MAX_PIDS, templates.DEFAULT_CPU_QUOTA)
+        templates.DEFAULT_MEMORY_BYTES,
+        templates.DEFAULT_MAX_PIDS,
+        templates.DEFAULT_CPU_QUOTA,
+    )
     values: dict[str, str] = {}
     for d in _cgroup_dirs(sb.handle.backend_data.cgroup):
         for name in ("memory.limit_in_bytes", "memory.max", "pids.max", "cpu.cfs_quota_us", "cpu.max"):

@@ -103,10 +103,16 @@ def warm(pool: Pool, template: str = "default") -> int:
 
 
 def test_pod_manifest_is_locked_down() -> None:
-    be = KubernetesBackend(KubeConfig(image=IMAGE, identity="mgr-a", runtime_class_name="gvisor",
-                                      node_selector={"pool": "sandbox"},
-                                      tolerations=[{"key": "sandbox", "operator": "Exists", "effect": "NoSchedule"}],
-                                      labels={"team": "rl"}))
+    be = KubernetesBackend(
+        KubeConfig(
+            image=IMAGE,
+            identity="mgr-a",
+            runtime_class_name="gvisor",
+            node_selector={"pool": "sandbox"},
+            tolerations=[{"key": "sandbox", "operator": "Exists", "effect": "NoSchedule"}],
+            labels={"team": "rl"},
+        )
+    )
     t = Template(backend="kubernetes", memory_bytes=256 << 20, cpu_quota=0.5, env={"A": "1"}, lease_ttl_s=20)
     pod = be.pod_manifest(t, "sb-1", "sb-1", "secret-token-value-123")
     spec = pod["spec"]
@@ -140,8 +146,12 @@ def test_pod_manifest_is_locked_down() -> None:
     assert labels["sandboxes.io/pool"] == "sandboxes" and labels["sandboxes.io/manager"] == "mgr-a"
     assert labels[LABEL_OWNER] == be.owner and labels["team"] == "rl"
     assert "sandboxes.io/egress" not in labels
-    assert be.pod_manifest(t.replace(network=True), "sb-2", "sb-2", "x" * 20)["metadata"]["labels"][
-        "sandboxes.io/egress"] == "allowed"
+    assert (
+        be.pod_manifest(t.replace(network=True), "sb-2", "sb-2", "x" * 20)["metadata"]["labels"][
+            "sandboxes.io/egress"
+        ]
+        == "allowed"
+    )
 
 
 def test_pod_manifest_validates_against_the_kubernetes_schema() -> None:
@@ -168,20 +178,35 @@ def test_invalid_backend_config_is_refused() -> None:
     with pytest.raises(InvalidRequest, match="no image"):
         be.pod_manifest(Template(backend="kubernetes"), "sb-1", "sb-1", "t" * 32)
     with pytest.raises(InvalidRequest, match="ro_binds"):
-        be.pod_manifest(Template(backend="kubernetes", image=IMAGE, ro_binds=("/opt",)), "sb-1", "sb-1", "t" * 32)
+        be.pod_manifest(
+            Template(backend="kubernetes", image=IMAGE, ro_binds=("/opt",)), "sb-1", "sb-1", "t" * 32
+        )
 
 
 def test_readiness_states() -> None:
     base = {"metadata": {"name": "p"}}
     assert pod_readiness(None)[0] == "gone"
     assert pod_readiness({**base, "status": {"phase": "Pending"}})[0] == "pending"
-    running = {**base, "status": {"phase": "Running", "podIP": "10.0.0.5",
-                                  "conditions": [{"type": "Ready", "status": "True"}]}}
+    running = {
+        **base,
+        "status": {
+            "phase": "Running",
+            "podIP": "10.0.0.5",
+            "conditions": [{"type": "Ready", "status": "True"}],
+        },
+    }
     assert pod_readiness(running) == ("ready", "10.0.0.5")
     no_ip = {**base, "status": {"phase": "Running", "conditions": [{"type": "Ready", "status": "True"}]}}
     assert pod_readiness(no_ip)[0] == "pending"
-    backoff = {**base, "status": {"phase": "Pending", "containerStatuses": [
-        {"name": "agent", "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off"}}}]}}
+    backoff = {
+        **base,
+        "status": {
+            "phase": "Pending",
+            "containerStatuses": [
+                {"name": "agent", "state": {"waiting": {"reason": "CrashLoopBackOff", "message": "back-off"}}}
+            ],
+        },
+    }
     assert pod_readiness(backoff) == ("failed", "container CrashLoopBackOff: back-off")
     deleting = {"metadata": {"name": "p", "deletionTimestamp": "now"}, "status": running["status"]}
     assert pod_readiness(deleting)[0] == "gone"
@@ -209,8 +234,12 @@ async def test_bulk_prewarm_claim_exec_files_and_tests(cluster: Cluster) -> None
         assert r.stdout == b"cba\n", r.stderr
         timed = await sb.exec("sleep 5", timeout=0.3)
         assert timed.timed_out
-        report = await sb.run_tests("print(int(input()) * 2)", [TestCase("2", "4"), TestCase("3", "7")],
-                                    language="python", time_limit=5)
+        report = await sb.run_tests(
+            "print(int(input()) * 2)",
+            [TestCase("2", "4"), TestCase("3", "7")],
+            language="python",
+            time_limit=5,
+        )
         assert [c.verdict.value for c in report.cases] == ["accepted", "wrong_answer"]
         # The agent's token is a root-only file: sandboxed code cannot read it.
         pod = sb.id
@@ -241,8 +270,9 @@ async def test_zero_api_requests_while_1000_execs_run_on_warm_pods(cluster: Clus
     pool = await cluster.pool(be, warm=4)
     sbs = [await pool.claim() for _ in range(4)]
     # The pool refills behind the claims (API calls of the control plane); measure once it is idle.
-    await wait_until(lambda: warm(pool) == 4 and pool.stats()["default"]["creating"] == 0,
-                     timeout=60, what="refill done")
+    await wait_until(
+        lambda: warm(pool) == 4 and pool.stats()["default"]["creating"] == 0, timeout=60, what="refill done"
+    )
     before, before_backend = cluster.api.request_count(), be.api_requests
     sem = asyncio.Semaphore(64)
 
@@ -277,8 +307,11 @@ async def test_pod_vanishing_mid_exec_is_lost_and_replaced(cluster: Cluster) -> 
     victim = pool._tps["default"].warm[0].id
     await cluster.kubelet.vanish(victim)
     await wait_until(lambda: pool.stats()["default"]["lost_total"] > lost_before, what="lost noticed")
-    await wait_until(lambda: warm(pool) == 2 and victim not in [s.id for s in pool._tps["default"].warm],
-                     timeout=60, what="replacement")
+    await wait_until(
+        lambda: warm(pool) == 2 and victim not in [s.id for s in pool._tps["default"].warm],
+        timeout=60,
+        what="replacement",
+    )
     async with pool.sandbox() as again:
         assert (await again.exec(["true"])).exit_code == 0
 
@@ -296,8 +329,11 @@ async def test_manager_restart_reaps_orphans_and_leases_end_pods(cluster: Cluste
     agents = {n: cluster.kubelet.agent_pid(n) for n in ("sb-orphan0", "sb-orphan1", "sb-orphan2")}
     await _crash(be)  # the manager dies: nobody renews leases, nobody deletes pods
     # The short-lease agent exits by itself and its pod ends (restartPolicy Never).
-    await wait_until(lambda: (cluster.pod("sb-orphan0") or {}).get("status", {}).get("phase") == "Succeeded",
-                     timeout=30, what="lease lapse ends the pod")
+    await wait_until(
+        lambda: (cluster.pod("sb-orphan0") or {}).get("status", {}).get("phase") == "Succeeded",
+        timeout=30,
+        what="lease lapse ends the pod",
+    )
     # The restarted manager (same identity, new owner id) reaps all three.
     again = cluster.backend("mgr-x")
     assert again.owner != be.owner
@@ -320,9 +356,16 @@ async def _crash(be: KubernetesBackend) -> None:
 async def test_two_managers_each_own_their_pods(cluster: Cluster) -> None:
     # Manager B runs "in a pod": its pods carry its pod's name and uid, so others can tell when
     # B is gone. The manager pod is an object of the emulated API server.
-    async with cluster.kubelet._api("POST", "/api/v1/namespaces/default/pods", json={
-        "apiVersion": "v1", "kind": "Pod", "metadata": {"name": "mgr-b", "namespace": "default"},
-        "spec": {"containers": [{"name": "manager", "image": "sandboxes/manager"}]}}) as r:
+    async with cluster.kubelet._api(
+        "POST",
+        "/api/v1/namespaces/default/pods",
+        json={
+            "apiVersion": "v1",
+            "kind": "Pod",
+            "metadata": {"name": "mgr-b", "namespace": "default"},
+            "spec": {"containers": [{"name": "manager", "image": "sandboxes/manager"}]},
+        },
+    ) as r:
         manager_pod = await r.json()
     be_a = cluster.backend("mgr-a")
     be_b = cluster.backend("mgr-b", manager_pod="default/mgr-b", manager_uid=manager_pod["metadata"]["uid"])
@@ -358,7 +401,8 @@ async def test_two_managers_each_own_their_pods(cluster: Cluster) -> None:
     assert await be_a.reap_orphans() == len(live_b)
     assert cluster.pods(**{LABEL_OWNER: be_b.owner}) == []
     assert {p["metadata"]["name"] for p in cluster.pods(**{LABEL_OWNER: be_a.owner})} >= {
-        s.id for s in pool_a._tps["default"].warm}
+        s.id for s in pool_a._tps["default"].warm
+    }
 
 
 async def test_invalid_template_fails_fast_and_the_pool_keeps_serving(cluster: Cluster) -> None:
@@ -401,7 +445,9 @@ async def test_unschedulable_pod_times_out_with_its_reason_and_is_deleted(cluste
 
 
 async def test_api_server_down_is_backend_unavailable(native: Any) -> None:
-    be = KubernetesBackend(KubeConfig(api_url="http://127.0.0.1:9", image=IMAGE, identity="m", api_timeout_s=2))
+    be = KubernetesBackend(
+        KubeConfig(api_url="http://127.0.0.1:9", image=IMAGE, identity="m", api_timeout_s=2)
+    )
     try:
         with pytest.raises(sandboxes.BackendUnavailable):
             await be.reap_orphans()
@@ -413,8 +459,14 @@ async def test_api_server_on_the_kubernetes_backend(cluster: Cluster) -> None:
     """`sandboxes serve --backend kubernetes`, in process: a remote client creates and execs."""
     from sandboxes.server.app import Server
 
-    server = Server(backend=cluster.backend(), warm=1, port=0, insecure=True,
-                    templates={"default": KT}, pool_kwargs={"claim_timeout": 60})
+    server = Server(
+        backend=cluster.backend(),
+        warm=1,
+        port=0,
+        insecure=True,
+        templates={"default": KT},
+        pool_kwargs={"claim_timeout": 60},
+    )
     await server.start()
     try:
         async with sandboxes.AsyncSandboxClient(server.address) as client:

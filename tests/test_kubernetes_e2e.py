@@ -52,16 +52,32 @@ def api_key() -> str:
 def release(api_key: str) -> Iterator[str]:
     host_users = os.environ.get("SANDBOXES_E2E_HOST_USERS", "false")
     values = {
-        "manager": {"image": {**_image("SANDBOXES_E2E_MANAGER_IMAGE", "sandboxes-manager:0.1.0"),
-                              "pullPolicy": "IfNotPresent"}, "warm": 2},
-        "sandbox": {"image": {**_image("SANDBOXES_E2E_SANDBOX_IMAGE", "sandboxes-sandbox:latest"),
-                              "pullPolicy": "IfNotPresent"},
-                    "hostUsers": None if host_users == "null" else host_users == "true"},
+        "manager": {
+            "image": {
+                **_image("SANDBOXES_E2E_MANAGER_IMAGE", "sandboxes-manager:0.1.0"),
+                "pullPolicy": "IfNotPresent",
+            },
+            "warm": 2,
+        },
+        "sandbox": {
+            "image": {
+                **_image("SANDBOXES_E2E_SANDBOX_IMAGE", "sandboxes-sandbox:latest"),
+                "pullPolicy": "IfNotPresent",
+            },
+            "hostUsers": None if host_users == "null" else host_users == "true",
+        },
         "apiKeys": {"keys": [{"name": "e2e", "key": api_key}]},
     }
     with helm.Config(namespace=NAMESPACE, kubeconfig_path=os.environ["KUBECONFIG"]) as cfg:
-        cfg.install(str(CHART), RELEASE, values, namespace=NAMESPACE, create_namespace=True,
-                    wait="watcher", timeout=300)
+        cfg.install(
+            str(CHART),
+            RELEASE,
+            values,
+            namespace=NAMESPACE,
+            create_namespace=True,
+            wait="watcher",
+            timeout=300,
+        )
         try:
             yield f"{RELEASE}-sandboxes"
         finally:
@@ -84,8 +100,12 @@ def address(release: str) -> Iterator[str]:
     if kubectl is None:
         pytest.skip("neither kubectl (for port-forward) nor SANDBOXES_E2E_ADDRESS is available")
     port = _free_port()
-    proc = subprocess.Popen([kubectl, "-n", NAMESPACE, "port-forward", f"svc/{release}", f"{port}:50051"],
-                            stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True)
+    proc = subprocess.Popen(
+        [kubectl, "-n", NAMESPACE, "port-forward", f"svc/{release}", f"{port}:50051"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
     try:
         assert proc.stdout is not None
         line = proc.stdout.readline()  # "Forwarding from 127.0.0.1:PORT -> 50051": it listens
@@ -101,7 +121,9 @@ async def _sandbox_pods(pool_label: str) -> list[str]:
 
     await config.load_kube_config()
     async with client.ApiClient() as api:
-        pods = await client.CoreV1Api(api).list_namespaced_pod(NAMESPACE, label_selector=f"sandboxes.io/pool={pool_label}")
+        pods = await client.CoreV1Api(api).list_namespaced_pod(
+            NAMESPACE, label_selector=f"sandboxes.io/pool={pool_label}"
+        )
         return [p.metadata.name for p in pods.items if not p.metadata.deletion_timestamp]
 
 
@@ -118,7 +140,9 @@ async def test_create_exec_and_pods_are_direct(release: str, address: str, api_k
             r = await sb.exec(["python3", "-c", "import os; print(6 * 7, os.getuid())"], timeout=30)
             assert r.exit_code == 0 and r.stdout.split() == [b"42", b"65534"], r.stderr
             # Sandboxed code has no egress and no service-account token.
-            r = await sb.exec("ls /var/run/secrets/kubernetes.io 2>&1; cat /var/run/sandboxes/token", timeout=10)
+            r = await sb.exec(
+                "ls /var/run/secrets/kubernetes.io 2>&1; cat /var/run/sandboxes/token", timeout=10
+            )
             assert r.exit_code != 0 and b"Permission denied" in r.stdout + r.stderr
         finally:
             await sb.close()

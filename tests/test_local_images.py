@@ -39,7 +39,9 @@ async def sh(sb: sandboxes.Sandbox, cmd: str) -> sandboxes.ExecResult:
 async def test_a_local_sandbox_runs_the_image(image_pool) -> None:
     assert os.path.exists(HOST_ONLY), "this test tells the image from the host by gdb"
     async with image_pool.sandbox(template="img") as sb:
-        r = await sh(sb, f"test -e {HOST_ONLY} && echo host || echo image; test -d /var/lib/dpkg && echo dpkg; id -u")
+        r = await sh(
+            sb, f"test -e {HOST_ONLY} && echo host || echo image; test -d /var/lib/dpkg && echo dpkg; id -u"
+        )
         assert r.stdout == b"image\ndpkg\n65534\n", r
         r = await sb.exec(["python3", "-c", "import sys; print(sys.version_info[:2] >= (3, 11))"])
         assert r.stdout == b"True\n", r
@@ -49,7 +51,7 @@ async def test_a_local_sandbox_runs_the_image(image_pool) -> None:
         await sb.write_file("hello.txt", b"hi")
         assert (await sh(sb, "cat hello.txt")).stdout == b"hi"
         report = await sb.run_tests(
-            "#include <stdio.h>\nint main(){int x; scanf(\"%d\", &x); printf(\"%d\\n\", x * 3);}",
+            '#include <stdio.h>\nint main(){int x; scanf("%d", &x); printf("%d\\n", x * 3);}',
             [sandboxes.TestCase(input="14", expected_output="42")],
             language="c",
         )
@@ -59,17 +61,24 @@ async def test_a_local_sandbox_runs_the_image(image_pool) -> None:
 async def test_root_writes_to_its_own_layer_only(image_pool) -> None:
     name = f"mark-{secrets.token_hex(4)}"
     async with image_pool.sandbox(template="imgroot") as sb:
-        r = await sh(sb, f"id -u && echo a > /{name} && echo b > /usr/lib/{name} && echo c >> /etc/{name} "
-                         f"&& mkdir -p /app && echo d > /app/{name} && cat /{name} /usr/lib/{name} /app/{name}")
+        r = await sh(
+            sb,
+            f"id -u && echo a > /{name} && echo b > /usr/lib/{name} && echo c >> /etc/{name} "
+            f"&& mkdir -p /app && echo d > /app/{name} && cat /{name} /usr/lib/{name} /app/{name}",
+        )
         assert r.stdout == b"0\na\nb\nd\n", r
-        r = await sh(sb, "echo changed >> /etc/os-release && rm /usr/bin/perl* 2>/dev/null; tail -1 /etc/os-release")
+        r = await sh(
+            sb, "echo changed >> /etc/os-release && rm /usr/bin/perl* 2>/dev/null; tail -1 /etc/os-release"
+        )
         assert r.stdout == b"changed\n", r
     cached = image_cache.resolve(BASE_IMAGE)
     found = list(cached.rglob(f"*{name}*"))
     assert found == [], found
     assert b"changed" not in (cached / "etc/os-release").read_bytes()
     async with image_pool.sandbox(template="imgroot") as fresh:
-        r = await sh(fresh, f"ls /{name} /usr/lib/{name} /app 2>&1 | grep -c 'No such'; tail -1 /etc/os-release")
+        r = await sh(
+            fresh, f"ls /{name} /usr/lib/{name} /app 2>&1 | grep -c 'No such'; tail -1 /etc/os-release"
+        )
         assert r.stdout.split(b"\n")[0] == b"3" and b"changed" not in r.stdout, r
 
 
@@ -96,10 +105,13 @@ async def test_an_archive_and_a_directory_are_images_too(images: str, make_pool,
         await asyncio.to_thread(subprocess.run, ["docker", "save", BASE_IMAGE], stdout=f, check=True)
     unpacked = image_cache.resolve(str(archive))
     assert (unpacked / "usr/bin/python3").exists()
-    pool = await make_pool(warm=0, templates={
-        "archive": Template(name="archive", image=str(archive)),
-        "dir": Template(name="dir", image=str(unpacked), user="root"),
-    })
+    pool = await make_pool(
+        warm=0,
+        templates={
+            "archive": Template(name="archive", image=str(archive)),
+            "dir": Template(name="dir", image=str(unpacked), user="root"),
+        },
+    )
     for name in ("archive", "dir"):
         async with pool.sandbox(template=name) as sb:
             r = await sh(sb, f"test -e {HOST_ONLY} || echo image")
@@ -134,6 +146,7 @@ async def test_an_image_cannot_write_outside_its_directory(tmp_path: Path) -> No
 async def test_whiteouts_of_upper_layers_remove_lower_files(tmp_path: Path) -> None:
     """A `docker save` archive of two layers: the second deletes a file and a directory's
     contents of the first (OCI whiteouts)."""
+
     def f(name: str, data: bytes = b"x") -> tuple[tarfile.TarInfo, bytes]:
         return tarfile.TarInfo(name), data
 
@@ -146,8 +159,16 @@ async def test_whiteouts_of_upper_layers_remove_lower_files(tmp_path: Path) -> N
     upper = _tar([f("usr/bin/.wh.gone", b""), d("opt"), f("opt/.wh..wh..opq", b""), f("opt/new")])
     manifest = b'[{"Config": "c.json", "Layers": ["l1/layer.tar", "l2/layer.tar"]}]'
     archive = tmp_path / "two-layers.tar"
-    archive.write_bytes(_tar([f("manifest.json", manifest), f("c.json", b"{}"),
-                              f("l1/layer.tar", lower), f("l2/layer.tar", upper)]))
+    archive.write_bytes(
+        _tar(
+            [
+                f("manifest.json", manifest),
+                f("c.json", b"{}"),
+                f("l1/layer.tar", lower),
+                f("l2/layer.tar", upper),
+            ]
+        )
+    )
     root = image_cache.resolve(str(archive), root=tmp_path / "cache")
     assert sorted(p.name for p in (root / "usr/bin").iterdir()) == ["keep"]
     assert sorted(p.name for p in (root / "opt").iterdir()) == ["new"]
@@ -160,7 +181,9 @@ async def test_a_missing_image_is_a_launch_error_at_the_image_step(images: str) 
 
 
 @pytest.mark.parametrize("backend", ["local", "docker"])
-async def test_an_agent_clones_builds_and_installs_as_root_in_the_dev_image(dev_image: str, make_pool, backend) -> None:
+async def test_an_agent_clones_builds_and_installs_as_root_in_the_dev_image(
+    dev_image: str, make_pool, backend
+) -> None:
     """What a coding agent does first, offline: clone a repository, build C, make a venv and
     pip-install into it and into the system, all as root inside a sandbox of the dev image (on
     docker too: the image has no agent of ours, the backend mounts it in)."""
@@ -171,15 +194,15 @@ async def test_an_agent_clones_builds_and_installs_as_root_in_the_dev_image(dev_
         await sb.write_file(f"/tmp/{wheel_name}", wheel)
         steps = {
             "repository": "git init -q /src && cd /src && git -c user.email=a@b -c user.name=t commit -q "
-                          "--allow-empty -m one && echo hi > f && git add f && "
-                          "git -c user.email=a@b -c user.name=t commit -qm two",
+            "--allow-empty -m one && echo hi > f && git add f && "
+            "git -c user.email=a@b -c user.name=t commit -qm two",
             "clone": "git clone -q /src /app/clone && cat /app/clone/f && git -C /app/clone log --oneline | wc -l",
             "build": "printf 'int main(void){return 7;}' > /tmp/a.c && cc -O2 /tmp/a.c -o /usr/local/bin/seven; "
-                     "seven; echo $?",
+            "seven; echo $?",
             "venv": f"python3 -m venv /opt/venv && /opt/venv/bin/pip install -q --no-index /tmp/{wheel_name} "
-                    "&& /opt/venv/bin/python -c 'import tinypkg; print(tinypkg.VALUE)'",
+            "&& /opt/venv/bin/python -c 'import tinypkg; print(tinypkg.VALUE)'",
             "system pip": f"pip install -q --no-index --break-system-packages /tmp/{wheel_name} "
-                          "&& python3 -c 'import tinypkg, os; print(tinypkg.__file__.startswith(\"/usr/local\"))'",
+            "&& python3 -c 'import tinypkg, os; print(tinypkg.__file__.startswith(\"/usr/local\"))'",
         }
         outputs = {}
         for what, cmd in steps.items():

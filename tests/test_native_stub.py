@@ -20,7 +20,9 @@ def stub_names() -> tuple[set[str], dict[str, set[str]]]:
             top.add(node.name)
             names = set()
             for item in node.body:
-                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and not item.name.startswith("__"):
+                if isinstance(item, (ast.FunctionDef, ast.AsyncFunctionDef)) and not item.name.startswith(
+                    "__"
+                ):
                     names.add(item.name)
                 elif isinstance(item, ast.AnnAssign) and isinstance(item.target, ast.Name):
                     names.add(item.target.id)

@@ -44,8 +44,7 @@ async def test_claim_exec_release(pool: Pool) -> None:
 
 
 async def test_per_claim_env_and_files(pool: Pool) -> None:
-    async with pool.sandbox(env={"ANSWER": "42"}, files={"in/x.txt": b"payload"},
-                            labels={"run": "t1"}) as sb:
+    async with pool.sandbox(env={"ANSWER": "42"}, files={"in/x.txt": b"payload"}, labels={"run": "t1"}) as sb:
         assert sb.labels["run"] == "t1"
         r = await sb.exec("echo $ANSWER; cat in/x.txt")
         assert r.stdout == b"42\npayload", r.stderr
@@ -174,8 +173,9 @@ async def test_lost_warm_sandbox_is_replaced(make_pool: MakePool) -> None:
     victim = pool._tps["default"].warm[0]
     os.kill(victim.handle.backend_data.pid, 9)
     await wait_until(lambda: stat(pool, "lost_total") == 1, what="the loss to be noticed")
-    await wait_until(lambda: stat(pool, "warm") == 1 and stat(pool, "created_total") == 2,
-                     what="the replacement")
+    await wait_until(
+        lambda: stat(pool, "warm") == 1 and stat(pool, "created_total") == 2, what="the replacement"
+    )
     async with pool.sandbox() as sb:
         assert sb.id != victim.id
         assert (await sb.exec(["true"])).exit_code == 0
@@ -233,9 +233,7 @@ async def test_close_destroys_warm_and_claimed(make_pool: MakePool) -> None:
     pool = await make_pool(warm=2)
     await wait_until(lambda: stat(pool, "warm") == 2, what="the warm set to fill")
     held = await pool.claim()
-    pids = [sb.handle.backend_data.pid for sb in pool._tps["default"].warm] + [
-        held.handle.backend_data.pid
-    ]
+    pids = [sb.handle.backend_data.pid for sb in pool._tps["default"].warm] + [held.handle.backend_data.pid]
     await pool.close()
     assert not any(pid_running(p) for p in pids)
     with pytest.raises(sandboxes.SandboxLost):
@@ -255,8 +253,12 @@ async def test_orphans_of_a_dead_pool_are_reaped(native: Any, make_pool: MakePoo
         native.LaunchConfig(sandboxes._bridge.agent_path(), str(dead_dir / name), lease_ttl_s=300)
     )
     try:
-        record = {"pid": orphan.pid, "starttime": rundirs.starttime(orphan.pid),
-                  "cgroup": orphan.cgroup, "run_dir": orphan.run_dir}
+        record = {
+            "pid": orphan.pid,
+            "starttime": rundirs.starttime(orphan.pid),
+            "cgroup": orphan.cgroup,
+            "run_dir": orphan.run_dir,
+        }
         (dead_dir / f"{name}.json").write_text(json.dumps(record))
         assert orphan.alive()
 
@@ -275,7 +277,8 @@ async def test_a_pool_killed_with_sigkill_leaves_nothing(native: Any, tmp_path: 
     """No later pool needed: the pool's watchdog reaps its agents (a lease of 300 s would keep
     them alive for minutes), cgroups, run dirs and host id ranges once its owner is gone."""
     script = tmp_path / "owner.py"
-    script.write_text(textwrap.dedent("""
+    script.write_text(
+        textwrap.dedent("""
         import asyncio, json, os, sys
         import sandboxes
         async def main():
@@ -293,7 +296,8 @@ async def test_a_pool_killed_with_sigkill_leaves_nothing(native: Any, tmp_path: 
                               "id_base": int(uid_map[1]) if b is not a else 0}), flush=True)
             await asyncio.sleep(3600)
         asyncio.run(main())
-    """))
+    """)
+    )
     proc = await asyncio.create_subprocess_exec(sys.executable, str(script), stdout=asyncio.subprocess.PIPE)
     try:
         line = await asyncio.wait_for(proc.stdout.readline(), 60)

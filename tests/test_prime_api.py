@@ -43,18 +43,36 @@ def base_url(server: Any) -> str:
     return f"http://127.0.0.1:{server.http_port}"
 
 
-async def scenario(server: Any, venv: str, name: str, arg: str | None = None, *, key: str = KEY_A,
-                   home: Path | None = None, timeout: float = 600, image: str | None = None) -> dict[str, Any]:
+async def scenario(
+    server: Any,
+    venv: str,
+    name: str,
+    arg: str | None = None,
+    *,
+    key: str = KEY_A,
+    home: Path | None = None,
+    timeout: float = 600,
+    image: str | None = None,
+) -> dict[str, Any]:
     """Runs one scenario of the real SDK; its JSON observations. `image`: the image sandboxes are
     asked for (the scenarios' own variable)."""
     home = home or Path(os.environ.get("TMPDIR", "/tmp")) / f"prime-home-{secrets.token_hex(6)}"
     home.mkdir(parents=True, exist_ok=True)
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(home),
-           "PRIME_API_BASE_URL": base_url(server), "PRIME_API_KEY": key,
-           **({"SCENARIO_IMAGE": image} if image else {})}
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(home),
+        "PRIME_API_BASE_URL": base_url(server),
+        "PRIME_API_KEY": key,
+        **({"SCENARIO_IMAGE": image} if image else {}),
+    }
     proc = await asyncio.create_subprocess_exec(
-        client_python(venv), str(SCENARIOS), name, *([arg] if arg else []),
-        env=env, stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE,
+        client_python(venv),
+        str(SCENARIOS),
+        name,
+        *([arg] if arg else []),
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
     )
     try:
         out, errout = await asyncio.wait_for(proc.communicate(), timeout)
@@ -70,11 +88,22 @@ async def scenario(server: Any, venv: str, name: str, arg: str | None = None, *,
 async def test_lifecycle(make_server, venv) -> None:
     server = await prime_server(make_server)
     o = await scenario(server, venv, "lifecycle")
-    assert o["created"] == {"status": "RUNNING", "same_for_key": True, "distinct": True, "memory_gb": 0.5,
-                            "timeout_minutes": 30, "labels": ["lc", "first"]}
+    assert o["created"] == {
+        "status": "RUNNING",
+        "same_for_key": True,
+        "distinct": True,
+        "memory_gb": 0.5,
+        "timeout_minutes": 30,
+        "labels": ["lc", "first"],
+    }
     assert o["env"] == "bar s3\n"
     assert o["get"]["status"] == "RUNNING" and o["get"]["image"] == "python:3.11-slim"
-    assert o["list_first"] and o["paging"] == {"total": 2, "has_next": True, "second_has_next": False, "ids": True}
+    assert o["list_first"] and o["paging"] == {
+        "total": 2,
+        "has_next": True,
+        "second_has_next": False,
+        "ids": True,
+    }
     assert o["statuses"]["errors"] == [["sb-doesnotexist", "NOT_FOUND"]]
     assert o["statuses"]["statuses"][0][1] == "RUNNING"
     assert "template 'agent'" in o["logs"]  # the image's mapping is said in the sandbox's log
@@ -134,7 +163,11 @@ async def test_files(make_server, venv) -> None:
     o = await scenario(server, venv, "files", "100" if venv == CURRENT else "8")
     assert o["upload"] == {"success": True, "size": True}
     assert o["remote_digest"] and o["download_digest"]
-    assert o["read"] == {"whole": ["0123456789", 10, False], "window": ["234", 2, 10, True], "tail": ["6789", 6]}
+    assert o["read"] == {
+        "whole": ["0123456789", 10, False],
+        "window": ["234", 2, 10, True],
+        "tail": ["6789", 6],
+    }
     assert o["missing"]["error"] == "SandboxFileNotFoundError"
     assert o["too_large"]["error"] == "SandboxFileTooLargeError"
     assert o["huge_window"] == {"ok": 10}
@@ -145,8 +178,11 @@ async def test_keys_see_only_their_sandboxes(make_server) -> None:
     server = await prime_server(make_server)
     home = Path(os.environ.get("TMPDIR", "/tmp")) / f"prime-home-{secrets.token_hex(6)}"
     async with aiohttp.ClientSession() as http:
-        r = await http.post(f"{base_url(server)}/api/v1/sandbox", headers={"Authorization": f"Bearer {KEY_B}"},
-                            json={"name": "bobs", "docker_image": "python:3.11-slim"})
+        r = await http.post(
+            f"{base_url(server)}/api/v1/sandbox",
+            headers={"Authorization": f"Bearer {KEY_B}"},
+            json={"name": "bobs", "docker_image": "python:3.11-slim"},
+        )
         bobs = (await r.json())["id"]
     o = await scenario(server, CURRENT, "auth", bobs, home=home)
     for call in ("get_other", "exec_other", "delete_other"):
@@ -172,10 +208,21 @@ async def test_a_client_gone_mid_command_has_its_program_killed(make_server) -> 
     marker = f"{77000 + secrets.randbelow(999)}.{secrets.randbelow(10**9):09d}"
     home = Path(os.environ.get("TMPDIR", "/tmp")) / f"prime-home-{secrets.token_hex(6)}"
     home.mkdir(parents=True)
-    env = {"PATH": os.environ["PATH"], "HOME": str(home), "PRIME_API_BASE_URL": base_url(server),
-           "PRIME_API_KEY": KEY_A}
-    proc = await asyncio.create_subprocess_exec(client_python(CURRENT), str(SCENARIOS), "hold", marker, env=env,
-                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.DEVNULL)
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(home),
+        "PRIME_API_BASE_URL": base_url(server),
+        "PRIME_API_KEY": KEY_A,
+    }
+    proc = await asyncio.create_subprocess_exec(
+        client_python(CURRENT),
+        str(SCENARIOS),
+        "hold",
+        marker,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.DEVNULL,
+    )
     try:
         await wait_until(lambda: bool(pgrep(f"sleep {marker}")), what="the command to start")
     finally:
@@ -190,17 +237,28 @@ async def test_bad_input_gets_the_errors_the_sdk_expects(make_server) -> None:
     url = f"{base_url(server)}/api/v1/sandbox"
     auth = {"Authorization": f"Bearer {KEY_A}"}
     async with aiohttp.ClientSession() as http:
+
         async def post(body: Any, raw: bytes | None = None) -> tuple[int, Any]:
-            r = await http.post(url, headers={**auth, "Content-Type": "application/json"},
-                                data=raw if raw is not None else json.dumps(body))
+            r = await http.post(
+                url,
+                headers={**auth, "Content-Type": "application/json"},
+                data=raw if raw is not None else json.dumps(body),
+            )
             return r.status, await r.json()
 
         base = {"name": "n", "docker_image": "python:3.11-slim"}
         assert (await post(None, b"{not json"))[0] == 422
         status, body = await post({**base, "surprise": 1})
         assert status == 422 and "surprise" in body["detail"]
-        for absurd in ({"cpu_cores": 1e9}, {"memory_gb": -1}, {"disk_size_gb": float("inf")}, {"gpu_count": 8},
-                       {"timeout_minutes": "soon"}, {"labels": ["x"] * 1000}, {"environment_vars": {"1A": "x"}}):
+        for absurd in (
+            {"cpu_cores": 1e9},
+            {"memory_gb": -1},
+            {"disk_size_gb": float("inf")},
+            {"gpu_count": 8},
+            {"timeout_minutes": "soon"},
+            {"labels": ["x"] * 1000},
+            {"environment_vars": {"1A": "x"}},
+        ):
             status, body = await post({**base, **absurd})
             assert status == 422 and body["detail"], absurd
         r = await http.get(url, headers={"Authorization": "Bearer nope"})
@@ -210,8 +268,11 @@ async def test_bad_input_gets_the_errors_the_sdk_expects(make_server) -> None:
         sid, gw = created["id"], created["gatewayAuth"]
         gateway = f"{gw['gateway_url']}/{gw['user_ns']}/{gw['job_id']}"
         tok = {"Authorization": f"Bearer {gw['token']}"}
-        r = await http.get(f"{gateway}/read-file", params={"path": "/etc/hostname"},
-                           headers={"Authorization": "Bearer forged"})
+        r = await http.get(
+            f"{gateway}/read-file",
+            params={"path": "/etc/hostname"},
+            headers={"Authorization": "Bearer forged"},
+        )
         assert r.status == 401
         r = await http.get(f"{gateway}/read-file", params={"path": "/../../etc/shadow"}, headers=tok)
         assert r.status in (400, 403, 404)
@@ -220,20 +281,29 @@ async def test_bad_input_gets_the_errors_the_sdk_expects(make_server) -> None:
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as lone:
             form = aiohttp.FormData()
             form.add_field("file", b"x" * 10, filename="f")
-            r = await lone.post(f"{gateway}/upload", params={"path": "/tmp/ok"}, data=form,
-                                headers={**tok, "Content-Length": str(1 << 40)})
+            r = await lone.post(
+                f"{gateway}/upload",
+                params={"path": "/tmp/ok"},
+                data=form,
+                headers={**tok, "Content-Length": str(1 << 40)},
+            )
             assert r.status == 413 and r.headers.get("Connection") == "close"
         # A Connect envelope cut short: a Connect error, not a 500.
-        r = await http.post(f"{gateway}/command_session.CommandSession/Start",
-                            headers={**tok, "Content-Type": "application/connect+proto"}, data=b"\x00\x00\x00\x10\x0a")
+        r = await http.post(
+            f"{gateway}/command_session.CommandSession/Start",
+            headers={**tok, "Content-Type": "application/connect+proto"},
+            data=b"\x00\x00\x00\x10\x0a",
+        )
         body = await r.read()
         assert (r.status == 200 and b'"error"' in body) or 400 <= r.status < 500, (r.status, body)
         # A client gone mid-request: the server drops that connection only.
         host, port = "127.0.0.1", server.http_port
         _reader, writer = await asyncio.open_connection(host, port)
         path = f"/gateway/{gw['user_ns']}/{gw['job_id']}/command_session.CommandSession/Start"
-        writer.write(f"POST {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {gw['token']}\r\n"
-                     "Content-Type: application/connect+proto\r\nContent-Length: 100\r\n\r\n\x00\x00".encode())
+        writer.write(
+            f"POST {path} HTTP/1.1\r\nHost: {host}\r\nAuthorization: Bearer {gw['token']}\r\n"
+            "Content-Type: application/connect+proto\r\nContent-Length: 100\r\n\r\n\x00\x00".encode()
+        )
         await writer.drain()
         writer.close()
         await writer.wait_closed()
@@ -250,20 +320,23 @@ async def test_timeouts_are_enforced_by_the_server(make_server) -> None:
     url = f"{base_url(server)}/api/v1/sandbox"
     auth = {"Authorization": f"Bearer {KEY_A}"}
     async with aiohttp.ClientSession() as http:
-        r = await http.post(url, headers=auth, json={"name": "t", "docker_image": "x", "timeout_minutes": 2,
-                                                      "idle_timeout_minutes": 1})
+        r = await http.post(
+            url,
+            headers=auth,
+            json={"name": "t", "docker_image": "x", "timeout_minutes": 2, "idle_timeout_minutes": 1},
+        )
         created = await r.json()
         rec = server.service.registry.get(created["id"])
         assert rec.expires_at - rec.created_at == pytest.approx(120, abs=2)
-        unbounded = await (await http.post(url, headers=auth, json={"name": "u", "docker_image": "x",
-                                                                    "timeout_minutes": -1})).json()
+        unbounded = await (
+            await http.post(url, headers=auth, json={"name": "u", "docker_image": "x", "timeout_minutes": -1})
+        ).json()
         assert server.service.registry.get(unbounded["id"]).expires_at is None
         rec.attrs["prime"].last_active -= 3600
         await wait_until(lambda: server.service.registry.get(created["id"]) is None, what="the idle sweep")
         r = await http.get(f"{url}/{created['id']}", headers=auth)
         got = await r.json()
         assert got["status"] == "TERMINATED" and got["terminationReason"] == "idle_timeout"
-
 
 
 @pytest.mark.timeout(1800)
@@ -275,7 +348,11 @@ async def test_jobs_files_and_processes_on_the_docker_backend(make_server, image
     jobs = await scenario(server, venv, "jobs", image=images)
     assert jobs["done"] == {"completed": True, "exit_code": 7, "stdout": "job-out\n", "stderr": "job-err\n"}
     files = await scenario(server, venv, "files", "100" if venv == CURRENT else "8", image=images)
-    assert files["upload"] == {"success": True, "size": True} and files["remote_digest"] and files["download_digest"]
+    assert (
+        files["upload"] == {"success": True, "size": True}
+        and files["remote_digest"]
+        and files["download_digest"]
+    )
     assert files["read"]["window"] == ["234", 2, 10, True]
     assert files["missing"]["error"] == "SandboxFileNotFoundError"
     procs = await scenario(server, venv, "processes", None if venv == CURRENT else "vm", image=images)

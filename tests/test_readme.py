@@ -27,7 +27,9 @@ def example(section: str) -> tuple[str, str]:
 
 
 def run(code: str) -> str:
-    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False)
+    proc = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, timeout=300, check=False
+    )
     assert proc.returncode == 0, proc.stderr[-2000:]
     return proc.stdout
 
@@ -57,10 +59,20 @@ async def test_the_prime_example_prints_what_readme_shows(make_server) -> None:
     server = await make_server(http_port=0, warm=1)
     home = Path(os.environ.get("TMPDIR", "/tmp")) / f"prime-home-{secrets.token_hex(6)}"
     home.mkdir()
-    env = {"PATH": os.environ["PATH"], "HOME": str(home),
-           "PRIME_API_BASE_URL": f"http://127.0.0.1:{server.http_port}", "PRIME_API_KEY": KEY_A}
-    proc = await asyncio.create_subprocess_exec(client_python(CURRENT), "-c", code, env=env,
-                                                stdout=asyncio.subprocess.PIPE, stderr=asyncio.subprocess.PIPE)
+    env = {
+        "PATH": os.environ["PATH"],
+        "HOME": str(home),
+        "PRIME_API_BASE_URL": f"http://127.0.0.1:{server.http_port}",
+        "PRIME_API_KEY": KEY_A,
+    }
+    proc = await asyncio.create_subprocess_exec(
+        client_python(CURRENT),
+        "-c",
+        code,
+        env=env,
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
     out, err = await asyncio.wait_for(proc.communicate(), 300)
     assert proc.returncode == 0, err.decode()[-2000:]
     assert out.decode() == shown

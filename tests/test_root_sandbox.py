@@ -120,9 +120,9 @@ async def test_root_inside_has_no_power_over_the_host(root_pool) -> None:
             "unshare-mount": "unshare -m true",
             "raw socket": "python3 -c 'import socket; socket.socket(socket.AF_INET, socket.SOCK_RAW, 1)'",
             "load a module": "python3 -c 'import ctypes, sys; libc = ctypes.CDLL(None, use_errno=True); "
-                             "sys.exit(0 if libc.syscall(175, 0, 0, b\"\") == 0 else 1)'",
+            'sys.exit(0 if libc.syscall(175, 0, 0, b"") == 0 else 1)\'',
             "trace the agent": "python3 -c 'import ctypes, sys; libc = ctypes.CDLL(None, use_errno=True); "
-                               "sys.exit(0 if libc.ptrace(16, 1, 0, 0) == 0 else 1)'",
+            "sys.exit(0 if libc.ptrace(16, 1, 0, 0) == 0 else 1)'",
             "signal the agent": "kill -0 1",
             "read the agent's environment": "cat /proc/1/environ",
             "read the agent's token or socket": "ls /run/sandbox || cat /run/sandbox/token",
@@ -173,7 +173,7 @@ async def test_programs_and_tests_run_as_root(root_pool) -> None:
         )
         assert [c.verdict for c in report.cases] == ["accepted", "wrong_answer"], report
         c_report = await sb.run_tests(
-            "#include <stdio.h>\nint main(){int x; scanf(\"%d\", &x); printf(\"%d\\n\", x + 1);}",
+            '#include <stdio.h>\nint main(){int x; scanf("%d", &x); printf("%d\\n", x + 1);}',
             [TestCase(input="1", expected_output="2")],
             language="c",
         )

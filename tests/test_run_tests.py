@@ -91,13 +91,18 @@ async def test_time_limit_then_a_passing_case(sb) -> None:
 
 
 async def test_memory_limit_then_a_passing_case(sb) -> None:
-    r = await sb.run_tests(MULTI, [TestCase("hog", "0"), TestCase("4", "8")], memory_limit_mb=64, time_limit=10)
+    r = await sb.run_tests(
+        MULTI, [TestCase("hog", "0"), TestCase("4", "8")], memory_limit_mb=64, time_limit=10
+    )
     assert verdicts(r) == [Verdict.MEMORY_LIMIT, Verdict.ACCEPTED]
 
 
 async def test_output_limit_then_a_passing_case(sb) -> None:
     r = await sb.run_tests(
-        MULTI, [TestCase("spam", "x"), TestCase("5", "10")], time_limit=10, limits=Limits(max_output_bytes=1 << 20)
+        MULTI,
+        [TestCase("spam", "x"), TestCase("5", "10")],
+        time_limit=10,
+        limits=Limits(max_output_bytes=1 << 20),
     )
     assert verdicts(r) == [Verdict.OUTPUT_LIMIT, Verdict.ACCEPTED]
     assert len(r.cases[0].stdout) <= 1024  # an excerpt, not the flood
@@ -111,7 +116,9 @@ async def test_runtime_errors_then_a_passing_case(sb) -> None:
 
 
 async def test_compile_error_in_c(sb) -> None:
-    r = await sb.run_tests("int main(void) { return 0 }\n", [TestCase("", ""), TestCase("1", "1")], language="c")
+    r = await sb.run_tests(
+        "int main(void) { return 0 }\n", [TestCase("", ""), TestCase("1", "1")], language="c"
+    )
     assert not r.compiled
     assert verdicts(r) == [Verdict.COMPILE_ERROR, Verdict.COMPILE_ERROR]
     assert b"error" in r.compile_output and r.passed == 0
@@ -122,10 +129,12 @@ async def test_c_cpp_and_bash_accepted(sb) -> None:
     assert r.all_passed and r.compiled and r.compile_time_s > 0, r
     r = await sb.run_tests(CPP_SORT, [TestCase("3\n3 1 2\n", "1 2 3"), TestCase("1\n7", "7")], language="cpp")
     assert r.all_passed, r
-    bash = 'read a b\necho $((a + b))\n'
+    bash = "read a b\necho $((a + b))\n"
     r = await sb.run_tests(bash, [TestCase("1 2", "3"), TestCase("40 2", "42")], language="bash")
     assert r.all_passed, r
-    r = await sb.run_tests('add() { echo $(($1 + $2)); }\n', [TestCase(check='[ "$(add 2 3)" = 5 ]\n')], language="bash")
+    r = await sb.run_tests(
+        "add() { echo $(($1 + $2)); }\n", [TestCase(check='[ "$(add 2 3)" = 5 ]\n')], language="bash"
+    )
     assert r.all_passed, r
 
 
@@ -232,7 +241,13 @@ async def test_a_case_writes_only_beneath_its_own_directory(sb, language) -> Non
     ], r
     if language == "python":
         assert r.cases[0].path == "zygote", r
-    look = await sb.exec(["sh", "-c", "ls /tmp/planted /dev/shm/planted /work/planted 2>&1; echo y > /tmp/free && cat /tmp/free"])
+    look = await sb.exec(
+        [
+            "sh",
+            "-c",
+            "ls /tmp/planted /dev/shm/planted /work/planted 2>&1; echo y > /tmp/free && cat /tmp/free",
+        ]
+    )
     assert look.stdout.decode().count("No such file") == 3 and look.stdout.endswith(b"y\n"), look
 
 
@@ -478,12 +493,25 @@ def test_limits_layering_and_deadline() -> None:
 
 def test_native_report_conversion() -> None:
     case = types.SimpleNamespace(
-        verdict="time_limit", exit_code=-1, signal=9, wall_time_s=1.5, cpu_time_s=1.4,
-        peak_memory_bytes=10, stdout=b"o", stderr=b"e", message="time limit exceeded", path="",
+        verdict="time_limit",
+        exit_code=-1,
+        signal=9,
+        wall_time_s=1.5,
+        cpu_time_s=1.4,
+        peak_memory_bytes=10,
+        stdout=b"o",
+        stderr=b"e",
+        message="time limit exceeded",
+        path="",
     )
     future = types.SimpleNamespace(**{**vars(case), "verdict": "partial_credit", "message": ""})
     native = types.SimpleNamespace(
-        cases=[case, future], passed=0, total=2, compiled=True, compile_output=b"", compile_time_s=0.0,
+        cases=[case, future],
+        passed=0,
+        total=2,
+        compiled=True,
+        compile_output=b"",
+        compile_time_s=0.0,
         wall_time_s=3.0,
     )
     r = _bridge.to_test_report(native)

@@ -30,8 +30,7 @@ async def test_exec(sb: sandboxes.Sandbox) -> None:
 async def test_exec_str_runs_through_shell_with_env_stdin_cwd(sb: sandboxes.Sandbox) -> None:
     await sb.write_file("sub/keep.txt", b"")
     work = (await sb.info()).work_dir
-    r = await sb.exec("echo $GREETING; pwd; cat", env={"GREETING": "hi"}, stdin="input",
-                      cwd=f"{work}/sub")
+    r = await sb.exec("echo $GREETING; pwd; cat", env={"GREETING": "hi"}, stdin="input", cwd=f"{work}/sub")
     assert r.exit_code == 0, r.stderr
     assert r.stdout == f"hi\n{work}/sub\ninput".encode()
 
@@ -39,7 +38,9 @@ async def test_exec_str_runs_through_shell_with_env_stdin_cwd(sb: sandboxes.Sand
 async def test_a_program_can_reopen_its_own_stdio_by_name(sb: sandboxes.Sandbox) -> None:
     """`> /dev/stderr` and `open('/dev/stdout')` reopen the program's pipes through /proc/self/fd:
     the pipes must be open to the program's uid, not only to the agent that made them."""
-    r = await sb.exec("echo out > /dev/stdout; echo err > /dev/stderr; read x < /dev/stdin; echo $x", stdin=b"in\n")
+    r = await sb.exec(
+        "echo out > /dev/stdout; echo err > /dev/stderr; read x < /dev/stdin; echo $x", stdin=b"in\n"
+    )
     assert (r.exit_code, r.stdout, r.stderr) == (0, b"out\nin\n", b"err\n"), r
 
 
@@ -127,8 +128,9 @@ async def test_timeout_kills_the_process_tree(sb: sandboxes.Sandbox) -> None:
     r = await sb.exec(f"sleep {m1} & setsid sleep {m2} & wait", timeout=0.5)
     assert r.timed_out
     assert not r.ok
-    await wait_until(lambda: not pgrep(f"sleep {m1}") and not pgrep(f"sleep {m2}"),
-                     what="the timed-out tree to be gone")
+    await wait_until(
+        lambda: not pgrep(f"sleep {m1}") and not pgrep(f"sleep {m2}"), what="the timed-out tree to be gone"
+    )
     assert (await sb.exec(["true"])).exit_code == 0
 
 
@@ -151,8 +153,10 @@ async def test_kept_descendants_outlive_the_program_and_end_with_the_sandbox(poo
         assert f"sleep {kept}".encode() in seen.stdout
         # A later exec is unaffected, and the kept processes still count against the sandbox.
         assert (await sb.exec(["echo", "alive"])).stdout == b"alive\n"
-    await wait_until(lambda: not pgrep(f"sleep {kept}") and not pgrep(f"sleep {holder}"),
-                     what="the kept descendants to end with their sandbox")
+    await wait_until(
+        lambda: not pgrep(f"sleep {kept}") and not pgrep(f"sleep {holder}"),
+        what="the kept descendants to end with their sandbox",
+    )
 
 
 async def test_memory_limit_is_oom_killed(sb: sandboxes.Sandbox) -> None:
@@ -187,7 +191,9 @@ async def test_cancelled_stream_kills_the_program(sb: sandboxes.Sandbox) -> None
             break
     await wait_until(lambda: bool(pgrep(f"sleep {m}")), what="the program to start")
     stream.cancel()
-    await wait_until(lambda: not pgrep(f"sleep {m}"), timeout=5.0, what="the cancelled stream's program to die")
+    await wait_until(
+        lambda: not pgrep(f"sleep {m}"), timeout=5.0, what="the cancelled stream's program to die"
+    )
     assert (await sb.exec(["echo", "alive"])).stdout == b"alive\n"
 
 

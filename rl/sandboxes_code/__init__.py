@@ -24,5 +24,12 @@ without network.
 from sandboxes_code.harness import ChatHarness, ChatHarnessConfig
 from sandboxes_code.taskset import CodeData, CodeTask, CodeTaskConfig, CodeTaskset, CodeTasksetConfig
 
-__all__ = ["ChatHarness", "ChatHarnessConfig", "CodeData", "CodeTask", "CodeTaskConfig", "CodeTaskset",
-           "CodeTasksetConfig"]
+__all__ = [
+    "ChatHarness",
+    "ChatHarnessConfig",
+    "CodeData",
+    "CodeTask",
+    "CodeTaskConfig",
+    "CodeTaskset",
+    "CodeTasksetConfig",
+]

@@ -22,8 +22,9 @@ class ChatHarness(vf.Harness[ChatHarnessConfig]):
     EXECUTES_CODE = False
     NEEDS_CONTAINER = False
 
-    async def launch(self, ctx: Any, trace: Any, runtime: Any, endpoint: str, secret: str, mcp_urls: Any,
-                     data: Any) -> vf.ProgramResult:
+    async def launch(
+        self, ctx: Any, trace: Any, runtime: Any, endpoint: str, secret: str, mcp_urls: Any, data: Any
+    ) -> vf.ProgramResult:
         system, prompt = self.resolve_prompt(data)
         messages: list[dict[str, Any]] = [{"role": "system", "content": system}] if system else []
         if isinstance(prompt, str):
@@ -34,8 +35,11 @@ class ChatHarness(vf.Harness[ChatHarnessConfig]):
         if self.config.max_tokens:
             body["max_tokens"] = self.config.max_tokens
         async with httpx.AsyncClient(timeout=httpx.Timeout(None, connect=30)) as http:
-            r = await http.post(f"{endpoint.rstrip('/')}/chat/completions", json=body,
-                                headers={"Authorization": f"Bearer {secret}"})
+            r = await http.post(
+                f"{endpoint.rstrip('/')}/chat/completions",
+                json=body,
+                headers={"Authorization": f"Bearer {secret}"},
+            )
         if r.status_code >= 400:  # the provider's own error is on the trace; this marks the turn failed
             return vf.ProgramResult(exit_code=1, stdout="", stderr=r.text[-2000:])
         return vf.ProgramResult(exit_code=0, stdout="", stderr="")

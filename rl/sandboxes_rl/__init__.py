@@ -46,4 +46,3 @@ __all__ = [
     "summarize",
     "tests_from_spec",
 ]
-

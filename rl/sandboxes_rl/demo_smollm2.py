@@ -86,15 +86,24 @@ async def main_async(problems: int, max_new_tokens: int) -> None:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]
     async with FakeChatServer(model_script(tok, model, max_new_tokens)) as front:
-        config = EvalConfig.model_validate({
-            "env": {"taskset": {"id": "sandboxes-code", "problems": "humaneval", "num_examples": problems},
+        config = EvalConfig.model_validate(
+            {
+                "env": {
+                    "taskset": {"id": "sandboxes-code", "problems": "humaneval", "num_examples": problems},
                     "agent": {"runtime": {"type": "subprocess"}},
-                    "interception": {"type": "server", "tunnel": {"type": "custom",
-                                     "url": f"http://127.0.0.1:{port}", "port": port}}},
-            "model": "SmolLM2-135M-Instruct",
-            "client": {"type": "eval", "base_url": front.url, "api_key_var": "FAKE_API_KEY"},
-            "num_rollouts": 1, "push": False, "rich": None, "output_dir": tempfile.mkdtemp(),
-        })
+                    "interception": {
+                        "type": "server",
+                        "tunnel": {"type": "custom", "url": f"http://127.0.0.1:{port}", "port": port},
+                    },
+                },
+                "model": "SmolLM2-135M-Instruct",
+                "client": {"type": "eval", "base_url": front.url, "api_key_var": "FAKE_API_KEY"},
+                "num_rollouts": 1,
+                "push": False,
+                "rich": None,
+                "output_dir": tempfile.mkdtemp(),
+            }
+        )
         episodes = await run_eval(config)
     for ep in episodes:
         for tr in ep.traces:

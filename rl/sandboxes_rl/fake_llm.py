@@ -68,7 +68,10 @@ def code_agent_script(
         tools = {t.get("function", {}).get("name") for t in request.get("tools") or []}
         if turn == 0 and tool is not None and tool in tools:
             arg = "code" if tool == "python" else "command"
-            return {"content": "Let me run it first.", "tool_calls": [{"name": tool, "arguments": {arg: code}}]}
+            return {
+                "content": "Let me run it first.",
+                "tool_calls": [{"name": tool, "arguments": {arg: code}}],
+            }
         return "Here is my solution:\n" + fenced(code, language)
 
     return script
@@ -187,7 +190,9 @@ class FakeChatServer:
         cid = f"chatcmpl-{uuid.uuid4().hex[:16]}"
         created = int(time.time())
         finish = "tool_calls" if reply["tool_calls"] else "stop"
-        prompt_tokens = sum(len(str(m.get("content") or "").split()) for m in messages if isinstance(m, Mapping))
+        prompt_tokens = sum(
+            len(str(m.get("content") or "").split()) for m in messages if isinstance(m, Mapping)
+        )
         completion_tokens = max(1, len(reply["content"].split()))
         usage = {
             "prompt_tokens": prompt_tokens,

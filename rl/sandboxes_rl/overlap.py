@@ -292,7 +292,15 @@ class SandboxLease:
         }
 
     def __repr__(self) -> str:
-        state = "released" if self._released else "ready" if self.ready else "provisioning" if self.started else "new"
+        state = (
+            "released"
+            if self._released
+            else "ready"
+            if self.ready
+            else "provisioning"
+            if self.started
+            else "new"
+        )
         return f"<SandboxLease {state} via {self.provider!r}>"
 
 

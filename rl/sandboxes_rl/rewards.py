@@ -60,6 +60,8 @@ async def score_in_fresh_sandbox(
             if isinstance(e, InvalidRequest) or not e.retryable or attempt >= retries:
                 raise
             attempt += 1
-            log.warning("sandbox failure while scoring (%s); retrying on a new sandbox (%d/%d)", e, attempt, retries)
+            log.warning(
+                "sandbox failure while scoring (%s); retrying on a new sandbox (%d/%d)", e, attempt, retries
+            )
         finally:
             await lease.release()

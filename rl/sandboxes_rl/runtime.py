@@ -126,7 +126,9 @@ class SandboxRuntime:
     def call(self, fn: Callable[[], Awaitable[T]], timeout: float | None = None) -> T:
         """Run `fn()` on the runtime's loop and block for its result (not from the runtime's thread)."""
         if self.in_runtime():
-            raise RuntimeError("SandboxRuntime.call() from the runtime's own loop would deadlock; await run()")
+            raise RuntimeError(
+                "SandboxRuntime.call() from the runtime's own loop would deadlock; await run()"
+            )
         return self.submit(fn).result(timeout)
 
     async def run(self, fn: Callable[[], Awaitable[T]]) -> T:

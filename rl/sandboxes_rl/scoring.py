@@ -123,7 +123,9 @@ assert _got == _expected or [_got] == _expected, f"got {{_got!r}}, expected {{_e
 
 def _call_case(fn_name: str, args: Any, expected: Any) -> TestCase:
     """A call-based case (APPS `fn_name`): call the function with `args`, compare with `expected`."""
-    return TestCase(check=_CALL_CHECK.format(args=json.dumps(args), expected=json.dumps(expected), fn=fn_name))
+    return TestCase(
+        check=_CALL_CHECK.format(args=json.dumps(args), expected=json.dumps(expected), fn=fn_name)
+    )
 
 
 def _as_text(v: Any) -> str:
@@ -138,7 +140,9 @@ def _case(item: Any) -> TestCase:
     if isinstance(item, TestCase):
         return item
     if not isinstance(item, Mapping):
-        raise InvalidRequest(f"a test case must be a mapping or sandboxes.TestCase, got {type(item).__name__}")
+        raise InvalidRequest(
+            f"a test case must be a mapping or sandboxes.TestCase, got {type(item).__name__}"
+        )
     if item.get("check") is not None:
         return TestCase(input=item.get("input") or "", check=item["check"])
     if item.get("test") is not None and item.get("entry_point"):
@@ -172,7 +176,9 @@ def tests_from_spec(spec: Any, language: str | None = None) -> tuple[list[TestCa
     if isinstance(spec, TestCase):
         return [spec], lang
     if isinstance(spec, Mapping):
-        spec_lang = normalize_language(spec.get("language")) if isinstance(spec.get("language"), str) else None
+        spec_lang = (
+            normalize_language(spec.get("language")) if isinstance(spec.get("language"), str) else None
+        )
         lang = lang or spec_lang
         if "verification_info" in spec:
             return tests_from_spec(spec["verification_info"], lang)

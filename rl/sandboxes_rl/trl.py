@@ -105,7 +105,9 @@ def make_code_reward(
                 err = getattr(envs[i], "infra_error", None)
                 if err is not None:
                     raise err  # the rollout itself hit an infrastructure failure: no reward at all
-            lang_i = language or (langs[i] if isinstance(langs, Sequence) and not isinstance(langs, str) else None)
+            lang_i = language or (
+                langs[i] if isinstance(langs, Sequence) and not isinstance(langs, str) else None
+            )
             tests, spec_lang = tests_from_spec(spec, lang_i)
             if not tests:
                 continue

@@ -58,7 +58,9 @@ def _runtime(kwargs: dict[str, Any]) -> SandboxRuntime:
     return default_runtime()
 
 
-def _job(solution_str: str, ground_truth: Any, extra_info: Any, language: str | None) -> tuple[str, list, str]:
+def _job(
+    solution_str: str, ground_truth: Any, extra_info: Any, language: str | None
+) -> tuple[str, list, str]:
     info = extra_info if isinstance(extra_info, Mapping) else {}
     lang_hint = language or info.get("language")
     tests, spec_lang = tests_from_spec(ground_truth, lang_hint)

@@ -354,9 +354,7 @@ class DockerBackend:
                     max_pool_size=self._max_workers,
                 )
             else:
-                client = docker.from_env(
-                    timeout=int(self._api_timeout_s), max_pool_size=self._max_workers
-                )
+                client = docker.from_env(timeout=int(self._api_timeout_s), max_pool_size=self._max_workers)
             client.api.ping()
         except Exception as e:
             raise BackendUnavailable(f"the Docker engine does not answer: {e}", detail=str(e)) from e
@@ -582,7 +580,6 @@ class DockerBackend:
 
 
 # --- helpers -------------------------------------------------------------------------------------
-
 
 
 def _prepare_run_dir(run_dir: Path, token: str) -> int:

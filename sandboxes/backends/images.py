@@ -58,7 +58,9 @@ def resolve(image: str, root: Path | None = None) -> Path:
     p = Path(image)
     if p.is_dir():
         if not (p / "bin").exists() and not (p / "usr").is_dir():
-            raise LaunchError(f"image directory {p} has no /usr or /bin: not a root file system", step="image")
+            raise LaunchError(
+                f"image directory {p} has no /usr or /bin: not a root file system", step="image"
+            )
         return p.resolve()
     if p.is_file():
         return _cached(root, "file-" + _sha256(p), lambda dest: _unpack_file(p, dest))
@@ -107,16 +109,22 @@ def _from_engine(name: str, root: Path) -> Path:
         import docker
         import docker.errors
     except ImportError as e:
-        raise LaunchError(f"image {name!r} is not a path, and the docker SDK is missing to look it up", step="image") from e
+        raise LaunchError(
+            f"image {name!r} is not a path, and the docker SDK is missing to look it up", step="image"
+        ) from e
     try:
         client = docker.from_env(timeout=600)
     except docker.errors.DockerException as e:
-        raise LaunchError(f"image {name!r} is not a path, and no Docker engine answers: {e}", step="image") from e
+        raise LaunchError(
+            f"image {name!r} is not a path, and no Docker engine answers: {e}", step="image"
+        ) from e
     try:
         try:
             img = client.images.get(name)
         except docker.errors.ImageNotFound as e:
-            raise LaunchError(f"image {name!r} is not in the local Docker engine (nothing is pulled)", step="image") from e
+            raise LaunchError(
+                f"image {name!r} is not in the local Docker engine (nothing is pulled)", step="image"
+            ) from e
         key = "docker-" + img.id.removeprefix("sha256:")
 
         def unpack(dest: Path) -> None:
@@ -206,7 +214,9 @@ def _inside(dest: Path):
         if name.startswith("/") or ".." in Path(name).parts:
             raise LaunchError(f"image member {name!r} leaves the image", step="image")
         if not within(os.path.join(path, os.path.dirname(name.rstrip("/")))):
-            raise LaunchError(f"image member {name!r} is written through a link that leaves the image", step="image")
+            raise LaunchError(
+                f"image member {name!r} is written through a link that leaves the image", step="image"
+            )
         if member.islnk() and not within(os.path.join(path, member.linkname)):
             raise LaunchError(f"image hard link {name!r} points outside the image", step="image")
         return member

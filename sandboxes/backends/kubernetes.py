@@ -106,17 +106,19 @@ AGENT_CAPABILITIES = (
 )
 
 # Waiting reasons that will not heal within a create's budget: fail fast.
-FATAL_WAITING = frozenset({
-    "ErrImagePull",
-    "ImagePullBackOff",
-    "InvalidImageName",
-    "ErrImageNeverPull",
-    "CreateContainerConfigError",
-    "CreateContainerError",
-    "RunContainerError",
-    "CrashLoopBackOff",
-    "ContainerCannotRun",
-})
+FATAL_WAITING = frozenset(
+    {
+        "ErrImagePull",
+        "ImagePullBackOff",
+        "InvalidImageName",
+        "ErrImageNeverPull",
+        "CreateContainerConfigError",
+        "CreateContainerError",
+        "RunContainerError",
+        "CrashLoopBackOff",
+        "ContainerCannotRun",
+    }
+)
 
 _DNS_LABEL = re.compile(r"^[a-z0-9]([-a-z0-9]*[a-z0-9])?$")
 _LABEL_VALUE = re.compile(r"^(([A-Za-z0-9][-A-Za-z0-9_.]*)?[A-Za-z0-9])?$")
@@ -261,7 +263,11 @@ class KubeConfig:
             raise InvalidRequest("image_pull_policy must be Always, IfNotPresent or Never")
         if not self.agent_command or not all(isinstance(a, str) and a for a in self.agent_command):
             raise InvalidRequest("agent_command must be a non-empty list of strings")
-        if isinstance(self.agent_port, bool) or not isinstance(self.agent_port, int) or not 1 <= self.agent_port <= 65535:
+        if (
+            isinstance(self.agent_port, bool)
+            or not isinstance(self.agent_port, int)
+            or not 1 <= self.agent_port <= 65535
+        ):
             raise InvalidRequest(f"agent_port must be in 1..65535, got {self.agent_port!r}")
         if self.runtime_class_name is not None and not _DNS_LABEL.match(str(self.runtime_class_name)):
             raise InvalidRequest(f"invalid runtime_class_name {self.runtime_class_name!r}")
@@ -275,7 +281,9 @@ class KubeConfig:
             isinstance(k, str) and isinstance(v, str) for k, v in self.annotations.items()
         ):
             raise InvalidRequest("annotations must map str to str")
-        if not isinstance(self.tolerations, list) or not all(isinstance(t, Mapping) for t in self.tolerations):
+        if not isinstance(self.tolerations, list) or not all(
+            isinstance(t, Mapping) for t in self.tolerations
+        ):
             raise InvalidRequest("tolerations must be a list of objects")
         for t in self.tolerations:
             unknown = set(t) - {"key", "operator", "value", "effect", "tolerationSeconds"}
@@ -309,8 +317,9 @@ class KubeConfig:
             raise InvalidRequest("node_loss_toleration_s must be an int >= 0 or null")
 
 
-def create_backend(pool_id: str | None = None, config: KubeConfig | Mapping[str, Any] | None = None,
-                   **overrides: Any) -> KubernetesBackend:
+def create_backend(
+    pool_id: str | None = None, config: KubeConfig | Mapping[str, Any] | None = None, **overrides: Any
+) -> KubernetesBackend:
     """Factory used by `sandboxes.backends.get_backend`: config from `config`, else the JSON file
     named by `$SANDBOXES_KUBE_CONFIG`, else defaults; `overrides` replace single fields."""
     if config is None:
@@ -406,8 +415,15 @@ class _Api:
             with contextlib.suppress(Exception):
                 await client.close()
 
-    async def _send(self, method: str, path: str, query: list[tuple[str, str]] | None, body: Any,
-                    content_type: str | None, timeout: Any) -> Any:
+    async def _send(
+        self,
+        method: str,
+        path: str,
+        query: list[tuple[str, str]] | None,
+        body: Any,
+        content_type: str | None,
+        timeout: Any,
+    ) -> Any:
         await self.open()
         headers = {"Accept": "application/json"}
         if content_type:
@@ -415,8 +431,14 @@ class _Api:
         self.requests += 1
         try:
             return await self.client.call_api(
-                path, method, query_params=query or [], header_params=headers, body=body,
-                auth_settings=["BearerToken"], _preload_content=False, _request_timeout=timeout,
+                path,
+                method,
+                query_params=query or [],
+                header_params=headers,
+                body=body,
+                auth_settings=["BearerToken"],
+                _preload_content=False,
+                _request_timeout=timeout,
             )
         except (TimeoutError, OSError) as e:
             raise BackendUnavailable(f"Kubernetes API {method} {path}: {e!r}") from e
@@ -425,8 +447,15 @@ class _Api:
                 raise BackendUnavailable(f"Kubernetes API {method} {path}: {e!r}") from e
             raise
 
-    async def request(self, method: str, path: str, *, query: list[tuple[str, str]] | None = None,
-                      body: Any = None, content_type: str | None = None) -> dict[str, Any]:
+    async def request(
+        self,
+        method: str,
+        path: str,
+        *,
+        query: list[tuple[str, str]] | None = None,
+        body: Any = None,
+        content_type: str | None = None,
+    ) -> dict[str, Any]:
         """One API call; returns the JSON body; raises `_ApiError` on a non-2xx answer."""
         async with self._sem:
             if self._rate is not None:
@@ -443,7 +472,9 @@ class _Api:
         except ValueError:
             data = {"message": raw[:500].decode(errors="replace")}
         if not 200 <= resp.status < 300:
-            raise _ApiError(resp.status, str(data.get("reason") or resp.reason), str(data.get("message") or data))
+            raise _ApiError(
+                resp.status, str(data.get("reason") or resp.reason), str(data.get("message") or data)
+            )
         return data
 
     async def stream(self, path: str, query: list[tuple[str, str]]) -> Any:
@@ -469,7 +500,9 @@ def _api_failure(e: BaseException, what: str) -> SandboxError:
         if e.status in (400, 422):
             return InvalidRequest(f"{what}: the API server rejected it: {e.message}", detail=str(e))
         if e.status in (401, 403):
-            return BackendUnavailable(f"{what}: not allowed (check the manager's RBAC): {e.message}", detail=str(e))
+            return BackendUnavailable(
+                f"{what}: not allowed (check the manager's RBAC): {e.message}", detail=str(e)
+            )
         if e.status == 409:
             return LaunchError(f"{what}: conflict: {e.message}", detail=str(e), step="conflict")
         return BackendUnavailable(f"{what}: {e}", detail=str(e))
@@ -522,8 +555,10 @@ def _describe_terminated(pod: Mapping[str, Any]) -> str:
     phase = pod.get("status", {}).get("phase", "?")
     if term:
         msg = (term.get("message") or "").strip()
-        return (f"pod {phase}: container {term.get('reason') or 'terminated'} "
-                f"(exit code {term.get('exitCode')}){': ' + msg[:300] if msg else ''}")
+        return (
+            f"pod {phase}: container {term.get('reason') or 'terminated'} "
+            f"(exit code {term.get('exitCode')}){': ' + msg[:300] if msg else ''}"
+        )
     reason = pod.get("status", {}).get("reason") or ""
     message = pod.get("status", {}).get("message") or ""
     return f"pod {phase}" + (f": {reason}" if reason else "") + (f": {message[:300]}" if message else "")
@@ -577,8 +612,12 @@ class KubernetesBackend:
         cfg.validate()
         self.cfg = cfg
         self.pool_id = pool_id or secrets.token_hex(6)
-        ident = cfg.identity or os.environ.get("SANDBOXES_MANAGER_ID") or os.environ.get("POD_NAME") \
+        ident = (
+            cfg.identity
+            or os.environ.get("SANDBOXES_MANAGER_ID")
+            or os.environ.get("POD_NAME")
             or socket.gethostname()
+        )
         self.identity = _label_value(ident, 50)
         self.owner = _label_value(f"{self.identity}-{self.pool_id}")
         pod_ns, pod_name = os.environ.get("POD_NAMESPACE"), os.environ.get("POD_NAME")
@@ -665,7 +704,8 @@ class KubernetesBackend:
                     uid = obj.get("metadata", {}).get("uid", "")
                     if self.cfg.token_mode == "secret":
                         await self.api.request(
-                            "POST", f"/api/v1/namespaces/{self.cfg.namespace}/secrets",
+                            "POST",
+                            f"/api/v1/namespaces/{self.cfg.namespace}/secrets",
                             body=self._secret_manifest(pod_name, uid, token),
                         )
                     self._evaluate(pod_name)  # the watch may have been faster than our POST
@@ -705,7 +745,9 @@ class KubernetesBackend:
         """Delete this pool's pods whose manager is gone (see the module docstring)."""
         try:
             data = await self.api.request(
-                "GET", self.pods_path, query=[("labelSelector", f"{LABEL_POOL}={self.cfg.pool},{LABEL_MANAGER}")]
+                "GET",
+                self.pods_path,
+                query=[("labelSelector", f"{LABEL_POOL}={self.cfg.pool},{LABEL_MANAGER}")],
             )
         except _ApiError as e:
             raise _api_failure(e, "listing pods to reap") from e
@@ -769,8 +811,9 @@ class KubernetesBackend:
         if t.ro_binds:
             raise InvalidRequest(f"template {t.name!r}: ro_binds are not supported by the kubernetes backend")
         if getattr(t, "agent_mount", False):
-            raise InvalidRequest(f"template {t.name!r}: agent_mount is a docker feature; the pod's image "
-                                 "must hold the agent")
+            raise InvalidRequest(
+                f"template {t.name!r}: agent_mount is a docker feature; the pod's image must hold the agent"
+            )
         if t.work_dir in ("/", TOKEN_DIR, "/tmp") or t.work_dir.startswith(TOKEN_DIR + "/"):
             raise InvalidRequest(f"template {t.name!r}: work_dir {t.work_dir!r} cannot be used in a pod")
         return image
@@ -780,10 +823,22 @@ class KubernetesBackend:
         cfg = self.cfg
         image = self._check_template(t)
         port = cfg.agent_port
-        args = ["--listen", f"tcp:0.0.0.0:{port}", "--lease-ttl", f"{t.lease_ttl_s:g}",
-                "--work-dir", t.work_dir, "--uid", str(t.uid), "--gid", str(t.gid),
-                "--python-zygote", t.python_zygote,
-                "--file-root", "/tmp"]  # the pod's own emptyDir (below)
+        args = [
+            "--listen",
+            f"tcp:0.0.0.0:{port}",
+            "--lease-ttl",
+            f"{t.lease_ttl_s:g}",
+            "--work-dir",
+            t.work_dir,
+            "--uid",
+            str(t.uid),
+            "--gid",
+            str(t.gid),
+            "--python-zygote",
+            t.python_zygote,
+            "--file-root",
+            "/tmp",
+        ]  # the pod's own emptyDir (below)
         env: list[dict[str, Any]] = []
         if cfg.token_mode == "secret":
             args += ["--token-file", f"{TOKEN_DIR}/{TOKEN_KEY}"]
@@ -822,14 +877,16 @@ class KubernetesBackend:
         ]
         if cfg.token_mode == "secret":
             mounts.append({"name": "token", "mountPath": TOKEN_DIR, "readOnly": True})
-            volumes.append({
-                "name": "token",
-                "secret": {
-                    "secretName": f"{pod_name}-token",
-                    "defaultMode": 0o400,
-                    "items": [{"key": TOKEN_KEY, "path": TOKEN_KEY, "mode": 0o400}],
-                },
-            })
+            volumes.append(
+                {
+                    "name": "token",
+                    "secret": {
+                        "secretName": f"{pod_name}-token",
+                        "defaultMode": 0o400,
+                        "items": [{"key": TOKEN_KEY, "path": TOKEN_KEY, "mode": 0o400}],
+                    },
+                }
+            )
         container: dict[str, Any] = {
             "name": CONTAINER,
             "image": image,
@@ -876,8 +933,14 @@ class KubernetesBackend:
             have = {x.get("key") for x in tolerations}
             for key in ("node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready"):
                 if key not in have:
-                    tolerations.append({"key": key, "operator": "Exists", "effect": "NoExecute",
-                                        "tolerationSeconds": cfg.node_loss_toleration_s})
+                    tolerations.append(
+                        {
+                            "key": key,
+                            "operator": "Exists",
+                            "effect": "NoExecute",
+                            "tolerationSeconds": cfg.node_loss_toleration_s,
+                        }
+                    )
         spec: dict[str, Any] = {
             "restartPolicy": "Never",
             "automountServiceAccountToken": False,
@@ -904,8 +967,12 @@ class KubernetesBackend:
         return {
             "apiVersion": "v1",
             "kind": "Pod",
-            "metadata": {"name": pod_name, "namespace": cfg.namespace, "labels": labels,
-                         "annotations": annotations},
+            "metadata": {
+                "name": pod_name,
+                "namespace": cfg.namespace,
+                "labels": labels,
+                "annotations": annotations,
+            },
             "spec": spec,
         }
 
@@ -915,8 +982,13 @@ class KubernetesBackend:
         meta: dict[str, Any] = {
             "name": f"{pod_name}-token",
             "namespace": self.cfg.namespace,
-            "labels": {LABEL_NAME: "sandboxes", LABEL_COMPONENT: "sandbox-token", LABEL_POOL: self.cfg.pool,
-                       LABEL_MANAGER: self.identity, LABEL_OWNER: self.owner},
+            "labels": {
+                LABEL_NAME: "sandboxes",
+                LABEL_COMPONENT: "sandbox-token",
+                LABEL_POOL: self.cfg.pool,
+                LABEL_MANAGER: self.identity,
+                LABEL_OWNER: self.owner,
+            },
         }
         if pod_uid:  # garbage collected with its pod
             meta["ownerReferences"] = [{"apiVersion": "v1", "kind": "Pod", "name": pod_name, "uid": pod_uid}]
@@ -980,8 +1052,12 @@ class KubernetesBackend:
                 self._synced.set()
                 self._watch_error = None
                 while not self._closing:
-                    query = [("labelSelector", self.owner_selector), ("watch", "true"),
-                             ("allowWatchBookmarks", "true"), ("timeoutSeconds", str(240 + secrets.randbelow(120)))]
+                    query = [
+                        ("labelSelector", self.owner_selector),
+                        ("watch", "true"),
+                        ("allowWatchBookmarks", "true"),
+                        ("timeoutSeconds", str(240 + secrets.randbelow(120))),
+                    ]
                     if rv and rv.isdigit():
                         query.append(("resourceVersion", rv))
                     resp = await self.api.stream(path, query)
@@ -992,8 +1068,11 @@ class KubernetesBackend:
                             ev = json.loads(line)
                             kind, obj = ev.get("type"), ev.get("object") or {}
                             if kind == "ERROR":
-                                raise _ApiError(int(obj.get("code") or 500), str(obj.get("reason")),
-                                                str(obj.get("message")))
+                                raise _ApiError(
+                                    int(obj.get("code") or 500),
+                                    str(obj.get("reason")),
+                                    str(obj.get("message")),
+                                )
                             new_rv = obj.get("metadata", {}).get("resourceVersion")
                             if new_rv:
                                 rv = str(new_rv)
@@ -1126,8 +1205,22 @@ class KubernetesBackend:
         return pod.get("status", {}).get("phase") not in ("Succeeded", "Failed")
 
 
-_SUFFIX = {"": 1, "k": 10**3, "M": 10**6, "G": 10**9, "T": 10**12, "P": 10**15, "E": 10**18,
-           "Ki": 2**10, "Mi": 2**20, "Gi": 2**30, "Ti": 2**40, "Pi": 2**50, "Ei": 2**60, "m": 1e-3}
+_SUFFIX = {
+    "": 1,
+    "k": 10**3,
+    "M": 10**6,
+    "G": 10**9,
+    "T": 10**12,
+    "P": 10**15,
+    "E": 10**18,
+    "Ki": 2**10,
+    "Mi": 2**20,
+    "Gi": 2**30,
+    "Ti": 2**40,
+    "Pi": 2**50,
+    "Ei": 2**60,
+    "m": 1e-3,
+}
 
 
 def _quantity_bytes(q: Any) -> float:

@@ -45,8 +45,6 @@ _UNOWNED_GRACE_S = 60.0  # a pool dir without owner.json younger than this is be
 _CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 
-
-
 def create_backend(**kwargs: Any) -> LocalBackend:
     """Factory used by `sandboxes.backends.get_backend`."""
     return LocalBackend(**kwargs)
@@ -292,10 +290,6 @@ def _cgroup_pids(dirs: list[Path]) -> set[int]:
     return pids
 
 
-
-
-
-
 def _own_cgroup_dirs() -> list[Path]:
     """This process's own cgroup directory in every mounted hierarchy (v1 and v2)."""
     try:
@@ -324,7 +318,7 @@ def _own_cgroup_dirs() -> list[Path]:
             own_path = next((paths[o] for o in rf[2].split(",") if o in paths), None)
         if own_path is None:
             continue
-        rel = own_path[len(root):] if own_path.startswith(root) and root != "/" else own_path
+        rel = own_path[len(root) :] if own_path.startswith(root) and root != "/" else own_path
         dirs.append(Path(mountpoint) / rel.lstrip("/"))
     return dirs
 
@@ -362,12 +356,6 @@ def _remove_cgroup_dirs(dirs: list[Path]) -> None:
                         log.warning("cannot remove cgroup %s: %s", root, e)
                         break
                     time.sleep(0.01)
-
-
-
-
-
-
 
 
 def _unlink(path: Path) -> None:

@@ -11,7 +11,15 @@ from typing import Any
 
 from ..errors import LaunchError
 
-__all__ = ["RUN_DIR_ENV", "alive", "default_run_root", "make_private_dir", "read_json", "starttime", "write_json"]
+__all__ = [
+    "RUN_DIR_ENV",
+    "alive",
+    "default_run_root",
+    "make_private_dir",
+    "read_json",
+    "starttime",
+    "write_json",
+]
 
 RUN_DIR_ENV = "SANDBOXES_RUN_DIR"
 

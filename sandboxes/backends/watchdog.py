@@ -50,7 +50,9 @@ def main(argv: list[str]) -> int:
     logging.basicConfig(level=logging.WARNING, format="sandboxes watchdog: %(message)s")
     if Path(pool_dir).is_dir():
         n = _reap_pool_dir(Path(pool_dir))
-        logging.getLogger("sandboxes.watchdog").warning("owner %s of %s ended without closing it: reaped %d sandboxes", pid, pool_dir, n)
+        logging.getLogger("sandboxes.watchdog").warning(
+            "owner %s of %s ended without closing it: reaped %d sandboxes", pid, pool_dir, n
+        )
     ids.release_owned_by(pid, start)
     return 0
 

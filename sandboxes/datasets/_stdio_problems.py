@@ -29,13 +29,17 @@ def _ints(xs: list[int]) -> str:
     return " ".join(map(str, xs))
 
 
-def _arrays(rng: random.Random, fixed: list[list[int]], lo: int, hi: int, n: int = 4, size: int = 50) -> list[str]:
+def _arrays(
+    rng: random.Random, fixed: list[list[int]], lo: int, hi: int, n: int = 4, size: int = 50
+) -> list[str]:
     """Inputs "n\\na1 .. an\\n": the fixed arrays, then `n` random ones."""
     arrays = list(fixed) + [[rng.randint(lo, hi) for _ in range(rng.randint(1, size))] for _ in range(n)]
     return [f"{len(a)}\n{_ints(a)}\n" for a in arrays]
 
 
-def _words(rng: random.Random, k: int, alphabet: str = "abcdefghijklmnopqrstuvwxyz", lo: int = 1, hi: int = 8) -> list[str]:
+def _words(
+    rng: random.Random, k: int, alphabet: str = "abcdefghijklmnopqrstuvwxyz", lo: int = 1, hi: int = 8
+) -> list[str]:
     return ["".join(rng.choice(alphabet) for _ in range(rng.randint(lo, hi))) for _ in range(k)]
 
 
@@ -43,7 +47,9 @@ PROBLEMS: list[Source] = []
 
 
 def problem(problem_id: str, prompt: str, gen: Gen, **refs: str) -> None:
-    PROBLEMS.append(Source(problem_id, prompt.strip() + "\n", {k: v.strip() + "\n" for k, v in refs.items()}, gen))
+    PROBLEMS.append(
+        Source(problem_id, prompt.strip() + "\n", {k: v.strip() + "\n" for k, v in refs.items()}, gen)
+    )
 
 
 # --- arithmetic ------------------------------------------------------------------------------
@@ -51,18 +57,20 @@ def problem(problem_id: str, prompt: str, gen: Gen, **refs: str) -> None:
 problem(
     "a_plus_b",
     "Read two integers a and b (|a|, |b| <= 10^18) separated by whitespace. Print a + b.",
-    lambda r: ["1 2\n", "-5 5\n", "0 0\n", "1000000000000000000 -1\n"]
-    + [f"{r.randint(-10**12, 10**12)} {r.randint(-10**12, 10**12)}\n" for _ in range(3)],
+    lambda r: (
+        ["1 2\n", "-5 5\n", "0 0\n", "1000000000000000000 -1\n"]
+        + [f"{r.randint(-(10**12), 10**12)} {r.randint(-(10**12), 10**12)}\n" for _ in range(3)]
+    ),
     python="a, b = map(int, input().split())\nprint(a + b)",
     c='#include <stdio.h>\nint main(void){long long a,b;if(scanf("%lld %lld",&a,&b)!=2)return 1;'
     'printf("%lld\\n",a+b);return 0;}',
-    cpp="#include <iostream>\nint main(){long long a,b;std::cin>>a>>b;std::cout<<a+b<<\"\\n\";}",
+    cpp='#include <iostream>\nint main(){long long a,b;std::cin>>a>>b;std::cout<<a+b<<"\\n";}',
 )
 
 problem(
     "sum_array",
     "The first line holds n (1 <= n <= 1000), the second n integers. Print their sum.",
-    lambda r: _arrays(r, [[5], [-1, 1], [10**9] * 10], -10**9, 10**9, n=3, size=1000),
+    lambda r: _arrays(r, [[5], [-1, 1], [10**9] * 10], -(10**9), 10**9, n=3, size=1000),
     python="input()\nprint(sum(map(int, input().split())))",
     c='#include <stdio.h>\nint main(void){int n;long long s=0,x;scanf("%d",&n);'
     'for(int i=0;i<n;i++){scanf("%lld",&x);s+=x;}printf("%lld\\n",s);return 0;}',
@@ -99,8 +107,10 @@ problem(
 problem(
     "gcd_lcm",
     "Read two positive integers a and b (<= 10^9). Print gcd(a, b) and lcm(a, b) separated by a space.",
-    lambda r: ["12 18\n", "7 13\n", "1 1\n", "1000000000 999999999\n"]
-    + [f"{r.randint(1, 10**6)} {r.randint(1, 10**6)}\n" for _ in range(3)],
+    lambda r: (
+        ["12 18\n", "7 13\n", "1 1\n", "1000000000 999999999\n"]
+        + [f"{r.randint(1, 10**6)} {r.randint(1, 10**6)}\n" for _ in range(3)]
+    ),
     python="import math\na, b = map(int, input().split())\ng = math.gcd(a, b)\nprint(g, a // g * b)",
     c='#include <stdio.h>\nint main(void){long long a,b,x,y,t;scanf("%lld %lld",&a,&b);x=a;y=b;'
     'while(y){t=x%y;x=y;y=t;}printf("%lld %lld\\n",x,a/x*b);return 0;}',
@@ -110,8 +120,10 @@ problem(
     "prime_queries",
     "The first line holds t (1 <= t <= 100). Each of the next t lines holds an integer n "
     "(1 <= n <= 10^9). For each, print YES if n is prime, else NO.",
-    lambda r: ["1\n1\n", "3\n2\n3\n4\n", "2\n1000000007\n999999999\n", "1\n97\n"]
-    + ["{}\n{}\n".format(k, "\n".join(str(r.randint(1, 10**9)) for _ in range(k))) for k in (10, 50, 100)],
+    lambda r: (
+        ["1\n1\n", "3\n2\n3\n4\n", "2\n1000000007\n999999999\n", "1\n97\n"]
+        + ["{}\n{}\n".format(k, "\n".join(str(r.randint(1, 10**9)) for _ in range(k))) for k in (10, 50, 100)]
+    ),
     python="def prime(n):\n    if n < 2:\n        return False\n    i = 2\n    while i * i <= n:\n"
     "        if n % i == 0:\n            return False\n        i += 1\n    return True\n\n"
     "for _ in range(int(input())):\n    print('YES' if prime(int(input())) else 'NO')",
@@ -145,8 +157,13 @@ problem(
     "digit_sum",
     "The first line holds t. Each of the next t lines holds a non-negative integer of up to 200 "
     "digits. For each, print the sum of its digits.",
-    lambda r: ["1\n0\n", "2\n9\n99\n", "1\n1234567890\n"]
-    + ["{}\n{}\n".format(k, "\n".join(str(r.randint(0, 10 ** r.randint(1, 200))) for _ in range(k))) for k in (3, 5, 10)],
+    lambda r: (
+        ["1\n0\n", "2\n9\n99\n", "1\n1234567890\n"]
+        + [
+            "{}\n{}\n".format(k, "\n".join(str(r.randint(0, 10 ** r.randint(1, 200))) for _ in range(k)))
+            for k in (3, 5, 10)
+        ]
+    ),
     python="for _ in range(int(input())):\n    print(sum(int(c) for c in input().strip()))",
 )
 
@@ -154,8 +171,10 @@ problem(
     "binary_repr",
     "The first line holds t. Each of the next t lines holds an integer n (0 <= n <= 10^18). "
     "Print n in binary without leading zeros.",
-    lambda r: ["1\n0\n", "3\n1\n2\n5\n", "1\n1000000000000000000\n"]
-    + ["{}\n{}\n".format(k, "\n".join(str(r.randint(0, 10**18)) for _ in range(k))) for k in (4, 8)],
+    lambda r: (
+        ["1\n0\n", "3\n1\n2\n5\n", "1\n1000000000000000000\n"]
+        + ["{}\n{}\n".format(k, "\n".join(str(r.randint(0, 10**18)) for _ in range(k))) for k in (4, 8)]
+    ),
     python="for _ in range(int(input())):\n    print(bin(int(input()))[2:])",
     cpp="#include <iostream>\n#include <string>\nint main(){int t;std::cin>>t;while(t--){unsigned long long n;std::cin>>n;"
     'std::string s;if(!n)s="0";while(n){s=char(48+(n&1))+s;n>>=1;}std::cout<<s<<"\\n";}}',
@@ -165,7 +184,7 @@ problem(
     "average",
     "The first line holds n (1 <= n <= 1000), the second n integers. Print their mean with exactly "
     "6 digits after the decimal point.",
-    lambda r: _arrays(r, [[1], [1, 2], [1, 2, 2]], -10**6, 10**6),
+    lambda r: _arrays(r, [[1], [1, 2], [1, 2, 2]], -(10**6), 10**6),
     python="n = int(input())\nprint(f'{sum(map(int, input().split())) / n:.6f}')",
     c='#include <stdio.h>\nint main(void){int n;long long s=0,x;scanf("%d",&n);for(int i=0;i<n;i++){scanf("%lld",&x);s+=x;}'
     'printf("%.6f\\n",(double)s/n);return 0;}',
@@ -175,8 +194,10 @@ problem(
     "roman_numerals",
     "The first line holds t. Each of the next t lines holds an integer 1 <= n <= 3999. Print n in "
     "Roman numerals.",
-    lambda r: ["1\n1\n", "3\n4\n9\n14\n", "2\n3999\n1994\n"]
-    + ["{}\n{}\n".format(k, "\n".join(str(r.randint(1, 3999)) for _ in range(k))) for k in (5, 10)],
+    lambda r: (
+        ["1\n1\n", "3\n4\n9\n14\n", "2\n3999\n1994\n"]
+        + ["{}\n{}\n".format(k, "\n".join(str(r.randint(1, 3999)) for _ in range(k))) for k in (5, 10)]
+    ),
     python="V = [(1000, 'M'), (900, 'CM'), (500, 'D'), (400, 'CD'), (100, 'C'), (90, 'XC'), (50, 'L'),\n"
     "     (40, 'XL'), (10, 'X'), (9, 'IX'), (5, 'V'), (4, 'IV'), (1, 'I')]\n"
     "for _ in range(int(input())):\n    n = int(input())\n    out = ''\n    for v, s in V:\n"
@@ -190,15 +211,18 @@ problem(
     "Read one line of printable ASCII without spaces at its ends. Print it reversed.",
     lambda r: ["abc\n", "a\n", "racecar\n", "hello world\n"] + [w + "\n" for w in _words(r, 3, hi=30)],
     python="print(input()[::-1])",
-    c='#include <stdio.h>\n#include <string.h>\nint main(void){static char s[100005];if(!fgets(s,sizeof s,stdin))return 0;'
-    'size_t n=strlen(s);while(n&&(s[n-1]==10||s[n-1]==13))n--;for(size_t i=n;i>0;i--)putchar(s[i-1]);putchar(10);return 0;}',
+    c="#include <stdio.h>\n#include <string.h>\nint main(void){static char s[100005];if(!fgets(s,sizeof s,stdin))return 0;"
+    "size_t n=strlen(s);while(n&&(s[n-1]==10||s[n-1]==13))n--;for(size_t i=n;i>0;i--)putchar(s[i-1]);putchar(10);return 0;}",
 )
 
 problem(
     "palindrome",
     "Read one word of lowercase letters. Print YES if it reads the same backwards, else NO.",
-    lambda r: ["a\n", "abba\n", "abc\n", "racecar\n", "ab\n"] + [w + w[::-1] + "\n" for w in _words(r, 1)]
-    + [w + "\n" for w in _words(r, 2, alphabet="ab", lo=3)],
+    lambda r: (
+        ["a\n", "abba\n", "abc\n", "racecar\n", "ab\n"]
+        + [w + w[::-1] + "\n" for w in _words(r, 1)]
+        + [w + "\n" for w in _words(r, 2, alphabet="ab", lo=3)]
+    ),
     python="s = input().strip()\nprint('YES' if s == s[::-1] else 'NO')",
     cpp="#include <iostream>\n#include <string>\nint main(){std::string s;std::cin>>s;"
     'std::cout<<(std::string(s.rbegin(),s.rend())==s?"YES":"NO")<<"\\n";}',
@@ -208,10 +232,15 @@ problem(
     "word_count",
     "Read the whole input (several lines of text). Print the number of words (maximal runs of "
     "non-whitespace characters).",
-    lambda r: ["hello\n", "a b  c\n", "\n", "one\ntwo three\n\nfour\n"]
-    + ["\n".join(" ".join(_words(r, r.randint(0, 8))) for _ in range(r.randint(1, 6))) + "\n" for _ in range(3)],
+    lambda r: (
+        ["hello\n", "a b  c\n", "\n", "one\ntwo three\n\nfour\n"]
+        + [
+            "\n".join(" ".join(_words(r, r.randint(0, 8))) for _ in range(r.randint(1, 6))) + "\n"
+            for _ in range(3)
+        ]
+    ),
     python="import sys\nprint(len(sys.stdin.read().split()))",
-    c='#include <stdio.h>\n#include <ctype.h>\nint main(void){int c,in=0;long n=0;while((c=getchar())!=EOF){'
+    c="#include <stdio.h>\n#include <ctype.h>\nint main(void){int c,in=0;long n=0;while((c=getchar())!=EOF){"
     'if(isspace(c))in=0;else if(!in){in=1;n++;}}printf("%ld\\n",n);return 0;}',
 )
 
@@ -227,8 +256,10 @@ problem(
     "caesar_cipher",
     "The first line holds a shift k (0 <= k <= 25), the second a line of text. Shift every letter "
     "forward by k places in the alphabet (wrapping, keeping case); other characters stay. Print it.",
-    lambda r: ["3\nabc xyz\n", "0\nHello, World!\n", "25\nAbc\n", "13\nThe Quick Brown Fox.\n"]
-    + [f"{r.randint(0, 25)}\n{' '.join(_words(r, 4, alphabet='abcXYZ!'))}\n" for _ in range(3)],
+    lambda r: (
+        ["3\nabc xyz\n", "0\nHello, World!\n", "25\nAbc\n", "13\nThe Quick Brown Fox.\n"]
+        + [f"{r.randint(0, 25)}\n{' '.join(_words(r, 4, alphabet='abcXYZ!'))}\n" for _ in range(3)]
+    ),
     python="k = int(input())\nout = []\nfor ch in input():\n    if ch.islower():\n"
     "        out.append(chr((ord(ch) - 97 + k) % 26 + 97))\n    elif ch.isupper():\n"
     "        out.append(chr((ord(ch) - 65 + k) % 26 + 65))\n    else:\n        out.append(ch)\nprint(''.join(out))",
@@ -240,9 +271,11 @@ problem(
 problem(
     "anagrams",
     "Read two words of lowercase letters on one line. Print YES if they are anagrams, else NO.",
-    lambda r: ["listen silent\n", "abc abd\n", "a a\n", "ab abc\n"]
-    + [f"{w} {''.join(r.sample(w, len(w)))}\n" for w in _words(r, 2, lo=3)]
-    + [f"{a} {b}\n" for a, b in zip(_words(r, 1, alphabet="ab"), _words(r, 1, alphabet="ab"))],
+    lambda r: (
+        ["listen silent\n", "abc abd\n", "a a\n", "ab abc\n"]
+        + [f"{w} {''.join(r.sample(w, len(w)))}\n" for w in _words(r, 2, lo=3)]
+        + [f"{a} {b}\n" for a, b in zip(_words(r, 1, alphabet="ab"), _words(r, 1, alphabet="ab"))]
+    ),
     python="a, b = input().split()\nprint('YES' if sorted(a) == sorted(b) else 'NO')",
 )
 
@@ -250,10 +283,16 @@ problem(
     "balanced_brackets",
     "The first line holds t. Each of the next t lines holds a string of the characters ()[]{}. "
     "For each, print YES if it is balanced, else NO.",
-    lambda r: ["1\n()\n", "3\n([]{})\n([)]\n((\n", "1\n}\n"]
-    + ["{}\n{}\n".format(k, "\n".join("".join(r.choice("()[]{}") for _ in range(r.randint(1, 12))) for _ in range(k)))
-       for k in (5, 10)]
-    + ["3\n" + "(" * 50 + ")" * 50 + "\n{[()()]}\n[[[]]\n"],
+    lambda r: (
+        ["1\n()\n", "3\n([]{})\n([)]\n((\n", "1\n}\n"]
+        + [
+            "{}\n{}\n".format(
+                k, "\n".join("".join(r.choice("()[]{}") for _ in range(r.randint(1, 12))) for _ in range(k))
+            )
+            for k in (5, 10)
+        ]
+        + ["3\n" + "(" * 50 + ")" * 50 + "\n{[()()]}\n[[[]]\n"]
+    ),
     python="P = {')': '(', ']': '[', '}': '{'}\nfor _ in range(int(input())):\n    st = []\n    ok = True\n"
     "    for ch in input().strip():\n        if ch in '([{':\n            st.append(ch)\n"
     "        elif not st or st.pop() != P[ch]:\n            ok = False\n            break\n"
@@ -267,17 +306,22 @@ problem(
     "run_length",
     "Read one word of lowercase letters. Print its run-length encoding: each maximal run of one "
     "letter as the letter followed by the run's length (e.g. aaabcc -> a3b1c2).",
-    lambda r: ["a\n", "aaabcc\n", "abc\n", "zzzzzzzzzzzz\n"] + [w + "\n" for w in _words(r, 3, alphabet="ab", lo=5, hi=30)],
+    lambda r: (
+        ["a\n", "aaabcc\n", "abc\n", "zzzzzzzzzzzz\n"]
+        + [w + "\n" for w in _words(r, 3, alphabet="ab", lo=5, hi=30)]
+    ),
     python="import itertools\nprint(''.join(k + str(len(list(g))) for k, g in itertools.groupby(input().strip())))",
 )
 
 problem(
     "vowel_count",
     "Read one line of text. Print how many of its characters are vowels (a, e, i, o, u, either case).",
-    lambda r: ["hello\n", "AEIOU aeiou\n", "xyz\n", "Programming Is Fun\n"]
-    + [" ".join(_words(r, 5, alphabet="abcdeiouxyzAEU")) + "\n" for _ in range(3)],
+    lambda r: (
+        ["hello\n", "AEIOU aeiou\n", "xyz\n", "Programming Is Fun\n"]
+        + [" ".join(_words(r, 5, alphabet="abcdeiouxyzAEU")) + "\n" for _ in range(3)]
+    ),
     python="print(sum(ch in 'aeiouAEIOU' for ch in input()))",
-    c='#include <stdio.h>\n#include <string.h>\nint main(void){int c,n=0;while((c=getchar())!=EOF&&c!=10)'
+    c="#include <stdio.h>\n#include <string.h>\nint main(void){int c,n=0;while((c=getchar())!=EOF&&c!=10)"
     'if(c&&strchr("aeiouAEIOU",c))n++;printf("%d\\n",n);return 0;}',
 )
 
@@ -285,7 +329,10 @@ problem(
     "title_case",
     "Read one line of lowercase words separated by single spaces. Print it with the first letter of "
     "every word capitalized.",
-    lambda r: ["hello world\n", "a\n", "the quick brown fox\n", "x y z\n"] + [" ".join(_words(r, 5)) + "\n" for _ in range(3)],
+    lambda r: (
+        ["hello world\n", "a\n", "the quick brown fox\n", "x y z\n"]
+        + [" ".join(_words(r, 5)) + "\n" for _ in range(3)]
+    ),
     python="print(' '.join(w[:1].upper() + w[1:] for w in input().split(' ')))",
 )
 
@@ -295,7 +342,7 @@ problem(
     "sort_numbers",
     "The first line holds n (1 <= n <= 1000), the second n integers. Print them sorted ascending, "
     "separated by spaces.",
-    lambda r: _arrays(r, [[1], [3, 1, 2], [5, 5, -5]], -10**6, 10**6),
+    lambda r: _arrays(r, [[1], [3, 1, 2], [5, 5, -5]], -(10**6), 10**6),
     python="input()\nprint(*sorted(map(int, input().split())))",
     cpp="#include <bits/stdc++.h>\nint main(){int n;std::cin>>n;std::vector<long long>a(n);for(auto&x:a)std::cin>>x;"
     "std::sort(a.begin(),a.end());for(int i=0;i<n;i++)std::cout<<a[i]<<(i+1<n?' ':'\\n');}",
@@ -324,8 +371,13 @@ problem(
     "two_sum_count",
     "The first line holds n (1 <= n <= 1000) and a target s, the second n integers a_1..a_n. Print "
     "the number of pairs i < j with a_i + a_j = s.",
-    lambda r: ["1 2\n1\n", "4 5\n1 4 2 3\n", "3 4\n2 2 2\n"]
-    + [f"{n} {r.randint(-10, 10)}\n{_ints([r.randint(-10, 10) for _ in range(n)])}\n" for n in (10, 100, 1000)],
+    lambda r: (
+        ["1 2\n1\n", "4 5\n1 4 2 3\n", "3 4\n2 2 2\n"]
+        + [
+            f"{n} {r.randint(-10, 10)}\n{_ints([r.randint(-10, 10) for _ in range(n)])}\n"
+            for n in (10, 100, 1000)
+        ]
+    ),
     python="from collections import Counter\nn, s = map(int, input().split())\nseen = Counter()\nk = 0\n"
     "for x in map(int, input().split()):\n    k += seen[s - x]\n    seen[x] += 1\nprint(k)",
 )
@@ -334,7 +386,9 @@ problem(
     "lis_length",
     "The first line holds n (1 <= n <= 1000), the second n integers. Print the length of the longest "
     "strictly increasing subsequence.",
-    lambda r: _arrays(r, [[1], [3, 2, 1], [1, 2, 3, 4], [10, 9, 2, 5, 3, 7, 101, 18]], 0, 100, n=3, size=1000),
+    lambda r: _arrays(
+        r, [[1], [3, 2, 1], [1, 2, 3, 4], [10, 9, 2, 5, 3, 7, 101, 18]], 0, 100, n=3, size=1000
+    ),
     python="import bisect\ninput()\nt = []\nfor x in map(int, input().split()):\n    i = bisect.bisect_left(t, x)\n"
     "    if i == len(t):\n        t.append(x)\n    else:\n        t[i] = x\nprint(len(t))",
     cpp="#include <bits/stdc++.h>\nint main(){int n;std::cin>>n;std::vector<long long>t;for(int i=0;i<n;i++){long long x;"
@@ -346,11 +400,13 @@ problem(
     "lower_bound_queries",
     "The first line holds n and q. The second holds n integers sorted ascending, the third q "
     "integers. For each query x print the number of array elements strictly less than x, one per line.",
-    lambda r: ["1 1\n5\n5\n", "3 3\n1 2 3\n0 2 4\n", "5 2\n1 1 1 1 1\n1 2\n"]
-    + [
-        f"{n} {q}\n{_ints(sorted(r.randint(0, 100) for _ in range(n)))}\n{_ints([r.randint(-5, 105) for _ in range(q)])}\n"
-        for n, q in ((10, 5), (100, 50), (1000, 200))
-    ],
+    lambda r: (
+        ["1 1\n5\n5\n", "3 3\n1 2 3\n0 2 4\n", "5 2\n1 1 1 1 1\n1 2\n"]
+        + [
+            f"{n} {q}\n{_ints(sorted(r.randint(0, 100) for _ in range(n)))}\n{_ints([r.randint(-5, 105) for _ in range(q)])}\n"
+            for n, q in ((10, 5), (100, 50), (1000, 200))
+        ]
+    ),
     python="import bisect\ninput()\na = list(map(int, input().split()))\n"
     "print('\\n'.join(str(bisect.bisect_left(a, int(x))) for x in input().split()))",
     cpp="#include <bits/stdc++.h>\nint main(){int n,q;std::cin>>n>>q;std::vector<long long>a(n);for(auto&x:a)std::cin>>x;"
@@ -368,8 +424,10 @@ problem(
     "matrix_transpose",
     "The first line holds r and c (1 <= r, c <= 50), then r lines of c integers. Print the transpose "
     "(c lines of r integers).",
-    lambda r: ["1 1\n7\n", "2 3\n1 2 3\n4 5 6\n", "3 1\n1\n2\n3\n"]
-    + [f"{a} {b}\n{_matrix(r, a, b)}" for a, b in ((4, 4), (5, 2), (10, 20))],
+    lambda r: (
+        ["1 1\n7\n", "2 3\n1 2 3\n4 5 6\n", "3 1\n1\n2\n3\n"]
+        + [f"{a} {b}\n{_matrix(r, a, b)}" for a, b in ((4, 4), (5, 2), (10, 20))]
+    ),
     python="r, c = map(int, input().split())\nm = [input().split() for _ in range(r)]\nfor row in zip(*m):\n    print(*row)",
 )
 
@@ -377,8 +435,13 @@ problem(
     "matrix_multiply",
     "The first line holds n, m, p (1 <= n, m, p <= 30). Then an n x m matrix A and an m x p matrix B, "
     "one row per line. Print A times B, one row per line.",
-    lambda r: ["1 1 1\n2\n3\n", "2 2 2\n1 0\n0 1\n4 5\n6 7\n", "1 3 1\n1 2 3\n4\n5\n6\n"]
-    + [f"{n} {m} {p}\n{_matrix(r, n, m)}{_matrix(r, m, p)}" for n, m, p in ((3, 4, 2), (5, 5, 5), (20, 30, 10))],
+    lambda r: (
+        ["1 1 1\n2\n3\n", "2 2 2\n1 0\n0 1\n4 5\n6 7\n", "1 3 1\n1 2 3\n4\n5\n6\n"]
+        + [
+            f"{n} {m} {p}\n{_matrix(r, n, m)}{_matrix(r, m, p)}"
+            for n, m, p in ((3, 4, 2), (5, 5, 5), (20, 30, 10))
+        ]
+    ),
     python="n, m, p = map(int, input().split())\nA = [list(map(int, input().split())) for _ in range(n)]\n"
     "B = [list(map(int, input().split())) for _ in range(m)]\nfor row in A:\n"
     "    print(*(sum(row[k] * B[k][j] for k in range(m)) for j in range(p)))",
@@ -393,11 +456,13 @@ problem(
     "The first line holds n (1 <= n <= 100) and a capacity W (1 <= W <= 10000). Each of the next n "
     "lines holds an item's weight and value. Print the largest total value of items with total "
     "weight <= W, each item used at most once.",
-    lambda r: ["1 1\n2 5\n", "3 50\n10 60\n20 100\n30 120\n", "2 5\n5 10\n5 20\n"]
-    + [
-        "{} {}\n{}".format(n, w, "".join(f"{r.randint(1, w)} {r.randint(1, 1000)}\n" for _ in range(n)))
-        for n, w in ((10, 100), (50, 1000), (100, 10000))
-    ],
+    lambda r: (
+        ["1 1\n2 5\n", "3 50\n10 60\n20 100\n30 120\n", "2 5\n5 10\n5 20\n"]
+        + [
+            "{} {}\n{}".format(n, w, "".join(f"{r.randint(1, w)} {r.randint(1, 1000)}\n" for _ in range(n)))
+            for n, w in ((10, 100), (50, 1000), (100, 10000))
+        ]
+    ),
     python="n, W = map(int, input().split())\nbest = [0] * (W + 1)\nfor _ in range(n):\n"
     "    w, v = map(int, input().split())\n    for c in range(W, w - 1, -1):\n"
     "        if best[c - w] + v > best[c]:\n            best[c] = best[c - w] + v\nprint(best[W])",
@@ -410,8 +475,10 @@ problem(
     "coin_change",
     "The first line holds k coin denominations count and an amount A (0 <= A <= 10000), the second "
     "the k denominations. Print the fewest coins summing to A (unlimited supply), or -1 if impossible.",
-    lambda r: ["1 3\n2\n", "3 11\n1 2 5\n", "2 0\n3 7\n", "2 7\n2 4\n"]
-    + [f"{k} {r.randint(0, 10000)}\n{_ints(r.sample(range(1, 60), k))}\n" for k in (2, 4, 6)],
+    lambda r: (
+        ["1 3\n2\n", "3 11\n1 2 5\n", "2 0\n3 7\n", "2 7\n2 4\n"]
+        + [f"{k} {r.randint(0, 10000)}\n{_ints(r.sample(range(1, 60), k))}\n" for k in (2, 4, 6)]
+    ),
     python="k, A = map(int, input().split())\ncoins = list(map(int, input().split()))\nINF = float('inf')\n"
     "d = [0] + [INF] * A\nfor a in range(1, A + 1):\n    for c in coins:\n"
     "        if c <= a and d[a - c] + 1 < d[a]:\n            d[a] = d[a - c] + 1\n"
@@ -426,11 +493,19 @@ problem(
     "The first line holds r and c (1 <= r, c <= 100), then r lines of c characters, '.' free and '#' "
     "blocked. Moving only right or down, print the number of paths from the top-left to the "
     "bottom-right cell modulo 1000000007 (0 if either is blocked).",
-    lambda r: ["1 1\n.\n", "2 2\n..\n..\n", "3 3\n...\n.#.\n...\n", "2 2\n.#\n#.\n"]
-    + [
-        "{} {}\n{}".format(a, b, "".join("".join("#" if r.random() < 0.15 else "." for _ in range(b)) + "\n" for _ in range(a)))
-        for a, b in ((5, 5), (20, 30), (100, 100))
-    ],
+    lambda r: (
+        ["1 1\n.\n", "2 2\n..\n..\n", "3 3\n...\n.#.\n...\n", "2 2\n.#\n#.\n"]
+        + [
+            "{} {}\n{}".format(
+                a,
+                b,
+                "".join(
+                    "".join("#" if r.random() < 0.15 else "." for _ in range(b)) + "\n" for _ in range(a)
+                ),
+            )
+            for a, b in ((5, 5), (20, 30), (100, 100))
+        ]
+    ),
     python="r, c = map(int, input().split())\ng = [input().strip() for _ in range(r)]\nM = 10**9 + 7\n"
     "d = [[0] * c for _ in range(r)]\nfor i in range(r):\n    for j in range(c):\n        if g[i][j] == '#':\n"
     "            continue\n        if i == 0 and j == 0:\n            d[i][j] = 1\n            continue\n"
@@ -442,13 +517,19 @@ problem(
     "The first line holds n and m (1 <= n <= 1000, 0 <= m <= 5000): vertices 1..n of an undirected "
     "graph. Each of the next m lines holds an edge u v. The last line holds s and t. Print the "
     "fewest edges on a path from s to t, or -1 if there is none.",
-    lambda r: ["1 0\n1 1\n", "3 2\n1 2\n2 3\n1 3\n", "4 1\n1 2\n1 4\n", "4 4\n1 2\n2 3\n3 4\n1 4\n1 3\n"]
-    + [
-        "{} {}\n{}{} {}\n".format(
-            n, m, "".join(f"{r.randint(1, n)} {r.randint(1, n)}\n" for _ in range(m)), r.randint(1, n), r.randint(1, n)
-        )
-        for n, m in ((10, 12), (100, 150), (1000, 2000))
-    ],
+    lambda r: (
+        ["1 0\n1 1\n", "3 2\n1 2\n2 3\n1 3\n", "4 1\n1 2\n1 4\n", "4 4\n1 2\n2 3\n3 4\n1 4\n1 3\n"]
+        + [
+            "{} {}\n{}{} {}\n".format(
+                n,
+                m,
+                "".join(f"{r.randint(1, n)} {r.randint(1, n)}\n" for _ in range(m)),
+                r.randint(1, n),
+                r.randint(1, n),
+            )
+            for n, m in ((10, 12), (100, 150), (1000, 2000))
+        ]
+    ),
     python="from collections import deque\nimport sys\ndata = sys.stdin.read().split()\nn, m = int(data[0]), int(data[1])\n"
     "adj = [[] for _ in range(n + 1)]\nfor i in range(m):\n    u, v = int(data[2 + 2 * i]), int(data[3 + 2 * i])\n"
     "    adj[u].append(v)\n    adj[v].append(u)\ns, t = int(data[2 + 2 * m]), int(data[3 + 2 * m])\n"

@@ -113,8 +113,10 @@ class Server:
             kwargs = dict(self.pool_kwargs)
             if self.templates is not None:
                 kwargs["templates"] = dict(self.templates)
-            elif self.http_port_requested is not None and isinstance(self.backend, str) and not (
-                {"template", "image"} & set(kwargs)
+            elif (
+                self.http_port_requested is not None
+                and isinstance(self.backend, str)
+                and not ({"template", "image"} & set(kwargs))
             ):
                 from sandboxes.server.image_templates import default_templates
 

@@ -53,7 +53,9 @@ async def template_for_image(pool: Any, image: str | None) -> tuple[str, str]:
         if base is not None and base.backend != "local":
             name = IMAGE_TEMPLATE_PREFIX + hashlib.sha256(image.encode()).hexdigest()[:12]
             if sum(n.startswith(IMAGE_TEMPLATE_PREFIX) for n in templates) >= MAX_IMAGE_TEMPLATES:
-                raise QuotaExceeded(f"this server runs at most {MAX_IMAGE_TEMPLATES} images not in its templates")
+                raise QuotaExceeded(
+                    f"this server runs at most {MAX_IMAGE_TEMPLATES} images not in its templates"
+                )
             # A user's image has no agent of ours: docker mounts it in (a pod's image must have it).
             derived = base.replace(
                 name=name,

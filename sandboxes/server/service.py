@@ -541,7 +541,9 @@ class SandboxService:
         chunk = self.validate.chunk_size(req.chunk_size) or self.config.read_chunk_size
         rec = self._record(req.sandbox_id, owner)
         r = ReadRange.of(req.offset, req.length or None, req.max_bytes or DEFAULT_READ_MAX_BYTES)
-        data = await rec.sandbox.read_file(path, offset=r.offset, length=r.length or None, max_bytes=r.max_bytes)
+        data = await rec.sandbox.read_file(
+            path, offset=r.offset, length=r.length or None, max_bytes=r.max_bytes
+        )
         total = len(data)
         if total == 0:
             yield pb.FileChunk(data=b"", offset=0, total_size=0)

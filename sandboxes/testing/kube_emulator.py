@@ -137,9 +137,14 @@ class EmulatedApiServer(kmock.KubernetesEmulator):
         # The same handlers as kmock's fallbacks, registered ahead of its discovery reactions:
         # matching a request against kmock's filters is costly (~50 ms per request with every
         # fallback tried in turn), and this server sees thousands of them in benchmarks.
-        for act, fn in ((enums.action.WATCH, self._serve_watch), (enums.action.LIST, self._serve_list),
-                        (enums.action.CREATE, self._serve_create), (enums.action.UPDATE, self._serve_update),
-                        (enums.action.DELETE, self._serve_delete), (enums.action.FETCH, self._serve_fetch)):
+        for act, fn in (
+            (enums.action.WATCH, self._serve_watch),
+            (enums.action.LIST, self._serve_list),
+            (enums.action.CREATE, self._serve_create),
+            (enums.action.UPDATE, self._serve_update),
+            (enums.action.DELETE, self._serve_delete),
+            (enums.action.FETCH, self._serve_fetch),
+        ):
             self[act] << fn
 
     def request_count(self) -> int:
@@ -186,10 +191,19 @@ class EmulatedApiServer(kmock.KubernetesEmulator):
                     request.data.setdefault("status", {"phase": "Pending"})
             elif request.action == enums.action.UPDATE:
                 request.data.setdefault("metadata", {})["resourceVersion"] = self._next_rv()
-        if request.action == enums.action.DELETE and request.resource is not None \
-                and request.resource.plural == "pods" and request.name:
+        if (
+            request.action == enums.action.DELETE
+            and request.resource is not None
+            and request.resource.plural == "pods"
+            and request.name
+        ):
             for (res, ns, name), obj in list(self._objects.items()):
-                if res == request.resource and ns == request.namespace and name == request.name and not obj.deleted:
+                if (
+                    res == request.resource
+                    and ns == request.namespace
+                    and name == request.name
+                    and not obj.deleted
+                ):
                     pod_uid = obj.raw.get("metadata", {}).get("uid")
         response = await super()._handle(request)
         if pod_uid:
@@ -368,8 +382,9 @@ class FakeKubelet:
     async def _patch_status(self, pod: Mapping[str, Any], patch: dict[str, Any]) -> None:
         meta = pod["metadata"]
         path = f"/api/v1/namespaces/{meta['namespace']}/pods/{meta['name']}/status"
-        async with self._api("PATCH", path, data=json.dumps(patch),
-                             headers={"Content-Type": "application/merge-patch+json"}) as r:
+        async with self._api(
+            "PATCH", path, data=json.dumps(patch), headers={"Content-Type": "application/merge-patch+json"}
+        ) as r:
             await r.read()  # 404: the pod was deleted meanwhile
 
     async def _watch(self, plural: str, handler: Any) -> None:
@@ -451,29 +466,85 @@ class FakeKubelet:
         container = spec["containers"][0]
         image = container.get("image", "")
         if image == IMAGE_UNSCHEDULABLE:
-            await self._patch_status(pod, {"status": {"phase": "Pending", "conditions": [
-                {"type": "PodScheduled", "status": "False", "reason": "Unschedulable",
-                 "message": "0/1 nodes are available: emulated insufficient cpu."}]}})
+            await self._patch_status(
+                pod,
+                {
+                    "status": {
+                        "phase": "Pending",
+                        "conditions": [
+                            {
+                                "type": "PodScheduled",
+                                "status": "False",
+                                "reason": "Unschedulable",
+                                "message": "0/1 nodes are available: emulated insufficient cpu.",
+                            }
+                        ],
+                    }
+                },
+            )
             return
         if image == IMAGE_PULL_ERROR:
-            await self._patch_status(pod, {"status": {"phase": "Pending", "containerStatuses": [
-                {"name": container["name"], "ready": False, "restartCount": 0, "image": image,
-                 "state": {"waiting": {"reason": "ImagePullBackOff",
-                                       "message": f'Back-off pulling image "{image}"'}}}]}})
+            await self._patch_status(
+                pod,
+                {
+                    "status": {
+                        "phase": "Pending",
+                        "containerStatuses": [
+                            {
+                                "name": container["name"],
+                                "ready": False,
+                                "restartCount": 0,
+                                "image": image,
+                                "state": {
+                                    "waiting": {
+                                        "reason": "ImagePullBackOff",
+                                        "message": f'Back-off pulling image "{image}"',
+                                    }
+                                },
+                            }
+                        ],
+                    }
+                },
+            )
             return
         if image == IMAGE_CRASH:
-            await self._patch_status(pod, {"status": {"phase": "Failed", "containerStatuses": [
-                {"name": container["name"], "ready": False, "restartCount": 0, "image": image,
-                 "state": {"terminated": {"exitCode": 1, "reason": "Error",
-                                          "message": "emulated crash at start"}}}]}})
+            await self._patch_status(
+                pod,
+                {
+                    "status": {
+                        "phase": "Failed",
+                        "containerStatuses": [
+                            {
+                                "name": container["name"],
+                                "ready": False,
+                                "restartCount": 0,
+                                "image": image,
+                                "state": {
+                                    "terminated": {
+                                        "exitCode": 1,
+                                        "reason": "Error",
+                                        "message": "emulated crash at start",
+                                    }
+                                },
+                            }
+                        ],
+                    }
+                },
+            )
             return
         if self._shared:
             agent = self._shared[self._next_shared % len(self._shared)]
             self._next_shared += 1
         else:
             if token is None:
-                env_token = next((e.get("value") for e in container.get("env") or ()
-                                  if e.get("name") == "SANDBOX_AGENT_TOKEN"), None)
+                env_token = next(
+                    (
+                        e.get("value")
+                        for e in container.get("env") or ()
+                        if e.get("name") == "SANDBOX_AGENT_TOKEN"
+                    ),
+                    None,
+                )
                 token = env_token
             if token is None:
                 await self._fail(pod, "no token in the pod spec")
@@ -491,21 +562,33 @@ class FakeKubelet:
             self._spawn_task(self._wait_exit(pod, agent))
         self.started_pods += 1
         now = _now()
-        await self._patch_status(pod, {
-            "metadata": {"annotations": {ANN_AGENT_PORT: str(agent.port)}},
-            "status": {
-                "phase": "Running",
-                "podIP": "127.0.0.1",
-                "podIPs": [{"ip": "127.0.0.1"}],
-                "hostIP": "127.0.0.1",
-                "startTime": now,
-                "conditions": [{"type": t, "status": "True", "lastTransitionTime": now}
-                               for t in ("PodScheduled", "Initialized", "ContainersReady", "Ready")],
-                "containerStatuses": [{"name": container["name"], "ready": True, "started": True,
-                                       "restartCount": 0, "image": image,
-                                       "state": {"running": {"startedAt": now}}}],
+        await self._patch_status(
+            pod,
+            {
+                "metadata": {"annotations": {ANN_AGENT_PORT: str(agent.port)}},
+                "status": {
+                    "phase": "Running",
+                    "podIP": "127.0.0.1",
+                    "podIPs": [{"ip": "127.0.0.1"}],
+                    "hostIP": "127.0.0.1",
+                    "startTime": now,
+                    "conditions": [
+                        {"type": t, "status": "True", "lastTransitionTime": now}
+                        for t in ("PodScheduled", "Initialized", "ContainersReady", "Ready")
+                    ],
+                    "containerStatuses": [
+                        {
+                            "name": container["name"],
+                            "ready": True,
+                            "started": True,
+                            "restartCount": 0,
+                            "image": image,
+                            "state": {"running": {"startedAt": now}},
+                        }
+                    ],
+                },
             },
-        })
+        )
 
     def _host_argv(self, args: list[str]) -> list[str]:
         """The pod's agent arguments with pod paths and the listen address made host-local."""
@@ -536,19 +619,36 @@ class FakeKubelet:
         r, w = os.pipe()
         # --no-cgroups: a real unprivileged pod has no writable cgroups either, and an agent the
         # kubelet kills must not leave exec cgroups behind on this host.
-        cmd = [self.agent_bin, "--listen", f"tcp:127.0.0.1:{port}", "--token-file", token_file,
-               "--work-dir", work, "--ready-fd", str(w), "--no-cgroups", *argv]
+        cmd = [
+            self.agent_bin,
+            "--listen",
+            f"tcp:127.0.0.1:{port}",
+            "--token-file",
+            token_file,
+            "--work-dir",
+            work,
+            "--ready-fd",
+            str(w),
+            "--no-cgroups",
+            *argv,
+        ]
         try:
             proc = await asyncio.create_subprocess_exec(
-                *cmd, pass_fds=(w,), env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "TMPDIR": tmp},
-                stdin=asyncio.subprocess.DEVNULL, stdout=asyncio.subprocess.DEVNULL,
-                stderr=asyncio.subprocess.DEVNULL, start_new_session=True,
+                *cmd,
+                pass_fds=(w,),
+                env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "TMPDIR": tmp},
+                stdin=asyncio.subprocess.DEVNULL,
+                stdout=asyncio.subprocess.DEVNULL,
+                stderr=asyncio.subprocess.DEVNULL,
+                start_new_session=True,
             )
         finally:
             os.close(w)
         loop = asyncio.get_running_loop()
         reader = asyncio.StreamReader()
-        transport, _ = await loop.connect_read_pipe(lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(r, "rb"))
+        transport, _ = await loop.connect_read_pipe(
+            lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(r, "rb")
+        )
         try:
             ready = await reader.read(1)  # pushed by the agent once it serves
         finally:
@@ -569,18 +669,37 @@ class FakeKubelet:
         shutil.rmtree(agent.dir, ignore_errors=True)
         phase = "Succeeded" if code == 0 else "Failed"
         reason = "Completed" if code == 0 else "Error"
-        await self._patch_status(pod, {"status": {
-            "phase": phase,
-            "conditions": [{"type": "Ready", "status": "False", "reason": "PodCompleted"},
-                           {"type": "ContainersReady", "status": "False", "reason": "PodCompleted"}],
-            "containerStatuses": [{"name": "agent", "ready": False, "started": False, "restartCount": 0,
-                                   "state": {"terminated": {"exitCode": code if code >= 0 else 128 - code,
-                                                            "reason": reason}}}],
-        }})
+        await self._patch_status(
+            pod,
+            {
+                "status": {
+                    "phase": phase,
+                    "conditions": [
+                        {"type": "Ready", "status": "False", "reason": "PodCompleted"},
+                        {"type": "ContainersReady", "status": "False", "reason": "PodCompleted"},
+                    ],
+                    "containerStatuses": [
+                        {
+                            "name": "agent",
+                            "ready": False,
+                            "started": False,
+                            "restartCount": 0,
+                            "state": {
+                                "terminated": {
+                                    "exitCode": code if code >= 0 else 128 - code,
+                                    "reason": reason,
+                                }
+                            },
+                        }
+                    ],
+                }
+            },
+        )
 
     async def _fail(self, pod: dict[str, Any], message: str) -> None:
-        await self._patch_status(pod, {"status": {"phase": "Failed", "message": message,
-                                                  "reason": "EmulatedKubeletError"}})
+        await self._patch_status(
+            pod, {"status": {"phase": "Failed", "message": message, "reason": "EmulatedKubeletError"}}
+        )
 
     async def _kill(self, agent: _Agent) -> None:
         agent.stopping = True
@@ -599,7 +718,9 @@ class FakeKubelet:
 
 
 @contextlib.asynccontextmanager
-async def emulated_cluster(**kubelet_kwargs: Any) -> AsyncIterator[tuple[EmulatedApiServer, FakeKubelet, str]]:
+async def emulated_cluster(
+    **kubelet_kwargs: Any,
+) -> AsyncIterator[tuple[EmulatedApiServer, FakeKubelet, str]]:
     """`async with emulated_cluster() as (api, kubelet, url):` an EMULATED API server on a free
     local port and a fake kubelet attached to it. `latency_s=(lo, hi)` goes to the API server."""
     latency = kubelet_kwargs.pop("latency_s", (0.0, 0.0))
@@ -618,8 +739,9 @@ async def _serve_forever(args: Any) -> None:
     async with EmulatedApiServer(latency_s=latency) as api, kmock.Server(api, port=args.port) as server:
         # Out-of-band statistics for benchmarks (this request is counted too: subtract it).
         api["get /_emulator/stats"] << (lambda: {"requests": api.request_count()})
-        kubelet = FakeKubelet(str(server.url), shared_agents=args.shared_agents,
-                              shared_token=args.shared_token or None)
+        kubelet = FakeKubelet(
+            str(server.url), shared_agents=args.shared_agents, shared_token=args.shared_token or None
+        )
         await kubelet.start()
         print(f"ready {str(server.url).rstrip('/')}", flush=True)
         stop = asyncio.Event()

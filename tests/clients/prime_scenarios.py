@@ -61,12 +61,31 @@ def cmd(r: Any) -> dict[str, Any]:
 def lifecycle(_: str | None) -> dict[str, Any]:
     c = SandboxClient(APIClient())
     out: dict[str, Any] = {}
-    a = c.create(request(labels=["lc", "first"], environment_vars={"FOO": "bar"}, secrets={"TOKEN": "s3"},
-                         cpu_cores=1, memory_gb=0.5, timeout_minutes=30, idempotency_key="lifecycle-a"))
+    a = c.create(
+        request(
+            labels=["lc", "first"],
+            environment_vars={"FOO": "bar"},
+            secrets={"TOKEN": "s3"},
+            cpu_cores=1,
+            memory_gb=0.5,
+            timeout_minutes=30,
+            idempotency_key="lifecycle-a",
+        )
+    )
     again = c.create(request(labels=["lc", "first"], idempotency_key="lifecycle-a"))
-    b = c.create(request(labels=["lc"], vm=False) if "vm" in CreateSandboxRequest.model_fields else request(labels=["lc"]))
-    out["created"] = {"status": a.status, "same_for_key": again.id == a.id, "distinct": a.id != b.id,
-                      "memory_gb": a.memory_gb, "timeout_minutes": a.timeout_minutes, "labels": a.labels}
+    b = c.create(
+        request(labels=["lc"], vm=False)
+        if "vm" in CreateSandboxRequest.model_fields
+        else request(labels=["lc"])
+    )
+    out["created"] = {
+        "status": a.status,
+        "same_for_key": again.id == a.id,
+        "distinct": a.id != b.id,
+        "memory_gb": a.memory_gb,
+        "timeout_minutes": a.timeout_minutes,
+        "labels": a.labels,
+    }
     c.wait_for_creation(a.id)
     c.bulk_wait_for_creation([a.id, b.id])
     env = c.execute_command(a.id, "echo $FOO $TOKEN")
@@ -77,11 +96,17 @@ def lifecycle(_: str | None) -> dict[str, Any]:
     out["list_first"] = [s.id for s in listed.sandboxes] == [a.id]
     page1 = c.list(labels=["lc"], per_page=1, page=1)
     page2 = c.list(labels=["lc"], per_page=1, page=2)
-    out["paging"] = {"total": page1.total, "has_next": page1.has_next, "second_has_next": page2.has_next,
-                     "ids": sorted([page1.sandboxes[0].id, page2.sandboxes[0].id]) == sorted([a.id, b.id])}
+    out["paging"] = {
+        "total": page1.total,
+        "has_next": page1.has_next,
+        "second_has_next": page2.has_next,
+        "ids": sorted([page1.sandboxes[0].id, page2.sandboxes[0].id]) == sorted([a.id, b.id]),
+    }
     st = c.get_sandbox_statuses([a.id, "sb-doesnotexist"])
-    out["statuses"] = {"statuses": [(s.sandbox_id, str(s.status.value)) for s in st.statuses],
-                       "errors": [(e.sandbox_id, e.code) for e in st.errors]}
+    out["statuses"] = {
+        "statuses": [(s.sandbox_id, str(s.status.value)) for s in st.statuses],
+        "errors": [(e.sandbox_id, e.code) for e in st.errors],
+    }
     out["logs"] = c.get_logs(a.id)
     out["delete"] = c.delete(a.id)
     out["after_delete"] = c.get(a.id).status
@@ -113,8 +138,9 @@ def commands(_: str | None) -> dict[str, Any]:
     out["after_timeout"] = cmd(c.execute_command(sb.id, "echo alive"))
     big = c.execute_command(sb.id, "head -c 3000000 /dev/zero | tr '\\0' x")
     out["big_stdout"] = len(big.stdout)
-    out["pip"] = cmd(c.execute_command(sb.id, "python3 -m venv /opt/v && /opt/v/bin/python -c 'print(42)'",
-                                       timeout=120))
+    out["pip"] = cmd(
+        c.execute_command(sb.id, "python3 -m venv /opt/v && /opt/v/bin/python -c 'print(42)'", timeout=120)
+    )
     c.delete(sb.id)
     return out
 
@@ -164,8 +190,9 @@ def jobs(_: str | None) -> dict[str, Any]:
     sb = c.create(request())
     c.wait_for_creation(sb.id)
     out: dict[str, Any] = {}
-    job = c.start_background_job(sb.id, "sleep 1; echo job-out; echo job-err >&2; exit 7", working_dir="/tmp",
-                                 env={"J": "1"})
+    job = c.start_background_job(
+        sb.id, "sleep 1; echo job-out; echo job-err >&2; exit 7", working_dir="/tmp", env={"J": "1"}
+    )
     first = c.get_background_job(sb.id, job)
     out["first_completed"] = first.completed
     deadline = time.monotonic() + 60
@@ -174,12 +201,21 @@ def jobs(_: str | None) -> dict[str, Any]:
         if st.completed:
             break
         time.sleep(0.2)
-    out["done"] = {"completed": st.completed, "exit_code": st.exit_code, "stdout": st.stdout, "stderr": st.stderr}
+    out["done"] = {
+        "completed": st.completed,
+        "exit_code": st.exit_code,
+        "stdout": st.stdout,
+        "stderr": st.stderr,
+    }
     if hasattr(c, "get_background_job_statuses"):
         more = [c.start_background_job(sb.id, f"exit {i}") for i in range(3)]
         time.sleep(1.5)
-        out["batch"] = attempt(lambda: [(s.job_id == j.job_id, s.completed, s.exit_code)
-                                        for s, j in zip(c.get_background_job_statuses(more), more)])
+        out["batch"] = attempt(
+            lambda: [
+                (s.job_id == j.job_id, s.completed, s.exit_code)
+                for s, j in zip(c.get_background_job_statuses(more), more)
+            ]
+        )
     c.delete(sb.id)
     return out
 
@@ -210,9 +246,11 @@ def files(size_mb: str | None) -> dict[str, Any]:
     whole = c.read_file(sb.id, f"{DIR}/text.txt")
     win = c.read_file(sb.id, f"{DIR}/text.txt", offset=2, length=3)
     tail = c.read_file(sb.id, f"{DIR}/text.txt", offset=-4, length=4)
-    out["read"] = {"whole": (whole.content, whole.size, whole.truncated),
-                   "window": (win.content, win.offset, win.total_size, win.truncated),
-                   "tail": (tail.content, tail.offset)}
+    out["read"] = {
+        "whole": (whole.content, whole.size, whole.truncated),
+        "window": (win.content, win.offset, win.total_size, win.truncated),
+        "tail": (tail.content, tail.offset),
+    }
     out["missing"] = attempt(c.read_file, sb.id, f"{DIR}/nope.txt")
     c.execute_command(sb.id, "head -c 50000000 /dev/zero > /tmp/huge")
     out["too_large"] = attempt(c.read_file, sb.id, "/tmp/huge")
@@ -248,8 +286,11 @@ def network(_: str | None) -> dict[str, Any]:
         out["allow_some"] = attempt(lambda: c.set_network(sb.id, allow=["pypi.org"]).applied)
         out["get"] = attempt(lambda: c.get_network(sb.id).policy.allowlist)
     out["create_allow"] = attempt(lambda: c.create(request(network_allowlist=["pypi.org"])).id)
-    out["curl"] = cmd(c.execute_command(
-        sb.id, "python3 -c \"import socket; socket.create_connection(('1.1.1.1', 53), timeout=2)\""))
+    out["curl"] = cmd(
+        c.execute_command(
+            sb.id, "python3 -c \"import socket; socket.create_connection(('1.1.1.1', 53), timeout=2)\""
+        )
+    )
     c.delete(sb.id)
     return out
 

@@ -38,12 +38,18 @@ async def test_run_code_with_the_real_client(make_server) -> None:
     assert r.run_result.return_code == 0 and r.compile_result is None and r.executor_pod_name
     assert sf.summary_run_code_result(r, sf.SummaryMapping()) == "Success"
 
-    r = await run(server, code="import sys\nprint(sum(map(int, sys.stdin.read().split())))", language="python",
-                  stdin="1 2 3\n")
+    r = await run(
+        server,
+        code="import sys\nprint(sum(map(int, sys.stdin.read().split())))",
+        language="python",
+        stdin="1 2 3\n",
+    )
     assert r.run_result.stdout == "6\n"
 
     r = await run(server, code="import sys; print('bad', file=sys.stderr); sys.exit(3)", language="python")
-    assert r.status == sf.RunStatus.Failed and r.run_result.return_code == 3 and r.run_result.stderr == "bad\n"
+    assert (
+        r.status == sf.RunStatus.Failed and r.run_result.return_code == 3 and r.run_result.stderr == "bad\n"
+    )
 
     r = await run(server, code="while True: pass", language="python", run_timeout=1)
     assert r.status == sf.RunStatus.Failed
@@ -52,21 +58,30 @@ async def test_run_code_with_the_real_client(make_server) -> None:
 
     cpp = "#include <iostream>\nint main(){int a,b;std::cin>>a>>b;std::cout<<a*b<<std::endl;}\n"
     r = await run(server, code=cpp, language="cpp", stdin="6 7")
-    assert r.status == sf.RunStatus.Success and r.compile_result.return_code == 0 and r.run_result.stdout == "42\n"
+    assert (
+        r.status == sf.RunStatus.Success
+        and r.compile_result.return_code == 0
+        and r.run_result.stdout == "42\n"
+    )
 
     r = await run(server, code="int main( {", language="cpp")
     assert r.status == sf.RunStatus.Failed and r.run_result is None and r.compile_result.return_code != 0
     assert sf.summary_run_code_result(r, sf.SummaryMapping(CompileFailed="ce")) == "ce"
 
-    r = await run(server, code="echo $((2+3)); cat data.txt > copy.txt", language="bash",
-                  files={"data.txt": base64.b64encode(b"payload").decode()}, fetch_files=["copy.txt", "missing"])
+    r = await run(
+        server,
+        code="echo $((2+3)); cat data.txt > copy.txt",
+        language="bash",
+        files={"data.txt": base64.b64encode(b"payload").decode()},
+        fetch_files=["copy.txt", "missing"],
+    )
     assert r.run_result.stdout == "5\n" and base64.b64decode(r.files["copy.txt"]) == b"payload"
     assert "missing" not in r.files
 
 
 # A GNU extension: accepted under the judge's -std=gnu++17 / gnu17, refused under strict c++17 / c11.
-GNU_CPP = "#include <cstdio>\nint main(){int x = 41; typeof(x) y = x + 1; std::printf(\"%d\\n\", y);}\n"
-GNU_C = "#include <stdio.h>\nint main(void){int x = 41; typeof(x) y = x + 1; printf(\"%d\\n\", y); return 0;}\n"
+GNU_CPP = '#include <cstdio>\nint main(){int x = 41; typeof(x) y = x + 1; std::printf("%d\\n", y);}\n'
+GNU_C = '#include <stdio.h>\nint main(void){int x = 41; typeof(x) y = x + 1; printf("%d\\n", y); return 0;}\n'
 
 
 async def test_programs_compile_here_as_in_the_judge(make_server) -> None:
@@ -135,8 +150,12 @@ async def test_invalid_requests_and_auth(make_server) -> None:
         headers = {"Authorization": f"Bearer {KEY_A}"}
         async with s.post(url(server) + "/run_code", json=body, headers=headers) as resp:
             assert resp.status == 200 and (await resp.json())["run_result"]["stdout"] == "1\n"
-        for bad in ({"code": "x"}, {"code": "x", "language": "cobol"}, {"code": "x", "language": "python",
-                    "run_timeout": -1}, {"code": "x", "language": "python", "files": {"a": "!!notb64"}}):
+        for bad in (
+            {"code": "x"},
+            {"code": "x", "language": "cobol"},
+            {"code": "x", "language": "python", "run_timeout": -1},
+            {"code": "x", "language": "python", "files": {"a": "!!notb64"}},
+        ):
             async with s.post(url(server) + "/run_code", json=bad, headers=headers) as resp:
                 assert resp.status == 422, bad
         async with s.post(url(server) + "/run_code", data=b"{nope", headers=headers) as resp:
@@ -144,7 +163,9 @@ async def test_invalid_requests_and_auth(make_server) -> None:
 
 
 async def test_infrastructure_failure_is_a_sandbox_error_not_a_wrong_answer(make_server) -> None:
-    server = await make_server(insecure=True, http_port=0, warm=0, pool_kwargs={"max_size": 1, "claim_timeout": 60.0})
+    server = await make_server(
+        insecure=True, http_port=0, warm=0, pool_kwargs={"max_size": 1, "claim_timeout": 60.0}
+    )
     async with AsyncSandboxClient(server.address) as grpc_client:
         held = await grpc_client.create()  # the pool's only sandbox
         server.pool.claim_timeout = 0.05
@@ -159,10 +180,24 @@ async def test_infrastructure_failure_is_a_sandbox_error_not_a_wrong_answer(make
 
 async def test_serve_cli_starts_the_http_endpoint(native) -> None:
     env = dict(os.environ)
-    env["PYTHONPATH"] = str(Path(sandboxes.__file__).resolve().parent.parent) + os.pathsep + env.get("PYTHONPATH", "")
+    env["PYTHONPATH"] = (
+        str(Path(sandboxes.__file__).resolve().parent.parent) + os.pathsep + env.get("PYTHONPATH", "")
+    )
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-m", "sandboxes", "serve", "--insecure", "--port", "0", "--http-port", "0", "--warm", "1",
-        stdout=asyncio.subprocess.DEVNULL, stderr=asyncio.subprocess.PIPE, env=env,
+        sys.executable,
+        "-m",
+        "sandboxes",
+        "serve",
+        "--insecure",
+        "--port",
+        "0",
+        "--http-port",
+        "0",
+        "--warm",
+        "1",
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+        env=env,
     )
     try:
         started = None
@@ -177,7 +212,8 @@ async def test_serve_cli_starts_the_http_endpoint(native) -> None:
         assert started["http_port"]
         r = await sf.run_code_async(
             sf.RunCodeRequest(code="print('from cli')", language="python"),
-            endpoint=f"http://127.0.0.1:{started['http_port']}", max_attempts=1,
+            endpoint=f"http://127.0.0.1:{started['http_port']}",
+            max_attempts=1,
         )
         assert r.run_result.stdout == "from cli\n"
         proc.send_signal(signal.SIGTERM)

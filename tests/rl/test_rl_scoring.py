@@ -40,7 +40,9 @@ def test_tests_from_spec_shapes() -> None:
     he, lang = tests_from_spec({"test": "def check(c):\n    assert c(1) == 2\n", "entry_point": "f"})
     assert lang is None and he[0].check.endswith("check(f)\n")
     vi, lang = tests_from_spec(
-        json.dumps({"language": "cpp", "test_cases": [{"input": "1 2\n", "output": "3\n", "type": "stdin_stdout"}]})
+        json.dumps(
+            {"language": "cpp", "test_cases": [{"input": "1 2\n", "output": "3\n", "type": "stdin_stdout"}]}
+        )
     )
     assert lang == "cpp" and vi == [TestCase("1 2\n", "3\n")]
     io, lang = tests_from_spec({"inputs": ["1\n", ["2", "3"]], "outputs": ["1\n", "5\n"]})

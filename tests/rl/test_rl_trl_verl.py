@@ -22,7 +22,10 @@ import sandboxes
 
 
 def humaneval_columns(problems: list[Any]) -> dict[str, list[Any]]:
-    return {"test": [p.tests and _test_of(p) for p in problems], "entry_point": [p.entry_point for p in problems]}
+    return {
+        "test": [p.tests and _test_of(p) for p in problems],
+        "entry_point": [p.entry_point for p in problems],
+    }
 
 
 def _test_of(p: Any) -> str:
@@ -48,7 +51,9 @@ async def test_trl_reward_stdio_and_samples_without_tests(runtime, stdio_subset)
     reward = make_code_reward(runtime, reward="all_passed")
     infos = [{"language": "python", "test_cases": tests_spec(p.tests)} for p in stdio_subset]
     completions = [fenced(p.reference()) for p in stdio_subset] + ["```python\nprint('?')\n```"]
-    out = await reward(["q"] * len(completions), completions, verification_info=[*map(json.dumps, infos), None])
+    out = await reward(
+        ["q"] * len(completions), completions, verification_info=[*map(json.dumps, infos), None]
+    )
     assert out == [1.0] * len(stdio_subset) + [None]
     with pytest.raises(sandboxes.InvalidRequest):
         await reward(["q"], ["x"], unrelated=[1])
@@ -57,7 +62,9 @@ async def test_trl_reward_stdio_and_samples_without_tests(runtime, stdio_subset)
 def test_verl_compute_score_humaneval(runtime, humaneval_subset) -> None:
     for p in humaneval_subset:
         truth = json.dumps({"test": _test_of(p), "entry_point": p.entry_point})
-        good = compute_score("openai_humaneval", "```python\n" + p.reference() + "```", truth, runtime=runtime)
+        good = compute_score(
+            "openai_humaneval", "```python\n" + p.reference() + "```", truth, runtime=runtime
+        )
         bad = compute_score("openai_humaneval", fenced(p.broken()), truth, runtime=runtime)
         assert (good, bad) == (1.0, 0.0), p.problem_id
 
@@ -72,7 +79,10 @@ def test_verl_batch_and_extra_info(runtime, humaneval_subset, stdio_subset) -> N
     detail = compute_score("stdio", p.reference(), None, extra_info=info, runtime=runtime, return_dict=True)
     assert detail["score"] == 1.0 and detail["verdict"] == "accepted"
     apps = {"inputs": ["1 2\n", "5 7\n"], "outputs": ["3\n", "12\n"]}
-    assert compute_score("apps", "print(sum(map(int, input().split())))", json.dumps(apps), runtime=runtime) == 1.0
+    assert (
+        compute_score("apps", "print(sum(map(int, input().split())))", json.dumps(apps), runtime=runtime)
+        == 1.0
+    )
     with pytest.raises(sandboxes.InvalidRequest):
         compute_score("x", "print(1)", None, runtime=runtime)
 
@@ -135,7 +145,9 @@ async def test_trl_reward_prefix_column_brings_the_prompts_imports(runtime, huma
     reward = make_code_reward(runtime)
     tests = [r["info"]["tests"] for r in rows]
     without = await reward(["q"] * 3, [fenced(b) for b in bodies], tests=tests)
-    with_prefix = await reward(["q"] * 3, [fenced(b) for b in bodies], tests=tests, prefix=[r["info"]["prefix"] for r in rows])
+    with_prefix = await reward(
+        ["q"] * 3, [fenced(b) for b in bodies], tests=tests, prefix=[r["info"]["prefix"] for r in rows]
+    )
     assert with_prefix == [1.0, 1.0, 1.0] and without[0] == 0.0
 
 
@@ -148,14 +160,18 @@ def test_a_rollout_grades_through_a_zygote_started_with_its_sandbox(runtime) -> 
         lease = await runtime.lease()
         try:
             sb = await lease.get()
-            report = await sb.run_tests("def f():\n    return 1\n", [sandboxes.TestCase(check="assert f() == 1")])
+            report = await sb.run_tests(
+                "def f():\n    return 1\n", [sandboxes.TestCase(check="assert f() == 1")]
+            )
             assert report.all_passed
             return report.cases[0].path
         finally:
             await lease.release()
 
     assert runtime.call(first_grading, timeout=120) == "zygote"
-    lazy = SandboxRuntime(backend="local", warm=1, pool_kwargs={"python_zygote": "lazy", "claim_timeout": 60.0})
+    lazy = SandboxRuntime(
+        backend="local", warm=1, pool_kwargs={"python_zygote": "lazy", "claim_timeout": 60.0}
+    )
     try:
 
         async def template() -> str:

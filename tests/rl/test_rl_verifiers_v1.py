@@ -66,7 +66,9 @@ async def test_a_prime_runtime_session(make_server, prime_env, request, backend)
 
 
 @pytest.mark.timeout(600)
-async def test_a_scripted_humaneval_evaluation_scores_canonical_1_and_broken_0(make_server, prime_env, tmp_path) -> None:
+async def test_a_scripted_humaneval_evaluation_scores_canonical_1_and_broken_0(
+    make_server, prime_env, tmp_path
+) -> None:
     from verifiers.v1.cli.eval.runner import run_eval
     from verifiers.v1.configs.cli.eval import EvalConfig
 
@@ -87,16 +89,25 @@ async def test_a_scripted_humaneval_evaluation_scores_canonical_1_and_broken_0(m
     port = free_port()
     try:
         async with FakeChatServer(reply) as llm:
-            config = EvalConfig.model_validate({
-                "env": {"taskset": {"id": "sandboxes-code", "problems": "humaneval", "num_examples": 4},
+            config = EvalConfig.model_validate(
+                {
+                    "env": {
+                        "taskset": {"id": "sandboxes-code", "problems": "humaneval", "num_examples": 4},
                         "agent": {"runtime": {"type": "prime", "image": "python:3.11-slim"}},
-                        "interception": {"type": "server", "tunnel": {"type": "custom",
-                                         "url": f"http://127.0.0.1:{port}", "port": port}}},
-                "model": "scripted",
-                "client": {"type": "eval", "base_url": llm.url, "api_key_var": "FAKE_API_KEY"},
-                "num_rollouts": 1, "max_concurrent": 4, "push": False, "rich": None,
-                "output_dir": str(tmp_path / "out"),
-            })
+                        "interception": {
+                            "type": "server",
+                            "tunnel": {"type": "custom", "url": f"http://127.0.0.1:{port}", "port": port},
+                        },
+                    },
+                    "model": "scripted",
+                    "client": {"type": "eval", "base_url": llm.url, "api_key_var": "FAKE_API_KEY"},
+                    "num_rollouts": 1,
+                    "max_concurrent": 4,
+                    "push": False,
+                    "rich": None,
+                    "output_dir": str(tmp_path / "out"),
+                }
+            )
             episodes = await run_eval(config)
     finally:
         use_runtime(None)
@@ -106,7 +117,11 @@ async def test_a_scripted_humaneval_evaluation_scores_canonical_1_and_broken_0(m
     scores = {}
     for t in traces:
         pid = _task_id(t)
-        scores[pid] = (t.rewards["pass_rate"].score, t.metrics["all_passed"], t.metrics["sandbox_ready_wait_s"])
+        scores[pid] = (
+            t.rewards["pass_rate"].score,
+            t.metrics["all_passed"],
+            t.metrics["sandbox_ready_wait_s"],
+        )
     assert {pid: s[:2] for pid, s in scores.items()} == {
         pid: ((1.0, 1.0) if pid in canonical else (0.0, 0.0)) for pid in ids
     }, scores
@@ -118,4 +133,3 @@ def _task_id(trace: Any) -> str:
     data = json.loads(trace.model_dump_json())
     task = data.get("task") or {}
     return task.get("id") or task.get("data", {}).get("id")
-

@@ -289,7 +289,9 @@ class FusionApi:
                     fetched[path] = base64.b64encode(await sb.read_file(path)).decode("ascii")
                 except E.NotFound:
                     continue
-            status = "Success" if _ok(run_result) and (compile_result is None or _ok(compile_result)) else "Failed"
+            status = (
+                "Success" if _ok(run_result) and (compile_result is None or _ok(compile_result)) else "Failed"
+            )
             log.debug("run_code %s in %.3fs", req["language"], time.perf_counter() - t0)
             return self._response(status, compile_result, run_result, sb, fetched)
 

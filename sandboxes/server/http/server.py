@@ -97,7 +97,6 @@ class HttpServer:
             self._sock.close()
 
 
-
 class _Server(uvicorn.Server):
     """uvicorn's server without its signal handlers: the process's SIGTERM / SIGINT belong to
     `sandboxes.server.app.serve`, which stops every surface in order."""

@@ -183,7 +183,9 @@ class ControlPlane:
             template=template,
             cpu_cores=cpu,
             memory_gb=round(memory_gb, 3),
-            disk_size_gb=round(min(args.disk_size_gb, disk_bytes / GB), 3) if disk_bytes else args.disk_size_gb,
+            disk_size_gb=round(min(args.disk_size_gb, disk_bytes / GB), 3)
+            if disk_bytes
+            else args.disk_size_gb,
             disk_mount_path="/" if root else (tp.work_dir if tp is not None else "/work"),
             timeout_minutes=args.timeout_minutes,
             idle_timeout_minutes=args.idle_timeout_minutes,
@@ -311,7 +313,9 @@ class ControlPlane:
 
     async def error_context(self, request: Request, owner: str) -> Any:
         sb = self._any(owner, request.path_params["sandbox_id"])
-        return JSONResponse({"status": sb.status, "errorType": sb.error_type, "errorMessage": sb.error_message})
+        return JSONResponse(
+            {"status": sb.status, "errorType": sb.error_type, "errorMessage": sb.error_message}
+        )
 
     async def get_policy(self, request: Request, owner: str) -> Any:
         self._live(owner, request.path_params["sandbox_id"])
@@ -364,6 +368,9 @@ def _disk_bytes(tp: Any) -> int:
 
 
 def _deny_all() -> dict[str, Any]:
-    return {"policy": {"allowlist": [], "denylist": None}, "generation": 1, "applied_generation": 1, "applied": True}
-
-
+    return {
+        "policy": {"allowlist": [], "denylist": None},
+        "generation": 1,
+        "applied_generation": 1,
+        "applied": True,
+    }

@@ -139,7 +139,9 @@ class Gateway:
         method = path[path.index(f"/{SERVICE}/") :] if f"/{SERVICE}/" in path else path
         token = TARGET.set(target)
         try:
-            await self.connect_app({**scope, "path": method, "raw_path": method.encode(), "root_path": ""}, receive, send)
+            await self.connect_app(
+                {**scope, "path": method, "raw_path": method.encode(), "root_path": ""}, receive, send
+            )
         finally:
             TARGET.reset(token)
 
@@ -189,8 +191,12 @@ class Gateway:
                 f"{path}: {end - start} bytes is above the read limit of {MAX_READ_FILE_BYTES}; "
                 "read a window with offset/length or download the file"
             )
-        data = b"" if end == start else await rec.sandbox.read_file(
-            path, offset=start, length=end - start, max_bytes=MAX_READ_FILE_BYTES
+        data = (
+            b""
+            if end == start
+            else await rec.sandbox.read_file(
+                path, offset=start, length=end - start, max_bytes=MAX_READ_FILE_BYTES
+            )
         )
         return JSONResponse(
             {
@@ -225,14 +231,22 @@ class Gateway:
         if not isinstance(body, dict) or not isinstance(body.get("command"), str):
             raise E.InvalidRequest("command (a string) is required")
         timeout = body.get("timeout") or DEFAULT_EXEC_TIMEOUT_S
-        if isinstance(timeout, bool) or not isinstance(timeout, (int, float)) or not 0 < timeout <= MAX_EXEC_TIMEOUT_S:
+        if (
+            isinstance(timeout, bool)
+            or not isinstance(timeout, (int, float))
+            or not 0 < timeout <= MAX_EXEC_TIMEOUT_S
+        ):
             raise E.InvalidRequest(f"timeout must be in (0, {MAX_EXEC_TIMEOUT_S:g}] seconds")
         env = body.get("env") or {}
-        if not isinstance(env, dict) or not all(isinstance(k, str) and isinstance(v, str) for k, v in env.items()):
+        if not isinstance(env, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in env.items()
+        ):
             raise E.InvalidRequest("env must be an object of strings")
         user = body.get("user")
         if user is not None and user != sb.user:
-            raise E.InvalidRequest(f"user {user!r} does not exist in this sandbox: commands run as {sb.user!r}")
+            raise E.InvalidRequest(
+                f"user {user!r} does not exist in this sandbox: commands run as {sb.user!r}"
+            )
         cwd = body.get("working_dir") or None
         if cwd is not None and not isinstance(cwd, str):
             raise E.InvalidRequest("working_dir must be a string")

@@ -63,12 +63,20 @@ async def statuses(wanted: Any, lookup: Callable[[str], Any]) -> dict[str, Any]:
             return fail("NOT_RUNNING", f"{e.kind.value}: {e.message}")
         if r.exit_code != 0:
             return fail("RUNTIME_ERROR", r.stderr.decode("utf-8", "replace")[-500:])
-        states = dict(line.split(" ", 1) for line in r.stdout.decode("utf-8", "replace").splitlines() if " " in line)
+        states = dict(
+            line.split(" ", 1) for line in r.stdout.decode("utf-8", "replace").splitlines() if " " in line
+        )
         for jid in ids:
             state = states.get(jid, "lost")
             if state == "lost":
-                errors.append({"sandbox_id": sid, "job_id": jid, "code": "RUNTIME_ERROR",
-                               "message": f"background job {jid} exited without recording an exit code"})
+                errors.append(
+                    {
+                        "sandbox_id": sid,
+                        "job_id": jid,
+                        "code": "RUNTIME_ERROR",
+                        "message": f"background job {jid} exited without recording an exit code",
+                    }
+                )
             elif state == "running":
                 found.append({"sandbox_id": sid, "job_id": jid, "completed": False, "exit_code": None})
             else:

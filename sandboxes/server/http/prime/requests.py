@@ -139,8 +139,9 @@ def parse_create(body: Any) -> CreateArgs:
         raise BadRequest("volumes are not supported by this server")
     if body.get("arch") not in (None, "amd64"):
         raise BadRequest("only amd64 sandboxes are available on this server")
-    parse_policy({"allowlist": body.get("network_allowlist"), "denylist": body.get("network_denylist")},
-                 at_create=True)
+    parse_policy(
+        {"allowlist": body.get("network_allowlist"), "denylist": body.get("network_denylist")}, at_create=True
+    )
     timeout = _int(body, "timeout_minutes", 60)
     if timeout is None or timeout > MAX_TIMEOUT_MINUTES:
         raise BadRequest(f"timeout_minutes must be at most {MAX_TIMEOUT_MINUTES} (<= 0: no limit)")
@@ -175,7 +176,12 @@ def parse_create(body: Any) -> CreateArgs:
 def parse_ids(body: Any, key: str = "sandbox_ids") -> list[str]:
     """A batch's list of 1..MAX_BATCH unique ids."""
     ids = body.get(key) if isinstance(body, dict) else None
-    if not isinstance(ids, list) or not ids or len(ids) > MAX_BATCH or not all(isinstance(i, str) for i in ids):
+    if (
+        not isinstance(ids, list)
+        or not ids
+        or len(ids) > MAX_BATCH
+        or not all(isinstance(i, str) for i in ids)
+    ):
         raise BadRequest(f"{key} must be a list of 1 to {MAX_BATCH} ids")
     if len(set(ids)) != len(ids):
         raise BadRequest(f"{key} must be unique")

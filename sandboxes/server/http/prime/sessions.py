@@ -83,15 +83,21 @@ class Session:
 
 def _end_event(result: Any) -> Any:
     if result is None:
-        return cs.CommandSessionEvent.EndEvent(exit_code=-1, exited=False, status="lost", error="no exit status")
+        return cs.CommandSessionEvent.EndEvent(
+            exit_code=-1, exited=False, status="lost", error="no exit status"
+        )
     if result.signal:
         try:
             name = signal.Signals(result.signal).name
         except ValueError:
             name = str(result.signal)
         # As a shell reports it (`$?`): 128 + the signal.
-        return cs.CommandSessionEvent.EndEvent(exit_code=128 + result.signal, exited=False, status=f"signal: {name}")
-    return cs.CommandSessionEvent.EndEvent(exit_code=result.exit_code, exited=True, status=f"exit status {result.exit_code}")
+        return cs.CommandSessionEvent.EndEvent(
+            exit_code=128 + result.signal, exited=False, status=f"signal: {name}"
+        )
+    return cs.CommandSessionEvent.EndEvent(
+        exit_code=result.exit_code, exited=True, status=f"exit status {result.exit_code}"
+    )
 
 
 class SandboxSessions:
@@ -163,7 +169,9 @@ class Sessions:
     ) -> Session:
         argv, env, cwd = self._argv_env(req.command, sb)
         if len(sessions.live) >= MAX_SESSIONS_PER_SANDBOX:
-            raise ConnectError(Code.RESOURCE_EXHAUSTED, f"at most {MAX_SESSIONS_PER_SANDBOX} running sessions")
+            raise ConnectError(
+                Code.RESOURCE_EXHAUSTED, f"at most {MAX_SESSIONS_PER_SANDBOX} running sessions"
+            )
         slot = contextlib.ExitStack()
         try:
             if self.quotas is not None:
@@ -259,7 +267,9 @@ class Sessions:
                 if msg.WhichOneof("event") == "end":
                     finished = True
                     if _timed_out(s):
-                        raise ConnectError(Code.DEADLINE_EXCEEDED, "the command ran past its deadline and was killed")
+                        raise ConnectError(
+                            Code.DEADLINE_EXCEEDED, "the command ran past its deadline and was killed"
+                        )
                     yield response(event=msg)
                     return
                 yield response(event=msg)
@@ -274,11 +284,15 @@ class Sessions:
         rec, sb, sessions = self._target()
         if req.HasField("pty"):
             raise ConnectError(Code.UNIMPLEMENTED, "pseudo-terminals are not supported by this server")
-        name = (req.session_uuid if req.HasField("session_uuid") else "") or (req.tag if req.HasField("tag") else "")
+        name = (req.session_uuid if req.HasField("session_uuid") else "") or (
+            req.tag if req.HasField("tag") else ""
+        )
         existing = sessions.by_name.get(name) if name else None
         if existing is not None:
             if existing.spec != req.command:
-                raise ConnectError(Code.FAILED_PRECONDITION, "session_uuid names a session with another command")
+                raise ConnectError(
+                    Code.FAILED_PRECONDITION, "session_uuid names a session with another command"
+                )
             s = existing
         else:
             timeout_ms = ctx.timeout_ms
@@ -342,7 +356,9 @@ def _timed_out(s: Session) -> bool:
     return bool(result is not None and result.timed_out)
 
 
-def _method(name: str, req: type, resp: type, level: IdempotencyLevel = IdempotencyLevel.UNKNOWN) -> MethodInfo:
+def _method(
+    name: str, req: type, resp: type, level: IdempotencyLevel = IdempotencyLevel.UNKNOWN
+) -> MethodInfo:
     return MethodInfo(name=name, service_name=SERVICE, input=req, output=resp, idempotency_level=level)
 
 
@@ -359,7 +375,9 @@ def sessions_app(service: Sessions, *, read_max_bytes: int = 64 << 20) -> Connec
     def endpoints(svc: Sessions) -> dict[str, Any]:
         p = f"/{SERVICE}/"
         return {
-            p + "Start": Endpoint.server_stream(_method("Start", cs.StartRequest, cs.StartResponse), svc.start),
+            p + "Start": Endpoint.server_stream(
+                _method("Start", cs.StartRequest, cs.StartResponse), svc.start
+            ),
             p + "Connect": Endpoint.server_stream(
                 _method("Connect", cs.ConnectRequest, cs.ConnectResponse, nse), svc.connect
             ),
@@ -373,4 +391,6 @@ def sessions_app(service: Sessions, *, read_max_bytes: int = 64 << 20) -> Connec
             p + "Update": Endpoint.unary(_method("Update", cs.UpdateRequest, cs.UpdateResponse), svc.update),
         }
 
-    return _App(service=service, endpoints=endpoints, codecs=google_protobuf_codecs(), read_max_bytes=read_max_bytes)
+    return _App(
+        service=service, endpoints=endpoints, codecs=google_protobuf_codecs(), read_max_bytes=read_max_bytes
+    )

@@ -89,7 +89,9 @@ class PrimeSandbox:
             ok |= hmac.compare_digest(known, digest) and expires > now
         return ok
 
-    def end(self, status: str, reason: str, error_type: str | None = None, message: str | None = None) -> None:
+    def end(
+        self, status: str, reason: str, error_type: str | None = None, message: str | None = None
+    ) -> None:
         if self.terminated_at is None:
             self.status, self.termination_reason = status, reason
             self.error_type, self.error_message = error_type, message
