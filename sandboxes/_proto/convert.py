@@ -5,6 +5,8 @@ Shared by the server and the client so both sides read a field the same way.
 
 from __future__ import annotations
 
+from typing import Any
+
 from sandboxes import judging as J
 from sandboxes import types as T
 from sandboxes._proto import service_pb2 as pb
@@ -186,14 +188,14 @@ def info_from_pb(m: pb.InfoResponse) -> T.AgentInfo:
 
 # -- run_tests ---------------------------------------------------------------------------------
 
-_COMPARE_TO_PB = {
+_COMPARE_TO_PB: dict[str, int] = {
     "exact": pb.COMPARE_EXACT,
     "whitespace": pb.COMPARE_WHITESPACE,
     "float": pb.COMPARE_FLOAT,
 }
-_COMPARE_FROM_PB = {v: k for k, v in _COMPARE_TO_PB.items()} | {pb.COMPARE_UNSPECIFIED: "whitespace"}
+_COMPARE_FROM_PB: dict[int, str] = {v: k for k, v in _COMPARE_TO_PB.items()} | {pb.COMPARE_UNSPECIFIED: "whitespace"}
 
-_VERDICT_TO_PB = {
+_VERDICT_TO_PB: dict[J.Verdict, int] = {
     J.Verdict.ACCEPTED: pb.ACCEPTED,
     J.Verdict.WRONG_ANSWER: pb.WRONG_ANSWER,
     J.Verdict.TIME_LIMIT: pb.TIME_LIMIT,
@@ -204,10 +206,10 @@ _VERDICT_TO_PB = {
     J.Verdict.SANDBOX_ERROR: pb.SANDBOX_ERROR,
     J.Verdict.SKIPPED: pb.SKIPPED,
 }
-_VERDICT_FROM_PB = {v: k for k, v in _VERDICT_TO_PB.items()}
+_VERDICT_FROM_PB: dict[int, J.Verdict] = {v: k for k, v in _VERDICT_TO_PB.items()}
 
 
-def compare_to_pb(compare: str) -> int:
+def compare_to_pb(compare: str) -> Any:
     return _COMPARE_TO_PB[compare]
 
 
@@ -216,7 +218,7 @@ def compare_from_pb(value: int) -> str | None:
     return _COMPARE_FROM_PB.get(value)
 
 
-def verdict_to_pb(v: J.Verdict) -> int:
+def verdict_to_pb(v: J.Verdict) -> Any:
     return _VERDICT_TO_PB[J.Verdict(v)]
 
 

@@ -870,7 +870,10 @@ class KubernetesBackend:
                 return {"sizeLimit": str(limit_bytes)}
             return {"sizeLimit": default} if default else {}
 
-        mounts = [{"name": "work", "mountPath": t.work_dir}, {"name": "tmp", "mountPath": "/tmp"}]
+        mounts: list[dict[str, Any]] = [
+            {"name": "work", "mountPath": t.work_dir},
+            {"name": "tmp", "mountPath": "/tmp"},
+        ]
         volumes: list[dict[str, Any]] = [
             {"name": "work", "emptyDir": empty_dir(t.work_size_bytes, cfg.work_size_limit)},
             {"name": "tmp", "emptyDir": empty_dir(t.tmp_size_bytes, cfg.tmp_size_limit)},

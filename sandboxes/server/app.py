@@ -106,7 +106,7 @@ class Server:
         host = self.host if self.host not in ("0.0.0.0", "::", "[::]") else "127.0.0.1"
         return f"{host}:{self.port}"
 
-    async def start(self) -> Server:
+    async def start(self) -> Self:
         if self.pool is None:
             from sandboxes.pool import Pool
 

@@ -14,7 +14,7 @@ import hashlib
 import hmac
 import os
 import pathlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 
 from sandboxes.errors import InvalidRequest
 from sandboxes.status import Unauthenticated
@@ -48,7 +48,7 @@ def parse_keys(entries: Iterable[str]) -> dict[str, str]:
     return keys
 
 
-def load_keys(path: str | os.PathLike | None = None, env: dict | None = None) -> dict[str, str]:
+def load_keys(path: str | os.PathLike | None = None, env: Mapping[str, str] | None = None) -> dict[str, str]:
     """Keys of `path` (if given) and of `$SANDBOXES_API_KEYS`."""
     env = os.environ if env is None else env
     keys: dict[str, str] = {}

@@ -83,7 +83,7 @@ class Registry:
             k = (rec.owner, rec.idempotency_key)
             fut = self._keys.get(k)
             done_ok = fut is not None and fut.done() and not fut.cancelled() and fut.exception() is None
-            if done_ok and fut.result() is rec:
+            if done_ok and fut is not None and fut.result() is rec:
                 del self._keys[k]
         return rec
 

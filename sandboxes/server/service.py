@@ -11,6 +11,7 @@ invalid UTF-8) becomes a clear INVALID_ARGUMENT instead of an opaque INTERNAL.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import contextlib
 import logging
 import time
@@ -392,7 +393,7 @@ class SandboxService:
 
     # -- execution ---------------------------------------------------------------------------
 
-    def _exec_args(self, req: pb.ExecRequest) -> tuple[list[str], dict]:
+    def _exec_args(self, req: pb.ExecRequest) -> tuple[builtins.list[str], dict]:
         argv = self.validate.argv(req.argv)
         kwargs: dict[str, Any] = {
             "timeout": self.validate.seconds(
@@ -453,8 +454,8 @@ class SandboxService:
                             timeout=self.config.stream_keepalive_s,
                             return_when=asyncio.FIRST_COMPLETED,
                         )
-                        if pump in done and pump.exception() is not None:
-                            raise pump.exception()
+                        if pump in done and (failed := pump.exception()) is not None:
+                            raise failed
                         if next_event in done:
                             break
                         if not done:  # quiet program: tell the client (and proxies) we are alive

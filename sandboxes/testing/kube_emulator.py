@@ -317,7 +317,7 @@ class FakeKubelet:
 
     # --- lifecycle -----------------------------------------------------------------------------
 
-    async def start(self) -> FakeKubelet:
+    async def start(self) -> Self:
         self._session = aiohttp.ClientSession(timeout=aiohttp.ClientTimeout(total=None))
         for i in range(self.shared_agents):
             assert self.shared_token, "shared agents need shared_token"

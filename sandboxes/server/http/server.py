@@ -11,8 +11,9 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import logging
+import math
 import socket
-from collections.abc import Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import uvicorn
@@ -36,7 +37,9 @@ class HttpServer:
         self._task: asyncio.Task | None = None
 
     def app(self) -> Starlette:
-        async def http_error(request: Any, exc: HTTPException) -> JSONResponse:
+        async def http_error(request: Any, exc: Exception) -> JSONResponse:
+            if not isinstance(exc, HTTPException):  # registered for that class only
+                raise exc
             return JSONResponse({"detail": exc.detail}, status_code=exc.status_code, headers=exc.headers)
 
         async def unexpected(request: Any, exc: Exception) -> JSONResponse:
@@ -68,7 +71,7 @@ class HttpServer:
             log_level="warning",
             access_log=False,
             lifespan="off",
-            timeout_graceful_shutdown=self.grace_s,
+            timeout_graceful_shutdown=math.ceil(self.grace_s),
             # Long commands stream keepalives; an idle keep-alive connection may wait this long.
             timeout_keep_alive=75,
         )
@@ -101,5 +104,6 @@ class _Server(uvicorn.Server):
     """uvicorn's server without its signal handlers: the process's SIGTERM / SIGINT belong to
     `sandboxes.server.app.serve`, which stops every surface in order."""
 
-    def capture_signals(self) -> contextlib.AbstractContextManager[None]:
-        return contextlib.nullcontext()
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        yield
