@@ -19,6 +19,7 @@ _ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 PYTHON_ZYGOTE_MODES = ("lazy", "eager", "off")
 USERS = ("sandbox", "root")
 ROOT_BACKENDS = ("local", "docker")  # the backends that give `user="root"` sandboxes
+EGRESS_BACKENDS = ("local", "docker")  # the backends that enforce an allow-list `network`
 MAX_EGRESS_RULES = 256
 
 # The bounds of every template that names none (documented in docs/sandbox.md).

@@ -194,13 +194,33 @@ async def test_keys_see_only_their_sandboxes(make_server) -> None:
 
 
 async def test_network_policy(make_server) -> None:
-    server = await prime_server(make_server)
-    o = await scenario(server, CURRENT, "network")
+    """An allow-list given at create is the sandbox's egress (the local backend's proxy): the
+    test's server on this host's loopback is reached through it, its neighbour is not."""
+    seen: list[bytes] = []
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        seen.append(await reader.readuntil(b"\r\n\r\n"))
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 13\r\nConnection: close\r\n\r\nprime-allowed")
+        await writer.drain()
+        writer.close()
+
+    http_server = await asyncio.start_server(answer, "127.0.0.2", 0)
+    port = http_server.sockets[0].getsockname()[1]
+    try:
+        server = await prime_server(make_server)
+        o = await scenario(server, CURRENT, "network", str(port))
+    finally:
+        http_server.close()
+        await http_server.wait_closed()
     assert o["deny_all"] == {"ok": True}
-    assert o["allow_some"]["error"] == "APIError" and "no network" in o["allow_some"]["message"]
+    assert o["allow_later"]["error"] == "APIError" and "created with" in o["allow_later"]["message"]
     assert o["get"] == {"ok": []}
-    assert o["create_allow"]["error"] == "APIError" and "422" in o["create_allow"]["message"]
-    assert o["curl"]["exit_code"] != 0
+    assert o["direct"]["exit_code"] != 0  # no network by default
+    assert o["shown"] == [f"127.0.0.2:{port}"] and o["policy"] == [f"127.0.0.2:{port}"]
+    assert o["fetch"] == {"stdout": "prime-allowed\n", "stderr": "", "exit_code": 0}, o["fetch"]
+    assert o["fetch_other"]["exit_code"] != 0 and "403" in o["fetch_other"]["stderr"]
+    assert o["range"]["error"] == "APIError" and "port ranges" in o["range"]["message"]
+    assert len(seen) == 1
 
 
 async def test_a_client_gone_mid_command_has_its_program_killed(make_server) -> None:

@@ -16,15 +16,22 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
-from sandboxes.errors import QuotaExceeded
-from sandboxes.templates import ROOT_BACKENDS, Template
+from sandboxes.errors import InvalidRequest, QuotaExceeded
+from sandboxes.templates import EGRESS_BACKENDS, ROOT_BACKENDS, Template
 
-__all__ = ["AGENT_TEMPLATE", "MAX_IMAGE_TEMPLATES", "default_templates", "template_for_image"]
+__all__ = [
+    "AGENT_TEMPLATE",
+    "MAX_IMAGE_TEMPLATES",
+    "default_templates",
+    "template_for_image",
+    "template_with_egress",
+]
 
 AGENT_TEMPLATE = "agent"
 # Templates made for images on a container backend, at most (a bound on what callers can add).
 MAX_IMAGE_TEMPLATES = 64
 IMAGE_TEMPLATE_PREFIX = "image-"
+EGRESS_TEMPLATE_PREFIX = "egress-"
 
 
 def default_templates(backend: str) -> dict[str, Any] | None:
@@ -70,3 +77,23 @@ async def template_for_image(pool: Any, image: str | None) -> tuple[str, str]:
     if AGENT_TEMPLATE in templates:
         return AGENT_TEMPLATE, "no template runs this image: the agent template"
     return default, "no template runs this image: the default template"
+
+
+async def template_with_egress(pool: Any, template: str, rules: tuple[str, ...]) -> str:
+    """A template like `template` whose network is the allow-list `rules` (made once per pair,
+    at most `MAX_IMAGE_TEMPLATES` of them); InvalidRequest where the backend cannot enforce one."""
+    templates: dict[str, Any] = dict(getattr(pool, "templates", {}) or {})
+    base = templates[template]
+    if base.backend not in EGRESS_BACKENDS:
+        raise InvalidRequest(
+            f"an egress allow-list is not available on the {base.backend} backend of this server"
+        )
+    if base.egress_allow == rules:
+        return template
+    digest = hashlib.sha256("\0".join((template, *rules)).encode()).hexdigest()[:12]
+    name = EGRESS_TEMPLATE_PREFIX + digest
+    if name not in templates:
+        if sum(n.startswith(EGRESS_TEMPLATE_PREFIX) for n in templates) >= MAX_IMAGE_TEMPLATES:
+            raise QuotaExceeded(f"this server runs at most {MAX_IMAGE_TEMPLATES} distinct allow-lists")
+        await pool.add_template(base.replace(name=name, network=rules, warm=0, labels={}))
+    return name

@@ -276,22 +276,36 @@ def auth(other_id: str | None) -> dict[str, Any]:
     return out
 
 
-def network(_: str | None) -> dict[str, Any]:
+def network(port: str | None) -> dict[str, Any]:
+    """Egress policies: none by default (deny-all is a no-op), an allow-list at create that
+    reaches the test's server on 127.0.0.2:`port` and nothing else, fixed once created."""
     c = SandboxClient(APIClient())
     sb = c.create(request())
     c.wait_for_creation(sb.id)
     out: dict[str, Any] = {}
     if hasattr(c, "set_network"):
         out["deny_all"] = attempt(lambda: c.set_network(sb.id, deny=["*"]).applied)
-        out["allow_some"] = attempt(lambda: c.set_network(sb.id, allow=["pypi.org"]).applied)
+        out["allow_later"] = attempt(lambda: c.set_network(sb.id, allow=["pypi.org"]).applied)
         out["get"] = attempt(lambda: c.get_network(sb.id).policy.allowlist)
-    out["create_allow"] = attempt(lambda: c.create(request(network_allowlist=["pypi.org"])).id)
-    out["curl"] = cmd(
+    out["direct"] = cmd(
         c.execute_command(
-            sb.id, "python3 -c \"import socket; socket.create_connection(('1.1.1.1', 53), timeout=2)\""
+            sb.id,
+            f"python3 -c \"import socket; socket.create_connection(('127.0.0.2', {port}), timeout=2)\"",
         )
     )
+    allowed = c.create(request(network_allowlist=[f"127.0.0.2:{port}"]))
+    c.wait_for_creation(allowed.id)
+    out["shown"] = c.get(allowed.id).network_allowlist
+    out["policy"] = c.get_network(allowed.id).policy.allowlist
+
+    def fetch(p: object) -> str:
+        return f"python3 -c \"import urllib.request as u; print(u.urlopen('http://127.0.0.2:{p}/', timeout=20).read().decode())\""
+
+    out["fetch"] = cmd(c.execute_command(allowed.id, fetch(port), timeout=60))
+    out["fetch_other"] = cmd(c.execute_command(allowed.id, fetch(int(str(port)) + 1), timeout=60))
+    out["range"] = attempt(lambda: c.create(request(network_allowlist=["10.0.0.0/8:1000-2000"])).id)
     c.delete(sb.id)
+    c.delete(allowed.id)
     return out
 
 

@@ -29,7 +29,7 @@ from sandboxes.server.http.bodies import BodyTooLarge, read_json
 from sandboxes.server.http.prime import jobs
 from sandboxes.server.http.prime.requests import BadRequest, CreateArgs, parse_create, parse_ids, parse_policy
 from sandboxes.server.http.prime.state import START_LOG, PrimeSandbox
-from sandboxes.server.image_templates import template_for_image
+from sandboxes.server.image_templates import template_for_image, template_with_egress
 from sandboxes.types import Limits
 
 __all__ = ["ControlPlane"]
@@ -117,6 +117,9 @@ class ControlPlane:
     async def create(self, request: Request, owner: str) -> Any:
         args = parse_create(await self._body(request))
         template, why = await template_for_image(self.service.pool, args.docker_image)
+        if args.egress:
+            template = await template_with_egress(self.service.pool, template, args.egress)
+            why += f", with the allow-list {', '.join(args.network_allowlist or [])}"
         tp = self.service.pool.templates.get(template)
         try:
             rec = await self.service.claim(
@@ -194,6 +197,7 @@ class ControlPlane:
             secrets=args.secrets,
             vm=args.vm,
             start_command=args.start_command,
+            network_allowlist=args.network_allowlist,
             user="root" if root else "sandbox",
         )
 
@@ -318,13 +322,19 @@ class ControlPlane:
         )
 
     async def get_policy(self, request: Request, owner: str) -> Any:
-        self._live(owner, request.path_params["sandbox_id"])
-        return JSONResponse(_deny_all())
+        _, sb = self._live(owner, request.path_params["sandbox_id"])
+        return JSONResponse(_policy(sb))
 
     async def set_policy(self, request: Request, owner: str) -> Any:
-        self._live(owner, request.path_params["sandbox_id"])
-        parse_policy(await self._body(request))
-        return JSONResponse(_deny_all())
+        _, sb = self._live(owner, request.path_params["sandbox_id"])
+        allow = parse_policy(await self._body(request))
+        if (allow or None) != sb.network_allowlist:
+            raise BadRequest(
+                "the egress policy of a sandbox is the one it was created with on this server "
+                f"(allowlist {sb.network_allowlist or []}): create a sandbox with network_allowlist "
+                "for another"
+            )
+        return JSONResponse(_policy(sb))
 
     async def job_statuses(self, request: Request, owner: str) -> Any:
         body = await self._body(request)
@@ -367,9 +377,9 @@ def _disk_bytes(tp: Any) -> int:
     return int(tp.root_size_bytes if tp.user == "root" else tp.work_size_bytes)
 
 
-def _deny_all() -> dict[str, Any]:
+def _policy(sb: PrimeSandbox) -> dict[str, Any]:
     return {
-        "policy": {"allowlist": [], "denylist": None},
+        "policy": {"allowlist": list(sb.network_allowlist or []), "denylist": None},
         "generation": 1,
         "applied_generation": 1,
         "applied": True,

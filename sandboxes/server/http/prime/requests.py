@@ -14,7 +14,9 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
-__all__ = ["BadRequest", "CreateArgs", "parse_create", "parse_ids", "parse_policy"]
+from sandboxes.templates import MAX_EGRESS_RULES
+
+__all__ = ["BadRequest", "CreateArgs", "egress_rules", "parse_create", "parse_ids", "parse_policy"]
 
 MAX_LABELS = 64
 MAX_LABEL = 256
@@ -23,6 +25,9 @@ MAX_ENV = 4096
 MAX_CPU = 1024.0
 MAX_MEMORY_GB = 4096.0
 MAX_DISK_GB = 65536.0
+# A domain entry becomes two rules (ports 80 and 443): the entries that fit a template's rules.
+MAX_EGRESS_ENTRIES = MAX_EGRESS_RULES // 2
+_IPV4_OR_CIDR = re.compile(r"\d{1,3}(\.\d{1,3}){3}(/\d{1,2})?")
 MAX_TIMEOUT_MINUTES = 7 * 24 * 60
 MAX_BATCH = 100
 
@@ -60,6 +65,9 @@ class CreateArgs:
     start_command: dict[str, Any] | None  # {"executable", "args"} as the API returns it
     start_shell: str | None  # what runs at start, through /bin/bash -c
     idempotency_key: str | None
+    # The egress allow-list as asked for (None: no network), and as the agent's rules.
+    network_allowlist: list[str] | None = None
+    egress: tuple[str, ...] = ()
 
 
 def _number(body: dict, key: str, default: float, lo: float, hi: float) -> float:
@@ -139,8 +147,8 @@ def parse_create(body: Any) -> CreateArgs:
         raise BadRequest("volumes are not supported by this server")
     if body.get("arch") not in (None, "amd64"):
         raise BadRequest("only amd64 sandboxes are available on this server")
-    parse_policy(
-        {"allowlist": body.get("network_allowlist"), "denylist": body.get("network_denylist")}, at_create=True
+    allowlist = parse_policy(
+        {"allowlist": body.get("network_allowlist"), "denylist": body.get("network_denylist")}
     )
     timeout = _int(body, "timeout_minutes", 60)
     if timeout is None or timeout > MAX_TIMEOUT_MINUTES:
@@ -170,6 +178,8 @@ def parse_create(body: Any) -> CreateArgs:
         start_command=start_command,
         start_shell=start_shell,
         idempotency_key=key,
+        network_allowlist=allowlist or None,
+        egress=egress_rules(allowlist or []),
     )
 
 
@@ -188,21 +198,45 @@ def parse_ids(body: Any, key: str = "sandbox_ids") -> list[str]:
     return ids
 
 
-def parse_policy(body: Any, *, at_create: bool = False) -> None:
-    """An egress policy this server can apply. Its sandboxes have no network at all: the one
-    policy it honours is "deny everything" (`allowlist: []` or `denylist: ["*"]`); anything
-    that would let traffic out is refused with a clear message."""
+def parse_policy(body: Any) -> list[str]:
+    """The allow-list of an egress policy this server can apply: [] denies everything (no
+    allow-list, `allowlist: []` or `denylist: ["*"]`); a non-empty allow-list lets only what it
+    names out (`egress_rules`). Other deny-lists are refused with a clear message."""
     if not isinstance(body, dict):
         raise BadRequest("the body must be a JSON object")
     allow, deny = body.get("allowlist"), body.get("denylist")
     for name, v in (("allowlist", allow), ("denylist", deny)):
         if v is not None and (not isinstance(v, list) or not all(isinstance(e, str) for e in v)):
             raise BadRequest(f"{name} must be a list of strings")
-    if at_create and allow is None and deny is None:
-        return
-    if allow == [] or deny == ["*"]:
-        return
-    raise BadRequest(
-        "sandboxes of this server have no network: the only egress policy available is to deny "
-        "all traffic (allow nothing)"
-    )
+    if allow is not None and deny is not None:
+        raise BadRequest("allowlist and denylist are mutually exclusive; provide at most one")
+    if deny is not None and deny != ["*"]:
+        raise BadRequest(
+            "a deny-list is not available on this server: its sandboxes reach nothing but what an "
+            'allow-list names (deny everything with ["*"], or give an allowlist)'
+        )
+    allow = [e.strip() for e in allow or []]
+    if len(allow) > MAX_EGRESS_ENTRIES:
+        raise BadRequest(f"allowlist supports at most {MAX_EGRESS_ENTRIES} entries")
+    egress_rules(allow)  # refuses what the proxy cannot hold
+    return allow
+
+
+def egress_rules(allowlist: list[str]) -> tuple[str, ...]:
+    """The agent's rules for a Prime allow-list: a domain (or `*.domain`) without a port is
+    matched on 80 and 443, as on the platform; an address or network without one on every port.
+    A port range is refused (the proxy takes one port per rule)."""
+    rules: list[str] = []
+    for entry in allowlist:
+        if not entry or any(c.isspace() for c in entry) or "://" in entry or "@" in entry:
+            raise BadRequest(f"'{entry}' is not a host name, *.domain, IPv4 address or CIDR")
+        host, sep, port = entry.rpartition(":")
+        if sep and "-" in port:
+            raise BadRequest(f"'{entry}': port ranges are not available on this server; name each port")
+        bare = host if sep else entry
+        is_address = bool(_IPV4_OR_CIDR.fullmatch(bare))
+        if sep or is_address:
+            rules.append(entry)
+        else:
+            rules += [f"{entry}:80", f"{entry}:443"]
+    return tuple(rules)

@@ -52,6 +52,7 @@ class PrimeSandbox:
     vm: bool
     start_command: dict[str, Any] | None
     user: str  # who runs programs: "root" or the template's unprivileged user
+    network_allowlist: list[str] | None = None  # as created with (None: no network)
     created_at: float = field(default_factory=time.time)
     status: str = "RUNNING"
     terminated_at: float | None = None
@@ -113,7 +114,7 @@ class PrimeSandbox:
             "gpuCount": 0,
             "gpuType": None,
             "vm": self.vm,
-            "networkAllowlist": None,
+            "networkAllowlist": self.network_allowlist,
             "networkDenylist": None,
             "status": self.status,
             "timeoutMinutes": self.timeout_minutes,
