@@ -1,0 +1,473 @@
+"""`KubernetesBackend`: creates, watches and deletes the pods of one manager (the package's
+docstring says how)."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import dataclasses
+import json
+import logging
+import os
+import secrets
+import socket
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from ... import _bridge
+from ...errors import BackendUnavailable, InvalidRequest, LaunchError, SandboxError, SandboxLost
+from ...templates import Template
+from ..base import SandboxHandle
+from . import manifests
+from .api import _Api, _api_failure, _ApiError
+from .config import (
+    _DNS_LABEL,
+    ANN_AGENT_PORT,
+    ANN_MANAGER_POD,
+    ANN_MANAGER_UID,
+    CONFIG_ENV,
+    LABEL_MANAGER,
+    LABEL_OWNER,
+    LABEL_POOL,
+    KubeConfig,
+    _label_value,
+)
+from .pods import PodRef, _Starting, pod_readiness
+
+log = logging.getLogger(__name__)
+
+
+def create_backend(
+    pool_id: str | None = None, config: KubeConfig | Mapping[str, Any] | None = None, **overrides: Any
+) -> KubernetesBackend:
+    """Factory used by `sandboxes.backends.get_backend`: config from `config`, else the JSON file
+    named by `$SANDBOXES_KUBE_CONFIG`, else defaults; `overrides` replace single fields."""
+    if config is None:
+        path = os.environ.get(CONFIG_ENV)
+        cfg = KubeConfig.from_file(path) if path else KubeConfig()
+    elif isinstance(config, KubeConfig):
+        cfg = config
+    else:
+        cfg = KubeConfig.from_mapping(config)
+    if overrides:
+        cfg = dataclasses.replace(cfg, **overrides)
+        cfg.validate()
+    return KubernetesBackend(cfg, pool_id=pool_id)
+
+
+class KubernetesBackend:
+    """Sandboxes as pods; see the module docstring. One watch per backend, direct gRPC to pods."""
+
+    name = "kubernetes"
+
+    def __init__(
+        self,
+        config: KubeConfig | None = None,
+        pool_id: str | None = None,
+        *,
+        token_factory: Callable[[], str] | None = None,
+    ) -> None:
+        cfg = config or KubeConfig()
+        cfg.validate()
+        self.cfg = cfg
+        self.pool_id = pool_id or secrets.token_hex(6)
+        ident = (
+            cfg.identity
+            or os.environ.get("SANDBOXES_MANAGER_ID")
+            or os.environ.get("POD_NAME")
+            or socket.gethostname()
+        )
+        self.identity = _label_value(ident, 50)
+        self.owner = _label_value(f"{self.identity}-{self.pool_id}")
+        pod_ns, pod_name = os.environ.get("POD_NAMESPACE"), os.environ.get("POD_NAME")
+        self.manager_pod = cfg.manager_pod or (f"{pod_ns}/{pod_name}" if pod_ns and pod_name else None)
+        self.manager_uid = cfg.manager_uid or os.environ.get("POD_UID")
+        self.create_concurrency = cfg.create_concurrency  # hint read by the pool
+        # Tests / benchmarks may fix the token (shared emulated agents); secrets.token_urlsafe otherwise.
+        self._token_factory = token_factory or (lambda: secrets.token_urlsafe(32))
+        self.api = _Api(cfg)
+        self._pods: dict[str, dict[str, Any]] = {}  # pod name -> last seen object (this owner's)
+        self._starting: dict[str, _Starting] = {}
+        self._live: dict[str, PodRef] = {}  # pod name -> live sandbox
+        self._watch_task: asyncio.Task[None] | None = None
+        self._synced: asyncio.Event | None = None
+        self._watch_error: BaseException | None = None
+        self._bg: set[asyncio.Task[Any]] = set()
+        self._lost_listener: Callable[[str, str], None] | None = None
+        self._closing = False
+        self.watch_restarts = 0
+
+    def __repr__(self) -> str:
+        return f"kubernetes(namespace={self.cfg.namespace}, owner={self.owner})"
+
+    # --- wiring ----------------------------------------------------------------------------------
+
+    @property
+    def pods_path(self) -> str:
+        return f"/api/v1/namespaces/{self.cfg.namespace}/pods"
+
+    @property
+    def owner_selector(self) -> str:
+        return f"{LABEL_POOL}={self.cfg.pool},{LABEL_OWNER}={self.owner}"
+
+    def set_lost_listener(self, fn: Callable[[str, str], None] | None) -> None:
+        """`fn(sandbox_id, reason)` is called (on the loop) when a live sandbox's pod goes away."""
+        self._lost_listener = fn
+
+    @property
+    def api_requests(self) -> int:
+        """API requests this backend sent so far (the watch counts once per (re)connection)."""
+        return self.api.requests
+
+    def live_pods(self) -> list[str]:
+        return sorted(self._live)
+
+    # --- Backend protocol ------------------------------------------------------------------------
+
+    async def create(self, template: Template, sandbox_id: str) -> SandboxHandle:
+        """Create the pod (and its token Secret), wait for the watch to report it ready, then for
+        its agent to answer. On any failure or cancellation the pod is deleted."""
+        if template.user != "sandbox":
+            raise InvalidRequest(
+                f"user={template.user!r} is not available on the kubernetes backend: it runs programs "
+                "as the template's unprivileged uid (root inside a sandbox's own user namespace is "
+                "a local and docker backend feature)"
+            )
+        if template.egress_allow:
+            raise InvalidRequest(
+                "an egress allow-list is not available on the kubernetes backend: its network is "
+                "none or the cluster's (network=True, a NetworkPolicy's to restrict)"
+            )
+        pod_name = sandbox_id.lower()
+        if len(pod_name) > 63 or not _DNS_LABEL.match(pod_name):
+            raise InvalidRequest(f"sandbox id {sandbox_id!r} is not a valid pod name")
+        token = self._token_factory()
+        manifest = self.pod_manifest(template, pod_name, sandbox_id, token)
+        await self._ensure_watch()
+        loop = asyncio.get_running_loop()
+        starting = _Starting(loop.create_future())
+        self._starting[pod_name] = starting
+        budget = max(0.001, min(self.cfg.ready_timeout_s, template.create_timeout_s * 0.95))
+        deadline = loop.time() + budget
+        maybe_created = False
+        uid = ""
+        try:
+            try:
+                async with asyncio.timeout(budget):
+                    maybe_created = True
+                    try:
+                        obj = await self.api.request("POST", self.pods_path, body=manifest)
+                    except _ApiError:
+                        maybe_created = False  # refused (a 409 is someone else's pod: leave it)
+                        raise
+                    uid = obj.get("metadata", {}).get("uid", "")
+                    if self.cfg.token_mode == "secret":
+                        await self.api.request(
+                            "POST",
+                            f"/api/v1/namespaces/{self.cfg.namespace}/secrets",
+                            body=self._secret_manifest(pod_name, uid, token),
+                        )
+                    self._evaluate(pod_name)  # the watch may have been faster than our POST
+                    ip, port = await starting.future
+                    endpoint = f"http://{ip}:{port}"
+                    await self._confirm_agent(endpoint, token, deadline)
+            except TimeoutError as e:
+                if isinstance(e, SandboxError):
+                    raise
+                raise LaunchError(
+                    f"pod {pod_name} was not ready within {budget:.1f}s ({starting.last_status})",
+                    step="ready_timeout",
+                ) from e
+            except _ApiError as e:
+                raise _api_failure(e, f"creating pod {pod_name}") from e
+        except BaseException:
+            self._starting.pop(pod_name, None)
+            if maybe_created:
+                self._delete_soon(pod_name)
+            raise
+        self._starting.pop(pod_name, None)
+        ref = PodRef(pod_name, self.cfg.namespace, uid, sandbox_id, ip, port)
+        self._live[pod_name] = ref
+        state, why = pod_readiness(self._pods.get(pod_name))
+        if state != "ready":  # went away between the agent's answer and now
+            self._mark_lost(ref, why)
+        return SandboxHandle(id=sandbox_id, endpoint=endpoint, token=token, backend_data=ref)
+
+    async def destroy(self, handle: SandboxHandle) -> None:
+        """Delete the pod (its Secret is garbage collected with it). Idempotent."""
+        ref = handle.backend_data
+        name = ref.name if isinstance(ref, PodRef) else handle.id.lower()
+        self._live.pop(name, None)
+        await self._delete_pod(name)
+
+    async def reap_orphans(self) -> int:
+        """Delete this pool's pods whose manager is gone (see the module docstring)."""
+        try:
+            data = await self.api.request(
+                "GET",
+                self.pods_path,
+                query=[("labelSelector", f"{LABEL_POOL}={self.cfg.pool},{LABEL_MANAGER}")],
+            )
+        except _ApiError as e:
+            raise _api_failure(e, "listing pods to reap") from e
+        alive_cache: dict[str, bool] = {}
+        victims: list[str] = []
+        for pod in data.get("items") or ():
+            meta = pod.get("metadata", {})
+            labels = meta.get("labels") or {}
+            if labels.get(LABEL_OWNER) == self.owner:
+                continue
+            if labels.get(LABEL_MANAGER) == self.identity:
+                victims.append(meta["name"])
+                continue
+            ann = meta.get("annotations") or {}
+            mpod, muid = ann.get(ANN_MANAGER_POD), ann.get(ANN_MANAGER_UID)
+            if not mpod or not muid:
+                continue  # manager outside the cluster: its agents' leases end its pods
+            key = f"{mpod}#{muid}"
+            if key not in alive_cache:
+                alive_cache[key] = await self._manager_alive(mpod, muid)
+            if not alive_cache[key]:
+                victims.append(meta["name"])
+        results = await asyncio.gather(*(self._delete_pod(n) for n in victims), return_exceptions=True)
+        for n, r in zip(victims, results):
+            if isinstance(r, BaseException):
+                log.warning("reaping orphaned pod %s failed: %s", n, r)
+            else:
+                log.info("reaped orphaned sandbox pod %s", n)
+        return sum(1 for r in results if not isinstance(r, BaseException))
+
+    async def close(self) -> None:
+        """Stop the watch, delete pods still live (normally none), close the API client."""
+        self._closing = True
+        leftovers = list(self._live)
+        self._live.clear()
+        if leftovers:
+            log.warning("kubernetes backend closing with %d live pods; deleting them", len(leftovers))
+            await asyncio.gather(*(self._delete_pod(n) for n in leftovers), return_exceptions=True)
+        if self._bg:
+            await asyncio.gather(*list(self._bg), return_exceptions=True)
+        if self._watch_task is not None:
+            self._watch_task.cancel()
+            with contextlib.suppress(BaseException):
+                await self._watch_task
+            self._watch_task = None
+        for s in self._starting.values():
+            if not s.future.done():
+                s.future.set_exception(LaunchError("backend closed", step="closed"))
+        await self.api.close()
+
+    # --- manifests (`manifests.py`) ------------------------------------------------------------
+
+    def _owner(self) -> manifests.Owner:
+        return manifests.Owner(self.identity, self.owner, self.manager_pod, self.manager_uid)
+
+    def pod_manifest(self, t: Template, pod_name: str, sandbox_id: str, token: str) -> dict[str, Any]:
+        """The pod of one sandbox of template `t` (pure: no API call; raises `InvalidRequest`)."""
+        return manifests.pod_manifest(self.cfg, t, pod_name, sandbox_id, token, self._owner())
+
+    def _secret_manifest(self, pod_name: str, pod_uid: str, token: str) -> dict[str, Any]:
+        return manifests.secret_manifest(self.cfg, pod_name, pod_uid, token, self._owner())
+
+    # --- readiness -------------------------------------------------------------------------------
+
+    async def _confirm_agent(self, endpoint: str, token: str, deadline: float) -> None:
+        """The agent answers Info: ready means ready. The container may be Running a few ms
+        before the agent listens, so a refused connection is retried (bounded by the deadline)."""
+        client = _bridge.api().AgentClient(endpoint, token, connect_timeout_s=2.0)
+        loop = asyncio.get_running_loop()
+        delay = 0.01
+        try:
+            while True:
+                try:
+                    await client.info()
+                    return
+                except SandboxLost:
+                    if loop.time() + delay >= deadline:
+                        raise
+                    await asyncio.sleep(delay)  # the agent is starting: retry with backoff
+                    delay = min(0.2, delay * 2)
+        finally:
+            with contextlib.suppress(Exception):
+                client.close()
+
+    async def _ensure_watch(self) -> None:
+        if self._closing:
+            raise LaunchError("backend closed", step="closed")
+        if self._watch_task is None or self._watch_task.done():
+            self._synced = asyncio.Event()
+            self._watch_task = asyncio.create_task(self._watch_loop(), name="kube-watch")
+        assert self._synced is not None
+        if not self._synced.is_set():
+            try:
+                async with asyncio.timeout(self.cfg.api_timeout_s):
+                    await self._synced.wait()
+            except TimeoutError as e:
+                err = self._watch_error
+                raise BackendUnavailable(f"cannot list pods: {err or 'no answer'}") from e
+
+    async def _watch_loop(self) -> None:
+        """List this owner's pods, then watch from that version; on any failure, back off and
+        list again (the list catches what the gap hid: deletions included)."""
+        backoff = 0.1
+        path = self.pods_path
+        while not self._closing:
+            try:
+                lst = await self.api.request("GET", path, query=[("labelSelector", self.owner_selector)])
+                rv = str(lst.get("metadata", {}).get("resourceVersion") or "")
+                self._sync(lst.get("items") or [])
+                assert self._synced is not None
+                self._synced.set()
+                self._watch_error = None
+                while not self._closing:
+                    query = [
+                        ("labelSelector", self.owner_selector),
+                        ("watch", "true"),
+                        ("allowWatchBookmarks", "true"),
+                        ("timeoutSeconds", str(240 + secrets.randbelow(120))),
+                    ]
+                    if rv and rv.isdigit():
+                        query.append(("resourceVersion", rv))
+                    resp = await self.api.stream(path, query)
+                    try:
+                        async for line in resp.content:
+                            if not line.strip():
+                                continue
+                            ev = json.loads(line)
+                            kind, obj = ev.get("type"), ev.get("object") or {}
+                            if kind == "ERROR":
+                                raise _ApiError(
+                                    int(obj.get("code") or 500),
+                                    str(obj.get("reason")),
+                                    str(obj.get("message")),
+                                )
+                            new_rv = obj.get("metadata", {}).get("resourceVersion")
+                            if new_rv:
+                                rv = str(new_rv)
+                            if kind == "BOOKMARK":
+                                continue
+                            self._apply(kind, obj)
+                            backoff = 0.1
+                    finally:
+                        resp.release()
+                    # The server ended the watch (timeoutSeconds): go on from `rv`.
+            except asyncio.CancelledError:
+                raise
+            except Exception as e:  # noqa: BLE001 - the watch must survive anything
+                if self._closing:
+                    return
+                self._watch_error = e
+                self.watch_restarts += 1
+                log.warning("pod watch failed (%s); listing again in %.1fs", e, backoff)
+                await asyncio.sleep(backoff)  # retry backoff after a failure, not condition polling
+                backoff = min(5.0, backoff * 2)
+
+    def _sync(self, items: list[dict[str, Any]]) -> None:
+        seen = {}
+        for pod in items:
+            name = pod.get("metadata", {}).get("name")
+            if name:
+                seen[name] = pod
+        for name in list(self._pods):
+            if name not in seen:
+                self._apply("DELETED", self._pods[name])
+        for pod in seen.values():
+            self._apply("MODIFIED", pod)
+
+    def _apply(self, kind: str | None, pod: dict[str, Any]) -> None:
+        meta = pod.get("metadata", {})
+        name = meta.get("name")
+        if not name or (meta.get("labels") or {}).get(LABEL_OWNER) != self.owner:
+            return  # not ours (an emulator without label selectors, or a relabelled pod)
+        if kind == "DELETED":
+            self._pods.pop(name, None)
+        else:
+            self._pods[name] = pod
+        self._evaluate(name)
+
+    def _pod_port(self, pod: Mapping[str, Any]) -> int:
+        if self.cfg.port_from_annotation:
+            raw = (pod.get("metadata", {}).get("annotations") or {}).get(ANN_AGENT_PORT)
+            if raw and str(raw).isdigit():
+                return int(raw)
+        return self.cfg.agent_port
+
+    def _evaluate(self, name: str) -> None:
+        pod = self._pods.get(name)
+        state, info = pod_readiness(pod)
+        starting = self._starting.get(name)
+        if starting is not None and not starting.future.done():
+            if state == "ready":
+                assert pod is not None
+                starting.future.set_result((info, self._pod_port(pod)))
+            elif state in ("failed", "gone"):
+                starting.future.set_exception(
+                    LaunchError(f"pod {name} did not start: {info}", detail=info, step="pod")
+                )
+            else:
+                starting.last_status = info
+        ref = self._live.get(name)
+        if ref is not None and ref.alive() and state != "ready":
+            self._mark_lost(ref, info)
+
+    def _mark_lost(self, ref: PodRef, why: str) -> None:
+        if ref.lost_reason is not None:
+            return
+        ref.lost_reason = why
+        log.warning("sandbox %s lost: pod %s: %s", ref.sandbox_id, ref.name, why)
+        if self._lost_listener is not None:
+            try:
+                self._lost_listener(ref.sandbox_id, why)
+            except Exception:
+                log.exception("lost listener failed")
+
+    # --- deletion --------------------------------------------------------------------------------
+
+    async def _delete_pod(self, name: str, attempts: int = 3) -> None:
+        """DELETE the pod (404 is fine); retried a few times on API failures."""
+        delay = 0.2
+        for i in range(attempts):
+            try:
+                await self.api.request("DELETE", f"{self.pods_path}/{name}")
+                return
+            except _ApiError as e:
+                if e.status == 404:
+                    return
+                if e.status < 500 and e.status != 429 or i == attempts - 1:
+                    raise _api_failure(e, f"deleting pod {name}") from e
+            except BackendUnavailable:
+                if i == attempts - 1:
+                    raise
+            await asyncio.sleep(delay)
+            delay *= 2
+
+    def _delete_soon(self, name: str) -> None:
+        """Delete in a task of its own, so a cancelled create never leaves its pod behind."""
+
+        async def run() -> None:
+            try:
+                await self._delete_pod(name)
+            except Exception as e:  # noqa: BLE001
+                log.warning("deleting pod %s failed: %s (the agent's lease ends it)", name, e)
+
+        task = asyncio.ensure_future(run())
+        self._bg.add(task)
+        task.add_done_callback(self._bg.discard)
+
+    async def _manager_alive(self, manager_pod: str, uid: str) -> bool:
+        ns, _, name = manager_pod.partition("/")
+        if not ns or not name:
+            return True
+        try:
+            pod = await self.api.request("GET", f"/api/v1/namespaces/{ns}/pods/{name}")
+        except _ApiError as e:
+            if e.status == 404:
+                return False
+            log.warning("cannot check manager pod %s: %s; leaving its sandboxes", manager_pod, e)
+            return True
+        except BackendUnavailable as e:
+            log.warning("cannot check manager pod %s: %s; leaving its sandboxes", manager_pod, e)
+            return True
+        if pod.get("metadata", {}).get("uid") != uid:
+            return False
+        return pod.get("status", {}).get("phase") not in ("Succeeded", "Failed")

@@ -1,0 +1,255 @@
+"""The pod and the token Secret of one sandbox (pure functions: no API call)."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from ...errors import InvalidRequest
+from ...templates import Template
+from .config import (
+    _IMAGE,
+    AGENT_CAPABILITIES,
+    ANN_MANAGER_POD,
+    ANN_MANAGER_UID,
+    ANN_SANDBOX,
+    CONTAINER,
+    LABEL_COMPONENT,
+    LABEL_EGRESS,
+    LABEL_MANAGER,
+    LABEL_NAME,
+    LABEL_OWNER,
+    LABEL_POOL,
+    LABEL_TEMPLATE,
+    TOKEN_DIR,
+    TOKEN_KEY,
+    KubeConfig,
+    _label_value,
+    _quantity_bytes,
+    _quantity_milli,
+)
+
+
+@dataclass(frozen=True)
+class Owner:
+    """Who owns the pods a manager makes (their labels and annotations)."""
+
+    identity: str
+    owner: str
+    manager_pod: str | None
+    manager_uid: str | None
+
+
+def check_template(cfg: KubeConfig, t: Template) -> str:
+    """The image of template `t` in a pod; `InvalidRequest` for what a pod cannot hold."""
+    image = t.image or cfg.image
+    if not image:
+        raise InvalidRequest(
+            f"template {t.name!r} has no image and the kubernetes backend has no default image"
+        )
+    if not _IMAGE.match(image):
+        raise InvalidRequest(f"template {t.name!r}: invalid image {image!r}")
+    if t.ro_binds:
+        raise InvalidRequest(f"template {t.name!r}: ro_binds are not supported by the kubernetes backend")
+    if getattr(t, "agent_mount", False):
+        raise InvalidRequest(
+            f"template {t.name!r}: agent_mount is a docker feature; the pod's image must hold the agent"
+        )
+    if t.work_dir in ("/", TOKEN_DIR, "/tmp") or t.work_dir.startswith(TOKEN_DIR + "/"):
+        raise InvalidRequest(f"template {t.name!r}: work_dir {t.work_dir!r} cannot be used in a pod")
+    return image
+
+
+def pod_manifest(
+    cfg: KubeConfig,
+    t: Template,
+    pod_name: str,
+    sandbox_id: str,
+    token: str,
+    owner: Owner,
+) -> dict[str, Any]:
+    """The pod of one sandbox of template `t` (pure: no API call; raises `InvalidRequest`)."""
+    image = check_template(cfg, t)
+    port = cfg.agent_port
+    args = [
+        "--listen",
+        f"tcp:0.0.0.0:{port}",
+        "--lease-ttl",
+        f"{t.lease_ttl_s:g}",
+        "--work-dir",
+        t.work_dir,
+        "--uid",
+        str(t.uid),
+        "--gid",
+        str(t.gid),
+        "--python-zygote",
+        t.python_zygote,
+        "--file-root",
+        "/tmp",
+    ]  # the pod's own emptyDir (below)
+    env: list[dict[str, Any]] = []
+    if cfg.token_mode == "secret":
+        args += ["--token-file", f"{TOKEN_DIR}/{TOKEN_KEY}"]
+    else:
+        env.append({"name": "SANDBOX_AGENT_TOKEN", "value": token})
+    if not t.seccomp:
+        args.append("--no-seccomp")
+    if not t.cgroups:
+        args.append("--no-cgroups")
+    for k, v in sorted(t.env.items()):
+        args += ["--env", f"{k}={v}"]
+
+    resources: dict[str, dict[str, Any]] = {k: dict(v) for k, v in cfg.resources.items()}
+    limits = resources.setdefault("limits", {})
+    requests = resources.setdefault("requests", {})
+    if t.memory_bytes:
+        limits["memory"] = str(t.memory_bytes)
+        if "memory" in requests and _quantity_bytes(requests["memory"]) > t.memory_bytes:
+            requests["memory"] = str(t.memory_bytes)
+    if t.cpu_quota:
+        milli = max(1, round(t.cpu_quota * 1000))
+        limits["cpu"] = f"{milli}m"
+        if "cpu" in requests and _quantity_milli(requests["cpu"]) > milli:
+            requests["cpu"] = f"{milli}m"
+    resources = {k: v for k, v in resources.items() if v}
+
+    def empty_dir(limit_bytes: int, default: str | None) -> dict[str, Any]:
+        if limit_bytes:
+            return {"sizeLimit": str(limit_bytes)}
+        return {"sizeLimit": default} if default else {}
+
+    mounts: list[dict[str, Any]] = [
+        {"name": "work", "mountPath": t.work_dir},
+        {"name": "tmp", "mountPath": "/tmp"},
+    ]
+    volumes: list[dict[str, Any]] = [
+        {"name": "work", "emptyDir": empty_dir(t.work_size_bytes, cfg.work_size_limit)},
+        {"name": "tmp", "emptyDir": empty_dir(t.tmp_size_bytes, cfg.tmp_size_limit)},
+    ]
+    if cfg.token_mode == "secret":
+        mounts.append({"name": "token", "mountPath": TOKEN_DIR, "readOnly": True})
+        volumes.append(
+            {
+                "name": "token",
+                "secret": {
+                    "secretName": f"{pod_name}-token",
+                    "defaultMode": 0o400,
+                    "items": [{"key": TOKEN_KEY, "path": TOKEN_KEY, "mode": 0o400}],
+                },
+            }
+        )
+    container: dict[str, Any] = {
+        "name": CONTAINER,
+        "image": image,
+        "imagePullPolicy": cfg.image_pull_policy,
+        "command": list(cfg.agent_command),
+        "args": args,
+        "ports": [{"name": "agent", "containerPort": port, "protocol": "TCP"}],
+        "securityContext": {
+            "runAsUser": 0,
+            "runAsGroup": 0,
+            "runAsNonRoot": False,
+            "privileged": False,
+            "allowPrivilegeEscalation": False,
+            "readOnlyRootFilesystem": True,
+            "capabilities": {"drop": ["ALL"], "add": list(AGENT_CAPABILITIES)},
+            "seccompProfile": {"type": "RuntimeDefault"},
+        },
+        "volumeMounts": mounts,
+        "terminationMessagePolicy": "FallbackToLogsOnError",
+    }
+    if env:
+        container["env"] = env
+    if resources:
+        container["resources"] = resources
+
+    labels = {
+        **cfg.labels,
+        LABEL_NAME: "sandboxes",
+        LABEL_COMPONENT: "sandbox",
+        LABEL_POOL: cfg.pool,
+        LABEL_MANAGER: owner.identity,
+        LABEL_OWNER: owner.owner,
+        LABEL_TEMPLATE: _label_value(t.name),
+    }
+    if t.network:
+        labels[LABEL_EGRESS] = "allowed"
+    annotations = {**cfg.annotations, ANN_SANDBOX: sandbox_id}
+    if owner.manager_pod and owner.manager_uid:
+        annotations[ANN_MANAGER_POD] = owner.manager_pod
+        annotations[ANN_MANAGER_UID] = owner.manager_uid
+
+    tolerations = [dict(x) for x in cfg.tolerations]
+    if cfg.node_loss_toleration_s is not None:
+        have = {x.get("key") for x in tolerations}
+        for key in ("node.kubernetes.io/unreachable", "node.kubernetes.io/not-ready"):
+            if key not in have:
+                tolerations.append(
+                    {
+                        "key": key,
+                        "operator": "Exists",
+                        "effect": "NoExecute",
+                        "tolerationSeconds": cfg.node_loss_toleration_s,
+                    }
+                )
+    spec: dict[str, Any] = {
+        "restartPolicy": "Never",
+        "automountServiceAccountToken": False,
+        "enableServiceLinks": False,
+        "terminationGracePeriodSeconds": cfg.termination_grace_s,
+        "securityContext": {"seccompProfile": {"type": "RuntimeDefault"}},
+        "containers": [container],
+        "volumes": volumes,
+    }
+    if cfg.host_users is not None:
+        spec["hostUsers"] = cfg.host_users
+    if cfg.runtime_class_name:
+        spec["runtimeClassName"] = cfg.runtime_class_name
+    if cfg.node_selector:
+        spec["nodeSelector"] = dict(cfg.node_selector)
+    if tolerations:
+        spec["tolerations"] = tolerations
+    if cfg.affinity:
+        spec["affinity"] = dict(cfg.affinity)
+    if cfg.priority_class_name:
+        spec["priorityClassName"] = cfg.priority_class_name
+    if cfg.image_pull_secrets:
+        spec["imagePullSecrets"] = [{"name": n} for n in cfg.image_pull_secrets]
+    return {
+        "apiVersion": "v1",
+        "kind": "Pod",
+        "metadata": {
+            "name": pod_name,
+            "namespace": cfg.namespace,
+            "labels": labels,
+            "annotations": annotations,
+        },
+        "spec": spec,
+    }
+
+
+def secret_manifest(cfg: KubeConfig, pod_name: str, pod_uid: str, token: str, owner: Owner) -> dict[str, Any]:
+    """The Secret holding one pod's agent token, garbage collected with the pod."""
+    import base64
+
+    meta: dict[str, Any] = {
+        "name": f"{pod_name}-token",
+        "namespace": cfg.namespace,
+        "labels": {
+            LABEL_NAME: "sandboxes",
+            LABEL_COMPONENT: "sandbox-token",
+            LABEL_POOL: cfg.pool,
+            LABEL_MANAGER: owner.identity,
+            LABEL_OWNER: owner.owner,
+        },
+    }
+    if pod_uid:  # garbage collected with its pod
+        meta["ownerReferences"] = [{"apiVersion": "v1", "kind": "Pod", "name": pod_name, "uid": pod_uid}]
+    return {
+        "apiVersion": "v1",
+        "kind": "Secret",
+        "type": "Opaque",
+        "immutable": True,
+        "metadata": meta,
+        "data": {TOKEN_KEY: base64.b64encode(token.encode()).decode()},
+    }
