@@ -11,7 +11,7 @@ from dataclasses import dataclass
 
 from . import _bridge
 
-__all__ = ["Language", "by_name", "canonical", "table"]
+__all__ = ["Language", "by_name", "canonical", "script_commands", "table"]
 
 
 @dataclass(frozen=True)
@@ -50,3 +50,15 @@ def canonical(name: str) -> str | None:
     """The canonical name of the language `name` stands for, or None."""
     lang = by_name(name)
     return lang.name if lang else None
+
+
+def script_commands(name: str) -> tuple[str, list[str] | None, list[str]] | None:
+    """(source file, compile argv or None, run argv) of the language `name` stands for, in the
+    program's directory: the judge's file names and compile commands. An interpreted program
+    runs as a plain script, without the judge's isolation flags, so files sent with it import
+    as they would on the platforms whose APIs run it (SandboxFusion, Piston). None: unknown."""
+    lang = by_name(name)
+    if lang is None:
+        return None
+    run = list(lang.run) if lang.compile else [lang.run[0], lang.source_file]
+    return lang.source_file, list(lang.compile) if lang.compile else None, run

@@ -154,6 +154,7 @@ class Server:
             if self.http_port_requested is not None:
                 from sandboxes.server.http import HttpServer
                 from sandboxes.server.http.fusion import FusionApi
+                from sandboxes.server.http.piston import PistonApi
                 from sandboxes.server.http.prime import PrimeApi
 
                 service = self.service
@@ -164,8 +165,16 @@ class Server:
                     insecure=self.http_insecure,
                     draining=lambda: service.draining,
                 )
+                piston = PistonApi(
+                    self.pool,
+                    self.auth,
+                    quotas=self.quotas,
+                    insecure=self.http_insecure,
+                    draining=lambda: service.draining,
+                )
                 self.prime = PrimeApi(service, self.auth)
-                self.http = HttpServer(fusion.routes() + self.prime.routes(), grace_s=self.grace_s)
+                routes = fusion.routes() + piston.routes() + self.prime.routes()
+                self.http = HttpServer(routes, grace_s=self.grace_s)
                 self.http_port = await self.http.start(self.host, self.http_port_requested)
         except BaseException:
             await self._teardown(grace=0)

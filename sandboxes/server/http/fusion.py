@@ -42,11 +42,12 @@ from starlette.responses import JSONResponse, PlainTextResponse
 from sandboxes import errors as E
 from sandboxes import languages
 from sandboxes.server.auth import ANONYMOUS, ApiKeys
+from sandboxes.server.http.access import caller
 from sandboxes.server.http.bodies import BodyTooLarge, read_json
 from sandboxes.server.quota import Quotas
 from sandboxes.types import Limits
 
-__all__ = ["FusionApi", "commands"]
+__all__ = ["FusionApi"]
 
 log = logging.getLogger("sandboxes.server.http")
 
@@ -56,18 +57,6 @@ MAX_BATCH = 1024
 
 class _BadRequest(Exception):
     pass
-
-
-def commands(language: str) -> tuple[str, list[str] | None, list[str]] | None:
-    """(source file, compile argv or None, run argv) of `language` in the work dir: the judge's
-    file names and compile commands (`sandboxes.languages`). An interpreted program runs as a
-    plain script, without the judge's isolation flags, so files sent with it import as they do in
-    SandboxFusion."""
-    lang = languages.by_name(language)
-    if lang is None:
-        return None
-    run = list(lang.run) if lang.compile else [lang.run[0], lang.source_file]
-    return lang.source_file, list(lang.compile) if lang.compile else None, run
 
 
 def _number(req: dict, key: str, default: float) -> float:
@@ -87,7 +76,7 @@ def _parse(req: Any) -> dict[str, Any]:
         raise _BadRequest("code (a string) is required")
     if not isinstance(language, str) or not language:
         raise _BadRequest("language is required")
-    if commands(language) is None:
+    if languages.script_commands(language) is None:
         known = ", ".join(lang.name for lang in languages.table())
         raise _BadRequest(f"language {language!r} is not supported here (supported: {known})")
     compile_timeout = _number(req, "compile_timeout", 10.0)
@@ -192,9 +181,7 @@ class FusionApi:
     # -- plumbing ------------------------------------------------------------------------------
 
     def _owner(self, request: Any) -> str:
-        if self.insecure or not self.auth.enabled:
-            return ANONYMOUS
-        return self.auth.authenticate_header(request.headers.get("authorization"))
+        return caller(self.auth, self.insecure, request)
 
     async def _guard(self, request: Any) -> tuple[str | None, Any]:
         """(owner, None) or (None, an error response)."""
@@ -270,7 +257,7 @@ class FusionApi:
             self.quotas.release_sandbox(owner)
 
     async def _run(self, req: dict[str, Any]) -> dict[str, Any]:
-        source, compile_argv, run_argv = commands(req["language"])  # type: ignore[misc]  # checked in _parse
+        source, compile_argv, run_argv = languages.script_commands(req["language"])  # type: ignore[misc]  # checked in _parse
         limits = Limits(memory_bytes=int(req["memory_mb"] * (1 << 20))) if req["memory_mb"] > 0 else None
         files: dict[str, Any] = {**req["files"], source: req["code"].encode("utf-8")}
         t0 = time.perf_counter()
