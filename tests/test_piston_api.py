@@ -34,6 +34,12 @@ async def post(server: Any, path: str, body: Any, **kw: Any) -> tuple[int, Any]:
         return r.status, await r.json(content_type=None)
 
 
+def platform_python() -> str:
+    """The version of the host's /usr/bin/python3 (what a local sandbox runs)."""
+    out = subprocess.run(["/usr/bin/python3", "--version"], capture_output=True, text=True, check=True)
+    return out.stdout.split()[1]
+
+
 def program(problem: Any, source: str) -> str:
     return f"{source}\n{problem.tests[0].check}\ncheck({problem.entry_point})\n"
 
