@@ -51,9 +51,7 @@ async def test_runtimes_are_the_judges_languages_with_their_tools_versions(make_
         runtimes = await r.json()
     by_name = {rt["language"]: rt for rt in runtimes}
     assert {"python", "c", "cpp", "bash"} <= set(by_name), runtimes
-    host_python = subprocess.run(
-        ["/usr/bin/python3", "--version"], capture_output=True, text=True
-    ).stdout.split()[1]
+    host_python = platform_python()
     assert by_name["python"]["version"] == host_python  # the local backend runs the host's /usr
     assert "py" in by_name["python"]["aliases"] or "python3" in by_name["python"]["aliases"]
 
