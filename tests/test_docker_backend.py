@@ -8,6 +8,7 @@ the session's leak check counts containers labelled `sandboxes.pool` too.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import io
 import os
 import signal
@@ -522,3 +523,33 @@ async def test_per_exec_limits_hold_in_a_container(docker_pool: MakePool) -> Non
         )
         assert r.pids_limited and r.exit_code != 0 and b"done" not in r.stdout, r
         assert (await sb.exec(["echo", "alive"])).stdout == b"alive\n"
+
+
+async def test_a_rebuilt_image_is_what_the_next_sandbox_runs(
+    docker_api: Any, docker_pool: MakePool, tmp_path: Path
+) -> None:
+    """The root is built from the image the name stands for now: a tag rebuilt between two
+    sandboxes gives the second the new image (its id is unpacked anew), never the old copy."""
+    tag = f"sandboxes-test-rebuilt:{os.getpid()}"
+    built: list[str] = []
+
+    def build(marker: str) -> None:
+        ctx = tmp_path / marker
+        ctx.mkdir()
+        (ctx / "marker").write_text(marker)
+        (ctx / "Dockerfile").write_text(f"FROM {BASE_IMAGE}\nCOPY marker /marker\n")
+        subprocess.run(["docker", "build", "-q", "-t", tag, str(ctx)], check=True, capture_output=True)
+        built.append(docker_api.inspect_image(tag)["Id"])
+
+    try:
+        await asyncio.to_thread(build, "one")
+        pool = await docker_pool(warm=0, image=tag, agent_mount=True)
+        async with pool.sandbox() as sb:
+            assert (await sb.exec(["cat", "/marker"])).stdout == b"one"
+        await asyncio.to_thread(build, "two")
+        async with pool.sandbox() as sb:
+            assert (await sb.exec(["cat", "/marker"])).stdout == b"two"
+    finally:
+        for image_id in built:
+            with contextlib.suppress(Exception):
+                docker_api.remove_image(image_id, force=True)

@@ -189,7 +189,7 @@ class DockerBackend:
         self._client: Any = None  # docker.DockerClient, made on first use (in a thread)
         self._client_lock = asyncio.Lock()
         self._live: dict[str, DockerSandbox] = {}
-        self._images: dict[str, str] = {}  # image -> its unpacked root in the host's cache
+        self._images: dict[str, str] = {}  # image id -> its unpacked root in the host's cache
         self._cleanups: set[asyncio.Task[None]] = set()
         self._dir_ready = False
         self._hostname = socket.gethostname()
@@ -213,10 +213,24 @@ class DockerBackend:
             raise
 
     async def _image_root(self, image: str) -> str:
-        """The unpacked root of `image` in the host's cache (`images.resolve`), once per backend."""
-        if image not in self._images:
-            self._images[image] = str(await asyncio.to_thread(images.resolve, image))
-        return self._images[image]
+        """The unpacked root of `image` in the host's cache (`images.resolve`), once per image id:
+        a name rebuilt since is unpacked anew, so the root is always the container's image."""
+        import docker.errors as de
+
+        try:
+            image_id = (await self._call(self._client.api.inspect_image, image))["Id"]
+        except de.ImageNotFound as e:
+            raise LaunchError(
+                f"docker image {image!r} is not in the engine (nothing is pulled: build it with "
+                f"`make images`, or `docker load` it)",
+                detail=str(e),
+                step="image",
+            ) from e
+        except de.DockerException as e:
+            raise _translate(e, "inspect", image) from e
+        if image_id not in self._images:
+            self._images[image_id] = str(await asyncio.to_thread(images.resolve, image))
+        return self._images[image_id]
 
     async def _create(
         self,

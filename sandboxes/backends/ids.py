@@ -7,6 +7,8 @@ shared between sandboxes. Ranges are slots above every ordinary account and subo
 (`FIRST_ID` = 2**28), claimed host-wide (across pools and processes) by a file per slot under
 `ID_DIR`, written under an exclusive lock and holding its owner (pid and start time of the pool's
 process). A slot whose owner is gone is free again: a pool killed with SIGKILL leaks none.
+A manager that is not root (a docker-group user of the docker backend) claims in its own run
+root instead (`id_dir`): its ranges are unique among its own pools.
 """
 
 from __future__ import annotations
@@ -19,14 +21,19 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ..errors import LaunchError
-from .rundirs import alive, starttime
+from .rundirs import alive, default_run_root, starttime
 
-__all__ = ["FIRST_ID", "ID_DIR", "RANGE", "SLOTS", "claim", "release", "release_owned_by"]
+__all__ = ["FIRST_ID", "ID_DIR", "RANGE", "SLOTS", "claim", "id_dir", "release", "release_owned_by"]
 
 RANGE = 1 << 16
 FIRST_ID = 1 << 28
 SLOTS = 16384
 ID_DIR = Path("/run/sandboxes-ids")
+
+
+def id_dir() -> Path:
+    """Where this manager claims ranges: `ID_DIR` (host-wide) for root, else its own run root."""
+    return ID_DIR if os.geteuid() == 0 else default_run_root() / "ids"
 
 
 @contextlib.contextmanager
@@ -52,8 +59,16 @@ def _stale(path: Path) -> bool:
         return True
 
 
-def claim(sandbox_id: str, root: Path = ID_DIR) -> int:
+def claim(sandbox_id: str, root: Path | None = None) -> int:
     """The first host id of a range no live sandbox of this host holds."""
+    root = root or id_dir()
+    try:
+        return _claim(sandbox_id, root)
+    except OSError as e:
+        raise LaunchError(f"cannot claim a host id range in {root}: {e}", step="id_range") from e
+
+
+def _claim(sandbox_id: str, root: Path) -> int:
     with _locked(root):
         start = random.randrange(SLOTS)  # few collisions between hosts' pools, no list to shuffle
         for i in range(SLOTS):
@@ -68,8 +83,9 @@ def claim(sandbox_id: str, root: Path = ID_DIR) -> int:
     raise LaunchError(f"all {SLOTS} id ranges of this host are in use", step="id_range")
 
 
-def release(base: int, sandbox_id: str, root: Path = ID_DIR) -> None:
+def release(base: int, sandbox_id: str, root: Path | None = None) -> None:
     """Frees the range starting at `base` if `sandbox_id` holds it (idempotent)."""
+    root = root or id_dir()
     slot, rest = divmod(base - FIRST_ID, RANGE)
     if rest or not 0 <= slot < SLOTS:
         return
@@ -83,8 +99,9 @@ def release(base: int, sandbox_id: str, root: Path = ID_DIR) -> None:
             path.unlink(missing_ok=True)
 
 
-def release_owned_by(pid: int, starttime: int | None, root: Path = ID_DIR) -> int:
+def release_owned_by(pid: int, starttime: int | None, root: Path | None = None) -> int:
     """Frees every range held by the process `pid` (started at `starttime`); returns how many."""
+    root = root or id_dir()
     if not root.is_dir():
         return 0
     freed = 0
