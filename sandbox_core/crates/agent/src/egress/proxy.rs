@@ -39,6 +39,8 @@ impl Proxy {
     pub async fn serve(self: Arc<Self>, listener: TcpListener) {
         loop {
             let Ok((client, _)) = listener.accept().await else {
+                // Out of fds or memory: let the connections being served finish first.
+                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
                 continue;
             };
             let me = self.clone();
