@@ -79,8 +79,8 @@ bench: build ## run every benchmark against its baselines in one run; regenerate
 bench-table: $(VENV)/.deps ## regenerate README's benchmark table from bench/results/*.json
 	$(PY) -m bench.table --write README.md
 
-images: build-agent ## build the images offline from Debian packages (base, sandbox = base + agent, dev); skips what is up to date
-	bash deploy/docker/build_images.sh --dev
+images: build-agent $(VENV)/.deps ## build the images offline from Debian packages (base, sandbox = base + agent, dev, manager = base + wheel); skips what is up to date
+	PYTHON=$(PY) bash deploy/docker/build_images.sh --dev --manager
 
 proto: $(VENV)/.deps ## regenerate the Python stubs of proto/service.proto
 	$(PY) -m sandboxes._proto.generate

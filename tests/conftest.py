@@ -10,6 +10,7 @@ import os
 import shutil
 import signal
 import subprocess
+import sys
 import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -183,6 +184,27 @@ def dev_image(images: str) -> str:
     if proc.returncode != 0:
         pytest.fail(f"the dev image does not build: {proc.stderr[-1500:]}")
     return "sandboxes-dev:bookworm"
+
+
+@pytest.fixture(scope="session")
+def manager_image(images: str) -> str:
+    """The manager image (`sandboxes serve`), named as the chart's default, built by the same script."""
+    proc = subprocess.run(
+        ["bash", str(BUILD_SCRIPT), "--manager"],
+        cwd=REPO,
+        capture_output=True,
+        text=True,
+        timeout=1500,
+        check=False,
+        env={**os.environ, "PYTHON": sys.executable},
+    )
+    if proc.returncode != 0:
+        pytest.fail(f"the manager image does not build: {proc.stderr[-1500:]}")
+    import yaml
+
+    chart = REPO / "deploy" / "helm" / "sandboxes"
+    repository = yaml.safe_load((chart / "values.yaml").read_text())["manager"]["image"]["repository"]
+    return f"{repository}:{yaml.safe_load((chart / 'Chart.yaml').read_text())['appVersion']}"
 
 
 # --- pools ---------------------------------------------------------------------------------------

@@ -5,7 +5,11 @@
 #   2. sandboxes-sandbox:latest   the base + the agent at /usr/local/bin/sandbox-agent
 #                                 (deploy/docker/Dockerfile.sandbox, `docker build`, offline);
 #   3. with `--dev`: sandboxes-dev:bookworm, a Debian rootfs for agents that build and install
-#                                 (git, build-essential, python3 with pip and venv), as the base.
+#                                 (git, build-essential, python3 with pip and venv), as the base;
+#   4. with `--manager`: the manager image (`sandboxes serve`), named as the Helm chart's default
+#                                 (`manager.image.repository` of its values, tag its appVersion):
+#                                 the base + the project's wheel and its dependencies
+#                                 (deploy/docker/Dockerfile.manager).
 # Each image carries the label `sandboxes.inputs` = a hash of what it was made from (package list
 # and suite for the base; agent binary, Dockerfile and base image id for the top); an image whose
 # label matches is kept, so a second run does nothing.
@@ -18,6 +22,8 @@
 #   SANDBOXES_PACKAGES   packages of the base (default below)
 #   SANDBOXES_DEBIAN_MIRROR  mirror URL; by default the Debian mirror(s) of this machine's apt config
 #   SANDBOXES_DEV_IMAGE / SANDBOXES_DEV_PACKAGES   the dev image's name and packages
+#   PYTHON               the Python that builds the wheel (maturin) and installs it for the
+#                        manager image (default: .venv/bin/python, else python3); a 3.11
 #   FORCE=1              rebuild the images even when their labels match
 set -euo pipefail
 
@@ -33,12 +39,19 @@ PACKAGES=${SANDBOXES_PACKAGES:-"python3 gcc g++ libc6-dev bash coreutils"}
 DEV_IMAGE=${SANDBOXES_DEV_IMAGE:-sandboxes-dev:$SUITE}
 DEV_PACKAGES=${SANDBOXES_DEV_PACKAGES:-"python3 python3-pip python3-venv git build-essential ca-certificates bash coreutils"}
 DEV=0
+MANAGER=0
 for arg in "$@"; do
   case $arg in
     --dev) DEV=1 ;;
-    *) echo "usage: $0 [--dev]" >&2; exit 2 ;;
+    --manager) MANAGER=1 ;;
+    *) echo "usage: $0 [--dev] [--manager]" >&2; exit 2 ;;
   esac
 done
+CHART=deploy/helm/sandboxes
+# The chart says what the manager image is called: one place for its name and tag.
+MANAGER_REPO=$(sed -n '/^manager:/,/^[^ ]/ s/^    repository: *//p' "$CHART/values.yaml" | head -1)
+MANAGER_TAG=$(sed -n 's/^appVersion: *"\{0,1\}\([^"]*\)"\{0,1\}$/\1/p' "$CHART/Chart.yaml")
+MANAGER_IMAGE=${SANDBOXES_MANAGER_IMAGE:-$MANAGER_REPO:$MANAGER_TAG}
 LABEL=sandboxes.inputs
 BUILD_VERSION=1  # bump when this script changes what it produces
 
@@ -211,11 +224,59 @@ build_sandbox() {
   drop_replaced "$old"
 }
 
+# --- 4. manager image (base + wheel) -------------------------------------------------------------
+
+build_manager() {
+  local py=${PYTHON:-}
+  if [ -z "$py" ]; then
+    if [ -x .venv/bin/python ]; then py=.venv/bin/python; else py=python3; fi
+  fi
+  "$py" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' \
+    || die "$py is not a Python 3.11 (the base's python3): set PYTHON"
+  local base_id want have ctx
+  base_id=$(docker image inspect -f '{{.Id}}' "$BASE_IMAGE")
+  # What the wheel is made of (not the wheel itself: its build is not byte-for-byte repeatable).
+  want=$( { git ls-files -s -- sandboxes sandbox_core proto pyproject.toml Cargo.lock 2>/dev/null \
+            || true; git diff HEAD -- sandboxes sandbox_core proto pyproject.toml 2>/dev/null || true
+            sha256sum <sandboxes/_bin/sandbox-agent; sha256sum <deploy/docker/Dockerfile.manager
+            echo "$base_id v$BUILD_VERSION"; } | sha)
+  have=$(label_of "$MANAGER_IMAGE")
+  if [ -z "${FORCE:-}" ] && [ "$have" = "$want" ]; then
+    log "$MANAGER_IMAGE is up to date"
+    return
+  fi
+  ctx=$(mktemp -d /var/tmp/sandboxes-ctx.XXXXXX)
+  trap 'rm -rf "$ctx"' RETURN
+  log "building the wheel"
+  "$py" -m pip install -q "maturin>=1.7,<2"
+  "$py" -m maturin build --release -q -o "$ctx/dist" >&2
+  log "installing it and its dependencies for the image"
+  local wheel
+  wheel=$(ls "$ctx"/dist/*.whl)
+  # With the kubernetes extra: the chart runs the manager on the kubernetes backend.
+  "$py" -m pip install -q --no-compile --target "$ctx/lib" "$wheel[kubernetes]"
+  rm -rf "$ctx/dist" "$ctx/lib/bin"
+  log "building $MANAGER_IMAGE"
+  local old
+  old=$(image_id "$MANAGER_IMAGE")
+  if ! DOCKER_BUILDKIT=${DOCKER_BUILDKIT:-0} docker build -q \
+      -f deploy/docker/Dockerfile.manager \
+      --build-arg "BASE=$BASE_IMAGE" \
+      --label "$LABEL=$want" \
+      -t "$MANAGER_IMAGE" "$ctx" >/dev/null; then
+    die "docker build of $MANAGER_IMAGE failed"
+  fi
+  drop_replaced "$old"
+}
+
 build_base
 build_sandbox
 if [ "$DEV" = 1 ]; then
   build_base "$DEV_IMAGE" "$DEV_PACKAGES"
 fi
+if [ "$MANAGER" = 1 ]; then
+  build_manager
+fi
 docker image ls --format '{{.Repository}}:{{.Tag}} {{.ID}} {{.Size}}' \
-  | grep -E "^(${BASE_IMAGE}|${SANDBOX_IMAGE}|${DEV_IMAGE}) " >&2 || true
+  | grep -E "^(${BASE_IMAGE}|${SANDBOX_IMAGE}|${DEV_IMAGE}|${MANAGER_IMAGE}) " >&2 || true
 log "done"
