@@ -220,12 +220,7 @@ class DockerBackend:
         try:
             image_id = (await self._call(self._client.api.inspect_image, image))["Id"]
         except de.ImageNotFound as e:
-            raise LaunchError(
-                f"docker image {image!r} is not in the engine (nothing is pulled: build it with "
-                f"`make images`, or `docker load` it)",
-                detail=str(e),
-                step="image",
-            ) from e
+            raise _missing_image(image, e) from e
         except de.DockerException as e:
             raise _translate(e, "inspect", image) from e
         if image_id not in self._images:
@@ -485,12 +480,7 @@ class DockerBackend:
                 host_config=host_config,
             )
         except de.ImageNotFound as e:
-            raise LaunchError(
-                f"docker image {image!r} is not in the engine (nothing is pulled: build it with "
-                f"`make images`, or `docker load` it)",
-                detail=str(e),
-                step="image",
-            ) from e
+            raise _missing_image(image, e) from e
         except Exception as e:
             raise _translate(e, "create", image) from e
         cid = created["Id"]
@@ -645,6 +635,15 @@ def _peer_pid(sock: Path) -> int | None:
         return pid if pid > 0 else None
     except OSError:
         return None
+
+
+def _missing_image(image: str, e: BaseException) -> LaunchError:
+    return LaunchError(
+        f"docker image {image!r} is not in the engine (nothing is pulled: build it with "
+        f"`make images`, or `docker load` it)",
+        detail=str(e),
+        step="image",
+    )
 
 
 def _network_mode(t: Template) -> str:

@@ -1,12 +1,15 @@
-"""Who calls an HTTP surface that takes the server's bearer keys (SandboxFusion, Piston)."""
+"""Who calls an HTTP surface that takes the server's bearer keys (SandboxFusion, Piston), and
+what such a surface of one-shot runs holds (`OneShotSurface`)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 from sandboxes.server.auth import ANONYMOUS, ApiKeys
+from sandboxes.server.quota import Quotas
 
-__all__ = ["caller"]
+__all__ = ["OneShotSurface", "caller"]
 
 
 def caller(auth: ApiKeys, insecure: bool, request: Any) -> str:
@@ -15,3 +18,30 @@ def caller(auth: ApiKeys, insecure: bool, request: Any) -> str:
     if insecure or not auth.enabled:
         return ANONYMOUS
     return auth.authenticate_header(request.headers.get("authorization"))
+
+
+class OneShotSurface:
+    """A surface whose every request runs in a fresh sandbox claimed from `pool` (of `template`,
+    None: the default), under the caller's quotas, open to all when `insecure`."""
+
+    def __init__(
+        self,
+        pool: Any,
+        auth: ApiKeys,
+        *,
+        quotas: Quotas | None = None,
+        insecure: bool = False,
+        template: str | None = None,
+        max_batch_concurrency: int = 64,
+        draining: Callable[[], bool] = lambda: False,
+    ) -> None:
+        self.pool = pool
+        self.auth = auth
+        self.quotas = quotas or Quotas()
+        self.insecure = insecure
+        self.template = template
+        self.max_batch_concurrency = max_batch_concurrency
+        self.draining = draining
+
+    def _owner(self, request: Any) -> str:
+        return caller(self.auth, self.insecure, request)

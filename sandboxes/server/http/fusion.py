@@ -34,17 +34,15 @@ import base64
 import binascii
 import logging
 import time
-from collections.abc import Callable
 from typing import Any
 
 from starlette.responses import JSONResponse, PlainTextResponse
 
 from sandboxes import errors as E
 from sandboxes import languages
-from sandboxes.server.auth import ANONYMOUS, ApiKeys
-from sandboxes.server.http.access import caller
+from sandboxes.server.auth import ANONYMOUS
+from sandboxes.server.http.access import OneShotSurface
 from sandboxes.server.http.bodies import BodyTooLarge, read_json
-from sandboxes.server.quota import Quotas
 from sandboxes.types import Limits
 
 __all__ = ["FusionApi"]
@@ -146,27 +144,8 @@ def _sandbox_error(message: str) -> dict[str, Any]:
 MAX_BODY_BYTES = 256 << 20
 
 
-class FusionApi:
+class FusionApi(OneShotSurface):
     """The SandboxFusion routes over `pool` (`routes()`)."""
-
-    def __init__(
-        self,
-        pool: Any,
-        auth: ApiKeys,
-        *,
-        quotas: Quotas | None = None,
-        insecure: bool = False,
-        template: str | None = None,
-        max_batch_concurrency: int = 64,
-        draining: Callable[[], bool] = lambda: False,
-    ) -> None:
-        self.pool = pool
-        self.auth = auth
-        self.quotas = quotas or Quotas()
-        self.insecure = insecure
-        self.template = template
-        self.max_batch_concurrency = max_batch_concurrency
-        self.draining = draining
 
     def routes(self) -> list[Any]:
         from starlette.routing import Route
@@ -179,9 +158,6 @@ class FusionApi:
         ]
 
     # -- plumbing ------------------------------------------------------------------------------
-
-    def _owner(self, request: Any) -> str:
-        return caller(self.auth, self.insecure, request)
 
     async def _guard(self, request: Any) -> tuple[str | None, Any]:
         """(owner, None) or (None, an error response)."""

@@ -33,7 +33,6 @@ import binascii
 import logging
 import re
 import signal as signals
-from collections.abc import Callable
 from typing import Any
 
 from starlette.responses import JSONResponse
@@ -42,9 +41,8 @@ from sandboxes import errors as E
 from sandboxes import languages
 from sandboxes.server.auth import ApiKeys
 from sandboxes.server.http import cells
-from sandboxes.server.http.access import caller
+from sandboxes.server.http.access import OneShotSurface
 from sandboxes.server.http.bodies import BodyTooLarge, read_json
-from sandboxes.server.quota import Quotas
 from sandboxes.types import ExecResult, Limits
 
 __all__ = ["PistonApi", "version_matches"]
@@ -144,27 +142,11 @@ def _memory(body: dict[str, Any], key: str) -> Limits | None:
     return Limits(memory_bytes=v) if v else None
 
 
-class PistonApi:
+class PistonApi(OneShotSurface):
     """The Piston routes over `pool` (`routes()`)."""
 
-    def __init__(
-        self,
-        pool: Any,
-        auth: ApiKeys,
-        *,
-        quotas: Quotas | None = None,
-        insecure: bool = False,
-        template: str | None = None,
-        max_batch_concurrency: int = 64,
-        draining: Callable[[], bool] = lambda: False,
-    ) -> None:
-        self.pool = pool
-        self.auth = auth
-        self.quotas = quotas or Quotas()
-        self.insecure = insecure
-        self.template = template
-        self.max_batch_concurrency = max_batch_concurrency
-        self.draining = draining
+    def __init__(self, pool: Any, auth: ApiKeys, **kwargs: Any) -> None:
+        super().__init__(pool, auth, **kwargs)
         self._runtimes: list[dict[str, Any]] | None = None
         self._runtimes_lock = asyncio.Lock()
 
@@ -184,7 +166,7 @@ class PistonApi:
         if self.draining():
             raise _Refusal(503, "server is shutting down")
         try:
-            owner = caller(self.auth, self.insecure, request)
+            owner = self._owner(request)
         except E.SandboxError as e:
             raise _Refusal(401, e.message) from None
         if not json_body:
