@@ -42,6 +42,7 @@ import tempfile
 import uuid
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Self
 
 import aiohttp
@@ -64,6 +65,8 @@ __all__ = [
 IMAGE_PULL_ERROR = "emulator.invalid/pull-error:latest"
 IMAGE_CRASH = "emulator.invalid/crash:latest"
 IMAGE_UNSCHEDULABLE = "emulator.invalid/unschedulable:latest"
+# The image the settings `--write-config` writes name (the kubelet runs this machine's agent).
+EMULATED_IMAGE = "sandboxes-sandbox:latest"
 
 ANN_AGENT_PORT = "sandboxes.io/agent-port"
 
@@ -743,7 +746,16 @@ async def _serve_forever(args: Any) -> None:
             str(server.url), shared_agents=args.shared_agents, shared_token=args.shared_token or None
         )
         await kubelet.start()
-        print(f"ready {str(server.url).rstrip('/')}", flush=True)
+        url = str(server.url).rstrip("/")
+        if args.write_config:
+            # What `sandboxes serve --backend kubernetes --kube-config PATH` needs to use it.
+            config = {"api_url": url, "image": EMULATED_IMAGE, "port_from_annotation": True}
+            await asyncio.to_thread(Path(args.write_config).write_text, json.dumps(config))
+            print(
+                f"serve on it: sandboxes serve --backend kubernetes --kube-config {args.write_config}",
+                flush=True,
+            )
+        print(f"ready {url}", flush=True)
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
         for sig in (signal.SIGTERM, signal.SIGINT):
@@ -756,8 +768,10 @@ async def _serve_forever(args: Any) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     """`python -m sandboxes.testing.kube_emulator`: an EMULATED API server plus fake kubelet in a
-    process of its own (benchmarks: the emulator's CPU does not share the manager's event loop).
-    Prints `ready URL` once serving; stops on SIGTERM."""
+    process of its own (benchmarks: the emulator's CPU does not share the manager's event loop;
+    a person trying the kubernetes backend without a cluster: `--write-config kube.json`, then
+    `sandboxes serve --backend kubernetes --kube-config kube.json`). Prints `ready URL` once
+    serving; stops on SIGTERM or SIGINT."""
     import argparse
 
     ap = argparse.ArgumentParser(prog="python -m sandboxes.testing.kube_emulator")
@@ -765,6 +779,11 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--latency-ms", type=float, nargs=2, default=(0.0, 0.0), metavar=("LO", "HI"))
     ap.add_argument("--shared-agents", type=int, default=0)
     ap.add_argument("--shared-token", default="")
+    ap.add_argument(
+        "--write-config",
+        metavar="PATH",
+        help="write the kubernetes backend's settings for this emulator (a --kube-config file) to PATH",
+    )
     args = ap.parse_args(argv)
     asyncio.run(_serve_forever(args))
     return 0
