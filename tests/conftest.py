@@ -29,6 +29,7 @@ os.environ["SANDBOXES_IMAGE_CACHE"] = str(IMAGE_CACHE)
 REPO = Path(__file__).resolve().parent.parent
 BUILD_SCRIPT = REPO / "deploy" / "docker" / "build_images.sh"
 
+import grpc
 from helpers import (  # noqa: F401
     agent_pids,
     cgroup_exists,
@@ -37,11 +38,16 @@ from helpers import (  # noqa: F401
     sandbox_containers,
     wait_until,
 )
+from server_helpers import KEY_A, KEY_B, KEYS
 
 import sandboxes
 from sandboxes import _bridge
+from sandboxes._proto.service_pb2_grpc import SandboxesStub
 from sandboxes.backends.local import _cgroup_dirs
 from sandboxes.backends.rundirs import alive, starttime
+from sandboxes.client import AsyncSandboxClient
+from sandboxes.server.app import Server
+from sandboxes.server.auth import ApiKeys
 
 # --- session: native module present, launches recorded, leak check ------------------------------
 
@@ -238,3 +244,60 @@ async def sb(pool: sandboxes.Pool) -> AsyncIterator[sandboxes.Sandbox]:
     """One claimed sandbox, destroyed after the test."""
     async with pool.sandbox() as s:
         yield s
+
+
+# --- a real server over a real local pool, and real clients (helpers: server_helpers.py) -----------
+
+
+@pytest_asyncio.fixture
+async def make_server(native: Any) -> AsyncIterator[Callable[..., Awaitable[Server]]]:
+    """Factory: `await make_server(**Server kwargs)`; auth with KEYS unless `auth=` / `insecure=`."""
+    servers: list[Server] = []
+
+    async def make(**kwargs: Any) -> Server:
+        insecure = kwargs.pop("insecure", False)
+        if "auth" not in kwargs:
+            kwargs["auth"] = ApiKeys({} if insecure else KEYS, insecure=insecure)
+        kwargs.setdefault("host", "127.0.0.1")
+        kwargs.setdefault("port", 0)
+        kwargs.setdefault("warm", 1)
+        kwargs.setdefault("grace_s", 2.0)
+        kwargs.setdefault("pool_kwargs", {"claim_timeout": 60.0})
+        s = Server(**kwargs)
+        servers.append(s)
+        await s.start()
+        return s
+
+    yield make
+    for s in servers:
+        await s.stop(grace=0)
+
+
+@pytest_asyncio.fixture
+async def server(make_server: Callable[..., Awaitable[Server]]) -> Server:
+    return await make_server()
+
+
+@pytest_asyncio.fixture
+async def client(server: Server) -> AsyncIterator[AsyncSandboxClient]:
+    async with AsyncSandboxClient(server.address, KEY_A, timeout=60.0) as c:
+        yield c
+
+
+@pytest_asyncio.fixture
+async def client_b(server: Server) -> AsyncIterator[AsyncSandboxClient]:
+    async with AsyncSandboxClient(server.address, KEY_B, timeout=60.0) as c:
+        yield c
+
+
+@pytest_asyncio.fixture
+async def raw_stub(server: Server) -> AsyncIterator[Any]:
+    """A bare generated stub (no client-side validation, no send limit) for malformed requests."""
+    channel = grpc.aio.insecure_channel(
+        server.address,
+        options=[("grpc.max_send_message_length", -1), ("grpc.max_receive_message_length", 64 << 20)],
+    )
+    stub = SandboxesStub(channel)
+    stub.channel = channel
+    yield stub
+    await channel.close()

@@ -15,10 +15,12 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-from conftest import RUN_ROOT
 from helpers import pgrep, pid_running, wait_until
 
 from sandboxes import _bridge
+
+# The session's private run dir (tests/conftest.py sets it before any test module is imported).
+RUN_ROOT = Path(os.environ["SANDBOXES_RUN_DIR"])
 
 
 def marker() -> str:

@@ -13,8 +13,7 @@ import types
 from pathlib import Path
 
 import pytest
-from server_fixtures import *
-from server_fixtures import KEY_A, wait_for
+from server_helpers import KEY_A, wait_for
 
 import sandboxes
 from sandboxes import cli

@@ -8,8 +8,7 @@ import collections
 import grpc
 import pytest
 import pytest_asyncio
-from server_fixtures import *
-from server_fixtures import KEY_A
+from server_helpers import KEY_A
 
 from sandboxes import errors as E
 from sandboxes._proto import service_pb2 as pb

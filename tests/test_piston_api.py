@@ -11,8 +11,7 @@ from typing import Any
 
 import aiohttp
 import pytest
-from server_fixtures import *
-from server_fixtures import bearer
+from server_helpers import bearer
 
 from sandboxes.datasets.humaneval import load_humaneval
 

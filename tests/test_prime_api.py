@@ -17,8 +17,7 @@ from typing import Any
 import aiohttp
 import pytest
 from helpers import pgrep, wait_until
-from server_fixtures import *
-from server_fixtures import KEY_A, KEY_B
+from server_helpers import KEY_A, KEY_B
 
 pytestmark = pytest.mark.asyncio
 

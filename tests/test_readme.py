@@ -10,7 +10,6 @@ import sys
 from pathlib import Path
 
 import pytest
-from server_fixtures import *
 
 README = Path(__file__).resolve().parent.parent / "README.md"
 
@@ -52,7 +51,7 @@ async def test_the_prime_example_prints_what_readme_shows(make_server) -> None:
     import os
     import secrets
 
-    from server_fixtures import KEY_A
+    from server_helpers import KEY_A
     from test_prime_api import CURRENT, client_python
 
     code, shown = example("Run Prime Sandboxes / verifiers environments on your own machines")

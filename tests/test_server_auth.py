@@ -8,8 +8,7 @@ import uuid
 import grpc
 import pytest
 from helpers import pgrep
-from server_fixtures import *
-from server_fixtures import KEY_A, KEY_B, bearer, wait_for
+from server_helpers import KEY_A, KEY_B, bearer, wait_for
 
 from sandboxes import errors as E
 from sandboxes._proto import service_pb2 as pb

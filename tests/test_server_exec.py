@@ -9,8 +9,7 @@ import uuid
 
 import pytest
 from helpers import pgrep
-from server_fixtures import *
-from server_fixtures import bearer, wait_for
+from server_helpers import bearer, wait_for
 
 from sandboxes import errors as E
 from sandboxes._proto import service_pb2 as pb

@@ -7,8 +7,7 @@ import asyncio
 
 import pytest
 from helpers import kernel_has_landlock, pid_running
-from server_fixtures import *
-from server_fixtures import KEY_A, agent_pids_of, wait_for
+from server_helpers import KEY_A, agent_pids_of, wait_for
 
 from sandboxes import errors as E
 from sandboxes.client import AsyncSandboxClient

@@ -7,8 +7,7 @@ import re
 import urllib.request
 
 import pytest
-from server_fixtures import *
-from server_fixtures import KEY_A, wait_for
+from server_helpers import KEY_A, wait_for
 
 from sandboxes import errors as E
 from sandboxes.client import AsyncSandboxClient

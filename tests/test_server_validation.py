@@ -10,8 +10,7 @@ import math
 
 import grpc
 import pytest
-from server_fixtures import *
-from server_fixtures import KEY_A, bearer
+from server_helpers import KEY_A, bearer
 
 from sandboxes import errors as E
 from sandboxes._proto import service_pb2 as pb

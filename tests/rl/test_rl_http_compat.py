@@ -12,8 +12,7 @@ import sys
 from pathlib import Path
 
 import pytest
-from server_fixtures import *
-from server_fixtures import KEY_A
+from server_helpers import KEY_A
 
 sf = pytest.importorskip("sandbox_fusion")
 aiohttp = pytest.importorskip("aiohttp")

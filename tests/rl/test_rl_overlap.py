@@ -8,8 +8,7 @@ from typing import Any
 
 import pytest
 from sandboxes_rl.overlap import ClientProvider, PoolProvider, SandboxLease, as_provider, summarize
-from server_fixtures import *
-from server_fixtures import KEY_A
+from server_helpers import KEY_A
 
 import sandboxes
 from sandboxes.client import AsyncSandboxClient

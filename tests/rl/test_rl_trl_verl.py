@@ -10,8 +10,7 @@ import signal
 from typing import Any
 
 import pytest
-from rl_fixtures import *
-from rl_fixtures import N_HUMANEVAL
+from rl_helpers import N_HUMANEVAL
 from sandboxes_rl.fake_llm import fenced
 from sandboxes_rl.problems import tests_spec
 from sandboxes_rl.runtime import SandboxRuntime

@@ -15,8 +15,7 @@ from sandboxes_code.taskset import use_runtime
 from sandboxes_rl.fake_llm import FakeChatServer, fenced
 from sandboxes_rl.problems import problem_rows
 from sandboxes_rl.runtime import SandboxRuntime
-from server_fixtures import *
-from server_fixtures import KEY_A
+from server_helpers import KEY_A
 
 pytestmark = pytest.mark.asyncio
 

@@ -1,5 +1,5 @@
-"""Shared pieces of the rl/ tests: HumanEval subsets with their canonical and broken programs, a
-scripted stand-in model, and a private sandbox runtime closed at the end of the test."""
+"""Fixtures of the rl/ tests: HumanEval subsets, a scripted stand-in model, and a private sandbox
+runtime closed at the end of the test."""
 
 from __future__ import annotations
 
@@ -8,23 +8,12 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-from sandboxes_rl.fake_llm import FakeChatServer, code_agent_script
-from sandboxes_rl.problems import problem_rows, question_of
+from rl_helpers import N_HUMANEVAL
+from sandboxes_rl.fake_llm import FakeChatServer
+from sandboxes_rl.problems import problem_rows
 from sandboxes_rl.runtime import SandboxRuntime
 
 from sandboxes.datasets import load_humaneval, load_stdio
-
-__all__ = [
-    "N_HUMANEVAL",
-    "fake_llm",
-    "humaneval_rows",
-    "humaneval_subset",
-    "runtime",
-    "solver_for",
-    "stdio_subset",
-]
-
-N_HUMANEVAL = 20
 
 
 @pytest.fixture(scope="session")
@@ -40,12 +29,6 @@ def humaneval_rows() -> list[dict[str, Any]]:
 @pytest.fixture(scope="session")
 def stdio_subset() -> list[Any]:
     return [p for p in load_stdio() if "python" in p.references][:5]
-
-
-def solver_for(problems: list[Any], broken: set[str] = frozenset()) -> Any:
-    """`solution_for(prompt)`: the canonical program, or the broken one for ids in `broken`."""
-    table = {question_of(p): (p.broken() if p.problem_id in broken else p.reference()) for p in problems}
-    return table.get
 
 
 @pytest_asyncio.fixture
@@ -69,6 +52,3 @@ def runtime(native: Any) -> Iterator[SandboxRuntime]:
     rt = SandboxRuntime(backend="local", warm=2, pool_kwargs={"claim_timeout": 60.0})
     yield rt
     rt.close()
-
-
-__all__ += ["code_agent_script"]
