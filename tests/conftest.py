@@ -158,19 +158,30 @@ def docker_api() -> Any:
     client.close()
 
 
-@pytest.fixture(scope="session")
-def images(docker_api: Any, native: Any) -> str:
-    """Builds (or finds up to date) the base and sandbox images with the project's own script;
-    fails when they do not build (an engine answers: `docker_api`)."""
+def build_images(what: str, *flags: str) -> None:
+    """Runs the project's image script with `flags`; an engine answers, so the images must build:
+    a broken build fails the tests that need `what`, it is not a skip."""
     try:
         proc = subprocess.run(
-            ["bash", str(BUILD_SCRIPT)], cwd=REPO, capture_output=True, text=True, timeout=1500, check=False
+            ["bash", str(BUILD_SCRIPT), *flags],
+            cwd=REPO,
+            capture_output=True,
+            text=True,
+            timeout=1500,
+            check=False,
+            env={**os.environ, "PYTHON": sys.executable},
         )
     except subprocess.TimeoutExpired:
-        pytest.fail("building the sandbox image took over 25 minutes")
+        pytest.fail(f"building the {what} took over 25 minutes")
     if proc.returncode != 0:
-        # An engine answers, so the images must build: a broken build is a failure, not a skip.
-        pytest.fail(f"the sandbox image does not build: {proc.stderr[-1500:]}")
+        pytest.fail(f"the {what} does not build: {proc.stderr[-1500:]}")
+
+
+@pytest.fixture(scope="session")
+def images(docker_api: Any, native: Any) -> str:
+    """Builds (or finds up to date) the base and sandbox images with the project's own script
+    (an engine answers: `docker_api`)."""
+    build_images("sandbox image")
     from sandboxes.backends.docker import DEFAULT_IMAGE
 
     return DEFAULT_IMAGE
@@ -179,33 +190,14 @@ def images(docker_api: Any, native: Any) -> str:
 @pytest.fixture(scope="session")
 def dev_image(images: str) -> str:
     """The dev image (git, build tools, python3 with pip and venv), built by the same script."""
-    proc = subprocess.run(
-        ["bash", str(BUILD_SCRIPT), "--dev"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=1500,
-        check=False,
-    )
-    if proc.returncode != 0:
-        pytest.fail(f"the dev image does not build: {proc.stderr[-1500:]}")
+    build_images("dev image", "--dev")
     return "sandboxes-dev:bookworm"
 
 
 @pytest.fixture(scope="session")
 def manager_image(images: str) -> str:
     """The manager image (`sandboxes serve`), named as the chart's default, built by the same script."""
-    proc = subprocess.run(
-        ["bash", str(BUILD_SCRIPT), "--manager"],
-        cwd=REPO,
-        capture_output=True,
-        text=True,
-        timeout=1500,
-        check=False,
-        env={**os.environ, "PYTHON": sys.executable},
-    )
-    if proc.returncode != 0:
-        pytest.fail(f"the manager image does not build: {proc.stderr[-1500:]}")
+    build_images("manager image", "--manager")
     import yaml
 
     chart = REPO / "deploy" / "helm" / "sandboxes"

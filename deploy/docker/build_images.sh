@@ -187,6 +187,20 @@ build_base() {
   drop_replaced "$old"
 }
 
+# build_on_base DOCKERFILE IMAGE LABEL CONTEXT OLD_ID: IMAGE from DOCKERFILE on the base, labelled
+# with its inputs; the image it replaces is dropped. The classic builder takes FROM from the local
+# images and needs no buildx; set DOCKER_BUILDKIT=1 to use BuildKit where it is installed.
+build_on_base() {
+  if ! DOCKER_BUILDKIT=${DOCKER_BUILDKIT:-0} docker build -q \
+      -f "$1" \
+      --build-arg "BASE=$BASE_IMAGE" \
+      --label "$LABEL=$3" \
+      -t "$2" "$4" >/dev/null; then
+    die "docker build of $2 failed"
+  fi
+  drop_replaced "$5"
+}
+
 # --- 2. sandbox image (base + agent) -------------------------------------------------------------
 
 build_sandbox() {
@@ -212,16 +226,7 @@ build_sandbox() {
   log "building $SANDBOX_IMAGE (agent $agent)"
   local old
   old=$(image_id "$SANDBOX_IMAGE")
-  # The classic builder takes FROM from the local images and needs no buildx; set
-  # DOCKER_BUILDKIT=1 to use BuildKit where it is installed.
-  if ! DOCKER_BUILDKIT=${DOCKER_BUILDKIT:-0} docker build -q \
-      -f deploy/docker/Dockerfile.sandbox \
-      --build-arg "BASE=$BASE_IMAGE" \
-      --label "$LABEL=$want" \
-      -t "$SANDBOX_IMAGE" "$ctx" >/dev/null; then
-    die "docker build of $SANDBOX_IMAGE failed"
-  fi
-  drop_replaced "$old"
+  build_on_base deploy/docker/Dockerfile.sandbox "$SANDBOX_IMAGE" "$want" "$ctx" "$old"
 }
 
 # --- 4. manager image (base + wheel) -------------------------------------------------------------
@@ -259,14 +264,7 @@ build_manager() {
   log "building $MANAGER_IMAGE"
   local old
   old=$(image_id "$MANAGER_IMAGE")
-  if ! DOCKER_BUILDKIT=${DOCKER_BUILDKIT:-0} docker build -q \
-      -f deploy/docker/Dockerfile.manager \
-      --build-arg "BASE=$BASE_IMAGE" \
-      --label "$LABEL=$want" \
-      -t "$MANAGER_IMAGE" "$ctx" >/dev/null; then
-    die "docker build of $MANAGER_IMAGE failed"
-  fi
-  drop_replaced "$old"
+  build_on_base deploy/docker/Dockerfile.manager "$MANAGER_IMAGE" "$want" "$ctx" "$old"
 }
 
 build_base
