@@ -4,11 +4,12 @@ server on 127.0.0.1 over a real local pool, real clients) are in conftest.py."""
 
 from __future__ import annotations
 
-import asyncio
 import json
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
+
+from helpers import wait_until
 
 from sandboxes.backends.local import default_run_root
 from sandboxes.server.app import Server
@@ -25,18 +26,8 @@ def bearer(key: str = KEY_A) -> tuple[tuple[str, str], ...]:
 
 
 async def wait_for(cond: Callable[[], Any], what: str, bound_s: float = 30.0, interval: float = 0.02) -> None:
-    """Poll a real condition (sync or async) until it holds; fail past the bound."""
-    loop = asyncio.get_running_loop()
-    deadline = loop.time() + bound_s
-    while True:
-        r = cond()
-        if asyncio.iscoroutine(r):
-            r = await r
-        if r:
-            return
-        if loop.time() > deadline:
-            raise AssertionError(f"timed out waiting for {what}")
-        await asyncio.sleep(interval)
+    """Poll a real condition (sync or async) until it holds; fail past the bound (`wait_until`)."""
+    await wait_until(cond, timeout=bound_s, interval=interval, what=what)
 
 
 def agent_pids_of(server: Server) -> set[int]:

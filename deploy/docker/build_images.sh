@@ -67,6 +67,14 @@ label_of() {  # image -> value of its inputs label, empty when absent
 
 sha() { sha256sum | cut -c1-32; }
 
+up_to_date() {  # image, inputs hash: true (and says so) when the image was made of those inputs
+  if [ -z "${FORCE:-}" ] && [ "$(label_of "$1")" = "$2" ]; then
+    log "$1 is up to date"
+    return 0
+  fi
+  return 1
+}
+
 image_id() { docker image inspect -f '{{.Id}}' "$1" 2>/dev/null || true; }
 
 drop_replaced() {  # old image id: remove it once nothing names it any more (best effort)
@@ -135,14 +143,10 @@ PY
 # build_base [IMAGE PACKAGES]: a Debian rootfs of PACKAGES imported as IMAGE (default: the base).
 build_base() {
   local BASE_IMAGE=${1:-$BASE_IMAGE} PACKAGES=${2:-$PACKAGES}
-  local pkgs sorted want have tmp
+  local pkgs sorted want tmp
   sorted=$(echo "$PACKAGES" | tr ' ,' '\n\n' | sed '/^$/d' | sort -u | tr '\n' ' ')
   want=$(printf 'v%s %s %s %s' "$BUILD_VERSION" "$SUITE" "$VARIANT" "$sorted" | sha)
-  have=$(label_of "$BASE_IMAGE")
-  if [ -z "${FORCE:-}" ] && [ "$have" = "$want" ]; then
-    log "$BASE_IMAGE is up to date"
-    return
-  fi
+  up_to_date "$BASE_IMAGE" "$want" && return
   mapfile -t sources < <(apt_sources)
   [ "${#sources[@]}" -gt 0 ] || die "no Debian $SUITE source in /etc/apt; set SANDBOXES_DEBIAN_MIRROR"
   pkgs=$(echo "$sorted" | tr ' ' ',' | sed 's/,$//')
@@ -211,14 +215,10 @@ build_sandbox() {
     done
   fi
   [ -n "$agent" ] && [ -x "$agent" ] || die "no agent binary (run \`make build-agent\` or set AGENT_BIN)"
-  local base_id want have ctx
+  local base_id want ctx
   base_id=$(docker image inspect -f '{{.Id}}' "$BASE_IMAGE")
   want=$( { sha256sum <"$agent"; sha256sum <deploy/docker/Dockerfile.sandbox; echo "$base_id"; } | sha)
-  have=$(label_of "$SANDBOX_IMAGE")
-  if [ -z "${FORCE:-}" ] && [ "$have" = "$want" ]; then
-    log "$SANDBOX_IMAGE is up to date"
-    return
-  fi
+  up_to_date "$SANDBOX_IMAGE" "$want" && return
   # A context of just the agent: nothing of the repository is sent to the engine.
   ctx=$(mktemp -d /var/tmp/sandboxes-ctx.XXXXXX)
   trap 'rm -rf "$ctx"' RETURN
@@ -238,18 +238,14 @@ build_manager() {
   fi
   "$py" -c 'import sys; sys.exit(sys.version_info[:2] != (3, 11))' \
     || die "$py is not a Python 3.11 (the base's python3): set PYTHON"
-  local base_id want have ctx
+  local base_id want ctx
   base_id=$(docker image inspect -f '{{.Id}}' "$BASE_IMAGE")
   # What the wheel is made of (not the wheel itself: its build is not byte-for-byte repeatable).
   want=$( { git ls-files -s -- sandboxes sandbox_core proto pyproject.toml Cargo.lock 2>/dev/null \
             || true; git diff HEAD -- sandboxes sandbox_core proto pyproject.toml 2>/dev/null || true
             sha256sum <sandboxes/_bin/sandbox-agent; sha256sum <deploy/docker/Dockerfile.manager
             echo "$base_id v$BUILD_VERSION"; } | sha)
-  have=$(label_of "$MANAGER_IMAGE")
-  if [ -z "${FORCE:-}" ] && [ "$have" = "$want" ]; then
-    log "$MANAGER_IMAGE is up to date"
-    return
-  fi
+  up_to_date "$MANAGER_IMAGE" "$want" && return
   ctx=$(mktemp -d /var/tmp/sandboxes-ctx.XXXXXX)
   trap 'rm -rf "$ctx"' RETURN
   log "building the wheel"

@@ -158,20 +158,13 @@ class Server:
                 from sandboxes.server.http.prime import PrimeApi
 
                 service = self.service
-                fusion = FusionApi(
-                    self.pool,
-                    self.auth,
-                    quotas=self.quotas,
-                    insecure=self.http_insecure,
-                    draining=lambda: service.draining,
-                )
-                piston = PistonApi(
-                    self.pool,
-                    self.auth,
-                    quotas=self.quotas,
-                    insecure=self.http_insecure,
-                    draining=lambda: service.draining,
-                )
+                one_shot: dict[str, Any] = {
+                    "quotas": self.quotas,
+                    "insecure": self.http_insecure,
+                    "draining": lambda: service.draining,
+                }
+                fusion = FusionApi(self.pool, self.auth, **one_shot)
+                piston = PistonApi(self.pool, self.auth, **one_shot)
                 self.prime = PrimeApi(service, self.auth)
                 routes = fusion.routes() + piston.routes() + self.prime.routes()
                 self.http = HttpServer(routes, grace_s=self.grace_s)

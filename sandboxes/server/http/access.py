@@ -3,7 +3,8 @@ what such a surface of one-shot runs holds (`OneShotSurface`)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+import contextlib
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from sandboxes.server.auth import ANONYMOUS, ApiKeys
@@ -45,3 +46,13 @@ class OneShotSurface:
 
     def _owner(self, request: Any) -> str:
         return caller(self.auth, self.insecure, request)
+
+    @contextlib.contextmanager
+    def charged(self, owner: str) -> Iterator[None]:
+        """One sandbox and one exec slot of `owner`'s quotas for the block (QuotaExceeded if none)."""
+        self.quotas.acquire_sandbox(owner)
+        try:
+            with self.quotas.exec_slot(owner):
+                yield
+        finally:
+            self.quotas.release_sandbox(owner)

@@ -220,17 +220,14 @@ class FusionApi(OneShotSurface):
 
     async def run_one(self, req: dict[str, Any], owner: str = ANONYMOUS) -> dict[str, Any]:
         """Run one parsed request in a fresh sandbox; a SandboxFusion RunCodeResponse dict."""
-        self.quotas.acquire_sandbox(owner)
         try:
-            with self.quotas.exec_slot(owner):
+            with self.charged(owner):
                 return await self._run(req)
         except (E.QuotaExceeded, E.InvalidRequest):
             raise
         except E.SandboxError as e:
             log.warning("run_code failed: %s: %s", e.kind.value, e.message)
             return _sandbox_error(f"{e.kind.value}: {e.message}")
-        finally:
-            self.quotas.release_sandbox(owner)
 
     async def _run(self, req: dict[str, Any]) -> dict[str, Any]:
         source, compile_argv, run_argv = languages.script_commands(req["language"])  # type: ignore[misc]  # checked in _parse

@@ -223,19 +223,13 @@ class PistonApi(OneShotSurface):
         except _BadJob as e:
             return JSONResponse({"message": str(e)}, status_code=400)
         try:
-            self.quotas.acquire_sandbox(owner)
-        except E.QuotaExceeded as e:
-            return JSONResponse({"message": e.message}, status_code=429)
-        try:
-            with self.quotas.exec_slot(owner):
+            with self.charged(owner):
                 return JSONResponse(await self._run(job))
         except E.QuotaExceeded as e:
             return JSONResponse({"message": e.message}, status_code=429)
         except E.SandboxError as e:
             log.warning("piston execute failed: %s: %s", e.kind.value, e.message)
             return JSONResponse({"message": f"{e.kind.value}: {e.message}"}, status_code=500)
-        finally:
-            self.quotas.release_sandbox(owner)
 
     async def _parse(self, body: Any) -> dict[str, Any]:
         if not isinstance(body, dict):
@@ -317,19 +311,15 @@ class PistonApi(OneShotSurface):
         async def one(script: str, language: str) -> dict[str, Any]:
             async with sem:
                 try:
-                    self.quotas.acquire_sandbox(owner)
-                except E.QuotaExceeded as e:
-                    return {"execution": None, "exception_str": e.message}
-                try:
-                    with self.quotas.exec_slot(owner):
+                    with self.charged(owner):
                         return {
                             "execution": await self._cell(script, language, timeout),
                             "exception_str": None,
                         }
+                except E.QuotaExceeded as e:
+                    return {"execution": None, "exception_str": e.message}
                 except E.SandboxError as e:
                     return {"execution": None, "exception_str": f"{e.kind.value}: {e.message}"}
-                finally:
-                    self.quotas.release_sandbox(owner)
 
         return JSONResponse(list(await asyncio.gather(*(one(s, lang) for s, lang in zip(scripts, langs)))))
 
