@@ -1,5 +1,4 @@
-"""Regenerate the Python stubs of proto/service.proto and proto/command_session.proto:
-`python -m sandboxes._proto.generate`.
+"""Regenerate the Python stubs of proto/*.proto: `python -m sandboxes._proto.generate`.
 
 The stubs are checked in; run this after editing the proto. grpcio-tools writes an absolute import
 (`import service_pb2`) into the gRPC module; it is rewritten to a package-relative one.
@@ -14,7 +13,14 @@ import sys
 HERE = pathlib.Path(__file__).resolve().parent
 ROOT = HERE.parent.parent
 # (proto, has gRPC services served by grpcio)
-PROTOS = [("service.proto", True), ("command_session.proto", False)]
+PROTOS = [
+    ("service.proto", True),
+    ("command_session.proto", False),
+    ("envd_process.proto", False),
+    ("envd_filesystem.proto", False),
+]
+# Well-known protos the private pools need before a file that imports them.
+_WELL_KNOWN = {"google/protobuf/timestamp.proto": "timestamp_pb2"}
 
 
 def main() -> int:
@@ -44,9 +50,14 @@ def main() -> int:
             # (the SDK and this server, e.g. in tests). Ours lives in a pool of its own.
             module = HERE / f"{proto.removesuffix('.proto')}_pb2.py"
             text = module.read_text()
+            deps = "".join(
+                f"from google.protobuf import {mod} as _{mod}\n_POOL.AddSerializedFile(_{mod}.DESCRIPTOR.serialized_pb)\n"
+                for name, mod in _WELL_KNOWN.items()
+                if f'import "{name}"' in (ROOT / "proto" / proto).read_text()
+            )
             text = text.replace(
                 "DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(",
-                "_POOL = _descriptor_pool.DescriptorPool()\nDESCRIPTOR = _POOL.AddSerializedFile(",
+                "_POOL = _descriptor_pool.DescriptorPool()\n" + deps + "DESCRIPTOR = _POOL.AddSerializedFile(",
             )
             module.write_text(text)
             continue
