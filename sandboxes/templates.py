@@ -162,6 +162,11 @@ class Template:
         return dataclasses.replace(self, **changes)
 
     @property
+    def disk_bytes(self) -> int:
+        """What a program may write: the writable root of a root sandbox, else the work dir."""
+        return int(self.root_size_bytes if self.user == "root" else self.work_size_bytes)
+
+    @property
     def egress_allow(self) -> tuple[str, ...]:
         """The allow-list rules of a sandbox whose network is one (else empty)."""
         return self.network if isinstance(self.network, tuple) else ()

@@ -94,7 +94,7 @@ class Server:
         self.metrics_port: int | None = None
         self._stopped = asyncio.Event()
         self._stopping: asyncio.Task | None = None
-        # The HTTP-compatible APIs (`http/`: SandboxFusion, Prime), on the same host, when asked.
+        # The HTTP-compatible APIs (`http/`: SandboxFusion, Piston, Prime, E2B), on the same host, when asked.
         self.http_port_requested = http_port
         self.http_insecure = http_insecure
         self.http: Any = None
@@ -153,6 +153,7 @@ class Server:
             self.service.start()
             if self.http_port_requested is not None:
                 from sandboxes.server.http import HttpServer
+                from sandboxes.server.http.e2b import E2bApi
                 from sandboxes.server.http.fusion import FusionApi
                 from sandboxes.server.http.piston import PistonApi
                 from sandboxes.server.http.prime import PrimeApi
@@ -166,8 +167,9 @@ class Server:
                 fusion = FusionApi(self.pool, self.auth, **one_shot)
                 piston = PistonApi(self.pool, self.auth, **one_shot)
                 self.prime = PrimeApi(service, self.auth)
-                routes = fusion.routes() + piston.routes() + self.prime.routes()
-                self.http = HttpServer(routes, grace_s=self.grace_s)
+                e2b = E2bApi(service, self.auth)
+                routes = fusion.routes() + piston.routes() + self.prime.routes() + e2b.routes()
+                self.http = HttpServer(routes, front=[e2b.traffic], grace_s=self.grace_s)
                 self.http_port = await self.http.start(self.host, self.http_port_requested)
         except BaseException:
             await self._teardown(grace=0)

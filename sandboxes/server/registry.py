@@ -59,15 +59,19 @@ class Registry:
     # -- records -----------------------------------------------------------------------------
 
     def add(self, rec: Record, ttl_s: float | None) -> None:
-        if ttl_s:
-            loop = asyncio.get_running_loop()
-            rec.deadline = loop.time() + ttl_s
-            rec.expires_at = time.time() + ttl_s
-            entry = (rec.deadline, next(self._seq), rec.id)
-            heapq.heappush(self._heap, entry)
-            if self._heap[0] is entry:
-                self._wake.set()  # earlier than what the reaper sleeps for
         self._records[rec.id] = rec
+        if ttl_s:
+            self.set_ttl(rec, ttl_s)
+
+    def set_ttl(self, rec: Record, ttl_s: float) -> None:
+        """`rec` expires `ttl_s` from now (sooner or later than it would have)."""
+        loop = asyncio.get_running_loop()
+        rec.deadline = loop.time() + ttl_s
+        rec.expires_at = time.time() + ttl_s
+        entry = (rec.deadline, next(self._seq), rec.id)
+        heapq.heappush(self._heap, entry)
+        if self._heap[0] is entry:
+            self._wake.set()  # earlier than what the reaper sleeps for
 
     def get(self, sandbox_id: str, owner: str | None = None) -> Record | None:
         """The record, if it exists and (when `owner` is given) belongs to `owner`."""

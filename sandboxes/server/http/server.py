@@ -2,8 +2,10 @@
 
 An ASGI application (Starlette routing, the Connect services mounted into it) served by uvicorn
 on a socket bound here, so port 0 works and the bound port is known before serving. Each surface
-(`fusion.py`, `prime/`) contributes routes; errors a surface does not catch become its JSON
-error shape, never a traceback page.
+(`fusion.py`, `piston.py`, `prime/`, `e2b/`) contributes routes; a surface whose requests are
+told apart by a header rather than a path (E2B's in-sandbox calls) contributes a `front` hook,
+which sees every request first. Errors a surface does not catch become its JSON error shape,
+never a traceback page.
 """
 
 from __future__ import annotations
@@ -13,7 +15,7 @@ import contextlib
 import logging
 import math
 import socket
-from collections.abc import Iterator, Sequence
+from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
 
 import uvicorn
@@ -27,16 +29,25 @@ log = logging.getLogger("sandboxes.server.http")
 
 
 class HttpServer:
-    """Serves `routes` (Starlette routes / mounts); `await start(host, port)` returns the port."""
+    """Serves `routes` (Starlette routes / mounts) behind the `front` hooks (`await hook(scope,
+    receive, send)` -> True when it served the request); `await start(host, port)` returns the
+    port."""
 
-    def __init__(self, routes: Sequence[Any], *, grace_s: float = 5.0) -> None:
+    def __init__(
+        self,
+        routes: Sequence[Any],
+        *,
+        front: Sequence[Callable[[Any, Any, Any], Awaitable[bool]]] = (),
+        grace_s: float = 5.0,
+    ) -> None:
         self.routes = list(routes)
+        self.front = list(front)
         self.grace_s = grace_s
         self.port: int | None = None
         self._server: Any = None
         self._task: asyncio.Task | None = None
 
-    def app(self) -> Starlette:
+    def app(self) -> Any:
         async def http_error(request: Any, exc: Exception) -> JSONResponse:
             if not isinstance(exc, HTTPException):  # registered for that class only
                 raise exc
@@ -46,10 +57,21 @@ class HttpServer:
             log.exception("unhandled error on %s %s", request.method, request.url.path, exc_info=exc)
             return JSONResponse({"detail": "internal server error"}, status_code=500)
 
-        return Starlette(
+        routed = Starlette(
             routes=self.routes,
             exception_handlers={HTTPException: http_error, Exception: unexpected},
         )
+        front = self.front
+        if not front:
+            return routed
+
+        async def app(scope: Any, receive: Any, send: Any) -> None:
+            for hook in front:
+                if await hook(scope, receive, send):
+                    return
+            await routed(scope, receive, send)
+
+        return app
 
     async def start(self, host: str = "127.0.0.1", port: int = 0) -> int:
         family = socket.AF_INET6 if ":" in host else socket.AF_INET

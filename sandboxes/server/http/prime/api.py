@@ -159,7 +159,7 @@ class ControlPlane:
         rec.sandbox.default_limits = rec.sandbox.default_limits.merged(
             Limits(
                 memory_bytes=int(sb.memory_gb * GB),
-                max_file_size_bytes=_disk_bytes(tp) or None,
+                max_file_size_bytes=(tp.disk_bytes if tp is not None else 0) or None,
                 max_output_bytes=COMMAND_OUTPUT_BYTES,
             )
         )
@@ -178,7 +178,7 @@ class ControlPlane:
         if tp is not None and tp.cpu_quota:
             cpu = min(cpu, tp.cpu_quota)
         root = tp is not None and tp.user == "root"
-        disk_bytes = _disk_bytes(tp)
+        disk_bytes = tp.disk_bytes if tp is not None else 0
         return PrimeSandbox(
             id=sandbox_id,
             name=args.name,
@@ -368,13 +368,6 @@ class ControlPlane:
         if self._sweeper is not None:
             self._sweeper.cancel()
             await asyncio.gather(self._sweeper, return_exceptions=True)
-
-
-def _disk_bytes(tp: Any) -> int:
-    """The template's disk: its writable root (root sandboxes) or its work dir."""
-    if tp is None:
-        return 0
-    return int(tp.root_size_bytes if tp.user == "root" else tp.work_size_bytes)
 
 
 def _policy(sb: PrimeSandbox) -> dict[str, Any]:

@@ -21,12 +21,10 @@ from collections.abc import AsyncIterator
 from typing import Any
 
 from connectrpc.code import Code
-from connectrpc.compat import google_protobuf_codecs
 from connectrpc.errors import ConnectError
-from connectrpc.method import IdempotencyLevel, MethodInfo
-from connectrpc.server import ConnectASGIApplication, Endpoint
 
 from sandboxes._proto import command_session_pb2 as cs
+from sandboxes.server.http.connect import Rpc, service_app
 from sandboxes.server.http.sessions import COMMAND_LIMITS, Programs, SandboxSessions
 
 __all__ = ["COMMAND_LIMITS", "SERVICE", "TARGET", "Sessions", "sessions_app"]
@@ -156,41 +154,16 @@ class Sessions:
         raise ConnectError(Code.UNIMPLEMENTED, "pseudo-terminals are not supported by this server")
 
 
-def _method(
-    name: str, req: type, resp: type, level: IdempotencyLevel = IdempotencyLevel.UNKNOWN
-) -> MethodInfo:
-    return MethodInfo(name=name, service_name=SERVICE, input=req, output=resp, idempotency_level=level)
-
-
-class _App(ConnectASGIApplication):
-    @property
-    def path(self) -> str:
-        return f"/{SERVICE}"
-
-
-def sessions_app(service: Sessions, *, read_max_bytes: int = 64 << 20) -> ConnectASGIApplication:
+def sessions_app(service: Sessions) -> Any:
     """The Connect ASGI app of `service` (paths `/command_session.CommandSession/<Method>`)."""
-    nse = IdempotencyLevel.NO_SIDE_EFFECTS
-
-    def endpoints(svc: Sessions) -> dict[str, Any]:
-        p = f"/{SERVICE}/"
-        return {
-            p + "Start": Endpoint.server_stream(
-                _method("Start", cs.StartRequest, cs.StartResponse), svc.start
-            ),
-            p + "Connect": Endpoint.server_stream(
-                _method("Connect", cs.ConnectRequest, cs.ConnectResponse, nse), svc.connect
-            ),
-            p + "List": Endpoint.unary(_method("List", cs.ListRequest, cs.ListResponse, nse), svc.list),
-            p + "SendInput": Endpoint.unary(
-                _method("SendInput", cs.SendInputRequest, cs.SendInputResponse), svc.send_input
-            ),
-            p + "SendSignal": Endpoint.unary(
-                _method("SendSignal", cs.SendSignalRequest, cs.SendSignalResponse), svc.send_signal
-            ),
-            p + "Update": Endpoint.unary(_method("Update", cs.UpdateRequest, cs.UpdateResponse), svc.update),
-        }
-
-    return _App(
-        service=service, endpoints=endpoints, codecs=google_protobuf_codecs(), read_max_bytes=read_max_bytes
+    return service_app(
+        SERVICE,
+        [
+            Rpc("Start", "server_stream", cs.StartRequest, cs.StartResponse, service.start),
+            Rpc("Connect", "server_stream", cs.ConnectRequest, cs.ConnectResponse, service.connect, True),
+            Rpc("List", "unary", cs.ListRequest, cs.ListResponse, service.list, True),
+            Rpc("SendInput", "unary", cs.SendInputRequest, cs.SendInputResponse, service.send_input),
+            Rpc("SendSignal", "unary", cs.SendSignalRequest, cs.SendSignalResponse, service.send_signal),
+            Rpc("Update", "unary", cs.UpdateRequest, cs.UpdateResponse, service.update),
+        ],
     )

@@ -1,0 +1,104 @@
+"""The E2B API (`e2b` SDK, `e2b-code-interpreter`, verifiers' E2BRuntime) on the server's HTTP
+port: the control plane (`api.py`) and, for the SDK's in-sandbox calls, the daemon's HTTP and
+Connect services (`envd.py`, `process.py`, `filesystem.py`) and the code interpreter
+(`interpreter.py`). A user sets `E2B_API_URL` and `E2B_SANDBOX_URL` to this port and
+`E2B_API_KEY` to a server key.
+
+With `E2B_SANDBOX_URL` set, every in-sandbox call comes here with the headers `E2b-Sandbox-Id`
+and `E2b-Sandbox-Port` (49983: the daemon, 49999: the code interpreter): `traffic` takes those
+requests before any other route, checks the sandbox's access token (`X-Access-Token`, or
+`E2B-Traffic-Access-Token` on the code interpreter's calls) and serves them for that sandbox.
+A sandbox that has ended (or never existed) answers 502 "The sandbox ... was not found", as the
+platform's proxy does, which the SDK reads as a sandbox that is no longer running. Sandboxes are
+the server's records (`SandboxService.claim`), so quotas, TTLs and shutdown treat them as any
+other.
+"""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from starlette.requests import Request
+from starlette.routing import Router
+
+from sandboxes.server.http.e2b.api import ControlPlane
+from sandboxes.server.http.e2b.envd import envd_app
+from sandboxes.server.http.e2b.filesystem import Filesystem
+from sandboxes.server.http.e2b.interpreter import Interpreter
+from sandboxes.server.http.e2b.process import TARGET, Process
+
+__all__ = ["E2bApi"]
+
+ENVD_PORT = b"49983"
+INTERPRETER_PORT = b"49999"
+
+
+class E2bApi:
+    def __init__(self, service: Any, auth: Any) -> None:
+        self.service = service
+        self.auth = auth
+        self.control = ControlPlane(self)
+        self.envd = envd_app(Process(service.quotas), Filesystem())
+        self.interpreter = Router(routes=Interpreter().routes())
+        service.on_delete.append(self._ended)
+
+    def routes(self) -> list[Any]:
+        return self.control.routes()
+
+    def owner(self, request: Request) -> str:
+        key = request.headers.get("x-api-key")
+        return self.auth.authenticate_header(f"Bearer {key}" if key else None)
+
+    async def traffic(self, scope: dict[str, Any], receive: Any, send: Any) -> bool:
+        """Serves `scope` if it is an in-sandbox call (True), else leaves it (False)."""
+        if scope["type"] != "http":
+            return False
+        headers = dict(scope.get("headers") or ())
+        sandbox_id = headers.get(b"e2b-sandbox-id")
+        if sandbox_id is None:
+            return False
+        sid = sandbox_id.decode("latin-1")
+        port = headers.get(b"e2b-sandbox-port", ENVD_PORT)
+        rec = self.service.registry.get(sid)
+        sb = rec.attrs.get("e2b") if rec is not None else None
+        if sb is None:
+            await _answer(send, 502, f"The sandbox {sid} was not found")
+            return True
+        token = headers.get(b"x-access-token")
+        if token is None and port == INTERPRETER_PORT:
+            token = headers.get(b"e2b-traffic-access-token")
+        if not sb.token_ok(token.decode("latin-1") if token else None):
+            await _answer(send, 401, "missing or invalid access token of this sandbox (X-Access-Token)")
+            return True
+        if port == ENVD_PORT:
+            app = self.envd
+        elif port == INTERPRETER_PORT:
+            app = self.interpreter
+        else:
+            await _answer(send, 502, f"The sandbox {sid} is running but port {port.decode()} is not open")
+            return True
+        reset = TARGET.set((rec, sb))
+        try:
+            await app(scope, receive, send)
+        finally:
+            TARGET.reset(reset)
+        return True
+
+    def _ended(self, rec: Any, reason: str) -> None:
+        for attr in ("e2b_processes", "e2b_contexts"):
+            held = rec.attrs.get(attr)
+            if held is not None:
+                held.close()
+
+
+async def _answer(send: Any, status: int, message: str) -> None:
+    body = json.dumps({"code": status, "message": message}).encode()
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})

@@ -1,0 +1,320 @@
+"""The E2B control plane (`E2B_API_URL`), over the server's registry.
+
+```
+POST   /v2/sandboxes                  create -> 201 Sandbox {sandboxID, envdAccessToken, ...}
+GET    /v2/sandboxes                  list (metadata / state filters, `x-next-token` paging)
+POST   /v2/sandboxes/{id}/connect     200 Sandbox (the same access token); extends the timeout
+GET    /sandboxes/{id}                SandboxDetail
+DELETE /sandboxes/{id}                204 (404: the SDK's `kill` returns False)
+POST   /sandboxes/{id}/timeout        204: the sandbox ends `timeout` seconds from now
+GET    /sandboxes/{id}/metrics        [] (no usage samples are collected)
+pause, resume, snapshots, fork, network updates: 501 (sandboxes here are never paused)
+```
+
+The key is `X-API-KEY` (a server key). Errors are `{"code": <status>, "message": ...}`, the body
+the SDK parses for every status it knows. A key sees only its own sandboxes; another key's is 404.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import time
+import urllib.parse
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from sandboxes import errors as E
+from sandboxes.server.http.bodies import BodyTooLarge, read_json
+from sandboxes.server.http.e2b.state import E2bSandbox
+from sandboxes.server.image_templates import template_for_image
+
+__all__ = ["E2B_TEMPLATES", "ControlPlane"]
+
+log = logging.getLogger("sandboxes.server.e2b")
+
+MAX_BODY_BYTES = 1 << 20
+DEFAULT_TIMEOUT_S = 300
+MAX_TIMEOUT_S = 24 * 3600
+LIST_LIMIT = 100
+MAX_LIST_LIMIT = 1000
+MAX_METADATA = 64
+MB = 1 << 20
+# The platform's own templates: a sandbox of one runs on this server's agent (or default)
+# template, which has python3 for the code interpreter.
+E2B_TEMPLATES = frozenset({"base", "code-interpreter-v1", "code-interpreter"})
+
+Handler = Callable[[Request, str], Awaitable[Response]]
+
+
+class Refused(Exception):
+    """A request answered with `status` and the platform's error body."""
+
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status, self.message = status, message
+
+
+def error(status: int, message: str) -> JSONResponse:
+    return JSONResponse({"code": status, "message": message}, status_code=status)
+
+
+class ControlPlane:
+    """`routes()` of the REST API; `e2b` is the shared state (`E2bApi`)."""
+
+    def __init__(self, e2b: Any) -> None:
+        self.e2b = e2b
+        self.service = e2b.service
+
+    def routes(self) -> list[Route]:
+        r = self._route
+        unsupported = self._unsupported
+        return [
+            r("/v2/sandboxes", self.create, "POST"),
+            r("/v2/sandboxes", self.list, "GET"),
+            r("/v2/sandboxes/{sandbox_id}/connect", self.connect, "POST"),
+            r("/sandboxes/{sandbox_id}", self.get, "GET"),
+            r("/sandboxes/{sandbox_id}", self.kill, "DELETE"),
+            r("/sandboxes/{sandbox_id}/timeout", self.set_timeout, "POST"),
+            r("/sandboxes/{sandbox_id}/metrics", self.metrics, "GET"),
+            r("/sandboxes/{sandbox_id}/pause", unsupported("pausing a sandbox"), "POST"),
+            r("/sandboxes/{sandbox_id}/resume", unsupported("resuming a sandbox"), "POST"),
+            r("/sandboxes/{sandbox_id}/snapshots", unsupported("snapshots"), "POST"),
+            r("/sandboxes/{sandbox_id}/fork", unsupported("forking a sandbox"), "POST"),
+            r("/sandboxes/{sandbox_id}/network", unsupported("changing a sandbox's network"), "PUT"),
+            r("/snapshots", unsupported("snapshots"), "GET"),
+        ]
+
+    def _route(self, path: str, fn: Handler, method: str) -> Route:
+        async def endpoint(request: Request) -> Response:
+            if self.service.draining:
+                return error(503, "server is shutting down")
+            try:
+                owner = self.e2b.owner(request)
+            except E.SandboxError as e:
+                return error(401, e.message)
+            try:
+                return await fn(request, owner)
+            except Refused as r:
+                return error(r.status, r.message)
+            except BodyTooLarge as e:
+                # The rest of the body is not read: the connection cannot serve another request.
+                return JSONResponse(
+                    {"code": 413, "message": str(e)}, status_code=413, headers={"Connection": "close"}
+                )
+            except E.NotFound as e:
+                return error(404, e.message)
+            except E.QuotaExceeded as e:
+                return error(429, e.message)
+            except (E.PoolExhausted, E.Cancelled) as e:
+                return error(503, e.message)
+            except E.InvalidRequest as e:
+                return error(400, e.message)
+            except E.SandboxError as e:
+                log.warning("e2b %s %s failed: %s: %s", method, path, e.kind.value, e.message)
+                return error(500, f"{e.kind.value}: {e.message}")
+
+        return Route(path, endpoint, methods=[method])
+
+    @staticmethod
+    def _unsupported(what: str) -> Handler:
+        async def refuse(request: Request, owner: str) -> Response:
+            return error(
+                501, f"{what} is not supported by this server: sandboxes run until killed or timed out"
+            )
+
+        return refuse
+
+    async def _body(self, request: Request) -> dict[str, Any]:
+        try:
+            body = await read_json(request, MAX_BODY_BYTES)
+        except ValueError as e:
+            if isinstance(e, BodyTooLarge):
+                raise
+            raise Refused(400, str(e)) from None
+        if not isinstance(body, dict):
+            raise Refused(400, "the body must be a JSON object")
+        return body
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    async def create(self, request: Request, owner: str) -> Response:
+        body = await self._body(request)
+        template_id = body.get("templateID")
+        if not isinstance(template_id, str) or not template_id:
+            raise Refused(400, "templateID is required")
+        timeout = _timeout(body.get("timeout", DEFAULT_TIMEOUT_S))
+        metadata = _str_map(body.get("metadata"), "metadata")
+        env = _str_map(body.get("envVars"), "envVars")
+        if len(metadata) > MAX_METADATA:
+            raise Refused(400, f"at most {MAX_METADATA} metadata entries")
+        for key, what in (
+            ("autoPause", "pausing a sandbox at its timeout"),
+            ("autoResume", "resuming a paused sandbox"),
+            ("mcp", "the MCP gateway"),
+            ("volumeMounts", "volumes"),
+        ):
+            value = body.get(key)
+            if value and not (key == "autoResume" and not (isinstance(value, dict) and value.get("enabled"))):
+                raise Refused(400, f"{what} is not supported by this server")
+        if body.get("network"):
+            raise Refused(
+                400,
+                "network rules are not supported by this server's E2B API: sandboxes have their "
+                "template's network policy (none by default)",
+            )
+        image = None if template_id in E2B_TEMPLATES else template_id
+        template, _ = await template_for_image(self.service.pool, image)
+        tp = self.service.pool.templates.get(template)
+        has_network = tp is not None and tp.network is True
+        if body.get("allow_internet_access") and not has_network:
+            raise Refused(
+                400,
+                f"template {template_id!r} runs without internet access on this server "
+                "(create with allow_internet_access=False, or use a template with network)",
+            )
+        idem = request.headers.get("idempotency-key")
+        rec = await self.service.claim(
+            owner,
+            template,
+            env=env,
+            ttl_s=float(timeout),
+            idempotency_key=f"e2b:{idem}" if idem else None,
+        )
+        # A retry with the same idempotency key gets the same record, already attached.
+        sb = rec.attrs.get("e2b")
+        if sb is None:
+            sb = self._attach(rec, template_id, metadata, env, tp, has_network)
+        return JSONResponse(sb.created_json(), status_code=201)
+
+    @staticmethod
+    def _attach(
+        rec: Any, template_id: str, metadata: dict[str, str], env: dict[str, str], tp: Any, network: bool
+    ) -> E2bSandbox:
+        root = tp is not None and tp.user == "root"
+        sb = E2bSandbox(
+            id=rec.id,
+            template_id=template_id,
+            template=rec.template,
+            metadata=metadata,
+            env=env,
+            cpu_count=max(1, math.ceil(tp.cpu_quota)) if tp is not None and tp.cpu_quota else 1,
+            memory_mb=int(tp.memory_bytes // MB) if tp is not None and tp.memory_bytes else 0,
+            disk_mb=int(tp.disk_bytes // MB) if tp is not None else 0,
+            user="root" if root else "user",
+            work_dir=tp.work_dir if tp is not None else "/work",
+            allow_internet_access=network,
+            end_at=rec.expires_at or 0.0,
+        )
+        rec.attrs["e2b"] = sb
+        return sb
+
+    def live(self, owner: str, sandbox_id: str) -> tuple[Any, E2bSandbox]:
+        rec = self.service.registry.get(sandbox_id, owner)
+        if rec is None or "e2b" not in rec.attrs:
+            raise E.NotFound(f"sandbox {sandbox_id} not found")
+        return rec, rec.attrs["e2b"]
+
+    async def connect(self, request: Request, owner: str) -> Response:
+        rec, sb = self.live(owner, request.path_params["sandbox_id"])
+        body = await self._body(request)
+        if "timeout" in body:
+            # Connecting only ever extends a sandbox's life.
+            ttl = float(_timeout(body["timeout"]))
+            if time.time() + ttl > (rec.expires_at or 0.0):
+                self._set_ttl(rec, sb, ttl)
+        return JSONResponse(sb.created_json(), status_code=200)
+
+    async def get(self, request: Request, owner: str) -> Response:
+        _, sb = self.live(owner, request.path_params["sandbox_id"])
+        return JSONResponse(sb.detail_json())
+
+    async def kill(self, request: Request, owner: str) -> Response:
+        rec, _ = self.live(owner, request.path_params["sandbox_id"])
+        await self.service.delete_record(rec, "delete")
+        return Response(status_code=204)
+
+    async def set_timeout(self, request: Request, owner: str) -> Response:
+        rec, sb = self.live(owner, request.path_params["sandbox_id"])
+        body = await self._body(request)
+        if "timeout" not in body:
+            raise Refused(400, "timeout is required")
+        self._set_ttl(rec, sb, float(_timeout(body["timeout"])))
+        return Response(status_code=204)
+
+    def _set_ttl(self, rec: Any, sb: E2bSandbox, ttl_s: float) -> None:
+        self.service.registry.set_ttl(rec, ttl_s)
+        sb.end_at = rec.expires_at or 0.0
+
+    async def list(self, request: Request, owner: str) -> Response:
+        q = request.query_params
+        states = {s for s in (q.get("state") or "running,paused").split(",") if s}
+        if not states <= {"running", "paused"}:
+            raise Refused(400, "state must be running and/or paused")
+        wanted = _metadata_query(q.get("metadata"))
+        try:
+            limit = int(q.get("limit") or LIST_LIMIT)
+        except ValueError:
+            raise Refused(400, "limit must be an integer") from None
+        if not 1 <= limit <= MAX_LIST_LIMIT:
+            raise Refused(400, f"limit must be between 1 and {MAX_LIST_LIMIT}")
+        template = q.get("template")
+        chosen = sorted(
+            (
+                r.attrs["e2b"]
+                for r in self.service.registry.select(owner)
+                if "e2b" in r.attrs
+                and "running" in states
+                and all(r.attrs["e2b"].metadata.get(k) == v for k, v in wanted.items())
+                and (not template or template in (r.attrs["e2b"].template_id, r.template))
+            ),
+            key=lambda sb: (sb.started_at, sb.id),
+            reverse=q.get("order") != "asc",
+        )
+        start = 0
+        token = q.get("nextToken")
+        if token:
+            ids = [sb.id for sb in chosen]
+            if token not in ids:
+                raise Refused(400, "nextToken does not name a page of this listing")
+            start = ids.index(token)
+        page = chosen[start : start + limit]
+        headers = {}
+        if start + limit < len(chosen):
+            headers["x-next-token"] = chosen[start + limit].id
+        return JSONResponse([sb.listed_json() for sb in page], headers=headers)
+
+    async def metrics(self, request: Request, owner: str) -> Response:
+        # No samples are collected here (the platform answers [] before its first sample too).
+        self.live(owner, request.path_params["sandbox_id"])
+        return JSONResponse([])
+
+
+def _timeout(value: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= MAX_TIMEOUT_S:
+        raise Refused(400, f"timeout must be a number of seconds in (0, {MAX_TIMEOUT_S}]")
+    return math.ceil(value)
+
+
+def _str_map(value: Any, name: str) -> dict[str, str]:
+    if value is None:
+        return {}
+    if not isinstance(value, dict) or not all(
+        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
+    ):
+        raise Refused(400, f"{name} must map strings to strings")
+    return dict(value)
+
+
+def _metadata_query(raw: str | None) -> dict[str, str]:
+    """The SDK's `metadata` filter: `k=v&...` pairs, each key and value percent-quoted once more."""
+    if not raw:
+        return {}
+    return {
+        urllib.parse.unquote(k): urllib.parse.unquote(v)
+        for k, v in urllib.parse.parse_qsl(raw, keep_blank_values=True)
+    }

@@ -1,0 +1,156 @@
+"""The E2B in-sandbox daemon's HTTP side (the sandbox's port 49983) beside its Connect services:
+
+```
+GET  /health                   204
+GET  /files?path=P             the file's bytes (404 missing, 400 not a regular file)
+POST /files[?path=P]           multipart `file` parts (each part's filename is its path unless
+                               `path` names the one file) or an octet-stream body (gzip allowed)
+                               -> [{name, type: "file", path}]
+POST /process.Process/<Method>, /filesystem.Filesystem/<Method>    Connect (`process.py`,
+                               `filesystem.py`)
+```
+
+Errors are `{"code": <status>, "message": ...}` with the status the SDK maps: 404
+(FileNotFoundException), 400 (InvalidArgumentException), 507 (NotEnoughSpaceException), 413.
+Files are bounded by `MAX_FILE_BYTES` each.
+"""
+
+from __future__ import annotations
+
+import posixpath
+import zlib
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route, Router
+
+from sandboxes import errors as E
+from sandboxes.server.http.bodies import BodyTooLarge, read_body
+from sandboxes.server.http.e2b import filesystem, process
+from sandboxes.server.http.e2b.process import TARGET
+
+__all__ = ["MAX_FILE_BYTES", "envd_app"]
+
+MAX_FILE_BYTES = 256 << 20
+MAX_FILES_PER_UPLOAD = 1000
+
+
+class _Refused(Exception):
+    def __init__(self, status: int, message: str) -> None:
+        super().__init__(message)
+        self.status, self.message = status, message
+
+
+def _error(status: int, message: str, **headers: str) -> JSONResponse:
+    return JSONResponse({"code": status, "message": message}, status_code=status, headers=headers or None)
+
+
+def _user(request: Request, sb: Any) -> None:
+    user = request.query_params.get("username")
+    if user and user != sb.user:
+        raise _Refused(400, f"user {user!r} does not exist in this sandbox: programs run as {sb.user!r}")
+
+
+def _path(sb: Any, path: str | None) -> str:
+    if not path:
+        raise _Refused(400, "path is required")
+    if "\0" in path:
+        raise _Refused(400, "path contains a NUL byte")
+    return posixpath.normpath(posixpath.join(sb.work_dir, path))
+
+
+def _wrap(fn: Any) -> Any:
+    async def endpoint(request: Request) -> Response:
+        rec, sb = TARGET.get()
+        try:
+            return await fn(request, rec, sb)
+        except _Refused as r:
+            return _error(r.status, r.message)
+        except BodyTooLarge as e:
+            # The rest of the body is not read: the connection cannot serve another request.
+            return _error(413, str(e), Connection="close")
+        except E.TooLarge as e:
+            return _error(413, e.message)
+        except E.NotFound as e:
+            return _error(404, e.message)
+        except E.NoSpace as e:
+            return _error(507, e.message)
+        except E.InvalidRequest as e:
+            return _error(400, e.message)
+        except E.QuotaExceeded as e:
+            return _error(429, e.message)
+        except E.SandboxLost as e:
+            return _error(502, f"The sandbox {sb.id} was not found: {e.message}")
+        except E.SandboxError as e:
+            return _error(500, f"{e.kind.value}: {e.message}")
+
+    return endpoint
+
+
+async def _health(request: Request, rec: Any, sb: Any) -> Response:
+    return Response(status_code=204)
+
+
+async def _read(request: Request, rec: Any, sb: Any) -> Response:
+    _user(request, sb)
+    data = await rec.sandbox.read_file(_path(sb, request.query_params.get("path")), max_bytes=MAX_FILE_BYTES)
+    return Response(data, media_type="application/octet-stream")
+
+
+async def _write(request: Request, rec: Any, sb: Any) -> Response:
+    _user(request, sb)
+    declared = request.headers.get("content-length")
+    content_type = request.headers.get("content-type", "")
+    named = request.query_params.get("path")
+    files: list[tuple[str, bytes]] = []
+    if content_type.startswith("multipart/form-data"):
+        if declared and declared.isdigit() and int(declared) > MAX_FILE_BYTES * 4:
+            raise BodyTooLarge(MAX_FILE_BYTES * 4)
+        async with request.form(max_files=MAX_FILES_PER_UPLOAD, max_fields=8, max_part_size=1 << 20) as form:
+            parts = [p for _, p in form.multi_items() if not isinstance(p, str)]
+            if not parts:
+                raise _Refused(400, "the multipart body needs `file` parts")
+            for part in parts:
+                data = await part.read(MAX_FILE_BYTES + 1)
+                if len(data) > MAX_FILE_BYTES:
+                    raise BodyTooLarge(MAX_FILE_BYTES)
+                where = named if named and len(parts) == 1 else part.filename
+                files.append((_path(sb, where), data))
+    else:
+        data = await read_body(request, MAX_FILE_BYTES)
+        if request.headers.get("content-encoding", "").lower() == "gzip":
+            inflate = zlib.decompressobj(16 + zlib.MAX_WBITS)
+            try:
+                data = inflate.decompress(data, MAX_FILE_BYTES + 1)
+            except zlib.error as e:
+                raise _Refused(400, f"the body is not valid gzip: {e}") from None
+            if len(data) > MAX_FILE_BYTES:
+                raise BodyTooLarge(MAX_FILE_BYTES)
+        files.append((_path(sb, named), data))
+    await rec.sandbox.write_files({path: data for path, data in files})
+    return JSONResponse([{"name": posixpath.basename(p), "type": "file", "path": p} for p, _ in files])
+
+
+def envd_app(proc: process.Process, fs: filesystem.Filesystem) -> Any:
+    """The ASGI app of a sandbox's port 49983, for the sandbox in `TARGET`."""
+    http = Router(
+        routes=[
+            Route("/health", _wrap(_health), methods=["GET"]),
+            Route("/files", _wrap(_read), methods=["GET"]),
+            Route("/files", _wrap(_write), methods=["POST"]),
+        ]
+    )
+    services = {
+        f"/{process.SERVICE}/": process.connect_app(proc),
+        f"/{filesystem.SERVICE}/": filesystem.connect_app(fs),
+    }
+
+    async def app(scope: Any, receive: Any, send: Any) -> None:
+        path = scope["path"]
+        for prefix, service in services.items():
+            if path.startswith(prefix):
+                return await service(scope, receive, send)
+        return await http(scope, receive, send)
+
+    return app

@@ -1,0 +1,102 @@
+"""What the E2B API keeps about a sandbox beyond the server's record: the template it was asked
+for, its metadata, its in-sandbox access token, its timeout, and how it shows itself to clients."""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import secrets
+import time
+from dataclasses import dataclass, field
+from datetime import UTC, datetime
+from typing import Any
+
+__all__ = ["ENVD_VERSION", "E2bSandbox", "iso"]
+
+# The in-sandbox daemon's version the SDK is told: the newest protocol it speaks (no older
+# client-side fallbacks apply; every call it gates is served or refused here).
+ENVD_VERSION = "0.6.4"
+
+
+def iso(ts: float) -> str:
+    """`ts` (unix seconds) as the API's RFC 3339 UTC timestamp."""
+    return datetime.fromtimestamp(ts, UTC).isoformat().replace("+00:00", "Z")
+
+
+def _digest(token: str) -> bytes:
+    return hashlib.sha256(token.encode("utf-8", "replace")).digest()
+
+
+@dataclass
+class E2bSandbox:
+    """One sandbox as the API shows it. `id` is the server's sandbox id."""
+
+    id: str
+    template_id: str  # as the client named it
+    template: str  # the server's template that runs it
+    metadata: dict[str, str]
+    env: dict[str, str]
+    cpu_count: int
+    memory_mb: int
+    disk_mb: int
+    user: str  # who runs programs: "root" or the template's unprivileged user
+    work_dir: str
+    allow_internet_access: bool
+    client_id: str = field(default_factory=lambda: secrets.token_hex(8))
+    started_at: float = field(default_factory=time.time)
+    end_at: float = 0.0
+    # The envd access token (`X-Access-Token`) and the traffic token of the code interpreter's
+    # calls (`E2B-Traffic-Access-Token`): handed out once, kept as digests.
+    access_token: str = field(default_factory=lambda: secrets.token_urlsafe(32))
+    _digests: tuple[bytes, ...] = ()
+
+    def __post_init__(self) -> None:
+        self._digests = (_digest(self.access_token),)
+
+    def token_ok(self, token: str | None) -> bool:
+        """Whether `token` is this sandbox's access token (constant time)."""
+        if not token:
+            return False
+        digest, ok = _digest(token.strip()), False
+        for known in self._digests:
+            ok |= hmac.compare_digest(known, digest)
+        return ok
+
+    def created_json(self) -> dict[str, Any]:
+        """The `Sandbox` object of create and connect."""
+        return {
+            "sandboxID": self.id,
+            "templateID": self.template_id,
+            "clientID": self.client_id,
+            "alias": self.template_id,
+            "envdVersion": ENVD_VERSION,
+            "envdAccessToken": self.access_token,
+            "trafficAccessToken": self.access_token,
+            "domain": None,
+        }
+
+    def listed_json(self) -> dict[str, Any]:
+        """The `ListedSandbox` object of list."""
+        return {
+            "sandboxID": self.id,
+            "templateID": self.template_id,
+            "clientID": self.client_id,
+            "alias": self.template_id,
+            "startedAt": iso(self.started_at),
+            "endAt": iso(self.end_at),
+            "cpuCount": self.cpu_count,
+            "memoryMB": self.memory_mb,
+            "diskSizeMB": self.disk_mb,
+            "state": "running",
+            "envdVersion": ENVD_VERSION,
+            "metadata": dict(self.metadata),
+        }
+
+    def detail_json(self) -> dict[str, Any]:
+        """The `SandboxDetail` object of get info."""
+        return {
+            **self.listed_json(),
+            "domain": None,
+            "allowInternetAccess": self.allow_internet_access,
+            "lifecycle": {"onTimeout": "kill", "autoResume": False},
+        }
