@@ -1,20 +1,27 @@
 """Helpers of the server / client tests: the API keys the test servers know, bearer headers, a
-bounded wait, the agents of a server's pool (seen from outside). The fixtures themselves (a real
-server on 127.0.0.1 over a real local pool, real clients) are in conftest.py."""
+bounded wait, the agents of a server's pool (seen from outside), and a run of an unmodified
+client's scenario in its own virtualenv. The fixtures themselves (a real server on 127.0.0.1 over
+a real local pool, real clients) are in conftest.py."""
 
 from __future__ import annotations
 
+import asyncio
 import json
-from collections.abc import Callable
+import os
+from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
+import pytest
 from helpers import wait_until
 
 from sandboxes.backends.local import default_run_root
 from sandboxes.server.app import Server
 
-__all__ = ["KEYS", "KEY_A", "KEY_B", "agent_pids_of", "bearer", "wait_for"]
+__all__ = ["KEYS", "KEY_A", "KEY_B", "agent_pids_of", "bearer", "client_python", "run_scenario", "wait_for"]
+
+ROOT = Path(__file__).resolve().parent.parent
+CLIENTS = Path(__file__).resolve().parent / "clients"
 
 KEY_A = "test-key-alice-0123456789"
 KEY_B = "test-key-bob-9876543210"
@@ -42,3 +49,34 @@ def agent_pids_of(server: Server) -> set[int]:
         except (OSError, ValueError, KeyError):
             continue
     return pids
+
+
+def client_python(venv: str) -> str:
+    """The interpreter of a client virtualenv (tests/clients/<venv>.txt, made by `make clients`)."""
+    py = ROOT / os.environ.get("CLIENT_VENVS", ".venv-clients") / venv / "bin" / "python"
+    if not py.exists():
+        pytest.fail(f"client virtualenv {venv} is missing: run `make clients` (tests/clients/{venv}.txt)")
+    return str(py)
+
+
+async def run_scenario(
+    venv: str, script: str, args: list[str], env: Mapping[str, str], *, timeout: float = 600
+) -> dict[str, Any]:
+    """Runs `tests/clients/<script> ARGS...` with the client of `venv` and only `env` (plus PATH);
+    the JSON object its last line prints."""
+    proc = await asyncio.create_subprocess_exec(
+        client_python(venv),
+        str(CLIENTS / script),
+        *args,
+        env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **env},
+        stdout=asyncio.subprocess.PIPE,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+        out, errout = await asyncio.wait_for(proc.communicate(), timeout)
+    except TimeoutError:
+        proc.kill()
+        await proc.wait()
+        raise
+    assert proc.returncode == 0, errout.decode()[-4000:]
+    return json.loads(out.decode().strip().splitlines()[-1])

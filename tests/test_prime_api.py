@@ -17,21 +17,13 @@ from typing import Any
 import aiohttp
 import pytest
 from helpers import pgrep, wait_until
-from server_helpers import KEY_A, KEY_B
+from server_helpers import KEY_A, KEY_B, client_python, run_scenario
 
 pytestmark = pytest.mark.asyncio
 
-ROOT = Path(__file__).resolve().parent.parent
 SCENARIOS = Path(__file__).resolve().parent / "clients" / "prime_scenarios.py"
 CURRENT, LEGACY = "prime-current", "prime-0.2.39"
 VENVS = [CURRENT, LEGACY]
-
-
-def client_python(venv: str) -> str:
-    py = ROOT / os.environ.get("CLIENT_VENVS", ".venv-clients") / venv / "bin" / "python"
-    if not py.exists():
-        pytest.fail(f"client virtualenv {venv} is missing: run `make clients` (tests/clients/{venv}.txt)")
-    return str(py)
 
 
 async def prime_server(make_server: Any, **kw: Any) -> Any:
@@ -58,29 +50,14 @@ async def scenario(
     home = home or Path(os.environ.get("TMPDIR", "/tmp")) / f"prime-home-{secrets.token_hex(6)}"
     home.mkdir(parents=True, exist_ok=True)
     env = {
-        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
         "HOME": str(home),
         "PRIME_API_BASE_URL": base_url(server),
         "PRIME_API_KEY": key,
         **({"SCENARIO_IMAGE": image} if image else {}),
     }
-    proc = await asyncio.create_subprocess_exec(
-        client_python(venv),
-        str(SCENARIOS),
-        name,
-        *([arg] if arg else []),
-        env=env,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
+    return await run_scenario(
+        venv, "prime_scenarios.py", [name, *([arg] if arg else [])], env, timeout=timeout
     )
-    try:
-        out, errout = await asyncio.wait_for(proc.communicate(), timeout)
-    except TimeoutError:
-        proc.kill()
-        await proc.wait()
-        raise
-    assert proc.returncode == 0, errout.decode()[-4000:]
-    return json.loads(out.decode().strip().splitlines()[-1])
 
 
 @pytest.mark.parametrize("venv", VENVS)

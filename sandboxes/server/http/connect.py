@@ -1,7 +1,8 @@
 """A Connect service of another platform's wire, served by `connectrpc` from a table of its methods:
 `service_app("process.Process", [Rpc("Start", "server_stream", Req, Resp, handler), ...])`.
 
-Both codecs (binary protobuf and JSON) are offered; the client's content type picks one."""
+Both codecs (binary protobuf and JSON) are offered; the client's content type picks one. A body
+that does not decode is the caller's error (`invalid_argument`), not the server's."""
 
 from __future__ import annotations
 
@@ -9,9 +10,14 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from connectrpc.code import Code
+from connectrpc.codec import Codec
 from connectrpc.compat import google_protobuf_codecs
+from connectrpc.errors import ConnectError
 from connectrpc.method import IdempotencyLevel, MethodInfo
 from connectrpc.server import ConnectASGIApplication, Endpoint
+from google.protobuf.json_format import ParseError
+from google.protobuf.message import DecodeError
 
 __all__ = ["Rpc", "service_app"]
 
@@ -24,6 +30,28 @@ class Rpc:
     response: type
     handler: Callable[..., Any]
     no_side_effects: bool = False
+
+
+class _Checked:
+    """A codec whose undecodable input is `invalid_argument`."""
+
+    def __init__(self, codec: Codec) -> None:
+        self._codec = codec
+
+    def name(self) -> str:
+        return self._codec.name()
+
+    def encode(self, message: Any) -> bytes:
+        return self._codec.encode(message)
+
+    def decode(self, data: bytes | bytearray, message_class: Any) -> Any:
+        try:
+            return self._codec.decode(data, message_class)
+        except (ParseError, DecodeError, UnicodeDecodeError) as e:
+            raise ConnectError(Code.INVALID_ARGUMENT, f"the request does not decode: {e}") from None
+
+
+_CODECS: list[Any] = [_Checked(c) for c in google_protobuf_codecs()]
 
 
 def service_app(
@@ -50,6 +78,4 @@ def service_app(
         def path(self) -> str:
             return f"/{service}"
 
-    return _App(
-        service=object(), endpoints=endpoints, codecs=google_protobuf_codecs(), read_max_bytes=read_max_bytes
-    )
+    return _App(service=object(), endpoints=endpoints, codecs=_CODECS, read_max_bytes=read_max_bytes)

@@ -178,13 +178,19 @@ class ControlPlane:
                 "(create with allow_internet_access=False, or use a template with network)",
             )
         idem = request.headers.get("idempotency-key")
-        rec = await self.service.claim(
-            owner,
-            template,
-            env=env,
-            ttl_s=float(timeout),
-            idempotency_key=f"e2b:{idem}" if idem else None,
-        )
+        try:
+            rec = await self.service.claim(
+                owner,
+                template,
+                env=env,
+                ttl_s=float(timeout),
+                idempotency_key=f"e2b:{idem}" if idem else None,
+            )
+        except E.LaunchError as e:
+            if e.step != "image":
+                raise
+            # As the platform answers a template it does not have.
+            raise Refused(404, f"template {template_id!r} not found: {e.message}") from None
         # A retry with the same idempotency key gets the same record, already attached.
         sb = rec.attrs.get("e2b")
         if sb is None:

@@ -1,0 +1,342 @@
+"""Scenarios of the unmodified `e2b` and `e2b-code-interpreter` SDKs against a real `sandboxes
+serve`, run inside the client virtualenv (tests/clients/e2b.txt) by tests/test_e2b_api.py:
+
+    python e2b_scenarios.py SCENARIO [ARG]    (E2B_API_URL, E2B_SANDBOX_URL, E2B_API_KEY set)
+
+Each scenario drives the SDK as its users do and prints one JSON object of what it observed; the
+test asserts on it. Exceptions are recorded by class name, since which one the SDK raises is the
+contract.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import hashlib
+import json
+import os
+import sys
+import time
+from typing import Any
+
+import e2b_code_interpreter
+from e2b import AsyncSandbox, CommandExitException, Sandbox, SandboxQuery
+
+
+def err(e: BaseException) -> dict[str, Any]:
+    return {"error": type(e).__name__, "message": str(e)[:300]}
+
+
+def attempt(fn: Any, *args: Any, **kwargs: Any) -> Any:
+    try:
+        return {"ok": fn(*args, **kwargs)}
+    except Exception as e:  # noqa: BLE001 - the class of the error is what is observed
+        return err(e)
+
+
+async def aattempt(coro: Any) -> Any:
+    try:
+        return {"ok": await coro}
+    except Exception as e:  # noqa: BLE001
+        return err(e)
+
+
+def result(r: Any) -> dict[str, Any]:
+    return {"stdout": r.stdout, "stderr": r.stderr, "exit_code": r.exit_code}
+
+
+# -- scenarios -------------------------------------------------------------------------------
+
+
+def lifecycle(_: str | None) -> dict[str, Any]:
+    o: dict[str, Any] = {}
+    a = Sandbox.create(timeout=120, metadata={"run": "lc", "k y": "v&1"}, envs={"GREETING": "hi"})
+    b = Sandbox.create(metadata={"run": "lc"})
+    info = a.get_info()
+    o["info"] = {
+        "id": info.sandbox_id == a.sandbox_id,
+        "template": info.template_id,
+        "metadata": info.metadata,
+        "state": info.state.value,
+        "ttl": round((info.end_at - info.started_at).total_seconds()),
+        "envd": info.envd_version,
+        "cpu": info.cpu_count,
+        "memory_mb": info.memory_mb,
+    }
+    o["env"] = a.commands.run("echo $GREETING").stdout
+    found = Sandbox.list(query=SandboxQuery(metadata={"run": "lc"}), limit=1)
+    first = found.next_items()
+    o["paging"] = {"first": len(first), "has_next": found.has_next}
+    second = found.next_items()
+    o["paging"]["second"] = len(second)
+    o["paging"]["ids"] = sorted(s.sandbox_id for s in first + second) == sorted([a.sandbox_id, b.sandbox_id])
+    quoted = Sandbox.list(query=SandboxQuery(metadata={"k y": "v&1"})).next_items()
+    o["metadata_filter"] = [s.sandbox_id for s in quoted] == [a.sandbox_id]
+    again = Sandbox.connect(a.sandbox_id)
+    o["connect"] = again.commands.run("echo again").stdout
+    a.set_timeout(600)
+    o["extended"] = round((a.get_info().end_at - a.get_info().started_at).total_seconds()) >= 590
+    o["metrics"] = attempt(lambda: a.get_metrics())
+    o["pause"] = attempt(a.pause)
+    o["snapshot"] = attempt(a.create_snapshot)
+    o["auto_pause"] = attempt(Sandbox.create, lifecycle={"on_timeout": "pause"})
+    other = attempt(Sandbox.create, template="no-such-image:latest")
+    o["unknown_template"] = other if "error" in other else {"ok": other["ok"].kill()}
+    o["running"] = a.is_running()
+    o["kill"] = a.kill()
+    o["kill_again"] = Sandbox.kill(a.sandbox_id)
+    o["running_after"] = a.is_running()
+    o["info_after"] = attempt(a.get_info)
+    o["connect_after"] = attempt(Sandbox.connect, a.sandbox_id)
+    o["command_after"] = attempt(lambda: a.commands.run("true"))
+    o["file_after"] = attempt(lambda: a.files.read("x"))
+    with Sandbox.create() as c:
+        o["with_block"] = c.commands.run("echo in-block").stdout
+    o["with_gone"] = c.is_running()
+    b.kill()
+    o["left"] = [s.sandbox_id for s in Sandbox.list().next_items()]
+    return o
+
+
+def commands(_: str | None) -> dict[str, Any]:
+    o: dict[str, Any] = {}
+    with Sandbox.create() as sb:
+        o["basic"] = result(sb.commands.run("echo out; echo err >&2"))
+        try:
+            sb.commands.run("echo before; exit 3")
+        except CommandExitException as e:
+            o["exit"] = {"exit_code": e.exit_code, "stdout": e.stdout, "class": "CommandExitException"}
+        o["cwd_env"] = sb.commands.run("pwd; echo $A", cwd="/tmp", envs={"A": "1"}).stdout
+        o["root"] = sb.commands.run("id -u", user="root").stdout
+        o["other_user"] = attempt(lambda: sb.commands.run("id -u", user="user"))
+        chunks: list[Any] = []
+        sb.commands.run(
+            "for i in 1 2 3; do echo $i; sleep 0.05; done; echo e >&2",
+            on_stdout=lambda s: chunks.append(["out", s]),
+            on_stderr=lambda s: chunks.append(["err", s]),
+        )
+        o["streamed"] = (
+            "".join(c[1] for c in chunks if c[0] == "out"),
+            [c[1] for c in chunks if c[0] == "err"],
+        )
+        t = time.monotonic()
+        o["timeout"] = attempt(lambda: sb.commands.run("sleep 30", timeout=1))
+        o["timeout_fast"] = time.monotonic() - t < 20
+        # The server kills it at the same deadline.
+        deadline = time.monotonic() + 10
+        while sb.commands.list() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        o["after_timeout"] = [p.cmd for p in sb.commands.list()]
+        h = sb.commands.run("read line; echo got:$line", background=True, stdin=True)
+        sb.commands.send_stdin(h.pid, "hello\n")
+        o["stdin"] = result(h.wait())
+        h = sb.commands.run("cat; echo closed", background=True, stdin=True)
+        sb.commands.send_stdin(h.pid, "x")
+        sb.commands.close_stdin(h.pid)
+        o["close_stdin"] = h.wait().stdout
+        bg = sb.commands.run("sleep 60", background=True)
+        o["listed"] = [p.pid for p in sb.commands.list()] == [bg.pid]
+        o["list_args"] = [p.args for p in sb.commands.list()]
+        o["kill"] = sb.commands.kill(bg.pid)
+        o["killed_wait"] = attempt(bg.wait)
+        o["kill_gone"] = sb.commands.kill(bg.pid)
+        o["empty"] = sb.commands.list()
+        h = sb.commands.run("sleep 0.5; echo late", background=True)
+        o["connect"] = sb.commands.connect(h.pid).wait().stdout
+        # A background command whose stream the client drops keeps running.
+        h = sb.commands.run("sleep 1; echo done > /tmp/survived", background=True)
+        h.disconnect()
+        time.sleep(2)
+        o["survived"] = sb.files.read("/tmp/survived")
+    return o
+
+
+def files(arg: str | None) -> dict[str, Any]:
+    o: dict[str, Any] = {}
+    mb = int(arg or "8")
+    with Sandbox.create() as sb:
+        info = sb.files.write("notes/a.txt", "hello")
+        o["write"] = {"name": info.name, "path": info.path, "type": info.type.value}
+        o["read"] = sb.files.read("notes/a.txt")
+        o["bytes"] = list(sb.files.read("notes/a.txt", format="bytes"))[:2]
+        o["stream"] = b"".join(sb.files.read("notes/a.txt", format="stream")).decode()
+        many = sb.files.write_files(
+            [{"path": "/tmp/m/1", "data": b"one"}, {"path": "/tmp/m/2", "data": "two"}]
+        )
+        o["many"] = sorted(w.path for w in many)
+        o["list"] = sorted((e.name, e.type.value) for e in sb.files.list("/tmp/m"))
+        o["deep"] = sorted(e.path for e in sb.files.list("notes", depth=2))
+        o["exists"] = [sb.files.exists("notes/a.txt"), sb.files.exists("notes/nope")]
+        stat = sb.files.get_info("notes/a.txt")
+        o["stat"] = {"size": stat.size, "type": stat.type.value, "perm": stat.permissions, "name": stat.name}
+        o["mkdir"] = [sb.files.make_dir("/tmp/d/e"), sb.files.make_dir("/tmp/d/e")]
+        moved = sb.files.rename("notes/a.txt", "/tmp/d/b.txt")
+        o["rename"] = [moved.path, sb.files.read("/tmp/d/b.txt"), sb.files.exists("notes/a.txt")]
+        sb.files.remove("/tmp/d")
+        o["removed"] = sb.files.exists("/tmp/d")
+        o["missing"] = attempt(lambda: sb.files.read("/no/such/file"))
+        o["missing_remove"] = attempt(lambda: sb.files.remove("/no/such/file"))
+        o["missing_info"] = attempt(lambda: sb.files.get_info("/no/such/file"))
+        sb.commands.run("mkfifo /tmp/fifo")
+        t = time.monotonic()
+        o["fifo"] = attempt(lambda: sb.files.read("/tmp/fifo"))
+        o["fifo_fast"] = time.monotonic() - t < 10
+        blob = os.urandom(1 << 20) * mb
+        sb.files.write("/tmp/big.bin", blob)
+        back = sb.files.read("/tmp/big.bin", format="bytes")
+        o["big"] = {
+            "same": hashlib.sha256(bytes(back)).hexdigest() == hashlib.sha256(blob).hexdigest(),
+            "remote": sb.commands.run("sha256sum /tmp/big.bin | cut -d' ' -f1").stdout.strip()
+            == hashlib.sha256(blob).hexdigest(),
+        }
+    return o
+
+
+async def async_api(_: str | None) -> dict[str, Any]:
+    o: dict[str, Any] = {}
+    sb = await AsyncSandbox.create(metadata={"kind": "async"})
+    got: list[str] = []
+
+    async def on_out(s: str) -> None:
+        got.append(s)
+
+    r = await sb.commands.run("echo a; echo b", on_stdout=on_out)
+    o["run"] = [r.stdout, "".join(got)]
+    h = await sb.commands.run("sleep 0.3; echo bg", background=True)
+    o["background"] = (await h.wait()).stdout
+    o["exit"] = await aattempt(sb.commands.run("exit 4"))
+    await sb.files.write("x.txt", "async file")
+    o["file"] = await sb.files.read("x.txt")
+    o["list"] = [s.sandbox_id == sb.sandbox_id for s in await AsyncSandbox.list().next_items()]
+    o["running"] = await sb.is_running()
+    o["kill"] = await sb.kill()
+    o["after"] = await aattempt(sb.commands.run("true"))
+    return o
+
+
+def interpreter(_: str | None) -> dict[str, Any]:
+    o: dict[str, Any] = {}
+    with e2b_code_interpreter.Sandbox.create() as sb:
+        texts = []
+        for i in range(20):
+            code = f"x{i} = {i} * 2\nsum(globals()['x%d' % j] for j in range({i + 1}))"
+            texts.append(sb.run_code(code).text)
+        o["state"] = texts
+        ex = sb.run_code("import math\nprint('hi')\nmath.sqrt(16)")
+        o["cell"] = {"text": ex.text, "stdout": ex.logs.stdout, "count": ex.execution_count}
+        o["import_kept"] = sb.run_code("math.pi > 3").text
+        ex = sb.run_code("def f():\n    raise ValueError('bad value')\nf()")
+        o["error"] = {"name": ex.error.name, "value": ex.error.value, "tb": "in f" in ex.error.traceback}
+        got: list[Any] = []
+        sb.run_code(
+            "import sys, subprocess\nprint('a')\nprint('b', file=sys.stderr)\nsubprocess.run(['echo', 'sub'])",
+            on_stdout=lambda m: got.append(["out", m.line]),
+            on_stderr=lambda m: got.append(["err", m.line]),
+            on_result=lambda r: got.append(["result", r.text]),
+        )
+        o["callbacks"] = got
+        o["string"] = sb.run_code("'quoted'").text
+        o["env"] = sb.run_code("import os\nos.environ.get('CELL_VAR')", envs={"CELL_VAR": "v"}).text
+        t = time.monotonic()
+        o["timeout"] = attempt(lambda: sb.run_code("import time\ntime.sleep(60)", timeout=2).text)
+        o["after_timeout"] = sb.run_code("x3").text
+        o["quick"] = time.monotonic() - t < 30
+        ctx = sb.create_code_context()
+        o["context"] = {
+            "language": ctx.language,
+            "isolated": sb.run_code("'x3' in globals()", context=ctx).text,
+        }
+        sb.run_code("y = 5", context=ctx)
+        o["context_state"] = sb.run_code("y", context=ctx).text
+        o["contexts"] = len(sb.list_code_contexts())
+        sb.restart_code_context(ctx)
+        o["restarted"] = sb.run_code("'y' in globals()", context=ctx).text
+        sb.remove_code_context(ctx)
+        o["removed"] = attempt(lambda: sb.run_code("1", context=ctx).text)
+        o["language"] = attempt(lambda: sb.run_code("1", language="r").text)
+        o["both"] = attempt(lambda: sb.run_code("1", language="python", context=ctx).text)
+        o["shell"] = sb.commands.run("echo same sandbox").stdout
+        sid = sb.sandbox_id
+    o["killed"] = attempt(lambda: sb.run_code("1").text)
+    o["gone"] = not any(s.sandbox_id == sid for s in Sandbox.list().next_items())
+    return o
+
+
+async def interpreter_async(_: str | None) -> dict[str, Any]:
+    sb = await e2b_code_interpreter.AsyncSandbox.create()
+    try:
+        await sb.run_code("n = 10")
+        ex = await sb.run_code("n * 3")
+        err_ex = await sb.run_code("raise KeyError('k')")
+        return {"text": ex.text, "error": err_ex.error.name}
+    finally:
+        await sb.kill()
+
+
+def other_key(sandbox_id: str | None) -> dict[str, Any]:
+    """As another key: another key's sandbox is not there."""
+    return {
+        "info": attempt(Sandbox.get_info, sandbox_id),
+        "connect": attempt(Sandbox.connect, sandbox_id),
+        "kill": Sandbox.kill(sandbox_id),
+        "listed": [s.sandbox_id for s in Sandbox.list().next_items()],
+    }
+
+
+def create_one(_: str | None) -> dict[str, Any]:
+    sb = Sandbox.create(timeout=300)
+    return {"id": sb.sandbox_id}
+
+
+def wrong_key(_: str | None) -> dict[str, Any]:
+    return {"create": attempt(Sandbox.create), "list": attempt(lambda: Sandbox.list().next_items())}
+
+
+def bench(arg: str | None) -> dict[str, Any]:
+    """Latency of `commands.run("true")` and `run_code("1+1")` (seconds per call)."""
+    n = int(arg or "200")
+    out: dict[str, Any] = {}
+    with e2b_code_interpreter.Sandbox.create() as sb:
+        for _ in range(10):
+            sb.commands.run("true")
+            sb.run_code("1+1")
+        runs = []
+        for _ in range(n):
+            t = time.perf_counter()
+            sb.commands.run("true")
+            runs.append(time.perf_counter() - t)
+        cells = []
+        for _ in range(n):
+            t = time.perf_counter()
+            sb.run_code("1+1")
+            cells.append(time.perf_counter() - t)
+        out = {"commands_run": runs, "run_code": cells}
+    return out
+
+
+SCENARIOS = {
+    "lifecycle": lifecycle,
+    "commands": commands,
+    "files": files,
+    "async_api": async_api,
+    "interpreter": interpreter,
+    "interpreter_async": interpreter_async,
+    "other_key": other_key,
+    "create_one": create_one,
+    "wrong_key": wrong_key,
+    "bench": bench,
+}
+
+
+def main() -> None:
+    name = sys.argv[1]
+    arg = sys.argv[2] if len(sys.argv) > 2 else None
+    fn = SCENARIOS[name]
+    out = asyncio.run(fn(arg)) if asyncio.iscoroutinefunction(fn) else fn(arg)
+    print(json.dumps(out, default=str), flush=True)
+    # The observations are out; the SDK's transport (a Rust runtime of its own) may abort while
+    # the interpreter tears down after an event loop closed, which is not what is tested here.
+    os._exit(0)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,224 @@
+"""The E2B API, proven by the unmodified `e2b` and `e2b-code-interpreter` SDKs from PyPI (in their
+own virtualenv, tests/clients/e2b.txt) against a real server over real sockets: the server runs
+here, the SDKs in a subprocess (`clients/e2b_scenarios.py`) pointed at it by `E2B_API_URL`,
+`E2B_SANDBOX_URL` and `E2B_API_KEY` only."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+import aiohttp
+import pytest
+from server_helpers import KEY_A, KEY_B, run_scenario
+
+pytestmark = pytest.mark.asyncio
+
+VENV = "e2b"
+
+
+async def e2b_server(make_server: Any, **kw: Any) -> Any:
+    return await make_server(http_port=0, warm=1, **kw)
+
+
+def url(server: Any) -> str:
+    return f"http://127.0.0.1:{server.http_port}"
+
+
+async def scenario(server: Any, name: str, arg: str | None = None, *, key: str = KEY_A) -> dict[str, Any]:
+    env = {"E2B_API_URL": url(server), "E2B_SANDBOX_URL": url(server), "E2B_API_KEY": key}
+    return await run_scenario(VENV, "e2b_scenarios.py", [name, *([arg] if arg else [])], env)
+
+
+def check_lifecycle(o: dict[str, Any]) -> None:
+    assert o["info"] == {
+        "id": True,
+        "template": "base",
+        "metadata": {"run": "lc", "k y": "v&1"},
+        "state": "running",
+        "ttl": 120,
+        "envd": "0.6.4",
+        "cpu": 1,
+        "memory_mb": 1024,
+    }
+    assert o["env"] == "hi\n" and o["connect"] == "again\n" and o["extended"]
+    assert o["paging"] == {"first": 1, "has_next": True, "second": 1, "ids": True}
+    assert o["metadata_filter"]
+    assert o["metrics"] == {"ok": []}
+    for unsupported in ("pause", "snapshot"):
+        assert o[unsupported]["error"] == "SandboxException" and o[unsupported]["message"].startswith("501: ")
+    assert o["auto_pause"]["error"] == "SandboxException" and o["auto_pause"]["message"].startswith("400: ")
+    assert o["running"] and o["kill"] is True and o["kill_again"] is False and o["running_after"] is False
+    assert o["info_after"]["error"] == o["connect_after"]["error"] == "SandboxNotFoundException"
+    assert o["command_after"]["error"] == o["file_after"]["error"] == "SandboxNotRunningException"
+    assert o["with_block"] == "in-block\n" and o["with_gone"] is False
+    assert o["left"] == []
+
+
+async def test_lifecycle(make_server) -> None:
+    server = await e2b_server(make_server)
+    o = await scenario(server, "lifecycle")
+    check_lifecycle(o)
+    assert o["unknown_template"] == {"ok": True}  # the local backend runs it on its agent template
+    assert len(server.service.registry) == 0
+
+
+def check_commands(o: dict[str, Any]) -> None:
+    assert o["basic"] == {"stdout": "out\n", "stderr": "err\n", "exit_code": 0}
+    assert o["exit"] == {"exit_code": 3, "stdout": "before\n", "class": "CommandExitException"}
+    assert o["cwd_env"] == "/tmp\n1\n" and o["root"] == "0\n"
+    assert o["other_user"]["error"] == "InvalidArgumentException"
+    assert o["streamed"] == ["1\n2\n3\n", ["e\n"]]
+    assert o["timeout"]["error"] == "TimeoutException" and o["timeout_fast"]
+    assert o["after_timeout"] == []  # killed at its deadline
+    assert o["stdin"] == {"stdout": "got:hello\n", "stderr": "", "exit_code": 0}
+    assert o["close_stdin"] == "xclosed\n"
+    assert o["listed"] and o["list_args"] == [["-l", "-c", "sleep 60"]]
+    assert o["kill"] is True and o["kill_gone"] is False and o["empty"] == []
+    assert o["killed_wait"]["error"] == "CommandExitException" and "code -1" in o["killed_wait"]["message"]
+    assert o["connect"] == "late\n" and o["survived"] == "done\n"
+
+
+async def test_commands(make_server) -> None:
+    server = await e2b_server(make_server)
+    check_commands(await scenario(server, "commands"))
+    assert len(server.service.registry) == 0
+
+
+def check_files(o: dict[str, Any], work_dir: str) -> None:
+    assert o["write"] == {"name": "a.txt", "path": f"{work_dir}/notes/a.txt", "type": "file"}
+    assert o["read"] == o["stream"] == "hello" and o["bytes"] == [104, 101]
+    assert o["many"] == ["/tmp/m/1", "/tmp/m/2"] and o["list"] == [["1", "file"], ["2", "file"]]
+    assert o["deep"] == [f"{work_dir}/notes/a.txt"]
+    assert o["exists"] == [True, False]
+    assert o["stat"] == {"size": 5, "type": "file", "perm": "-rw-r--r--", "name": "a.txt"}
+    assert o["mkdir"] == [True, False]
+    assert o["rename"] == ["/tmp/d/b.txt", "hello", False] and o["removed"] is False
+    for missing in ("missing", "missing_remove", "missing_info"):
+        assert o[missing]["error"] == "FileNotFoundException", o[missing]
+    # A FIFO a program made is refused at once, as the caller's error.
+    assert o["fifo"]["error"] == "InvalidArgumentException" and o["fifo_fast"]
+    assert o["big"] == {"same": True, "remote": True}
+
+
+async def test_files(make_server) -> None:
+    """Text, bytes, streams, several files at once, listing, stat, mkdir, rename, remove, the
+    SDK's errors, and 100 MB each way."""
+    server = await e2b_server(make_server)
+    check_files(await scenario(server, "files", "100"), "/work")
+
+
+async def test_async_sdk(make_server) -> None:
+    server = await e2b_server(make_server)
+    o = await scenario(server, "async_api")
+    assert o["run"] == ["a\nb\n", "a\nb\n"] and o["background"] == "bg\n"
+    assert o["exit"]["error"] == "CommandExitException" and "code 4" in o["exit"]["message"]
+    assert o["file"] == "async file" and o["list"] == [True] and o["running"] and o["kill"] is True
+    assert o["after"]["error"] == "SandboxNotRunningException"
+
+
+def check_interpreter(o: dict[str, Any]) -> None:
+    assert o["state"] == [str(i * (i + 1)) for i in range(20)]  # 20 cells of one namespace
+    assert o["cell"] == {"text": "4.0", "stdout": ["hi\n"], "count": 21}
+    assert o["import_kept"] == "True"
+    assert o["error"] == {"name": "ValueError", "value": "bad value", "tb": True}
+    got = o["callbacks"]
+    assert "".join(t for k, t in got if k == "out") == "a\nsub\n"
+    assert [t for k, t in got if k == "err"] == ["b\n"]
+    assert [t for k, t in got if k == "result"] == ["CompletedProcess(args=['echo', 'sub'], returncode=0)"]
+    assert o["string"] == "quoted" and o["env"] == "v"
+    # The SDK's timeout interrupts the cell; the context keeps its state.
+    assert o["timeout"]["error"] == "TimeoutException" and o["after_timeout"] == "6" and o["quick"]
+    assert o["context"] == {"language": "python", "isolated": "False"}
+    assert o["context_state"] == "5" and o["contexts"] == 2 and o["restarted"] == "False"
+    assert o["removed"]["error"] == "NotFoundException"
+    assert o["language"]["error"] == "SandboxException" and "400" in o["language"]["message"]
+    assert o["both"]["error"] == "InvalidArgumentException"
+    assert o["shell"] == "same sandbox\n"
+    assert o["killed"]["error"] == "TimeoutException" and o["gone"]
+
+
+async def test_code_interpreter(make_server) -> None:
+    server = await e2b_server(make_server)
+    check_interpreter(await scenario(server, "interpreter"))
+    o = await scenario(server, "interpreter_async")
+    assert o == {"text": "30", "error": "KeyError"}
+    assert len(server.service.registry) == 0
+
+
+async def test_keys(make_server) -> None:
+    """A wrong key is the SDK's AuthenticationException; another key's sandbox is not found, is
+    not listed and cannot be killed."""
+    server = await e2b_server(make_server)
+    wrong = await scenario(server, "wrong_key", key="not-a-key")
+    assert wrong["create"]["error"] == wrong["list"]["error"] == "AuthenticationException"
+    mine = await scenario(server, "create_one")
+    theirs = await scenario(server, "other_key", mine["id"], key=KEY_B)
+    assert theirs["info"]["error"] == theirs["connect"]["error"] == "SandboxNotFoundException"
+    assert theirs["kill"] is False and theirs["listed"] == []
+    assert server.service.registry.get(mine["id"]) is not None
+
+
+async def test_bad_input(make_server) -> None:
+    """Bad requests of every E2B surface get a clear 4xx in the shape the SDK reads; the sandbox
+    and the server keep serving."""
+    server = await e2b_server(make_server)
+    key = {"X-API-KEY": KEY_A}
+    async with aiohttp.ClientSession() as http:
+        base = url(server)
+        r = await http.post(f"{base}/v2/sandboxes", headers=key, data=b"{not json")
+        assert r.status == 400 and (await r.json())["code"] == 400
+        for body in ({}, {"templateID": "base", "timeout": -1}, {"templateID": "base", "envVars": {"A": 1}}):
+            r = await http.post(f"{base}/v2/sandboxes", headers=key, json=body)
+            assert r.status == 400 and isinstance((await r.json())["message"], str), body
+        r = await http.get(f"{base}/sandboxes/sb-nope", headers=key)
+        assert r.status == 404 and (await r.json())["code"] == 404
+        r = await http.post(f"{base}/v2/sandboxes", headers=key, json={"templateID": "base"})
+        assert r.status == 201
+        made = await r.json()
+        sid, token = made["sandboxID"], made["envdAccessToken"]
+        envd = {"E2b-Sandbox-Id": sid, "E2b-Sandbox-Port": "49983", "X-Access-Token": token}
+        r = await http.get(f"{base}/health", headers={**envd, "X-Access-Token": "wrong"})
+        assert r.status == 401
+        r = await http.get(f"{base}/health", headers={**envd, "E2b-Sandbox-Id": "sb-nope"})
+        assert r.status == 502 and "was not found" in (await r.json())["message"]
+        r = await http.get(f"{base}/health", headers={**envd, "E2b-Sandbox-Port": "8080"})
+        assert r.status == 502 and "port 8080 is not open" in (await r.json())["message"]
+        r = await http.get(f"{base}/files", headers=envd)
+        assert r.status == 400
+        r = await http.post(
+            f"{base}/process.Process/List",
+            headers={**envd, "Content-Type": "application/json"},
+            data=b"{bad",
+        )
+        assert r.status == 400 and (await r.json())["code"] == "invalid_argument"
+        ci = {**envd, "E2b-Sandbox-Port": "49999"}
+        r = await http.post(f"{base}/execute", headers=ci, json={"code": 1})
+        assert r.status == 400
+        r = await http.post(
+            f"{base}/execute", headers=ci, json={"code": "1", "context_id": "x", "language": "python"}
+        )
+        assert r.status == 400 and "Only one of" in await r.text()
+        r = await http.post(f"{base}/execute", headers=ci, json={"code": "1", "context_id": "nope"})
+        assert r.status == 404
+        # Still serving.
+        r = await http.post(f"{base}/execute", headers=ci, json={"code": "6 * 7"})
+        lines = [json.loads(line) for line in (await r.text()).splitlines()]
+        assert r.status == 200 and {"type": "result", "text": "42", "is_main_result": True} in lines
+        assert lines[-1] == {"type": "end_of_execution"}
+        r = await http.delete(f"{base}/sandboxes/{sid}", headers=key)
+        assert r.status == 204
+
+
+@pytest.mark.timeout(1800)
+async def test_on_the_docker_backend(make_server, images) -> None:
+    """The same SDK calls on containers: lifecycle, commands as root, files (100 MB), the code
+    interpreter's kernel inside the container."""
+    server = await e2b_server(make_server, backend="docker")
+    o = await scenario(server, "lifecycle")
+    check_lifecycle(o)
+    assert o["unknown_template"]["error"] == "SandboxException"  # an image the engine lacks
+    check_commands(await scenario(server, "commands"))
+    check_files(await scenario(server, "files", "100"), "/work")
+    check_interpreter(await scenario(server, "interpreter"))
+    assert len(server.service.registry) == 0
