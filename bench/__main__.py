@@ -19,6 +19,7 @@ BENCHMARKS = {
     "reward": "bench.reward",
     "kinds": "bench.sandbox_kinds",
     "prime_api": "bench.prime_api",
+    "e2b_api": "bench.e2b_api",
     "verifiers_v1": "bench.verifiers_v1",
 }
 

@@ -41,7 +41,7 @@ def check_lifecycle(o: dict[str, Any]) -> None:
         "cpu": 1,
         "memory_mb": 1024,
     }
-    assert o["env"] == "hi\n" and o["connect"] == "again\n" and o["extended"]
+    assert o["env"] == "hi\n" and o["connect"] == "again\n" and o["extended"] and o["idempotent"]
     assert o["paging"] == {"first": 1, "has_next": True, "second": 1, "ids": True}
     assert o["metadata_filter"]
     assert o["metrics"] == {"ok": []}

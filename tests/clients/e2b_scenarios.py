@@ -50,7 +50,8 @@ def result(r: Any) -> dict[str, Any]:
 def lifecycle(_: str | None) -> dict[str, Any]:
     o: dict[str, Any] = {}
     a = Sandbox.create(timeout=120, metadata={"run": "lc", "k y": "v&1"}, envs={"GREETING": "hi"})
-    b = Sandbox.create(metadata={"run": "lc"})
+    b = Sandbox.create(metadata={"run": "lc"}, idempotency_key="lc-b-1")
+    o["idempotent"] = Sandbox.create(metadata={"run": "lc"}, idempotency_key="lc-b-1").sandbox_id == b.sandbox_id
     info = a.get_info()
     o["info"] = {
         "id": info.sandbox_id == a.sandbox_id,
