@@ -114,6 +114,16 @@ async def test_async_sdk(make_server) -> None:
     assert o["run"] == ["a\nb\n", "a\nb\n"] and o["background"] == "bg\n"
     assert o["exit"]["error"] == "CommandExitException" and "code 4" in o["exit"]["message"]
     assert o["file"] == "async file" and o["list"] == [True] and o["running"] and o["kill"] is True
+    assert o["files"] == {
+        "list": ["1", "2"],
+        "exists": True,
+        "info": 1,
+        "mkdir": True,
+        "rename": True,
+        "removed": True,
+    }
+    assert o["stdin"] == "piped" and o["listed"] and o["kill_process"] is True
+    assert o["connect"] == "via connect\n" and o["info"] == "base"
     assert o["after"]["error"] == "SandboxNotRunningException"
 
 

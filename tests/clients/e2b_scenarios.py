@@ -51,7 +51,9 @@ def lifecycle(_: str | None) -> dict[str, Any]:
     o: dict[str, Any] = {}
     a = Sandbox.create(timeout=120, metadata={"run": "lc", "k y": "v&1"}, envs={"GREETING": "hi"})
     b = Sandbox.create(metadata={"run": "lc"}, idempotency_key="lc-b-1")
-    o["idempotent"] = Sandbox.create(metadata={"run": "lc"}, idempotency_key="lc-b-1").sandbox_id == b.sandbox_id
+    o["idempotent"] = (
+        Sandbox.create(metadata={"run": "lc"}, idempotency_key="lc-b-1").sandbox_id == b.sandbox_id
+    )
     info = a.get_info()
     o["info"] = {
         "id": info.sandbox_id == a.sandbox_id,
@@ -207,6 +209,27 @@ async def async_api(_: str | None) -> dict[str, Any]:
     o["exit"] = await aattempt(sb.commands.run("exit 4"))
     await sb.files.write("x.txt", "async file")
     o["file"] = await sb.files.read("x.txt")
+    await sb.files.write_files([{"path": "d/1", "data": b"1"}, {"path": "d/2", "data": b"2"}])
+    o["files"] = {
+        "list": sorted(e.name for e in await sb.files.list("d")),
+        "exists": await sb.files.exists("d/1"),
+        "info": (await sb.files.get_info("d/2")).size,
+        "mkdir": await sb.files.make_dir("e"),
+        "rename": (await sb.files.rename("d/1", "e/1")).path.endswith("/e/1"),
+    }
+    await sb.files.remove("d")
+    o["files"]["removed"] = not await sb.files.exists("d")
+    h = await sb.commands.run("cat", background=True, stdin=True)
+    await sb.commands.send_stdin(h.pid, "piped")
+    await sb.commands.close_stdin(h.pid)
+    o["stdin"] = (await h.wait()).stdout
+    h = await sb.commands.run("sleep 60", background=True)
+    o["listed"] = [p.pid for p in await sb.commands.list()] == [h.pid]
+    o["kill_process"] = await sb.commands.kill(h.pid)
+    again = await AsyncSandbox.connect(sb.sandbox_id)
+    o["connect"] = (await again.commands.run("echo via connect")).stdout
+    await sb.set_timeout(200)
+    o["info"] = (await sb.get_info()).template_id
     o["list"] = [s.sandbox_id == sb.sandbox_id for s in await AsyncSandbox.list().next_items()]
     o["running"] = await sb.is_running()
     o["kill"] = await sb.kill()
