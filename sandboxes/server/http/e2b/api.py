@@ -31,6 +31,7 @@ from starlette.routing import Route
 from sandboxes import errors as E
 from sandboxes.server.http.bodies import BodyTooLarge, read_json
 from sandboxes.server.http.e2b.state import E2bSandbox
+from sandboxes.server.http.statuses import http_status
 from sandboxes.server.image_templates import template_for_image
 
 __all__ = ["E2B_TEMPLATES", "ControlPlane"]
@@ -106,17 +107,11 @@ class ControlPlane:
                 return JSONResponse(
                     {"code": 413, "message": str(e)}, status_code=413, headers={"Connection": "close"}
                 )
-            except E.NotFound as e:
-                return error(404, e.message)
-            except E.QuotaExceeded as e:
-                return error(429, e.message)
-            except (E.PoolExhausted, E.Cancelled) as e:
-                return error(503, e.message)
-            except E.InvalidRequest as e:
-                return error(400, e.message)
             except E.SandboxError as e:
-                log.warning("e2b %s %s failed: %s: %s", method, path, e.kind.value, e.message)
-                return error(500, f"{e.kind.value}: {e.message}")
+                status = http_status(e)
+                if status >= 500:
+                    log.warning("e2b %s %s failed: %s: %s", method, path, e.kind.value, e.message)
+                return error(status, e.message if status < 500 else f"{e.kind.value}: {e.message}")
 
         return Route(path, endpoint, methods=[method])
 

@@ -29,8 +29,9 @@ from sandboxes import errors as E
 from sandboxes.server.http.bodies import BodyTooLarge, read_body
 from sandboxes.server.http.e2b import filesystem, process
 from sandboxes.server.http.e2b.process import TARGET
+from sandboxes.server.http.statuses import http_status
 
-__all__ = ["MAX_FILE_BYTES", "envd_app"]
+__all__ = ["MAX_FILE_BYTES", "envd_app", "failure"]
 
 MAX_FILE_BYTES = 256 << 20
 MAX_FILES_PER_UPLOAD = 1000
@@ -70,22 +71,19 @@ def _wrap(fn: Any) -> Any:
         except BodyTooLarge as e:
             # The rest of the body is not read: the connection cannot serve another request.
             return _error(413, str(e), Connection="close")
-        except E.TooLarge as e:
-            return _error(413, e.message)
-        except E.NotFound as e:
-            return _error(404, e.message)
-        except E.NoSpace as e:
-            return _error(507, e.message)
-        except E.InvalidRequest as e:
-            return _error(400, e.message)
-        except E.QuotaExceeded as e:
-            return _error(429, e.message)
-        except E.SandboxLost as e:
-            return _error(502, f"The sandbox {sb.id} was not found: {e.message}")
         except E.SandboxError as e:
-            return _error(500, f"{e.kind.value}: {e.message}")
+            return _error(*failure(e, sb))
 
     return endpoint
+
+
+def failure(e: E.SandboxError, sb: Any) -> tuple[int, str]:
+    """(status, message) of a failed call: a sandbox that has ended says so as the platform's
+    proxy does (the SDK then reports it as no longer running)."""
+    status = http_status(e)
+    if status == 502:
+        return status, f"The sandbox {sb.id} was not found: {e.message}"
+    return status, e.message if status < 500 else f"{e.kind.value}: {e.message}"
 
 
 async def _health(request: Request, rec: Any, sb: Any) -> Response:

@@ -40,8 +40,9 @@ from starlette.routing import Route
 
 from sandboxes import errors as E
 from sandboxes.server.http.bodies import BodyTooLarge, read_json
+from sandboxes.server.http.e2b.envd import failure
 from sandboxes.server.http.e2b.process import TARGET
-from sandboxes.server.http.e2b.state import iso
+from sandboxes.server.http.timestamps import iso
 from sandboxes.types import Limits
 
 __all__ = ["Interpreter"]
@@ -131,15 +132,9 @@ class Interpreter:
                 return PlainTextResponse(r.message, status_code=r.status)
             except BodyTooLarge as e:
                 return PlainTextResponse(str(e), status_code=413, headers={"Connection": "close"})
-            except E.InvalidRequest as e:
-                return PlainTextResponse(e.message, status_code=400)
-            except E.QuotaExceeded as e:
-                return PlainTextResponse(e.message, status_code=429)
-            except E.SandboxLost as e:
-                # What the SDK reads as a sandbox that has ended (TimeoutException).
-                return PlainTextResponse(f"The sandbox {sb.id} was not found: {e.message}", status_code=502)
             except E.SandboxError as e:
-                return PlainTextResponse(f"{e.kind.value}: {e.message}", status_code=500)
+                status, message = failure(e, sb)
+                return PlainTextResponse(message, status_code=status)
 
         return endpoint
 

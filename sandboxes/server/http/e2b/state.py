@@ -3,28 +3,19 @@ for, its metadata, its in-sandbox access token, its timeout, and how it shows it
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import secrets
 import time
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
-__all__ = ["ENVD_VERSION", "E2bSandbox", "iso"]
+from sandboxes.server.http.timestamps import iso
+from sandboxes.server.http.tokens import digest, matches
+
+__all__ = ["ENVD_VERSION", "E2bSandbox"]
 
 # The in-sandbox daemon's version the SDK is told: the newest protocol it speaks (no older
 # client-side fallbacks apply; every call it gates is served or refused here).
 ENVD_VERSION = "0.6.4"
-
-
-def iso(ts: float) -> str:
-    """`ts` (unix seconds) as the API's RFC 3339 UTC timestamp."""
-    return datetime.fromtimestamp(ts, UTC).isoformat().replace("+00:00", "Z")
-
-
-def _digest(token: str) -> bytes:
-    return hashlib.sha256(token.encode("utf-8", "replace")).digest()
 
 
 @dataclass
@@ -48,19 +39,14 @@ class E2bSandbox:
     # The envd access token (`X-Access-Token`) and the traffic token of the code interpreter's
     # calls (`E2B-Traffic-Access-Token`): handed out once, kept as digests.
     access_token: str = field(default_factory=lambda: secrets.token_urlsafe(32))
-    _digests: tuple[bytes, ...] = ()
+    _digest: bytes = b""
 
     def __post_init__(self) -> None:
-        self._digests = (_digest(self.access_token),)
+        self._digest = digest(self.access_token)
 
     def token_ok(self, token: str | None) -> bool:
         """Whether `token` is this sandbox's access token (constant time)."""
-        if not token:
-            return False
-        digest, ok = _digest(token.strip()), False
-        for known in self._digests:
-            ok |= hmac.compare_digest(known, digest)
-        return ok
+        return bool(token) and matches((self._digest,), (token or "").strip())
 
     def created_json(self) -> dict[str, Any]:
         """The `Sandbox` object of create and connect."""

@@ -11,7 +11,8 @@ from starlette.requests import Request
 
 from sandboxes.server.http.prime.api import ControlPlane
 from sandboxes.server.http.prime.gateway import Gateway
-from sandboxes.server.http.prime.state import PrimeSandbox, Tombstones, iso
+from sandboxes.server.http.prime.state import PrimeSandbox, Tombstones
+from sandboxes.server.http.timestamps import iso
 
 __all__ = ["PrimeApi"]
 

@@ -29,6 +29,7 @@ from sandboxes.server.http.bodies import BodyTooLarge, read_json
 from sandboxes.server.http.prime import jobs
 from sandboxes.server.http.prime.requests import BadRequest, CreateArgs, parse_create, parse_ids, parse_policy
 from sandboxes.server.http.prime.state import START_LOG, PrimeSandbox
+from sandboxes.server.http.statuses import http_status
 from sandboxes.server.image_templates import template_for_image, template_with_egress
 from sandboxes.types import Limits
 
@@ -88,19 +89,11 @@ class ControlPlane:
             except BodyTooLarge as e:
                 # The rest of the body is not read: the connection cannot serve another request.
                 return JSONResponse({"detail": str(e)}, status_code=413, headers={"Connection": "close"})
-            except E.NotFound as e:
-                return _error(404, e.message)
-            except E.QuotaExceeded as e:
-                return _error(429, e.message)
-            except E.PoolExhausted as e:
-                return _error(503, e.message)
-            except E.InvalidRequest as e:
-                return _error(422, e.message)
-            except E.Cancelled as e:
-                return _error(503, e.message)
             except E.SandboxError as e:
-                log.warning("prime %s %s failed: %s: %s", method, path, e.kind.value, e.message)
-                return _error(502, f"{e.kind.value}: {e.message}")
+                status = http_status(e, invalid=422, other=502)
+                if status >= 500:
+                    log.warning("prime %s %s failed: %s: %s", method, path, e.kind.value, e.message)
+                return _error(status, e.message if status < 500 else f"{e.kind.value}: {e.message}")
 
         return Route(path, endpoint, methods=[method])
 

@@ -35,7 +35,8 @@ from starlette.routing import Mount, Route, Router
 from sandboxes import errors as E
 from sandboxes.server.http.bodies import BodyTooLarge, read_json
 from sandboxes.server.http.prime.sessions import COMMAND_LIMITS, SERVICE, TARGET, Sessions, sessions_app
-from sandboxes.server.http.prime.state import iso
+from sandboxes.server.http.statuses import http_status
+from sandboxes.server.http.timestamps import iso
 
 __all__ = ["Gateway"]
 
@@ -107,22 +108,14 @@ class Gateway:
             except BodyTooLarge as e:
                 # The rest of the body is not read: the connection cannot serve another request.
                 return JSONResponse({"detail": str(e)}, status_code=413, headers={"Connection": "close"})
-            except E.TooLarge as e:
-                return JSONResponse({"detail": e.message}, status_code=413)
-            except E.NotFound as e:
-                return JSONResponse({"detail": e.message}, status_code=404)
-            except E.QuotaExceeded as e:
-                return JSONResponse({"detail": e.message}, status_code=429)
-            except E.NoSpace as e:
-                return JSONResponse({"detail": e.message}, status_code=507)
-            except E.AuthError as e:
-                return JSONResponse({"detail": e.message}, status_code=403)
-            except (E.InvalidRequest, ValueError) as e:
-                return JSONResponse({"detail": getattr(e, "message", str(e))}, status_code=400)
             except (E.SandboxLost, E.Cancelled) as e:
                 return JSONResponse({"error": gone[1], "detail": e.message}, status_code=gone[0])
             except E.SandboxError as e:
-                return JSONResponse({"detail": f"{e.kind.value}: {e.message}"}, status_code=502)
+                status = http_status(e, other=502)
+                detail = e.message if status < 500 else f"{e.kind.value}: {e.message}"
+                return JSONResponse({"detail": detail}, status_code=status)
+            except ValueError as e:
+                return JSONResponse({"detail": str(e)}, status_code=400)
 
         return endpoint
 

@@ -4,16 +4,16 @@ the tombstones of sandboxes that ended (so a client asking about one learns why 
 
 from __future__ import annotations
 
-import hashlib
-import hmac
 import secrets
 import time
 from collections import OrderedDict
 from dataclasses import dataclass, field
-from datetime import UTC, datetime
 from typing import Any
 
-__all__ = ["GATEWAY_TOKEN_TTL_S", "PrimeSandbox", "Tombstones", "iso"]
+from sandboxes.server.http.timestamps import iso
+from sandboxes.server.http.tokens import digest, matches
+
+__all__ = ["GATEWAY_TOKEN_TTL_S", "PrimeSandbox", "Tombstones"]
 
 # A gateway token lives this long; clients refresh a minute before it expires (`POST .../auth`).
 GATEWAY_TOKEN_TTL_S = 3600.0
@@ -21,15 +21,6 @@ GATEWAY_TOKEN_TTL_S = 3600.0
 GATEWAY_TOKEN_RENEW_S = 600.0
 # Where the sandbox's start command writes (read back by `GET /sandbox/{id}/logs`).
 START_LOG = "/tmp/.sandbox-start.log"
-
-
-def iso(ts: float) -> str:
-    """`ts` (unix seconds) as the API's ISO 8601 UTC timestamp."""
-    return datetime.fromtimestamp(ts, UTC).isoformat().replace("+00:00", "Z")
-
-
-def _digest(token: str) -> bytes:
-    return hashlib.sha256(token.encode("utf-8", "replace")).digest()
 
 
 @dataclass
@@ -80,15 +71,13 @@ class PrimeSandbox:
         if not self._tokens or self._tokens[-1][1] - now < GATEWAY_TOKEN_RENEW_S:
             self._token = secrets.token_urlsafe(32)
             self._tokens = [t for t in self._tokens if t[1] > now][-1:]
-            self._tokens.append((_digest(self._token), now + GATEWAY_TOKEN_TTL_S))
+            self._tokens.append((digest(self._token), now + GATEWAY_TOKEN_TTL_S))
         return self._token, self._tokens[-1][1]
 
     def token_ok(self, token: str) -> bool:
         """Whether `token` is one of this sandbox's unexpired tokens (constant time per token)."""
-        digest, now, ok = _digest(token), time.time(), False
-        for known, expires in self._tokens:
-            ok |= hmac.compare_digest(known, digest) and expires > now
-        return ok
+        now = time.time()
+        return matches((known for known, expires in self._tokens if expires > now), token)
 
     def end(
         self, status: str, reason: str, error_type: str | None = None, message: str | None = None
