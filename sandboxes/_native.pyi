@@ -245,6 +245,7 @@ async def launch_local(config: LaunchConfig) -> LocalSandbox:
     not polled). Raises NativeError(kind="launch", step=...) when an isolation step fails."""
 
 def agent_version() -> str: ...
-def languages() -> list[tuple[str, list[str], str, list[str] | None, list[str], bool]]:
+def languages() -> list[tuple[str, list[str], str, list[str] | None, list[str], bool, list[str]]]:
     """The judge's language table: (name, aliases with the name first, source file, compile argv
-    or None, run argv, takes check scripts); paths relative to the program's directory."""
+    or None, run argv, takes check scripts, version command); paths relative to the program's
+    directory."""

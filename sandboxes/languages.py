@@ -17,7 +17,8 @@ __all__ = ["Language", "by_name", "canonical", "script_commands", "table"]
 @dataclass(frozen=True)
 class Language:
     """One language. `compile` and `run` are argv with paths relative to the program's directory:
-    the source is `source_file`, a compiled program is `./solution`."""
+    the source is `source_file`, the compile step writes what the run step runs beside it;
+    `version` prints the version of the language's tools."""
 
     name: str
     aliases: tuple[str, ...]
@@ -25,14 +26,15 @@ class Language:
     compile: tuple[str, ...] | None
     run: tuple[str, ...]
     checks: bool  # cases may carry a check script (run after the program, same interpreter)
+    version: tuple[str, ...]
 
 
 @functools.cache
 def table() -> tuple[Language, ...]:
     """Every language the judge knows."""
     return tuple(
-        Language(name, tuple(aliases), source, tuple(c) if c else None, tuple(run), checks)
-        for name, aliases, source, c, run, checks in _bridge.native().languages()
+        Language(name, tuple(aliases), source, tuple(c) if c else None, tuple(run), checks, tuple(version))
+        for name, aliases, source, c, run, checks, version in _bridge.native().languages()
     )
 
 

@@ -4,7 +4,7 @@ execution router: tools that speak either work by changing an endpoint
 
 ```
 GET  /api/v2/runtimes   [{language, version, aliases, runtime}]: the judge's languages, each
-                        version as the sandboxes' own tool reports it (`<tool> --version`)
+                        version as the sandboxes' own tool reports it (its `version` command)
 POST /api/v2/execute    Piston's job: language, version ("*", "3", "3.11", "3.x", exact), files
                         [{name, content, encoding: utf8 | base64 | hex}] (the first is the
                         program), stdin, args, compile_timeout / run_timeout (ms; 10000 / 3000),
@@ -187,9 +187,8 @@ class PistonApi(OneShotSurface):
                 found = []
                 async with self.pool.sandbox(self.template) as sb:
                     for lang in languages.table():
-                        tool = (lang.compile or lang.run)[0]
                         try:
-                            r = await sb.exec([tool, "--version"], timeout=30)
+                            r = await sb.exec(list(lang.version), timeout=30)
                         except E.SandboxError:
                             continue
                         m = _VERSION.search((r.stdout + r.stderr).decode("utf-8", "replace"))
@@ -199,7 +198,7 @@ class PistonApi(OneShotSurface):
                                     "language": lang.name,
                                     "version": m.group(0),
                                     "aliases": [a for a in lang.aliases if a != lang.name],
-                                    "runtime": tool,
+                                    "runtime": lang.version[0],
                                 }
                             )
                 self._runtimes = found

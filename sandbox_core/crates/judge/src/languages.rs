@@ -8,6 +8,11 @@ pub enum Language {
     C,
     Cpp,
     Bash,
+    Java,
+    JavaScript,
+    TypeScript,
+    Go,
+    Rust,
 }
 
 /// Runs the program, then the check script, in one interpreter and one namespace (HumanEval
@@ -48,7 +53,7 @@ printf '\n%s\n' "$__token""#;
 
 /// Every name a language is known by, on every surface (the judge, the API server's validation,
 /// the HTTP-compatible APIs, the RL adapters read this table through `sandboxes.languages`).
-const NAMES: [(&str, Language); 11] = [
+const NAMES: [(&str, Language); 23] = [
     ("python", Language::Python),
     ("python3", Language::Python),
     ("py", Language::Python),
@@ -60,7 +65,51 @@ const NAMES: [(&str, Language); 11] = [
     ("bash", Language::Bash),
     ("sh", Language::Bash),
     ("shell", Language::Bash),
+    ("java", Language::Java),
+    ("javascript", Language::JavaScript),
+    ("js", Language::JavaScript),
+    ("nodejs", Language::JavaScript),
+    ("node", Language::JavaScript),
+    ("typescript", Language::TypeScript),
+    ("ts", Language::TypeScript),
+    ("go", Language::Go),
+    ("golang", Language::Go),
+    ("rust", Language::Rust),
+    ("rs", Language::Rust),
+    ("rustc", Language::Rust),
 ];
+
+/// TypeScript is transpiled (types stripped, syntax checked, no type check: what `ts-node
+/// --transpile-only` and `tsx` do) by Debian's TypeScript compiler library, run by node
+/// (argv: source, output). A syntax error is a compile error.
+const TYPESCRIPT_TRANSPILER: &str = r#"const ts = require("/usr/share/nodejs/typescript");
+const fs = require("fs");
+const [src, out] = process.argv.slice(1);
+const r = ts.transpileModule(fs.readFileSync(src, "utf8"), {
+  fileName: src,
+  reportDiagnostics: true,
+  compilerOptions: { target: ts.ScriptTarget.ES2020, module: ts.ModuleKind.CommonJS },
+});
+const errors = r.diagnostics.filter((d) => d.category === ts.DiagnosticCategory.Error);
+for (const d of errors) {
+  const at = d.file && d.start !== undefined ? d.file.getLineAndCharacterOfPosition(d.start) : null;
+  const where = at ? `${src}:${at.line + 1}:${at.character + 1}: ` : "";
+  console.error(where + ts.flattenDiagnosticMessageText(d.messageText, "\n"));
+}
+if (errors.length) process.exit(1);
+fs.writeFileSync(out, r.outputText);"#;
+
+/// Go builds one file outside any module, with its caches in the build directory (made fresh
+/// for each program, removed after), without cgo (argv: output, source).
+const GO_BUILD: &str = r#"GOCACHE="$PWD/.gocache" GOPATH="$PWD/.gopath" HOME="$PWD" GO111MODULE=off CGO_ENABLED=0 exec /usr/bin/go build -o "$1" "$2""#;
+
+/// What a compile step leaves in the build directory for the cases to run: one file, or a
+/// directory tree (Java's classes).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Product {
+    pub name: &'static str,
+    pub tree: bool,
+}
 
 impl Language {
     pub fn parse(name: &str) -> Option<Language> {
@@ -83,18 +132,53 @@ impl Language {
             Language::C => "c",
             Language::Cpp => "cpp",
             Language::Bash => "bash",
+            Language::Java => "java",
+            Language::JavaScript => "javascript",
+            Language::TypeScript => "typescript",
+            Language::Go => "go",
+            Language::Rust => "rust",
         }
     }
 
-    pub const ALL: [Language; 4] = [Language::Python, Language::C, Language::Cpp, Language::Bash];
+    pub const ALL: [Language; 9] = [
+        Language::Python,
+        Language::C,
+        Language::Cpp,
+        Language::Bash,
+        Language::Java,
+        Language::JavaScript,
+        Language::TypeScript,
+        Language::Go,
+        Language::Rust,
+    ];
 
-    /// The tool this language needs inside the sandbox.
-    fn tool(self) -> &'static str {
+    /// The tools this language needs inside the sandbox.
+    fn tools(self) -> &'static [&'static str] {
         match self {
-            Language::Python => "/usr/bin/python3",
-            Language::C => "/usr/bin/gcc",
-            Language::Cpp => "/usr/bin/g++",
-            Language::Bash => "/bin/bash",
+            Language::Python => &["/usr/bin/python3"],
+            Language::C => &["/usr/bin/gcc"],
+            Language::Cpp => &["/usr/bin/g++"],
+            Language::Bash => &["/bin/bash"],
+            Language::Java => &["/usr/bin/javac", "/usr/bin/java"],
+            Language::JavaScript => &["/usr/bin/node"],
+            Language::TypeScript => &["/usr/bin/node", "/usr/share/nodejs/typescript/package.json"],
+            Language::Go => &["/usr/bin/go"],
+            Language::Rust => &["/usr/bin/rustc", "/usr/bin/cc"],
+        }
+    }
+
+    /// The command that prints the language's version (Piston's runtimes).
+    pub fn version_command(self) -> &'static [&'static str] {
+        match self {
+            Language::TypeScript => &["/usr/bin/tsc", "--version"],
+            Language::Go => &["/usr/bin/go", "version"],
+            Language::Python => &["/usr/bin/python3", "--version"],
+            Language::C => &["/usr/bin/gcc", "--version"],
+            Language::Cpp => &["/usr/bin/g++", "--version"],
+            Language::Bash => &["/bin/bash", "--version"],
+            Language::Java => &["/usr/bin/javac", "--version"],
+            Language::JavaScript => &["/usr/bin/node", "--version"],
+            Language::Rust => &["/usr/bin/rustc", "--version"],
         }
     }
 
@@ -102,7 +186,7 @@ impl Language {
     pub fn available() -> Vec<&'static str> {
         Language::ALL
             .iter()
-            .filter(|l| Path::new(l.tool()).exists())
+            .filter(|l| l.tools().iter().all(|t| Path::new(t).exists()))
             .map(|l| l.name())
             .collect()
     }
@@ -113,6 +197,37 @@ impl Language {
             Language::C => "solution.c",
             Language::Cpp => "solution.cpp",
             Language::Bash => "solution.sh",
+            Language::Java => "Main.java",
+            Language::JavaScript => "solution.js",
+            Language::TypeScript => "solution.ts",
+            Language::Go => "solution.go",
+            Language::Rust => "solution.rs",
+        }
+    }
+
+    /// What the compile step leaves for the cases (None: nothing is compiled).
+    pub fn product(self) -> Option<Product> {
+        let file = |name| Some(Product { name, tree: false });
+        match self {
+            Language::C | Language::Cpp | Language::Go | Language::Rust => file("solution"),
+            Language::TypeScript => file("solution.js"),
+            Language::Java => Some(Product {
+                name: "classes",
+                tree: true,
+            }),
+            Language::Python | Language::Bash | Language::JavaScript => None,
+        }
+    }
+
+    /// What the language's runtime prints on stderr when an allocation fails.
+    pub fn out_of_memory_marker(self) -> Option<&'static str> {
+        match self {
+            Language::Python => Some("MemoryError"),
+            Language::Java => Some("java.lang.OutOfMemoryError"),
+            Language::JavaScript | Language::TypeScript => Some("JavaScript heap out of memory"),
+            Language::Go => Some("runtime: out of memory"),
+            Language::Rust => Some("memory allocation of "),
+            Language::C | Language::Cpp | Language::Bash => None,
         }
     }
 
@@ -120,10 +235,13 @@ impl Language {
         matches!(self, Language::Python | Language::Bash)
     }
 
-    /// The compile step, if any: reads `dir/<source>`, writes the binary to `out`.
-    pub fn compile(self, dir: &Path, out: &Path) -> Option<Vec<String>> {
+    /// The compile step, if any: reads `dir/<source>`, writes `product()` into `build`.
+    pub fn compile(self, dir: &Path, build: &Path) -> Option<Vec<String>> {
         let src = dir.join(self.source_file()).display().to_string();
-        let out = out.display().to_string();
+        let out = self
+            .product()
+            .map(|p| build.join(p.name).display().to_string())
+            .unwrap_or_default();
         let v = |a: &[&str]| Some(a.iter().map(|s| s.to_string()).collect());
         match self {
             Language::C => v(&[
@@ -145,7 +263,29 @@ impl Language {
                 &out,
                 &src,
             ]),
-            Language::Python | Language::Bash => None,
+            // The compiler's JVM starts as a short-lived one: serial GC, the quick JIT only.
+            Language::Java => v(&[
+                "/usr/bin/javac",
+                "-J-XX:+UseSerialGC",
+                "-J-XX:TieredStopAtLevel=1",
+                "-encoding",
+                "UTF-8",
+                "-d",
+                &out,
+                &src,
+            ]),
+            Language::TypeScript => v(&["/usr/bin/node", "-e", TYPESCRIPT_TRANSPILER, &src, &out]),
+            Language::Go => v(&["/bin/sh", "-c", GO_BUILD, "go-build", &out, &src]),
+            Language::Rust => v(&[
+                "/usr/bin/rustc",
+                "-O",
+                "--edition",
+                "2021",
+                "-o",
+                &out,
+                &src,
+            ]),
+            Language::Python | Language::Bash | Language::JavaScript => None,
         }
     }
 
@@ -175,7 +315,22 @@ impl Language {
                 d(c),
                 token.display().to_string(),
             ],
-            (Language::C | Language::Cpp, _) => vec![d("solution")],
+            (Language::C | Language::Cpp | Language::Go | Language::Rust, _) => {
+                vec![d("solution")]
+            }
+            // The heap may grow to most of the case's memory limit (the JVM reads it from the
+            // cgroup); deep recursion gets the stack it gets in C.
+            (Language::Java, _) => vec![
+                "/usr/bin/java".into(),
+                "-XX:+UseSerialGC".into(),
+                "-XX:MaxRAMPercentage=75".into(),
+                "-Xss256m".into(),
+                "-cp".into(),
+                d("classes"),
+                "Main".into(),
+            ],
+            (Language::JavaScript, _) => vec!["/usr/bin/node".into(), d("solution.js")],
+            (Language::TypeScript, _) => vec!["/usr/bin/node".into(), d("solution.js")],
         }
     }
 }

@@ -113,16 +113,44 @@ impl Scratch {
         Ok((p, format!("\n{token}\n").into_bytes()))
     }
 
-    /// Takes the compiled binary out of the program-writable build dir into the read-only one.
-    fn seal_binary(&self, built: &Path, dir: &Path) -> Result<(), JudgeError> {
-        let dst = dir.join("solution");
+    /// Takes what the compile step made out of the program-writable build dir into the
+    /// read-only one: a file (a binary, a script) or a tree (Java's classes).
+    fn seal(
+        &self,
+        build: &Path,
+        product: languages::Product,
+        dir: &Path,
+    ) -> Result<(), JudgeError> {
+        let dst = dir.join(product.name);
         let err = |source| JudgeError::Scratch {
             path: dst.display().to_string(),
             source,
         };
-        std::fs::copy(built, &dst).map_err(err)?;
-        set_mode(&dst, 0o755).map_err(err)
+        if product.tree {
+            copy_tree(&build.join(product.name), &dst).map_err(err)
+        } else {
+            std::fs::copy(build.join(product.name), &dst).map_err(err)?;
+            set_mode(&dst, 0o755).map_err(err)
+        }
     }
+}
+
+/// A copy of the tree `src` at `dst`: directories 0755, files 0644, no links followed or kept.
+fn copy_tree(src: &Path, dst: &Path) -> std::io::Result<()> {
+    std::fs::create_dir(dst)?;
+    set_mode(dst, 0o755)?;
+    for entry in std::fs::read_dir(src)? {
+        let entry = entry?;
+        let kind = entry.file_type()?;
+        let to = dst.join(entry.file_name());
+        if kind.is_dir() {
+            copy_tree(&entry.path(), &to)?;
+        } else if kind.is_file() {
+            std::fs::copy(entry.path(), &to)?;
+            set_mode(&to, 0o644)?;
+        }
+    }
+    Ok(())
 }
 
 fn set_mode(p: &Path, mode: u32) -> std::io::Result<()> {
@@ -223,7 +251,7 @@ pub async fn run_tests(
     };
 
     let build = dir.0.join("build");
-    if let Some(argv) = lang.compile(&dir.0, &build.join("solution")) {
+    if let (Some(argv), Some(product)) = (lang.compile(&dir.0, &build), lang.product()) {
         scratch.make_writable(&dir.0, "build")?;
         let cmd = Command {
             argv,
@@ -265,7 +293,7 @@ pub async fn run_tests(
             report.wall_time_s = started.elapsed().as_secs_f64();
             return Ok(report);
         }
-        scratch.seal_binary(&build.join("solution"), &dir.0)?;
+        scratch.seal(&build, product, &dir.0)?;
         let _ = std::fs::remove_dir_all(&build);
     }
 

@@ -19,10 +19,16 @@ pub fn of_outcome(o: &Outcome, lang: Language) -> Option<(Verdict, &'static str)
         return Some((Verdict::OutputLimit, "output limit exceeded"));
     }
     if o.exit_code != Some(0) {
-        // Python reports a failed allocation as MemoryError before the kernel has to kill it.
-        let tail = &o.stderr[o.stderr.len().saturating_sub(256)..];
-        if lang == Language::Python && tail.windows(11).any(|w| w == b"MemoryError") {
-            return Some((Verdict::MemoryLimit, "memory limit exceeded (MemoryError)"));
+        // Managed runtimes report a failed allocation themselves before the kernel has to
+        // kill them (within their heap bound, or the cgroup's).
+        let tail = &o.stderr[o.stderr.len().saturating_sub(4096)..];
+        if let Some(marker) = lang.out_of_memory_marker() {
+            if tail.windows(marker.len()).any(|w| w == marker.as_bytes()) {
+                return Some((
+                    Verdict::MemoryLimit,
+                    "memory limit exceeded (the runtime ran out of memory)",
+                ));
+            }
         }
         return Some((
             Verdict::RuntimeError,

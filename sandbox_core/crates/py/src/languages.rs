@@ -6,8 +6,9 @@ use pyo3::prelude::*;
 use sandbox_judge::Language;
 
 /// One language: (name, aliases with the name first, source file, compile argv or None, run
-/// argv), with paths relative to the directory the program is in (compiled to `./solution`), and
-/// whether cases may carry a check script.
+/// argv), with paths relative to the directory the program is in (the compile step writes its
+/// product there), whether cases may carry a check script, and the command that prints the
+/// language's version.
 type Row = (
     &'static str,
     Vec<&'static str>,
@@ -15,6 +16,7 @@ type Row = (
     Option<Vec<String>>,
     Vec<String>,
     bool,
+    Vec<&'static str>,
 );
 
 #[pyfunction]
@@ -27,9 +29,10 @@ pub fn languages() -> Vec<Row> {
                 l.name(),
                 l.aliases(),
                 l.source_file(),
-                l.compile(here, Path::new("solution")),
+                l.compile(here, here),
                 l.run(here, None),
                 l.supports_check(),
+                l.version_command().to_vec(),
             )
         })
         .collect()

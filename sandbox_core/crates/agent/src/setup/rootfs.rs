@@ -55,7 +55,7 @@ const DEFAULT_TMPFS: u64 = 256 << 20;
 /// world-writable directories can use it).
 const DEFAULT_IMAGE_DISK: u64 = 64 << 20;
 const TOP_LINKS: [&str; 6] = ["bin", "sbin", "lib", "lib32", "lib64", "libx32"];
-const ETC_FROM_HOST: [&str; 10] = [
+const ETC_FROM_HOST: [&str; 12] = [
     "ld.so.cache",
     "ld.so.conf",
     "ld.so.conf.d",
@@ -66,6 +66,9 @@ const ETC_FROM_HOST: [&str; 10] = [
     "python3.11",
     "python3.12",
     "mime.types",
+    // The JVM's security configuration (its conf/ links here).
+    "java-17-openjdk",
+    "java-21-openjdk",
 ];
 const DEVICES: [&str; 6] = ["null", "zero", "full", "random", "urandom", "tty"];
 const CGROUP_CONTROLLERS: [&str; 4] = ["memory", "pids", "cpu", "cpuacct"];
