@@ -15,7 +15,7 @@ PYTEST_ARGS ?=
 CLIENT_VENVS ?= .venv-clients
 CLIENTS := $(patsubst tests/clients/%.txt,$(CLIENT_VENVS)/%/.ok,$(wildcard tests/clients/*.txt))
 
-.PHONY: help install clients build build-agent build-dev build-rl serve test test-rust test-python helm-test lint bench bench-table proto clean images
+.PHONY: help install clients build build-agent build-dev build-rl serve test test-rust test-python helm-test lint bench bench-table proto clean images toolchains
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | sort
@@ -61,7 +61,10 @@ test-rust: ## cargo tests of the workspace
 helm-test: $(VENV)/.deps ## lint, render and schema-validate the Helm chart (default and deploy/helm/ci values)
 	$(PY) -m pytest -q tests/test_helm_chart.py
 
-test-python: build clients ## pytest against the real agent binary
+toolchains: ## the host's Debian toolchains of the judge's languages (installed when root, else listed)
+	bash deploy/toolchains.sh
+
+test-python: build clients toolchains ## pytest against the real agent binary
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 test: build test-rust test-python ## build everything and run every test

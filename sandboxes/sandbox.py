@@ -328,8 +328,9 @@ class SandboxBase(abc.ABC):
     ) -> TestReport:
         """Judge `program` against `tests`: compile once, run every case isolated, one verdict each.
 
-        `language`: "python", "c", "cpp" or "bash" (`info().languages` lists what the sandbox
-        has). Each `TestCase` is stdin/stdout style (`expected_output`, compared per `compare`:
+        `language`: a name of `sandboxes.languages.table()` ("python", "c", "cpp", "bash",
+        "java", "javascript", "typescript", "go", "rust", or an alias; `info().languages` lists
+        what the sandbox has). Each `TestCase` is stdin/stdout style (`expected_output`, compared per `compare`:
         "exact" byte for byte, "whitespace" token by token, "float" tokens equal within
         `float_tolerance`, default 1e-6 absolute or relative) or check-script style (`check`,
         Python and Bash only). `time_limit` (s) sets each case's wall and CPU limits,

@@ -202,3 +202,48 @@ async def test_keys_guard_the_surface_unless_it_is_open(make_server) -> None:
     assert status == 401, out
     status, out = await post(server, "/api/v2/execute", body, headers=dict(bearer()))
     assert status == 200 and out["run"]["stdout"] == "1\n", out
+
+
+# Piston's names for the judge's compiled and managed languages.
+PISTON_NAMES = {
+    "java": "java",
+    "javascript": "javascript",
+    "typescript": "typescript",
+    "go": "go",
+    "rust": "rust",
+}
+
+
+@pytest.mark.parametrize("language", list(PISTON_NAMES))
+async def test_every_language_as_piston_runs_it(make_server, language) -> None:
+    """The runtime is listed with its tool's version; the reference program runs (compiled once
+    where the language compiles), a wrong one prints the wrong answer, a syntax error fails its
+    compile stage (JavaScript: its run)."""
+    from language_programs import PROGRAMS
+
+    server = await piston_server(make_server, warm=1)
+    async with aiohttp.ClientSession() as s, s.get(url(server, "/api/v2/runtimes")) as r:
+        runtimes = {rt["language"]: rt for rt in await r.json()}
+    assert re.fullmatch(r"\d+(\.\d+){1,2}", runtimes[language]["version"]), runtimes[language]
+    p = PROGRAMS[language]
+
+    async def execute(source: str) -> dict[str, Any]:
+        job = {
+            "language": PISTON_NAMES[language],
+            "version": "*",
+            "files": [{"content": source}],
+            "stdin": "2 3\n",
+            "compile_timeout": 30000,
+            "run_timeout": 10000,
+        }
+        status, out = await post(server, "/api/v2/execute", job)
+        assert status == 200, out
+        return out
+
+    ok = await execute(p.sum)
+    assert ok["run"]["stdout"] == "5\n" and ok["run"]["code"] == 0, ok
+    assert ("compile" in ok) == (language != "javascript")
+    assert (await execute(p.wrong))["run"]["stdout"] == "-1\n"
+    broken = await execute(p.broken)
+    stage = broken["run"] if language == "javascript" else broken["compile"]
+    assert stage["code"] != 0 and stage["stderr"], broken

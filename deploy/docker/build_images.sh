@@ -34,8 +34,10 @@ SUITE=${SANDBOXES_SUITE:-bookworm}
 BASE_IMAGE=${SANDBOXES_BASE_IMAGE:-sandboxes-base:$SUITE}
 SANDBOX_IMAGE=${SANDBOXES_IMAGE:-sandboxes-sandbox:latest}
 VARIANT=minbase
-# What the reward engine and user programs need: Python, a C/C++ toolchain, a shell.
-PACKAGES=${SANDBOXES_PACKAGES:-"python3 gcc g++ libc6-dev bash coreutils"}
+# What the reward engine and user programs need: the toolchains of the judge's languages (the
+# packages deploy/toolchains.sh puts on a local backend's host), libc headers, a shell,
+# coreutils and find (the file calls).
+PACKAGES=${SANDBOXES_PACKAGES:-"$(bash deploy/toolchains.sh --packages) libc6-dev bash coreutils findutils"}
 DEV_IMAGE=${SANDBOXES_DEV_IMAGE:-sandboxes-dev:$SUITE}
 DEV_PACKAGES=${SANDBOXES_DEV_PACKAGES:-"python3 python3-pip python3-venv git build-essential ca-certificates bash coreutils"}
 DEV=0

@@ -65,6 +65,11 @@ problem(
     c='#include <stdio.h>\nint main(void){long long a,b;if(scanf("%lld %lld",&a,&b)!=2)return 1;'
     'printf("%lld\\n",a+b);return 0;}',
     cpp='#include <iostream>\nint main(){long long a,b;std::cin>>a>>b;std::cout<<a+b<<"\\n";}',
+    java="import java.util.*;\npublic class Main {\n  public static void main(String[] args) {\n    Scanner in = new Scanner(System.in);\n    System.out.println(in.nextLong() + in.nextLong());\n  }\n}",
+    javascript='const [a, b] = require("fs").readFileSync(0, "utf8").trim().split(/\\s+/).map(BigInt);\nconsole.log((a + b).toString());',
+    typescript='const [a, b]: bigint[] = require("fs").readFileSync(0, "utf8").trim().split(/\\s+/).map(BigInt);\nconsole.log((a + b).toString());',
+    go='package main\n\nimport "fmt"\n\nfunc main() {\n\tvar a, b int64\n\tfmt.Scan(&a, &b)\n\tfmt.Println(a + b)\n}',
+    rust='use std::io::Read;\nfn main() {\n    let mut s = String::new();\n    std::io::stdin().read_to_string(&mut s).unwrap();\n    let v: Vec<i64> = s.split_whitespace().map(|x| x.parse().unwrap()).collect();\n    println!("{}", v[0] + v[1]);\n}',
 )
 
 problem(
@@ -74,6 +79,11 @@ problem(
     python="input()\nprint(sum(map(int, input().split())))",
     c='#include <stdio.h>\nint main(void){int n;long long s=0,x;scanf("%d",&n);'
     'for(int i=0;i<n;i++){scanf("%lld",&x);s+=x;}printf("%lld\\n",s);return 0;}',
+    java="import java.util.*;\npublic class Main {\n  public static void main(String[] args) {\n    Scanner in = new Scanner(System.in);\n    int n = in.nextInt();\n    long s = 0;\n    for (int i = 0; i < n; i++) s += in.nextLong();\n    System.out.println(s);\n  }\n}",
+    javascript='const t = require("fs").readFileSync(0, "utf8").trim().split(/\\s+/).map(Number);\nconsole.log(t.slice(1, 1 + t[0]).reduce((x, y) => x + y, 0));',
+    typescript='const t: number[] = require("fs").readFileSync(0, "utf8").trim().split(/\\s+/).map(Number);\nconsole.log(t.slice(1, 1 + t[0]).reduce((x: number, y: number) => x + y, 0));',
+    go='package main\n\nimport (\n\t"bufio"\n\t"fmt"\n\t"os"\n)\n\nfunc main() {\n\tr := bufio.NewReader(os.Stdin)\n\tvar n int\n\tfmt.Fscan(r, &n)\n\tvar s, x int64\n\tfor i := 0; i < n; i++ {\n\t\tfmt.Fscan(r, &x)\n\t\ts += x\n\t}\n\tfmt.Println(s)\n}',
+    rust='use std::io::Read;\nfn main() {\n    let mut s = String::new();\n    std::io::stdin().read_to_string(&mut s).unwrap();\n    let v: Vec<i64> = s.split_whitespace().map(|x| x.parse().unwrap()).collect();\n    let n = v[0] as usize;\n    println!("{}", v[1..1 + n].iter().sum::<i64>());\n}',
 )
 
 problem(
@@ -84,6 +94,11 @@ problem(
     python="input()\na = list(map(int, input().split()))\nprint(max(a), min(a))",
     cpp="#include <bits/stdc++.h>\nint main(){int n;std::cin>>n;std::vector<long long>a(n);for(auto&x:a)std::cin>>x;"
     'std::cout<<*std::max_element(a.begin(),a.end())<<" "<<*std::min_element(a.begin(),a.end())<<"\\n";}',
+    java='import java.util.*;\npublic class Main {\n  public static void main(String[] args) {\n    Scanner in = new Scanner(System.in);\n    int n = in.nextInt();\n    long mx = Long.MIN_VALUE, mn = Long.MAX_VALUE;\n    for (int i = 0; i < n; i++) { long x = in.nextLong(); mx = Math.max(mx, x); mn = Math.min(mn, x); }\n    System.out.println(mx + " " + mn);\n  }\n}',
+    javascript='const t = require("fs").readFileSync(0, "utf8").trim().split(/\\s+/).map(Number);\nconst a = t.slice(1, 1 + t[0]);\nconsole.log(Math.max(...a) + " " + Math.min(...a));',
+    typescript='const t: number[] = require("fs").readFileSync(0, "utf8").trim().split(/\\s+/).map(Number);\nconst a: number[] = t.slice(1, 1 + t[0]);\nconsole.log(`${Math.max(...a)} ${Math.min(...a)}`);',
+    go='package main\n\nimport "fmt"\n\nfunc main() {\n\tvar n int\n\tfmt.Scan(&n)\n\tvar mx, mn int64 = -1 << 62, 1 << 62\n\tfor i := 0; i < n; i++ {\n\t\tvar x int64\n\t\tfmt.Scan(&x)\n\t\tif x > mx {\n\t\t\tmx = x\n\t\t}\n\t\tif x < mn {\n\t\t\tmn = x\n\t\t}\n\t}\n\tfmt.Println(mx, mn)\n}',
+    rust='use std::io::Read;\nfn main() {\n    let mut s = String::new();\n    std::io::stdin().read_to_string(&mut s).unwrap();\n    let v: Vec<i64> = s.split_whitespace().map(|x| x.parse().unwrap()).collect();\n    let a = &v[1..1 + v[0] as usize];\n    println!("{} {}", a.iter().max().unwrap(), a.iter().min().unwrap());\n}',
 )
 
 problem(
@@ -93,6 +108,11 @@ problem(
     python="n = int(input())\nm = 10**9 + 7\nf = 1\nfor i in range(2, n + 1):\n    f = f * i % m\nprint(f)",
     cpp="#include <iostream>\nint main(){long long n,f=1,m=1000000007;std::cin>>n;for(long long i=2;i<=n;i++)f=f*i%m;"
     'std::cout<<f<<"\\n";}',
+    java="import java.util.*;\npublic class Main {\n  public static void main(String[] args) {\n    Scanner in = new Scanner(System.in);\n    long n = in.nextLong(), f = 1, m = 1000000007L;\n    for (long i = 2; i <= n; i++) f = f * i % m;\n    System.out.println(f);\n  }\n}",
+    javascript='const n = Number(require("fs").readFileSync(0, "utf8").trim());\nlet f = 1;\nfor (let i = 2; i <= n; i++) f = (f * i) % 1000000007;\nconsole.log(f);',
+    typescript='const n: number = Number(require("fs").readFileSync(0, "utf8").trim());\nlet f: number = 1;\nfor (let i = 2; i <= n; i++) f = (f * i) % 1000000007;\nconsole.log(f);',
+    go='package main\n\nimport "fmt"\n\nfunc main() {\n\tvar n int64\n\tfmt.Scan(&n)\n\tf := int64(1)\n\tfor i := int64(2); i <= n; i++ {\n\t\tf = f * i % 1000000007\n\t}\n\tfmt.Println(f)\n}',
+    rust='fn main() {\n    let mut s = String::new();\n    std::io::stdin().read_line(&mut s).unwrap();\n    let n: u64 = s.trim().parse().unwrap();\n    let mut f: u64 = 1;\n    for i in 2..=n {\n        f = f * i % 1_000_000_007;\n    }\n    println!("{}", f);\n}',
 )
 
 problem(
@@ -102,6 +122,11 @@ problem(
     python="n = int(input())\na, b = 0, 1\nfor _ in range(n):\n    a, b = b, a + b\nprint(a)",
     c='#include <stdio.h>\nint main(void){int n;long long a=0,b=1,t;scanf("%d",&n);'
     'for(int i=0;i<n;i++){t=a+b;a=b;b=t;}printf("%lld\\n",a);return 0;}',
+    java="import java.util.*;\npublic class Main {\n  public static void main(String[] args) {\n    Scanner in = new Scanner(System.in);\n    int n = in.nextInt();\n    long a = 0, b = 1;\n    for (int i = 0; i < n; i++) { long t = a + b; a = b; b = t; }\n    System.out.println(a);\n  }\n}",
+    javascript='const n = Number(require("fs").readFileSync(0, "utf8").trim());\nlet [a, b] = [0n, 1n];\nfor (let i = 0; i < n; i++) [a, b] = [b, a + b];\nconsole.log(a.toString());',
+    typescript='const n: number = Number(require("fs").readFileSync(0, "utf8").trim());\nlet a: bigint = 0n, b: bigint = 1n;\nfor (let i = 0; i < n; i++) [a, b] = [b, a + b];\nconsole.log(a.toString());',
+    go='package main\n\nimport "fmt"\n\nfunc main() {\n\tvar n int\n\tfmt.Scan(&n)\n\tvar a, b uint64 = 0, 1\n\tfor i := 0; i < n; i++ {\n\t\ta, b = b, a+b\n\t}\n\tfmt.Println(a)\n}',
+    rust='fn main() {\n    let mut s = String::new();\n    std::io::stdin().read_line(&mut s).unwrap();\n    let n: u32 = s.trim().parse().unwrap();\n    let (mut a, mut b): (u64, u64) = (0, 1);\n    for _ in 0..n {\n        let t = a + b;\n        a = b;\n        b = t;\n    }\n    println!("{}", a);\n}',
 )
 
 problem(
@@ -114,6 +139,11 @@ problem(
     python="import math\na, b = map(int, input().split())\ng = math.gcd(a, b)\nprint(g, a // g * b)",
     c='#include <stdio.h>\nint main(void){long long a,b,x,y,t;scanf("%lld %lld",&a,&b);x=a;y=b;'
     'while(y){t=x%y;x=y;y=t;}printf("%lld %lld\\n",x,a/x*b);return 0;}',
+    java='import java.util.*;\npublic class Main {\n  public static void main(String[] args) {\n    Scanner in = new Scanner(System.in);\n    long a = in.nextLong(), b = in.nextLong(), x = a, y = b;\n    while (y != 0) { long t = x % y; x = y; y = t; }\n    System.out.println(x + " " + (a / x * b));\n  }\n}',
+    javascript='const [a, b] = require("fs").readFileSync(0, "utf8").trim().split(/\\s+/).map(BigInt);\nlet [x, y] = [a, b];\nwhile (y) [x, y] = [y, x % y];\nconsole.log(`${x} ${(a / x) * b}`);',
+    typescript='const [a, b]: bigint[] = require("fs").readFileSync(0, "utf8").trim().split(/\\s+/).map(BigInt);\nlet x: bigint = a, y: bigint = b;\nwhile (y !== 0n) [x, y] = [y, x % y];\nconsole.log(`${x} ${(a / x) * b}`);',
+    go='package main\n\nimport "fmt"\n\nfunc main() {\n\tvar a, b int64\n\tfmt.Scan(&a, &b)\n\tx, y := a, b\n\tfor y != 0 {\n\t\tx, y = y, x%y\n\t}\n\tfmt.Println(x, a/x*b)\n}',
+    rust='use std::io::Read;\nfn main() {\n    let mut s = String::new();\n    std::io::stdin().read_to_string(&mut s).unwrap();\n    let v: Vec<u64> = s.split_whitespace().map(|x| x.parse().unwrap()).collect();\n    let (a, b) = (v[0], v[1]);\n    let (mut x, mut y) = (a, b);\n    while y != 0 {\n        let t = x % y;\n        x = y;\n        y = t;\n    }\n    println!("{} {}", x, a / x * b);\n}',
 )
 
 problem(

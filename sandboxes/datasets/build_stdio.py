@@ -1,8 +1,9 @@
 """Regenerate `data/stdio.jsonl` from `_stdio_problems.py`: `python -m sandboxes.datasets.build_stdio`.
 
 Every case's expected output is what the Python reference prints for its input, run locally (no
-sandbox) with Debian's `python3 -I`. The C / C++ references are compiled and run on the same inputs
-and must agree (token by token), so every reference in the file is known to be correct. The inputs
+sandbox) with Debian's `python3 -I`. The references in the other languages (C, C++, Java,
+JavaScript, TypeScript, Go, Rust) are compiled where their language compiles and run on the same
+inputs, and must agree (token by token), so every reference in the file is known to be correct. The inputs
 come from generators seeded by the problem id: the output file is byte-for-byte reproducible.
 """
 
@@ -12,7 +13,6 @@ import argparse
 import json
 import os
 import random
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -39,20 +39,26 @@ def _run(argv: list[str], stdin: str, what: str) -> str:
     return p.stdout.decode()
 
 
-def _compile(lang: str, source: str, workdir: Path, name: str) -> list[str]:
-    """Compiles a reference as the judge compiles submissions (`sandboxes.languages`)."""
+def _reference(lang: str, source: str, workdir: Path, name: str) -> list[str]:
+    """The argv that runs a reference, compiled first where its language compiles, as the judge
+    compiles and runs submissions (`sandboxes.languages`)."""
     spec = languages.by_name(lang)
-    if spec is None or spec.compile is None:
-        raise RuntimeError(f"{lang} is not a compiled language of the judge")
+    if spec is None:
+        raise RuntimeError(f"{lang} is not a language of the judge")
     d = workdir / f"{name}-{lang}"
     d.mkdir(parents=True, exist_ok=True)
     (d / spec.source_file).write_text(source)
-    if shutil.which(spec.compile[0]) is None:
-        raise RuntimeError(f"{spec.compile[0]} is needed to check the {lang} references")
-    p = subprocess.run(spec.compile, cwd=d, capture_output=True, check=False)
-    if p.returncode != 0:
-        raise RuntimeError(f"{name} ({lang}) does not compile: {p.stderr.decode(errors='replace')[-1000:]}")
-    return [str(d / "solution")]
+    tool = (spec.compile or spec.run)[0]
+    if not os.access(tool, os.X_OK):
+        raise RuntimeError(f"{tool} is needed to check the {lang} references (make toolchains)")
+    if spec.compile is not None:
+        p = subprocess.run(spec.compile, cwd=d, capture_output=True, check=False)
+        if p.returncode != 0:
+            raise RuntimeError(
+                f"{name} ({lang}) does not compile: {p.stderr.decode(errors='replace')[-1000:]}"
+            )
+    run = list(spec.run) if spec.compile else [spec.run[0], f"./{spec.source_file}"]
+    return [str(d / a[2:]) if a.startswith("./") else a for a in run]
 
 
 def build_one(src: Source, workdir: Path) -> dict:
@@ -68,7 +74,7 @@ def build_one(src: Source, workdir: Path) -> dict:
         if not out.split():
             raise RuntimeError(f"{src.problem_id} case {i}: empty expected output")
     for lang in sorted(set(src.references) - {"python"}):
-        exe = _compile(lang, src.references[lang], workdir, src.problem_id)
+        exe = _reference(lang, src.references[lang], workdir, src.problem_id)
         for i, (inp, want) in enumerate(zip(inputs, outputs)):
             got = _run(exe, inp, f"{src.problem_id} {lang} reference")
             if got.split() != want.split():

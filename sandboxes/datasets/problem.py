@@ -20,6 +20,11 @@ BROKEN_PROGRAMS: dict[str, str] = {
     "c": "int main(void) { return 0; }\n",
     "cpp": "int main() { return 0; }\n",
     "bash": "true\n",
+    "java": "public class Main { public static void main(String[] args) {} }\n",
+    "javascript": "// prints nothing\n",
+    "typescript": "const unused: number = 0;\n",
+    "go": "package main\n\nfunc main() {}\n",
+    "rust": "fn main() {}\n",
 }
 
 

@@ -30,6 +30,38 @@ async def run(server, **kw) -> object:
     return await sf.run_code_async(sf.RunCodeRequest(**kw), endpoint=url(server), max_attempts=1)
 
 
+# SandboxFusion's names for the judge's compiled and managed languages.
+FUSION_NAMES = {
+    "java": "java",
+    "javascript": "nodejs",
+    "typescript": "typescript",
+    "go": "go",
+    "rust": "rust",
+}
+
+
+@pytest.mark.parametrize("language", list(FUSION_NAMES))
+async def test_every_language_through_the_real_client(make_server, language) -> None:
+    """The reference program runs (compiled where the language compiles), a wrong one prints the
+    wrong answer, a syntax error is `Failed` at its compile step (JavaScript: at its run)."""
+    from language_programs import PROGRAMS
+
+    p = PROGRAMS[language]
+    server = await make_server(insecure=True, http_port=0, warm=1)
+    name = FUSION_NAMES[language]
+    r = await run(server, code=p.sum, language=name, stdin="2 3\n", compile_timeout=30, run_timeout=10)
+    assert r.status == sf.RunStatus.Success and r.run_result.stdout == "5\n", r
+    assert (r.compile_result is None) == (language == "javascript")
+    r = await run(server, code=p.wrong, language=name, stdin="2 3\n", compile_timeout=30)
+    assert r.run_result.stdout == "-1\n"
+    r = await run(server, code=p.broken, language=name, compile_timeout=30)
+    assert r.status == sf.RunStatus.Failed
+    if language == "javascript":
+        assert r.run_result.return_code != 0
+    else:
+        assert r.run_result is None and r.compile_result.return_code != 0
+
+
 async def test_run_code_with_the_real_client(make_server) -> None:
     server = await make_server(insecure=True, http_port=0, warm=2)
     r = await run(server, code="print('hello')", language="python")

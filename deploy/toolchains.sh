@@ -1,0 +1,35 @@
+#!/usr/bin/env bash
+# The host toolchains the local backend's sandboxes run (they see the host's /usr): Debian's
+# interpreters and compilers of every language of the judge (`sandbox_core/crates/judge/src/
+# languages.rs`). Installs what is missing when run as root with apt; otherwise says what is.
+# `toolchains.sh --packages` prints the packages (the sandbox image is built of them too).
+set -euo pipefail
+# (path that must exist, Debian package that provides it)
+TOOLS=(
+  "/usr/bin/python3 python3"
+  "/usr/bin/gcc gcc"
+  "/usr/bin/g++ g++"
+  "/usr/bin/make make"
+  "/usr/bin/javac default-jdk-headless"
+  "/usr/bin/node nodejs"
+  "/usr/share/nodejs/typescript/package.json node-typescript"
+  "/usr/bin/go golang-go"
+  "/usr/bin/rustc rustc"
+)
+if [ "${1:-}" = --packages ]; then
+  for entry in "${TOOLS[@]}"; do read -r _ pkg <<<"$entry"; printf '%s ' "$pkg"; done
+  echo
+  exit 0
+fi
+need=""
+for entry in "${TOOLS[@]}"; do
+  read -r path pkg <<<"$entry"
+  [ -e "$path" ] || need="$need $pkg"
+done
+[ -n "$need" ] || exit 0
+if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+  export DEBIAN_FRONTEND=noninteractive
+  apt-get update -qq && apt-get install -y -qq --no-install-recommends $need >/dev/null
+else
+  echo "missing host toolchains (the local backend's languages):$need; install them with apt-get" >&2
+fi
