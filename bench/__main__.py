@@ -20,6 +20,7 @@ BENCHMARKS = {
     "kinds": "bench.sandbox_kinds",
     "prime_api": "bench.prime_api",
     "e2b_api": "bench.e2b_api",
+    "languages": "bench.languages",
     "verifiers_v1": "bench.verifiers_v1",
 }
 

@@ -1,14 +1,16 @@
 #!/usr/bin/env bash
 # Builds the docker backend's images without any registry:
-#   1. sandboxes-base:bookworm    a Debian rootfs made from packages (mmdebstrap, else debootstrap),
-#                                 put into the engine with `docker import`;
-#   2. sandboxes-sandbox:latest   the base + the agent at /usr/local/bin/sandbox-agent
+#   1. sandboxes-toolchains:bookworm   a Debian rootfs made from packages (mmdebstrap, else
+#                                 debootstrap), put into the engine with `docker import`: the
+#                                 toolchains of the judge's languages; sandboxes-base:bookworm, a
+#                                 smaller one (python3, gcc, g++), the same way;
+#   2. sandboxes-sandbox:latest   that rootfs + the agent at /usr/local/bin/sandbox-agent
 #                                 (deploy/docker/Dockerfile.sandbox, `docker build`, offline);
 #   3. with `--dev`: sandboxes-dev:bookworm, a Debian rootfs for agents that build and install
 #                                 (git, build-essential, python3 with pip and venv), as the base;
 #   4. with `--manager`: the manager image (`sandboxes serve`), named as the Helm chart's default
 #                                 (`manager.image.repository` of its values, tag its appVersion):
-#                                 the base + the project's wheel and its dependencies
+#                                 sandboxes-base:bookworm + the project's wheel and its dependencies
 #                                 (deploy/docker/Dockerfile.manager).
 # Each image carries the label `sandboxes.inputs` = a hash of what it was made from (package list
 # and suite for the base; agent binary, Dockerfile and base image id for the top); an image whose
@@ -17,9 +19,9 @@
 # Environment (all optional):
 #   AGENT_BIN            agent binary to bake in (default: sandboxes/_bin/sandbox-agent, else the
 #                        cargo release build)
-#   SANDBOXES_BASE_IMAGE / SANDBOXES_IMAGE   image names (defaults above)
+#   SANDBOXES_TOOLCHAINS_IMAGE / SANDBOXES_IMAGE / SANDBOXES_BASE_IMAGE   image names (defaults above)
 #   SANDBOXES_SUITE      Debian suite (default: bookworm)
-#   SANDBOXES_PACKAGES   packages of the base (default below)
+#   SANDBOXES_PACKAGES / SANDBOXES_BASE_PACKAGES   packages of the two rootfs (defaults below)
 #   SANDBOXES_DEBIAN_MIRROR  mirror URL; by default the Debian mirror(s) of this machine's apt config
 #   SANDBOXES_DEV_IMAGE / SANDBOXES_DEV_PACKAGES   the dev image's name and packages
 #   PYTHON               the Python that builds the wheel (maturin) and installs it for the
@@ -32,12 +34,16 @@ ROOT=$(pwd)
 
 SUITE=${SANDBOXES_SUITE:-bookworm}
 BASE_IMAGE=${SANDBOXES_BASE_IMAGE:-sandboxes-base:$SUITE}
+TOOLCHAINS_IMAGE=${SANDBOXES_TOOLCHAINS_IMAGE:-sandboxes-toolchains:$SUITE}
 SANDBOX_IMAGE=${SANDBOXES_IMAGE:-sandboxes-sandbox:latest}
 VARIANT=minbase
 # What the reward engine and user programs need: the toolchains of the judge's languages (the
 # packages deploy/toolchains.sh puts on a local backend's host), libc headers, a shell,
 # coreutils and find (the file calls).
 PACKAGES=${SANDBOXES_PACKAGES:-"$(bash deploy/toolchains.sh --packages) libc6-dev bash coreutils findutils"}
+# A smaller rootfs (Python, a C/C++ toolchain, a shell): the manager image's base, and an image
+# for templates that name one.
+BASE_PACKAGES=${SANDBOXES_BASE_PACKAGES:-"python3 gcc g++ libc6-dev bash coreutils"}
 DEV_IMAGE=${SANDBOXES_DEV_IMAGE:-sandboxes-dev:$SUITE}
 DEV_PACKAGES=${SANDBOXES_DEV_PACKAGES:-"python3 python3-pip python3-venv git build-essential ca-certificates bash coreutils"}
 DEV=0
@@ -142,9 +148,9 @@ PY
 
 # --- 1. base image (and the dev image) ------------------------------------------------------
 
-# build_base [IMAGE PACKAGES]: a Debian rootfs of PACKAGES imported as IMAGE (default: the base).
+# build_base IMAGE PACKAGES: a Debian rootfs of PACKAGES imported as IMAGE.
 build_base() {
-  local BASE_IMAGE=${1:-$BASE_IMAGE} PACKAGES=${2:-$PACKAGES}
+  local BASE_IMAGE=$1 PACKAGES=$2
   local pkgs sorted want tmp
   sorted=$(echo "$PACKAGES" | tr ' ,' '\n\n' | sed '/^$/d' | sort -u | tr '\n' ' ')
   want=$(printf 'v%s %s %s %s' "$BUILD_VERSION" "$SUITE" "$VARIANT" "$sorted" | sha)
@@ -164,8 +170,10 @@ build_base() {
   fi
   log "building the $SUITE rootfs ($pkgs) from: ${sources[*]}"
   if command -v mmdebstrap >/dev/null; then
-    # Documentation and locales are dropped (copyright files kept); apt lists are not kept.
+    # Documentation and locales are dropped (copyright files kept); apt lists are not kept. The
+    # JDK's maintainer scripts link man pages into man1, which must exist even though empty.
     mmdebstrap --variant="$VARIANT" --include="$pkgs" --format=tar \
+      --setup-hook='mkdir -p "$1"/usr/share/man/man1' \
       --dpkgopt='path-exclude=/usr/share/man/*' \
       --dpkgopt='path-exclude=/usr/share/locale/*' \
       --dpkgopt='path-exclude=/usr/share/doc/*' \
@@ -193,13 +201,13 @@ build_base() {
   drop_replaced "$old"
 }
 
-# build_on_base DOCKERFILE IMAGE LABEL CONTEXT OLD_ID: IMAGE from DOCKERFILE on the base, labelled
+# build_on_base DOCKERFILE IMAGE LABEL CONTEXT OLD_ID BASE: IMAGE from DOCKERFILE on BASE, labelled
 # with its inputs; the image it replaces is dropped. The classic builder takes FROM from the local
 # images and needs no buildx; set DOCKER_BUILDKIT=1 to use BuildKit where it is installed.
 build_on_base() {
   if ! DOCKER_BUILDKIT=${DOCKER_BUILDKIT:-0} docker build -q \
       -f "$1" \
-      --build-arg "BASE=$BASE_IMAGE" \
+      --build-arg "BASE=$6" \
       --label "$LABEL=$3" \
       -t "$2" "$4" >/dev/null; then
     die "docker build of $2 failed"
@@ -218,7 +226,7 @@ build_sandbox() {
   fi
   [ -n "$agent" ] && [ -x "$agent" ] || die "no agent binary (run \`make build-agent\` or set AGENT_BIN)"
   local base_id want ctx
-  base_id=$(docker image inspect -f '{{.Id}}' "$BASE_IMAGE")
+  base_id=$(docker image inspect -f '{{.Id}}' "$TOOLCHAINS_IMAGE")
   want=$( { sha256sum <"$agent"; sha256sum <deploy/docker/Dockerfile.sandbox; echo "$base_id"; } | sha)
   up_to_date "$SANDBOX_IMAGE" "$want" && return
   # A context of just the agent: nothing of the repository is sent to the engine.
@@ -228,7 +236,7 @@ build_sandbox() {
   log "building $SANDBOX_IMAGE (agent $agent)"
   local old
   old=$(image_id "$SANDBOX_IMAGE")
-  build_on_base deploy/docker/Dockerfile.sandbox "$SANDBOX_IMAGE" "$want" "$ctx" "$old"
+  build_on_base deploy/docker/Dockerfile.sandbox "$SANDBOX_IMAGE" "$want" "$ctx" "$old" "$TOOLCHAINS_IMAGE"
 }
 
 # --- 4. manager image (base + wheel) -------------------------------------------------------------
@@ -262,10 +270,11 @@ build_manager() {
   log "building $MANAGER_IMAGE"
   local old
   old=$(image_id "$MANAGER_IMAGE")
-  build_on_base deploy/docker/Dockerfile.manager "$MANAGER_IMAGE" "$want" "$ctx" "$old"
+  build_on_base deploy/docker/Dockerfile.manager "$MANAGER_IMAGE" "$want" "$ctx" "$old" "$BASE_IMAGE"
 }
 
-build_base
+build_base "$TOOLCHAINS_IMAGE" "$PACKAGES"
+build_base "$BASE_IMAGE" "$BASE_PACKAGES"
 build_sandbox
 if [ "$DEV" = 1 ]; then
   build_base "$DEV_IMAGE" "$DEV_PACKAGES"
@@ -274,5 +283,5 @@ if [ "$MANAGER" = 1 ]; then
   build_manager
 fi
 docker image ls --format '{{.Repository}}:{{.Tag}} {{.ID}} {{.Size}}' \
-  | grep -E "^(${BASE_IMAGE}|${SANDBOX_IMAGE}|${DEV_IMAGE}|${MANAGER_IMAGE}) " >&2 || true
+  | grep -E "^(${TOOLCHAINS_IMAGE}|${BASE_IMAGE}|${SANDBOX_IMAGE}|${DEV_IMAGE}|${MANAGER_IMAGE}) " >&2 || true
 log "done"

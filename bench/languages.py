@@ -1,0 +1,82 @@
+"""One grading per language against running the same compiler and program directly, in the same
+run: the sum of two integers (the stdio set's `a_plus_b` reference of each language) with two
+stdin/stdout cases, through `Sandbox.run_tests` of an embedded local pool with its defaults
+(compile once, each case its own isolated process), against the baseline of the judge's own
+compile command and two runs of the program as plain subprocesses on this host (no isolation,
+same toolchain: the local backend runs the host's). Reported per language: median and p99 of
+each, and their ratio."""
+
+from __future__ import annotations
+
+import asyncio
+import subprocess
+import tempfile
+import time
+from pathlib import Path
+
+from bench.common import Report, Stats
+
+ROUNDS = 20
+CASES = (("2 3\n", "5"), ("40 -12\n", "28"))
+
+
+def programs() -> dict[str, str]:
+    from sandboxes.datasets.stdio import load_stdio
+
+    (p,) = [p for p in load_stdio() if p.problem_id == "a_plus_b"]
+    return dict(sorted(p.references.items()))
+
+
+def direct(language: str, source: str) -> list[float]:
+    """Compile (where the language does) and run both cases as plain subprocesses, ROUNDS times."""
+    from sandboxes import languages
+
+    spec = languages.by_name(language)
+    assert spec is not None
+    out = []
+    for _ in range(ROUNDS):
+        with tempfile.TemporaryDirectory(prefix="bench-lang-") as tmp:
+            d = Path(tmp)
+            (d / spec.source_file).write_text(source)
+            t = time.perf_counter()
+            if spec.compile is not None:
+                subprocess.run(spec.compile, cwd=d, check=True, capture_output=True)
+            run = list(spec.run) if spec.compile else [spec.run[0], f"./{spec.source_file}"]
+            for stdin, want in CASES:
+                r = subprocess.run(run, cwd=d, input=stdin.encode(), capture_output=True, check=True)
+                assert r.stdout.split() == [want.encode()], (language, r.stdout)
+            out.append(time.perf_counter() - t)
+    return out
+
+
+async def graded(sources: dict[str, str]) -> dict[str, list[float]]:
+    import sandboxes
+    from sandboxes import TestCase, Verdict
+
+    tests = [TestCase(input=i, expected_output=o + "\n") for i, o in CASES]
+    out: dict[str, list[float]] = {}
+    async with sandboxes.Pool(warm=1) as pool, pool.sandbox() as sb:
+        for language, source in sources.items():
+            times = []
+            for _ in range(ROUNDS + 1):
+                t = time.perf_counter()
+                r = await sb.run_tests(source, tests, language=language)
+                times.append(time.perf_counter() - t)
+                assert [c.verdict for c in r.cases] == [Verdict.ACCEPTED] * 2, (language, r)
+            out[language] = times[1:]  # the first warms the sandbox's page cache
+    return out
+
+
+def run() -> Report:
+    rep = Report("languages")
+    sources = programs()
+    ours = asyncio.run(graded(sources))
+    for language, source in sources.items():
+        g = rep.add(Stats.of(f"{language}: run_tests (compile + 2 cases)", ours[language]))
+        d = rep.add(Stats.of(f"{language}: the same commands directly (baseline)", direct(language, source)))
+        key = f"{language}: run_tests / direct (median)"
+        rep.ratios[key] = g.median_ms / d.median_ms
+        rep.headline(
+            f"One {language} grading, compile + 2 cases (vs the same toolchain run directly)", g, d, key
+        )
+    return rep
