@@ -245,6 +245,10 @@ async def launch_local(config: LaunchConfig) -> LocalSandbox:
     not polled). Raises NativeError(kind="launch", step=...) when an isolation step fails."""
 
 def agent_version() -> str: ...
+def own_cgroup_dirs() -> list[tuple[str, str]]:
+    """This process's own cgroup directory in each hierarchy a sandbox's cgroup is made in:
+    (controllers joined by commas, or "" for cgroup v2, directory)."""
+
 def languages() -> list[tuple[str, list[str], str, list[str] | None, list[str], bool, list[str]]]:
     """The judge's language table: (name, aliases with the name first, source file, compile argv
     or None, run argv, takes check scripts, version command); paths relative to the program's

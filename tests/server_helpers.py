@@ -18,7 +18,17 @@ from helpers import wait_until
 from sandboxes.backends.local import default_run_root
 from sandboxes.server.app import Server
 
-__all__ = ["KEYS", "KEY_A", "KEY_B", "agent_pids_of", "bearer", "client_python", "run_scenario", "wait_for"]
+__all__ = [
+    "KEYS",
+    "KEY_A",
+    "KEY_B",
+    "agent_pids_of",
+    "bearer",
+    "client_python",
+    "run_client",
+    "run_scenario",
+    "wait_for",
+]
 
 ROOT = Path(__file__).resolve().parent.parent
 CLIENTS = Path(__file__).resolve().parent / "clients"
@@ -59,14 +69,11 @@ def client_python(venv: str) -> str:
     return str(py)
 
 
-async def run_scenario(
-    venv: str, script: str, args: list[str], env: Mapping[str, str], *, timeout: float = 600
-) -> dict[str, Any]:
-    """Runs `tests/clients/<script> ARGS...` with the client of `venv` and only `env` (plus PATH);
-    the JSON object its last line prints."""
+async def run_client(venv: str, args: list[str], env: Mapping[str, str], *, timeout: float = 600) -> str:
+    """Runs `python ARGS...` of the client virtualenv `venv` with only `env` (plus PATH); its
+    stdout (its exit status must be 0)."""
     proc = await asyncio.create_subprocess_exec(
         client_python(venv),
-        str(CLIENTS / script),
         *args,
         env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **env},
         stdout=asyncio.subprocess.PIPE,
@@ -79,4 +86,13 @@ async def run_scenario(
         await proc.wait()
         raise
     assert proc.returncode == 0, errout.decode()[-4000:]
-    return json.loads(out.decode().strip().splitlines()[-1])
+    return out.decode()
+
+
+async def run_scenario(
+    venv: str, script: str, args: list[str], env: Mapping[str, str], *, timeout: float = 600
+) -> dict[str, Any]:
+    """Runs `tests/clients/<script> ARGS...` with the client of `venv`; the JSON object its last
+    line prints."""
+    out = await run_client(venv, [str(CLIENTS / script), *args], env, timeout=timeout)
+    return json.loads(out.strip().splitlines()[-1])

@@ -3,7 +3,6 @@ interpreter)."""
 
 from __future__ import annotations
 
-import asyncio
 import re
 import subprocess
 import sys
@@ -51,7 +50,7 @@ async def test_the_prime_example_prints_what_readme_shows(make_server) -> None:
     import os
     import secrets
 
-    from server_helpers import KEY_A, client_python
+    from server_helpers import KEY_A, run_client
     from test_prime_api import CURRENT
 
     code, shown = example("Run Prime Sandboxes / verifiers environments on your own machines")
@@ -59,43 +58,20 @@ async def test_the_prime_example_prints_what_readme_shows(make_server) -> None:
     home = Path(os.environ.get("TMPDIR", "/tmp")) / f"prime-home-{secrets.token_hex(6)}"
     home.mkdir()
     env = {
-        "PATH": os.environ["PATH"],
         "HOME": str(home),
         "PRIME_API_BASE_URL": f"http://127.0.0.1:{server.http_port}",
         "PRIME_API_KEY": KEY_A,
     }
-    proc = await asyncio.create_subprocess_exec(
-        client_python(CURRENT),
-        "-c",
-        code,
-        env=env,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), 300)
-    assert proc.returncode == 0, err.decode()[-2000:]
-    assert out.decode() == shown
+    assert await run_client(CURRENT, ["-c", code], env, timeout=300) == shown
 
 
 async def test_the_e2b_example_prints_what_readme_shows(make_server) -> None:
     """The E2B example, run by the real SDKs (their client virtualenv) with the three environment
     variables the README sets, against a real server."""
-    import os
-
-    from server_helpers import KEY_A, client_python
+    from server_helpers import KEY_A, run_client
 
     code, shown = example("Run E2B clients on your own machines")
     server = await make_server(http_port=0, warm=1)
     base = f"http://127.0.0.1:{server.http_port}"
-    env = {"PATH": os.environ["PATH"], "E2B_API_URL": base, "E2B_SANDBOX_URL": base, "E2B_API_KEY": KEY_A}
-    proc = await asyncio.create_subprocess_exec(
-        client_python("e2b"),
-        "-c",
-        code,
-        env=env,
-        stdout=asyncio.subprocess.PIPE,
-        stderr=asyncio.subprocess.PIPE,
-    )
-    out, err = await asyncio.wait_for(proc.communicate(), 300)
-    assert proc.returncode == 0, err.decode()[-2000:]
-    assert out.decode() == shown
+    env = {"E2B_API_URL": base, "E2B_SANDBOX_URL": base, "E2B_API_KEY": KEY_A}
+    assert await run_client("e2b", ["-c", code], env, timeout=300) == shown

@@ -291,36 +291,9 @@ def _cgroup_pids(dirs: list[Path]) -> set[int]:
 
 
 def _own_cgroup_dirs() -> list[Path]:
-    """This process's own cgroup directory in every mounted hierarchy (v1 and v2)."""
-    try:
-        own = Path("/proc/self/cgroup").read_text().splitlines()
-        mounts = Path("/proc/self/mountinfo").read_text().splitlines()
-    except OSError:
-        return []
-    paths: dict[str, str] = {}  # "" for v2, else each v1 controller / name=...
-    for line in own:
-        parts = line.split(":", 2)
-        if len(parts) == 3:
-            for ctrl in parts[1].split(",") if parts[1] else [""]:
-                paths[ctrl] = parts[2]
-    dirs = []
-    for m in mounts:
-        left, sep, right = m.partition(" - ")
-        if not sep:
-            continue
-        lf, rf = left.split(" "), right.split(" ")
-        if len(lf) < 5 or len(rf) < 3 or rf[0] not in ("cgroup", "cgroup2"):
-            continue
-        root, mountpoint = lf[3], lf[4]
-        if rf[0] == "cgroup2":
-            own_path = paths.get("")
-        else:
-            own_path = next((paths[o] for o in rf[2].split(",") if o in paths), None)
-        if own_path is None:
-            continue
-        rel = own_path[len(root) :] if own_path.startswith(root) and root != "/" else own_path
-        dirs.append(Path(mountpoint) / rel.lstrip("/"))
-    return dirs
+    """This process's own cgroup directory in each hierarchy sandboxes' cgroups are made in (v1:
+    one per controller hierarchy; v2: one), as the exec crate discovers it (`own_cgroup_dirs`)."""
+    return [Path(d) for _, d in _bridge.native().own_cgroup_dirs()]
 
 
 def _cgroup_dirs(cgroup: str) -> list[Path]:

@@ -6,68 +6,19 @@ use std::path::{Path, PathBuf};
 
 use sandbox_exec::cgroup::Version;
 
-const V1_CONTROLLERS: [&str; 4] = ["memory", "pids", "cpu", "cpuacct"];
-
-/// Directories of this process's own cgroup: (controller or "" for v2, directory).
+/// Directories of this process's own cgroup: (controllers, or "" for v2, directory); the exec
+/// crate's discovery.
 fn own_dirs() -> Vec<(String, PathBuf)> {
-    let (Ok(cgroups), Ok(mountinfo)) = (
-        std::fs::read_to_string("/proc/self/cgroup"),
-        std::fs::read_to_string("/proc/self/mountinfo"),
-    ) else {
-        return vec![];
-    };
-    let mut out = Vec::new();
-    for line in mountinfo.lines() {
-        // id parent dev root mountpoint opts [optional...] - fstype source superopts
-        let Some((left, right)) = line.split_once(" - ") else {
-            continue;
-        };
-        let l: Vec<&str> = left.split(' ').collect();
-        let r: Vec<&str> = right.split(' ').collect();
-        if l.len() < 5 || r.len() < 3 {
-            continue;
-        }
-        let (root, mountpoint, fstype, superopts) = (l[3], l[4], r[0], r[2]);
-        let (key, own_path) = if fstype == "cgroup2" {
-            let Some(p) = cgroups.lines().find_map(|c| c.strip_prefix("0::")) else {
-                continue;
-            };
-            ("".to_string(), p)
-        } else if fstype == "cgroup" {
-            let Some(ctrl) = superopts.split(',').find(|o| V1_CONTROLLERS.contains(o)) else {
-                continue;
-            };
-            let Some(p) = cgroups.lines().find_map(|c| {
-                let mut it = c.splitn(3, ':');
-                let (_, ctrls, path) = (it.next()?, it.next()?, it.next()?);
-                ctrls.split(',').any(|x| x == ctrl).then_some(path)
-            }) else {
-                continue;
-            };
-            (
-                superopts
-                    .split(',')
-                    .filter(|o| V1_CONTROLLERS.contains(o))
-                    .collect::<Vec<_>>()
-                    .join(","),
-                p,
-            )
-        } else {
-            continue;
-        };
-        let rel = own_path
-            .strip_prefix(root)
-            .unwrap_or(own_path)
-            .trim_start_matches('/');
-        out.push((key, Path::new(mountpoint).join(rel)));
-    }
-    out.sort();
-    out.dedup_by(|a, b| a.0 == b.0);
-    // A hybrid host mounts an empty cgroup2 beside v1: use v2 only when it is the only hierarchy.
-    if out.iter().any(|(k, _)| !k.is_empty()) {
-        out.retain(|(k, _)| !k.is_empty());
-    }
-    out
+    sandbox_exec::cgroup::own_dirs().unwrap_or_default()
+}
+
+/// `_native.own_cgroup_dirs()`: the same, for the local backend's reaping (Python).
+#[pyo3::pyfunction]
+pub fn own_cgroup_dirs() -> Vec<(String, String)> {
+    own_dirs()
+        .into_iter()
+        .map(|(k, d)| (k, d.display().to_string()))
+        .collect()
 }
 
 pub struct SandboxCgroup {

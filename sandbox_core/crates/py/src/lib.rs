@@ -41,5 +41,6 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(launcher::launch_local, m)?)?;
     m.add_function(wrap_pyfunction!(agent_version, m)?)?;
     m.add_function(wrap_pyfunction!(languages::languages, m)?)?;
+    m.add_function(wrap_pyfunction!(cgroup::own_cgroup_dirs, m)?)?;
     Ok(())
 }

@@ -31,13 +31,15 @@ from sandboxes.server.http.e2b import filesystem, process
 from sandboxes.server.http.e2b.process import TARGET
 from sandboxes.server.http.statuses import http_status
 
-__all__ = ["MAX_FILE_BYTES", "envd_app", "failure"]
+__all__ = ["MAX_FILE_BYTES", "Refused", "envd_app", "in_sandbox"]
 
 MAX_FILE_BYTES = 256 << 20
 MAX_FILES_PER_UPLOAD = 1000
 
 
-class _Refused(Exception):
+class Refused(Exception):
+    """A request of the sandbox's ports answered with `status` and `message`."""
+
     def __init__(self, status: int, message: str) -> None:
         super().__init__(message)
         self.status, self.message = status, message
@@ -50,34 +52,37 @@ def _error(status: int, message: str, **headers: str) -> JSONResponse:
 def _user(request: Request, sb: Any) -> None:
     user = request.query_params.get("username")
     if user and user != sb.user:
-        raise _Refused(400, f"user {user!r} does not exist in this sandbox: programs run as {sb.user!r}")
+        raise Refused(400, f"user {user!r} does not exist in this sandbox: programs run as {sb.user!r}")
 
 
 def _path(sb: Any, path: str | None) -> str:
     if not path:
-        raise _Refused(400, "path is required")
+        raise Refused(400, "path is required")
     if "\0" in path:
-        raise _Refused(400, "path contains a NUL byte")
+        raise Refused(400, "path contains a NUL byte")
     return posixpath.normpath(posixpath.join(sb.work_dir, path))
 
 
-def _wrap(fn: Any) -> Any:
+def in_sandbox(fn: Any, answer: Any = _error) -> Any:
+    """The endpoint of `fn(request, record, sandbox)` for the sandbox in `TARGET`, its failures
+    answered as `answer(status, message, **headers)` (the daemon's JSON errors by default)."""
+
     async def endpoint(request: Request) -> Response:
         rec, sb = TARGET.get()
         try:
             return await fn(request, rec, sb)
-        except _Refused as r:
-            return _error(r.status, r.message)
+        except Refused as r:
+            return answer(r.status, r.message)
         except BodyTooLarge as e:
             # The rest of the body is not read: the connection cannot serve another request.
-            return _error(413, str(e), Connection="close")
+            return answer(413, str(e), Connection="close")
         except E.SandboxError as e:
-            return _error(*failure(e, sb))
+            return answer(*_failure(e, sb))
 
     return endpoint
 
 
-def failure(e: E.SandboxError, sb: Any) -> tuple[int, str]:
+def _failure(e: E.SandboxError, sb: Any) -> tuple[int, str]:
     """(status, message) of a failed call: a sandbox that has ended says so as the platform's
     proxy does (the SDK then reports it as no longer running)."""
     status = http_status(e)
@@ -108,7 +113,7 @@ async def _write(request: Request, rec: Any, sb: Any) -> Response:
         async with request.form(max_files=MAX_FILES_PER_UPLOAD, max_fields=8, max_part_size=1 << 20) as form:
             parts = [p for _, p in form.multi_items() if not isinstance(p, str)]
             if not parts:
-                raise _Refused(400, "the multipart body needs `file` parts")
+                raise Refused(400, "the multipart body needs `file` parts")
             for part in parts:
                 data = await part.read(MAX_FILE_BYTES + 1)
                 if len(data) > MAX_FILE_BYTES:
@@ -122,7 +127,7 @@ async def _write(request: Request, rec: Any, sb: Any) -> Response:
             try:
                 data = inflate.decompress(data, MAX_FILE_BYTES + 1)
             except zlib.error as e:
-                raise _Refused(400, f"the body is not valid gzip: {e}") from None
+                raise Refused(400, f"the body is not valid gzip: {e}") from None
             if len(data) > MAX_FILE_BYTES:
                 raise BodyTooLarge(MAX_FILE_BYTES)
         files.append((_path(sb, named), data))
@@ -134,9 +139,9 @@ def envd_app(proc: process.Process, fs: filesystem.Filesystem) -> Any:
     """The ASGI app of a sandbox's port 49983, for the sandbox in `TARGET`."""
     http = Router(
         routes=[
-            Route("/health", _wrap(_health), methods=["GET"]),
-            Route("/files", _wrap(_read), methods=["GET"]),
-            Route("/files", _wrap(_write), methods=["POST"]),
+            Route("/health", in_sandbox(_health), methods=["GET"]),
+            Route("/files", in_sandbox(_read), methods=["GET"]),
+            Route("/files", in_sandbox(_write), methods=["POST"]),
         ]
     )
     services = {

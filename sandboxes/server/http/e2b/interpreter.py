@@ -40,8 +40,7 @@ from starlette.routing import Route
 
 from sandboxes import errors as E
 from sandboxes.server.http.bodies import BodyTooLarge, read_json
-from sandboxes.server.http.e2b.envd import failure
-from sandboxes.server.http.e2b.process import TARGET
+from sandboxes.server.http.e2b.envd import Refused, in_sandbox
 from sandboxes.server.http.timestamps import iso
 from sandboxes.types import Limits
 
@@ -60,12 +59,6 @@ START_TIMEOUT_S = 30.0
 # through the sandbox's own caps rather than a per-program rlimit.
 KERNEL_LIMITS = Limits(cpu_time_s=24 * 3600.0)
 _LOST = {"type": "error", "name": "KernelRestarted", "traceback": ""}
-
-
-class _Refused(Exception):
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status, self.message = status, message
 
 
 @dataclass(eq=False)
@@ -124,19 +117,11 @@ class Interpreter:
 
     @staticmethod
     def _wrap(fn: Any) -> Any:
-        async def endpoint(request: Request) -> Response:
-            rec, sb = TARGET.get()
-            try:
-                return await fn(request, rec, sb)
-            except _Refused as r:
-                return PlainTextResponse(r.message, status_code=r.status)
-            except BodyTooLarge as e:
-                return PlainTextResponse(str(e), status_code=413, headers={"Connection": "close"})
-            except E.SandboxError as e:
-                status, message = failure(e, sb)
-                return PlainTextResponse(message, status_code=status)
+        # The interpreter's errors are plain text (the SDK reads the body as the message).
+        def text(status: int, message: str, **headers: str) -> Response:
+            return PlainTextResponse(message, status_code=status, headers=headers or None)
 
-        return endpoint
+        return in_sandbox(fn, text)
 
     @staticmethod
     def _contexts(rec: Any) -> Contexts:
@@ -148,16 +133,16 @@ class Interpreter:
         except BodyTooLarge:
             raise
         except ValueError as e:
-            raise _Refused(400, str(e)) from None
+            raise Refused(400, str(e)) from None
         if not isinstance(body, dict):
-            raise _Refused(400, "the body must be a JSON object")
+            raise Refused(400, "the body must be a JSON object")
         return body
 
     @staticmethod
     def _language(value: Any) -> str:
         name = LANGUAGES.get(str(value or "python").lower())
         if name is None:
-            raise _Refused(
+            raise Refused(
                 400, f"language {value!r} is not supported by this server's code interpreter (python)"
             )
         return name
@@ -222,11 +207,11 @@ class Interpreter:
         context_id = body.get("context_id")
         language = body.get("language")
         if context_id and language:
-            raise _Refused(400, "Only one of context_id or language can be provided")
+            raise Refused(400, "Only one of context_id or language can be provided")
         if context_id:
             ctx = contexts.by_id.get(str(context_id))
             if ctx is None:
-                raise _Refused(404, f"Context {context_id} not found")
+                raise Refused(404, f"Context {context_id} not found")
             return ctx
         name = self._language(language)
         ctx = contexts.default.get(name)
@@ -237,7 +222,7 @@ class Interpreter:
 
     async def _new(self, rec: Any, contexts: Contexts, language: str, cwd: str) -> Context:
         if len(contexts.by_id) >= MAX_CONTEXTS:
-            raise _Refused(429, f"at most {MAX_CONTEXTS} contexts per sandbox")
+            raise Refused(429, f"at most {MAX_CONTEXTS} contexts per sandbox")
         ctx = Context(id=secrets.token_hex(8), language=language, cwd=cwd)
         contexts.by_id[ctx.id] = ctx
         try:
@@ -254,12 +239,12 @@ class Interpreter:
         body = await self._body(request)
         code = body.get("code")
         if not isinstance(code, str):
-            raise _Refused(400, "code must be a string")
+            raise Refused(400, "code must be a string")
         env = body.get("env_vars")
         if env is not None and not (
             isinstance(env, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())
         ):
-            raise _Refused(400, "env_vars must map strings to strings")
+            raise Refused(400, "env_vars must map strings to strings")
         ctx = await self._context(rec, sb, body)
         await ctx.lock.acquire()
         try:
@@ -338,7 +323,7 @@ class Interpreter:
         language = self._language(body.get("language"))
         cwd = body.get("cwd") or sb.work_dir
         if not isinstance(cwd, str) or not cwd.startswith("/"):
-            raise _Refused(400, "cwd must be an absolute path")
+            raise Refused(400, "cwd must be an absolute path")
         ctx = await self._new(rec, self._contexts(rec), language, cwd)
         return _json(ctx.json())
 
@@ -349,7 +334,7 @@ class Interpreter:
         contexts = self._contexts(rec)
         ctx = contexts.by_id.pop(request.path_params["context_id"], None)
         if ctx is None:
-            raise _Refused(404, f"Context {request.path_params['context_id']} not found")
+            raise Refused(404, f"Context {request.path_params['context_id']} not found")
         for name, c in list(contexts.default.items()):
             if c is ctx:
                 del contexts.default[name]
@@ -359,7 +344,7 @@ class Interpreter:
     async def restart_context(self, request: Request, rec: Any, sb: Any) -> Response:
         ctx = self._contexts(rec).by_id.get(request.path_params["context_id"])
         if ctx is None:
-            raise _Refused(404, f"Context {request.path_params['context_id']} not found")
+            raise Refused(404, f"Context {request.path_params['context_id']} not found")
         async with ctx.lock:
             await self._start(rec, ctx)
             ctx.lost = False

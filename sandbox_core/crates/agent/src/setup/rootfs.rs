@@ -71,7 +71,6 @@ const ETC_FROM_HOST: [&str; 12] = [
     "java-21-openjdk",
 ];
 const DEVICES: [&str; 6] = ["null", "zero", "full", "random", "urandom", "tty"];
-const CGROUP_CONTROLLERS: [&str; 4] = ["memory", "pids", "cpu", "cpuacct"];
 
 fn c(p: &Path) -> CString {
     CString::new(p.as_os_str().as_bytes()).unwrap_or_default()
@@ -306,7 +305,10 @@ fn cgroups(root: &Path) {
             if mkdirs(&target).is_ok() {
                 let _ = mount(None, &target, Some("cgroup2"), flags, None);
             }
-        } else if ctrls.split(',').any(|c| CGROUP_CONTROLLERS.contains(&c)) {
+        } else if ctrls
+            .split(',')
+            .any(|c| sandbox_exec::cgroup::SANDBOX_V1_CONTROLLERS.contains(&c))
+        {
             let target = root.join("sys/fs/cgroup").join(ctrls);
             if mkdirs(&target).is_ok() {
                 let _ = mount(
