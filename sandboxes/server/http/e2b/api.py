@@ -147,14 +147,15 @@ class ControlPlane:
         env = _str_map(body.get("envVars"), "envVars")
         if len(metadata) > MAX_METADATA:
             raise Refused(400, f"at most {MAX_METADATA} metadata entries")
-        for key, what in (
-            ("autoPause", "pausing a sandbox at its timeout"),
-            ("autoResume", "resuming a paused sandbox"),
-            ("mcp", "the MCP gateway"),
-            ("volumeMounts", "volumes"),
-        ):
-            value = body.get(key)
-            if value and not (key == "autoResume" and not (isinstance(value, dict) and value.get("enabled"))):
+        resume = body.get("autoResume")
+        asked = {
+            "pausing a sandbox at its timeout": bool(body.get("autoPause")),
+            "resuming a paused sandbox": isinstance(resume, dict) and bool(resume.get("enabled")),
+            "the MCP gateway": bool(body.get("mcp")),
+            "volumes": bool(body.get("volumeMounts")),
+        }
+        for what, wanted in asked.items():
+            if wanted:
                 raise Refused(400, f"{what} is not supported by this server")
         if body.get("network"):
             raise Refused(
