@@ -34,7 +34,8 @@ def emit(event):
 
 
 def now():
-    return datetime.datetime.now(datetime.UTC).isoformat().replace("+00:00", "Z")
+    # timezone.utc: the sandbox's python3 may predate 3.11 (datetime.UTC)
+    return datetime.datetime.now(datetime.timezone.utc).isoformat().replace("+00:00", "Z")  # noqa: UP017
 
 
 class Capture:
