@@ -31,17 +31,17 @@ def direct(language: str, source: str) -> list[float]:
     """Compile (where the language does) and run both cases as plain subprocesses, ROUNDS times."""
     from sandboxes import languages
 
-    spec = languages.by_name(language)
-    assert spec is not None
+    script = languages.script_commands(language)
+    assert script is not None
+    source_file, compile_argv, run = script
     out = []
     for _ in range(ROUNDS):
         with tempfile.TemporaryDirectory(prefix="bench-lang-") as tmp:
             d = Path(tmp)
-            (d / spec.source_file).write_text(source)
+            (d / source_file).write_text(source)
             t = time.perf_counter()
-            if spec.compile is not None:
-                subprocess.run(spec.compile, cwd=d, check=True, capture_output=True)
-            run = list(spec.run) if spec.compile else [spec.run[0], f"./{spec.source_file}"]
+            if compile_argv is not None:
+                subprocess.run(compile_argv, cwd=d, check=True, capture_output=True)
             for stdin, want in CASES:
                 r = subprocess.run(run, cwd=d, input=stdin.encode(), capture_output=True, check=True)
                 assert r.stdout.split() == [want.encode()], (language, r.stdout)

@@ -32,33 +32,35 @@ def _python() -> str:
     return "/usr/bin/python3" if os.access("/usr/bin/python3", os.X_OK) else sys.executable
 
 
-def _run(argv: list[str], stdin: str, what: str) -> str:
-    p = subprocess.run(argv, input=stdin.encode(), capture_output=True, timeout=RUN_TIMEOUT_S, check=False)
+def _run(argv: list[str], stdin: str, what: str, cwd: Path | None = None) -> str:
+    p = subprocess.run(
+        argv, input=stdin.encode(), capture_output=True, timeout=RUN_TIMEOUT_S, check=False, cwd=cwd
+    )
     if p.returncode != 0:
         raise RuntimeError(f"{what} failed ({p.returncode}): {p.stderr.decode(errors='replace')[-500:]}")
     return p.stdout.decode()
 
 
-def _reference(lang: str, source: str, workdir: Path, name: str) -> list[str]:
-    """The argv that runs a reference, compiled first where its language compiles, as the judge
-    compiles and runs submissions (`sandboxes.languages`)."""
-    spec = languages.by_name(lang)
-    if spec is None:
+def _reference(lang: str, source: str, workdir: Path, name: str) -> tuple[list[str], Path]:
+    """(argv, its directory) that runs a reference, compiled first where its language compiles,
+    by the commands of `sandboxes.languages.script_commands`."""
+    script = languages.script_commands(lang)
+    if script is None:
         raise RuntimeError(f"{lang} is not a language of the judge")
+    source_file, compile_argv, run = script
     d = workdir / f"{name}-{lang}"
     d.mkdir(parents=True, exist_ok=True)
-    (d / spec.source_file).write_text(source)
-    tool = (spec.compile or spec.run)[0]
+    (d / source_file).write_text(source)
+    tool = (compile_argv or run)[0]
     if not os.access(tool, os.X_OK):
         raise RuntimeError(f"{tool} is needed to check the {lang} references (make toolchains)")
-    if spec.compile is not None:
-        p = subprocess.run(spec.compile, cwd=d, capture_output=True, check=False)
+    if compile_argv is not None:
+        p = subprocess.run(compile_argv, cwd=d, capture_output=True, check=False)
         if p.returncode != 0:
             raise RuntimeError(
                 f"{name} ({lang}) does not compile: {p.stderr.decode(errors='replace')[-1000:]}"
             )
-    run = list(spec.run) if spec.compile else [spec.run[0], f"./{spec.source_file}"]
-    return [str(d / a[2:]) if a.startswith("./") else a for a in run]
+    return run, d
 
 
 def build_one(src: Source, workdir: Path) -> dict:
@@ -74,9 +76,9 @@ def build_one(src: Source, workdir: Path) -> dict:
         if not out.split():
             raise RuntimeError(f"{src.problem_id} case {i}: empty expected output")
     for lang in sorted(set(src.references) - {"python"}):
-        exe = _reference(lang, src.references[lang], workdir, src.problem_id)
+        exe, where = _reference(lang, src.references[lang], workdir, src.problem_id)
         for i, (inp, want) in enumerate(zip(inputs, outputs)):
-            got = _run(exe, inp, f"{src.problem_id} {lang} reference")
+            got = _run(exe, inp, f"{src.problem_id} {lang} reference", where)
             if got.split() != want.split():
                 raise RuntimeError(f"{src.problem_id}: the {lang} reference disagrees on case {i}")
     return {

@@ -55,14 +55,6 @@ def _user(request: Request, sb: Any) -> None:
         raise Refused(400, f"user {user!r} does not exist in this sandbox: programs run as {sb.user!r}")
 
 
-def _path(sb: Any, path: str | None) -> str:
-    if not path:
-        raise Refused(400, "path is required")
-    if "\0" in path:
-        raise Refused(400, "path contains a NUL byte")
-    return posixpath.normpath(posixpath.join(sb.work_dir, path))
-
-
 def in_sandbox(fn: Any, answer: Any = _error) -> Any:
     """The endpoint of `fn(request, record, sandbox)` for the sandbox in `TARGET`, its failures
     answered as `answer(status, message, **headers)` (the daemon's JSON errors by default)."""
@@ -97,7 +89,7 @@ async def _health(request: Request, rec: Any, sb: Any) -> Response:
 
 async def _read(request: Request, rec: Any, sb: Any) -> Response:
     _user(request, sb)
-    data = await rec.sandbox.read_file(_path(sb, request.query_params.get("path")), max_bytes=MAX_FILE_BYTES)
+    data = await rec.sandbox.read_file(sb.resolve(request.query_params.get("path")), max_bytes=MAX_FILE_BYTES)
     return Response(data, media_type="application/octet-stream")
 
 
@@ -119,7 +111,7 @@ async def _write(request: Request, rec: Any, sb: Any) -> Response:
                 if len(data) > MAX_FILE_BYTES:
                     raise BodyTooLarge(MAX_FILE_BYTES)
                 where = named if named and len(parts) == 1 else part.filename
-                files.append((_path(sb, where), data))
+                files.append((sb.resolve(where), data))
     else:
         data = await read_body(request, MAX_FILE_BYTES)
         if request.headers.get("content-encoding", "").lower() == "gzip":
@@ -130,7 +122,7 @@ async def _write(request: Request, rec: Any, sb: Any) -> Response:
                 raise Refused(400, f"the body is not valid gzip: {e}") from None
             if len(data) > MAX_FILE_BYTES:
                 raise BodyTooLarge(MAX_FILE_BYTES)
-        files.append((_path(sb, named), data))
+        files.append((sb.resolve(named), data))
     await rec.sandbox.write_files({path: data for path, data in files})
     return JSONResponse([{"name": posixpath.basename(p), "type": "file", "path": p} for p, _ in files])
 

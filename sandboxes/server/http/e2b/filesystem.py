@@ -53,12 +53,11 @@ _TYPES = {"d": fs.FILE_TYPE_DIRECTORY}
 
 
 def resolve(sb: Any, path: str) -> str:
-    """`path` made absolute (relative paths are under the sandbox's work dir)."""
-    if not path:
-        raise ConnectError(Code.INVALID_ARGUMENT, "path is required")
-    if "\0" in path:
-        raise ConnectError(Code.INVALID_ARGUMENT, "path contains a NUL byte")
-    return posixpath.normpath(posixpath.join(sb.work_dir, path))
+    """`sb.resolve(path)`, its refusal as the call's `invalid_argument`."""
+    try:
+        return sb.resolve(path)
+    except E.InvalidRequest as e:
+        raise ConnectError(Code.INVALID_ARGUMENT, e.message) from None
 
 
 def _entries(out: bytes) -> list[Any]:
@@ -91,8 +90,8 @@ def _entries(out: bytes) -> list[Any]:
 class Filesystem:
     """The Connect service: handlers for `connect_app`."""
 
-    async def _run(self, ctx: Any, op: str, *args: str) -> tuple[Any, list[Any]]:
-        """Runs the shell program of `op` on `args`; (sandbox view, the entries it printed)."""
+    async def _run(self, ctx: Any, op: str, *args: str) -> list[Any]:
+        """Runs the shell program of `op` on `args`; the entries it printed."""
         rec, sb = target()
         request_user(ctx, sb)
         try:
@@ -116,26 +115,26 @@ class Filesystem:
             why = r.stderr.decode("utf-8", "replace").strip() or f"exit {r.exit_code}"
             code = Code.PERMISSION_DENIED if "ermission denied" in why else Code.INTERNAL
             raise ConnectError(code, f"{where}: {why}")
-        return sb, _entries(r.stdout)
+        return _entries(r.stdout)
 
     async def stat(self, req: Any, ctx: Any) -> Any:
-        _, entries = await self._run(ctx, "stat", resolve(target()[1], req.path))
+        entries = await self._run(ctx, "stat", resolve(target()[1], req.path))
         return fs.StatResponse(entry=entries[0] if entries else None)
 
     async def list_dir(self, req: Any, ctx: Any) -> Any:
         depth = req.depth or 1
         if depth > MAX_DEPTH:
             raise ConnectError(Code.INVALID_ARGUMENT, f"depth is at most {MAX_DEPTH}")
-        _, entries = await self._run(ctx, "list", resolve(target()[1], req.path), str(depth))
+        entries = await self._run(ctx, "list", resolve(target()[1], req.path), str(depth))
         return fs.ListDirResponse(entries=entries)
 
     async def make_dir(self, req: Any, ctx: Any) -> Any:
-        _, entries = await self._run(ctx, "mkdir", resolve(target()[1], req.path))
+        entries = await self._run(ctx, "mkdir", resolve(target()[1], req.path))
         return fs.MakeDirResponse(entry=entries[0] if entries else None)
 
     async def move(self, req: Any, ctx: Any) -> Any:
         sb = target()[1]
-        _, entries = await self._run(ctx, "move", resolve(sb, req.source), resolve(sb, req.destination))
+        entries = await self._run(ctx, "move", resolve(sb, req.source), resolve(sb, req.destination))
         return fs.MoveResponse(entry=entries[0] if entries else None)
 
     async def remove(self, req: Any, ctx: Any) -> Any:

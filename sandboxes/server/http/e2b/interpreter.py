@@ -58,7 +58,6 @@ START_TIMEOUT_S = 30.0
 # A kernel lives as long as its sandbox may (the longest timeout), bounded by CPU time per cell
 # through the sandbox's own caps rather than a per-program rlimit.
 KERNEL_LIMITS = Limits(cpu_time_s=24 * 3600.0)
-_LOST = {"type": "error", "name": "KernelRestarted", "traceback": ""}
 
 
 @dataclass(eq=False)
@@ -268,8 +267,8 @@ class Interpreter:
         done = False
         try:
             if restarted:
-                note = {**_LOST, "value": "the context's kernel was restarted: its earlier state is gone"}
-                yield _line({"type": "stderr", "text": note["value"] + "\n", "timestamp": _now()})
+                note = "the context's kernel was restarted: its earlier state is gone\n"
+                yield _line({"type": "stderr", "text": note, "timestamp": _now()})
             while True:
                 try:
                     event = await asyncio.wait_for(events.get(), KEEPALIVE_S)
@@ -278,8 +277,8 @@ class Interpreter:
                     continue
                 if event is None:  # the kernel died mid-cell
                     done = True
-                    lost = {**_LOST, "value": "the kernel stopped while running this cell; its state is gone"}
-                    yield _line(lost)
+                    value = "the kernel stopped while running this cell; its state is gone"
+                    yield _line({"type": "error", "name": "KernelRestarted", "value": value, "traceback": ""})
                     yield _line({"type": "end_of_execution"})
                     return
                 if event.get("type") == "end":

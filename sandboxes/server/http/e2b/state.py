@@ -3,11 +3,13 @@ for, its metadata, its in-sandbox access token, its timeout, and how it shows it
 
 from __future__ import annotations
 
+import posixpath
 import secrets
 import time
 from dataclasses import dataclass, field
 from typing import Any
 
+from sandboxes.errors import InvalidRequest
 from sandboxes.server.http.timestamps import iso
 from sandboxes.server.http.tokens import digest, matches
 
@@ -47,6 +49,14 @@ class E2bSandbox:
     def token_ok(self, token: str | None) -> bool:
         """Whether `token` is this sandbox's access token (constant time)."""
         return bool(token) and matches((self._digest,), (token or "").strip())
+
+    def resolve(self, path: str | None) -> str:
+        """`path` made absolute: relative paths are under the work dir (the platform's home)."""
+        if not path:
+            raise InvalidRequest("path is required")
+        if "\0" in path:
+            raise InvalidRequest("path contains a NUL byte")
+        return posixpath.normpath(posixpath.join(self.work_dir, path))
 
     def created_json(self) -> dict[str, Any]:
         """The `Sandbox` object of create and connect."""
