@@ -25,6 +25,7 @@ from .errors import (
     SandboxTimeout,
     TooLarge,
 )
+from .grading import GradeStream, Grading
 from .judging import CaseResult, TestCase, TestReport, Verdict
 from .pool import Pool
 from .sandbox import ExecStream, Sandbox, SandboxBase
@@ -42,6 +43,8 @@ __all__ = [
     "ExecEvent",
     "ExecResult",
     "ExecStream",
+    "GradeStream",
+    "Grading",
     "InvalidRequest",
     "LaunchError",
     "Limits",

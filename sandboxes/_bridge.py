@@ -124,7 +124,7 @@ class Translated:
 
 
 # Native types whose instances have calls that can fail (values and configs are passed as they are).
-_WRAPPED = frozenset({"AgentClient", "ExecStream", "LocalSandbox"})
+_WRAPPED = frozenset({"AgentClient", "ExecStream", "GradeStream", "LocalSandbox"})
 
 
 def _wrapped(value: Any) -> Any:

@@ -39,6 +39,7 @@ from sandboxes._proto.convert import (
     result_from_pb,
     run_tests_request_to_pb,
 )
+from sandboxes.grading import GradeStream, batch_deadline
 from sandboxes.judging import RunTestsRequest, TestReport
 from sandboxes.sandbox import Data, ExecRequest, ExecStream, SandboxBase, as_bytes
 from sandboxes.status import error_from_rpc, is_retryable_unavailable
@@ -307,6 +308,16 @@ class RemoteSandbox(SandboxBase):
         )
         return report_from_pb(msg)
 
+    def _run_tests_batch(self, reqs: list[RunTestsRequest], parallelism: int = 0) -> GradeStream:
+        msg = pb.RunTestsBatchRequest(
+            sandbox_id=self.id,
+            submissions=[run_tests_request_to_pb("", r) for r in reqs],
+            parallelism=parallelism,
+        )
+        unbounded = any(not r.limits.wall_time_s for r in reqs)
+        deadline = batch_deadline(reqs) + (_UNBOUNDED_EXEC_DEADLINE_S if unbounded else 0.0)
+        return GradeStream(_RemoteBatch(self._client, msg, deadline + _NETWORK_MARGIN_S), len(reqs))
+
     async def _write_files(self, files: list[tuple[str, bytes, int]]) -> None:
         req = pb.WriteFilesRequest(
             sandbox_id=self.id, files=[pb.FileEntry(path=p, data=d, mode=m) for p, d, m in files]
@@ -360,6 +371,36 @@ class RemoteSandbox(SandboxBase):
 
 
 _READ_AHEAD = 64  # events a stream's reader takes in before its caller reads them
+
+
+class _RemoteBatch:
+    """The `GradeStream` source of a remote batch: one server-streaming RunTestsBatch call,
+    started on the first read; gRPC errors leave as `sandboxes.errors`. `cancel()` cancels the
+    call, and the server kills what runs."""
+
+    def __init__(
+        self, client: AsyncSandboxClient, request: pb.RunTestsBatchRequest, deadline_s: float
+    ) -> None:
+        self._client, self._request, self._deadline_s = client, request, deadline_s
+        self._call: Any = None
+
+    async def next(self) -> tuple[int, TestReport] | None:
+        c = self._client
+        if self._call is None:
+            self._call = c._connect().RunTestsBatch(
+                self._request, timeout=self._deadline_s, metadata=c._metadata
+            )
+        try:
+            msg = await self._call.read()
+        except grpc.aio.AioRpcError as e:
+            raise error_from_rpc(e) from e
+        if msg is grpc.aio.EOF:
+            return None
+        return msg.index, report_from_pb(msg.report)
+
+    def cancel(self) -> None:
+        if self._call is not None:
+            self._call.cancel()
 
 
 class _RemoteStream:

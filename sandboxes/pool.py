@@ -16,7 +16,7 @@ import contextlib
 import logging
 import os
 import uuid
-from collections.abc import AsyncIterator, Mapping
+from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Self
 
@@ -32,8 +32,11 @@ from .errors import (
     SandboxLost,
     SandboxTimeout,
 )
+from .grading import Grading, grade_on_pool
+from .judging import TestReport
 from .sandbox import Data, Sandbox
 from .templates import Template, validate_env
+from .types import Limits
 
 __all__ = ["Pool"]
 
@@ -419,6 +422,46 @@ class Pool:
             yield sb
         finally:
             await sb.close()
+
+    def grade(
+        self,
+        gradings: Sequence[Grading],
+        *,
+        template: str | None = None,
+        sandboxes: int | None = None,
+        chunk: int | None = None,
+        time_limit: float | None = None,
+        memory_limit_mb: float | None = None,
+        stop_on_first_failure: bool = False,
+        compare: str = "whitespace",
+        float_tolerance: float | None = None,
+        limits: Limits | None = None,
+    ) -> AsyncIterator[tuple[int, TestReport]]:
+        """Grade a batch across the pool: `(index, TestReport)` as each finishes (see `grading`).
+
+        `sandboxes` lanes (default: one per 8 gradings, at most the template's warm count) each
+        claim a sandbox and send it `chunk` gradings a call until none are left; the other
+        arguments are those of `Sandbox.run_tests_batch`. Raises `InvalidRequest` before anything
+        runs when a grading is invalid.
+        """
+        tmpl = self._templates.get(template or self.default_template)
+        if tmpl is None:
+            raise InvalidRequest(f"unknown template {template!r}")
+        return grade_on_pool(
+            self,
+            gradings,
+            template=template,
+            base_limits=tmpl.limits,
+            warm=tmpl.warm if tmpl.warm is not None else self._default_warm,
+            sandboxes=sandboxes,
+            chunk=chunk,
+            time_limit=time_limit,
+            memory_limit_mb=memory_limit_mb,
+            stop_on_first_failure=stop_on_first_failure,
+            compare=compare,
+            float_tolerance=float_tolerance,
+            limits=limits,
+        )
 
     # --- introspection ---------------------------------------------------------------------------
 

@@ -18,6 +18,7 @@ from typing import Any, Self
 
 from . import _bridge
 from .errors import InvalidRequest, SandboxLost, SandboxTimeout
+from .grading import MAX_BATCH, GradeStream, Grading, batch_deadline, build_batch
 from .judging import RunTestsRequest, TestCase, TestReport, build_run_tests_request
 from .templates import validate_env
 from .types import DEFAULT_READ_MAX_BYTES, AgentInfo, DirEntry, ExecEvent, ExecResult, Limits, ReadRange
@@ -355,9 +356,52 @@ class SandboxBase(abc.ABC):
         )
         return await self._run_tests(req)
 
-    async def _run_tests(self, req: RunTestsRequest) -> TestReport:
-        """Send a validated `run_tests` request; implementations override this."""
-        raise NotImplementedError(f"{type(self).__name__} does not implement run_tests yet")
+    def run_tests_batch(
+        self,
+        gradings: Sequence[Grading],
+        *,
+        time_limit: float | None = None,
+        memory_limit_mb: float | None = None,
+        stop_on_first_failure: bool = False,
+        compare: str = "whitespace",
+        float_tolerance: float | None = None,
+        limits: Limits | None = None,
+        parallelism: int = 0,
+    ) -> GradeStream:
+        """Judge many programs in one call: `async for index, report in sb.run_tests_batch(...)`.
+
+        Each `Grading` is a program with its tests and language (and optionally its own
+        `time_limit` / `memory_limit_mb`); the other arguments are `run_tests`'s, for every
+        grading. The agent grades `parallelism` gradings at once (0: as many as the sandbox has
+        CPUs), each exactly as `run_tests` would, and the stream yields each report as it
+        finishes, with its index in `gradings`. Raises `InvalidRequest` (naming the grading)
+        before anything runs when one is invalid; cancelling the stream kills what runs.
+        """
+        if (
+            isinstance(parallelism, bool)
+            or not isinstance(parallelism, int)
+            or not 0 <= parallelism <= MAX_BATCH
+        ):
+            raise InvalidRequest(f"parallelism must be an int in [0, {MAX_BATCH}], got {parallelism!r}")
+        reqs = build_batch(
+            gradings,
+            base_limits=self.default_limits,
+            time_limit=time_limit,
+            memory_limit_mb=memory_limit_mb,
+            stop_on_first_failure=stop_on_first_failure,
+            compare=compare,
+            float_tolerance=float_tolerance,
+            limits=limits,
+        )
+        if not reqs:
+            return GradeStream.empty()
+        return self._run_tests_batch(reqs, parallelism)
+
+    @abc.abstractmethod
+    async def _run_tests(self, req: RunTestsRequest) -> TestReport: ...
+
+    @abc.abstractmethod
+    def _run_tests_batch(self, reqs: list[RunTestsRequest], parallelism: int = 0) -> GradeStream: ...
 
     @abc.abstractmethod
     async def _exec(self, req: ExecRequest, stdin: bytes) -> ExecResult: ...
@@ -487,6 +531,26 @@ class Sandbox(SandboxBase):
             timeout_s=req.deadline_s,
         )
         return _bridge.to_test_report(r)
+
+    def _run_tests_batch(self, reqs: list[RunTestsRequest], parallelism: int = 0) -> GradeStream:
+        self._check_open()
+        source = self._client.run_tests_batch(
+            [
+                (
+                    r.language,
+                    r.source,
+                    list(r.tests),
+                    _bridge.to_native_limits(r.limits),
+                    r.stop_on_first_failure,
+                    r.compare,
+                    r.float_tolerance,
+                )
+                for r in reqs
+            ],
+            parallelism=parallelism,
+            timeout_s=batch_deadline(reqs),
+        )
+        return GradeStream(source, len(reqs), convert=_bridge.to_test_report)
 
     def _exec_stream(self, req: ExecRequest, stdin: bytes | None) -> ExecStream:
         self._check_open()

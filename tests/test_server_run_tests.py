@@ -17,6 +17,7 @@ from server_helpers import KEY_A, bearer, wait_for
 from sandboxes import errors as E
 from sandboxes._proto import service_pb2 as pb
 from sandboxes.client import AsyncSandboxClient, RemoteSandbox
+from sandboxes.grading import Grading
 from sandboxes.judging import TestCase, TestReport, Verdict
 from sandboxes.sandbox import SandboxBase
 from sandboxes.server.quota import QuotaLimits
@@ -306,4 +307,104 @@ async def test_run_tests_counts_as_an_exec(make_server) -> None:
         assert v.labels("python", "accepted")._value.get() == 1
         assert v.labels("python", "wrong_answer")._value.get() == 1
         assert server.metrics.exec_latency.labels("RunTests")._sum.get() > 0
+        await sb.close()
+
+
+def test_remote_run_tests_batch_has_the_shared_signature() -> None:
+    assert inspect.signature(RemoteSandbox.run_tests_batch) == inspect.signature(SandboxBase.run_tests_batch)
+
+
+async def test_a_batch_matches_the_embedded_one(server, client: AsyncSandboxClient) -> None:
+    """One RunTestsBatch call over the wire gives, submission by submission, the reports the
+    embedded `Sandbox.run_tests_batch` gives, each submission with its own language, limits and
+    comparison."""
+    gradings = [
+        Grading(ADD, [TestCase("1 2", "3"), TestCase("1 2", "4")]),
+        Grading(C_ADD, [TestCase("40 2", "42")], language="c"),
+        Grading("int main(void) { return 0 }", [TestCase("", "")], language="c"),
+        Grading("while True: pass", [TestCase("", "")], time_limit=0.5),
+        Grading("print(0.1 + 0.2)", [TestCase("", "0.3")], compare="float"),
+        Grading("print(0.1 + 0.2)", [TestCase("", "0.3")], compare="exact"),
+        Grading(HUMANEVAL_PROGRAM, [TestCase(check=HUMANEVAL_CHECK)]),
+        Grading(ADD, [TestCase("1 1", "3"), TestCase("1 1", "2")], stop_on_first_failure=True),
+    ]
+    async with client.sandbox() as remote, server.pool.sandbox() as local:
+        got = {i: r async for i, r in remote.run_tests_batch(gradings, time_limit=5)}
+        want = {i: r async for i, r in local.run_tests_batch(gradings, time_limit=5)}
+    assert sorted(got) == sorted(want) == list(range(len(gradings)))
+    for i in range(len(gradings)):
+        assert type(got[i]) is TestReport
+        assert verdicts(got[i]) == verdicts(want[i]), i
+        assert (got[i].passed, got[i].total, got[i].compiled) == (
+            want[i].passed,
+            want[i].total,
+            want[i].compiled,
+        )
+        assert [c.message for c in got[i].cases] == [c.message for c in want[i].cases]
+    assert [verdicts(got[i]) for i in range(len(gradings))] == [
+        ["accepted", "wrong_answer"],
+        ["accepted"],
+        ["compile_error"],
+        ["time_limit"],
+        ["accepted"],
+        ["wrong_answer"],
+        ["accepted"],
+        ["wrong_answer", "skipped"],
+    ]
+    assert server.service.metrics.verdicts.labels("c", "compile_error")._value.get() >= 1
+
+
+async def test_a_bad_batch_on_the_wire_is_refused_and_the_server_serves(server, client, raw_stub) -> None:
+    live = await client.create()
+    ok = pb.RunTestsRequest(
+        language="python", source=ADD, tests=[pb.TestCase(input=b"1 2", expected_output=b"3")]
+    )
+    bad = pb.RunTestsRequest(language="cobol", source="x", tests=[pb.TestCase()])
+
+    async def answers(**kw) -> list:
+        call = raw_stub.RunTestsBatch(
+            pb.RunTestsBatchRequest(sandbox_id=live.id, **kw), metadata=bearer(KEY_A), timeout=60
+        )
+        return [m async for m in call]
+
+    for kw, match in [
+        ({"submissions": []}, "no submissions"),
+        ({"submissions": [ok, bad]}, "submission 1: unknown language"),
+        ({"submissions": [ok] * 4097}, "more than the maximum of 4096"),
+        ({"submissions": [ok], "parallelism": 10_000}, "parallelism"),
+    ]:
+        with pytest.raises(grpc.aio.AioRpcError) as info:
+            await answers(**kw)
+        assert info.value.code() == grpc.StatusCode.INVALID_ARGUMENT, kw
+        assert match in info.value.details(), (kw, info.value.details())
+    with pytest.raises(grpc.aio.AioRpcError) as info:
+        call = raw_stub.RunTestsBatch(
+            pb.RunTestsBatchRequest(sandbox_id="nope", submissions=[ok]), metadata=bearer(KEY_A)
+        )
+        [m async for m in call]
+    assert info.value.code() in (grpc.StatusCode.NOT_FOUND, grpc.StatusCode.INVALID_ARGUMENT)
+    results = await answers(submissions=[ok, ok])
+    assert sorted(m.index for m in results) == [0, 1]
+    assert all(m.report.passed == 1 for m in results)
+    await live.close()
+
+
+async def test_cancelling_a_remote_batch_kills_its_programs(make_server) -> None:
+    server = await make_server(quota=QuotaLimits(max_execs=1))
+    async with AsyncSandboxClient(server.address, KEY_A, timeout=60) as c:
+        sb = await c.create()
+        m = f"sbx-batch-{uuid.uuid4().hex}"
+        sleeper = f"import os\nos.execv('/bin/sh', ['sh', '-c', 'sleep 1000; :', {m!r}])\n"
+        stream = sb.run_tests_batch([Grading(sleeper, [TestCase("", "")])] * 3, time_limit=600)
+        first = asyncio.ensure_future(anext(stream))
+        await wait_for(lambda: server.quotas.execs("alice") == 1, "the batch to take its exec slot")
+        await wait_for(lambda: pgrep(m), "the batch's programs to run")
+        with pytest.raises(E.QuotaExceeded):
+            await sb.exec(["true"])
+        first.cancel()
+        stream.cancel()
+        await wait_for(lambda: server.quotas.execs("alice") == 0, "exec slot to be freed")
+        await wait_for(lambda: not pgrep(m), "the cancelled batch's programs to die")
+        got = [r async for r in sb.run_tests_batch([Grading(ADD, [TestCase("1 2", "3")])])]
+        assert [(i, r.all_passed) for i, r in got] == [(0, True)]
         await sb.close()

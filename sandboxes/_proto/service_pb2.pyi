@@ -442,6 +442,24 @@ class RunTestsReport(_message.Message):
     wall_time_s: float
     def __init__(self, cases: _Optional[_Iterable[_Union[CaseResult, _Mapping]]] = ..., passed: _Optional[int] = ..., total: _Optional[int] = ..., compiled: _Optional[bool] = ..., compile_output: _Optional[bytes] = ..., compile_time_s: _Optional[float] = ..., wall_time_s: _Optional[float] = ...) -> None: ...
 
+class RunTestsBatchRequest(_message.Message):
+    __slots__ = ("sandbox_id", "submissions", "parallelism")
+    SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    SUBMISSIONS_FIELD_NUMBER: _ClassVar[int]
+    PARALLELISM_FIELD_NUMBER: _ClassVar[int]
+    sandbox_id: str
+    submissions: _containers.RepeatedCompositeFieldContainer[RunTestsRequest]
+    parallelism: int
+    def __init__(self, sandbox_id: _Optional[str] = ..., submissions: _Optional[_Iterable[_Union[RunTestsRequest, _Mapping]]] = ..., parallelism: _Optional[int] = ...) -> None: ...
+
+class RunTestsBatchResult(_message.Message):
+    __slots__ = ("index", "report")
+    INDEX_FIELD_NUMBER: _ClassVar[int]
+    REPORT_FIELD_NUMBER: _ClassVar[int]
+    index: int
+    report: RunTestsReport
+    def __init__(self, index: _Optional[int] = ..., report: _Optional[_Union[RunTestsReport, _Mapping]] = ...) -> None: ...
+
 class InfoRequest(_message.Message):
     __slots__ = ("sandbox_id",)
     SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]

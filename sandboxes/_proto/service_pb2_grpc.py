@@ -99,6 +99,11 @@ class SandboxesStub:
                 request_serializer=service__pb2.RunTestsRequest.SerializeToString,
                 response_deserializer=service__pb2.RunTestsReport.FromString,
                 _registered_method=True)
+        self.RunTestsBatch = channel.unary_stream(
+                '/sandboxes.v1.Sandboxes/RunTestsBatch',
+                request_serializer=service__pb2.RunTestsBatchRequest.SerializeToString,
+                response_deserializer=service__pb2.RunTestsBatchResult.FromString,
+                _registered_method=True)
         self.Health = channel.unary_unary(
                 '/sandboxes.v1.Sandboxes/Health',
                 request_serializer=service__pb2.HealthRequest.SerializeToString,
@@ -199,6 +204,16 @@ class SandboxesServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def RunTestsBatch(self, request, context):
+        """Judge many programs (each its own language, tests and limits) in one call in one sandbox: the
+        agent grades as many at once as the sandbox has CPUs and each report comes back as it
+        finishes. A bad submission refuses the whole batch before anything runs; cancelling the call
+        kills what runs. Not retried by clients.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def Health(self, request, context):
         """The server's health and its pools.
         """
@@ -273,6 +288,11 @@ def add_SandboxesServicer_to_server(servicer, server):
                     servicer.RunTests,
                     request_deserializer=service__pb2.RunTestsRequest.FromString,
                     response_serializer=service__pb2.RunTestsReport.SerializeToString,
+            ),
+            'RunTestsBatch': grpc.unary_stream_rpc_method_handler(
+                    servicer.RunTestsBatch,
+                    request_deserializer=service__pb2.RunTestsBatchRequest.FromString,
+                    response_serializer=service__pb2.RunTestsBatchResult.SerializeToString,
             ),
             'Health': grpc.unary_unary_rpc_method_handler(
                     servicer.Health,
@@ -631,6 +651,33 @@ class Sandboxes:
             '/sandboxes.v1.Sandboxes/RunTests',
             service__pb2.RunTestsRequest.SerializeToString,
             service__pb2.RunTestsReport.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def RunTestsBatch(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_stream(
+            request,
+            target,
+            '/sandboxes.v1.Sandboxes/RunTestsBatch',
+            service__pb2.RunTestsBatchRequest.SerializeToString,
+            service__pb2.RunTestsBatchResult.FromString,
             options,
             channel_credentials,
             insecure,

@@ -30,6 +30,7 @@ from sandboxes._proto.convert import (
     report_to_pb,
     result_to_pb,
 )
+from sandboxes.grading import Grading
 from sandboxes.server.auth import ApiKeys
 from sandboxes.server.metrics import Metrics
 from sandboxes.server.quota import Quotas
@@ -141,6 +142,11 @@ class SandboxService:
                 self._wrap_stream("ReadFile", self.read_file),
                 request_deserializer=_deserializer(pb.ReadFileRequest),
                 response_serializer=pb.FileChunk.SerializeToString,
+            ),
+            "RunTestsBatch": grpc.unary_stream_rpc_method_handler(
+                self._wrap_stream("RunTestsBatch", self.run_tests_batch),
+                request_deserializer=_deserializer(pb.RunTestsBatchRequest),
+                response_serializer=pb.RunTestsBatchResult.SerializeToString,
             ),
             "ExecStream": grpc.stream_stream_rpc_method_handler(
                 self._wrap_stream("ExecStream", self.exec_stream),
@@ -500,6 +506,35 @@ class SandboxService:
         for verdict, n in report.verdict_counts().items():
             self.metrics.verdicts.labels(args.language, verdict).inc(n)
         return report_to_pb(report, excerpt_bytes=args.excerpt_bytes)
+
+    async def run_tests_batch(
+        self, req: Any, context: Any, owner: str
+    ) -> AsyncIterator[pb.RunTestsBatchResult]:
+        """Judge many programs in the caller's sandbox, each report as it finishes; counts as one
+        execution in flight. Every submission is validated before anything runs."""
+        req = _check(req)
+        batch = self.validate.run_tests_batch(req)
+        rec = self._record(req.sandbox_id, owner)
+        gradings = [
+            Grading(
+                a.source,
+                a.tests,
+                language=a.language,
+                limits=a.limits,
+                stop_on_first_failure=a.stop_on_first_failure,
+                compare=a.compare,
+                float_tolerance=a.float_tolerance,
+            )
+            for a in batch
+        ]
+        with self._exec_slot(owner, "RunTestsBatch"):
+            async with rec.sandbox.run_tests_batch(gradings, parallelism=req.parallelism) as stream:
+                async for i, report in stream:
+                    for verdict, n in report.verdict_counts().items():
+                        self.metrics.verdicts.labels(batch[i].language, verdict).inc(n)
+                    yield pb.RunTestsBatchResult(
+                        index=i, report=report_to_pb(report, excerpt_bytes=batch[i].excerpt_bytes)
+                    )
 
     async def _pump_input(self, request_iterator: Any, stream: Any) -> None:
         """Forward the client's stdin / close_stdin / signal messages to the running program.

@@ -14,6 +14,7 @@ from dataclasses import dataclass
 from sandboxes import languages
 from sandboxes._proto.convert import case_from_pb, compare_from_pb, limits_from_pb
 from sandboxes.errors import InvalidRequest
+from sandboxes.grading import MAX_BATCH, MAX_BATCH_CASES
 from sandboxes.judging import MAX_CASES, TestCase
 from sandboxes.types import Limits
 
@@ -179,6 +180,29 @@ class Validator:
             known = ", ".join(sorted(lang.name for lang in languages.table()))
             raise InvalidRequest(f"unknown language {value[:64]!r}; known: {known}")
         return name
+
+    def run_tests_batch(self, req) -> list[RunTestsArgs]:
+        """A pb.RunTestsBatchRequest -> one `RunTestsArgs` per submission; an error names the
+        submission."""
+        n = len(req.submissions)
+        if n == 0:
+            raise InvalidRequest("no submissions")
+        if n > MAX_BATCH:
+            raise InvalidRequest(f"{n} submissions, more than the maximum of {MAX_BATCH}")
+        if req.parallelism > MAX_BATCH:
+            raise InvalidRequest(f"parallelism {req.parallelism} is above the maximum of {MAX_BATCH}")
+        out = []
+        for i, sub in enumerate(req.submissions):
+            try:
+                out.append(self.run_tests(sub))
+            except InvalidRequest as e:
+                raise InvalidRequest(f"submission {i}: {e.message}") from None
+        cases = sum(len(a.tests) for a in out)
+        if cases > MAX_BATCH_CASES:
+            raise InvalidRequest(
+                f"{cases} test cases in the batch, more than the maximum of {MAX_BATCH_CASES}"
+            )
+        return out
 
     def run_tests(self, req) -> RunTestsArgs:
         """A pb.RunTestsRequest -> `RunTestsArgs`; the agent is never asked to judge a request it

@@ -348,11 +348,15 @@ async fn serve(
         lease: lease.clone(),
         roots: Arc::new(paths::Roots::new(roots)),
         owner: programs.owner,
-        scratch: if args.new_root {
-            PathBuf::from("/tmp")
-        } else {
-            std::env::temp_dir()
-        },
+        scratch: Arc::new(sandbox_judge::Scratch {
+            root: if args.new_root {
+                PathBuf::from("/tmp")
+            } else {
+                std::env::temp_dir()
+            },
+            uid: programs.owner.uid,
+            gid: programs.owner.gid,
+        }),
         namespaces: args.namespaces.clone(),
         started: Instant::now(),
         total_execs: Default::default(),

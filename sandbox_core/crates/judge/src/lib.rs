@@ -16,6 +16,9 @@ pub use languages::Language;
 
 /// Most test cases one call may carry.
 pub const MAX_CASES: usize = 10_000;
+/// Most submissions one batch may carry, and most cases over all of them.
+pub const MAX_BATCH: usize = 4096;
+pub const MAX_BATCH_CASES: usize = 100_000;
 const DEFAULT_EXCERPT: usize = 1024;
 const DEFAULT_TOLERANCE: f64 = 1e-6;
 
@@ -212,6 +215,47 @@ pub fn validate(req: &pb::RunTestsRequest) -> Result<Language, JudgeError> {
         )));
     }
     Ok(lang)
+}
+
+/// Every submission of a batch is valid, and the batch within its bounds; the error names the
+/// first submission that is not.
+pub fn validate_batch(subs: &[pb::RunTestsRequest]) -> Result<(), JudgeError> {
+    if subs.is_empty() {
+        return Err(JudgeError::Invalid("no submissions".into()));
+    }
+    if subs.len() > MAX_BATCH {
+        return Err(JudgeError::Invalid(format!(
+            "{} submissions (max {MAX_BATCH})",
+            subs.len()
+        )));
+    }
+    let cases: usize = subs.iter().map(|s| s.tests.len()).sum();
+    if cases > MAX_BATCH_CASES {
+        return Err(JudgeError::Invalid(format!(
+            "{cases} test cases in the batch (max {MAX_BATCH_CASES})"
+        )));
+    }
+    for (i, sub) in subs.iter().enumerate() {
+        validate(sub).map_err(|e| JudgeError::Invalid(format!("submission {i}: {e}")))?;
+    }
+    Ok(())
+}
+
+/// The report of a submission that could not be judged (its files could not be made): each of
+/// its `cases` a sandbox error saying why.
+pub fn unjudged(cases: usize, message: String) -> pb::RunTestsReport {
+    pb::RunTestsReport {
+        cases: (0..cases)
+            .map(|_| pb::CaseResult {
+                verdict: pb::Verdict::SandboxError as i32,
+                message: message.clone(),
+                ..Default::default()
+            })
+            .collect(),
+        total: cases as u32,
+        compiled: true,
+        ..Default::default()
+    }
 }
 
 /// Compiles once (when the language needs it) and runs every case. `limits` are already resolved.

@@ -14,6 +14,7 @@ use tonic::metadata::MetadataValue;
 use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint, Uri};
 
+use crate::batch::GradeStream;
 use crate::errors::{err, from_status};
 use crate::runtime::{self, Later};
 use crate::stream::ExecStream;
@@ -129,6 +130,77 @@ pub fn exec_request(
     })
 }
 
+/// A call's deadline from Python's seconds (None: none).
+pub fn deadline(timeout: Option<f64>) -> PyResult<Option<Duration>> {
+    match timeout {
+        Some(t) if !t.is_finite() || t <= 0.0 => Err(err(
+            "invalid_argument",
+            format!("timeout must be positive, got {t}"),
+        )),
+        Some(t) => Duration::try_from_secs_f64(t)
+            .map(Some)
+            .map_err(|_| err("invalid_argument", "timeout out of range")),
+        None => Ok(None),
+    }
+}
+
+/// One (input, expected_output, check) triple per case.
+pub type Cases = Vec<(Vec<u8>, Vec<u8>, String)>;
+
+/// A RunTests request from the arguments Python gives.
+#[allow(clippy::too_many_arguments)]
+fn run_tests_request(
+    language: String,
+    source: &Bound<'_, PyAny>,
+    tests: Cases,
+    limits: Option<&Limits>,
+    stop_on_first_failure: bool,
+    compare: &str,
+    float_tolerance: f64,
+    excerpt_bytes: u32,
+) -> PyResult<pb::RunTestsRequest> {
+    let compare = match compare {
+        "exact" => pb::Compare::Exact,
+        "whitespace" | "" => pb::Compare::Whitespace,
+        "float" => pb::Compare::Float,
+        other => {
+            return Err(err(
+                "invalid_argument",
+                format!("compare must be exact, whitespace or float, got {other:?}"),
+            ))
+        }
+    };
+    Ok(pb::RunTestsRequest {
+        language,
+        source: utf8(source, "source")?,
+        tests: tests
+            .into_iter()
+            .map(|(input, expected_output, check)| pb::TestCase {
+                input: input.into(),
+                expected_output: expected_output.into(),
+                check,
+            })
+            .collect(),
+        limits: limits.map(Limits::to_proto),
+        stop_on_first_failure,
+        compare: compare as i32,
+        float_tolerance,
+        excerpt_bytes,
+    })
+}
+
+/// One submission of a batch: (language, source, tests, limits, stop_on_first_failure, compare,
+/// float_tolerance).
+type Submission<'py> = (
+    String,
+    Bound<'py, PyAny>,
+    Cases,
+    Option<PyRef<'py, Limits>>,
+    bool,
+    String,
+    f64,
+);
+
 impl AgentClient {
     fn call<'py, T, F, Fut>(
         &self,
@@ -143,19 +215,7 @@ impl AgentClient {
     {
         runtime::check_pid()?;
         let client = self.client.clone();
-        let deadline = match timeout {
-            Some(t) if !t.is_finite() || t <= 0.0 => {
-                return Err(err(
-                    "invalid_argument",
-                    format!("timeout must be positive, got {t}"),
-                ))
-            }
-            Some(t) => Some(
-                Duration::try_from_secs_f64(t)
-                    .map_err(|_| err("invalid_argument", "timeout out of range"))?,
-            ),
-            None => None,
-        };
+        let deadline = deadline(timeout)?;
         runtime::awaitable(py, async move {
             // Dropping the future (a Python cancel or this deadline) resets the HTTP/2 stream, and
             // the agent kills what the call started.
@@ -382,7 +442,7 @@ impl AgentClient {
         py: Python<'py>,
         language: String,
         source: &Bound<'py, PyAny>,
-        tests: Vec<(Vec<u8>, Vec<u8>, String)>,
+        tests: Cases,
         limits: Option<PyRef<'py, Limits>>,
         stop_on_first_failure: bool,
         compare: &str,
@@ -390,40 +450,60 @@ impl AgentClient {
         excerpt_bytes: u32,
         timeout_s: Option<f64>,
     ) -> PyResult<Bound<'py, PyAny>> {
-        let compare = match compare {
-            "exact" => pb::Compare::Exact,
-            "whitespace" | "" => pb::Compare::Whitespace,
-            "float" => pb::Compare::Float,
-            other => {
-                return Err(err(
-                    "invalid_argument",
-                    format!("compare must be exact, whitespace or float, got {other:?}"),
-                ))
-            }
-        };
-        let req = pb::RunTestsRequest {
+        let req = run_tests_request(
             language,
-            source: utf8(source, "source")?,
-            tests: tests
-                .into_iter()
-                .map(|(input, expected_output, check)| pb::TestCase {
-                    input: input.into(),
-                    expected_output: expected_output.into(),
-                    check,
-                })
-                .collect(),
-            limits: limits.as_deref().map(Limits::to_proto),
+            source,
+            tests,
+            limits.as_deref(),
             stop_on_first_failure,
-            compare: compare as i32,
+            compare,
             float_tolerance,
             excerpt_bytes,
-        };
+        )?;
         self.call(py, timeout_s, move |mut c| async move {
             let r = c.run_tests(req).await.map_err(from_status)?.into_inner();
             Ok(Later(move |py: Python<'_>| {
                 Py::new(py, RunTestsReport::from_proto(py, r)?).map(Py::into_any)
             }))
         })
+    }
+
+    /// Grade many submissions in one call, `parallelism` at a time (0: the sandbox's CPUs); the
+    /// stream yields (index, report) as each finishes.
+    #[pyo3(signature = (submissions, parallelism=0, timeout_s=None))]
+    fn run_tests_batch<'py>(
+        &self,
+        submissions: Vec<Submission<'py>>,
+        parallelism: u32,
+        timeout_s: Option<f64>,
+    ) -> PyResult<GradeStream> {
+        runtime::check_pid()?;
+        let submissions = submissions
+            .into_iter()
+            .map(
+                |(language, source, tests, limits, stop, compare, tolerance)| {
+                    run_tests_request(
+                        language,
+                        &source,
+                        tests,
+                        limits.as_deref(),
+                        stop,
+                        &compare,
+                        tolerance,
+                        0,
+                    )
+                },
+            )
+            .collect::<PyResult<_>>()?;
+        let req = pb::RunTestsBatchRequest {
+            submissions,
+            parallelism,
+        };
+        Ok(GradeStream::open(
+            self.client.clone(),
+            req,
+            deadline(timeout_s)?,
+        ))
     }
 
     /// Connections close when the last clone of the client is dropped; nothing to do eagerly.

@@ -53,7 +53,14 @@ pub fn from_status(s: tonic::Status) -> PyErr {
         (Code::ResourceExhausted, _) => "too_large",
         (code, _) => kind_of_code(code),
     };
-    NativeError::new_err((kind.to_string(), s.message().to_string(), step))
+    let message = match (s.code(), s.message()) {
+        // An agent older than this client: it does not know the call.
+        (Code::Unimplemented, "") => {
+            "the agent does not serve this call (is it older than the client?)".into()
+        }
+        (_, m) => m.to_string(),
+    };
+    NativeError::new_err((kind.to_string(), message, step))
 }
 
 fn kind_of_code(code: Code) -> &'static str {

@@ -4,6 +4,7 @@
 //! unix socket or TCP) and the local launcher (an agent in fresh namespaces). Every failure is a
 //! `NativeError` with a `kind`, translated into `sandboxes.errors` on the Python side in one place.
 
+mod batch;
 mod cgroup;
 mod client;
 mod completion;
@@ -36,6 +37,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<values::RunTestsReport>()?;
     m.add_class::<client::AgentClient>()?;
     m.add_class::<stream::ExecStream>()?;
+    m.add_class::<batch::GradeStream>()?;
     m.add_class::<launcher::LaunchConfig>()?;
     m.add_class::<launcher::LocalSandbox>()?;
     m.add_function(wrap_pyfunction!(launcher::launch_local, m)?)?;

@@ -28,8 +28,8 @@ pub struct AgentService {
     pub lease: Arc<Lease>,
     pub roots: Arc<Roots>,
     pub owner: Owner,
-    /// Where run_tests puts each call's files (the sandbox's /tmp).
-    pub scratch: std::path::PathBuf,
+    /// Where run_tests puts each call's files (the sandbox's /tmp), owned by the programs' user.
+    pub scratch: Arc<sandbox_judge::Scratch>,
     pub namespaces: Vec<String>,
     pub started: Instant,
     pub total_execs: AtomicU64,
@@ -37,7 +37,7 @@ pub struct AgentService {
     pub egress: Option<Arc<crate::egress::Counters>>,
 }
 
-type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
+pub(crate) type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
 
 /// Runs blocking file work off the async workers.
 async fn blocking<T: Send + 'static>(
@@ -251,5 +251,18 @@ impl Agent for AgentService {
             .fetch_add(req.tests.len() as u64, Ordering::Relaxed);
         let report = run_tests::run(self, req).await?;
         Ok(Response::new(report))
+    }
+
+    type RunTestsBatchStream = BoxStream<pb::RunTestsBatchResult>;
+
+    async fn run_tests_batch(
+        &self,
+        request: Request<pb::RunTestsBatchRequest>,
+    ) -> Result<Response<Self::RunTestsBatchStream>, Status> {
+        let req = request.into_inner();
+        let cases: usize = req.submissions.iter().map(|s| s.tests.len()).sum();
+        let results = run_tests::batch(self, req)?;
+        self.total_execs.fetch_add(cases as u64, Ordering::Relaxed);
+        Ok(Response::new(results))
     }
 }

@@ -262,13 +262,67 @@ pub fn enclosing_oom_kills() -> Option<u64> {
 }
 
 /// Whether the cgroup this process lives in has a pids limit (e.g. a container's `pids_limit`).
-/// Read once: a process does not change containers.
 pub fn enclosing_pids_limited() -> bool {
-    static LIMITED: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
-    *LIMITED.get_or_init(|| {
+    enclosing_pids_max().is_some()
+}
+
+/// The pids limit of the cgroup this process lives in, if it has one. Read once: a process does
+/// not change containers.
+pub fn enclosing_pids_max() -> Option<u64> {
+    static MAX: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+    *MAX.get_or_init(|| {
         ["/sys/fs/cgroup/pids/pids.max", "/sys/fs/cgroup/pids.max"]
             .iter()
-            .any(|p| fs::read_to_string(p).is_ok_and(|v| v.trim().parse::<u64>().is_ok()))
+            .find_map(|p| fs::read_to_string(p).ok()?.trim().parse::<u64>().ok())
+    })
+}
+
+/// The memory limit of the cgroup this process lives in, if it has one. Read once.
+pub fn enclosing_memory_max() -> Option<u64> {
+    static MAX: std::sync::OnceLock<Option<u64>> = std::sync::OnceLock::new();
+    *MAX.get_or_init(|| {
+        [
+            "/sys/fs/cgroup/memory.max",
+            "/sys/fs/cgroup/memory/memory.limit_in_bytes",
+        ]
+        .iter()
+        .find_map(|p| fs::read_to_string(p).ok()?.trim().parse::<u64>().ok())
+        // v1 reports "no limit" as a huge number.
+        .filter(|&v| v < 1 << 60)
+    })
+}
+
+/// CPUs the cgroup this process lives in may use: its CPU quota (`cpu.max`, or v1's
+/// `cfs_quota_us / cfs_period_us`) rounded up, at most the CPUs this process may run on; those CPUs
+/// when there is no quota. Read once.
+pub fn enclosing_cpus() -> usize {
+    static N: std::sync::OnceLock<usize> = std::sync::OnceLock::new();
+    *N.get_or_init(|| {
+        let online = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let read = |p: &str| fs::read_to_string(p).ok();
+        let quota = read("/sys/fs/cgroup/cpu.max")
+            .and_then(|s| {
+                let mut f = s.split_whitespace();
+                Some((
+                    f.next()?.parse::<f64>().ok()?,
+                    f.next()?.parse::<f64>().ok()?,
+                ))
+            })
+            .or_else(|| {
+                let q = read("/sys/fs/cgroup/cpu/cpu.cfs_quota_us")?
+                    .trim()
+                    .parse::<f64>()
+                    .ok()?;
+                let p = read("/sys/fs/cgroup/cpu/cpu.cfs_period_us")?
+                    .trim()
+                    .parse::<f64>()
+                    .ok()?;
+                Some((q, p))
+            });
+        match quota {
+            Some((q, p)) if q > 0.0 && p > 0.0 => ((q / p).ceil() as usize).clamp(1, online),
+            _ => online,
+        }
     })
 }
 

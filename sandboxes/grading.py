@@ -1,0 +1,292 @@
+"""Batch grading: many programs, each with its own tests and language, judged in one call.
+
+```python
+gradings = [sandboxes.Grading(src, tests, language="cpp") for src in completions]
+async for i, report in sb.run_tests_batch(gradings, time_limit=2):   # one sandbox
+    rewards[i] = report.pass_rate
+async for i, report in pool.grade(gradings, time_limit=2):           # spread over the pool
+    rewards[i] = report.pass_rate
+```
+
+In one sandbox the agent grades as many submissions at once as the sandbox has CPUs and answers
+each as it finishes; every case still runs as its own process in its own fresh directory, exactly
+as with `run_tests`. `Pool.grade` keeps a few sandboxes busy with chunks of the batch (a lane
+takes the next chunk when it is done with one), so a slow submission holds up only its chunk's
+lane. Reports arrive in completion order with their index in the input; leaving the loop early
+(or `cancel()`) kills what still runs.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import math
+from collections.abc import AsyncIterator, Callable, Sequence
+from dataclasses import dataclass
+from typing import Any, Self
+
+from . import languages
+from .errors import InvalidRequest, SandboxError, SandboxLost
+from .judging import CaseResult, RunTestsRequest, TestCase, TestReport, Verdict, build_run_tests_request
+from .types import Limits
+
+__all__ = ["MAX_BATCH", "MAX_BATCH_CASES", "GradeStream", "Grading", "build_batch", "grade_on_pool"]
+
+# The agent's bounds of one batch (sandbox_judge::MAX_BATCH / MAX_BATCH_CASES).
+MAX_BATCH = 4096
+MAX_BATCH_CASES = 100_000
+# Gradings a pool lane sends per call: enough to amortize the call, few enough that the lanes
+# finish together.
+MAX_CHUNK = 32
+# Gradings per lane below which another sandbox is not worth claiming.
+MIN_PER_LANE = 8
+
+
+@dataclass(frozen=True)
+class Grading:
+    """One submission of a batch: a program, its tests and language. The other fields are
+    `run_tests`'s and override the batch's for this submission (None: the batch's); `limits`
+    layer over the batch's limits, under this submission's `time_limit` / `memory_limit_mb`."""
+
+    program: str
+    tests: Sequence[TestCase]
+    language: str = "python"
+    time_limit: float | None = None
+    memory_limit_mb: float | None = None
+    limits: Limits | None = None
+    compare: str | None = None
+    float_tolerance: float | None = None
+    stop_on_first_failure: bool | None = None
+
+
+def build_batch(
+    gradings: Any,
+    *,
+    base_limits: Limits,
+    time_limit: float | None = None,
+    memory_limit_mb: float | None = None,
+    stop_on_first_failure: bool = False,
+    compare: str = "whitespace",
+    float_tolerance: float | None = None,
+    limits: Limits | None = None,
+) -> list[RunTestsRequest]:
+    """Validate a batch into one `RunTestsRequest` per grading (none for an empty batch); an
+    error names the grading."""
+    if isinstance(gradings, (str, bytes, Grading)) or not isinstance(gradings, Sequence):
+        raise InvalidRequest("gradings must be a list of sandboxes.Grading")
+    if len(gradings) > MAX_BATCH:
+        raise InvalidRequest(f"{len(gradings)} gradings in one batch (max {MAX_BATCH})")
+    out = []
+    for i, g in enumerate(gradings):
+        if not isinstance(g, Grading):
+            raise InvalidRequest(f"submission {i}: expected sandboxes.Grading, got {type(g).__name__}")
+        try:
+            if g.limits is not None and not isinstance(g.limits, Limits):
+                raise InvalidRequest(f"limits must be sandboxes.Limits, got {type(g.limits).__name__}")
+            layered = g.limits if limits is None else limits.merged(g.limits)
+            out.append(
+                build_run_tests_request(
+                    g.program,
+                    g.tests,
+                    language=g.language,
+                    base_limits=base_limits,
+                    time_limit=time_limit if g.time_limit is None else g.time_limit,
+                    memory_limit_mb=memory_limit_mb if g.memory_limit_mb is None else g.memory_limit_mb,
+                    stop_on_first_failure=(
+                        stop_on_first_failure if g.stop_on_first_failure is None else g.stop_on_first_failure
+                    ),
+                    compare=compare if g.compare is None else g.compare,
+                    float_tolerance=float_tolerance if g.float_tolerance is None else g.float_tolerance,
+                    limits=layered,
+                )
+            )
+        except InvalidRequest as e:
+            raise InvalidRequest(f"submission {i}: {e.message}") from e
+    cases = sum(len(r.tests) for r in out)
+    if cases > MAX_BATCH_CASES:
+        raise InvalidRequest(f"{cases} test cases in one batch (max {MAX_BATCH_CASES})")
+    return out
+
+
+def batch_deadline(reqs: Sequence[RunTestsRequest]) -> float:
+    """A generous bound of a batch's RPC: every grading one after the other."""
+    return sum(r.deadline_s for r in reqs)
+
+
+class GradeStream:
+    """The reports of a batch as each finishes: an async iterator of `(index, TestReport)`.
+
+    `cancel()` (or leaving `async with`, or `aclose()`) kills what still runs. A stream that ends
+    before every grading was answered raises `SandboxLost`.
+
+    `source` is any object with the native stream's `next()` (an `(index, report)` pair, None at
+    the end) and `cancel()`; `convert` turns its reports into `TestReport`.
+    """
+
+    def __init__(self, source: Any, total: int, convert: Callable[[Any], TestReport] = lambda r: r) -> None:
+        self._source = source
+        self._convert = convert
+        self.total = total
+        self.answered: set[int] = set()
+        self._done = False
+
+    def __aiter__(self) -> Self:
+        return self
+
+    async def __anext__(self) -> tuple[int, TestReport]:
+        if self._done:
+            raise StopAsyncIteration
+        try:
+            item = await self._source.next()
+        except BaseException:
+            self.cancel()
+            raise
+        if item is None:
+            self._done = True
+            missing = self.total - len(self.answered)
+            if missing:
+                raise SandboxLost(f"the batch ended with {missing} of {self.total} gradings unanswered")
+            raise StopAsyncIteration
+        index, raw = item
+        index = int(index)
+        if not 0 <= index < self.total or index in self.answered:
+            self.cancel()
+            raise SandboxLost(f"the batch answered grading {index} of {self.total} twice or out of range")
+        self.answered.add(index)
+        return index, self._convert(raw)
+
+    @classmethod
+    def empty(cls) -> GradeStream:
+        """The stream of an empty batch."""
+        return cls(_NoResults(), 0)
+
+    def cancel(self) -> None:
+        """Kill what still runs (no-op once every grading was answered)."""
+        if not self._done:
+            self._done = True
+            self._source.cancel()
+
+    async def aclose(self) -> None:
+        self.cancel()
+
+    async def __aenter__(self) -> Self:
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        self.cancel()
+
+
+class _NoResults:
+    async def next(self) -> None:
+        return None
+
+    def cancel(self) -> None:
+        pass
+
+
+def unjudged(req: RunTestsRequest, error: SandboxError) -> TestReport:
+    """The report of a grading the infrastructure failed twice: each case a sandbox error."""
+    case = CaseResult(verdict=Verdict.SANDBOX_ERROR, message=f"{error.kind.value}: {error.message}")
+    return TestReport(cases=(case,) * len(req.tests), passed=0, total=len(req.tests))
+
+
+async def grade_on_pool(
+    pool: Any,
+    gradings: Sequence[Grading],
+    *,
+    template: str | None,
+    base_limits: Limits,
+    warm: int,
+    sandboxes: int | None = None,
+    chunk: int | None = None,
+    **kwargs: Any,
+) -> AsyncIterator[tuple[int, TestReport]]:
+    """`Pool.grade`: the batch over `sandboxes` claimed sandboxes of `template` (default: one
+    per `MIN_PER_LANE` gradings, at most the template's `warm` count), `chunk` gradings a call.
+
+    A lane whose sandbox fails mid-chunk drops it and puts the chunk's unanswered gradings back
+    once; a grading the infrastructure fails twice is reported with `sandbox_error` cases.
+    """
+    reqs = build_batch(gradings, base_limits=base_limits, **kwargs)
+    n = len(reqs)
+    if n == 0:
+        return
+    # The agent checks each chunk; what it would refuse is refused here, before any chunk runs.
+    for i, r in enumerate(reqs):
+        lang = languages.by_name(r.language)
+        if lang is None:
+            known = ", ".join(x.name for x in languages.table())
+            raise InvalidRequest(f"submission {i}: unknown language {r.language!r}; known: {known}")
+        if not lang.checks and any(check for _, _, check in r.tests):
+            raise InvalidRequest(f"submission {i}: check scripts are not supported for {lang.name}")
+    if sandboxes is None:
+        sandboxes = max(1, min(warm, math.ceil(n / MIN_PER_LANE)))
+    if isinstance(sandboxes, bool) or not isinstance(sandboxes, int) or sandboxes < 1:
+        raise InvalidRequest(f"sandboxes must be an int >= 1, got {sandboxes!r}")
+    lanes = min(sandboxes, n)
+    if chunk is None:
+        chunk = max(1, min(MAX_CHUNK, math.ceil(n / (4 * lanes))))
+    if isinstance(chunk, bool) or not isinstance(chunk, int) or chunk < 1:
+        raise InvalidRequest(f"chunk must be an int >= 1, got {chunk!r}")
+
+    todo: list[int] = list(range(n - 1, -1, -1))  # popped from the end: input order
+    failures: dict[int, int] = {}
+    out: asyncio.Queue[tuple[int, TestReport] | BaseException | None] = asyncio.Queue()
+
+    async def lane() -> None:
+        sb = None
+        try:
+            while todo:
+                take = [todo.pop() for _ in range(min(chunk, len(todo)))]
+                if sb is None:
+                    sb = await pool.claim(template)
+                done: set[int] = set()
+                try:
+                    async with sb._run_tests_batch([reqs[i] for i in take]) as stream:
+                        async for j, report in stream:
+                            done.add(take[j])
+                            out.put_nowait((take[j], report))
+                except InvalidRequest:
+                    raise
+                except SandboxError as e:
+                    with contextlib.suppress(SandboxError):
+                        await pool.release(sb)
+                    sb = None
+                    for i in take:
+                        if i in done:
+                            continue
+                        failures[i] = failures.get(i, 0) + 1
+                        if failures[i] >= 2 or not e.retryable:
+                            out.put_nowait((i, unjudged(reqs[i], e)))
+                        else:
+                            todo.append(i)
+        except BaseException as e:  # noqa: BLE001 - handed to the consumer, which re-raises it
+            out.put_nowait(e)
+        finally:
+            if sb is not None:
+                with contextlib.suppress(SandboxError):
+                    await pool.release(sb)
+            out.put_nowait(None)
+
+    tasks = [asyncio.ensure_future(lane()) for _ in range(lanes)]
+    try:
+        running, answered = lanes, 0
+        while answered < n:
+            item = await out.get()
+            if item is None:
+                running -= 1
+                if running == 0 and answered < n and out.empty():
+                    raise SandboxLost(
+                        f"the pool's lanes ended with {n - answered} of {n} gradings unanswered"
+                    )
+                continue
+            if isinstance(item, BaseException):
+                raise item
+            answered += 1
+            yield item
+    finally:
+        for t in tasks:
+            t.cancel()
+        for t in tasks:
+            with contextlib.suppress(BaseException):
+                await t
