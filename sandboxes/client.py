@@ -308,7 +308,7 @@ class RemoteSandbox(SandboxBase):
         )
         return report_from_pb(msg)
 
-    def _run_tests_batch(self, reqs: list[RunTestsRequest], parallelism: int = 0) -> GradeStream:
+    def _run_tests_batch(self, reqs: list[RunTestsRequest], parallelism: int = 1) -> GradeStream:
         msg = pb.RunTestsBatchRequest(
             sandbox_id=self.id,
             submissions=[run_tests_request_to_pb("", r) for r in reqs],

@@ -8,11 +8,12 @@ async for i, report in pool.grade(gradings, time_limit=2):           # spread ov
     rewards[i] = report.pass_rate
 ```
 
-In one sandbox the agent grades as many submissions at once as the sandbox has CPUs and answers
-each as it finishes; every case still runs as its own process in its own fresh directory, exactly
-as with `run_tests`. `Pool.grade` keeps a few sandboxes busy with chunks of the batch (a lane
-takes the next chunk when it is done with one), so a slow submission holds up only its chunk's
-lane. Reports arrive in completion order with their index in the input; leaving the loop early
+In one sandbox the agent grades the submissions one after the other (or `parallelism` side by
+side, for submissions of one trust domain: side by side they share the sandbox's user) and
+answers each as it finishes; every case still runs as its own process in its own fresh
+directory, exactly as with `run_tests`. `Pool.grade` keeps a few sandboxes busy with chunks of
+the batch (a lane takes the next chunk when it is done with one), so submissions running at the
+same time are in different sandboxes and a slow one holds up only its chunk's lane. Reports arrive in completion order with their index in the input; leaving the loop early
 (or `cancel()`) kills what still runs.
 """
 

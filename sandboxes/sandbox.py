@@ -366,23 +366,26 @@ class SandboxBase(abc.ABC):
         compare: str = "whitespace",
         float_tolerance: float | None = None,
         limits: Limits | None = None,
-        parallelism: int = 0,
+        parallelism: int = 1,
     ) -> GradeStream:
         """Judge many programs in one call: `async for index, report in sb.run_tests_batch(...)`.
 
-        Each `Grading` is a program with its tests and language (and optionally its own
-        `time_limit` / `memory_limit_mb`); the other arguments are `run_tests`'s, for every
-        grading. The agent grades `parallelism` gradings at once (0: as many as the sandbox has
-        CPUs), each exactly as `run_tests` would, and the stream yields each report as it
-        finishes, with its index in `gradings`. Raises `InvalidRequest` (naming the grading)
+        Each `Grading` is a program with its tests and language (and optionally its own limits
+        and comparison); the other arguments are `run_tests`'s, for every grading. The agent
+        grades each exactly as `run_tests` would and the stream yields each report as it
+        finishes, with its index in `gradings`. Raises `InvalidRequest` (naming the submission)
         before anything runs when one is invalid; cancelling the stream kills what runs.
+
+        `parallelism` gradings run side by side (at most the sandbox's CPUs). Programs side by
+        side share the sandbox's user, so one could signal another: more than 1 is for gradings
+        of one trust domain; `Pool.grade` spreads a batch over sandboxes instead.
         """
         if (
             isinstance(parallelism, bool)
             or not isinstance(parallelism, int)
-            or not 0 <= parallelism <= MAX_BATCH
+            or not 1 <= parallelism <= MAX_BATCH
         ):
-            raise InvalidRequest(f"parallelism must be an int in [0, {MAX_BATCH}], got {parallelism!r}")
+            raise InvalidRequest(f"parallelism must be an int in [1, {MAX_BATCH}], got {parallelism!r}")
         reqs = build_batch(
             gradings,
             base_limits=self.default_limits,
@@ -401,7 +404,7 @@ class SandboxBase(abc.ABC):
     async def _run_tests(self, req: RunTestsRequest) -> TestReport: ...
 
     @abc.abstractmethod
-    def _run_tests_batch(self, reqs: list[RunTestsRequest], parallelism: int = 0) -> GradeStream: ...
+    def _run_tests_batch(self, reqs: list[RunTestsRequest], parallelism: int = 1) -> GradeStream: ...
 
     @abc.abstractmethod
     async def _exec(self, req: ExecRequest, stdin: bytes) -> ExecResult: ...
@@ -532,7 +535,7 @@ class Sandbox(SandboxBase):
         )
         return _bridge.to_test_report(r)
 
-    def _run_tests_batch(self, reqs: list[RunTestsRequest], parallelism: int = 0) -> GradeStream:
+    def _run_tests_batch(self, reqs: list[RunTestsRequest], parallelism: int = 1) -> GradeStream:
         self._check_open()
         source = self._client.run_tests_batch(
             [

@@ -104,6 +104,7 @@ async def test_a_mixed_batch_gives_the_verdicts_of_one_call_each(make_pool) -> N
 FORK_BOMB = "import os\nwhile True:\n    try:\n        os.fork()\n    except OSError:\n        pass\n"
 FLOOD = "import sys\nwhile True:\n    sys.stdout.write('x' * 65536)\n"
 SLEEPER = "import time\ntime.sleep(30)\n"
+KILLER = "import os, time\ntime.sleep(0.5)\nos.kill(-1, 9)\n"
 DISK = "import os\nwith open('f', 'wb') as f:\n    while True:\n        f.write(os.urandom(1 << 20))\n"
 
 
@@ -118,7 +119,7 @@ async def test_a_hostile_submission_does_not_change_another_verdict(make_pool) -
     async with pool.sandbox() as sb:
         alone = await _batch(sb, good, time_limit=2.0)
         mixed = hostile[:2] + good + hostile[2:]
-        together = await _batch(sb, mixed, time_limit=2.0, parallelism=3)
+        together = await _batch(sb, mixed, time_limit=2.0, parallelism=2)
         assert all(r.all_passed for r in alone.values())
         for j, g in enumerate(good):
             assert verdicts(together[2 + j]) == verdicts(alone[j])
@@ -129,6 +130,20 @@ async def test_a_hostile_submission_does_not_change_another_verdict(make_pool) -
         r = await sb.exec(["true"])
         assert r.exit_code == 0
         assert (await sb.info()).running_execs == 0
+
+
+async def test_a_submission_cannot_signal_another_by_default(make_pool) -> None:
+    """Side by side, programs of one sandbox share its user: by default a batch grades one
+    submission at a time, so one that kills every process it may does not reach another."""
+    pool = await make_pool(warm=1, cpu_quota=2.0)
+    slow = Grading("import time\ntime.sleep(2)\nprint('ok')\n", [TestCase("", "ok")])
+    killer = Grading(KILLER, [TestCase("", "")])
+    async with pool.sandbox() as sb:
+        got = await _batch(sb, [slow, killer, slow])
+        assert [got[i].all_passed for i in (0, 2)] == [True] * 2
+        # Side by side, it does: the reason the default is one at a time.
+        side = await _batch(sb, [slow, killer], parallelism=2)
+        assert side[0].verdict is Verdict.RUNTIME_ERROR
 
 
 async def test_cancelling_a_batch_kills_its_programs(make_pool) -> None:
@@ -175,8 +190,10 @@ async def test_parallelism_bounds_what_runs_at_once(make_pool) -> None:
     async with pool.sandbox() as sb:
         assert await most_at_once(1) == 1
         assert 2 <= await most_at_once(3) <= 3
-        # 0: the sandbox's CPUs (its cgroup's quota of 3)
-        assert 2 <= await most_at_once(0) <= 3
+        # At most the sandbox's CPUs (its cgroup's quota of 3); one at a time by default.
+        assert 2 <= await most_at_once(8) <= 3
+        spans = [r async for _, r in sb.run_tests_batch(gradings[:3], compare="exact")]
+        assert len(spans) == 3 and all(r.cases[0].stdout for r in spans)
 
 
 @pytest.mark.parametrize(

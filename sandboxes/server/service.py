@@ -528,7 +528,7 @@ class SandboxService:
             for a in batch
         ]
         with self._exec_slot(owner, "RunTestsBatch"):
-            async with rec.sandbox.run_tests_batch(gradings, parallelism=req.parallelism) as stream:
+            async with rec.sandbox.run_tests_batch(gradings, parallelism=req.parallelism or 1) as stream:
                 async for i, report in stream:
                     for verdict, n in report.verdict_counts().items():
                         self.metrics.verdicts.labels(batch[i].language, verdict).inc(n)

@@ -60,9 +60,11 @@ pub async fn run(
         .map_err(judge_error)
 }
 
-/// Validates the whole batch, then grades `parallelism` submissions at a time (0: as many as the
-/// sandbox has CPUs), each as `run` would, answering in the order they finish. The stream owns
-/// the running gradings: when the caller goes away it is dropped, and with it their programs.
+/// Validates the whole batch, then grades `parallelism` submissions at a time (0: one; at most the
+/// sandbox's CPUs), each as `run` would, answering in the order they finish. One at a time is the
+/// default because programs of submissions side by side share the sandbox's user: one could
+/// signal the other. The stream owns the running gradings: when the caller goes away it is
+/// dropped, and with it their programs.
 pub fn batch(
     svc: &AgentService,
     req: pb::RunTestsBatchRequest,
@@ -82,10 +84,7 @@ pub fn batch(
             Ok((i as u32, sub, limits))
         })
         .collect::<Result<_, AgentError>>()?;
-    let parallelism = match req.parallelism as usize {
-        0 => sandbox_exec::cgroup::enclosing_cpus(),
-        n => n.min(sandbox_judge::MAX_BATCH),
-    };
+    let parallelism = (req.parallelism as usize).clamp(1, sandbox_exec::cgroup::enclosing_cpus());
     let share = Share::of(parallelism);
     let (executor, scratch) = (svc.executor.clone(), svc.scratch.clone());
     let results = futures::stream::iter(jobs)
