@@ -207,44 +207,70 @@ def _failed(sub: Submission, e: SandboxError) -> ProblemResult:
 
 
 class _Lane:
-    """One worker's sandbox, used for up to `per_sandbox` gradings and then replaced by a fresh
-    one. Every case already runs as its own process in its own fresh directory (see the judge), so
-    consecutive gradings in one sandbox do not see each other's processes or working files;
-    recycling bounds what a submission could leave in the sandbox's shared /tmp."""
+    """One sandbox shared by the workers of a lane, used for up to `per_sandbox` gradings and then
+    replaced by a fresh one (the old one is released once its last grading is done). Every case
+    already runs as its own process in its own fresh directory (see the judge), so gradings in
+    one sandbox do not see each other's processes or working files; recycling bounds what a
+    submission could leave in the sandbox's shared /tmp."""
 
     def __init__(self, pool: Any, per_sandbox: int) -> None:
         self.pool, self.per_sandbox = pool, per_sandbox
         self.sb: Any = None
         self.used = 0
+        self.inflight: Counter[str] = Counter()
+        self.retired: dict[str, Any] = {}
+        self.lock = asyncio.Lock()
 
-    async def sandbox(self) -> Any:
-        if self.sb is not None and self.used >= self.per_sandbox:
-            await self.drop()
-        if self.sb is None:
-            self.sb = await self.pool.claim()
-            self.used = 0
-        self.used += 1
-        return self.sb
+    async def take(self) -> Any:
+        async with self.lock:
+            if self.sb is not None and self.used >= self.per_sandbox:
+                self._retire(self.sb)
+            if self.sb is None:
+                self.sb = await self.pool.claim()
+                self.used = 0
+            self.used += 1
+            self.inflight[self.sb.id] += 1
+            return self.sb
 
-    async def drop(self) -> None:
-        sb, self.sb = self.sb, None
-        if sb is not None:
+    async def give_back(self, sb: Any, lost: bool = False) -> None:
+        """The end of one grading in `sb`; `lost`: the sandbox failed, take no more gradings to it."""
+        if lost and sb is self.sb:
+            self._retire(sb)
+        self.inflight[sb.id] -= 1
+        if sb.id in self.retired and self.inflight[sb.id] <= 0:
+            del self.retired[sb.id], self.inflight[sb.id]
             await self.pool.release(sb)
+
+    def _retire(self, sb: Any) -> None:
+        self.retired[sb.id] = sb
+        if sb is self.sb:
+            self.sb = None
+
+    async def close(self) -> None:
+        if self.sb is not None:
+            self._retire(self.sb)
+        for sid, sb in list(self.retired.items()):
+            if self.inflight[sid] <= 0:
+                del self.retired[sid]
+                await self.pool.release(sb)
 
 
 async def grade(lane: _Lane, sub: Submission, **run_kwargs: Any) -> ProblemResult:
     """One submission; an infrastructure failure drops the sandbox and is retried once on a fresh one."""
     for attempt in (1, 2):
+        sb = await lane.take()
+        lost = False
         try:
-            sb = await lane.sandbox()
             report = await sb.run_tests(sub.program, sub.problem.tests, language=sub.language, **run_kwargs)
             return _result(sub, report)
         except SandboxError as e:
             if isinstance(e, InvalidRequest):
                 return _failed(sub, e)
-            await lane.drop()
+            lost = True
             if not e.retryable or attempt == 2:
                 return _failed(sub, e)
+        finally:
+            await lane.give_back(sb, lost)
     raise AssertionError("unreachable")
 
 
@@ -261,12 +287,16 @@ async def evaluate(
 ) -> EvalReport:
     """Grade every submission with at most `workers` at once; results keep the input order.
 
-    `pool`: a started `sandboxes.Pool` (default: a local one with `workers` warm sandboxes,
-    closed at the end). Each worker grades up to `per_sandbox` submissions in one sandbox before
-    it takes a fresh one (1: a fresh sandbox per submission). `run_kwargs` go to `run_tests`
+    `pool`: a started `sandboxes.Pool` (default: a local one, closed at the end). The workers
+    share as many sandboxes as keep this machine's CPUs busy where sandboxes run on it (local and
+    docker: `grading.host_lanes`; one per worker elsewhere): more workers than that add calls in
+    flight, not sandboxes to start. Each sandbox grades up to `per_sandbox` submissions before a
+    fresh one takes its place (1: a fresh sandbox per submission). `run_kwargs` go to `run_tests`
     (time_limit, memory_limit_mb, ...).
     """
+    from .grading import host_lanes
     from .pool import Pool
+    from .templates import Template
 
     if workers < 1:
         raise InvalidRequest(f"workers must be >= 1, got {workers}")
@@ -275,10 +305,13 @@ async def evaluate(
     report = EvalReport(dataset=dataset, solutions=solutions, workers=workers)
     t0 = time.monotonic()
     own = pool is None
+    templates = getattr(pool, "templates", None) or {}
+    template = templates.get(getattr(pool, "default_template", None)) or Template()
+    lanes = min(workers, host_lanes(template) or workers, len(subs)) or 1
     if own:
         # Python submissions: each sandbox's zygote starts with it, not during its first grading.
         zygote = "eager" if any(s.language == "python" for s in subs) else "lazy"
-        pool = Pool(warm=workers, claim_timeout=120.0, python_zygote=zygote)
+        pool = Pool(warm=lanes, claim_timeout=120.0, python_zygote=zygote)
         await pool.start()
     try:
         report.startup_s = time.monotonic() - t0
@@ -287,21 +320,23 @@ async def evaluate(
         for i in range(len(subs)):
             queue.put_nowait(i)
 
-        async def worker() -> None:
-            lane = _Lane(pool, per_sandbox)
-            try:
-                while not queue.empty():
-                    i = queue.get_nowait()
-                    results[i] = r = await grade(lane, subs[i], **run_kwargs)
-                    if on_result is not None:
-                        on_result(r)
-            finally:
-                await lane.drop()
+        shared = [_Lane(pool, per_sandbox) for _ in range(lanes)]
+
+        async def worker(lane: _Lane) -> None:
+            while not queue.empty():
+                i = queue.get_nowait()
+                results[i] = r = await grade(lane, subs[i], **run_kwargs)
+                if on_result is not None:
+                    on_result(r)
 
         t1 = time.monotonic()
-        async with asyncio.TaskGroup() as tg:
-            for _ in range(min(workers, len(subs)) or 1):
-                tg.create_task(worker())
+        try:
+            async with asyncio.TaskGroup() as tg:
+                for k in range(min(workers, len(subs)) or 1):
+                    tg.create_task(worker(shared[k % lanes]))
+        finally:
+            for lane in shared:
+                await lane.close()
         report.elapsed_s = time.monotonic() - t1
         report.results = [r for r in results if r is not None]
     finally:

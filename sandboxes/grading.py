@@ -22,7 +22,8 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import math
-from collections.abc import AsyncIterator, Callable, Sequence
+import os
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from dataclasses import dataclass
 from typing import Any, Self
 
@@ -31,7 +32,16 @@ from .errors import InvalidRequest, SandboxError, SandboxLost
 from .judging import CaseResult, RunTestsRequest, TestCase, TestReport, Verdict, build_run_tests_request
 from .types import Limits
 
-__all__ = ["MAX_BATCH", "MAX_BATCH_CASES", "GradeStream", "Grading", "build_batch", "grade_on_pool"]
+__all__ = [
+    "MAX_BATCH",
+    "MAX_BATCH_CASES",
+    "GradeStream",
+    "Grading",
+    "build_batch",
+    "grade_in_lanes",
+    "grade_on_pool",
+    "host_lanes",
+]
 
 # The agent's bounds of one batch (sandbox_judge::MAX_BATCH / MAX_BATCH_CASES).
 MAX_BATCH = 4096
@@ -107,6 +117,16 @@ def build_batch(
     if cases > MAX_BATCH_CASES:
         raise InvalidRequest(f"{cases} test cases in one batch (max {MAX_BATCH_CASES})")
     return out
+
+
+def host_lanes(template: Any) -> int | None:
+    """How many sandboxes of `template` keep this machine's CPUs busy, where sandboxes run on this
+    machine (local and docker backends): its CPUs over the template's CPU quota, rounded up. More
+    only add sandboxes to start and zygotes to warm. None where sandboxes run elsewhere."""
+    if template.backend not in ("local", "docker"):
+        return None
+    cpus = len(os.sched_getaffinity(0)) or 1
+    return max(1, math.ceil(cpus / template.cpu_quota)) if template.cpu_quota > 0 else cpus
 
 
 def batch_deadline(reqs: Sequence[RunTestsRequest]) -> float:
@@ -196,21 +216,17 @@ async def grade_on_pool(
     gradings: Sequence[Grading],
     *,
     template: str | None,
-    base_limits: Limits,
+    tmpl: Any,
     warm: int,
     sandboxes: int | None = None,
     chunk: int | None = None,
     **kwargs: Any,
 ) -> AsyncIterator[tuple[int, TestReport]]:
     """`Pool.grade`: the batch over `sandboxes` claimed sandboxes of `template` (default: one
-    per `MIN_PER_LANE` gradings, at most the template's `warm` count), `chunk` gradings a call.
-
-    A lane whose sandbox fails mid-chunk drops it and puts the chunk's unanswered gradings back
-    once; a grading the infrastructure fails twice is reported with `sandbox_error` cases.
-    """
-    reqs = build_batch(gradings, base_limits=base_limits, **kwargs)
-    n = len(reqs)
-    if n == 0:
+    per `MIN_PER_LANE` gradings, at most the template's `warm` count and `host_lanes`), `chunk`
+    gradings a call (see `grade_in_lanes`)."""
+    reqs = build_batch(gradings, base_limits=tmpl.limits, **kwargs)
+    if not reqs:
         return
     # The agent checks each chunk; what it would refuse is refused here, before any chunk runs.
     for i, r in enumerate(reqs):
@@ -221,7 +237,33 @@ async def grade_on_pool(
         if not lang.checks and any(check for _, _, check in r.tests):
             raise InvalidRequest(f"submission {i}: check scripts are not supported for {lang.name}")
     if sandboxes is None:
-        sandboxes = max(1, min(warm, math.ceil(n / MIN_PER_LANE)))
+        sandboxes = max(1, min(warm, math.ceil(len(reqs) / MIN_PER_LANE), host_lanes(tmpl) or len(reqs)))
+
+    async def claim() -> Any:
+        return await pool.claim(template)
+
+    async for item in grade_in_lanes(reqs, claim, pool.release, sandboxes=sandboxes, chunk=chunk):
+        yield item
+
+
+async def grade_in_lanes(
+    reqs: Sequence[RunTestsRequest],
+    claim: Callable[[], Awaitable[Any]],
+    release: Callable[[Any], Awaitable[None]],
+    *,
+    sandboxes: int,
+    chunk: int | None = None,
+    attempts: int = 2,
+) -> AsyncIterator[tuple[int, TestReport]]:
+    """Validated requests over `sandboxes` lanes: each lane `claim()`s a sandbox and sends it
+    `chunk` requests a call (default: about a quarter of its share, at most `MAX_CHUNK`) until
+    none are left, then `release(sb)`s it. `(index, report)` as each finishes.
+
+    A lane whose sandbox fails mid-chunk releases it and puts the chunk's unanswered requests
+    back; a request the infrastructure failed `attempts` times is reported with `sandbox_error`
+    cases.
+    """
+    n = len(reqs)
     if isinstance(sandboxes, bool) or not isinstance(sandboxes, int) or sandboxes < 1:
         raise InvalidRequest(f"sandboxes must be an int >= 1, got {sandboxes!r}")
     lanes = min(sandboxes, n)
@@ -240,7 +282,7 @@ async def grade_on_pool(
             while todo:
                 take = [todo.pop() for _ in range(min(chunk, len(todo)))]
                 if sb is None:
-                    sb = await pool.claim(template)
+                    sb = await claim()
                 done: set[int] = set()
                 try:
                     async with sb._run_tests_batch([reqs[i] for i in take]) as stream:
@@ -251,13 +293,13 @@ async def grade_on_pool(
                     raise
                 except SandboxError as e:
                     with contextlib.suppress(SandboxError):
-                        await pool.release(sb)
+                        await release(sb)
                     sb = None
                     for i in take:
                         if i in done:
                             continue
                         failures[i] = failures.get(i, 0) + 1
-                        if failures[i] >= 2 or not e.retryable:
+                        if failures[i] >= attempts or not e.retryable:
                             out.put_nowait((i, unjudged(reqs[i], e)))
                         else:
                             todo.append(i)
@@ -266,7 +308,7 @@ async def grade_on_pool(
         finally:
             if sb is not None:
                 with contextlib.suppress(SandboxError):
-                    await pool.release(sb)
+                    await release(sb)
             out.put_nowait(None)
 
     tasks = [asyncio.ensure_future(lane()) for _ in range(lanes)]

@@ -439,8 +439,9 @@ class Pool:
     ) -> AsyncIterator[tuple[int, TestReport]]:
         """Grade a batch across the pool: `(index, TestReport)` as each finishes (see `grading`).
 
-        `sandboxes` lanes (default: one per 8 gradings, at most the template's warm count) each
-        claim a sandbox and send it `chunk` gradings a call until none are left; the other
+        `sandboxes` lanes (default: one per 8 gradings, at most the template's warm count and, on
+        the local and docker backends, as many as keep this machine's CPUs busy) each claim a
+        sandbox and send it `chunk` gradings a call until none are left; the other
         arguments are those of `Sandbox.run_tests_batch`. Raises `InvalidRequest` before anything
         runs when a grading is invalid.
         """
@@ -451,7 +452,7 @@ class Pool:
             self,
             gradings,
             template=template,
-            base_limits=tmpl.limits,
+            tmpl=tmpl,
             warm=tmpl.warm if tmpl.warm is not None else self._default_warm,
             sandboxes=sandboxes,
             chunk=chunk,

@@ -1,8 +1,10 @@
-"""Scoring one program in a sandbox of its own, with infrastructure retries.
+"""Scoring programs, with infrastructure retries: the building blocks of the TRL and veRL adapters.
 
-The building block of the TRL and veRL adapters: claim a fresh sandbox, judge, release. A retryable
-infrastructure failure (sandbox lost, pool exhausted, ...) is retried on a new sandbox up to `retries`
-times and then raised -- a reward is only ever computed from a program's verdicts.
+`score_batch` grades a trainer's whole batch in one go: a few sandboxes (lanes), each graded chunk
+by chunk with `Sandbox.run_tests_batch` (one call for many programs), every case still its own
+process in its own directory. `score_in_fresh_sandbox` judges one program in a sandbox of its own.
+A retryable infrastructure failure (sandbox lost, pool exhausted, ...) is retried on a new sandbox up
+to `retries` times and then raised -- a reward is only ever computed from a program's verdicts.
 """
 
 from __future__ import annotations
@@ -12,12 +14,16 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from sandboxes import InvalidRequest, SandboxError, TestCase
+from sandboxes import Grading, InvalidRequest, Limits, Pool, SandboxError, TestCase, Verdict
+from sandboxes.grading import build_batch, grade_in_lanes, host_lanes
 
-from .overlap import SandboxLease
-from .scoring import Score, judge
+from .overlap import SandboxLease, as_provider
+from .scoring import REWARD_MODES, Score, judge, score_of
 
-__all__ = ["score_in_fresh_sandbox"]
+__all__ = ["score_batch", "score_in_fresh_sandbox"]
+
+# Programs per lane below which another sandbox is not worth claiming.
+MIN_PER_LANE = 8
 
 log = logging.getLogger(__name__)
 
@@ -65,3 +71,57 @@ async def score_in_fresh_sandbox(
             )
         finally:
             await lease.release()
+
+
+async def score_batch(
+    source: Any,
+    jobs: Sequence[tuple[str, Sequence[TestCase], str]],
+    *,
+    reward: str = "pass_rate",
+    time_limit: float | None = None,
+    memory_limit_mb: float | None = None,
+    compare: str = "whitespace",
+    retries: int = 1,
+    claim_timeout: float | None = None,
+    max_concurrency: int = 64,
+) -> list[Score]:
+    """The scores of `(code, tests, language)` jobs, in their order, graded as one batch over a
+    few sandboxes of `source` (Pool, client or provider): one per 8 programs, at most
+    `max_concurrency` (on an embedded pool, at most as many as keep the machine's CPUs busy)."""
+    if reward not in REWARD_MODES:
+        raise InvalidRequest(f"reward mode must be one of {REWARD_MODES}, got {reward!r}")
+    scores: list[Score | None] = [None] * len(jobs)
+    todo: list[int] = []
+    for i, (code, tests, _) in enumerate(jobs):
+        if not tests:
+            raise InvalidRequest(f"job {i}: no test cases to judge against")
+        if code.strip():
+            todo.append(i)
+        else:
+            scores[i] = Score.no_code(len(tests))
+    if todo:
+        reqs = build_batch(
+            [Grading(jobs[i][0], list(jobs[i][1]), language=jobs[i][2]) for i in todo],
+            base_limits=Limits(),
+            time_limit=time_limit,
+            memory_limit_mb=memory_limit_mb,
+            compare=compare,
+        )
+        cap = max(1, max_concurrency)
+        if isinstance(source, Pool):
+            cap = min(cap, host_lanes(source.templates[source.default_template]) or cap)
+        provider = as_provider(source)
+
+        async def claim() -> Any:
+            return await provider.acquire(timeout=claim_timeout)
+
+        async def release(sb: Any) -> None:
+            await sb.close()
+
+        lanes = max(1, min(cap, -(-len(reqs) // MIN_PER_LANE)))
+        async for j, report in grade_in_lanes(reqs, claim, release, sandboxes=lanes, attempts=retries + 1):
+            if any(c.verdict is Verdict.SANDBOX_ERROR for c in report.cases):
+                message = next(c.message for c in report.cases if c.verdict is Verdict.SANDBOX_ERROR)
+                raise SandboxError(f"the sandbox failed to judge job {todo[j]}: {message}")
+            scores[todo[j]] = score_of(report, reward)
+    return [s for s in scores if s is not None]

@@ -29,6 +29,7 @@ __all__ = [
     "completion_text",
     "extract_code",
     "judge",
+    "score_of",
     "tests_from_spec",
 ]
 
@@ -272,6 +273,11 @@ async def judge(
         memory_limit_mb=memory_limit_mb,
         compare=compare,
     )
+    return score_of(report, reward)
+
+
+def score_of(report: TestReport, reward: str) -> Score:
+    """The `Score` of a report, its reward per `reward` mode."""
     return Score(
         reward=reward_of(report, reward),
         pass_rate=report.pass_rate,

@@ -16,9 +16,10 @@ trainer = GRPOTrainer(model=..., train_dataset=ds,        # ds columns: prompt +
 the dataset columns TRL passes as keyword lists: `verification_info`, `tests`, `test_cases`,
 `ground_truth` or `input_output` (any shape `tests_from_spec` reads), or HumanEval's `test` +
 `entry_point`; an optional `language` column, and a `prefix` column (e.g. a HumanEval prompt's import
-lines) put before the model's code. A sample without tests gets None (TRL ignores it). Each completion's program (the
-last fenced block) is judged in a fresh sandbox; an infrastructure failure is retried on a new
-sandbox and then raised -- never a reward of 0.
+lines) put before the model's code. A sample without tests gets None (TRL ignores it). The
+completions' programs (each the last fenced block) are graded as one batch over a few sandboxes
+(`sandboxes_rl.rewards.score_batch`; every case its own process in its own directory); an
+infrastructure failure is retried on a new sandbox and then raised -- never a reward of 0.
 
 `SandboxCodeEnv.reset()` starts provisioning the rollout's sandbox and returns at once; the `python`
 and `bash` tools wait for it only at the first call. Both run on a `SandboxRuntime` (default: the
@@ -36,9 +37,9 @@ from sandboxes import ExecResult, InvalidRequest, SandboxError
 
 from .overlap import SandboxLease
 from .problems import program_of
-from .rewards import score_in_fresh_sandbox
+from .rewards import score_batch
 from .runtime import SandboxRuntime, default_runtime
-from .scoring import REWARD_MODES, completion_text, extract_code, normalize_language, tests_from_spec
+from .scoring import REWARD_MODES, Score, completion_text, extract_code, normalize_language, tests_from_spec
 
 __all__ = ["SandboxCodeEnv", "code_reward", "format_exec_result", "make_code_reward"]
 
@@ -117,30 +118,21 @@ def make_code_reward(
                 code = program_of(code, prefixes[i])
             jobs.append((i, code, tests, lang))
 
-        async def score_all() -> list[tuple[int, float]]:
-            provider = await rt.provider()
-            sem = asyncio.Semaphore(max_concurrency)
-
-            async def one(i: int, code: str, tests: list, lang: str) -> tuple[int, float]:
-                async with sem:
-                    s = await score_in_fresh_sandbox(
-                        provider,
-                        code,
-                        tests,
-                        language=lang,
-                        reward=reward,
-                        time_limit=time_limit,
-                        memory_limit_mb=memory_limit_mb,
-                        compare=compare,
-                        retries=retries,
-                    )
-                    return i, s.reward
-
-            return await asyncio.gather(*(one(*job) for job in jobs))
+        async def score_all() -> list[Score]:
+            return await score_batch(
+                await rt.provider(),
+                [(code, tests, lang) for _, code, tests, lang in jobs],
+                reward=reward,
+                time_limit=time_limit,
+                memory_limit_mb=memory_limit_mb,
+                compare=compare,
+                retries=retries,
+                max_concurrency=max_concurrency,
+            )
 
         if jobs:
-            for i, value in await rt.run(score_all):
-                out[i] = value
+            for (i, *_), score in zip(jobs, await rt.run(score_all)):
+                out[i] = score.reward
         return out
 
     code_reward.__name__ = code_reward.__qualname__ = name

@@ -25,7 +25,6 @@ infrastructure failure is retried on a new sandbox, then raised: veRL never rece
 
 from __future__ import annotations
 
-import asyncio
 import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -33,7 +32,7 @@ from typing import Any
 from sandboxes import InvalidRequest
 
 from .problems import program_of
-from .rewards import score_in_fresh_sandbox
+from .rewards import score_batch, score_in_fresh_sandbox
 from .runtime import SandboxRuntime, default_runtime
 from .scoring import Score, extract_code, normalize_language, tests_from_spec
 
@@ -117,7 +116,8 @@ def compute_score_batch(
     extra_infos: Sequence[dict | None] | None = None,
     **kwargs: Any,
 ) -> list[float | dict[str, Any]]:
-    """`compute_score` for a whole batch at once, judged concurrently (veRL's batch reward manager)."""
+    """`compute_score` for a whole batch at once (veRL's batch reward manager), graded as one
+    batch over a few sandboxes (`sandboxes_rl.rewards.score_batch`)."""
     kwargs = dict(kwargs)
     return_dict = bool(kwargs.pop("return_dict", False))
     language = kwargs.pop("language", None)
@@ -130,13 +130,6 @@ def compute_score_batch(
     opts = _score_kwargs(kwargs)
 
     async def run() -> list[Score]:
-        provider = await rt.provider()
-        sem = asyncio.Semaphore(max_concurrency)
-
-        async def one(code: str, tests: list, lang: str) -> Score:
-            async with sem:
-                return await score_in_fresh_sandbox(provider, code, tests, language=lang, **opts)
-
-        return await asyncio.gather(*(one(*j) for j in jobs))
+        return await score_batch(await rt.provider(), jobs, max_concurrency=max_concurrency, **opts)
 
     return [_result(s, return_dict) for s in rt.call(run)]

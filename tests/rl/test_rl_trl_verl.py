@@ -180,3 +180,50 @@ def test_a_rollout_grades_through_a_zygote_started_with_its_sandbox(runtime) -> 
         assert lazy.call(template, timeout=120) == "lazy"
     finally:
         lazy.close()
+
+
+def test_verl_batch_infrastructure_failure_is_raised(native) -> None:
+    rt = SandboxRuntime(backend="local", warm=0, pool_kwargs={"max_size": 1, "claim_timeout": 0.05})
+    try:
+        held = rt.call(lambda: _claim_held(rt))
+        with pytest.raises(sandboxes.PoolExhausted):
+            compute_score_batch(
+                ["x"], ["print(1)"], [{"inputs": [""], "outputs": ["1\n"]}], runtime=rt, retries=0
+            )
+        rt.call(held.close)
+    finally:
+        rt.close()
+
+
+SLOW = "import time\ntime.sleep(0.05)\nprint(int(input()) + 1)\n"
+
+
+async def _score_while_killing(pool: sandboxes.Pool, n: int, retries: int) -> list[float]:
+    """`score_batch` of `n` slow programs; the agent of a sandbox it graded in is killed once it
+    has started."""
+    from sandboxes_rl.rewards import score_batch
+
+    jobs = [(SLOW, [sandboxes.TestCase(str(i), str(i + 1))], "python") for i in range(n)]
+    scoring = asyncio.ensure_future(score_batch(pool, jobs, retries=retries))
+    tp = pool._tps[pool.default_template]
+    for _ in range(400):
+        if tp.claimed:
+            break
+        await asyncio.sleep(0.01)
+    await asyncio.sleep(0.3)
+    os.kill(next(iter(tp.claimed.values())).handle.backend_data.pid, signal.SIGKILL)
+    return [s.reward for s in await scoring]
+
+
+async def test_a_batch_reward_survives_a_lost_sandbox(make_pool) -> None:
+    """A sandbox lost under the batch: its programs are graded again on a fresh one, and every
+    reward is the program's own."""
+    pool = await make_pool(warm=2)
+    assert await _score_while_killing(pool, 48, retries=1) == [1.0] * 48
+
+
+async def test_a_batch_reward_never_scores_an_infrastructure_failure(make_pool) -> None:
+    """Without retries the lost sandbox's programs have no verdict: the batch raises, no 0."""
+    pool = await make_pool(warm=2)
+    with pytest.raises(sandboxes.SandboxError):
+        await _score_while_killing(pool, 48, retries=0)
