@@ -258,9 +258,9 @@ class _Lane:
 async def grade(lane: _Lane, sub: Submission, **run_kwargs: Any) -> ProblemResult:
     """One submission; an infrastructure failure drops the sandbox and is retried once on a fresh one."""
     for attempt in (1, 2):
-        sb = await lane.take()
-        lost = False
+        sb, lost = None, False
         try:
+            sb = await lane.take()
             report = await sb.run_tests(sub.program, sub.problem.tests, language=sub.language, **run_kwargs)
             return _result(sub, report)
         except SandboxError as e:
@@ -270,7 +270,8 @@ async def grade(lane: _Lane, sub: Submission, **run_kwargs: Any) -> ProblemResul
             if not e.retryable or attempt == 2:
                 return _failed(sub, e)
         finally:
-            await lane.give_back(sb, lost)
+            if sb is not None:
+                await lane.give_back(sb, lost)
     raise AssertionError("unreachable")
 
 
