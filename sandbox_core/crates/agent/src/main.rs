@@ -247,6 +247,7 @@ async fn warm_up(executor: &Executor) {
         limits: executor.config().default_limits.clone(),
         write_within: None,
         keep_descendants: false,
+        zygote_entry: None,
     };
     match executor.run(cmd, Default::default()).await {
         Ok(o) if o.exit_code == Some(0) => {}
@@ -292,7 +293,11 @@ async fn serve(
     warm_up(&executor).await;
     if args.python_zygote != "off" {
         let eager = args.python_zygote == "eager";
-        executor.enable_python_zygote(PathBuf::from("/usr/bin/python3"), eager);
+        executor.enable_python_zygote(
+            PathBuf::from("/usr/bin/python3"),
+            eager,
+            sandbox_judge::languages::PYTHON_ZYGOTE_PRELUDE,
+        );
         if eager {
             // A sandbox started with `eager` is ready when its first Python execution can be a
             // fork: wait (bounded) for the zygote's start-up before listening or saying ready.

@@ -88,6 +88,11 @@ pub struct Command {
     /// exits, as in a container, until they end or the sandbox does; the exec's cgroup stays
     /// (with its limits) until it is empty. Without it they are killed with the exec.
     pub keep_descendants: bool,
+    /// Through the Python zygote, call this function of its prelude (see
+    /// `Executor::enable_python_zygote`) with the arguments after the program file, instead of
+    /// running that file; a spawn runs the argv as it is. For a program the agent itself writes
+    /// (the judge's check runner), so that each fork does not read and compile it again.
+    pub zygote_entry: Option<&'static str>,
 }
 
 /// What a running program reports, in order: output chunks (already capped), then one `Exit`.
@@ -331,11 +336,16 @@ impl Executor {
     /// `zygote`). The zygote is started on the first such exec, or now with `eager` (then inside a
     /// tokio runtime). Does nothing when called again or when `python` is not executable (every
     /// exec is then spawned). Returns whether the fast path is enabled.
-    pub fn enable_python_zygote(&self, python: PathBuf, eager: bool) -> bool {
+    pub fn enable_python_zygote(
+        &self,
+        python: PathBuf,
+        eager: bool,
+        prelude: &'static str,
+    ) -> bool {
         let enabled = self
             .inner
             .zygote
-            .get_or_init(|| crate::zygote::Zygote::new(python))
+            .get_or_init(|| crate::zygote::Zygote::new(python, prelude))
             .is_some();
         if let (Some(z), true) = (self.zygote(), eager) {
             z.warm(&|fd| self.launch(self.zygote_command(z), Launch::Zygote(fd)));
@@ -449,6 +459,7 @@ impl Executor {
                 "-I".into(),
                 "-c".into(),
                 crate::zygote::SOURCE.into(),
+                z.prelude.into(),
             ],
             env: BTreeMap::new(),
             clear_env: false,
@@ -456,6 +467,7 @@ impl Executor {
             limits,
             write_within: None,
             keep_descendants: false,
+            zygote_entry: None,
         }
     }
 
@@ -471,7 +483,7 @@ impl Executor {
             Launch::User if cmd.keep_descendants => None,
             Launch::User => self
                 .zygote()
-                .and_then(|z| Some((z, z.plan(&cmd.argv, &prepared)?))),
+                .and_then(|z| Some((z, z.plan(&cmd.argv, cmd.zygote_entry, &prepared)?))),
             Launch::Zygote(_) => None,
         };
         let started = Instant::now();

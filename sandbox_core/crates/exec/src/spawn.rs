@@ -723,6 +723,7 @@ mod tests {
             limits: Limits::default(),
             write_within: None,
             keep_descendants: false,
+            zygote_entry: None,
         }
     }
 

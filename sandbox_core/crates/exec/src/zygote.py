@@ -150,7 +150,10 @@ def run_worker(msg, fds):
             sys.argv = [path, *req["args"]]
             if not req.get("isolated"):
                 sys.path.insert(0, os.path.dirname(os.path.abspath(path)))
-            run_file(path)
+            if "entry" in req:
+                run_entry(PRELUDE[req["entry"]], path, req["args"])
+            else:
+                run_file(path)
     except SystemExit as e:
         code = exit_code(e)
     except BaseException as e:  # noqa: BLE001 (an uncaught exception ends the program like python3 does)
@@ -183,6 +186,15 @@ def run_file(path):
     main.__dict__.update({"__file__": path, "__cached__": None, "__builtins__": builtins})
     sys.modules["__main__"] = main
     exec(code, main.__dict__)
+
+
+def run_entry(fn, path, args):
+    """What `python3 FILE ARGS` does when FILE is the agent's own program whose function `fn` the
+    prelude compiled: `__main__` is a fresh module named after FILE, and `fn(*ARGS)` runs."""
+    main = types.ModuleType("__main__")
+    main.__dict__.update({"__file__": path, "__cached__": None, "__builtins__": builtins})
+    sys.modules["__main__"] = main
+    fn(*args)
 
 
 def print_user_exception(e):
@@ -335,6 +347,12 @@ def fork_worker(msg, fds):
 
 
 PARENT_FORK = ParentFork()
+# The agent's own programs (argv[1] of `python3 -I -c SOURCE PRELUDE`), compiled once here: a
+# request's "entry" names one of their functions, which the worker calls instead of reading and
+# compiling the file (see `Command::zygote_entry`).
+PRELUDE = {"__name__": "__prelude__", "__builtins__": builtins}
+if len(sys.argv) > 1 and sys.argv[1]:
+    exec(compile(sys.argv[1], "<prelude>", "exec"), PRELUDE)  # noqa: S102 (the agent's own code)
 # Warm what every worker uses, then move everything allocated so far out of the collector's reach:
 # a collection in a worker would otherwise touch (and copy-on-write) the whole inherited heap.
 compile("pass", "<string>", "exec")

@@ -42,6 +42,8 @@ pub(crate) struct Zygote {
     /// exec's resolved program must match to take the fast path.
     pub(crate) python: PathBuf,
     canonical: PathBuf,
+    /// Python source run in the zygote before it serves (its functions are `Command::zygote_entry`s).
+    pub(crate) prelude: &'static str,
     live: Mutex<Option<Live>>,
 }
 
@@ -61,6 +63,7 @@ struct Live {
 pub(crate) struct Request {
     code: Option<String>,
     path: Option<String>,
+    entry: Option<&'static str>,
     args: Vec<String>,
     isolated: bool,
     unbuffered: bool,
@@ -80,7 +83,7 @@ enum Failure {
 
 impl Zygote {
     /// `None` if `python` is not an executable file.
-    pub(crate) fn new(python: PathBuf) -> Option<Zygote> {
+    pub(crate) fn new(python: PathBuf, prelude: &'static str) -> Option<Zygote> {
         let canonical = std::fs::canonicalize(&python).ok()?;
         let meta = std::fs::metadata(&canonical).ok()?;
         use std::os::unix::fs::PermissionsExt;
@@ -90,6 +93,7 @@ impl Zygote {
         Some(Zygote {
             python,
             canonical,
+            prelude,
             live: Mutex::new(None),
         })
     }
@@ -165,7 +169,12 @@ impl Zygote {
     /// The fast-path request for `argv`, if it is `python[3[.X]] [-I|-u|-B]... (-c CODE | FILE)
     /// [args...]`, resolves to this zygote's interpreter, and nothing about it (a PYTHON*
     /// variable the interpreter would read, a cwd that is not a directory) needs a real start.
-    pub(crate) fn plan(&self, argv: &[String], prep: &Prepared) -> Option<Request> {
+    pub(crate) fn plan(
+        &self,
+        argv: &[String],
+        entry: Option<&'static str>,
+        prep: &Prepared,
+    ) -> Option<Request> {
         let base = Path::new(argv.first()?).file_name()?.to_str()?;
         let named = base == "python"
             || base == "python3"
@@ -208,6 +217,7 @@ impl Zygote {
             return None;
         }
         Some(Request {
+            entry: entry.filter(|_| path.is_some()),
             code,
             path,
             args,
@@ -599,6 +609,10 @@ fn request_json(
             s.push_str("\"path\":");
             json_str(&mut s, p.as_deref().unwrap_or(""));
         }
+    }
+    if let Some(e) = req.entry {
+        s.push_str(",\"entry\":");
+        json_str(&mut s, e);
     }
     s.push_str(",\"args\":[");
     for (i, a) in req.args.iter().enumerate() {

@@ -12,7 +12,7 @@ use sandbox_exec::{Executor, ExecutorConfig};
 
 fn with_zygote(config: ExecutorConfig) -> Executor {
     let ex = Executor::new(config).expect("executor");
-    assert!(ex.enable_python_zygote(PathBuf::from(PYTHON), false));
+    assert!(ex.enable_python_zygote(PathBuf::from(PYTHON), false, ""));
     ex
 }
 
@@ -251,7 +251,7 @@ async fn a_dead_zygote_is_restarted() {
 async fn falls_back_to_spawn_without_a_zygote() {
     // No interpreter there: not enabled, Python is spawned.
     let ex = Executor::new(config()).unwrap();
-    assert!(!ex.enable_python_zygote(PathBuf::from("/nonexistent/python3"), false));
+    assert!(!ex.enable_python_zygote(PathBuf::from("/nonexistent/python3"), false, ""));
     let o = run(&ex, py("print(1)")).await;
     assert!(!o.zygote);
     assert_eq!(text(&o.stdout), "1\n");
@@ -260,7 +260,7 @@ async fn falls_back_to_spawn_without_a_zygote() {
     let fake = dir.join("python3");
     std::os::unix::fs::symlink("/bin/sh", &fake).unwrap();
     let ex = Executor::new(config()).unwrap();
-    assert!(ex.enable_python_zygote(fake.clone(), false));
+    assert!(ex.enable_python_zygote(fake.clone(), false, ""));
     let o = run(&ex, cmd(&[fake.to_str().unwrap(), "-c", "echo spawned"])).await;
     assert!(!o.zygote);
     assert_eq!(text(&o.stdout), "spawned\n");
@@ -317,4 +317,43 @@ async fn write_within_confines_writes_on_both_paths() {
     let o = run(&ex, sh(&format!("echo x > {}", outside.display()))).await;
     assert_eq!(o.exit_code, Some(0), "{}", text(&o.stderr));
     std::fs::remove_dir_all(&root).unwrap();
+}
+
+/// A command with a `zygote_entry` calls the prelude's function through the zygote (with the
+/// arguments after the file, `__main__` a fresh module named after it) and runs the file itself
+/// when spawned.
+#[tokio::test]
+async fn an_entry_calls_the_prelude_through_the_zygote_and_the_file_when_spawned() {
+    const PRELUDE: &str = "import sys\n\ndef greet(who):\n    import __main__\n    print('prelude', who, sys.argv[0].rsplit('/', 1)[-1], __main__.__file__.rsplit('/', 1)[-1])\n";
+    let dir = temp_dir("zyg-entry");
+    let file = dir.join("greet.py");
+    std::fs::write(&file, "import sys\nprint('file', sys.argv[1])\n").unwrap();
+    let command = || {
+        let mut c = cmd(&[PYTHON, "-I", file.to_str().unwrap(), "you"]);
+        c.zygote_entry = Some("greet");
+        c
+    };
+    let spawned = run(&executor(), command()).await;
+    assert_eq!(
+        text(&spawned.stdout),
+        "file you\n",
+        "{}",
+        text(&spawned.stderr)
+    );
+    let ex = Executor::new(config()).expect("executor");
+    assert!(ex.enable_python_zygote(PathBuf::from(PYTHON), false, PRELUDE));
+    warm(&ex).await;
+    let forked = run(&ex, command()).await;
+    assert!(forked.zygote, "{forked:?}");
+    assert_eq!(
+        text(&forked.stdout),
+        "prelude you greet.py greet.py\n",
+        "{}",
+        text(&forked.stderr)
+    );
+    // Without an entry the same file runs as itself through the zygote.
+    let plain = run(&ex, cmd(&[PYTHON, "-I", file.to_str().unwrap(), "me"])).await;
+    assert!(plain.zygote);
+    assert_eq!(text(&plain.stdout), "file me\n");
+    let _ = std::fs::remove_dir_all(&dir);
 }

@@ -15,11 +15,13 @@ pub enum Language {
     Rust,
 }
 
-/// Runs the program, then the check script, in one interpreter and one namespace (HumanEval
-/// style), then prints the case's completion token (argv: solution, check, token file). The token
-/// is read and its file deleted before the program runs, so a program that ends early (`sys.exit`,
-/// `os._exit`, a signal) cannot print it: exiting 0 is not enough to pass.
-pub const PYTHON_CHECK_RUNNER: &str = r#"import os
+/// The Python check runner, `_judge(solution, check, token_file)`: runs the program, then the
+/// check script, in one interpreter and one namespace (HumanEval style), then prints the case's
+/// completion token. The token is read and its file deleted before the program runs, so a program
+/// that ends early (`sys.exit`, `os._exit`, a signal) cannot print it: exiting 0 is not enough to
+/// pass. The Python zygote has it compiled in its prelude (`PYTHON_ZYGOTE_PRELUDE`, called as the
+/// case's `zygote_entry`); a spawned case runs `python_check_runner()`, this and its call.
+pub const PYTHON_CHECK_JUDGE: &str = r#"import os
 import sys
 
 
@@ -37,10 +39,15 @@ def _judge(solution, check, token_file, write=os.write):
     except Exception:
         pass
     write(1, b"\n" + token + b"\n")
-
-
-_judge(*sys.argv[1:4])
 "#;
+
+/// The file `runner.py` a spawned Python check case runs: `PYTHON_CHECK_JUDGE` and its call.
+pub fn python_check_runner() -> String {
+    format!("{PYTHON_CHECK_JUDGE}\n\n_judge(*sys.argv[1:4])\n")
+}
+
+/// What the Python zygote runs before it serves: the check runner's function.
+pub const PYTHON_ZYGOTE_PRELUDE: &str = PYTHON_CHECK_JUDGE;
 
 /// The same for Bash: the token is held on fd 9 (its file deleted) while the program and the check
 /// are sourced, and printed at the end.
@@ -233,6 +240,12 @@ impl Language {
 
     pub fn supports_check(self) -> bool {
         matches!(self, Language::Python | Language::Bash)
+    }
+
+    /// The function of the Python zygote's prelude a check case calls when it runs as a fork of
+    /// the zygote (see `sandbox_exec::Command::zygote_entry`).
+    pub fn zygote_entry(self) -> Option<&'static str> {
+        matches!(self, Language::Python).then_some("_judge")
     }
 
     /// The compile step, if any: reads `dir/<source>`, writes `product()` into `build`.

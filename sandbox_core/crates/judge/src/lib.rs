@@ -284,7 +284,7 @@ pub async fn run_tests(
         scratch.write(
             &dir.0,
             "runner.py",
-            languages::PYTHON_CHECK_RUNNER.as_bytes(),
+            languages::python_check_runner().as_bytes(),
         )?;
     }
     let base_env = Default::default();
@@ -305,6 +305,7 @@ pub async fn run_tests(
             limits: compile_limits(&limits),
             write_within: None,
             keep_descendants: false,
+            zygote_entry: None,
         };
         let t = Instant::now();
         let outcome = executor.run(cmd, bytes::Bytes::new()).await;
@@ -385,6 +386,8 @@ pub async fn run_tests(
             // Nothing a case writes outlives it: its directory is removed after it.
             write_within: Some(cwd.clone()),
             keep_descendants: false,
+            // Through the zygote, the check runner is already compiled there.
+            zygote_entry: check.as_ref().and(lang.zygote_entry()),
         };
         let outcome = executor.run(cmd, case.input.clone()).await;
         let _ = std::fs::remove_dir_all(&cwd);

@@ -104,6 +104,7 @@ pub fn command(
         limits: resolve_limits(req.limits.as_ref(), defaults)?,
         write_within: None,
         keep_descendants: req.keep_descendants,
+        zygote_entry: None,
     })
 }
 

@@ -40,6 +40,7 @@ pub fn cmd(argv: &[&str]) -> Command {
         limits: Limits::default(),
         write_within: None,
         keep_descendants: false,
+        zygote_entry: None,
     }
 }
 
