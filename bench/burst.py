@@ -71,7 +71,9 @@ def run(total: int = 10_000, in_flight: int = 1_000, sandboxes_n: int = 100) -> 
     )
     qlat, qerrors, qwall = got["queue"]
     q = rep.add(
-        Stats.of(f"exec /bin/true, {in_flight} in flight from one queue, round robin over {sandboxes_n}", qlat)
+        Stats.of(
+            f"exec /bin/true, {in_flight} in flight from one queue, round robin over {sandboxes_n}", qlat
+        )
     )
     rep.ratios["burst p99 / p50, callers (target <= 3)"] = s.p99_ms / s.median_ms
     rep.ratios["burst p99 / p50, one queue round robin"] = q.p99_ms / q.median_ms

@@ -50,7 +50,10 @@ def _children(pid: int, comm: str) -> list[int]:
             text = Path(f"/proc/{p}/stat").read_text()
         except OSError:
             continue
-        if text[text.index("(") + 1 : text.rindex(")")] == comm and int(text[text.rindex(")") + 2 :].split()[1]) == pid:
+        if (
+            text[text.index("(") + 1 : text.rindex(")")] == comm
+            and int(text[text.rindex(")") + 2 :].split()[1]) == pid
+        ):
             out.append(int(p))
     return out
 
@@ -114,9 +117,8 @@ async def _budget(gradings: list[Any], empty: list[Any]) -> dict[str, dict[str, 
 
 
 def measure(rep: Report) -> dict[str, Any]:
-    from sandboxes import Grading, TestCase
-
     from bench.reward import _floor_chunk, humaneval_submissions
+    from sandboxes import Grading, TestCase
 
     subs = humaneval_submissions()
     gradings = [Grading(s.program, s.problem.tests, language=s.language) for s in subs]

@@ -148,16 +148,28 @@ async def ours(subs, mode: str, callers: int = 0) -> tuple[float, list[bool], li
     t = time.perf_counter()
     async with sandboxes.Pool(backend="local") as pool:
         if mode == "calls":
-            rep = await evaluate(subs, workers=callers, pool=pool, time_limit=TIME_LIMIT_S, per_sandbox=len(subs))
+            rep = await evaluate(
+                subs, workers=callers, pool=pool, time_limit=TIME_LIMIT_S, per_sandbox=len(subs)
+            )
             wall = time.perf_counter() - t
-            return wall, [r.accepted for r in rep.results], [r.duration_s for r in rep.results], rep.infra_errors
+            return (
+                wall,
+                [r.accepted for r in rep.results],
+                [r.duration_s for r in rep.results],
+                rep.infra_errors,
+            )
         got: dict[int, Any] = {}
         gradings = [Grading(s.program, s.problem.tests, language=s.language) for s in subs]
         async for i, report in pool.grade(gradings, time_limit=TIME_LIMIT_S):
             got[i] = report
         wall = time.perf_counter() - t
     infra = sum(r.verdict.value == "sandbox_error" for r in got.values())
-    return wall, [got[i].all_passed for i in range(len(subs))], [got[i].duration_s for i in range(len(subs))], infra
+    return (
+        wall,
+        [got[i].all_passed for i in range(len(subs))],
+        [got[i].duration_s for i in range(len(subs))],
+        infra,
+    )
 
 
 def humaneval(rep: Report, py: str, repeats: int = 3) -> None:
