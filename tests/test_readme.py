@@ -37,6 +37,11 @@ def test_the_quick_start_prints_what_readme_shows(native) -> None:
     assert run(code) == shown
 
 
+def test_the_batch_example_prints_what_readme_shows(native) -> None:
+    code, shown = example("Grading batches")
+    assert run(code) == shown
+
+
 @pytest.mark.timeout(900)
 def test_the_coding_agent_example_prints_what_readme_shows(dev_image: str) -> None:
     code, shown = example("Sandboxes for coding agents")
