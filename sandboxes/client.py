@@ -29,6 +29,7 @@ from typing import Any, Self
 import grpc
 
 from sandboxes import errors as E
+from sandboxes._proto import common_pb2 as cpb
 from sandboxes._proto import service_pb2 as pb
 from sandboxes._proto.convert import (
     dir_entry_from_pb,
@@ -253,11 +254,11 @@ class _SandboxContext:
             await self._sb.close()
 
 
-def _file_entries(files: Mapping[str, Any] | None) -> list[pb.FileEntry]:
+def _file_entries(files: Mapping[str, Any] | None) -> list[cpb.FileEntry]:
     out = []
     for path, value in (files or {}).items():
         data, mode = value if isinstance(value, tuple) else (value, 0)
-        out.append(pb.FileEntry(path=path, data=as_bytes(data, path), mode=int(mode)))
+        out.append(cpb.FileEntry(path=path, data=as_bytes(data, path), mode=int(mode)))
     return out
 
 
@@ -320,7 +321,7 @@ class RemoteSandbox(SandboxBase):
 
     async def _write_files(self, files: list[tuple[str, bytes, int]]) -> None:
         req = pb.WriteFilesRequest(
-            sandbox_id=self.id, files=[pb.FileEntry(path=p, data=d, mode=m) for p, d, m in files]
+            sandbox_id=self.id, files=[cpb.FileEntry(path=p, data=d, mode=m) for p, d, m in files]
         )
         await self._client._call("WriteFiles", req)
 
@@ -425,7 +426,7 @@ class _RemoteStream:
         self._cancelled = False
         # An event, or the end: None (clean) or the error. The reader reads ahead at most
         # `_READ_AHEAD` events: output a caller does not read yet waits in gRPC's flow control.
-        self._events: asyncio.Queue[pb.ExecEvent | BaseException | None] = asyncio.Queue()
+        self._events: asyncio.Queue[cpb.ExecEvent | BaseException | None] = asyncio.Queue()
         self._room = asyncio.Semaphore(_READ_AHEAD)
         self._reader: asyncio.Task[None] | None = None
 

@@ -11,6 +11,7 @@ import pytest_asyncio
 from server_helpers import KEY_A
 
 from sandboxes import errors as E
+from sandboxes._proto import common_pb2 as cpb
 from sandboxes._proto import service_pb2 as pb
 from sandboxes.client import AsyncSandboxClient, RemoteSandbox
 from sandboxes.judging import TestCase
@@ -118,11 +119,11 @@ class Scripted:
         methods = {
             "Create": pb.Sandbox,
             "Get": pb.Sandbox,
-            "Exec": pb.ExecResult,
+            "Exec": cpb.ExecResult,
             "Delete": pb.DeleteResponse,
             "List": pb.ListResponse,
-            "WriteFiles": pb.WriteFilesResponse,
-            "RunTests": pb.RunTestsReport,
+            "WriteFiles": cpb.WriteFilesResponse,
+            "RunTests": cpb.RunTestsReport,
         }
         self.server.add_generic_rpc_handlers(
             (
@@ -191,7 +192,7 @@ async def test_run_tests_is_not_retried_and_has_a_derived_deadline(scripted) -> 
         await sb.run_tests("print(1)", [TestCase("", "1")] * 3, time_limit=2, compare="exact")
         req = scripted.calls["RunTests"][-1]
         assert req.sandbox_id == "sb-scripted" and len(req.tests) == 3
-        assert req.limits.wall_time_s == 2 and req.compare == pb.COMPARE_EXACT
+        assert req.limits.wall_time_s == 2 and req.compare == cpb.COMPARE_EXACT
         assert 60 < scripted.deadlines["RunTests"][-1] <= 65  # the wire rounds timeouts up
         # 1000 cases get a longer deadline than 3.
         await sb.run_tests("print(1)", [TestCase("", "1")] * 1000, time_limit=2)

@@ -15,6 +15,7 @@ from helpers import pgrep
 from server_helpers import KEY_A, bearer, wait_for
 
 from sandboxes import errors as E
+from sandboxes._proto import common_pb2 as cpb
 from sandboxes._proto import service_pb2 as pb
 from sandboxes.client import AsyncSandboxClient, RemoteSandbox
 from sandboxes.grading import Grading
@@ -194,7 +195,7 @@ async def test_bad_requests_on_the_wire(server, client: AsyncSandboxClient, raw_
     live = await client.create()
     sid = live.id
     md = {"metadata": bearer(KEY_A), "timeout": 60}
-    ok_case = pb.TestCase(input=b"1 2", expected_output=b"3")
+    ok_case = cpb.TestCase(input=b"1 2", expected_output=b"3")
 
     def req(**kw) -> pb.RunTestsRequest:
         base = {"sandbox_id": sid, "language": "python", "source": ADD, "tests": [ok_case]}
@@ -208,14 +209,14 @@ async def test_bad_requests_on_the_wire(server, client: AsyncSandboxClient, raw_
         (req(tests=[]), "no test cases"),
         (req(tests=[ok_case] * 10_001), "more than the maximum of 10000"),
         (
-            req(tests=[pb.TestCase(expected_output=b"1", check="assert True")]),
+            req(tests=[cpb.TestCase(expected_output=b"1", check="assert True")]),
             "both expected_output and check",
         ),
-        (req(language="cpp", tests=[pb.TestCase(check="x")]), "check scripts"),
-        (req(limits=pb.Limits(wall_time_s=1e9)), "wall_time_s"),
-        (req(limits=pb.Limits(wall_time_s=math.nan)), "wall_time_s"),
-        (req(limits=pb.Limits(memory_bytes=1 << 62)), "memory_bytes"),
-        (req(tests=[ok_case] * 10_000, limits=pb.Limits(wall_time_s=60)), "maximum"),
+        (req(language="cpp", tests=[cpb.TestCase(check="x")]), "check scripts"),
+        (req(limits=cpb.Limits(wall_time_s=1e9)), "wall_time_s"),
+        (req(limits=cpb.Limits(wall_time_s=math.nan)), "wall_time_s"),
+        (req(limits=cpb.Limits(memory_bytes=1 << 62)), "memory_bytes"),
+        (req(tests=[ok_case] * 10_000, limits=cpb.Limits(wall_time_s=60)), "maximum"),
         (req(compare=42), "compare"),
         (req(float_tolerance=-1.0), "float_tolerance"),
         (req(float_tolerance=math.inf), "float_tolerance"),
@@ -234,7 +235,7 @@ async def test_bad_requests_on_the_wire(server, client: AsyncSandboxClient, raw_
     raw = raw_stub.channel.unary_unary(
         "/sandboxes.v1.Sandboxes/RunTests",
         request_serializer=lambda b: b,
-        response_deserializer=pb.RunTestsReport.FromString,
+        response_deserializer=cpb.RunTestsReport.FromString,
     )
     broken = req().SerializeToString().replace(b"python", b"pyth\xffn")
     with pytest.raises(grpc.aio.AioRpcError) as info:
@@ -256,7 +257,7 @@ async def test_bad_requests_on_the_wire(server, client: AsyncSandboxClient, raw_
     # The server, and the sandbox the bad requests named, keep serving.
     assert (await live.exec(["echo", "alive"])).stdout == b"alive\n"
     good = await raw_stub.RunTests(req(), **md)
-    assert [c.verdict for c in good.cases] == [pb.ACCEPTED] and good.passed == 1
+    assert [c.verdict for c in good.cases] == [cpb.ACCEPTED] and good.passed == 1
     assert (await client.health())["status"] == "serving"
     await live.close()
 
@@ -267,12 +268,12 @@ async def test_excerpt_bytes_trims_output(client: AsyncSandboxClient, raw_stub) 
             sandbox_id=sb.id,
             language="python",
             source="print('x' * 500)\nimport sys\nprint('y' * 500, file=sys.stderr)\n",
-            tests=[pb.TestCase(expected_output=b"nope")],
+            tests=[cpb.TestCase(expected_output=b"nope")],
             excerpt_bytes=10,
         )
         report = await raw_stub.RunTests(msg, metadata=bearer(KEY_A), timeout=60)
     case = report.cases[0]
-    assert case.verdict == pb.WRONG_ANSWER
+    assert case.verdict == cpb.WRONG_ANSWER
     assert case.stdout == b"x" * 10 and case.stderr == b"y" * 10
 
 
@@ -357,9 +358,9 @@ async def test_a_batch_matches_the_embedded_one(server, client: AsyncSandboxClie
 async def test_a_bad_batch_on_the_wire_is_refused_and_the_server_serves(server, client, raw_stub) -> None:
     live = await client.create()
     ok = pb.RunTestsRequest(
-        language="python", source=ADD, tests=[pb.TestCase(input=b"1 2", expected_output=b"3")]
+        language="python", source=ADD, tests=[cpb.TestCase(input=b"1 2", expected_output=b"3")]
     )
-    bad = pb.RunTestsRequest(language="cobol", source="x", tests=[pb.TestCase()])
+    bad = pb.RunTestsRequest(language="cobol", source="x", tests=[cpb.TestCase()])
 
     async def answers(**kw) -> list:
         call = raw_stub.RunTestsBatch(

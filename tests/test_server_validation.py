@@ -13,6 +13,7 @@ import pytest
 from server_helpers import KEY_A, bearer
 
 from sandboxes import errors as E
+from sandboxes._proto import common_pb2 as cpb
 from sandboxes._proto import service_pb2 as pb
 from sandboxes.client import AsyncSandboxClient
 
@@ -64,9 +65,9 @@ async def test_bad_requests_on_every_call(server, client: AsyncSandboxClient, ra
         (lambda: s.Create(pb.CreateRequest(ttl_s=-1), **T), INVALID, "ttl_s"),
         (lambda: s.Create(pb.CreateRequest(ttl_s=math.inf), **T), INVALID, "ttl_s"),
         (lambda: s.Create(pb.CreateRequest(timeout_s=math.nan), **T), INVALID, "timeout_s"),
-        (lambda: s.Create(pb.CreateRequest(files=[pb.FileEntry(path="")]), **T), INVALID, "file path"),
+        (lambda: s.Create(pb.CreateRequest(files=[cpb.FileEntry(path="")]), **T), INVALID, "file path"),
         (
-            lambda: s.Create(pb.CreateRequest(files=[pb.FileEntry(path="x", mode=0o177777)]), **T),
+            lambda: s.Create(pb.CreateRequest(files=[cpb.FileEntry(path="x", mode=0o177777)]), **T),
             INVALID,
             "mode",
         ),
@@ -96,28 +97,28 @@ async def test_bad_requests_on_every_call(server, client: AsyncSandboxClient, ra
         ),
         (
             lambda: s.Exec(
-                pb.ExecRequest(sandbox_id=sid, argv=["true"], limits=pb.Limits(memory_bytes=1 << 62)), **T
+                pb.ExecRequest(sandbox_id=sid, argv=["true"], limits=cpb.Limits(memory_bytes=1 << 62)), **T
             ),
             INVALID,
             "memory_bytes",
         ),
         (
             lambda: s.Exec(
-                pb.ExecRequest(sandbox_id=sid, argv=["true"], limits=pb.Limits(wall_time_s=math.nan)), **T
+                pb.ExecRequest(sandbox_id=sid, argv=["true"], limits=cpb.Limits(wall_time_s=math.nan)), **T
             ),
             INVALID,
             "wall_time_s",
         ),
         (
             lambda: s.Exec(
-                pb.ExecRequest(sandbox_id=sid, argv=["true"], limits=pb.Limits(cpu_time_s=-1)), **T
+                pb.ExecRequest(sandbox_id=sid, argv=["true"], limits=cpb.Limits(cpu_time_s=-1)), **T
             ),
             INVALID,
             "cpu_time_s",
         ),
         (
             lambda: s.Exec(
-                pb.ExecRequest(sandbox_id=sid, argv=["true"], limits=pb.Limits(max_pids=1 << 31)), **T
+                pb.ExecRequest(sandbox_id=sid, argv=["true"], limits=cpb.Limits(max_pids=1 << 31)), **T
             ),
             INVALID,
             "max_pids",
@@ -136,12 +137,12 @@ async def test_bad_requests_on_every_call(server, client: AsyncSandboxClient, ra
         # Files
         (lambda: s.WriteFiles(pb.WriteFilesRequest(sandbox_id=sid), **T), INVALID, "files is empty"),
         (
-            lambda: s.WriteFiles(pb.WriteFilesRequest(sandbox_id=sid, files=[pb.FileEntry(path="")]), **T),
+            lambda: s.WriteFiles(pb.WriteFilesRequest(sandbox_id=sid, files=[cpb.FileEntry(path="")]), **T),
             INVALID,
             "path",
         ),
         (
-            lambda: s.WriteFiles(pb.WriteFilesRequest(files=[pb.FileEntry(path="a")]), **T),
+            lambda: s.WriteFiles(pb.WriteFilesRequest(files=[cpb.FileEntry(path="a")]), **T),
             INVALID,
             "sandbox_id",
         ),
@@ -252,7 +253,7 @@ async def test_oversized_request_is_refused_and_server_stays_up(
     server, client: AsyncSandboxClient, raw_stub, md
 ) -> None:
     sb = await client.create()
-    huge = pb.WriteFilesRequest(sandbox_id=sb.id, files=[pb.FileEntry(path="big", data=b"\0" * (100 << 20))])
+    huge = pb.WriteFilesRequest(sandbox_id=sb.id, files=[cpb.FileEntry(path="big", data=b"\0" * (100 << 20))])
     with pytest.raises(grpc.aio.AioRpcError) as info:
         await raw_stub.WriteFiles(huge, metadata=md, timeout=60)
     assert info.value.code() == grpc.StatusCode.RESOURCE_EXHAUSTED

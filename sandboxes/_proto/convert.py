@@ -10,6 +10,7 @@ from typing import Any
 from sandboxes import judging as J
 from sandboxes import types as T
 from sandboxes._proto import service_pb2 as pb
+from sandboxes._proto import common_pb2 as cpb
 
 __all__ = [
     "case_from_pb",
@@ -34,8 +35,8 @@ __all__ = [
     "verdict_to_pb",
 ]
 
-_PATH_TO_PB = {"spawn": pb.EXEC_PATH_SPAWN, "zygote": pb.EXEC_PATH_ZYGOTE}
-_PATH_FROM_PB = {pb.EXEC_PATH_SPAWN: "spawn", pb.EXEC_PATH_ZYGOTE: "zygote"}
+_PATH_TO_PB = {"spawn": cpb.EXEC_PATH_SPAWN, "zygote": cpb.EXEC_PATH_ZYGOTE}
+_PATH_FROM_PB = {cpb.EXEC_PATH_SPAWN: "spawn", cpb.EXEC_PATH_ZYGOTE: "zygote"}
 
 _LIMIT_FIELDS = (
     "wall_time_s",
@@ -48,10 +49,10 @@ _LIMIT_FIELDS = (
 )
 
 
-def limits_to_pb(limits: T.Limits | None) -> pb.Limits | None:
+def limits_to_pb(limits: T.Limits | None) -> cpb.Limits | None:
     if limits is None:
         return None
-    msg = pb.Limits(kill_on_output_limit=bool(limits.kill_on_output_limit))
+    msg = cpb.Limits(kill_on_output_limit=bool(limits.kill_on_output_limit))
     for name in _LIMIT_FIELDS:
         value = getattr(limits, name)
         if value is not None:
@@ -59,7 +60,7 @@ def limits_to_pb(limits: T.Limits | None) -> pb.Limits | None:
     return msg
 
 
-def limits_from_pb(msg: pb.Limits | None) -> T.Limits | None:
+def limits_from_pb(msg: cpb.Limits | None) -> T.Limits | None:
     """Zero fields mean "the default" on the wire and `None` in `types.Limits`."""
     if msg is None:
         return None
@@ -69,8 +70,8 @@ def limits_from_pb(msg: pb.Limits | None) -> T.Limits | None:
     return T.Limits(kill_on_output_limit=msg.kill_on_output_limit, **values)
 
 
-def result_to_pb(r: T.ExecResult, *, with_output: bool = True) -> pb.ExecResult:
-    return pb.ExecResult(
+def result_to_pb(r: T.ExecResult, *, with_output: bool = True) -> cpb.ExecResult:
+    return cpb.ExecResult(
         exit_code=r.exit_code,
         signal=r.signal,
         stdout=r.stdout if with_output else b"",
@@ -85,11 +86,11 @@ def result_to_pb(r: T.ExecResult, *, with_output: bool = True) -> pb.ExecResult:
         cpu_limited=r.cpu_limited,
         pids_limited=r.pids_limited,
         file_size_limited=r.file_size_limited,
-        path=_PATH_TO_PB.get(r.path, pb.EXEC_PATH_UNSPECIFIED),
+        path=_PATH_TO_PB.get(r.path, cpb.EXEC_PATH_UNSPECIFIED),
     )
 
 
-def result_from_pb(m: pb.ExecResult) -> T.ExecResult:
+def result_from_pb(m: cpb.ExecResult) -> T.ExecResult:
     return T.ExecResult(
         exit_code=m.exit_code,
         stdout=m.stdout,
@@ -109,21 +110,21 @@ def result_from_pb(m: pb.ExecResult) -> T.ExecResult:
     )
 
 
-def event_to_pb(ev: T.ExecEvent) -> pb.ExecEvent:
+def event_to_pb(ev: T.ExecEvent) -> cpb.ExecEvent:
     kind = ev.kind
     if kind == "started":
-        return pb.ExecEvent(started=pb.ExecEvent.Started(pid=ev.pid or 0))
+        return cpb.ExecEvent(started=cpb.ExecEvent.Started(pid=ev.pid or 0))
     if kind == "stdout":
-        return pb.ExecEvent(stdout=ev.data or b"")
+        return cpb.ExecEvent(stdout=ev.data or b"")
     if kind == "stderr":
-        return pb.ExecEvent(stderr=ev.data or b"")
+        return cpb.ExecEvent(stderr=ev.data or b"")
     if kind == "exit":
         assert ev.result is not None
-        return pb.ExecEvent(exit=result_to_pb(ev.result))
-    return pb.ExecEvent(keepalive=pb.ExecEvent.Keepalive())
+        return cpb.ExecEvent(exit=result_to_pb(ev.result))
+    return cpb.ExecEvent(keepalive=cpb.ExecEvent.Keepalive())
 
 
-def event_from_pb(m: pb.ExecEvent) -> T.ExecEvent:
+def event_from_pb(m: cpb.ExecEvent) -> T.ExecEvent:
     kind = m.WhichOneof("kind")
     if kind == "started":
         return T.ExecEvent("started", pid=m.started.pid)
@@ -136,11 +137,11 @@ def event_from_pb(m: pb.ExecEvent) -> T.ExecEvent:
     return T.ExecEvent("keepalive")
 
 
-def dir_entry_to_pb(e: T.DirEntry) -> pb.DirEntry:
-    return pb.DirEntry(name=e.name, is_dir=e.is_dir, size=e.size, mode=e.mode, is_symlink=e.is_symlink)
+def dir_entry_to_pb(e: T.DirEntry) -> cpb.DirEntry:
+    return cpb.DirEntry(name=e.name, is_dir=e.is_dir, size=e.size, mode=e.mode, is_symlink=e.is_symlink)
 
 
-def dir_entry_from_pb(m: pb.DirEntry) -> T.DirEntry:
+def dir_entry_from_pb(m: cpb.DirEntry) -> T.DirEntry:
     return T.DirEntry(name=m.name, is_dir=m.is_dir, size=m.size, mode=m.mode, is_symlink=m.is_symlink)
 
 
@@ -189,22 +190,22 @@ def info_from_pb(m: pb.InfoResponse) -> T.AgentInfo:
 # -- run_tests ---------------------------------------------------------------------------------
 
 _COMPARE_TO_PB: dict[str, int] = {
-    "exact": pb.COMPARE_EXACT,
-    "whitespace": pb.COMPARE_WHITESPACE,
-    "float": pb.COMPARE_FLOAT,
+    "exact": cpb.COMPARE_EXACT,
+    "whitespace": cpb.COMPARE_WHITESPACE,
+    "float": cpb.COMPARE_FLOAT,
 }
-_COMPARE_FROM_PB: dict[int, str] = {v: k for k, v in _COMPARE_TO_PB.items()} | {pb.COMPARE_UNSPECIFIED: "whitespace"}
+_COMPARE_FROM_PB: dict[int, str] = {v: k for k, v in _COMPARE_TO_PB.items()} | {cpb.COMPARE_UNSPECIFIED: "whitespace"}
 
 _VERDICT_TO_PB: dict[J.Verdict, int] = {
-    J.Verdict.ACCEPTED: pb.ACCEPTED,
-    J.Verdict.WRONG_ANSWER: pb.WRONG_ANSWER,
-    J.Verdict.TIME_LIMIT: pb.TIME_LIMIT,
-    J.Verdict.MEMORY_LIMIT: pb.MEMORY_LIMIT,
-    J.Verdict.RUNTIME_ERROR: pb.RUNTIME_ERROR,
-    J.Verdict.COMPILE_ERROR: pb.COMPILE_ERROR,
-    J.Verdict.OUTPUT_LIMIT: pb.OUTPUT_LIMIT,
-    J.Verdict.SANDBOX_ERROR: pb.SANDBOX_ERROR,
-    J.Verdict.SKIPPED: pb.SKIPPED,
+    J.Verdict.ACCEPTED: cpb.ACCEPTED,
+    J.Verdict.WRONG_ANSWER: cpb.WRONG_ANSWER,
+    J.Verdict.TIME_LIMIT: cpb.TIME_LIMIT,
+    J.Verdict.MEMORY_LIMIT: cpb.MEMORY_LIMIT,
+    J.Verdict.RUNTIME_ERROR: cpb.RUNTIME_ERROR,
+    J.Verdict.COMPILE_ERROR: cpb.COMPILE_ERROR,
+    J.Verdict.OUTPUT_LIMIT: cpb.OUTPUT_LIMIT,
+    J.Verdict.SANDBOX_ERROR: cpb.SANDBOX_ERROR,
+    J.Verdict.SKIPPED: cpb.SKIPPED,
 }
 _VERDICT_FROM_PB: dict[int, J.Verdict] = {v: k for k, v in _VERDICT_TO_PB.items()}
 
@@ -227,7 +228,7 @@ def verdict_from_pb(value: int) -> J.Verdict | None:
     return _VERDICT_FROM_PB.get(value)
 
 
-def case_from_pb(m: pb.TestCase) -> J.TestCase:
+def case_from_pb(m: cpb.TestCase) -> J.TestCase:
     """A wire case -> `TestCase`: a non-empty `check` makes it check-script style, otherwise it is
     stdin/stdout style (an empty expected output is a valid expectation). Raises `InvalidRequest`."""
     if m.check:
@@ -240,7 +241,7 @@ def run_tests_request_to_pb(sandbox_id: str, req: J.RunTestsRequest) -> pb.RunTe
         sandbox_id=sandbox_id,
         language=req.language,
         source=req.source,
-        tests=[pb.TestCase(input=i, expected_output=o, check=c) for i, o, c in req.tests],
+        tests=[cpb.TestCase(input=i, expected_output=o, check=c) for i, o, c in req.tests],
         stop_on_first_failure=req.stop_on_first_failure,
         compare=compare_to_pb(req.compare),
         float_tolerance=req.float_tolerance,
@@ -251,12 +252,12 @@ def run_tests_request_to_pb(sandbox_id: str, req: J.RunTestsRequest) -> pb.RunTe
     return msg
 
 
-def case_result_to_pb(c: J.CaseResult, *, excerpt_bytes: int = 0) -> pb.CaseResult:
+def case_result_to_pb(c: J.CaseResult, *, excerpt_bytes: int = 0) -> cpb.CaseResult:
     """`excerpt_bytes` > 0 trims stdout / stderr further."""
     out, err = c.stdout, c.stderr
     if excerpt_bytes:
         out, err = out[:excerpt_bytes], err[:excerpt_bytes]
-    return pb.CaseResult(
+    return cpb.CaseResult(
         verdict=verdict_to_pb(c.verdict),
         exit_code=c.exit_code,
         signal=c.signal,
@@ -266,11 +267,11 @@ def case_result_to_pb(c: J.CaseResult, *, excerpt_bytes: int = 0) -> pb.CaseResu
         stdout=out,
         stderr=err,
         message=c.message,
-        path=_PATH_TO_PB.get(c.path, pb.EXEC_PATH_UNSPECIFIED),
+        path=_PATH_TO_PB.get(c.path, cpb.EXEC_PATH_UNSPECIFIED),
     )
 
 
-def case_result_from_pb(m: pb.CaseResult) -> J.CaseResult:
+def case_result_from_pb(m: cpb.CaseResult) -> J.CaseResult:
     verdict = verdict_from_pb(m.verdict)
     message = m.message
     if verdict is None:
@@ -292,8 +293,8 @@ def case_result_from_pb(m: pb.CaseResult) -> J.CaseResult:
     )
 
 
-def report_to_pb(r: J.TestReport, *, excerpt_bytes: int = 0) -> pb.RunTestsReport:
-    return pb.RunTestsReport(
+def report_to_pb(r: J.TestReport, *, excerpt_bytes: int = 0) -> cpb.RunTestsReport:
+    return cpb.RunTestsReport(
         cases=[case_result_to_pb(c, excerpt_bytes=excerpt_bytes) for c in r.cases],
         passed=r.passed,
         total=r.total,
@@ -304,7 +305,7 @@ def report_to_pb(r: J.TestReport, *, excerpt_bytes: int = 0) -> pb.RunTestsRepor
     )
 
 
-def report_from_pb(m: pb.RunTestsReport) -> J.TestReport:
+def report_from_pb(m: cpb.RunTestsReport) -> J.TestReport:
     return J.TestReport(
         cases=tuple(case_result_from_pb(c) for c in m.cases),
         passed=m.passed,

@@ -3,6 +3,7 @@
 import grpc
 import warnings
 
+from . import common_pb2 as common__pb2
 from . import service_pb2 as service__pb2
 
 GRPC_GENERATED_VERSION = '1.85.1'
@@ -62,32 +63,32 @@ class SandboxesStub:
         self.Exec = channel.unary_unary(
                 '/sandboxes.v1.Sandboxes/Exec',
                 request_serializer=service__pb2.ExecRequest.SerializeToString,
-                response_deserializer=service__pb2.ExecResult.FromString,
+                response_deserializer=common__pb2.ExecResult.FromString,
                 _registered_method=True)
         self.ExecStream = channel.stream_stream(
                 '/sandboxes.v1.Sandboxes/ExecStream',
                 request_serializer=service__pb2.ExecInput.SerializeToString,
-                response_deserializer=service__pb2.ExecEvent.FromString,
+                response_deserializer=common__pb2.ExecEvent.FromString,
                 _registered_method=True)
         self.WriteFiles = channel.unary_unary(
                 '/sandboxes.v1.Sandboxes/WriteFiles',
                 request_serializer=service__pb2.WriteFilesRequest.SerializeToString,
-                response_deserializer=service__pb2.WriteFilesResponse.FromString,
+                response_deserializer=common__pb2.WriteFilesResponse.FromString,
                 _registered_method=True)
         self.ReadFile = channel.unary_stream(
                 '/sandboxes.v1.Sandboxes/ReadFile',
                 request_serializer=service__pb2.ReadFileRequest.SerializeToString,
-                response_deserializer=service__pb2.FileChunk.FromString,
+                response_deserializer=common__pb2.FileChunk.FromString,
                 _registered_method=True)
         self.ListDir = channel.unary_unary(
                 '/sandboxes.v1.Sandboxes/ListDir',
                 request_serializer=service__pb2.ListDirRequest.SerializeToString,
-                response_deserializer=service__pb2.ListDirResponse.FromString,
+                response_deserializer=common__pb2.ListDirResponse.FromString,
                 _registered_method=True)
         self.Remove = channel.unary_unary(
                 '/sandboxes.v1.Sandboxes/Remove',
                 request_serializer=service__pb2.RemoveRequest.SerializeToString,
-                response_deserializer=service__pb2.RemoveResponse.FromString,
+                response_deserializer=common__pb2.RemoveResponse.FromString,
                 _registered_method=True)
         self.Info = channel.unary_unary(
                 '/sandboxes.v1.Sandboxes/Info',
@@ -97,12 +98,12 @@ class SandboxesStub:
         self.RunTests = channel.unary_unary(
                 '/sandboxes.v1.Sandboxes/RunTests',
                 request_serializer=service__pb2.RunTestsRequest.SerializeToString,
-                response_deserializer=service__pb2.RunTestsReport.FromString,
+                response_deserializer=common__pb2.RunTestsReport.FromString,
                 _registered_method=True)
         self.RunTestsBatch = channel.unary_stream(
                 '/sandboxes.v1.Sandboxes/RunTestsBatch',
                 request_serializer=service__pb2.RunTestsBatchRequest.SerializeToString,
-                response_deserializer=service__pb2.RunTestsBatchResult.FromString,
+                response_deserializer=common__pb2.RunTestsBatchResult.FromString,
                 _registered_method=True)
         self.Health = channel.unary_unary(
                 '/sandboxes.v1.Sandboxes/Health',
@@ -205,9 +206,8 @@ class SandboxesServicer:
         raise NotImplementedError('Method not implemented!')
 
     def RunTestsBatch(self, request, context):
-        """Judge many programs (each its own language, tests and limits) in one call in one sandbox: the
-        agent grades as many at once as the sandbox has CPUs and each report comes back as it
-        finishes. A bad submission refuses the whole batch before anything runs; cancelling the call
+        """Judge many programs (each its own language, tests and limits) in one call in one sandbox, each
+        report as it finishes. A bad submission refuses the whole batch before anything runs; cancelling the call
         kills what runs. Not retried by clients.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
@@ -252,32 +252,32 @@ def add_SandboxesServicer_to_server(servicer, server):
             'Exec': grpc.unary_unary_rpc_method_handler(
                     servicer.Exec,
                     request_deserializer=service__pb2.ExecRequest.FromString,
-                    response_serializer=service__pb2.ExecResult.SerializeToString,
+                    response_serializer=common__pb2.ExecResult.SerializeToString,
             ),
             'ExecStream': grpc.stream_stream_rpc_method_handler(
                     servicer.ExecStream,
                     request_deserializer=service__pb2.ExecInput.FromString,
-                    response_serializer=service__pb2.ExecEvent.SerializeToString,
+                    response_serializer=common__pb2.ExecEvent.SerializeToString,
             ),
             'WriteFiles': grpc.unary_unary_rpc_method_handler(
                     servicer.WriteFiles,
                     request_deserializer=service__pb2.WriteFilesRequest.FromString,
-                    response_serializer=service__pb2.WriteFilesResponse.SerializeToString,
+                    response_serializer=common__pb2.WriteFilesResponse.SerializeToString,
             ),
             'ReadFile': grpc.unary_stream_rpc_method_handler(
                     servicer.ReadFile,
                     request_deserializer=service__pb2.ReadFileRequest.FromString,
-                    response_serializer=service__pb2.FileChunk.SerializeToString,
+                    response_serializer=common__pb2.FileChunk.SerializeToString,
             ),
             'ListDir': grpc.unary_unary_rpc_method_handler(
                     servicer.ListDir,
                     request_deserializer=service__pb2.ListDirRequest.FromString,
-                    response_serializer=service__pb2.ListDirResponse.SerializeToString,
+                    response_serializer=common__pb2.ListDirResponse.SerializeToString,
             ),
             'Remove': grpc.unary_unary_rpc_method_handler(
                     servicer.Remove,
                     request_deserializer=service__pb2.RemoveRequest.FromString,
-                    response_serializer=service__pb2.RemoveResponse.SerializeToString,
+                    response_serializer=common__pb2.RemoveResponse.SerializeToString,
             ),
             'Info': grpc.unary_unary_rpc_method_handler(
                     servicer.Info,
@@ -287,12 +287,12 @@ def add_SandboxesServicer_to_server(servicer, server):
             'RunTests': grpc.unary_unary_rpc_method_handler(
                     servicer.RunTests,
                     request_deserializer=service__pb2.RunTestsRequest.FromString,
-                    response_serializer=service__pb2.RunTestsReport.SerializeToString,
+                    response_serializer=common__pb2.RunTestsReport.SerializeToString,
             ),
             'RunTestsBatch': grpc.unary_stream_rpc_method_handler(
                     servicer.RunTestsBatch,
                     request_deserializer=service__pb2.RunTestsBatchRequest.FromString,
-                    response_serializer=service__pb2.RunTestsBatchResult.SerializeToString,
+                    response_serializer=common__pb2.RunTestsBatchResult.SerializeToString,
             ),
             'Health': grpc.unary_unary_rpc_method_handler(
                     servicer.Health,
@@ -461,7 +461,7 @@ class Sandboxes:
             target,
             '/sandboxes.v1.Sandboxes/Exec',
             service__pb2.ExecRequest.SerializeToString,
-            service__pb2.ExecResult.FromString,
+            common__pb2.ExecResult.FromString,
             options,
             channel_credentials,
             insecure,
@@ -488,7 +488,7 @@ class Sandboxes:
             target,
             '/sandboxes.v1.Sandboxes/ExecStream',
             service__pb2.ExecInput.SerializeToString,
-            service__pb2.ExecEvent.FromString,
+            common__pb2.ExecEvent.FromString,
             options,
             channel_credentials,
             insecure,
@@ -515,7 +515,7 @@ class Sandboxes:
             target,
             '/sandboxes.v1.Sandboxes/WriteFiles',
             service__pb2.WriteFilesRequest.SerializeToString,
-            service__pb2.WriteFilesResponse.FromString,
+            common__pb2.WriteFilesResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -542,7 +542,7 @@ class Sandboxes:
             target,
             '/sandboxes.v1.Sandboxes/ReadFile',
             service__pb2.ReadFileRequest.SerializeToString,
-            service__pb2.FileChunk.FromString,
+            common__pb2.FileChunk.FromString,
             options,
             channel_credentials,
             insecure,
@@ -569,7 +569,7 @@ class Sandboxes:
             target,
             '/sandboxes.v1.Sandboxes/ListDir',
             service__pb2.ListDirRequest.SerializeToString,
-            service__pb2.ListDirResponse.FromString,
+            common__pb2.ListDirResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -596,7 +596,7 @@ class Sandboxes:
             target,
             '/sandboxes.v1.Sandboxes/Remove',
             service__pb2.RemoveRequest.SerializeToString,
-            service__pb2.RemoveResponse.FromString,
+            common__pb2.RemoveResponse.FromString,
             options,
             channel_credentials,
             insecure,
@@ -650,7 +650,7 @@ class Sandboxes:
             target,
             '/sandboxes.v1.Sandboxes/RunTests',
             service__pb2.RunTestsRequest.SerializeToString,
-            service__pb2.RunTestsReport.FromString,
+            common__pb2.RunTestsReport.FromString,
             options,
             channel_credentials,
             insecure,
@@ -677,7 +677,7 @@ class Sandboxes:
             target,
             '/sandboxes.v1.Sandboxes/RunTestsBatch',
             service__pb2.RunTestsBatchRequest.SerializeToString,
-            service__pb2.RunTestsBatchResult.FromString,
+            common__pb2.RunTestsBatchResult.FromString,
             options,
             channel_credentials,
             insecure,

@@ -22,6 +22,7 @@ from typing import Any
 import grpc
 
 from sandboxes import errors as E
+from sandboxes._proto import common_pb2 as cpb
 from sandboxes._proto import service_pb2 as pb
 from sandboxes._proto.convert import (
     dir_entry_to_pb,
@@ -131,27 +132,27 @@ class SandboxService:
             "List": u("List", self.list, pb.ListRequest, pb.ListResponse),
             "Delete": u("Delete", self.delete, pb.DeleteRequest, pb.DeleteResponse),
             "BulkDelete": u("BulkDelete", self.bulk_delete, pb.BulkDeleteRequest, pb.BulkDeleteResponse),
-            "Exec": u("Exec", self.exec, pb.ExecRequest, pb.ExecResult),
-            "WriteFiles": u("WriteFiles", self.write_files, pb.WriteFilesRequest, pb.WriteFilesResponse),
-            "ListDir": u("ListDir", self.list_dir, pb.ListDirRequest, pb.ListDirResponse),
-            "Remove": u("Remove", self.remove, pb.RemoveRequest, pb.RemoveResponse),
+            "Exec": u("Exec", self.exec, pb.ExecRequest, cpb.ExecResult),
+            "WriteFiles": u("WriteFiles", self.write_files, pb.WriteFilesRequest, cpb.WriteFilesResponse),
+            "ListDir": u("ListDir", self.list_dir, pb.ListDirRequest, cpb.ListDirResponse),
+            "Remove": u("Remove", self.remove, pb.RemoveRequest, cpb.RemoveResponse),
             "Info": u("Info", self.info, pb.InfoRequest, pb.InfoResponse),
-            "RunTests": u("RunTests", self.run_tests, pb.RunTestsRequest, pb.RunTestsReport),
+            "RunTests": u("RunTests", self.run_tests, pb.RunTestsRequest, cpb.RunTestsReport),
             "Health": u("Health", self.health, pb.HealthRequest, pb.HealthResponse, auth_required=False),
             "ReadFile": grpc.unary_stream_rpc_method_handler(
                 self._wrap_stream("ReadFile", self.read_file),
                 request_deserializer=_deserializer(pb.ReadFileRequest),
-                response_serializer=pb.FileChunk.SerializeToString,
+                response_serializer=cpb.FileChunk.SerializeToString,
             ),
             "RunTestsBatch": grpc.unary_stream_rpc_method_handler(
                 self._wrap_stream("RunTestsBatch", self.run_tests_batch),
                 request_deserializer=_deserializer(pb.RunTestsBatchRequest),
-                response_serializer=pb.RunTestsBatchResult.SerializeToString,
+                response_serializer=cpb.RunTestsBatchResult.SerializeToString,
             ),
             "ExecStream": grpc.stream_stream_rpc_method_handler(
                 self._wrap_stream("ExecStream", self.exec_stream),
                 request_deserializer=_deserializer(pb.ExecInput),
-                response_serializer=pb.ExecEvent.SerializeToString,
+                response_serializer=cpb.ExecEvent.SerializeToString,
             ),
         }
         return grpc.method_handlers_generic_handler(SERVICE_NAME, handlers)
@@ -423,7 +424,7 @@ class SandboxService:
                 self.metrics.inflight_execs.dec()
                 self.metrics.exec_latency.labels(method).observe(time.perf_counter() - started)
 
-    async def exec(self, req: pb.ExecRequest, context: Any, owner: str) -> pb.ExecResult:
+    async def exec(self, req: pb.ExecRequest, context: Any, owner: str) -> cpb.ExecResult:
         argv, kwargs = self._exec_args(req)
         rec = self._record(req.sandbox_id, owner)
         with self._exec_slot(owner, "Exec"):
@@ -432,7 +433,7 @@ class SandboxService:
 
     async def exec_stream(
         self, request_iterator: Any, context: Any, owner: str
-    ) -> AsyncIterator[pb.ExecEvent]:
+    ) -> AsyncIterator[cpb.ExecEvent]:
         first = None
         async for msg in request_iterator:
             first = _check(msg)
@@ -465,7 +466,7 @@ class SandboxService:
                         if next_event in done:
                             break
                         if not done:  # quiet program: tell the client (and proxies) we are alive
-                            yield pb.ExecEvent(keepalive=pb.ExecEvent.Keepalive())
+                            yield cpb.ExecEvent(keepalive=cpb.ExecEvent.Keepalive())
                     try:
                         ev = next_event.result()
                     except StopAsyncIteration:
@@ -489,7 +490,7 @@ class SandboxService:
                         with contextlib.suppress(BaseException):
                             await task
 
-    async def run_tests(self, req: pb.RunTestsRequest, context: Any, owner: str) -> pb.RunTestsReport:
+    async def run_tests(self, req: pb.RunTestsRequest, context: Any, owner: str) -> cpb.RunTestsReport:
         """Judge a program in the caller's sandbox; counts as one execution in flight."""
         args = self.validate.run_tests(req)
         rec = self._record(req.sandbox_id, owner)
@@ -509,7 +510,7 @@ class SandboxService:
 
     async def run_tests_batch(
         self, req: Any, context: Any, owner: str
-    ) -> AsyncIterator[pb.RunTestsBatchResult]:
+    ) -> AsyncIterator[cpb.RunTestsBatchResult]:
         """Judge many programs in the caller's sandbox, each report as it finishes; counts as one
         execution in flight. Every submission is validated before anything runs."""
         req = _check(req)
@@ -532,7 +533,7 @@ class SandboxService:
                 async for i, report in stream:
                     for verdict, n in report.verdict_counts().items():
                         self.metrics.verdicts.labels(batch[i].language, verdict).inc(n)
-                    yield pb.RunTestsBatchResult(
+                    yield cpb.RunTestsBatchResult(
                         index=i, report=report_to_pb(report, excerpt_bytes=batch[i].excerpt_bytes)
                     )
 
@@ -563,15 +564,15 @@ class SandboxService:
 
     # -- files -------------------------------------------------------------------------------
 
-    async def write_files(self, req: pb.WriteFilesRequest, context: Any, owner: str) -> pb.WriteFilesResponse:
+    async def write_files(self, req: pb.WriteFilesRequest, context: Any, owner: str) -> cpb.WriteFilesResponse:
         files = self.validate.files(req.files)
         if not files:
             raise E.InvalidRequest("files is empty")
         rec = self._record(req.sandbox_id, owner)
         await rec.sandbox.write_files(_file_map(files))
-        return pb.WriteFilesResponse(bytes_written=sum(len(d) for _, d, _ in files))
+        return cpb.WriteFilesResponse(bytes_written=sum(len(d) for _, d, _ in files))
 
-    async def read_file(self, req: Any, context: Any, owner: str) -> AsyncIterator[pb.FileChunk]:
+    async def read_file(self, req: Any, context: Any, owner: str) -> AsyncIterator[cpb.FileChunk]:
         req = _check(req)
         path = self.validate.path("path", req.path)
         chunk = self.validate.chunk_size(req.chunk_size) or self.config.read_chunk_size
@@ -582,23 +583,23 @@ class SandboxService:
         )
         total = len(data)
         if total == 0:
-            yield pb.FileChunk(data=b"", offset=0, total_size=0)
+            yield cpb.FileChunk(data=b"", offset=0, total_size=0)
             return
         view = memoryview(data)
         for off in range(0, total, chunk):
-            yield pb.FileChunk(data=bytes(view[off : off + chunk]), offset=off, total_size=total)
+            yield cpb.FileChunk(data=bytes(view[off : off + chunk]), offset=off, total_size=total)
 
-    async def list_dir(self, req: pb.ListDirRequest, context: Any, owner: str) -> pb.ListDirResponse:
+    async def list_dir(self, req: pb.ListDirRequest, context: Any, owner: str) -> cpb.ListDirResponse:
         path = self.validate.path("path", req.path, required=False) or "."
         rec = self._record(req.sandbox_id, owner)
         entries = await rec.sandbox.list_dir(path)
-        return pb.ListDirResponse(entries=[dir_entry_to_pb(e) for e in entries])
+        return cpb.ListDirResponse(entries=[dir_entry_to_pb(e) for e in entries])
 
-    async def remove(self, req: pb.RemoveRequest, context: Any, owner: str) -> pb.RemoveResponse:
+    async def remove(self, req: pb.RemoveRequest, context: Any, owner: str) -> cpb.RemoveResponse:
         path = self.validate.path("path", req.path)
         rec = self._record(req.sandbox_id, owner)
         await rec.sandbox.remove(path, recursive=req.recursive)
-        return pb.RemoveResponse()
+        return cpb.RemoveResponse()
 
     async def info(self, req: pb.InfoRequest, context: Any, owner: str) -> pb.InfoResponse:
         rec = self._record(req.sandbox_id, owner)

@@ -161,7 +161,7 @@ class Validator:
         return argv
 
     def limits(self, m):
-        """A pb.Limits -> `types.Limits` (None: all defaults), checked against the same ceilings
+        """A cpb.Limits -> `types.Limits` (None: all defaults), checked against the same ceilings
         as the embedded API (`types.Limits.validate`)."""
         if m is None:
             return None

@@ -1,11 +1,22 @@
-//! Generated code of `proto/agent.proto`: messages, the tonic client and the tonic server.
+//! Generated code of `proto/agent.proto` and the `common.proto` it imports: messages, the tonic
+//! client and the tonic server, all re-exported at the crate root.
 #![allow(clippy::all)]
 
-pub mod agent {
-    tonic::include_proto!("sandboxes.agent.v1");
+pub mod sandboxes {
+    pub mod agent {
+        pub mod v1 {
+            tonic::include_proto!("sandboxes.agent.v1");
+        }
+    }
+    pub mod common {
+        pub mod v1 {
+            tonic::include_proto!("sandboxes.common.v1");
+        }
+    }
 }
 
-pub use agent::*;
+pub use sandboxes::agent::v1::*;
+pub use sandboxes::common::v1::*;
 
 /// Protocol version spoken by this build; behaviour changes bump it.
 pub const PROTOCOL_VERSION: &str = "1";
