@@ -118,6 +118,13 @@ class RunTestsReport:
     compile_time_s: float
     wall_time_s: float
 
+class GradeStream:
+    """A batch of gradings in flight. Dropping it or `cancel()` kills what still runs."""
+
+    async def next(self) -> tuple[int, RunTestsReport] | None:
+        """The next (index, report) as it finishes; None once every submission was answered."""
+    def cancel(self) -> None: ...
+
 class AgentClient:
     """A connection to one agent. `endpoint` is `unix:///path/agent.sock` or `http://host:port`.
     Connects lazily and reuses one HTTP/2 connection for all calls; safe to share between tasks.
@@ -169,6 +176,14 @@ class AgentClient:
     ) -> RunTestsReport:
         """Judge `source` against (input, expected_output, check) triples: compile once, run each
         case isolated. compare: "exact" | "whitespace" | "float"."""
+    def run_tests_batch(
+        self,
+        submissions: list[tuple[str, str, list[tuple[bytes, bytes, str]], Limits | None, bool, str, float]],
+        parallelism: int = 0,
+        timeout_s: float | None = None,
+    ) -> GradeStream:
+        """Grade many (language, source, tests, limits, stop_on_first_failure, compare,
+        float_tolerance) submissions in one call, `parallelism` side by side (0: one at a time)."""
     def close(self) -> None: ...
 
 class LaunchConfig:

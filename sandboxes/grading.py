@@ -190,6 +190,11 @@ class GradeStream:
     async def aclose(self) -> None:
         self.cancel()
 
+    def __del__(self) -> None:
+        # A loop left with `break` drops the stream: what still runs is killed then, not later.
+        if not self._done:
+            self.cancel()
+
     async def __aenter__(self) -> Self:
         return self
 

@@ -173,6 +173,25 @@ async def test_cancelling_a_batch_kills_its_programs(make_pool) -> None:
         assert (await sb.exec(["true"])).exit_code == 0
 
 
+async def test_leaving_the_loop_kills_what_runs(make_pool) -> None:
+    pool = await make_pool(warm=1, cpu_quota=2.0)
+    async with pool.sandbox() as sb:
+        gradings = [Grading("print(1)", [TestCase("", "1")])] + [Grading(SLEEPER, [TestCase("", "")])] * 4
+        async for i, _ in sb.run_tests_batch(gradings, time_limit=60.0, parallelism=2):
+            assert i == 0
+            for _ in range(200):  # a sleeper runs
+                if (await sb.info()).running_execs >= 1:
+                    break
+                await asyncio.sleep(0.05)
+            assert (await sb.info()).running_execs >= 1
+            break
+        for _ in range(200):
+            if (await sb.info()).running_execs == 0:
+                break
+            await asyncio.sleep(0.05)
+        assert (await sb.info()).running_execs == 0
+
+
 async def test_parallelism_bounds_what_runs_at_once(make_pool) -> None:
     """Each program prints when it started and ended (the sandbox's monotonic clock); the
     intervals show how many ran at once: never more than `parallelism`, and with 3, some overlap."""

@@ -564,7 +564,9 @@ class SandboxService:
 
     # -- files -------------------------------------------------------------------------------
 
-    async def write_files(self, req: pb.WriteFilesRequest, context: Any, owner: str) -> cpb.WriteFilesResponse:
+    async def write_files(
+        self, req: pb.WriteFilesRequest, context: Any, owner: str
+    ) -> cpb.WriteFilesResponse:
         files = self.validate.files(req.files)
         if not files:
             raise E.InvalidRequest("files is empty")
