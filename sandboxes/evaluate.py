@@ -22,6 +22,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 import json
+import math
 import sys
 import time
 from collections import Counter
@@ -211,10 +212,13 @@ class _Lane:
     replaced by a fresh one (the old one is released once its last grading is done). Every case
     already runs as its own process in its own fresh directory (see the judge), so gradings in
     one sandbox do not see each other's processes or working files; recycling bounds what a
-    submission could leave in the sandbox's shared /tmp."""
+    submission could leave in the sandbox's shared /tmp. At most `slots` gradings run in it at
+    once (its CPUs): the lane's other workers wait their turn here, rather than side by side in a
+    sandbox whose CPU quota they would exceed together (throttled, it idles its share)."""
 
-    def __init__(self, pool: Any, per_sandbox: int) -> None:
+    def __init__(self, pool: Any, per_sandbox: int, slots: int) -> None:
         self.pool, self.per_sandbox = pool, per_sandbox
+        self.slots = asyncio.Semaphore(slots)
         self.sb: Any = None
         self.used = 0
         self.inflight: Counter[str] = Counter()
@@ -258,21 +262,30 @@ class _Lane:
 async def grade(lane: _Lane, sub: Submission, **run_kwargs: Any) -> ProblemResult:
     """One submission; an infrastructure failure drops the sandbox and is retried once on a fresh one."""
     for attempt in (1, 2):
-        sb, lost = None, False
-        try:
-            sb = await lane.take()
-            report = await sb.run_tests(sub.program, sub.problem.tests, language=sub.language, **run_kwargs)
-            return _result(sub, report)
-        except SandboxError as e:
-            if isinstance(e, InvalidRequest):
-                return _failed(sub, e)
-            lost = True
-            if not e.retryable or attempt == 2:
-                return _failed(sub, e)
-        finally:
-            if sb is not None:
-                await lane.give_back(sb, lost)
+        async with lane.slots:
+            result = await _attempt(lane, sub, attempt, **run_kwargs)
+        if result is not None:
+            return result
     raise AssertionError("unreachable")
+
+
+async def _attempt(lane: _Lane, sub: Submission, attempt: int, **run_kwargs: Any) -> ProblemResult | None:
+    """One try of `grade`; None: retry on a fresh sandbox."""
+    sb, lost = None, False
+    try:
+        sb = await lane.take()
+        report = await sb.run_tests(sub.program, sub.problem.tests, language=sub.language, **run_kwargs)
+        return _result(sub, report)
+    except SandboxError as e:
+        if isinstance(e, InvalidRequest):
+            return _failed(sub, e)
+        lost = True
+        if not e.retryable or attempt == 2:
+            return _failed(sub, e)
+    finally:
+        if sb is not None:
+            await lane.give_back(sb, lost)
+    return None
 
 
 async def evaluate(
@@ -321,7 +334,8 @@ async def evaluate(
         for i in range(len(subs)):
             queue.put_nowait(i)
 
-        shared = [_Lane(pool, per_sandbox) for _ in range(lanes)]
+        slots = max(1, math.ceil(template.cpu_quota)) if template.cpu_quota > 0 else workers
+        shared = [_Lane(pool, per_sandbox, slots) for _ in range(lanes)]
 
         async def worker(lane: _Lane) -> None:
             while not queue.empty():
