@@ -180,3 +180,48 @@ async def test_an_infrastructure_failure_is_retried_once_then_recorded(make_pool
     invalid = FlakyPool(pool, InvalidRequest("bad"), fail=5)
     r = await ev.evaluate(subs, workers=1, pool=invalid)
     assert invalid.claims == 1 and r.infra_errors == 0 and r.results[0].verdict == "sandbox_error"
+
+
+class _Counting:
+    """A sandbox whose concurrent `run_tests` calls are counted."""
+
+    def __init__(self, sb, peak: dict) -> None:
+        self._sb, self._peak, self._now = sb, peak, 0
+        self.id = sb.id
+
+    async def run_tests(self, *args, **kwargs):
+        self._now += 1
+        self._peak[self.id] = max(self._peak.get(self.id, 0), self._now)
+        try:
+            return await self._sb.run_tests(*args, **kwargs)
+        finally:
+            self._now -= 1
+
+
+class CountingPool:
+    def __init__(self, real: sandboxes.Pool) -> None:
+        self.real, self.peak, self.wrapped = real, {}, {}
+        self.templates, self.default_template = real.templates, real.default_template
+
+    async def claim(self):
+        sb = await self.real.claim()
+        self.wrapped[sb.id] = sb
+        return _Counting(sb, self.peak)
+
+    async def release(self, sb) -> None:
+        await self.real.release(self.wrapped.pop(sb.id))
+
+
+async def test_workers_beyond_the_cores_share_sandboxes_and_wait_their_turn(make_pool) -> None:
+    """More workers than the machine's cores: no more sandboxes than keep the cores busy, and in
+    each at most its CPU quota of gradings at once (the rest wait in the lane)."""
+    from sandboxes.grading import host_lanes
+
+    pool = await make_pool(warm=1)
+    subs = (ev.submissions(load_stdio()[:6], "canonical") + ev.submissions(load_stdio()[:6], "broken")) * 2
+    counting = CountingPool(pool)
+    r = await ev.evaluate(subs, workers=8, pool=counting)
+    assert [x.accepted for x in r.results] == ([True] * 6 + [False] * 6) * 2
+    lanes = host_lanes(pool.templates[pool.default_template])
+    assert 1 <= len(counting.peak) <= lanes
+    assert max(counting.peak.values()) == 1  # the default template's CPU quota is 1
