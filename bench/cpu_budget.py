@@ -13,7 +13,8 @@ process. Milliseconds of CPU per grading:
 - agent: RPC, the judge's files, isolation set-up, supervision and reaping (the agent process);
 - client native: gRPC and the runtime threads of this process;
 - client Python: conversion and asyncio (this process's main thread);
-- other: the rest of the machine's CPU during the run (kernel threads, e.g. cgroup release);
+- other: the rest of the machine's CPU during the run (kernel threads, e.g. cgroup release; /proc
+  counts in clock ticks, so within a few hundredths of a millisecond either way of zero);
 - floor: the same program and check `exec()`'d in one process, for comparison.
 """
 
