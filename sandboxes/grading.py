@@ -80,12 +80,14 @@ def build_batch(
     compare: str = "whitespace",
     float_tolerance: float | None = None,
     limits: Limits | None = None,
+    one_call: bool = True,
 ) -> list[RunTestsRequest]:
     """Validate a batch into one `RunTestsRequest` per grading (none for an empty batch); an
-    error names the grading."""
+    error names the grading. `one_call`: the batch goes to the agent as it is, so within the
+    bounds of one call (a pool's lanes send it in chunks, each within them)."""
     if isinstance(gradings, (str, bytes, Grading)) or not isinstance(gradings, Sequence):
         raise InvalidRequest("gradings must be a list of sandboxes.Grading")
-    if len(gradings) > MAX_BATCH:
+    if one_call and len(gradings) > MAX_BATCH:
         raise InvalidRequest(f"{len(gradings)} gradings in one batch (max {MAX_BATCH})")
     out = []
     for i, g in enumerate(gradings):
@@ -114,7 +116,7 @@ def build_batch(
         except InvalidRequest as e:
             raise InvalidRequest(f"submission {i}: {e.message}") from e
     cases = sum(len(r.tests) for r in out)
-    if cases > MAX_BATCH_CASES:
+    if one_call and cases > MAX_BATCH_CASES:
         raise InvalidRequest(f"{cases} test cases in one batch (max {MAX_BATCH_CASES})")
     return out
 
@@ -230,7 +232,7 @@ async def grade_on_pool(
     """`Pool.grade`: the batch over `sandboxes` claimed sandboxes of `template` (default: one
     per `MIN_PER_LANE` gradings, at most the template's `warm` count and `host_lanes`), `chunk`
     gradings a call (see `grade_in_lanes`)."""
-    reqs = build_batch(gradings, base_limits=tmpl.limits, **kwargs)
+    reqs = build_batch(gradings, base_limits=tmpl.limits, one_call=False, **kwargs)
     if not reqs:
         return
     # The agent checks each chunk; what it would refuse is refused here, before any chunk runs.
@@ -261,8 +263,9 @@ async def grade_in_lanes(
     attempts: int = 2,
 ) -> AsyncIterator[tuple[int, TestReport]]:
     """Validated requests over `sandboxes` lanes: each lane `claim()`s a sandbox and sends it
-    `chunk` requests a call (default: about a quarter of its share, at most `MAX_CHUNK`) until
-    none are left, then `release(sb)`s it. `(index, report)` as each finishes.
+    `chunk` requests a call (default: about a quarter of its share, at most `MAX_CHUNK`; fewer
+    when their cases would pass `MAX_BATCH_CASES`) until none are left, then `release(sb)`s it.
+    `(index, report)` as each finishes.
 
     A lane whose sandbox fails mid-chunk releases it and puts the chunk's unanswered requests
     back; a request the infrastructure failed `attempts` times is reported with `sandbox_error`
@@ -285,7 +288,11 @@ async def grade_in_lanes(
         sb = None
         try:
             while todo:
-                take = [todo.pop() for _ in range(min(chunk, len(todo)))]
+                take = [todo.pop()]
+                cases = len(reqs[take[0]].tests)
+                while todo and len(take) < chunk and cases + len(reqs[todo[-1]].tests) <= MAX_BATCH_CASES:
+                    cases += len(reqs[todo[-1]].tests)
+                    take.append(todo.pop())
                 if sb is None:
                     sb = await claim()
                 done: set[int] = set()

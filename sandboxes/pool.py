@@ -437,7 +437,8 @@ class Pool:
         float_tolerance: float | None = None,
         limits: Limits | None = None,
     ) -> AsyncIterator[tuple[int, TestReport]]:
-        """Grade a batch across the pool: `(index, TestReport)` as each finishes (see `grading`).
+        """Grade a batch of any size across the pool: `(index, TestReport)` as each finishes (see
+        `grading`).
 
         `sandboxes` lanes (default: one per 8 gradings, at most the template's warm count and, on
         the local and docker backends, as many as keep this machine's CPUs busy) each claim a

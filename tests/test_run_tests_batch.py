@@ -279,3 +279,16 @@ async def test_pool_grade_survives_a_lane_whose_sandbox_dies(make_pool) -> None:
             killed = True
     assert killed and sorted(got) == list(range(60))
     assert all(got[i].all_passed for i in range(60)), [i for i in range(60) if not got[i].all_passed]
+
+
+async def test_pool_grade_takes_more_than_one_call_can_hold(make_pool) -> None:
+    """One agent call holds at most 4,096 submissions; `Pool.grade` sends a larger batch in chunks."""
+    from sandboxes.grading import MAX_BATCH
+
+    pool = await make_pool(warm=2)
+    gradings = [Grading("pass", [TestCase(check="pass")])] * (MAX_BATCH + 4)
+    async with pool.sandbox() as sb:
+        with pytest.raises(InvalidRequest, match="max 4096"):
+            sb.run_tests_batch(gradings)
+    got = {i: r.all_passed async for i, r in pool.grade(gradings)}
+    assert sorted(got) == list(range(len(gradings))) and all(got.values())

@@ -106,6 +106,7 @@ async def score_batch(
             time_limit=time_limit,
             memory_limit_mb=memory_limit_mb,
             compare=compare,
+            one_call=False,
         )
         cap = max(1, max_concurrency)
         if isinstance(source, Pool):
