@@ -85,11 +85,14 @@ pub fn batch(
         })
         .collect::<Result<_, AgentError>>()?;
     let parallelism = (req.parallelism as usize).clamp(1, sandbox_exec::cgroup::enclosing_cpus());
-    let share = Share::of(parallelism);
+    // One at a time, a case has the limits one RunTests call gives it.
+    let share = (parallelism > 1).then(|| Share::of(parallelism));
     let (executor, scratch) = (svc.executor.clone(), svc.scratch.clone());
     let results = futures::stream::iter(jobs)
         .map(move |(index, sub, mut limits)| {
-            share.bound(&mut limits);
+            if let Some(share) = share {
+                share.bound(&mut limits);
+            }
             let (executor, scratch) = (executor.clone(), scratch.clone());
             async move {
                 let cases = sub.tests.len();
