@@ -31,7 +31,6 @@ from sandboxes._proto.convert import (
     report_to_pb,
     result_to_pb,
 )
-from sandboxes.grading import Grading
 from sandboxes.server.auth import ApiKeys
 from sandboxes.server.metrics import Metrics
 from sandboxes.server.quota import Quotas
@@ -504,9 +503,12 @@ class SandboxService:
                 compare=args.compare,
                 float_tolerance=args.float_tolerance,
             )
-        for verdict, n in report.verdict_counts().items():
-            self.metrics.verdicts.labels(args.language, verdict).inc(n)
+        self._count_verdicts(args.language, report)
         return report_to_pb(report, excerpt_bytes=args.excerpt_bytes)
+
+    def _count_verdicts(self, language: str, report: Any) -> None:
+        for verdict, n in report.verdict_counts().items():
+            self.metrics.verdicts.labels(language, verdict).inc(n)
 
     async def run_tests_batch(
         self, req: Any, context: Any, owner: str
@@ -516,23 +518,11 @@ class SandboxService:
         req = _check(req)
         batch = self.validate.run_tests_batch(req)
         rec = self._record(req.sandbox_id, owner)
-        gradings = [
-            Grading(
-                a.source,
-                a.tests,
-                language=a.language,
-                limits=a.limits,
-                stop_on_first_failure=a.stop_on_first_failure,
-                compare=a.compare,
-                float_tolerance=a.float_tolerance,
-            )
-            for a in batch
-        ]
+        gradings = [a.grading() for a in batch]
         with self._exec_slot(owner, "RunTestsBatch"):
             async with rec.sandbox.run_tests_batch(gradings, parallelism=req.parallelism or 1) as stream:
                 async for i, report in stream:
-                    for verdict, n in report.verdict_counts().items():
-                        self.metrics.verdicts.labels(batch[i].language, verdict).inc(n)
+                    self._count_verdicts(batch[i].language, report)
                     yield cpb.RunTestsBatchResult(
                         index=i, report=report_to_pb(report, excerpt_bytes=batch[i].excerpt_bytes)
                     )

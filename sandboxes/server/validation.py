@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from sandboxes import languages
 from sandboxes._proto.convert import case_from_pb, compare_from_pb, limits_from_pb
 from sandboxes.errors import InvalidRequest
-from sandboxes.grading import MAX_BATCH, MAX_BATCH_CASES
+from sandboxes.grading import MAX_BATCH, MAX_BATCH_CASES, Grading
 from sandboxes.judging import MAX_CASES, TestCase
 from sandboxes.types import Limits
 
@@ -59,6 +59,18 @@ class RunTestsArgs:
     compare: str
     float_tolerance: float | None
     excerpt_bytes: int  # 0: the default
+
+    def grading(self) -> Grading:
+        """This request as one submission of a batch."""
+        return Grading(
+            self.source,
+            self.tests,
+            language=self.language,
+            limits=self.limits,
+            stop_on_first_failure=self.stop_on_first_failure,
+            compare=self.compare,
+            float_tolerance=self.float_tolerance,
+        )
 
 
 class Validator:
