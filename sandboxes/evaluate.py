@@ -6,11 +6,12 @@ sandboxes eval stdio --solutions broken             # deliberately wrong ones: e
 sandboxes eval humaneval --solutions samples.jsonl --workers 8 --output report.json
 ```
 
-Each submission (a problem and a program) is one `run_tests` call. Each of `workers` workers
-claims a sandbox from a `Pool` kept `workers` warm and grades up to `per_sandbox` submissions in it
-before it takes a fresh one: the judge runs every case as its own process in its own fresh
+Each submission (a problem and a program) is one `run_tests` call, `workers` at once. The
+workers share as many sandboxes as keep this machine's CPUs busy (`grading.host_lanes`), each
+running at most its CPU quota of gradings at once and grading up to `per_sandbox` submissions
+before a fresh one takes its place: the judge runs every case as its own process in its own fresh
 directory, so consecutive gradings do not meet each other's processes or files, and the Python
-zygote started by the first grading serves the rest. A failing program is a verdict; an
+zygote started with the sandbox serves them all. A failing program is a verdict; an
 infrastructure failure drops the sandbox and is retried once on a fresh one, then recorded as
 `sandbox_error` with its message (and the command exits 125). A solutions file is JSONL, one submission a line: `{"problem_id" | "task_id", "program" |
 "solution" | "completion", "language"?}`; a `completion` is appended to the problem's prompt
@@ -372,7 +373,7 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="canonical|broken|FILE.jsonl",
         help="what to grade: the reference solutions (default), broken ones, or a JSONL file",
     )
-    p.add_argument("--workers", type=int, default=4, help="sandboxes grading at once (= warm pool size)")
+    p.add_argument("--workers", type=int, default=4, help="gradings in flight (they share as many sandboxes as keep the CPUs busy)")
     p.add_argument(
         "--per-sandbox",
         type=int,
