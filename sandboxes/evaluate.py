@@ -373,7 +373,12 @@ def add_arguments(p: argparse.ArgumentParser) -> None:
         metavar="canonical|broken|FILE.jsonl",
         help="what to grade: the reference solutions (default), broken ones, or a JSONL file",
     )
-    p.add_argument("--workers", type=int, default=4, help="gradings in flight (they share as many sandboxes as keep the CPUs busy)")
+    p.add_argument(
+        "--workers",
+        type=int,
+        default=4,
+        help="gradings in flight (they share as many sandboxes as keep the CPUs busy)",
+    )
     p.add_argument(
         "--per-sandbox",
         type=int,
