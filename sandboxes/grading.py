@@ -194,8 +194,9 @@ class GradeStream:
 
     def __del__(self) -> None:
         # A loop left with `break` drops the stream: what still runs is killed then, not later.
-        if not self._done:
-            self.cancel()
+        if not getattr(self, "_done", True):
+            with contextlib.suppress(Exception):  # e.g. at exit, its event loop already closed
+                self.cancel()
 
     async def __aenter__(self) -> Self:
         return self
