@@ -14,10 +14,10 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from sandboxes import Grading, InvalidRequest, Limits, Pool, SandboxError, TestCase, Verdict
+from sandboxes import Grading, InvalidRequest, Limits, SandboxError, TestCase, Verdict
 from sandboxes.grading import build_batch, grade_in_lanes, host_lanes
 
-from .overlap import SandboxLease, as_provider
+from .overlap import PoolProvider, SandboxLease, as_provider
 from .scoring import REWARD_MODES, Score, judge, score_of
 
 __all__ = ["score_batch", "score_in_fresh_sandbox"]
@@ -109,9 +109,12 @@ async def score_batch(
             one_call=False,
         )
         cap = max(1, max_concurrency)
-        if isinstance(source, Pool):
-            cap = min(cap, host_lanes(source.templates[source.default_template]) or cap)
         provider = as_provider(source)
+        if isinstance(provider, PoolProvider):  # an embedded pool: its sandboxes share this machine
+            pool = provider.pool
+            tmpl = pool.templates.get(provider.template or pool.default_template)
+            if tmpl is not None:
+                cap = min(cap, host_lanes(tmpl) or cap)
 
         async def claim() -> Any:
             return await provider.acquire(timeout=claim_timeout)

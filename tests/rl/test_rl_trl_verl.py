@@ -227,3 +227,25 @@ async def test_a_batch_reward_never_scores_an_infrastructure_failure(make_pool) 
     pool = await make_pool(warm=2)
     with pytest.raises(sandboxes.SandboxError):
         await _score_while_killing(pool, 48, retries=0)
+
+
+def test_a_batch_reward_claims_only_the_sandboxes_that_keep_the_cores_busy(runtime) -> None:
+    """TRL's reward on an embedded pool (through the runtime's provider) grades its batch in as
+    many sandboxes as keep this machine's CPUs busy, however large the batch."""
+    from sandboxes.grading import host_lanes
+
+    reward = make_code_reward(runtime)
+    n = 64
+    prompts = [""] * n
+    completions = [fenced(f"print(int(input()) + {i})") for i in range(n)]
+    tests = [json.dumps({"inputs": ["1\n"], "outputs": [f"{i + 1}\n"]}) for i in range(n)]
+
+    async def claims() -> int:
+        await runtime.provider()
+        pool = runtime.source
+        return pool._tps[pool.default_template].claims_total
+
+    before = runtime.call(claims)
+    assert runtime.call(lambda: reward(prompts, completions, input_output=tests)) == [1.0] * n
+    pool = runtime.source
+    assert 1 <= runtime.call(claims) - before <= host_lanes(pool.templates[pool.default_template])
