@@ -38,6 +38,7 @@ __all__ = [
     "GradeStream",
     "Grading",
     "build_batch",
+    "default_lanes",
     "grade_in_lanes",
     "grade_on_pool",
     "host_lanes",
@@ -129,6 +130,13 @@ def host_lanes(template: Any) -> int | None:
         return None
     cpus = len(os.sched_getaffinity(0)) or 1
     return max(1, math.ceil(cpus / template.cpu_quota)) if template.cpu_quota > 0 else cpus
+
+
+def default_lanes(n: int, *, cap: int, tmpl: Any = None) -> int:
+    """Sandboxes to grade `n` gradings in: one per `MIN_PER_LANE`, at most `cap` and, for a
+    template whose sandboxes run on this machine, `host_lanes`."""
+    bound = min(cap, (host_lanes(tmpl) if tmpl is not None else None) or cap)
+    return max(1, min(math.ceil(n / MIN_PER_LANE), bound))
 
 
 def batch_deadline(reqs: Sequence[RunTestsRequest]) -> float:
@@ -238,14 +246,14 @@ async def grade_on_pool(
         return
     # The agent checks each chunk; what it would refuse is refused here, before any chunk runs.
     for i, r in enumerate(reqs):
-        lang = languages.by_name(r.language)
-        if lang is None:
-            known = ", ".join(x.name for x in languages.table())
-            raise InvalidRequest(f"submission {i}: unknown language {r.language!r}; known: {known}")
+        try:
+            lang = languages.require(r.language)
+        except InvalidRequest as e:
+            raise InvalidRequest(f"submission {i}: {e.message}") from None
         if not lang.checks and any(check for _, _, check in r.tests):
             raise InvalidRequest(f"submission {i}: check scripts are not supported for {lang.name}")
     if sandboxes is None:
-        sandboxes = max(1, min(warm, math.ceil(len(reqs) / MIN_PER_LANE), host_lanes(tmpl) or len(reqs)))
+        sandboxes = default_lanes(len(reqs), cap=warm, tmpl=tmpl)
 
     async def claim() -> Any:
         return await pool.claim(template)

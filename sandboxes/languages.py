@@ -10,8 +10,9 @@ import functools
 from dataclasses import dataclass
 
 from . import _bridge
+from .errors import InvalidRequest
 
-__all__ = ["Language", "by_name", "canonical", "script_commands", "table"]
+__all__ = ["Language", "by_name", "canonical", "require", "script_commands", "table"]
 
 
 @dataclass(frozen=True)
@@ -46,6 +47,15 @@ def _names() -> dict[str, Language]:
 def by_name(name: str) -> Language | None:
     """The language `name` (any alias, any case) stands for, or None."""
     return _names().get(name.strip().lower())
+
+
+def require(name: str) -> Language:
+    """The language `name` stands for; `InvalidRequest` naming the known ones when none."""
+    lang = by_name(name)
+    if lang is None:
+        known = ", ".join(sorted(x.name for x in table()))
+        raise InvalidRequest(f"unknown language {name[:64]!r}; known: {known}")
+    return lang
 
 
 def canonical(name: str) -> str | None:

@@ -15,15 +15,12 @@ from collections.abc import Sequence
 from typing import Any
 
 from sandboxes import Grading, InvalidRequest, Limits, SandboxError, TestCase, Verdict
-from sandboxes.grading import build_batch, grade_in_lanes, host_lanes
+from sandboxes.grading import build_batch, default_lanes, grade_in_lanes
 
 from .overlap import PoolProvider, SandboxLease, as_provider
 from .scoring import REWARD_MODES, Score, judge, score_of
 
 __all__ = ["score_batch", "score_in_fresh_sandbox"]
-
-# Programs per lane below which another sandbox is not worth claiming.
-MIN_PER_LANE = 8
 
 log = logging.getLogger(__name__)
 
@@ -108,13 +105,11 @@ async def score_batch(
             compare=compare,
             one_call=False,
         )
-        cap = max(1, max_concurrency)
         provider = as_provider(source)
+        tmpl = None
         if isinstance(provider, PoolProvider):  # an embedded pool: its sandboxes share this machine
             pool = provider.pool
             tmpl = pool.templates.get(provider.template or pool.default_template)
-            if tmpl is not None:
-                cap = min(cap, host_lanes(tmpl) or cap)
 
         async def claim() -> Any:
             return await provider.acquire(timeout=claim_timeout)
@@ -122,7 +117,7 @@ async def score_batch(
         async def release(sb: Any) -> None:
             await sb.close()
 
-        lanes = max(1, min(cap, -(-len(reqs) // MIN_PER_LANE)))
+        lanes = default_lanes(len(reqs), cap=max(1, max_concurrency), tmpl=tmpl)
         async for j, report in grade_in_lanes(reqs, claim, release, sandboxes=lanes, attempts=retries + 1):
             if any(c.verdict is Verdict.SANDBOX_ERROR for c in report.cases):
                 message = next(c.message for c in report.cases if c.verdict is Verdict.SANDBOX_ERROR)

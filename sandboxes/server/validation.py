@@ -187,11 +187,7 @@ class Validator:
     def language(self, value: str) -> str:
         """The judge's canonical name of a language (aliases such as "py" or "c++" accepted)."""
         self._no_nul("language", value)
-        name = languages.canonical(value)
-        if name is None:
-            known = ", ".join(sorted(lang.name for lang in languages.table()))
-            raise InvalidRequest(f"unknown language {value[:64]!r}; known: {known}")
-        return name
+        return languages.require(value).name
 
     def run_tests_batch(self, req) -> list[RunTestsArgs]:
         """A pb.RunTestsBatchRequest -> one `RunTestsArgs` per submission; an error names the
