@@ -163,7 +163,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if args.backend == "kubernetes":
         from sandboxes.backends.kubernetes import create_backend as kube_backend
 
-        overrides = {"namespace": args.kube_namespace} if args.kube_namespace else {}
+        # A served release shares its claimed sandboxes: any replica serves any of them.
+        overrides: dict[str, Any] = {"shared": True}
+        if args.kube_namespace:
+            overrides["namespace"] = args.kube_namespace
         try:
             backend = kube_backend(config=_kube_config(args.kube_config), **overrides)
         except SandboxError as e:

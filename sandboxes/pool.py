@@ -81,6 +81,9 @@ class _TemplatePool:
     warm: collections.deque[Sandbox] = field(default_factory=collections.deque)
     waiters: collections.deque[asyncio.Future[Sandbox]] = field(default_factory=collections.deque)
     claimed: dict[str, Sandbox] = field(default_factory=dict)
+    # Claimed through another replica of a cluster, served here too (`attach`): renewed while
+    # here, destroyed when released, never counted in the pool's size.
+    attached: dict[str, Sandbox] = field(default_factory=dict)
     creating: int = 0
     destroying: int = 0
     wake: asyncio.Event = field(default_factory=asyncio.Event)
@@ -271,6 +274,8 @@ class Pool:
                     fut.set_exception(Cancelled("pool is closing"))
             doomed += [(tp, sb) for sb in tp.warm]
             doomed += [(tp, sb) for sb in tp.claimed.values()]
+            for sb in list(tp.attached.values()):
+                self.detach(sb)
             tp.warm.clear()
             tp.claimed.clear()
         for tp, sb in doomed:
@@ -401,10 +406,43 @@ class Pool:
         sandbox may hold leftover processes and files, and a fresh one costs only a launch.
         """
         tp = self._tps.get(sb.template)
-        if tp is None or tp.claimed.pop(sb.id, None) is None:
+        if tp is None or (tp.claimed.pop(sb.id, None) or tp.attached.pop(sb.id, None)) is None:
             sb._mark_closed()
             return
         await asyncio.shield(self._destroy_soon(tp, sb))
+
+    def attach(
+        self,
+        template: str,
+        handle: SandboxHandle,
+        *,
+        labels: Mapping[str, str] | None = None,
+        env: Mapping[str, str] | None = None,
+    ) -> Sandbox:
+        """A claimed sandbox this pool did not hand out (claimed through another replica of a
+        cluster), served by this pool from now on: its lease renewed while it is here, destroyed
+        when released. Attaching one already here returns it."""
+        tp = self._tp(template)
+        sb = tp.claimed.get(handle.id) or tp.attached.get(handle.id)
+        if sb is not None:
+            return sb
+        sb = self._make_sandbox(tp, handle)
+        if labels:
+            sb.labels.update(labels)
+        if env:
+            sb.set_env(env)
+        tp.attached[sb.id] = sb
+        return sb
+
+    def detach(self, sb: Sandbox) -> None:
+        """Stop serving a claimed sandbox without destroying it (another replica keeps it)."""
+        tp = self._tps.get(sb.template)
+        if tp is None or (tp.claimed.pop(sb.id, None) or tp.attached.pop(sb.id, None)) is None:
+            return
+        sb._mark_closed()
+        forget = getattr(tp.backend, "forget", None)
+        if callable(forget):
+            forget(sb.handle)
 
     @contextlib.asynccontextmanager
     async def sandbox(
@@ -466,6 +504,11 @@ class Pool:
         )
 
     # --- introspection ---------------------------------------------------------------------------
+
+    @property
+    def backends(self) -> list[Backend]:
+        """The backends this pool drives (open once the pool started)."""
+        return list(self._backends.values())
 
     @property
     def templates(self) -> dict[str, Template]:
@@ -633,7 +676,7 @@ class Pool:
         while not self._closing:
             await asyncio.sleep(max(0.0, next_at - loop.time()))
             next_at += period
-            sandboxes = [*tp.warm, *tp.claimed.values()]
+            sandboxes = [*tp.warm, *tp.claimed.values(), *tp.attached.values()]
             await asyncio.gather(*(self._renew_one(tp, sb, ttl, period) for sb in sandboxes))
             if loop.time() > next_at:  # a slow round: do not burst to catch up
                 next_at = loop.time() + period
@@ -663,7 +706,7 @@ class Pool:
                 if sb.id == sandbox_id:
                     self._drop_lost(tp, sb, SandboxLost(reason))
                     return
-            if sandbox_id in tp.claimed:
+            if sandbox_id in tp.claimed or sandbox_id in tp.attached:
                 tp.lost_total += 1
                 log.warning("claimed sandbox %s lost: %s", sandbox_id, reason)
                 return

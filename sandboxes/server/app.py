@@ -133,6 +133,7 @@ class Server:
                 config=self.config,
                 version=_version(),
             )
+            await self.service.join_cluster()
             self.metrics.bind_pool(self.pool.stats)
             if self.metrics_port_requested is not None:
                 self.metrics_port = self.metrics.start_http(self.metrics_port_requested, self.metrics_host)

@@ -15,7 +15,10 @@ import logging
 import time
 from collections.abc import Awaitable, Callable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from sandboxes.server.shared import SharedRecords
 
 __all__ = ["Record", "Registry"]
 
@@ -36,6 +39,8 @@ class Record:
     expires_at: float | None = None  # unix seconds
     deadline: float | None = None  # loop.time() of expires_at
     attrs: dict[str, Any] = field(default_factory=dict)  # what the surface that made it keeps
+    local: bool = True  # claimed through this replica (holds a unit of its owner's quota)
+    claim: Any = None  # its record in the cluster, when shared (`shared.py`)
 
 
 class Registry:
@@ -55,6 +60,8 @@ class Registry:
         self._on_expire = on_expire
         self._reaper: asyncio.Task | None = None
         self._expiring: set[asyncio.Task] = set()
+        # The other replicas' records, when the registry is shared through the cluster.
+        self.shared: SharedRecords | None = None
 
     # -- records -----------------------------------------------------------------------------
 
@@ -65,18 +72,40 @@ class Registry:
 
     def set_ttl(self, rec: Record, ttl_s: float) -> None:
         """`rec` expires `ttl_s` from now (sooner or later than it would have)."""
+        self.expire_at(rec, time.time() + ttl_s)
+
+    def expire_at(self, rec: Record, expires_at: float, *, publish: bool = True) -> None:
+        """`rec` expires at `expires_at` (unix seconds); `publish` writes it to the cluster."""
         loop = asyncio.get_running_loop()
-        rec.deadline = loop.time() + ttl_s
-        rec.expires_at = time.time() + ttl_s
+        rec.deadline = loop.time() + max(0.0, expires_at - time.time())
+        rec.expires_at = expires_at
         entry = (rec.deadline, next(self._seq), rec.id)
         heapq.heappush(self._heap, entry)
         if self._heap[0] is entry:
             self._wake.set()  # earlier than what the reaper sleeps for
+        if publish and self.shared is not None:
+            self.shared.changed(rec)
+
+    def local(self, sandbox_id: str) -> Record | None:
+        """The record this replica has, if any (no look into the cluster)."""
+        return self._records.get(sandbox_id)
 
     def get(self, sandbox_id: str, owner: str | None = None) -> Record | None:
-        """The record, if it exists and (when `owner` is given) belongs to `owner`."""
+        """The record, if it exists and (when `owner` is given) belongs to `owner`; a shared
+        registry finds the other replicas' records in its cache."""
         rec = self._records.get(sandbox_id)
+        if rec is None and self.shared is not None:
+            rec = self.shared.resolve(sandbox_id)
         if rec is None or (owner is not None and rec.owner != owner):
+            return None
+        return rec
+
+    async def find(self, sandbox_id: str, owner: str) -> Record | None:
+        """`get`, asking the cluster when the cache does not know the id (yet)."""
+        rec = self.get(sandbox_id)
+        if rec is None and self.shared is not None:
+            rec = await self.shared.fetch(sandbox_id)
+        if rec is None or rec.owner != owner:
             return None
         return rec
 
@@ -94,6 +123,8 @@ class Registry:
     def select(self, owner: str | None, labels: dict[str, str] | None = None) -> list[Record]:
         """Records of `owner` (None: everyone's) whose labels contain every pair of `labels`."""
         labels = labels or {}
+        if self.shared is not None:
+            self.shared.all(owner)  # the other replicas' records too, made local
         return [
             r
             for r in self._records.values()

@@ -35,6 +35,7 @@ from sandboxes.server.auth import ApiKeys
 from sandboxes.server.metrics import Metrics
 from sandboxes.server.quota import Quotas
 from sandboxes.server.registry import Record, Registry
+from sandboxes.server.shared import SharedRecords
 from sandboxes.server.validation import Bounds, Validator
 from sandboxes.status import status_of, trailing_metadata_of
 from sandboxes.types import DEFAULT_READ_MAX_BYTES, ReadRange
@@ -106,6 +107,8 @@ class SandboxService:
         self.version = version
         self.draining = False
         self._deleting: dict[str, asyncio.Task] = {}
+        # The registry shared with the other replicas of a cluster (`join_cluster`).
+        self.shared: SharedRecords | None = None
         # Called with (record, reason) as a sandbox leaves the registry (delete, ttl, shutdown...).
         self.on_delete: list[Callable[[Record, str], None]] = []
 
@@ -114,12 +117,40 @@ class SandboxService:
     def start(self) -> None:
         self.registry.start()
 
+    async def join_cluster(self) -> bool:
+        """Share the registry with the other replicas of the pool's cluster, when its backend
+        keeps records there (`shared.py`); whether it does."""
+        for backend in getattr(self.pool, "backends", ()):
+            records = getattr(backend, "records", None)
+            if records is not None:
+                self.shared = SharedRecords(self.registry, self.pool, records, self._gone)
+                self.registry.shared = self.shared
+                await records.serve(self.shared)
+                return True
+        return False
+
     async def close(self) -> None:
-        """Stop the reaper and destroy every claimed sandbox (the pool closes after this)."""
+        """Stop the reaper and destroy every claimed sandbox (the pool closes after this). A
+        replica of a cluster whose other replicas live leaves its claimed sandboxes to them."""
         self.draining = True
         await self.registry.stop()
         records = list(self.registry)
+        if self.shared is not None:
+            cluster = self.shared.records
+            if cluster.others_alive():
+                for rec in records:
+                    self.registry.pop(rec.id)
+                    if rec.local:
+                        self.quotas.release_sandbox(rec.owner)
+                    self.pool.detach(rec.sandbox)
+                await cluster.hand_over()
+                await self.shared.close()
+                log.info("left %d sandboxes to the other replicas", len(records))
+                return
+            await cluster.hand_over()
         await asyncio.gather(*(self._delete(r, "shutdown") for r in records), return_exceptions=True)
+        if self.shared is not None:
+            await self.shared.close()
 
     # -- the gRPC plumbing -------------------------------------------------------------------
 
@@ -202,13 +233,13 @@ class SandboxService:
 
     # -- helpers -----------------------------------------------------------------------------
 
-    def record(self, sandbox_id: str, owner: str) -> Record:
+    async def record(self, sandbox_id: str, owner: str) -> Record:
         """The caller's record of `sandbox_id`; `NotFound` for an unknown or another owner's one."""
-        return self._record(sandbox_id, owner)
+        return await self._record(sandbox_id, owner)
 
-    def _record(self, sandbox_id: str, owner: str) -> Record:
+    async def _record(self, sandbox_id: str, owner: str) -> Record:
         sid = self.validate.sandbox_id(sandbox_id)
-        rec = self.registry.get(sid, owner)
+        rec = await self.registry.find(sid, owner)
         if rec is None:
             raise E.NotFound(f"no sandbox {sid!r}")
         return rec
@@ -274,12 +305,9 @@ class SandboxService:
                 raise E.InvalidRequest("idempotency_key is longer than 256 characters")
             existing = self.registry.pending(owner, key)
             if existing is not None:
-                rec = await asyncio.shield(existing)
-                if rec.template != template:
-                    raise E.InvalidRequest(
-                        f"idempotency_key was used for a sandbox of template {rec.template!r}"
-                    )
-                return rec
+                return _same_template(await asyncio.shield(existing), template)
+            if self.shared is not None and (rec := self.shared.by_key(owner, key)) is not None:
+                return _same_template(rec, template)
 
         self.quotas.acquire_sandbox(owner)
         coro = self._claim(owner, template, labels or {}, env or {}, files or [], ttl_s, timeout, key, attrs)
@@ -318,6 +346,17 @@ class SandboxService:
             idempotency_key=key,
             attrs=dict(attrs or {}),
         )
+        if self.shared is not None:
+            try:
+                won = await self._share(rec, env, ttl_s, timeout)
+            except BaseException:
+                self.quotas.release_sandbox(owner)
+                await self._release_quietly(sb)
+                raise
+            if won is not rec:  # another replica made this key's sandbox first
+                self.quotas.release_sandbox(owner)
+                await self._release_quietly(sb)
+                return _same_template(won, template)
         self.registry.add(rec, ttl_s)
         self.metrics.claims.labels(template).inc()
         self.metrics.create_latency.labels(template).observe(time.perf_counter() - started)
@@ -327,6 +366,23 @@ class SandboxService:
             extra={"sandbox_id": rec.id, "template": template, "owner": owner, "ttl_s": ttl_s},
         )
         return rec
+
+    async def _share(self, rec: Record, env: dict, ttl_s: float | None, timeout: float | None) -> Record:
+        """Publish a claim to the cluster; with an idempotency key, first bind the key, unless
+        another replica bound it first: then its record."""
+        assert self.shared is not None
+        if rec.idempotency_key is not None:
+            winner = await self.shared.records.reserve_key(rec.owner, rec.idempotency_key, rec.id)
+            if winner != rec.id:
+                return await self.shared.wait_for(winner, timeout or 30.0)
+        if ttl_s:
+            rec.expires_at = time.time() + ttl_s
+        await self.shared.publish(rec, env)
+        return rec
+
+    async def _gone(self, rec: Record) -> None:
+        """A sandbox deleted or lost elsewhere in the cluster leaves this registry."""
+        await self._delete(rec, "gone")
 
     async def _release_quietly(self, sb: Any) -> None:
         try:
@@ -347,7 +403,8 @@ class SandboxService:
             if task is not None:
                 await asyncio.shield(task)
             return False
-        self.quotas.release_sandbox(rec.owner)
+        if rec.local:
+            self.quotas.release_sandbox(rec.owner)
         for listener in self.on_delete:
             try:
                 listener(rec, reason)
@@ -367,7 +424,7 @@ class SandboxService:
         await self._delete(rec, "ttl")
 
     async def get(self, req: pb.GetRequest, context: Any, owner: str) -> pb.Sandbox:
-        return self._sandbox_pb(self._record(req.sandbox_id, owner))
+        return self._sandbox_pb(await self._record(req.sandbox_id, owner))
 
     async def list(self, req: pb.ListRequest, context: Any, owner: str) -> pb.ListResponse:
         labels = self.validate.labels(req.labels, what="label selector")
@@ -375,7 +432,7 @@ class SandboxService:
         return pb.ListResponse(sandboxes=[self._sandbox_pb(r) for r in recs])
 
     async def delete(self, req: pb.DeleteRequest, context: Any, owner: str) -> pb.DeleteResponse:
-        rec = self._record(req.sandbox_id, owner)
+        rec = await self._record(req.sandbox_id, owner)
         await self._delete(rec, "delete")
         return pb.DeleteResponse()
 
@@ -425,7 +482,7 @@ class SandboxService:
 
     async def exec(self, req: pb.ExecRequest, context: Any, owner: str) -> cpb.ExecResult:
         argv, kwargs = self._exec_args(req)
-        rec = self._record(req.sandbox_id, owner)
+        rec = await self._record(req.sandbox_id, owner)
         with self._exec_slot(owner, "Exec"):
             result = await rec.sandbox.exec(argv, stdin=req.stdin, **kwargs)
         return result_to_pb(result)
@@ -443,7 +500,7 @@ class SandboxService:
         argv, kwargs = self._exec_args(req)
         if req.stdin:
             raise E.InvalidRequest("ExecStream sends stdin as separate messages, not in `start`")
-        rec = self._record(req.sandbox_id, owner)
+        rec = await self._record(req.sandbox_id, owner)
         with self._exec_slot(owner, "ExecStream"):
             stream = rec.sandbox.exec_stream(argv, **kwargs)
             pump = asyncio.ensure_future(self._pump_input(request_iterator, stream))
@@ -492,7 +549,7 @@ class SandboxService:
     async def run_tests(self, req: pb.RunTestsRequest, context: Any, owner: str) -> cpb.RunTestsReport:
         """Judge a program in the caller's sandbox; counts as one execution in flight."""
         args = self.validate.run_tests(req)
-        rec = self._record(req.sandbox_id, owner)
+        rec = await self._record(req.sandbox_id, owner)
         with self._exec_slot(owner, "RunTests"):
             report = await rec.sandbox.run_tests(
                 args.source,
@@ -517,7 +574,7 @@ class SandboxService:
         execution in flight. Every submission is validated before anything runs."""
         req = _check(req)
         batch = self.validate.run_tests_batch(req)
-        rec = self._record(req.sandbox_id, owner)
+        rec = await self._record(req.sandbox_id, owner)
         gradings = [a.grading() for a in batch]
         with self._exec_slot(owner, "RunTestsBatch"):
             async with rec.sandbox.run_tests_batch(gradings, parallelism=req.parallelism or 1) as stream:
@@ -560,7 +617,7 @@ class SandboxService:
         files = self.validate.files(req.files)
         if not files:
             raise E.InvalidRequest("files is empty")
-        rec = self._record(req.sandbox_id, owner)
+        rec = await self._record(req.sandbox_id, owner)
         await rec.sandbox.write_files(_file_map(files))
         return cpb.WriteFilesResponse(bytes_written=sum(len(d) for _, d, _ in files))
 
@@ -568,7 +625,7 @@ class SandboxService:
         req = _check(req)
         path = self.validate.path("path", req.path)
         chunk = self.validate.chunk_size(req.chunk_size) or self.config.read_chunk_size
-        rec = self._record(req.sandbox_id, owner)
+        rec = await self._record(req.sandbox_id, owner)
         r = ReadRange.of(req.offset, req.length or None, req.max_bytes or DEFAULT_READ_MAX_BYTES)
         data = await rec.sandbox.read_file(
             path, offset=r.offset, length=r.length or None, max_bytes=r.max_bytes
@@ -583,18 +640,18 @@ class SandboxService:
 
     async def list_dir(self, req: pb.ListDirRequest, context: Any, owner: str) -> cpb.ListDirResponse:
         path = self.validate.path("path", req.path, required=False) or "."
-        rec = self._record(req.sandbox_id, owner)
+        rec = await self._record(req.sandbox_id, owner)
         entries = await rec.sandbox.list_dir(path)
         return cpb.ListDirResponse(entries=[dir_entry_to_pb(e) for e in entries])
 
     async def remove(self, req: pb.RemoveRequest, context: Any, owner: str) -> cpb.RemoveResponse:
         path = self.validate.path("path", req.path)
-        rec = self._record(req.sandbox_id, owner)
+        rec = await self._record(req.sandbox_id, owner)
         await rec.sandbox.remove(path, recursive=req.recursive)
         return cpb.RemoveResponse()
 
     async def info(self, req: pb.InfoRequest, context: Any, owner: str) -> pb.InfoResponse:
-        rec = self._record(req.sandbox_id, owner)
+        rec = await self._record(req.sandbox_id, owner)
         return info_to_pb(await rec.sandbox.info())
 
     # -- health ------------------------------------------------------------------------------
@@ -611,6 +668,12 @@ class SandboxService:
                         stats.values[str(k)] = float(v)
         resp.sandboxes = len(self.registry.select(owner))
         return resp
+
+
+def _same_template(rec: Record, template: str) -> Record:
+    if rec.template != template:
+        raise E.InvalidRequest(f"idempotency_key was used for a sandbox of template {rec.template!r}")
+    return rec
 
 
 async def _forward(call: Awaitable[Any], what: str) -> None:

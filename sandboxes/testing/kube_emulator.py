@@ -6,8 +6,9 @@ Nothing here is a real cluster. Two pieces:
   HTTP with list / watch / create / patch / delete), extended with what the backend relies on:
   label selectors on list and watch, `uid` / `resourceVersion` / `creationTimestamp` on created
   objects, `status.phase: Pending` on new pods, garbage collection of Secrets owned by a deleted
-  pod (the real GC controller's job), a watch that cannot miss events between its initial list
-  and its stream, optional injected per-request latency (`latency_s=(lo, hi)`, uniform), and a
+  object (the real GC controller's job), a watch that cannot miss events between its initial list
+  and its stream, optimistic concurrency (an update naming a `metadata.resourceVersion` other
+  than the object's is refused with 409 Conflict, as the real server does), optional injected per-request latency (`latency_s=(lo, hi)`, uniform), and a
   count of every request served (`request_count()`).
 - `FakeKubelet`: plays the kubelet for the emulated server. It watches pods (and Secrets, for the
   token volume) over HTTP like a real kubelet. For each sandbox pod it runs the **real agent
@@ -69,6 +70,9 @@ IMAGE_UNSCHEDULABLE = "emulator.invalid/unschedulable:latest"
 EMULATED_IMAGE = "sandboxes-sandbox:latest"
 
 ANN_AGENT_PORT = "sandboxes.io/agent-port"
+
+
+CONFLICT = "the object has been modified; please apply your changes to the latest version and try again"
 
 
 def _now() -> str:
@@ -134,6 +138,7 @@ class EmulatedApiServer(kmock.KubernetesEmulator):
     latency_s: tuple[float, float] = (0.0, 0.0)
     _rv: int = attrs.field(default=0, init=False)
     _log: list[str] = attrs.field(factory=list, init=False)
+    _updates: asyncio.Lock = attrs.field(factory=asyncio.Lock, init=False)
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
@@ -183,6 +188,34 @@ class EmulatedApiServer(kmock.KubernetesEmulator):
             self._requests[:] = [r for r in self._requests if r._raw_request is not raw_request]
 
     async def _handle(self, request: rendering.Request) -> aiohttp.web.StreamResponse:
+        if request.action != enums.action.UPDATE or request.resource is None or not request.name:
+            return await self._handle_one(request)
+        # Updates one at a time: the precondition check and the write are one step.
+        async with self._updates:
+            wanted = (request.data or {}).get("metadata", {}).get("resourceVersion")
+            if wanted is not None:
+                key = (request.resource, request.namespace, request.name)
+                current = self._objects[key] if key in self._objects else None  # noqa: SIM401 (no .get)
+                if current is not None and not current.deleted:
+                    have = current.raw.get("metadata", {}).get("resourceVersion")
+                    if str(wanted) != str(have):
+                        return aiohttp.web.json_response(
+                            {
+                                "apiVersion": "v1",
+                                "kind": "Status",
+                                "status": "Failure",
+                                "code": 409,
+                                "reason": "Conflict",
+                                "message": (
+                                    f"Operation cannot be fulfilled on {request.resource.plural} "
+                                    f'"{request.name}": {CONFLICT}'
+                                ),
+                            },
+                            status=409,
+                        )
+            return await self._handle_one(request)
+
+    async def _handle_one(self, request: rendering.Request) -> aiohttp.web.StreamResponse:
         pod_uid = None
         if request.resource is not None and isinstance(request.data, dict):
             if request.action == enums.action.CREATE:

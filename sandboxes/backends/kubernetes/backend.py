@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import dataclasses
-import json
 import logging
 import os
 import secrets
@@ -25,6 +24,7 @@ from .config import (
     ANN_AGENT_PORT,
     ANN_MANAGER_POD,
     ANN_MANAGER_UID,
+    ANN_REPLICA_LEASE,
     CONFIG_ENV,
     LABEL_MANAGER,
     LABEL_OWNER,
@@ -33,6 +33,8 @@ from .config import (
     _label_value,
 )
 from .pods import PodRef, _Starting, pod_readiness
+from .shared import ClusterRecords
+from .watch import Watch, by_name
 
 log = logging.getLogger(__name__)
 
@@ -87,15 +89,16 @@ class KubernetesBackend:
         self._token_factory = token_factory or (lambda: secrets.token_urlsafe(32))
         self.api = _Api(cfg)
         self._pods: dict[str, dict[str, Any]] = {}  # pod name -> last seen object (this owner's)
+        self._release: dict[str, dict[str, Any]] = {}  # pod name -> last seen object (every replica's)
         self._starting: dict[str, _Starting] = {}
         self._live: dict[str, PodRef] = {}  # pod name -> live sandbox
+        self._watch = Watch(self.api, self.pods_path, self.release_selector, self._sync, self._apply, "pod")
         self._watch_task: asyncio.Task[None] | None = None
-        self._synced: asyncio.Event | None = None
-        self._watch_error: BaseException | None = None
+        # The release's claimed sandboxes, shared by its replicas (`KubeConfig.shared`).
+        self.records: ClusterRecords | None = ClusterRecords(self) if cfg.shared else None
         self._bg: set[asyncio.Task[Any]] = set()
         self._lost_listener: Callable[[str, str], None] | None = None
         self._closing = False
-        self.watch_restarts = 0
 
     def __repr__(self) -> str:
         return f"kubernetes(namespace={self.cfg.namespace}, owner={self.owner})"
@@ -107,8 +110,13 @@ class KubernetesBackend:
         return f"/api/v1/namespaces/{self.cfg.namespace}/pods"
 
     @property
-    def owner_selector(self) -> str:
-        return f"{LABEL_POOL}={self.cfg.pool},{LABEL_OWNER}={self.owner}"
+    def release_selector(self) -> str:
+        """The pods of every replica of this release (one watch sees them all)."""
+        return f"{LABEL_POOL}={self.cfg.pool},{LABEL_OWNER}"
+
+    @property
+    def watch_restarts(self) -> int:
+        return self._watch.restarts
 
     def set_lost_listener(self, fn: Callable[[str, str], None] | None) -> None:
         """`fn(sandbox_id, reason)` is called (on the loop) when a live sandbox's pod goes away."""
@@ -143,6 +151,8 @@ class KubernetesBackend:
             raise InvalidRequest(f"sandbox id {sandbox_id!r} is not a valid pod name")
         token = self._token_factory()
         manifest = self.pod_manifest(template, pod_name, sandbox_id, token)
+        if self.records is not None:
+            await self.records.join()
         await self._ensure_watch()
         loop = asyncio.get_running_loop()
         starting = _Starting(loop.create_future())
@@ -188,7 +198,7 @@ class KubernetesBackend:
         self._starting.pop(pod_name, None)
         ref = PodRef(pod_name, self.cfg.namespace, uid, sandbox_id, ip, port)
         self._live[pod_name] = ref
-        state, why = pod_readiness(self._pods.get(pod_name))
+        state, why = pod_readiness(self._release.get(pod_name))
         if state != "ready":  # went away between the agent's answer and now
             self._mark_lost(ref, why)
         return SandboxHandle(id=sandbox_id, endpoint=endpoint, token=token, backend_data=ref)
@@ -198,7 +208,15 @@ class KubernetesBackend:
         ref = handle.backend_data
         name = ref.name if isinstance(ref, PodRef) else handle.id.lower()
         self._live.pop(name, None)
+        if isinstance(ref, PodRef) and not ref.alive() and name not in self._release:
+            return  # deleted already (by another replica, or by its node's loss)
         await self._delete_pod(name)
+
+    def forget(self, handle: SandboxHandle) -> None:
+        """Stop watching over a sandbox another replica keeps from now on (no request)."""
+        ref = handle.backend_data
+        name = ref.name if isinstance(ref, PodRef) else handle.id.lower()
+        self._live.pop(name, None)
 
     async def reap_orphans(self) -> int:
         """Delete this pool's pods whose manager is gone (see the module docstring)."""
@@ -217,10 +235,12 @@ class KubernetesBackend:
             labels = meta.get("labels") or {}
             if labels.get(LABEL_OWNER) == self.owner:
                 continue
+            ann = meta.get("annotations") or {}
+            if self.records is not None and ann.get(ANN_REPLICA_LEASE):
+                continue  # a sharing replica's: its Lease tells when it is gone (`shared.py`)
             if labels.get(LABEL_MANAGER) == self.identity:
                 victims.append(meta["name"])
                 continue
-            ann = meta.get("annotations") or {}
             mpod, muid = ann.get(ANN_MANAGER_POD), ann.get(ANN_MANAGER_UID)
             if not mpod or not muid:
                 continue  # manager outside the cluster: its agents' leases end its pods
@@ -247,6 +267,9 @@ class KubernetesBackend:
             await asyncio.gather(*(self._delete_pod(n) for n in leftovers), return_exceptions=True)
         if self._bg:
             await asyncio.gather(*list(self._bg), return_exceptions=True)
+        self._watch.closing = True
+        if self.records is not None:
+            await self.records.close()
         if self._watch_task is not None:
             self._watch_task.cancel()
             with contextlib.suppress(BaseException):
@@ -260,7 +283,8 @@ class KubernetesBackend:
     # --- manifests (`manifests.py`) ------------------------------------------------------------
 
     def _owner(self) -> manifests.Owner:
-        return manifests.Owner(self.identity, self.owner, self.manager_pod, self.manager_uid)
+        lease = self.records.replicas.name if self.records is not None else None
+        return manifests.Owner(self.identity, self.owner, self.manager_pod, self.manager_uid, lease)
 
     def pod_manifest(self, t: Template, pod_name: str, sandbox_id: str, token: str) -> dict[str, Any]:
         """The pod of one sandbox of template `t` (pure: no API call; raises `InvalidRequest`)."""
@@ -295,95 +319,42 @@ class KubernetesBackend:
         if self._closing:
             raise LaunchError("backend closed", step="closed")
         if self._watch_task is None or self._watch_task.done():
-            self._synced = asyncio.Event()
-            self._watch_task = asyncio.create_task(self._watch_loop(), name="kube-watch")
-        assert self._synced is not None
-        if not self._synced.is_set():
+            self._watch.synced.clear()
+            self._watch_task = asyncio.create_task(self._watch.run(), name="kube-watch")
+        if not self._watch.synced.is_set():
             try:
                 async with asyncio.timeout(self.cfg.api_timeout_s):
-                    await self._synced.wait()
+                    await self._watch.synced.wait()
             except TimeoutError as e:
-                err = self._watch_error
+                err = self._watch.error
                 raise BackendUnavailable(f"cannot list pods: {err or 'no answer'}") from e
 
-    async def _watch_loop(self) -> None:
-        """List this owner's pods, then watch from that version; on any failure, back off and
-        list again (the list catches what the gap hid: deletions included)."""
-        backoff = 0.1
-        path = self.pods_path
-        while not self._closing:
-            try:
-                lst = await self.api.request("GET", path, query=[("labelSelector", self.owner_selector)])
-                rv = str(lst.get("metadata", {}).get("resourceVersion") or "")
-                self._sync(lst.get("items") or [])
-                assert self._synced is not None
-                self._synced.set()
-                self._watch_error = None
-                while not self._closing:
-                    query = [
-                        ("labelSelector", self.owner_selector),
-                        ("watch", "true"),
-                        ("allowWatchBookmarks", "true"),
-                        ("timeoutSeconds", str(240 + secrets.randbelow(120))),
-                    ]
-                    if rv and rv.isdigit():
-                        query.append(("resourceVersion", rv))
-                    resp = await self.api.stream(path, query)
-                    try:
-                        async for line in resp.content:
-                            if not line.strip():
-                                continue
-                            ev = json.loads(line)
-                            kind, obj = ev.get("type"), ev.get("object") or {}
-                            if kind == "ERROR":
-                                raise _ApiError(
-                                    int(obj.get("code") or 500),
-                                    str(obj.get("reason")),
-                                    str(obj.get("message")),
-                                )
-                            new_rv = obj.get("metadata", {}).get("resourceVersion")
-                            if new_rv:
-                                rv = str(new_rv)
-                            if kind == "BOOKMARK":
-                                continue
-                            self._apply(kind, obj)
-                            backoff = 0.1
-                    finally:
-                        resp.release()
-                    # The server ended the watch (timeoutSeconds): go on from `rv`.
-            except asyncio.CancelledError:
-                raise
-            except Exception as e:  # noqa: BLE001 - the watch must survive anything
-                if self._closing:
-                    return
-                self._watch_error = e
-                self.watch_restarts += 1
-                log.warning("pod watch failed (%s); listing again in %.1fs", e, backoff)
-                await asyncio.sleep(backoff)  # retry backoff after a failure, not condition polling
-                backoff = min(5.0, backoff * 2)
-
     def _sync(self, items: list[dict[str, Any]]) -> None:
-        seen = {}
-        for pod in items:
-            name = pod.get("metadata", {}).get("name")
-            if name:
-                seen[name] = pod
-        for name in list(self._pods):
+        seen = by_name(items)
+        for name in list(self._release):
             if name not in seen:
-                self._apply("DELETED", self._pods[name])
+                self._apply("DELETED", self._release[name])
         for pod in seen.values():
             self._apply("MODIFIED", pod)
 
     def _apply(self, kind: str | None, pod: dict[str, Any]) -> None:
         meta = pod.get("metadata", {})
         name = meta.get("name")
-        if not name or (meta.get("labels") or {}).get(LABEL_OWNER) != self.owner:
-            return  # not ours (an emulator without label selectors, or a relabelled pod)
+        labels = meta.get("labels") or {}
+        if not name or labels.get(LABEL_POOL) != self.cfg.pool:
+            return  # not of this release (an emulator without label selectors)
         if kind == "DELETED":
+            self._release.pop(name, None)
             self._pods.pop(name, None)
         else:
-            self._pods[name] = pod
+            self._release[name] = pod
+            if labels.get(LABEL_OWNER) == self.owner:
+                self._pods[name] = pod
+            else:  # another replica's (or adopted by one)
+                self._pods.pop(name, None)
         self._evaluate(name)
+        if self.records is not None:
+            self.records.pod_event(kind or "", pod)
 
     def _pod_port(self, pod: Mapping[str, Any]) -> int:
         if self.cfg.port_from_annotation:
@@ -393,7 +364,7 @@ class KubernetesBackend:
         return self.cfg.agent_port
 
     def _evaluate(self, name: str) -> None:
-        pod = self._pods.get(name)
+        pod = self._release.get(name)
         state, info = pod_readiness(pod)
         starting = self._starting.get(name)
         if starting is not None and not starting.future.done():

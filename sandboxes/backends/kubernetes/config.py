@@ -25,6 +25,9 @@ ANN_SANDBOX = "sandboxes.io/sandbox-id"
 ANN_MANAGER_POD = "sandboxes.io/manager-pod"  # "<namespace>/<name>" of the manager's pod
 ANN_MANAGER_UID = "sandboxes.io/manager-uid"
 ANN_AGENT_PORT = "sandboxes.io/agent-port"  # emulator only (see port_from_annotation)
+ANN_CLAIM = "sandboxes.io/claim"  # the claimed sandbox's record (JSON; `claims.py`)
+ANN_REPLICA_LEASE = "sandboxes.io/replica-lease"  # the Lease of the replica that made the pod
+LABEL_CLAIMED = "sandboxes.io/claimed"  # "true" once a claim's record is on the pod
 
 TOKEN_DIR = "/var/run/sandboxes"
 TOKEN_KEY = "token"
@@ -121,6 +124,11 @@ class KubeConfig:
     `$POD_NAMESPACE/$POD_NAME`, `$POD_UID`: lets other replicas reap this manager's pods after it
     is gone).
 
+    Replicas: `shared` (what `sandboxes serve` turns on) keeps every claimed sandbox's record on
+    its pod, so any replica of the release serves any sandbox, and a replica Lease per manager;
+    `replica_lease_s` is how long a replica that stopped renewing its Lease counts as alive,
+    after which another replica adopts its claimed sandboxes (`shared.py`, `docs/kubernetes.md`).
+
     `token_mode`: "secret" (default; a Secret per pod, mounted 0400 root) or "env" (the token in the
     pod spec's env: one API call fewer per sandbox, but readable by anyone who may read pods).
     """
@@ -160,6 +168,8 @@ class KubeConfig:
     api_qps: float = 0.0
     api_timeout_s: float = 30.0
     port_from_annotation: bool = False
+    shared: bool = False
+    replica_lease_s: float = 10.0
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> KubeConfig:
@@ -236,7 +246,7 @@ class KubeConfig:
             raise InvalidRequest(f"pool must be a valid label value, got {self.pool!r}")
         if self.token_mode not in ("secret", "env"):
             raise InvalidRequest("token_mode must be 'secret' or 'env'")
-        for name in ("ready_timeout_s", "api_timeout_s"):
+        for name in ("ready_timeout_s", "api_timeout_s", "replica_lease_s"):
             v = getattr(self, name)
             if not isinstance(v, (int, float)) or not 0 < v <= 3600:
                 raise InvalidRequest(f"{name} must be in (0, 3600], got {v!r}")

@@ -12,6 +12,7 @@ from .config import (
     AGENT_CAPABILITIES,
     ANN_MANAGER_POD,
     ANN_MANAGER_UID,
+    ANN_REPLICA_LEASE,
     ANN_SANDBOX,
     CONTAINER,
     LABEL_COMPONENT,
@@ -38,6 +39,7 @@ class Owner:
     owner: str
     manager_pod: str | None
     manager_uid: str | None
+    lease: str | None = None  # its replica Lease (replicas that share their sandboxes)
 
 
 def check_template(cfg: KubeConfig, t: Template) -> str:
@@ -178,6 +180,8 @@ def pod_manifest(
     if owner.manager_pod and owner.manager_uid:
         annotations[ANN_MANAGER_POD] = owner.manager_pod
         annotations[ANN_MANAGER_UID] = owner.manager_uid
+    if owner.lease:
+        annotations[ANN_REPLICA_LEASE] = owner.lease
 
     tolerations = [dict(x) for x in cfg.tolerations]
     if cfg.node_loss_toleration_s is not None:
