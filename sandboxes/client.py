@@ -43,7 +43,7 @@ from sandboxes._proto.convert import (
 from sandboxes.grading import GradeStream, batch_deadline
 from sandboxes.judging import RunTestsRequest, TestReport
 from sandboxes.sandbox import Data, ExecRequest, ExecStream, SandboxBase, as_bytes
-from sandboxes.status import error_from_rpc, is_retryable_unavailable
+from sandboxes.status import error_from_rpc, is_draining, is_retryable_unavailable
 from sandboxes.types import AgentInfo, DirEntry, ExecResult, ReadRange
 
 __all__ = ["ADDRESS_ENV", "API_KEY_ENV", "AsyncSandboxClient", "RemoteSandbox"]
@@ -55,6 +55,9 @@ ADDRESS_ENV = "SANDBOXES_ADDRESS"
 _UNBOUNDED_EXEC_DEADLINE_S = 24 * 3600.0
 # Network slack added to deadlines whose length the server's own wait defines.
 _NETWORK_MARGIN_S = 10.0
+# A channel left for a new one (its server drains) finishes its calls within this.
+_DRAIN_GRACE_S = 60.0
+_closing: set[asyncio.Task[None]] = set()
 MAX_MESSAGE_BYTES = 64 << 20
 
 
@@ -91,7 +94,12 @@ class AsyncSandboxClient:
         self._options = [
             ("grpc.max_receive_message_length", max_message_bytes),
             ("grpc.max_send_message_length", max_message_bytes),
-            ("grpc.enable_retries", 0),  # we retry ourselves, only where it is safe
+            # Transparent retries only (no retry policy): a call the server never saw, e.g. one that
+            # raced a draining server's GOAWAY, goes again; every other retry is ours, where safe.
+            ("grpc.enable_retries", 1),
+            # This channel's own connections: a new channel is a new connection, which a load
+            # balancer may give to another replica (grpc shares them across channels otherwise).
+            ("grpc.use_local_subchannel_pool", 1),
             *(options or []),
         ]
         self._channel: grpc.aio.Channel | None = None
@@ -114,6 +122,16 @@ class AsyncSandboxClient:
                 self._channel = grpc.aio.insecure_channel(self.address, options=self._options)
             self._stub = SandboxesStub(self._channel)
         return self._stub
+
+    def _reconnect(self, failed: Any) -> None:
+        """A new channel (a new connection) in place of `failed`, which finishes its calls."""
+        channel = self._channel
+        if channel is None or failed is not channel:
+            return  # another call reconnected already
+        self._channel, self._stub = None, None
+        task = asyncio.ensure_future(channel.close(grace=_DRAIN_GRACE_S))
+        _closing.add(task)
+        task.add_done_callback(_closing.discard)
 
     async def close(self) -> None:
         """Close the connection (sandboxes live on until deleted or their TTL passes)."""
@@ -154,8 +172,14 @@ class AsyncSandboxClient:
             try:
                 if first_try is not None:
                     first_try.append(n == 0)
+                self._connect()
+                channel = self._channel
                 return await attempt()
             except grpc.aio.AioRpcError as e:
+                if n < self.retries and is_draining(e):
+                    n += 1  # untouched by a server going away: again, on a new connection
+                    self._reconnect(channel)
+                    continue
                 if retry and n < self.retries and is_retryable_unavailable(e):
                     n += 1
                     delay = self.backoff_s * (2 ** (n - 1)) * (0.5 + random.random())

@@ -13,6 +13,7 @@ __all__ = [
     "AuthError",
     "BackendUnavailable",
     "Cancelled",
+    "Draining",
     "ErrorKind",
     "InvalidRequest",
     "LaunchError",
@@ -42,6 +43,7 @@ class ErrorKind(str, enum.Enum):
     LAUNCH = "launch"
     BACKEND_UNAVAILABLE = "backend_unavailable"
     CANCELLED = "cancelled"
+    DRAINING = "draining"
     INTERNAL = "internal"
 
 
@@ -137,3 +139,11 @@ class Cancelled(SandboxError):
     """The call was cancelled (e.g. the server is shutting down)."""
 
     kind = ErrorKind.CANCELLED
+
+
+class Draining(SandboxError):
+    """The server is shutting down and refused the call before doing anything of it: any call,
+    even a non-idempotent one, is safe to send again (the client does, on a new connection, which
+    a load balancer gives to another replica)."""
+
+    kind = ErrorKind.DRAINING

@@ -47,6 +47,7 @@ _CODE_OF_KIND: dict[E.ErrorKind, grpc.StatusCode] = {
     E.ErrorKind.LAUNCH: grpc.StatusCode.INTERNAL,
     E.ErrorKind.BACKEND_UNAVAILABLE: grpc.StatusCode.UNAVAILABLE,
     E.ErrorKind.CANCELLED: grpc.StatusCode.CANCELLED,
+    E.ErrorKind.DRAINING: grpc.StatusCode.UNAVAILABLE,
     E.ErrorKind.INTERNAL: grpc.StatusCode.INTERNAL,
 }
 
@@ -63,6 +64,7 @@ _CLASS_OF_KIND: dict[str, type[E.SandboxError]] = {
     E.ErrorKind.LAUNCH.value: E.LaunchError,
     E.ErrorKind.BACKEND_UNAVAILABLE.value: E.BackendUnavailable,
     E.ErrorKind.CANCELLED.value: E.Cancelled,
+    E.ErrorKind.DRAINING.value: E.Draining,
     E.ErrorKind.INTERNAL.value: E.SandboxError,
 }
 
@@ -142,6 +144,13 @@ def error_from_rpc(err: grpc.RpcError) -> E.SandboxError:
     exc = error_from_status(code, details, trailers)
     exc.__cause__ = err
     return exc
+
+
+def is_draining(err: grpc.RpcError) -> bool:
+    """A draining server refused the call untouched: safe to send again, on a new connection."""
+    if err.code() != grpc.StatusCode.UNAVAILABLE:
+        return False
+    return _metadata_value(err.trailing_metadata(), KIND_KEY) == E.ErrorKind.DRAINING.value
 
 
 def is_retryable_unavailable(err: grpc.RpcError) -> bool:

@@ -11,7 +11,6 @@ import contextlib
 import json
 import os
 import signal
-import subprocess
 import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
@@ -34,6 +33,58 @@ def _started(line: str) -> str | None:
     return None
 
 
+class Service:
+    """A Service's virtual IP as kube-proxy makes it: each TCP connection goes to the next of the
+    release's endpoints, in turn; a replica out of the endpoints gets no new connection."""
+
+    def __init__(self, release: Release) -> None:
+        self.release = release
+        self.server: asyncio.Server | None = None
+        self.address = ""
+        self._turn = 0
+        self._pipes: set[asyncio.Task[None]] = set()
+
+    async def start(self) -> None:
+        self.server = await asyncio.start_server(self._connect, "127.0.0.1", 0)
+        self.address = f"127.0.0.1:{self.server.sockets[0].getsockname()[1]}"
+
+    async def _connect(self, reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        endpoints = self.release.endpoints
+        if not endpoints:
+            writer.close()
+            return
+        name = endpoints[self._turn % len(endpoints)]
+        self._turn += 1
+        host, _, port = self.release.replicas[name].address.rpartition(":")
+        try:
+            up_reader, up_writer = await asyncio.open_connection(host, int(port))
+        except OSError:
+            writer.close()
+            return
+        for src, dst in ((reader, up_writer), (up_reader, writer)):
+            task = asyncio.create_task(_pipe(src, dst))
+            self._pipes.add(task)
+            task.add_done_callback(self._pipes.discard)
+
+    async def close(self) -> None:
+        if self.server is not None:
+            self.server.close()
+        for task in list(self._pipes):
+            task.cancel()
+        await asyncio.gather(*self._pipes, return_exceptions=True)
+
+
+async def _pipe(src: asyncio.StreamReader, dst: asyncio.StreamWriter) -> None:
+    try:
+        while data := await src.read(1 << 16):
+            dst.write(data)
+            await dst.drain()
+    except (OSError, asyncio.IncompleteReadError):
+        pass
+    finally:
+        dst.close()
+
+
 @dataclass
 class Replica:
     name: str
@@ -49,15 +100,28 @@ class Release:
     """The emulated cluster and the replicas serving on it; `endpoints` are the replicas a
     Service would route to (those started and not being stopped)."""
 
-    def __init__(self, api: Any, kubelet: Any, url: str, tmp: Path, *, image: str | None, warm: int) -> None:
+    def __init__(
+        self,
+        api: Any,
+        kubelet: Any,
+        url: str,
+        tmp: Path,
+        *,
+        image: str | None,
+        deployment: dict[str, Any] | None,
+        warm: int,
+    ) -> None:
         self.api = api
         self.kubelet = kubelet
         self.url = url
         self.tmp = tmp
         self.image = image
+        self.deployment = deployment
         self.warm = warm
         self.replicas: dict[str, Replica] = {}
         self.endpoints: list[str] = []
+        self.service = Service(self)
+        self._service_clients: list[AsyncSandboxClient] = []
         self._turn = 0
         self.config_dir = tmp / "config"
         self.config_dir.mkdir()
@@ -76,9 +140,9 @@ class Release:
 
     # --- replicas -----------------------------------------------------------------------------
 
-    async def start(self, name: str, *, deployment: dict[str, Any] | None = None) -> Replica:
-        """Start replica `name`; returns once it serves. `deployment` is the chart's rendered
-        Deployment, whose container command / args / env the image launcher runs."""
+    async def start(self, name: str) -> Replica:
+        """Start replica `name`; returns once it serves. The image launcher runs the container
+        command / args / env of the chart's rendered Deployment."""
         env = {**os.environ, "SANDBOXES_MANAGER_ID": name, "POD_NAME": name, "POD_NAMESPACE": "default"}
         cfg = self.config_dir
         container = None
@@ -95,8 +159,8 @@ class Release:
             ]
             argv += ["--grace", "5"]
         else:
-            assert deployment is not None
-            spec = deployment["spec"]["template"]["spec"]["containers"][0]
+            assert self.deployment is not None
+            spec = self.deployment["spec"]["template"]["spec"]["containers"][0]
             args = [a for a in spec["args"] if not a.startswith(("--port=", "--metrics-port=", "--warm="))]
             args += ["--port=0", f"--warm={self.warm}", "--grace=5"]
             container = f"sandboxes-replica-{name}-{os.getpid()}"
@@ -139,6 +203,12 @@ class Release:
         async for line in rep.proc.stdout:
             rep.log.append(line.decode(errors="replace"))
 
+    def service_client(self) -> AsyncSandboxClient:
+        """A client of the Service (its own connection, to whichever replica the Service picked)."""
+        client = AsyncSandboxClient(self.service.address, api_key=KEY)
+        self._service_clients.append(client)
+        return client
+
     def client(self, name: str | None = None) -> AsyncSandboxClient:
         """A client of replica `name`, else of the next endpoint in turn (as a Service spreads
         connections)."""
@@ -152,30 +222,25 @@ class Release:
 
     async def kill(self, name: str) -> None:
         """SIGKILL: the replica ends with nothing cleaned up."""
-        rep = self.replicas.pop(name)
         self.endpoints.remove(name)
-        if rep.container:
-            subprocess.run(
-                ["docker", "kill", "--signal", "KILL", rep.container], capture_output=True, check=False
-            )
-        else:
-            rep.proc.send_signal(signal.SIGKILL)
-        await self._reap(rep)
+        await self._signal(name, signal.SIGKILL)
 
-    async def stop(self, name: str) -> None:
-        """What a rolling update does to a pod: out of the Service's endpoints, then SIGTERM; the
-        replica drains (running calls finish) and exits."""
-        rep = self.replicas.pop(name)
+    async def stop(self, name: str, *, pre_stop_s: float = 0.0) -> None:
+        """What a rolling update does to a pod: out of the Service's endpoints, the preStop hook's
+        wait, then SIGTERM; the replica drains (running calls finish) and exits."""
         self.endpoints.remove(name)
-        if rep.container:
-            subprocess.run(
-                ["docker", "kill", "--signal", "TERM", rep.container], capture_output=True, check=False
-            )
-        else:
-            rep.proc.send_signal(signal.SIGTERM)
-        await self._reap(rep)
+        await asyncio.sleep(pre_stop_s)
+        await self._signal(name, signal.SIGTERM)
 
-    async def _reap(self, rep: Replica) -> None:
+    async def _signal(self, name: str, sig: signal.Signals) -> None:
+        rep = self.replicas.pop(name)
+        if rep.container:
+            docker = await asyncio.create_subprocess_exec(
+                "docker", "kill", "--signal", sig.name, rep.container, stdout=asyncio.subprocess.DEVNULL
+            )
+            await docker.wait()
+        else:
+            rep.proc.send_signal(sig)
         try:
             await asyncio.wait_for(rep.proc.wait(), 60)
         finally:
@@ -186,8 +251,11 @@ class Release:
                 await rep.client.close()
 
     async def close(self) -> None:
+        for client in self._service_clients:
+            await client.close()
         for name in list(self.replicas):
             await self.stop(name)
+        await self.service.close()
 
     # --- what the cluster holds ------------------------------------------------------------------
 
@@ -213,10 +281,17 @@ class Release:
 
 @contextlib.asynccontextmanager
 async def release(
-    tmp: Path, *, image: str | None = None, warm: int = 2, **kubelet: Any
+    tmp: Path,
+    *,
+    image: str | None = None,
+    deployment: dict[str, Any] | None = None,
+    warm: int = 2,
 ) -> AsyncIterator[Release]:
-    async with emulated_cluster(**kubelet) as (api, kube, url):
-        rel = Release(api, kube, url, tmp, image=image, warm=warm)
+    """The emulated cluster and its replicas (launched from `image` when given, else from this
+    checkout); every replica still running at the end is stopped."""
+    async with emulated_cluster() as (api, kube, url):
+        rel = Release(api, kube, url, tmp, image=image, deployment=deployment, warm=warm)
+        await rel.service.start()
         try:
             yield rel
         finally:

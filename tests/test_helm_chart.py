@@ -13,37 +13,19 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from helm_chart import CHART, NAMESPACE, ROOT, by_kind, render
 
 helm = pytest.importorskip("helm_python", reason="needs helm-python-sdk")
 kv = pytest.importorskip("kubernetes_validate", reason="needs kubernetes-validate")
 yaml = pytest.importorskip("yaml")
 
-ROOT = Path(__file__).resolve().parent.parent
-CHART = ROOT / "deploy" / "helm" / "sandboxes"
 CI_VALUES = sorted((ROOT / "deploy" / "helm" / "ci").glob("*.yaml"))
 # A recent release and the oldest the chart supports (kubeVersion >= 1.27; hostUsers is in 1.30+).
 KUBE_VERSIONS = ["1.30.0", "1.33.0"]
-RELEASE, NAMESPACE = "rel", "sandboxes"
 
 
 def _values(path: Path | None) -> dict[str, Any]:
     return {} if path is None else yaml.safe_load(path.read_text()) or {}
-
-
-def _render(values: dict[str, Any]) -> list[dict[str, Any]]:
-    with helm.Chart.load(str(CHART)) as chart:
-        chart.validate_schema(values)
-        manifests = chart.render(values, name=RELEASE, namespace=NAMESPACE, is_install=True)
-    docs = []
-    for path, text in manifests.items():
-        if path.endswith("NOTES.txt"):
-            assert RELEASE in text
-            continue
-        for doc in yaml.safe_load_all(text):
-            if doc:
-                doc["__path"] = path
-                docs.append(doc)
-    return docs
 
 
 CASES = [pytest.param(None, id="defaults")] + [pytest.param(p, id=p.stem) for p in CI_VALUES]
@@ -64,7 +46,7 @@ def test_lint(values_file: Path | None) -> None:
 
 @pytest.mark.parametrize("values_file", CASES)
 def test_render_and_validate(values_file: Path | None) -> None:
-    docs = _render(_values(values_file))
+    docs = render(_values(values_file))
     kinds = {d["kind"] for d in docs}
     assert {"Deployment", "Service", "ServiceAccount", "Role", "RoleBinding", "ConfigMap"} <= kinds
     for doc in docs:
@@ -84,21 +66,17 @@ def test_render_and_validate(values_file: Path | None) -> None:
                 ) from e
 
 
-def _by_kind(docs: list[dict[str, Any]], kind: str) -> list[dict[str, Any]]:
-    return [d for d in docs if d["kind"] == kind]
-
-
 @pytest.mark.parametrize("values_file", CASES)
 def test_the_manager_accepts_what_the_chart_gives_it(values_file: Path | None, tmp_path: Path) -> None:
     from sandboxes.backends.kubernetes import KubeConfig, KubernetesBackend
     from sandboxes.cli import build_parser, load_templates
 
-    docs = _render(_values(values_file))
-    deploy = _by_kind(docs, "Deployment")[0]
+    docs = render(_values(values_file))
+    deploy = by_kind(docs, "Deployment")[0]
     container = deploy["spec"]["template"]["spec"]["containers"][0]
     args = build_parser().parse_args(container["args"])
     assert args.backend == "kubernetes" and args.host == "0.0.0.0"
-    cm = _by_kind(docs, "ConfigMap")[0]["data"]
+    cm = by_kind(docs, "ConfigMap")[0]["data"]
     cfg = KubeConfig.from_mapping(json.loads(cm["kube.json"]))
     (tmp_path / "templates.json").write_text(cm["templates.json"])
     templates = load_templates(str(tmp_path / "templates.json"), "kubernetes")
@@ -109,7 +87,7 @@ def test_the_manager_accepts_what_the_chart_gives_it(values_file: Path | None, t
         kv.validate(pod, KUBE_VERSIONS[-1], strict=True)
         assert pod["metadata"]["labels"]["sandboxes.io/pool"] == cfg.pool
     # The sandbox NetworkPolicy selects exactly the pods the backend labels.
-    nps = {d["metadata"]["name"]: d for d in _by_kind(docs, "NetworkPolicy")}
+    nps = {d["metadata"]["name"]: d for d in by_kind(docs, "NetworkPolicy")}
     sandbox_np = next((d for n, d in nps.items() if n.endswith("-sandbox")), None)
     if sandbox_np is not None:
         assert sandbox_np["spec"]["podSelector"]["matchLabels"] == {"sandboxes.io/pool": cfg.pool}
@@ -120,8 +98,8 @@ def test_the_manager_accepts_what_the_chart_gives_it(values_file: Path | None, t
 
 
 def test_secure_defaults() -> None:
-    docs = _render({})
-    pod = _by_kind(docs, "Deployment")[0]["spec"]["template"]["spec"]
+    docs = render({})
+    pod = by_kind(docs, "Deployment")[0]["spec"]["template"]["spec"]
     sc = pod["containers"][0]["securityContext"]
     assert pod["securityContext"]["runAsNonRoot"] is True
     assert pod["securityContext"]["seccompProfile"] == {"type": "RuntimeDefault"}
@@ -130,29 +108,29 @@ def test_secure_defaults() -> None:
     probes = pod["containers"][0]
     assert probes["livenessProbe"] and probes["readinessProbe"] and pod["terminationGracePeriodSeconds"] > 10
     # RBAC: only pod verbs (and creating token secrets), namespaced, nothing cluster-wide.
-    assert not _by_kind(docs, "ClusterRole") and not _by_kind(docs, "ClusterRoleBinding")
-    rules = _by_kind(docs, "Role")[0]["rules"]
+    assert not by_kind(docs, "ClusterRole") and not by_kind(docs, "ClusterRoleBinding")
+    rules = by_kind(docs, "Role")[0]["rules"]
     assert {r["resources"][0]: set(r["verbs"]) for r in rules} == {
         "pods": {"get", "list", "watch", "create", "delete"},
         "secrets": {"create"},
     }
     assert not any("exec" in res or "proxy" in res for r in rules for res in r["resources"])
     # NetworkPolicies and a PDB by default; no ServiceMonitor unless asked.
-    assert len(_by_kind(docs, "NetworkPolicy")) == 3
-    assert _by_kind(docs, "PodDisruptionBudget")[0]["spec"]["maxUnavailable"] == 1
-    assert not _by_kind(docs, "ServiceMonitor")
+    assert len(by_kind(docs, "NetworkPolicy")) == 3
+    assert by_kind(docs, "PodDisruptionBudget")[0]["spec"]["maxUnavailable"] == 1
+    assert not by_kind(docs, "ServiceMonitor")
     # An API key is generated when none is given.
-    secret = _by_kind(docs, "Secret")[0]
+    secret = by_kind(docs, "Secret")[0]
     assert secret["data"]["api-keys"]
-    kube = json.loads(_by_kind(docs, "ConfigMap")[0]["data"]["kube.json"])
+    kube = json.loads(by_kind(docs, "ConfigMap")[0]["data"]["kube.json"])
     assert kube["host_users"] is False and kube["token_mode"] == "secret"
 
 
 def test_separate_sandbox_namespace_gets_its_own_rbac() -> None:
-    docs = _render({"sandbox": {"namespace": "runs"}})
-    roles = {(r["metadata"]["namespace"], r["metadata"]["name"]) for r in _by_kind(docs, "Role")}
+    docs = render({"sandbox": {"namespace": "runs"}})
+    roles = {(r["metadata"]["namespace"], r["metadata"]["name"]) for r in by_kind(docs, "Role")}
     assert roles == {("runs", "rel-sandboxes"), (NAMESPACE, "rel-sandboxes-peers")}
-    np = next(d for d in _by_kind(docs, "NetworkPolicy") if d["metadata"]["name"] == "rel-sandboxes-sandbox")
+    np = next(d for d in by_kind(docs, "NetworkPolicy") if d["metadata"]["name"] == "rel-sandboxes-sandbox")
     peer = np["spec"]["ingress"][0]["from"][0]
     assert np["metadata"]["namespace"] == "runs"
     assert peer["namespaceSelector"]["matchLabels"] == {"kubernetes.io/metadata.name": NAMESPACE}

@@ -11,9 +11,14 @@ real cluster when KUBECONFIG is set.
 from __future__ import annotations
 
 import asyncio
+import json
+from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+import pytest_asyncio
+from helm_chart import by_kind, render
 from helpers import wait_until
 from kube_release import Release, release
 
@@ -26,6 +31,24 @@ pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(600)]
 # their leases renewed by the adopter) within the test's time.
 KUBE = {"replica_lease_s": 3.0}
 TEMPLATES = {"default": {"lease_ttl_s": 6.0}}
+PRE_STOP_S = 1.0  # the chart's preStop wait, shortened: endpoints drop the replica before SIGTERM
+
+
+@pytest_asyncio.fixture(params=["process", "image"])
+async def rel(request: Any, native: object, tmp_path: Path) -> AsyncIterator[Release]:
+    """The release on the emulated cluster, its replicas `sandboxes serve` processes of this
+    checkout, or containers of the built manager image run as the chart's Deployment says."""
+    if request.param == "process":
+        async with release(tmp_path) as r:
+            r.write_config(KUBE, TEMPLATES)
+            yield r
+        return
+    image = request.getfixturevalue("manager_image")
+    docs = render({"manager": {"replicas": 2}, "templates": TEMPLATES})
+    data = by_kind(docs, "ConfigMap")[0]["data"]
+    async with release(tmp_path, image=image, deployment=by_kind(docs, "Deployment")[0]) as r:
+        r.write_config({**json.loads(data["kube.json"]), **KUBE}, json.loads(data["templates.json"]))
+        yield r
 
 
 def _not_exec_path(request: str) -> bool:
@@ -39,150 +62,141 @@ async def _serving(rel: Release) -> None:
     await wait_until(lambda: len(rel.pods()) >= 2 * rel.warm, timeout=60, what="both warm sets")
 
 
-async def test_any_replica_serves_any_sandbox(native: object, tmp_path: Path) -> None:
-    async with release(tmp_path) as rel:
-        rel.write_config(KUBE, TEMPLATES)
-        await _serving(rel)
-        a, b = rel.client("replica-a"), rel.client("replica-b")
-        made = await a.create(labels={"job": "j1"}, env={"GREETING": "hi"}, timeout=60)
-        # Created on A; everything else on B.
-        sb = await b.get(made.id)
-        r = await sb.exec(["sh", "-c", 'echo "$GREETING from $(hostname)"'])
-        assert r.exit_code == 0 and r.stdout.startswith(b"hi from"), r
-        await sb.write_files({"notes/a.txt": b"written through B"})
-        assert await (await a.get(made.id)).read_file("notes/a.txt") == b"written through B"
-        assert [s.id for s in await b.list(labels={"job": "j1"})] == [made.id]
-        assert (await b.health())["sandboxes"] == 1
-        await b.delete(made.id)
+async def test_any_replica_serves_any_sandbox(rel: Release) -> None:
+    await _serving(rel)
+    a, b = rel.client("replica-a"), rel.client("replica-b")
+    made = await a.create(labels={"job": "j1"}, env={"GREETING": "hi"}, timeout=60)
+    # Created on A; everything else on B.
+    sb = await b.get(made.id)
+    r = await sb.exec(["sh", "-c", 'echo "$GREETING from $(hostname)"'])
+    assert r.exit_code == 0 and r.stdout.startswith(b"hi from"), r
+    await sb.write_files({"notes/a.txt": b"written through B"})
+    assert await (await a.get(made.id)).read_file("notes/a.txt") == b"written through B"
+    assert [s.id for s in await b.list(labels={"job": "j1"})] == [made.id]
+    assert (await b.health())["sandboxes"] == 1
+    await b.delete(made.id)
 
-        async def gone_on_a() -> bool:
-            try:
-                await a.get(made.id)
-            except NotFound:
-                return True
-            return False
+    async def gone_on_a() -> bool:
+        try:
+            await a.get(made.id)
+        except NotFound:
+            return True
+        return False
 
-        await wait_until(gone_on_a, timeout=10, what="the delete on B seen by A")
-        assert made.id.lower() not in {p["metadata"]["name"] for p in rel.pods()}
+    await wait_until(gone_on_a, timeout=10, what="the delete on B seen by A")
+    assert made.id.lower() not in {p["metadata"]["name"] for p in rel.pods()}
 
 
-async def test_the_exec_path_makes_no_api_request_with_two_replicas(native: object, tmp_path: Path) -> None:
-    async with release(tmp_path) as rel:
-        rel.write_config(KUBE, TEMPLATES)
-        await _serving(rel)
-        made = [await rel.client().create(timeout=60) for _ in range(6)]
-        await wait_until(lambda: len(rel.claimed()) == 6, timeout=10, what="six claims on their pods")
-        await asyncio.sleep(1.0)  # the watches of both replicas have the claims
-        # Every sandbox through both replicas, alternating as a Service would.
-        handles = [await rel.client(name).get(m.id) for m in made for name in ("replica-a", "replica-b")]
-        before = rel.api.request_count()
-        for round_ in range(25):
-            results = await asyncio.gather(*(h.exec(["true"]) for h in handles))
-            assert all(r.exit_code == 0 for r in results), round_
-        requests = [r for r in rel.api.requests_since(before) if not _not_exec_path(r)]
-        assert requests == [], requests[:10]
-        for m in made:
-            await rel.client().delete(m.id)
+async def test_the_exec_path_makes_no_api_request_with_two_replicas(rel: Release) -> None:
+    await _serving(rel)
+    made = [await rel.client().create(timeout=60) for _ in range(6)]
+    await wait_until(lambda: len(rel.claimed()) == 6, timeout=10, what="six claims on their pods")
+    await asyncio.sleep(1.0)  # the watches of both replicas have the claims
+    # Every sandbox through both replicas, alternating as a Service would.
+    handles = [await rel.client(name).get(m.id) for m in made for name in ("replica-a", "replica-b")]
+    before = rel.api.request_count()
+    for round_ in range(25):
+        results = await asyncio.gather(*(h.exec(["true"]) for h in handles))
+        assert all(r.exit_code == 0 for r in results), round_
+    requests = [r for r in rel.api.requests_since(before) if not _not_exec_path(r)]
+    assert requests == [], requests[:10]
+    for m in made:
+        await rel.client().delete(m.id)
 
 
-async def test_idempotent_creates_agree_across_replicas(native: object, tmp_path: Path) -> None:
-    async with release(tmp_path) as rel:
-        rel.write_config(KUBE, TEMPLATES)
-        await _serving(rel)
-        a, b = rel.client("replica-a"), rel.client("replica-b")
-        for i in range(5):
-            key = f"rollout-{i}"
-            first, second = await asyncio.gather(
-                a.create(idempotency_key=key, timeout=60), b.create(idempotency_key=key, timeout=60)
-            )
-            assert first.id == second.id, (key, first.id, second.id)
-            again = await (a if i % 2 else b).create(idempotency_key=key, timeout=60)
-            assert again.id == first.id
-        await wait_until(lambda: len(rel.claimed()) == 5, timeout=10, what="one sandbox per key")
-        for s in await a.list():
-            await s.close()
-        await wait_until(lambda: not rel.claimed(), timeout=10, what="deleted")
+async def test_idempotent_creates_agree_across_replicas(rel: Release) -> None:
+    await _serving(rel)
+    a, b = rel.client("replica-a"), rel.client("replica-b")
+    for i in range(5):
+        key = f"rollout-{i}"
+        first, second = await asyncio.gather(
+            a.create(idempotency_key=key, timeout=60), b.create(idempotency_key=key, timeout=60)
+        )
+        assert first.id == second.id, (key, first.id, second.id)
+        again = await (a if i % 2 else b).create(idempotency_key=key, timeout=60)
+        assert again.id == first.id
+    await wait_until(lambda: len(rel.claimed()) == 5, timeout=10, what="one sandbox per key")
+    for s in await a.list():
+        await s.close()
+    await wait_until(lambda: not rel.claimed(), timeout=10, what="deleted")
 
 
-async def test_a_killed_replicas_sandboxes_keep_serving(native: object, tmp_path: Path) -> None:
+async def test_a_killed_replicas_sandboxes_keep_serving(rel: Release) -> None:
     """SIGKILL of one replica with 100 claimed sandboxes: every one keeps serving through the
     other (no NotFound, no lost file), is adopted by it (its agent's lease renewed past the
     lease's length), and none is left once their owner deleted them."""
-    async with release(tmp_path) as rel:
-        rel.write_config(KUBE, TEMPLATES)
-        await _serving(rel)
-        made = await asyncio.gather(*(rel.client().create(timeout=120) for _ in range(100)))
-        await asyncio.gather(*(m.write_files({"id.txt": m.id.encode()}) for m in made))
-        owner_a = rel.owner_of("replica-a")
-        held_by_a = {n for n, o in rel.claimed().items() if o == owner_a}
-        assert 30 <= len(held_by_a) <= 70, len(held_by_a)
-        await rel.kill("replica-a")
-        b = rel.client("replica-b")
+    await _serving(rel)
+    made = await asyncio.gather(*(rel.client().create(timeout=120) for _ in range(100)))
+    await asyncio.gather(*(m.write_files({"id.txt": m.id.encode()}) for m in made))
+    owner_a = rel.owner_of("replica-a")
+    held_by_a = {n for n, o in rel.claimed().items() if o == owner_a}
+    assert 30 <= len(held_by_a) <= 70, len(held_by_a)
+    await rel.kill("replica-a")
+    b = rel.client("replica-b")
 
-        async def all_serve() -> None:
-            handles = [await b.get(m.id) for m in made]
-            texts = await asyncio.gather(*(h.read_file("id.txt") for h in handles))
-            assert texts == [m.id.encode() for m in made]
-            runs = await asyncio.gather(*(h.exec(["cat", "id.txt"]) for h in handles))
-            assert [r.stdout for r in runs] == texts
+    async def all_serve() -> None:
+        handles = [await b.get(m.id) for m in made]
+        texts = await asyncio.gather(*(h.read_file("id.txt") for h in handles))
+        assert texts == [m.id.encode() for m in made]
+        runs = await asyncio.gather(*(h.exec(["cat", "id.txt"]) for h in handles))
+        assert [r.stdout for r in runs] == texts
 
-        await all_serve()  # at once, before any adoption
-        owner_b = rel.owner_of("replica-b")
-        await wait_until(
-            lambda: set(rel.claimed().values()) == {owner_b}, timeout=30, what="B adopted A's sandboxes"
-        )
-        await asyncio.sleep(2 * TEMPLATES["default"]["lease_ttl_s"])  # only B renews their leases now
-        await all_serve()
-        await asyncio.gather(*(b.delete(m.id) for m in made))
-        await wait_until(lambda: not rel.claimed(), timeout=30, what="every sandbox deleted")
-        # A's warm pods went with A: only B's warm set is left.
-        await wait_until(
-            lambda: {p["metadata"]["labels"]["sandboxes.io/owner"] for p in rel.pods()} == {owner_b},
-            timeout=30,
-            what="the dead replica's warm pods deleted",
-        )
-        await rel.stop("replica-b")
-        await wait_until(lambda: not rel.pods(), timeout=30, what="no pod left")
-        assert rel.api.objects_of("secrets") == []
+    await all_serve()  # at once, before any adoption
+    owner_b = rel.owner_of("replica-b")
+    await wait_until(
+        lambda: set(rel.claimed().values()) == {owner_b}, timeout=30, what="B adopted A's sandboxes"
+    )
+    await asyncio.sleep(2 * TEMPLATES["default"]["lease_ttl_s"])  # only B renews their leases now
+    await all_serve()
+    await asyncio.gather(*(b.delete(m.id) for m in made))
+    await wait_until(lambda: not rel.claimed(), timeout=30, what="every sandbox deleted")
+    # A's warm pods went with A: only B's warm set is left.
+    await wait_until(
+        lambda: {p["metadata"]["labels"]["sandboxes.io/owner"] for p in rel.pods()} == {owner_b},
+        timeout=30,
+        what="the dead replica's warm pods deleted",
+    )
+    await rel.stop("replica-b")
+    await wait_until(lambda: not rel.pods(), timeout=30, what="no pod left")
+    assert rel.api.objects_of("secrets") == []
 
 
-async def test_a_rolling_restart_fails_no_exec(native: object, tmp_path: Path) -> None:
+async def test_a_rolling_restart_fails_no_exec(rel: Release) -> None:
     """Both replicas restarted one at a time (out of the endpoints, SIGTERM, drain; a new one
     in) while execs run without pause on sandboxes claimed through both: none fails."""
-    async with release(tmp_path) as rel:
-        rel.write_config(KUBE, TEMPLATES)
-        await _serving(rel)
-        made = [await rel.client().create(timeout=60) for _ in range(8)]
-        failures: list[BaseException] = []
-        done = 0
-        stop = asyncio.Event()
+    await _serving(rel)
+    made = [await rel.client().create(timeout=60) for _ in range(8)]
+    failures: list[BaseException] = []
+    done = 0
+    stop = asyncio.Event()
 
-        async def load() -> None:
-            nonlocal done
-            i = 0
-            while not stop.is_set():
-                m = made[i % len(made)]
-                i += 1
-                try:
-                    sb = await rel.client().get(m.id)
-                    r = await sb.exec(["sh", "-c", "echo ok"], timeout=30)
-                    assert r.stdout == b"ok\n", r
-                    done += 1
-                except Exception as e:  # noqa: BLE001 - counted, then asserted on
-                    failures.append(e)
+    async def load() -> None:
+        nonlocal done
+        client = rel.service_client()  # its own connection, as each rollout worker has
+        i = 0
+        while not stop.is_set():
+            m = made[i % len(made)]
+            i += 1
+            try:
+                sb = await client.get(m.id)
+                r = await sb.exec(["sh", "-c", "echo ok"], timeout=30)
+                assert r.stdout == b"ok\n", r
+                done += 1
+            except Exception as e:  # noqa: BLE001 - counted, then asserted on
+                failures.append(e)
 
-        workers = [asyncio.create_task(load()) for _ in range(4)]
-        try:
-            for old, new in (("replica-a", "replica-a2"), ("replica-b", "replica-b2")):
-                await rel.start(new)
-                await rel.stop(old)
-                await asyncio.sleep(1.0)
-        finally:
-            stop.set()
-            await asyncio.gather(*workers)
-        assert not failures, failures[:5]
-        assert done > 100, done
-        survivors = {rel.owner_of("replica-a2"), rel.owner_of("replica-b2")}
-        assert set(rel.claimed().values()) <= survivors and len(rel.claimed()) == len(made)
-        for m in made:
-            await rel.client().delete(m.id)
+    workers = [asyncio.create_task(load()) for _ in range(4)]
+    try:
+        for old, new in (("replica-a", "replica-a2"), ("replica-b", "replica-b2")):
+            await rel.start(new)
+            await rel.stop(old, pre_stop_s=PRE_STOP_S)
+            await asyncio.sleep(1.0)
+    finally:
+        stop.set()
+        await asyncio.gather(*workers)
+    assert not failures, failures[:5]
+    assert done > 100, done
+    survivors = {rel.owner_of("replica-a2"), rel.owner_of("replica-b2")}
+    assert set(rel.claimed().values()) <= survivors and len(rel.claimed()) == len(made)
+    for m in made:
+        await rel.client().delete(m.id)

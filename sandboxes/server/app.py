@@ -206,7 +206,11 @@ class Server:
             await self.prime.close()
         if self.grpc is not None:
             try:
-                await self.grpc.stop(grace)
+                if self.service is not None:
+                    # New calls are refused as `Draining` (clients resend them elsewhere) while
+                    # the running ones finish; then the transport goes.
+                    await self.service.drain(grace)
+                await self.grpc.stop(min(grace, 1.0))
             except Exception:
                 log.exception("stopping the gRPC server failed")
         if self.service is not None:

@@ -43,6 +43,7 @@ from sandboxes.types import DEFAULT_READ_MAX_BYTES, ReadRange
 __all__ = ["SERVICE_NAME", "SandboxService", "ServiceConfig"]
 
 SERVICE_NAME = "sandboxes.v1.Sandboxes"
+DRAIN_QUIET_S = 0.25  # a draining server closes once no call came for this long
 
 log = logging.getLogger("sandboxes.server")
 
@@ -106,6 +107,10 @@ class SandboxService:
         self.registry = Registry(self._expire)
         self.version = version
         self.draining = False
+        self._active = 0  # calls being served (a draining server waits for them)
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._last_call = 0.0  # loop time of the latest call
         self._deleting: dict[str, asyncio.Task] = {}
         # The registry shared with the other replicas of a cluster (`join_cluster`).
         self.shared: SharedRecords | None = None
@@ -187,16 +192,49 @@ class SandboxService:
         }
         return grpc.method_handlers_generic_handler(SERVICE_NAME, handlers)
 
+    @contextlib.contextmanager
+    def _serving(self, method: str):
+        """One call being served; a draining server refuses new ones (but Health) untouched."""
+        self._last_call = asyncio.get_running_loop().time()
+        if self.draining and method != "Health":
+            raise E.Draining(
+                "the server is shutting down; send the call again (a new connection reaches another replica)"
+            )
+        self._active += 1
+        self._idle.clear()
+        try:
+            yield
+        finally:
+            self._active -= 1
+            if not self._active:
+                self._idle.set()
+
+    async def drain(self, grace: float) -> None:
+        """Refuse new calls (`Draining`: clients send them again elsewhere) until the calls being
+        served finished and no call came for `DRAIN_QUIET_S` (clients still connected have
+        learnt to move before the connection goes), `grace` seconds at most."""
+        self.draining = True
+        loop = asyncio.get_running_loop()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(grace):
+                while True:
+                    await self._idle.wait()
+                    quiet = loop.time() - self._last_call
+                    if quiet >= DRAIN_QUIET_S:
+                        return
+                    await asyncio.sleep(DRAIN_QUIET_S - quiet)  # a call came: quiet again first
+
     def _unary(self, name: str, fn: Callable, req_cls: Any, resp_cls: Any, *, auth_required: bool = True):
         async def handle(request: Any, context: grpc.aio.ServicerContext) -> Any:
             try:
-                try:
-                    owner = self.auth.authenticate(context.invocation_metadata())
-                except E.AuthError:
-                    if auth_required:
-                        raise
-                    owner = None
-                return await fn(_check(request), context, owner)
+                with self._serving(name):
+                    try:
+                        owner = self.auth.authenticate(context.invocation_metadata())
+                    except E.AuthError:
+                        if auth_required:
+                            raise
+                        owner = None
+                    return await fn(_check(request), context, owner)
             except Exception as e:  # noqa: BLE001 (every error becomes a status)
                 await self._abort(name, context, e)
 
@@ -209,9 +247,10 @@ class SandboxService:
     def _wrap_stream(self, name: str, fn: Callable[..., AsyncIterator]):
         async def handle(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator:
             try:
-                owner = self.auth.authenticate(context.invocation_metadata())
-                async for item in fn(request, context, owner):
-                    yield item
+                with self._serving(name):
+                    owner = self.auth.authenticate(context.invocation_metadata())
+                    async for item in fn(request, context, owner):
+                        yield item
             except Exception as e:  # noqa: BLE001 (every error becomes a status)
                 await self._abort(name, context, e)
 
