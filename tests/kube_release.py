@@ -161,8 +161,10 @@ class Release:
         else:
             assert self.deployment is not None
             spec = self.deployment["spec"]["template"]["spec"]["containers"][0]
-            args = [a for a in spec["args"] if not a.startswith(("--port=", "--metrics-port=", "--warm="))]
-            args += ["--port=0", f"--warm={self.warm}", "--grace=5"]
+            # Every replica shares this host's network: ports the kernel picks, no metrics port.
+            fixed = ("--port=", "--metrics-port=", "--http-port=", "--warm=", "--grace=")
+            args = [a for a in spec["args"] if not a.startswith(fixed)]
+            args += ["--port=0", "--http-port=0", f"--warm={self.warm}", "--grace=5"]
             container = f"sandboxes-replica-{name}-{os.getpid()}"
             argv = ["docker", "run", "--rm", "--name", container, "--network", "host", "--read-only"]
             argv += ["--cap-drop", "ALL", "--security-opt", "no-new-privileges", "--user", "65532:65532"]

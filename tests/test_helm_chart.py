@@ -107,12 +107,14 @@ def test_secure_defaults() -> None:
     assert sc["capabilities"] == {"drop": ["ALL"]}
     probes = pod["containers"][0]
     assert probes["livenessProbe"] and probes["readinessProbe"] and pod["terminationGracePeriodSeconds"] > 10
-    # RBAC: only pod verbs (and creating token secrets), namespaced, nothing cluster-wide.
+    # RBAC: pods, the token / claim Secrets and Leases, namespaced, nothing cluster-wide; no
+    # update (only merge patches), no deletecollection.
     assert not by_kind(docs, "ClusterRole") and not by_kind(docs, "ClusterRoleBinding")
     rules = by_kind(docs, "Role")[0]["rules"]
     assert {r["resources"][0]: set(r["verbs"]) for r in rules} == {
-        "pods": {"get", "list", "watch", "create", "delete"},
-        "secrets": {"create"},
+        "pods": {"get", "list", "watch", "create", "patch", "delete"},
+        "secrets": {"get", "list", "watch", "create", "patch"},
+        "leases": {"get", "list", "watch", "create", "patch", "delete"},
     }
     assert not any("exec" in res or "proxy" in res for r in rules for res in r["resources"])
     # NetworkPolicies and a PDB by default; no ServiceMonitor unless asked.
@@ -124,6 +126,28 @@ def test_secure_defaults() -> None:
     assert secret["data"]["api-keys"]
     kube = json.loads(by_kind(docs, "ConfigMap")[0]["data"]["kube.json"])
     assert kube["host_users"] is False and kube["token_mode"] == "secret"
+
+
+def test_replicas_behind_the_service() -> None:
+    """Every surface's port on the Service; replicas > 1 with a PDB and a preStop wait by
+    default; an HPA, when enabled, owns the replica count."""
+    docs = render({})
+    deploy = by_kind(docs, "Deployment")[0]
+    container = deploy["spec"]["template"]["spec"]["containers"][0]
+    ports = {p["name"]: p["port"] for p in by_kind(docs, "Service")[0]["spec"]["ports"]}
+    assert ports == {"grpc": 50051, "metrics": 9090, "http": 8080}
+    assert {p["name"] for p in container["ports"]} == set(ports)
+    assert "--http-port=8080" in container["args"]
+    assert deploy["spec"]["replicas"] == 2 and by_kind(docs, "PodDisruptionBudget")
+    assert container["lifecycle"]["preStop"]["exec"]["command"] == ["sleep", "5"]
+    kube = json.loads(by_kind(docs, "ConfigMap")[0]["data"]["kube.json"])
+    assert kube["replica_lease_s"] == 10
+    assert not by_kind(docs, "HorizontalPodAutoscaler")
+    docs = render({"autoscaling": {"enabled": True, "minReplicas": 3}, "service": {"httpPort": None}})
+    hpa = by_kind(docs, "HorizontalPodAutoscaler")[0]["spec"]
+    assert hpa["scaleTargetRef"]["name"] == by_kind(docs, "Deployment")[0]["metadata"]["name"]
+    assert hpa["minReplicas"] == 3 and "replicas" not in by_kind(docs, "Deployment")[0]["spec"]
+    assert "http" not in {p["name"] for p in by_kind(docs, "Service")[0]["spec"]["ports"]}
 
 
 def test_separate_sandbox_namespace_gets_its_own_rbac() -> None:

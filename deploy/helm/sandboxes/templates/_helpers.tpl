@@ -90,6 +90,7 @@ app.kubernetes.io/component: manager
   "create_concurrency" (int $s.createConcurrency)
   "api_concurrency" (int .Values.manager.kubeApi.concurrency)
   "api_qps" .Values.manager.kubeApi.qps
+  "replica_lease_s" .Values.manager.replicaLeaseSeconds
 -}}
 {{- if $s.runtimeClassName }}{{ $_ := set $c "runtime_class_name" $s.runtimeClassName }}{{ end -}}
 {{- if $s.priorityClassName }}{{ $_ := set $c "priority_class_name" $s.priorityClassName }}{{ end -}}
