@@ -200,3 +200,26 @@ async def test_a_rolling_restart_fails_no_exec(rel: Release) -> None:
     assert set(rel.claimed().values()) <= survivors and len(rel.claimed()) == len(made)
     for m in made:
         await rel.client().delete(m.id)
+
+
+async def test_concurrent_creates_across_replicas_hand_each_sandbox_out_once(
+    native: object, tmp_path: Path
+) -> None:
+    """1,000 creates at once, through two replicas, against a warm set of 500: every idempotency
+    key (each sent to both replicas) gets one sandbox, the same through either, and no sandbox
+    is handed out twice."""
+    async with release(tmp_path, warm=250) as rel:
+        rel.write_config(KUBE, TEMPLATES)
+        await rel.start("replica-a")
+        await rel.start("replica-b")
+        await wait_until(lambda: len(rel.pods()) >= 500, timeout=300, what="a warm set of 500")
+        a, b = rel.client("replica-a"), rel.client("replica-b")
+        keys = [f"rollout-{i}" for i in range(500)]
+        made = await asyncio.gather(*(c.create(idempotency_key=k, timeout=300) for k in keys for c in (a, b)))
+        pairs = list(zip(made[0::2], made[1::2], strict=True))
+        assert all(x.id == y.id for x, y in pairs), [(x.id, y.id) for x, y in pairs if x.id != y.id][:5]
+        ids = {x.id for x, _ in pairs}
+        assert len(ids) == 500
+        await wait_until(lambda: len(rel.claimed()) == 500, timeout=60, what="the losers' pods released")
+        assert set(rel.claimed()) == {i.lower() for i in ids}
+        await asyncio.gather(*(rel.client().delete(i) for i in ids))

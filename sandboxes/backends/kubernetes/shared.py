@@ -167,15 +167,26 @@ class ClusterRecords:
         self._wake = asyncio.Event()
         self._tasks: list[asyncio.Task[None]] = []
         self._joined = False
+        self._join_lock: asyncio.Lock | None = None
         self._serving = False
 
     # --- lifecycle ---------------------------------------------------------------------------
 
     async def join(self) -> None:
-        """Create this replica's Lease (before its first pod: no replica may take a pod whose
-        maker has no Lease yet for a dead one's)."""
-        if not self._joined:
+        """Create this replica's Lease and start watching the release's Secrets, before its first
+        pod: no replica may take a pod whose maker has no Lease yet for a dead one's, and the
+        first list is in before this replica's own creates crowd the API server."""
+        if self._joined:
+            return
+        if self._join_lock is None:
+            self._join_lock = asyncio.Lock()
+        async with self._join_lock:
+            if self._joined:
+                return
             await self.replicas.start()
+            self._tasks.append(asyncio.create_task(self._secret_watch.run(), name="kube-secret-watch"))
+            async with asyncio.timeout(self.cfg.api_timeout_s):
+                await self._secret_watch.synced.wait()
             self._joined = True
 
     async def serve(self, listener: Listener) -> None:
@@ -183,9 +194,6 @@ class ClusterRecords:
         self.listener = listener
         await self.join()
         await self.be._ensure_watch()
-        self._tasks.append(asyncio.create_task(self._secret_watch.run(), name="kube-secret-watch"))
-        async with asyncio.timeout(self.cfg.api_timeout_s):
-            await self._secret_watch.synced.wait()
         self._serving = True
         for pod in list(self.be._release.values()):
             self.pod_event("MODIFIED", pod)
