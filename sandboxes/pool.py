@@ -239,6 +239,10 @@ class Pool:
         template, else `InvalidRequest`."""
         if not self._started:
             await self.start()
+        self.serve_template(template)
+
+    def serve_template(self, template: Template) -> None:
+        """`add_template` on a started pool, at once (no await)."""
         if self._closing:
             raise Cancelled("pool is closing")
         known = self._templates.get(template.name)

@@ -25,11 +25,11 @@ CLAIMED = "sandboxes.io/claimed"
 OWNER = "sandboxes.io/owner"
 
 
-def _started(line: str) -> str | None:
+def _started(line: str) -> dict[str, Any] | None:
     with contextlib.suppress(ValueError):
         rec = json.loads(line)
         if rec.get("msg") == "server started":
-            return str(rec["address"])
+            return dict(rec)
     return None
 
 
@@ -91,6 +91,7 @@ class Replica:
     address: str
     proc: Any  # asyncio subprocess (of `sandboxes serve`, or of `docker run`)
     container: str | None = None
+    http_port: int | None = None
     log: list[str] = field(default_factory=list)
     drain: asyncio.Task[None] | None = None
     client: AsyncSandboxClient | None = None
@@ -157,7 +158,7 @@ class Release:
                 "--warm",
                 str(self.warm),
             ]
-            argv += ["--grace", "5"]
+            argv += ["--http-port", "0", "--grace", "5"]
         else:
             assert self.deployment is not None
             spec = self.deployment["spec"]["template"]["spec"]["containers"][0]
@@ -190,9 +191,9 @@ class Release:
             line = await asyncio.wait_for(proc.stdout.readline(), 180)
             assert line, f"replica {name} exited ({await proc.wait()}) before serving:\n" + "".join(rep.log)
             rep.log.append(line.decode(errors="replace"))
-            address = _started(line.decode(errors="replace"))
-            if address is not None:
-                rep.address = address
+            started = _started(line.decode(errors="replace"))
+            if started is not None:
+                rep.address, rep.http_port = str(started["address"]), started.get("http_port")
                 break
         rep.drain = asyncio.create_task(self._read(rep))
         rep.client = AsyncSandboxClient(rep.address, api_key=KEY)

@@ -20,7 +20,8 @@ import pytest
 import pytest_asyncio
 from helm_chart import by_kind, render
 from helpers import wait_until
-from kube_release import Release, release
+from kube_release import KEY, Release, release
+from server_helpers import run_scenario
 
 from sandboxes.errors import NotFound
 
@@ -223,3 +224,29 @@ async def test_concurrent_creates_across_replicas_hand_each_sandbox_out_once(
         await wait_until(lambda: len(rel.claimed()) == 500, timeout=60, what="the losers' pods released")
         assert set(rel.claimed()) == {i.lower() for i in ids}
         await asyncio.gather(*(rel.client().delete(i) for i in ids))
+
+
+async def test_the_prime_sdk_uses_a_sandbox_through_another_replica(native: object, tmp_path: Path) -> None:
+    """The unmodified Prime SDK makes a sandbox through one replica's HTTP API, another SDK
+    process uses it (gets, lists, runs a command, deletes) through the other's."""
+    async with release(tmp_path) as rel:
+        rel.write_config(KUBE, TEMPLATES)
+        await _serving(rel)
+
+        async def sdk(replica: str, *args: str) -> dict[str, Any]:
+            home = tmp_path / f"home-{replica}"
+            home.mkdir(exist_ok=True)
+            env = {
+                "HOME": str(home),
+                "PRIME_API_BASE_URL": f"http://127.0.0.1:{rel.replicas[replica].http_port}",
+                "PRIME_API_KEY": KEY,
+            }
+            return await run_scenario("prime-current", "prime_scenarios.py", list(args), env, timeout=300)
+
+        made = await sdk("replica-a", "make")
+        assert made["wrote"]["exit_code"] == 0, made
+        used = await sdk("replica-b", "use", made["id"])
+        assert used["status"] == "RUNNING" and used["listed"], used
+        assert used["read"] == {"stdout": "made here\n", "stderr": "", "exit_code": 0}, used
+        assert used["after"] == {"ok": "TERMINATED"}, used  # the platform's tombstone of a deleted one
+        await wait_until(lambda: not rel.claimed(), timeout=10, what="deleted")

@@ -35,7 +35,7 @@ from sandboxes.server.auth import ApiKeys
 from sandboxes.server.metrics import Metrics
 from sandboxes.server.quota import Quotas
 from sandboxes.server.registry import Record, Registry
-from sandboxes.server.shared import SharedRecords
+from sandboxes.server.shared import Codec, SharedRecords
 from sandboxes.server.validation import Bounds, Validator
 from sandboxes.status import status_of, trailing_metadata_of
 from sandboxes.types import DEFAULT_READ_MAX_BYTES, ReadRange
@@ -114,6 +114,8 @@ class SandboxService:
         self._deleting: dict[str, asyncio.Task] = {}
         # The registry shared with the other replicas of a cluster (`join_cluster`).
         self.shared: SharedRecords | None = None
+        # How the surfaces' state of a record (`Record.attrs[name]`) crosses replicas.
+        self.attr_codecs: dict[str, Codec] = {}
         # Called with (record, reason) as a sandbox leaves the registry (delete, ttl, shutdown...).
         self.on_delete: list[Callable[[Record, str], None]] = []
 
@@ -128,7 +130,7 @@ class SandboxService:
         for backend in getattr(self.pool, "backends", ()):
             records = getattr(backend, "records", None)
             if records is not None:
-                self.shared = SharedRecords(self.registry, self.pool, records, self._gone)
+                self.shared = SharedRecords(self.registry, self.pool, records, self._gone, self.attr_codecs)
                 self.registry.shared = self.shared
                 await records.serve(self.shared)
                 return True
@@ -418,6 +420,15 @@ class SandboxService:
             rec.expires_at = time.time() + ttl_s
         await self.shared.publish(rec, env)
         return rec
+
+    def share_attr(self, name: str, codec: Codec) -> None:
+        """Let `Record.attrs[name]` reach the other replicas of a cluster (through `save`)."""
+        self.attr_codecs[name] = codec
+
+    async def save(self, rec: Record) -> None:
+        """Write `rec` (with its surfaces' state) to the cluster before answering, when shared."""
+        if self.shared is not None:
+            await self.shared.save(rec)
 
     async def _gone(self, rec: Record) -> None:
         """A sandbox deleted or lost elsewhere in the cluster leaves this registry."""

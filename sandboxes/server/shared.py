@@ -19,6 +19,7 @@ background job, a code-interpreter kernel) stays on the replica that runs it.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import time
 from collections.abc import Callable
@@ -31,17 +32,66 @@ if TYPE_CHECKING:
     from sandboxes.backends.kubernetes.shared import Claim, ClusterRecords
     from sandboxes.server.registry import Record, Registry
 
-__all__ = ["Codec", "SharedRecords"]
+__all__ = ["Codec", "SharedRecords", "dataclass_codec"]
 
 log = logging.getLogger("sandboxes.server.shared")
 
 
 @dataclass(frozen=True)
 class Codec:
-    """How a surface's `Record.attrs[name]` is written to the cluster and read back."""
+    """How a surface's `Record.attrs[name]` is written to the cluster and read back; `on_load`
+    (record, value) is called on the replica that read it (e.g. to set the sandbox's limits)."""
 
     encode: Callable[[Any], Any]
     decode: Callable[[Any], Any]
+    on_load: Callable[[Any, Any], None] | None = None
+
+
+def dataclass_codec(cls: type, *, exclude: tuple[str, ...] = (), on_load: Any = None) -> Codec:
+    """A codec of a dataclass whose fields are JSON, bytes, lists, tuples and dicts of them;
+    `exclude`: fields that mean nothing in another process (rebuilt by the class)."""
+    names = [f.name for f in dataclasses.fields(cls) if f.init and f.name not in exclude]
+
+    def encode(obj: Any) -> dict[str, Any]:
+        return {n: _to_json(getattr(obj, n)) for n in names}
+
+    def decode(data: dict[str, Any]) -> Any:
+        return cls(**{n: _from_json(v) for n, v in data.items() if n in names})
+
+    return Codec(encode, decode, on_load)
+
+
+def _to_json(v: Any) -> Any:
+    if isinstance(v, bytes):
+        return {"$bytes": v.hex()}
+    if isinstance(v, (list, tuple)):
+        return [_to_json(x) for x in v]
+    if isinstance(v, dict):
+        return {str(k): _to_json(x) for k, x in v.items()}
+    return v
+
+
+def _from_json(v: Any) -> Any:
+    if isinstance(v, dict):
+        if set(v) == {"$bytes"}:
+            return bytes.fromhex(v["$bytes"])
+        return {k: _from_json(x) for k, x in v.items()}
+    if isinstance(v, list):
+        return [_from_json(x) for x in v]
+    return v
+
+
+def _template_codec() -> Codec:
+    from sandboxes.templates import Template
+    from sandboxes.types import Limits
+
+    def encode(t: Any) -> dict[str, Any]:
+        return _to_json(dataclasses.asdict(t))
+
+    def decode(d: dict[str, Any]) -> Any:
+        return Template(**{**d, "limits": Limits(**d["limits"])})
+
+    return Codec(encode, decode)
 
 
 class SharedRecords:
@@ -57,12 +107,17 @@ class SharedRecords:
         pool: Any,
         records: ClusterRecords,
         gone: Callable[[Record], Any],
+        codecs: dict[str, Codec],
     ) -> None:
         self.registry = registry
         self.pool = pool
         self.records = records
         self._gone = gone
-        self.codecs: dict[str, Codec] = {}
+        self.codecs = codecs  # the surfaces', by attribute name (they register them as they start)
+        self._template = _template_codec()
+        # Templates every replica serves (its configuration); one made at run time (an image a
+        # compatible API named) travels with the record, and the replica reading it adds it.
+        self._configured = set(getattr(pool, "templates", {}))
         self._tasks: set[asyncio.Task[Any]] = set()
 
     # --- from the cluster to records -----------------------------------------------------------
@@ -120,18 +175,12 @@ class SharedRecords:
         if handle is None or private is None:
             return None  # its token or private part is not in this replica's cache yet
         if claim.template not in getattr(self.pool, "templates", {}):
-            log.warning("sandbox %s is of template %r, unknown here", claim.sandbox_id, claim.template)
-            return None
+            if "template" not in private:
+                log.warning("sandbox %s is of template %r, unknown here", claim.sandbox_id, claim.template)
+                return None
+            self.pool.serve_template(self._template.decode(private["template"]))
         env = private.get("env") or {}
         sb = self.pool.attach(claim.template, handle, labels=claim.labels, env=env)
-        attrs = {}
-        for name, raw in (private.get("attrs") or {}).items():
-            codec = self.codecs.get(name)
-            if codec is not None:
-                try:
-                    attrs[name] = codec.decode(raw)
-                except Exception:
-                    log.exception("reading %s of sandbox %s failed", name, claim.sandbox_id)
         rec = Record(
             id=claim.sandbox_id,
             sandbox=sb,
@@ -140,14 +189,27 @@ class SharedRecords:
             owner=claim.owner,
             idempotency_key=claim.key,
             created_at=claim.created_at,
-            attrs=attrs,
             local=False,
         )
         rec.claim = claim
         self.registry.add(rec, None)
         if claim.expires_at:
             self.registry.expire_at(rec, claim.expires_at, publish=False)
+        self._load_attrs(rec, private)
         return rec
+
+    def _load_attrs(self, rec: Record, private: dict[str, Any]) -> None:
+        for name, raw in (private.get("attrs") or {}).items():
+            codec = self.codecs.get(name)
+            if codec is None:
+                continue
+            try:
+                value = codec.decode(raw)
+                rec.attrs[name] = value
+                if codec.on_load is not None:
+                    codec.on_load(rec, value)
+            except Exception:
+                log.exception("reading %s of sandbox %s failed", name, rec.id)
 
     # --- from records to the cluster -----------------------------------------------------------
 
@@ -168,31 +230,44 @@ class SharedRecords:
         rec.claim = claim
         await self.records.publish(claim, self._private(rec, env))
 
-    def changed(self, rec: Record, *, attrs: bool = False) -> None:
-        """`rec`'s TTL or labels (and, with `attrs`, its surfaces' state) changed here: write
-        them (in the background; the last write wins)."""
+    def changed(self, rec: Record) -> None:
+        """`rec`'s TTL or labels changed here: write them (in the background; the last write
+        wins)."""
         claim = getattr(rec, "claim", None)
         if claim is None:
             return
         claim.expires_at = rec.expires_at
         claim.labels = dict(rec.labels)
-        private = self._private(rec, dict(rec.sandbox.env)) if attrs else None
 
         async def write() -> None:
             try:
-                await self.records.update(claim, private)
+                await self.records.update(claim)
             except Exception as e:  # noqa: BLE001 - this replica keeps it; the others see the old one
                 log.warning("writing the record of %s failed: %s", rec.id, e)
 
         self._spawn(write())
 
+    async def save(self, rec: Record) -> None:
+        """Write `rec` whole (TTL, labels and its surfaces' state) before the caller answers,
+        so that the next call, on any replica, finds what this one made."""
+        claim = getattr(rec, "claim", None)
+        if claim is None:
+            return
+        claim.expires_at = rec.expires_at
+        claim.labels = dict(rec.labels)
+        await self.records.update(claim, self._private(rec, dict(rec.sandbox.env)))
+
     def _private(self, rec: Record, env: dict[str, str] | None) -> dict[str, Any]:
+        out: dict[str, Any] = {}
+        if rec.template not in self._configured:
+            template = getattr(self.pool, "templates", {}).get(rec.template)
+            if template is not None:
+                out["template"] = self._template.encode(template)
         attrs = {}
         for name, value in rec.attrs.items():
             codec = self.codecs.get(name)
             if codec is not None:
                 attrs[name] = codec.encode(value)
-        out: dict[str, Any] = {}
         if env:
             out["env"] = dict(env)
         if attrs:
@@ -209,6 +284,9 @@ class SharedRecords:
         rec.labels = dict(claim.labels)
         if claim.expires_at and claim.expires_at != rec.expires_at:
             self.registry.expire_at(rec, claim.expires_at, publish=False)
+        private = self.records.private(claim)
+        if private:
+            self._load_attrs(rec, private)
 
     def claim_gone(self, sandbox_id: str) -> None:
         rec = self.registry.local(sandbox_id)

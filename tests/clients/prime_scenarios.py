@@ -333,9 +333,42 @@ def hold(marker: str | None) -> dict[str, Any]:
     return {}
 
 
+def make(_: str | None) -> dict[str, Any]:
+    """A sandbox made and written to (the next scenario may use it through another server)."""
+    c = SandboxClient(APIClient())
+    sb = c.create(request(labels=["cross"]))
+    c.wait_for_creation(sb.id)
+    wrote = cmd(c.execute_command(sb.id, "echo made here > made.txt && echo $HOSTNAME"))
+    return {"id": sb.id, "wrote": wrote}
+
+
+def use(sandbox_id: str | None) -> dict[str, Any]:
+    """Everything a client does to a sandbox made elsewhere: get, list, command, delete."""
+    c = SandboxClient(APIClient())
+    out: dict[str, Any] = {"status": c.get(sandbox_id).status}
+    out["listed"] = sandbox_id in [s.id for s in c.list().sandboxes]
+    out["read"] = cmd(c.execute_command(sandbox_id, "cat made.txt"))
+    c.delete(sandbox_id)
+    out["after"] = attempt(lambda: c.get(sandbox_id).status)
+    return out
+
+
 SCENARIOS = {
     f.__name__: f
-    for f in (lifecycle, commands, async_commands, processes, jobs, files, auth, network, images, hold)
+    for f in (
+        lifecycle,
+        commands,
+        async_commands,
+        processes,
+        jobs,
+        files,
+        auth,
+        network,
+        images,
+        hold,
+        make,
+        use,
+    )
 }
 
 

@@ -506,7 +506,13 @@ class ClusterRecords:
         for k, v in (obj.get("data") or {}).items():
             with contextlib.suppress(ValueError, TypeError):
                 data[k] = base64.b64decode(v).decode()
+        if self._secrets.get(name) == data:
+            return
         self._secrets[name] = data
+        sid = self._by_pod.get(name.removesuffix("-claim")) if name.endswith("-claim") else None
+        claim = self._claims.get(sid) if sid else None
+        if claim is not None and self._serving and self.listener is not None:
+            self.listener.claim_changed(claim)  # its private part changed
 
     # --- adoption -------------------------------------------------------------------------------
 

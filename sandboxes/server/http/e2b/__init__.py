@@ -27,6 +27,8 @@ from sandboxes.server.http.e2b.envd import envd_app
 from sandboxes.server.http.e2b.filesystem import Filesystem
 from sandboxes.server.http.e2b.interpreter import Interpreter
 from sandboxes.server.http.e2b.process import TARGET, Process
+from sandboxes.server.http.e2b.state import E2bSandbox
+from sandboxes.server.shared import dataclass_codec
 
 __all__ = ["E2bApi"]
 
@@ -42,6 +44,8 @@ class E2bApi:
         self.envd = envd_app(Process(service.quotas), Filesystem())
         self.interpreter = Router(routes=Interpreter().routes())
         service.on_delete.append(self._ended)
+        # The API's view of a sandbox reaches the other replicas of a cluster with its record.
+        service.share_attr("e2b", dataclass_codec(E2bSandbox, exclude=("_digest",), on_load=_end_at))
 
     def routes(self) -> list[Any]:
         return self.control.routes()
@@ -102,3 +106,8 @@ async def _answer(send: Any, status: int, message: str) -> None:
         }
     )
     await send({"type": "http.response.body", "body": body})
+
+
+def _end_at(rec: Any, sb: E2bSandbox) -> None:
+    """A sandbox read from the cluster ends when its record says (its TTL may have moved)."""
+    sb.end_at = rec.expires_at or sb.end_at

@@ -191,6 +191,7 @@ class ControlPlane:
         sb = rec.attrs.get("e2b")
         if sb is None:
             sb = self._attach(rec, template_id, metadata, env, tp, has_network)
+            await self.service.save(rec)  # any replica of a cluster serves it from now on
         return JSONResponse(sb.created_json(), status_code=201)
 
     @staticmethod

@@ -13,6 +13,7 @@ from sandboxes.server.http.prime.api import ControlPlane
 from sandboxes.server.http.prime.gateway import Gateway
 from sandboxes.server.http.prime.state import PrimeSandbox, Tombstones
 from sandboxes.server.http.timestamps import iso
+from sandboxes.server.shared import dataclass_codec
 
 __all__ = ["PrimeApi"]
 
@@ -35,6 +36,11 @@ class PrimeApi:
         self.control = ControlPlane(self)
         self.gateway = Gateway(self)
         service.on_delete.append(self._ended)
+        # The API's view of a sandbox reaches the other replicas of a cluster with its record.
+        service.share_attr(
+            "prime",
+            dataclass_codec(PrimeSandbox, exclude=("last_active",), on_load=self.control.apply_limits),
+        )
 
     def routes(self) -> list[Any]:
         return self.control.routes() + self.gateway.routes()
@@ -42,9 +48,11 @@ class PrimeApi:
     def owner(self, request: Request) -> str:
         return self.auth.authenticate_header(request.headers.get("authorization"))
 
-    def gateway_auth(self, request: Request, sb: PrimeSandbox) -> dict[str, Any]:
-        """What `POST /sandbox/{id}/auth` answers: the gateway at the address the client used."""
+    async def gateway_auth(self, request: Request, rec: Any, sb: PrimeSandbox) -> dict[str, Any]:
+        """What `POST /sandbox/{id}/auth` answers: the gateway at the address the client used
+        (the token, when new, is saved with the record: any replica's gateway accepts it)."""
         token, expires = sb.gateway_token()
+        await self.service.save(rec)
         return {
             "gateway_url": str(request.base_url).rstrip("/") + "/gateway",
             "user_ns": USER_NS,

@@ -135,7 +135,8 @@ class ControlPlane:
         if sb is None:
             sb = self._attach(rec, args, tp, why)
             await self._start_command(rec, sb, args)
-        return JSONResponse({**sb.to_json(), "gatewayAuth": self.prime.gateway_auth(request, sb)})
+        auth = await self.prime.gateway_auth(request, rec, sb)
+        return JSONResponse({**sb.to_json(), "gatewayAuth": auth})
 
     def _failed(self, owner: str, args: CreateArgs, tp: Any, error_type: str, message: str) -> PrimeSandbox:
         """A sandbox that could not start: a tombstone in ERROR (get, list and waits see it)."""
@@ -147,8 +148,17 @@ class ControlPlane:
     def _attach(self, rec: Any, args: CreateArgs, tp: Any, why: str) -> PrimeSandbox:
         """The API's view of a newly claimed sandbox: what it was asked for, within the template."""
         sb = self._view(rec.id, args, tp, template=rec.template)
-        # Each command gets the memory asked for, within the sandbox's own (kernel) bound, may
-        # write files as large as its disk, and returns up to COMMAND_OUTPUT_BYTES of output.
+        self.apply_limits(rec, sb)
+        rec.attrs["prime"] = sb
+        sb.note(f"sandbox {sb.id} created: {sb.name}")
+        sb.note(f"image {args.docker_image} runs as template {rec.template!r} ({why})")
+        self._ensure_sweeper()
+        return sb
+
+    def apply_limits(self, rec: Any, sb: PrimeSandbox) -> None:
+        """Each command gets the memory asked for, within the sandbox's own (kernel) bound, may
+        write files as large as its disk, and returns up to COMMAND_OUTPUT_BYTES of output."""
+        tp = self.service.pool.templates.get(rec.template)
         rec.sandbox.default_limits = rec.sandbox.default_limits.merged(
             Limits(
                 memory_bytes=int(sb.memory_gb * GB),
@@ -156,11 +166,6 @@ class ControlPlane:
                 max_output_bytes=COMMAND_OUTPUT_BYTES,
             )
         )
-        rec.attrs["prime"] = sb
-        sb.note(f"sandbox {sb.id} created: {sb.name}")
-        sb.note(f"image {args.docker_image} runs as template {rec.template!r} ({why})")
-        self._ensure_sweeper()
-        return sb
 
     @staticmethod
     def _view(sandbox_id: str, args: CreateArgs, tp: Any, *, template: str) -> PrimeSandbox:
@@ -293,8 +298,8 @@ class ControlPlane:
         )
 
     async def auth(self, request: Request, owner: str) -> Any:
-        _, sb = self._live(owner, request.path_params["sandbox_id"])
-        return JSONResponse(self.prime.gateway_auth(request, sb))
+        rec, sb = self._live(owner, request.path_params["sandbox_id"])
+        return JSONResponse(await self.prime.gateway_auth(request, rec, sb))
 
     async def logs(self, request: Request, owner: str) -> Any:
         sb = self._any(owner, request.path_params["sandbox_id"])
