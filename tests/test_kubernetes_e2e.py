@@ -149,6 +149,76 @@ async def test_create_exec_and_pods_are_direct(release: str, address: str, api_k
     assert len(await _sandbox_pods(release)) >= 2  # the warm set
 
 
+async def _manager_pods() -> list[str]:
+    from kubernetes_asyncio import client, config
+
+    await config.load_kube_config()
+    async with client.ApiClient() as api:
+        pods = await client.CoreV1Api(api).list_namespaced_pod(
+            NAMESPACE, label_selector="app.kubernetes.io/component=manager"
+        )
+        return sorted(
+            p.metadata.name
+            for p in pods.items
+            if not p.metadata.deletion_timestamp and p.status.phase == "Running"
+        )
+
+
+@contextlib.contextmanager
+def _forward(target: str) -> Iterator[str]:
+    """`kubectl port-forward` to one manager pod: its gRPC port on this host."""
+    kubectl = shutil.which("kubectl")
+    if kubectl is None:
+        pytest.skip("the replica scenario needs kubectl (port-forward to each manager pod)")
+    port = _free_port()
+    proc = subprocess.Popen(
+        [kubectl, "-n", NAMESPACE, "port-forward", target, f"{port}:50051"],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.STDOUT,
+        text=True,
+    )
+    try:
+        assert proc.stdout is not None
+        line = proc.stdout.readline()
+        assert "Forwarding" in line, line
+        yield f"127.0.0.1:{port}"
+    finally:
+        proc.terminate()
+        proc.wait(10)
+
+
+async def test_replicas_share_sandboxes_and_survive_a_lost_one(release: str, api_key: str) -> None:
+    """The chart's two replicas: a sandbox created through one is used and deleted through the
+    other; one replica's pod deleted at once (no grace: as a crash) while 20 sandboxes are
+    claimed, every one keeps serving through the other."""
+    from kubernetes_asyncio import client as kclient
+    from kubernetes_asyncio import config
+
+    managers = await _manager_pods()
+    if len(managers) < 2:
+        pytest.skip(f"the release runs {len(managers)} manager replica(s)")
+    first, second = managers[:2]
+    with _forward(f"pod/{first}") as a_addr, _forward(f"pod/{second}") as b_addr:
+        async with _client(a_addr, api_key) as a, _client(b_addr, api_key) as b:
+            made = await a.create(timeout=120)
+            sb = await b.get(made.id)
+            await sb.write_files({"f.txt": b"through the other"})
+            assert await (await a.get(made.id)).read_file("f.txt") == b"through the other"
+            await b.delete(made.id)
+            held = [await a.create(timeout=120) for _ in range(20)]
+            await config.load_kube_config()
+            async with kclient.ApiClient() as api:
+                await kclient.CoreV1Api(api).delete_namespaced_pod(first, NAMESPACE, grace_period_seconds=0)
+            for h in held:
+                r = await (await b.get(h.id)).exec(["echo", "alive"], timeout=30)
+                assert r.stdout == b"alive\n", r
+            await asyncio.sleep(30)  # past a template's lease: only the survivor renews now
+            for h in held:
+                r = await (await b.get(h.id)).exec(["echo", "still"], timeout=30)
+                assert r.stdout == b"still\n", r
+                await b.delete(h.id)
+
+
 async def test_uninstall_leaves_no_sandbox_pods(release: str, address: str) -> None:
     with helm.Config(namespace=NAMESPACE, kubeconfig_path=os.environ["KUBECONFIG"]) as cfg:
         cfg.uninstall(RELEASE, wait="watcher", timeout=300)

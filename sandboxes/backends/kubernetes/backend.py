@@ -352,7 +352,7 @@ class KubernetesBackend:
                 self._pods[name] = pod
             else:  # another replica's (or adopted by one)
                 self._pods.pop(name, None)
-        self._evaluate(name)
+        self._evaluate(name, kind or "")
         if self.records is not None:
             self.records.pod_event(kind or "", pod)
 
@@ -363,7 +363,7 @@ class KubernetesBackend:
                 return int(raw)
         return self.cfg.agent_port
 
-    def _evaluate(self, name: str) -> None:
+    def _evaluate(self, name: str, kind: str = "") -> None:
         pod = self._release.get(name)
         state, info = pod_readiness(pod)
         starting = self._starting.get(name)
@@ -379,7 +379,10 @@ class KubernetesBackend:
                 starting.last_status = info
         ref = self._live.get(name)
         if ref is not None and ref.alive() and state != "ready":
-            self._mark_lost(ref, info)
+            if kind == "DELETED" and self.records is not None and self.records.lookup(ref.sandbox_id):
+                ref.lost_reason = info  # a claimed sandbox deleted (by any replica): not a loss
+            else:
+                self._mark_lost(ref, info)
 
     def _mark_lost(self, ref: PodRef, why: str) -> None:
         if ref.lost_reason is not None:
