@@ -311,6 +311,17 @@ def create_one(_: str | None) -> dict[str, Any]:
     return {"id": sb.sandbox_id}
 
 
+def use_elsewhere(sandbox_id: str | None) -> dict[str, Any]:
+    """A sandbox another process created (through another server): connect, run, files, kill."""
+    sb = Sandbox.connect(sandbox_id)
+    out: dict[str, Any] = {"run": result(sb.commands.run("echo hi"))}
+    sb.files.write("elsewhere.txt", "written here")
+    out["read"] = sb.files.read("elsewhere.txt")
+    out["listed"] = sandbox_id in [s.sandbox_id for s in Sandbox.list().next_items()]
+    out["kill"] = sb.kill()
+    return out
+
+
 def wrong_key(_: str | None) -> dict[str, Any]:
     return {"create": attempt(Sandbox.create), "list": attempt(lambda: Sandbox.list().next_items())}
 
@@ -346,6 +357,7 @@ SCENARIOS = {
     "interpreter_async": interpreter_async,
     "other_key": other_key,
     "create_one": create_one,
+    "use_elsewhere": use_elsewhere,
     "wrong_key": wrong_key,
     "bench": bench,
 }

@@ -100,6 +100,23 @@ class Replicas:
     def known(self) -> list[str]:
         return sorted(self._seen)
 
+    async def confirm_dead(self, owner: str, lease: str) -> bool:
+        """Whether replica `owner` (whose Lease is named `lease`) is dead, asked of the API
+        server: a watch that lags (this replica busy, the API server slow) must not make a live
+        replica look dead. A Lease changed since this replica last saw it counts as a renewal."""
+        try:
+            obj = await self.api.request("GET", f"{self.path}/{lease}")
+        except _ApiError as e:
+            if e.status == 404:
+                return True
+            raise
+        rv = str((obj.get("metadata") or {}).get("resourceVersion") or "")
+        seen = self._seen.get(owner)
+        if seen is None or seen[0] != rv:
+            self._seen[owner] = (rv, asyncio.get_running_loop().time())
+            return False
+        return True
+
     # --- this replica's Lease ----------------------------------------------------------------
 
     def _manifest(self) -> dict[str, Any]:

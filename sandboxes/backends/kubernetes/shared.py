@@ -10,8 +10,11 @@ Secrets, so finding a sandbox, its agent's address and its token costs no API re
 
 The pod's owner label names the replica that *holds* it: that replica renews its agent's lease
 and expires its TTL (any replica serving it renews too). A replica whose Lease lapses or is
-deleted (`replicas.py`) loses its claimed pods to whichever replica first rewrites their owner
-label (again a resourceVersion-checked PATCH); its warm and ended pods are deleted.
+deleted (`replicas.py`), and found so by asking the API server (a lagging watch is no proof),
+loses its claimed pods to whichever replica first rewrites their owner label (again a
+resourceVersion-checked PATCH). Its warm pods are left to their agents' leases: they end by
+themselves if it is truly gone (and are deleted then), and a replica wrongly judged dead (its
+renewals slowed by a busy API server) loses nothing but the holding of its claimed sandboxes.
 
 Idempotency keys hold across replicas through a Lease per (owner, key), named by their hash and
 owned by the sandbox's pod: creating it is atomic, so two replicas given the same key at once
@@ -540,15 +543,27 @@ class ClusterRecords:
                 async with asyncio.timeout(period):
                     await self._wake.wait()
             self._wake.clear()
+            confirmed: dict[str, bool] = {}
             for name, pod in list(self.be._release.items()):
                 if not self._dead(name, pod):
                     continue
+                meta = pod.get("metadata") or {}
+                owner = str((meta.get("labels") or {}).get(LABEL_OWNER))
+                ended = pod_readiness(pod)[0] == "failed"
+                claimed = claim_of(pod) is not None
+                if not ended and not claimed:
+                    continue  # a warm pod: its agent's lease ends it if its replica is truly gone
                 try:
-                    if claim_of(pod) is not None:
+                    if owner not in confirmed:
+                        lease = str((meta.get("annotations") or {}).get(ANN_REPLICA_LEASE))
+                        confirmed[owner] = await self.replicas.confirm_dead(owner, lease)
+                    if not confirmed[owner]:
+                        continue
+                    if claimed:
                         await self._adopt(name, pod)
-                    else:  # warm or ended: nobody's to keep
+                    else:  # its agent ended: nobody's to keep
                         await self.be._delete_pod(name)
-                        log.info("deleted pod %s of a replica that is gone", name)
+                        log.info("deleted ended pod %s of a replica that is gone", name)
                 except Exception as e:  # noqa: BLE001 - the next round tries again
                     log.warning("taking over pod %s failed: %s", name, e)
             if self.listener is not None:  # what this replica holds is served here
