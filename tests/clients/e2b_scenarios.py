@@ -315,8 +315,10 @@ def use_elsewhere(sandbox_id: str | None) -> dict[str, Any]:
     """A sandbox another process created (through another server): connect, run, files, kill."""
     sb = Sandbox.connect(sandbox_id)
     out: dict[str, Any] = {"run": result(sb.commands.run("echo hi"))}
-    sb.files.write("elsewhere.txt", "written here")
-    out["read"] = sb.files.read("elsewhere.txt")
+    path = f"/tmp/elsewhere-{sandbox_id}.txt"  # a writable root of every backend, the emulator's too
+    sb.files.write(path, "written here")
+    out["read"] = sb.files.read(path)
+    sb.files.remove(path)
     out["listed"] = sandbox_id in [s.sandbox_id for s in Sandbox.list().next_items()]
     out["kill"] = sb.kill()
     return out
