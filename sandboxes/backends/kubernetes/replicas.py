@@ -19,7 +19,7 @@ from typing import Any
 
 from .api import _Api, _ApiError
 from .config import LABEL_COMPONENT, LABEL_NAME, LABEL_OWNER, LABEL_POOL, KubeConfig, _label_value
-from .watch import Watch, by_name
+from .watch import Watch, by_name, cancel
 
 log = logging.getLogger(__name__)
 
@@ -79,12 +79,7 @@ class Replicas:
 
     async def _stop_tasks(self) -> None:
         self._watch.closing = True
-        for t in self._tasks:
-            t.cancel()
-        for t in self._tasks:
-            with contextlib.suppress(BaseException):
-                await t
-        self._tasks.clear()
+        await cancel(self._tasks)
 
     # --- liveness ----------------------------------------------------------------------------
 

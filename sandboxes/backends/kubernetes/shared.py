@@ -53,7 +53,7 @@ from .config import (
 )
 from .pods import PodRef, pod_readiness
 from .replicas import LEASES, Replicas
-from .watch import Watch, by_name
+from .watch import Watch, by_name, cancel
 
 if TYPE_CHECKING:
     from .backend import KubernetesBackend
@@ -217,12 +217,7 @@ class ClusterRecords:
 
     async def _stop_tasks(self) -> None:
         self._secret_watch.closing = True
-        for t in self._tasks:
-            t.cancel()
-        for t in self._tasks:
-            with contextlib.suppress(BaseException):
-                await t
-        self._tasks.clear()
+        await cancel(self._tasks)
 
     # --- reading ------------------------------------------------------------------------------
 

@@ -4,6 +4,7 @@ backend (pods, token and claim Secrets, replica Leases) is fed by."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import json
 import logging
 import secrets
@@ -94,3 +95,13 @@ def by_name(items: list[dict[str, Any]]) -> dict[str, dict[str, Any]]:
         if name:
             out[name] = obj
     return out
+
+
+async def cancel(tasks: list[asyncio.Task[None]]) -> None:
+    """Cancel background loops (watches, renewals) and wait for them; the list is emptied."""
+    for t in tasks:
+        t.cancel()
+    for t in tasks:
+        with contextlib.suppress(BaseException):
+            await t
+    tasks.clear()
