@@ -6,6 +6,7 @@ import asyncio
 import json
 import os
 import secrets
+import shutil
 import sys
 import textwrap
 from collections.abc import Awaitable, Callable
@@ -432,3 +433,21 @@ async def test_a_started_pool_serves_a_template_added_later(make_pool) -> None:
     async with pool.sandbox(template="extra") as sb:  # warm 0: created on demand
         assert (await sb.exec("echo $KIND")).stdout == b"extra\n"
     assert pool.stats()["extra"]["created_total"] == 1
+
+
+async def test_an_id_range_stays_held_while_its_sandbox_may_outlive_its_pool(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A docker sandbox's range is held by its run dir as well as by its pool's process: a pool
+    killed while its container lives on (until the agent's lease lapses, or a later pool reaps
+    it) leaves the range to that container; once the run dir is gone, the range is free."""
+    root, run_dir = tmp_path / "ids", tmp_path / "sb-a"
+    run_dir.mkdir()
+    base = ids.claim("sb-a", root, holder=run_dir)
+    slot = (base - ids.FIRST_ID) // ids.RANGE
+    monkeypatch.setattr(ids.random, "randrange", lambda n: slot)  # every claim tries that slot first
+    (root / str(slot)).write_text(f"999999999 1 sb-a {run_dir}\n")  # its pool's process is dead
+    assert ids.release_owned_by(999999999, 1, root) == 0
+    assert ids.claim("sb-b", root) != base
+    shutil.rmtree(run_dir)  # the container is removed with its run dir
+    assert ids.claim("sb-c", root) == base

@@ -204,7 +204,9 @@ class DockerBackend:
         await self._api()  # BackendUnavailable before anything is made on the host
         agent_bin = self._agent_path() if template.agent_mount else None
         image_root = await self._image_root(image)
-        id_base = ids.claim(sandbox_id)
+        # Held while its run dir exists too: the container may outlive this pool (until its lease
+        # lapses, or a later pool reaps it), and its ids must not go to another sandbox meanwhile.
+        id_base = ids.claim(sandbox_id, holder=self.pool_dir / sandbox_id)
         try:
             return await self._create(template, sandbox_id, image, agent_bin, image_root, id_base)
         except BaseException:

@@ -6,7 +6,10 @@ kernel limits (processes, inotify instances, message queues) and file ownership 
 shared between sandboxes. Ranges are slots above every ordinary account and subordinate-id range
 (`FIRST_ID` = 2**28), claimed host-wide (across pools and processes) by a file per slot under
 `ID_DIR`, written under an exclusive lock and holding its owner (pid and start time of the pool's
-process). A slot whose owner is gone is free again: a pool killed with SIGKILL leaks none.
+process) and, for a sandbox that can outlive its pool (a docker container lives on until its
+agent's lease lapses), a holder path (its run dir, removed with the container). A slot whose
+owner is gone and whose holder path is gone too is free again: a pool killed with SIGKILL leaks
+none, and no new sandbox gets the ids of a container still running.
 A manager that is not root (a docker-group user of the docker backend) claims in its own run
 root instead (`id_dir`): its ranges are unique among its own pools.
 """
@@ -53,22 +56,28 @@ def _owner() -> str:
 
 def _stale(path: Path) -> bool:
     try:
-        pid, start, *_ = path.read_text().split()
-        return not alive(int(pid), int(start))
+        pid, start, *rest = path.read_text().split(maxsplit=3)
+        return not alive(int(pid), int(start)) and not _held(rest)
     except (OSError, ValueError):
         return True
 
 
-def claim(sandbox_id: str, root: Path | None = None) -> int:
-    """The first host id of a range no live sandbox of this host holds."""
+def _held(rest: list[str]) -> bool:
+    """Whether the holder path of a slot (its fields after the owner) still exists."""
+    return len(rest) > 1 and os.path.lexists(rest[1].rstrip("\n"))
+
+
+def claim(sandbox_id: str, root: Path | None = None, *, holder: Path | None = None) -> int:
+    """The first host id of a range no live sandbox of this host holds; `holder`: a path that
+    exists as long as the sandbox may run (the range stays held while it does)."""
     root = root or id_dir()
     try:
-        return _claim(sandbox_id, root)
+        return _claim(sandbox_id, root, holder)
     except OSError as e:
         raise LaunchError(f"cannot claim a host id range in {root}: {e}", step="id_range") from e
 
 
-def _claim(sandbox_id: str, root: Path) -> int:
+def _claim(sandbox_id: str, root: Path, holder: Path | None) -> int:
     with _locked(root):
         start = random.randrange(SLOTS)  # few collisions between hosts' pools, no list to shuffle
         for i in range(SLOTS):
@@ -77,7 +86,7 @@ def _claim(sandbox_id: str, root: Path) -> int:
             if path.exists() and not _stale(path):
                 continue
             tmp = root / f".{slot}.{os.getpid()}"
-            tmp.write_text(f"{_owner()} {sandbox_id}\n")
+            tmp.write_text(f"{_owner()} {sandbox_id}" + (f" {holder}" if holder else "") + "\n")
             os.replace(tmp, path)
             return FIRST_ID + slot * RANGE
     raise LaunchError(f"all {SLOTS} id ranges of this host are in use", step="id_range")
@@ -100,7 +109,8 @@ def release(base: int, sandbox_id: str, root: Path | None = None) -> None:
 
 
 def release_owned_by(pid: int, starttime: int | None, root: Path | None = None) -> int:
-    """Frees every range held by the process `pid` (started at `starttime`); returns how many."""
+    """Frees every range held by the process `pid` (started at `starttime`) whose holder path is
+    gone; returns how many."""
     root = root or id_dir()
     if not root.is_dir():
         return 0
@@ -110,10 +120,10 @@ def release_owned_by(pid: int, starttime: int | None, root: Path | None = None) 
             if not path.name.isdigit():
                 continue
             try:
-                held = path.read_text().split()
+                held = path.read_text().split(maxsplit=3)
             except OSError:
                 continue
-            if held[:2] == [str(pid), str(starttime)]:
+            if held[:2] == [str(pid), str(starttime)] and not _held(held[2:]):
                 path.unlink(missing_ok=True)
                 freed += 1
     return freed
