@@ -264,6 +264,8 @@ def own_cgroup_dirs() -> list[tuple[str, str]]:
     """This process's own cgroup directory in each hierarchy a sandbox's cgroup is made in:
     (controllers joined by commas, or "" for cgroup v2, directory)."""
 
+def egress_rules(rules: list[str]) -> list[tuple[str, str, int | None]]: ...
+def non_public_networks() -> list[str]: ...
 def languages() -> list[tuple[str, list[str], str, list[str] | None, list[str], bool, list[str]]]:
     """The judge's language table: (name, aliases with the name first, source file, compile argv
     or None, run argv, takes check scripts, version command); paths relative to the program's

@@ -9,6 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
+from ._native import egress_rules
 from .errors import InvalidRequest
 from .types import Limits
 
@@ -19,7 +20,7 @@ _ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 PYTHON_ZYGOTE_MODES = ("lazy", "eager", "off")
 USERS = ("sandbox", "root")
 ROOT_BACKENDS = ("local", "docker")  # the backends that give `user="root"` sandboxes
-EGRESS_BACKENDS = ("local", "docker")  # the backends that enforce an allow-list `network`
+EGRESS_BACKENDS = ("local", "docker", "kubernetes")  # the backends that enforce an allow-list `network`
 MAX_EGRESS_RULES = 256
 
 # The bounds of every template that names none (documented in docs/sandbox.md).
@@ -62,11 +63,12 @@ class Template:
     away with the sandbox, the host's files and the image never change).
 
     `network` is the egress policy: False (none: only the sandbox's own loopback), True (the
-    host's network, or the container's bridge), or a list of allow-list rules (local and docker
-    backends): host names (`pypi.org`), their subdomains (`*.pythonhosted.org`), addresses or
-    networks (`10.0.0.0/8`), each with an optional `:port`. An allow-list sandbox's only way out
-    is its agent's proxy (the proxy variables are in every program's environment); a name must
-    resolve to a public address unless a rule names the address (docs/sandbox.md).
+    host's network, or the container's bridge), or a list of allow-list rules (every
+    backend): host names (`pypi.org`), their subdomains (`*.pythonhosted.org`), addresses or
+    networks (`10.0.0.0/8`), each with an optional `:port`. An allow-list sandbox's ways out are
+    its agent's proxy (the proxy variables are in every program's environment) and, for names,
+    its DNS, whose answers the agent forwards; a name must resolve to a public address unless a
+    rule names the address (docs/sandbox.md). Kubernetes adds a NetworkPolicy per list.
 
     `python_zygote` is when the agent starts its prewarmed Python interpreter, from which Python
     executions and test cases are forked: `"lazy"` on the first Python execution (which, like any
@@ -181,7 +183,6 @@ def _check_network(network: Any) -> None:
             f"allow-list rules, got {network!r}"
         )
     for rule in network:
-        # The agent parses each rule (and says what is wrong with one); here only its shape.
         if (
             not isinstance(rule, str)
             or not rule
@@ -191,6 +192,10 @@ def _check_network(network: Any) -> None:
             raise InvalidRequest(
                 f"an allow-list rule is a host, *.domain, address or network with an optional :port, got {rule!r}"
             )
+    try:
+        egress_rules(list(network))  # the agent's own parser: its reason for a bad rule
+    except ValueError as e:
+        raise InvalidRequest(str(e)) from None
 
 
 def _check_int(name: str, value: Any, lo: int, hi: int) -> None:

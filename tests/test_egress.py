@@ -82,8 +82,8 @@ def backend(request) -> str:
 
 async def test_the_allow_list_reaches_what_it_names_and_nothing_else(backend, servers, make_pool) -> None:
     """As root inside: the allowed server answers through the proxy; the other server, a name
-    that resolves to loopback, a name not listed and a direct connection do not; there is no
-    DNS inside; every decision is counted."""
+    that resolves to loopback, a name not listed and a direct connection do not; the sandbox's
+    DNS answers no unlisted name; every decision is counted."""
     allowed, other = servers
     rules = (f"{HOST}:{allowed.port}", f"localhost:{other.port}")
     t = Template(name="egress", backend=backend, user="root", network=rules)
@@ -139,6 +139,60 @@ async def test_the_allow_list_reaches_what_it_names_and_nothing_else(backend, se
     assert out["interfaces"] == ["lo"]
     assert out["proxy_env"] == "http://127.0.0.1:3128"
     assert (info.egress_allowed, info.egress_refused) == (2, 4), info
+
+
+async def test_allowed_names_are_reached_without_the_proxy(backend, make_pool) -> None:
+    """A program that ignores the proxy variables (a raw socket) reaches an allowed name through
+    the sandbox's DNS: the name resolves to an address of the sandbox's loopback, where the agent
+    forwards to the real name (here `localhost`, which the helper resolves outside to this host's
+    127.0.0.1, an address the list names). Unlisted names are NXDOMAIN, an allowed name has no
+    IPv6 answer, and only the listed port of the name answers. `localhost.` (fully qualified)
+    is asked of DNS: the sandbox's /etc/hosts answers plain `localhost` with its own loopback."""
+    seen = Seen("by-name")
+    seen.server = await asyncio.start_server(seen._serve, "127.0.0.1", 0)
+    seen.port = seen.server.sockets[0].getsockname()[1]
+    try:
+        rules = (f"localhost:{seen.port}", f"127.0.0.1:{seen.port}", "*.wild.test:8443")
+        t = Template(name="egress-dns", backend=backend, user="root", network=rules)
+        pool = await make_pool(backend=backend, warm=0, templates={"egress-dns": t})
+        script = textwrap.dedent(f"""
+            import json, socket
+            out = {{"resolv": open("/etc/resolv.conf").read()}}
+            def lookup(name, family=socket.AF_INET):
+                try:
+                    return sorted({{a[4][0] for a in socket.getaddrinfo(name, 80, family, socket.SOCK_STREAM)}})
+                except OSError as e:
+                    return type(e).__name__
+            out["name"] = lookup("localhost.")
+            out["again"] = lookup("LOCALHOST.")
+            out["wildcard"] = lookup("a.wild.test")
+            out["wildcard_itself"] = lookup("wild.test")
+            out["unlisted"] = lookup("unlisted.example")
+            out["v6"] = lookup("localhost.", socket.AF_INET6)
+            s = socket.create_connection(("localhost.", {seen.port}), timeout=20)
+            s.sendall(b"GET /raw HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n")
+            out["reply"] = s.makefile("rb").read().split(b"\\r\\n\\r\\n")[-1].decode()
+            try:
+                socket.create_connection((out["name"][0], 80), timeout=20)
+                out["other_port"] = "connected"
+            except OSError as e:
+                out["other_port"] = type(e).__name__
+            print(json.dumps(out))
+        """)
+        async with pool.sandbox(template="egress-dns") as sb:
+            r = await sb.exec(["python3", "-c", script], limits=sandboxes.Limits(wall_time_s=120))
+            assert r.exit_code == 0, r
+            out = json.loads(r.stdout)
+            info = await sb.info()
+    finally:
+        await seen.stop()
+    assert out["resolv"] == "nameserver 127.0.0.53\n"
+    assert out["name"] == ["127.77.0.1"] and out["again"] == ["127.77.0.1"]
+    assert out["wildcard"] == ["127.77.0.2"] and out["wildcard_itself"] == "gaierror"
+    assert out["unlisted"] == "gaierror" and out["v6"] == "gaierror"
+    assert out["reply"] == "by-name" and seen.lines == ["GET /raw HTTP/1.1"]
+    assert out["other_port"] == "ConnectionRefusedError"  # the rule names one port of the name
+    assert (info.egress_allowed, info.egress_refused) == (1, 0), info
 
 
 async def test_bad_rules_and_conflicts_are_refused() -> None:

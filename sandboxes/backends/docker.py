@@ -109,6 +109,7 @@ AGENT_CAPABILITIES = {
 # moves itself and its programs to a fresh one.
 EGRESS_CAPABILITIES = {
     "NET_ADMIN": "bring up lo in the sandbox's own network namespace",
+    "NET_BIND_SERVICE": "serve the sandbox's DNS on port 53 and allowed names on their ports",
 }
 # Docker's seccomp profile refuses pivot_root; the agent's own filter, worn by its serving thread
 # and every program, is the one that holds. No AppArmor profile either (docker-default refuses

@@ -32,6 +32,7 @@ from .config import (
     KubeConfig,
     _label_value,
 )
+from .egress import policy_manifest as egress_policy_manifest
 from .pods import PodRef, _Starting, pod_readiness
 from .shared import ClusterRecords
 from .watch import Watch, by_name
@@ -92,6 +93,7 @@ class KubernetesBackend:
         self._release: dict[str, dict[str, Any]] = {}  # pod name -> last seen object (every replica's)
         self._starting: dict[str, _Starting] = {}
         self._live: dict[str, PodRef] = {}  # pod name -> live sandbox
+        self._egress_policies: set[str] = set()  # NetworkPolicies known to exist
         self._watch = Watch(self.api, self.pods_path, self.release_selector, self._sync, self._apply, "pod")
         self._watch_task: asyncio.Task[None] | None = None
         # The release's claimed sandboxes, shared by its replicas (`KubeConfig.shared`).
@@ -127,6 +129,24 @@ class KubernetesBackend:
         """API requests this backend sent so far (the watch counts once per (re)connection)."""
         return self.api.requests
 
+    async def _ensure_egress_policy(self, rules: tuple[str, ...]) -> None:
+        """The NetworkPolicy of allow-list `rules` exists (made once; named by the list, so one
+        another replica made is the same)."""
+        manifest = egress_policy_manifest(self.cfg, rules)
+        name = manifest["metadata"]["name"]
+        if name in self._egress_policies:
+            return
+        try:
+            await self.api.request(
+                "POST",
+                f"/apis/networking.k8s.io/v1/namespaces/{self.cfg.namespace}/networkpolicies",
+                body=manifest,
+            )
+        except _ApiError as e:
+            if e.status != 409:
+                raise _api_failure(e, f"creating the NetworkPolicy {name}") from e
+        self._egress_policies.add(name)
+
     def live_pods(self) -> list[str]:
         return sorted(self._live)
 
@@ -141,11 +161,6 @@ class KubernetesBackend:
                 "as the template's unprivileged uid (root inside a sandbox's own user namespace is "
                 "a local and docker backend feature)"
             )
-        if template.egress_allow:
-            raise InvalidRequest(
-                "an egress allow-list is not available on the kubernetes backend: its network is "
-                "none or the cluster's (network=True, a NetworkPolicy's to restrict)"
-            )
         pod_name = sandbox_id.lower()
         if len(pod_name) > 63 or not _DNS_LABEL.match(pod_name):
             raise InvalidRequest(f"sandbox id {sandbox_id!r} is not a valid pod name")
@@ -154,6 +169,8 @@ class KubernetesBackend:
         if self.records is not None:
             await self.records.join()
         await self._ensure_watch()
+        if template.egress_allow:
+            await self._ensure_egress_policy(template.egress_allow)
         loop = asyncio.get_running_loop()
         starting = _Starting(loop.create_future())
         self._starting[pod_name] = starting

@@ -29,6 +29,7 @@ from .config import (
     _quantity_bytes,
     _quantity_milli,
 )
+from .egress import EGRESS_CAPABILITIES, LABEL_EGRESS_POLICY, policy_digest
 
 
 @dataclass(frozen=True)
@@ -100,6 +101,8 @@ def pod_manifest(
         args.append("--no-cgroups")
     for k, v in sorted(t.env.items()):
         args += ["--env", f"{k}={v}"]
+    for rule in t.egress_allow:
+        args += ["--egress-allow", rule]
 
     resources: dict[str, dict[str, Any]] = {k: dict(v) for k, v in cfg.resources.items()}
     limits = resources.setdefault("limits", {})
@@ -154,7 +157,10 @@ def pod_manifest(
             "privileged": False,
             "allowPrivilegeEscalation": False,
             "readOnlyRootFilesystem": True,
-            "capabilities": {"drop": ["ALL"], "add": list(AGENT_CAPABILITIES)},
+            "capabilities": {
+                "drop": ["ALL"],
+                "add": [*AGENT_CAPABILITIES, *(EGRESS_CAPABILITIES if t.egress_allow else ())],
+            },
             "seccompProfile": {"type": "RuntimeDefault"},
         },
         "volumeMounts": mounts,
@@ -174,8 +180,11 @@ def pod_manifest(
         LABEL_OWNER: owner.owner,
         LABEL_TEMPLATE: _label_value(t.name),
     }
-    if t.network:
+    if t.network is True:
         labels[LABEL_EGRESS] = "allowed"
+    elif t.egress_allow:  # selected by the list's own NetworkPolicy (`egress.policy_manifest`)
+        labels[LABEL_EGRESS] = "allow-list"
+        labels[LABEL_EGRESS_POLICY] = policy_digest(t.egress_allow)
     annotations = {**cfg.annotations, ANN_SANDBOX: sandbox_id}
     if owner.manager_pod and owner.manager_uid:
         annotations[ANN_MANAGER_POD] = owner.manager_pod

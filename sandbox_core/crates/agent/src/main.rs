@@ -159,7 +159,7 @@ fn start_egress(args: &cli::Args) -> (egress::policy::Policy, egress::helper::He
             .unwrap_or_else(|e| fail(format!("egress network namespace {}: {e}", p.display())))
     });
     let leave = netns.is_none();
-    let helper = egress::helper::start(&policy, netns).unwrap_or_else(|e| fail(e));
+    let helper = egress::helper::start(&policy, netns, args.new_root).unwrap_or_else(|e| fail(e));
     if leave {
         // SAFETY: unshare of this (single-threaded) process's network namespace.
         if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
@@ -180,22 +180,18 @@ fn main() {
     let is_root = unsafe { libc::geteuid() } == 0;
     // Before any thread: the user namespace is made by a fork.
     let programs = programs(&args, is_root);
-    let egress = (!args.egress_allow.is_empty()).then(|| start_egress(&args));
-
     if let Some(h) = &args.hostname {
         setup::net::set_hostname(h).unwrap_or_else(|e| fail(e));
     }
     if args.loopback {
         setup::net::loopback_up().unwrap_or_else(|e| fail(e));
     }
-    // A socket named by its path is bound before the new root hides its directory (the docker
-    // backend's run dir); the manager reaches it from outside by that path.
-    let bound = match (&args.listen, args.listen_fd, args.new_root) {
-        (Some(spec), None, true) => spec
-            .strip_prefix("unix:")
-            .map(|p| listen::bind_unix(p).unwrap_or_else(|e| fail(format!("listen: {e}")))),
-        _ => None,
-    };
+    // Bound where the manager reaches it, before the agent leaves that place (`listen::Bound`).
+    let bound = args
+        .listen
+        .as_deref()
+        .map(|spec| listen::bind(spec).unwrap_or_else(|e| fail(format!("listen: {e}"))));
+    let egress = (!args.egress_allow.is_empty()).then(|| start_egress(&args));
     if args.new_root {
         let spec = setup::rootfs::RootSpec {
             work_dir: args.work_dir.clone(),
@@ -211,6 +207,7 @@ fn main() {
             inside: (programs.uid, programs.gid),
             image: args.image_root.clone(),
             disk: args.build_dir.clone(),
+            nameserver: (!args.egress_allow.is_empty()).then_some(egress::DNS_HOST),
             writable_size: (args.user == "root").then_some(match args.root_size {
                 0 => DEFAULT_ROOT_SIZE,
                 n => n,
@@ -264,7 +261,7 @@ async fn serve(
     token: String,
     programs: Programs,
     is_root: bool,
-    bound: Option<std::os::unix::net::UnixListener>,
+    bound: Option<listen::Bound>,
     egress: Option<(egress::policy::Policy, egress::helper::Helper)>,
 ) -> i32 {
     let drop_uid = is_root && !args.keep_uid;
@@ -320,20 +317,25 @@ async fn serve(
             .and_then(|l| l.set_nonblocking(true).map(|()| l))
             .and_then(tokio::net::TcpListener::from_std)
             .unwrap_or_else(|e| fail(format!("egress proxy on {}: {e}", egress::PROXY_ADDR)));
+        let dns = std::net::UdpSocket::bind(egress::DNS_ADDR)
+            .and_then(|s| s.set_nonblocking(true).map(|()| s))
+            .and_then(tokio::net::UdpSocket::from_std)
+            .unwrap_or_else(|e| fail(format!("egress DNS on {}: {e}", egress::DNS_ADDR)));
         let proxy = Arc::new(egress::Proxy {
             policy,
             helper,
             counters: Default::default(),
+            names: Default::default(),
         });
         let counters = proxy.counters.clone();
+        tokio::spawn(proxy.clone().serve_dns(dns));
         tokio::spawn(proxy.serve(listener));
         counters
     });
-    let listener = match (bound, args.listen_fd, &args.listen) {
-        (Some(l), _, _) => listen::from_std(l),
-        (None, Some(fd), _) => listen::from_fd(fd),
-        (None, None, Some(spec)) => listen::from_spec(spec).await,
-        (None, None, None) => fail("nowhere to listen: pass --listen or --listen-fd"),
+    let listener = match (bound, args.listen_fd) {
+        (Some(b), _) => listen::serve(b),
+        (None, Some(fd)) => listen::from_fd(fd),
+        (None, None) => fail("nowhere to listen: pass --listen or --listen-fd"),
     }
     .unwrap_or_else(|e| fail(format!("listen: {e}")));
 

@@ -8,6 +8,7 @@ mod batch;
 mod cgroup;
 mod client;
 mod completion;
+mod egress;
 mod errors;
 mod languages;
 mod launch_child;
@@ -43,6 +44,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(launcher::launch_local, m)?)?;
     m.add_function(wrap_pyfunction!(agent_version, m)?)?;
     m.add_function(wrap_pyfunction!(languages::languages, m)?)?;
+    m.add_function(wrap_pyfunction!(egress::egress_rules, m)?)?;
+    m.add_function(wrap_pyfunction!(egress::non_public_networks, m)?)?;
     m.add_function(wrap_pyfunction!(cgroup::own_cgroup_dirs, m)?)?;
     Ok(())
 }

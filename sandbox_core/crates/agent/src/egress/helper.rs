@@ -2,7 +2,7 @@
 //!
 //! Forked by the agent at start-up, before any thread and before the agent pivots into the
 //! sandbox's root or leaves the outside network namespace, it keeps both: it unshares a mount
-//! namespace of its own (the agent's pivot does not move it), enters the outside network
+//! namespace of its own when the agent builds a root (the agent's pivot does not move it), enters the outside network
 //! namespace when one is named, drops to uid 65534 and serves the agent over socket pairs made
 //! before the fork. For each `host port` it checks the policy again, resolves the name with the
 //! outside's resolver (its `/etc`, never the sandbox's, which root inside may rewrite), refuses
@@ -39,8 +39,10 @@ pub struct Helper {
 }
 
 /// Forks the helper. `netns`: the network namespace connections are made in (None: the
-/// current one). Must run while the agent has one thread.
-pub fn start(policy: &Policy, netns: Option<OwnedFd>) -> Result<Helper, String> {
+/// current one). `own_mounts`: the helper keeps the file system the agent is about to leave
+/// (a mount namespace of its own, which the agent's pivot does not move). Must run while the
+/// agent has one thread.
+pub fn start(policy: &Policy, netns: Option<OwnedFd>, own_mounts: bool) -> Result<Helper, String> {
     let mut ours = Vec::with_capacity(CHANNELS);
     let mut theirs = Vec::with_capacity(CHANNELS);
     for _ in 0..CHANNELS {
@@ -61,7 +63,7 @@ pub fn start(policy: &Policy, netns: Option<OwnedFd>) -> Result<Helper, String> 
     }
     if pid == 0 {
         drop(ours);
-        let code = match serve(policy, netns, theirs, agent) {
+        let code = match serve(policy, netns, own_mounts, theirs, agent) {
             Ok(()) => 0,
             Err(e) => {
                 eprintln!("sandbox-agent: egress helper: {e}");
@@ -103,6 +105,7 @@ fn close_others(keep: &[i32]) {
 fn serve(
     policy: &Policy,
     netns: Option<OwnedFd>,
+    own_mounts: bool,
     channels: Vec<OwnedFd>,
     agent: libc::pid_t,
 ) -> Result<(), String> {
@@ -118,18 +121,20 @@ fn serve(
             // The agent already died (we were re-parented): nothing to serve.
             return Ok(());
         }
-        if libc::unshare(libc::CLONE_NEWNS) != 0 {
-            return Err(os("unshare(CLONE_NEWNS)"));
-        }
-        if libc::mount(
-            std::ptr::null(),
-            c"/".as_ptr(),
-            std::ptr::null(),
-            libc::MS_REC | libc::MS_PRIVATE,
-            std::ptr::null(),
-        ) != 0
-        {
-            return Err(os("make / private"));
+        if own_mounts {
+            if libc::unshare(libc::CLONE_NEWNS) != 0 {
+                return Err(os("unshare(CLONE_NEWNS)"));
+            }
+            if libc::mount(
+                std::ptr::null(),
+                c"/".as_ptr(),
+                std::ptr::null(),
+                libc::MS_REC | libc::MS_PRIVATE,
+                std::ptr::null(),
+            ) != 0
+            {
+                return Err(os("make / private"));
+            }
         }
         if let Some(ns) = &netns {
             if libc::setns(ns.as_raw_fd(), libc::CLONE_NEWNET) != 0 {

@@ -16,6 +16,7 @@ use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 
 use super::helper::{Helper, Reply};
+use super::names::Names;
 use super::policy::{Policy, Verdict};
 
 /// Where the proxy listens inside the sandbox.
@@ -32,9 +33,46 @@ pub struct Proxy {
     pub policy: Policy,
     pub helper: Helper,
     pub counters: Arc<Counters>,
+    /// The allowed names programs looked up, and their forwarders (`names`).
+    pub names: Names,
+}
+
+/// A destination opened for a program, or why not.
+pub enum Opened {
+    Connected(TcpStream),
+    /// The policy refuses it (counted).
+    Refused(String),
+    /// It does not answer, or cannot be resolved.
+    Failed(String),
 }
 
 impl Proxy {
+    /// Opens `host:port` for a program: checked against the policy here and by the helper,
+    /// which connects outside; every decision counted.
+    pub(super) async fn open(&self, host: &str, port: u16) -> Opened {
+        if self.policy.check(host, port) == Verdict::Refused {
+            self.counters.refused.fetch_add(1, Ordering::Relaxed);
+            return Opened::Refused(format!("{host}:{port} is not on the sandbox's allow-list"));
+        }
+        match self.helper.connect(host, port).await {
+            Reply::Connected(s) => {
+                self.counters.allowed.fetch_add(1, Ordering::Relaxed);
+                match s
+                    .set_nonblocking(true)
+                    .and_then(|()| TcpStream::from_std(s))
+                {
+                    Ok(s) => Opened::Connected(s),
+                    Err(e) => Opened::Failed(format!("egress socket: {e}")),
+                }
+            }
+            Reply::Refused(why) => {
+                self.counters.refused.fetch_add(1, Ordering::Relaxed);
+                Opened::Refused(why)
+            }
+            Reply::Failed(why) => Opened::Failed(why),
+        }
+    }
+
     /// Accepts connections until the runtime ends.
     pub async fn serve(self: Arc<Self>, listener: TcpListener) {
         loop {
@@ -93,22 +131,11 @@ impl Proxy {
                     .await,
                 }
             };
-        if self.policy.check(&host, port) == Verdict::Refused {
-            self.counters.refused.fetch_add(1, Ordering::Relaxed);
-            let why = format!("{host}:{port} is not on the sandbox's allow-list");
-            return answer(&mut client, 403, &why).await;
-        }
-        let upstream = match self.helper.connect(&host, port).await {
-            Reply::Connected(s) => s,
-            Reply::Refused(why) => {
-                self.counters.refused.fetch_add(1, Ordering::Relaxed);
-                return answer(&mut client, 403, &why).await;
-            }
-            Reply::Failed(why) => return answer(&mut client, 502, &why).await,
+        let mut upstream = match self.open(&host, port).await {
+            Opened::Connected(s) => s,
+            Opened::Refused(why) => return answer(&mut client, 403, &why).await,
+            Opened::Failed(why) => return answer(&mut client, 502, &why).await,
         };
-        self.counters.allowed.fetch_add(1, Ordering::Relaxed);
-        upstream.set_nonblocking(true)?;
-        let mut upstream = TcpStream::from_std(upstream)?;
         match path {
             None => {
                 client

@@ -45,6 +45,9 @@ pub struct RootSpec {
     /// An unpacked image to build the root on (the lower layer of an overlay whose upper layer
     /// is the sandbox's disk) instead of the host's `/usr`.
     pub image: Option<PathBuf>,
+    /// The sandbox's DNS server (an allow-list sandbox's agent), named by `/etc/resolv.conf`;
+    /// without one there is no DNS inside.
+    pub nameserver: Option<&'static str>,
     /// Where the new root is built (a directory that exists and holds nothing a sandbox needs:
     /// whatever is beneath it, binds included, is hidden from then on).
     pub disk: PathBuf,
@@ -169,21 +172,28 @@ fn tmpfs(target: &Path, size: u64, mode: &str, extra: &str) -> Result<(), SetupE
     )
 }
 
+const HOSTS: &str = "127.0.0.1 localhost sandbox\n::1 localhost ip6-localhost\n";
+
+fn resolv_conf(spec: &RootSpec) -> String {
+    spec.nameserver
+        .map(|ns| format!("nameserver {ns}\n"))
+        .unwrap_or_default()
+}
+
 fn etc(root: &Path, spec: &RootSpec) -> Result<(), SetupError> {
     let etc = root.join("etc");
     mkdirs(&etc)?;
     etc_accounts(&etc, spec)?;
+    let resolv = resolv_conf(spec);
+    let nsswitch = match spec.nameserver {
+        Some(_) => "passwd: files\ngroup: files\nhosts: files dns\n",
+        None => "passwd: files\ngroup: files\nhosts: files\n",
+    };
     let files = [
-        (
-            "hosts",
-            "127.0.0.1 localhost sandbox\n::1 localhost ip6-localhost\n",
-        ),
+        ("hosts", HOSTS),
         ("hostname", "sandbox\n"),
-        ("resolv.conf", ""),
-        (
-            "nsswitch.conf",
-            "passwd: files\ngroup: files\nhosts: files\n",
-        ),
+        ("resolv.conf", resolv.as_str()),
+        ("nsswitch.conf", nsswitch),
     ];
     for (name, data) in files {
         write(&etc.join(name), data)?;
@@ -547,12 +557,9 @@ fn image_etc(root: &Path, spec: &RootSpec) -> Result<(), SetupError> {
     let etc = root.join("etc");
     mkdirs(&etc)?;
     for (name, data) in [
-        (
-            "hosts",
-            "127.0.0.1 localhost sandbox\n::1 localhost ip6-localhost\n",
-        ),
+        ("hosts", HOSTS),
         ("hostname", "sandbox\n"),
-        ("resolv.conf", ""),
+        ("resolv.conf", resolv_conf(spec).as_str()),
     ] {
         let p = etc.join(name);
         // A symlink of the image (resolv.conf often is one) must not send the write elsewhere.

@@ -6,7 +6,7 @@
 //! resolves to must then be public ones, or inside an address or network rule: a name never
 //! leads to the host's loopback or a private network unless a rule names that address.
 
-use std::net::IpAddr;
+use std::net::{IpAddr, Ipv4Addr, Ipv6Addr};
 
 #[derive(Debug, Clone, PartialEq, Eq)]
 enum Target {
@@ -30,6 +30,15 @@ pub struct Rule {
 #[derive(Debug, Clone, Default)]
 pub struct Policy {
     rules: Vec<Rule>,
+}
+
+/// The ports a name may be reached on.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Ports {
+    /// A rule without a port holds the name.
+    Any,
+    /// Only these (rules with a port).
+    Listed(Vec<u16>),
 }
 
 /// How a requested destination fares.
@@ -122,6 +131,51 @@ impl Rule {
     fn port_ok(&self, port: u16) -> bool {
         self.port.is_none_or(|p| p == port)
     }
+
+    /// What the rule names, and its port (`None`: every port).
+    pub fn reach(&self) -> (Reach, Option<u16>) {
+        let reach = match &self.target {
+            Target::Name { name, wildcard } => Reach::Name {
+                name: name.clone(),
+                wildcard: *wildcard,
+            },
+            Target::Net { addr, prefix } => Reach::Net {
+                cidr: format!("{}/{prefix}", network_of(*addr, *prefix)),
+            },
+        };
+        (reach, self.port)
+    }
+
+    /// Whether this is a name rule holding `host` (lower case, no trailing dot).
+    fn holds_name(&self, host: &str) -> bool {
+        match &self.target {
+            Target::Name {
+                name,
+                wildcard: false,
+            } => host == name,
+            Target::Name {
+                name,
+                wildcard: true,
+            } => host
+                .strip_suffix(name.as_str())
+                .is_some_and(|rest| rest.ends_with('.')),
+            Target::Net { .. } => false,
+        }
+    }
+}
+
+/// The network address of `addr/prefix` (its host bits cleared).
+fn network_of(addr: IpAddr, prefix: u8) -> IpAddr {
+    match addr {
+        IpAddr::V4(a) => {
+            let mask = u32::MAX.checked_shl(32 - u32::from(prefix)).unwrap_or(0);
+            IpAddr::V4(Ipv4Addr::from(u32::from(a) & mask))
+        }
+        IpAddr::V6(a) => {
+            let mask = u128::MAX.checked_shl(128 - u32::from(prefix)).unwrap_or(0);
+            IpAddr::V6(Ipv6Addr::from(u128::from(a) & mask))
+        }
+    }
 }
 
 fn in_net(ip: IpAddr, net: IpAddr, prefix: u8) -> bool {
@@ -146,33 +200,43 @@ fn in_net(ip: IpAddr, net: IpAddr, prefix: u8) -> bool {
     }
 }
 
-/// An address of the public internet: not loopback, private, link-local, shared (CGNAT),
-/// unspecified, multicast or broadcast.
+/// The networks that are not the public internet: loopback, private, link-local, shared
+/// (CGNAT), unspecified, multicast and broadcast. An IPv4-mapped IPv6 address is judged by its
+/// IPv4 address.
+pub const NON_PUBLIC: [(IpAddr, u8); 14] = [
+    (IpAddr::V4(Ipv4Addr::new(0, 0, 0, 0)), 8),
+    (IpAddr::V4(Ipv4Addr::new(10, 0, 0, 0)), 8),
+    (IpAddr::V4(Ipv4Addr::new(100, 64, 0, 0)), 10),
+    (IpAddr::V4(Ipv4Addr::new(127, 0, 0, 0)), 8),
+    (IpAddr::V4(Ipv4Addr::new(169, 254, 0, 0)), 16),
+    (IpAddr::V4(Ipv4Addr::new(172, 16, 0, 0)), 12),
+    (IpAddr::V4(Ipv4Addr::new(192, 168, 0, 0)), 16),
+    (IpAddr::V4(Ipv4Addr::new(224, 0, 0, 0)), 4),
+    (IpAddr::V4(Ipv4Addr::BROADCAST), 32),
+    (IpAddr::V6(Ipv6Addr::UNSPECIFIED), 128),
+    (IpAddr::V6(Ipv6Addr::LOCALHOST), 128),
+    (IpAddr::V6(Ipv6Addr::new(0xfc00, 0, 0, 0, 0, 0, 0, 0)), 7),
+    (IpAddr::V6(Ipv6Addr::new(0xfe80, 0, 0, 0, 0, 0, 0, 0)), 10),
+    (IpAddr::V6(Ipv6Addr::new(0xff00, 0, 0, 0, 0, 0, 0, 0)), 8),
+];
+
+/// An address of the public internet: in none of `NON_PUBLIC`.
 pub fn is_public(ip: IpAddr) -> bool {
-    match ip {
-        IpAddr::V4(a) => {
-            let o = a.octets();
-            !(a.is_loopback()
-                || a.is_private()
-                || a.is_link_local()
-                || a.is_unspecified()
-                || a.is_multicast()
-                || a.is_broadcast()
-                || o[0] == 0
-                || (o[0] == 100 && (o[1] & 0xc0) == 64))
-        }
-        IpAddr::V6(a) => {
-            if let Some(v4) = a.to_ipv4_mapped() {
-                return is_public(IpAddr::V4(v4));
-            }
-            let s = a.segments();
-            !(a.is_loopback()
-                || a.is_unspecified()
-                || a.is_multicast()
-                || (s[0] & 0xfe00) == 0xfc00
-                || (s[0] & 0xffc0) == 0xfe80)
-        }
-    }
+    let ip = match ip {
+        IpAddr::V6(a) => a.to_ipv4_mapped().map_or(ip, IpAddr::V4),
+        v4 => v4,
+    };
+    !NON_PUBLIC
+        .iter()
+        .any(|&(net, prefix)| in_net(ip, net, prefix))
+}
+
+/// What one rule names, for whoever enforces it outside the agent too (a cluster's network
+/// policy): a name (`wildcard`: its subdomains) or a network in CIDR form, and its port.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum Reach {
+    Name { name: String, wildcard: bool },
+    Net { cidr: String },
 }
 
 impl Policy {
@@ -183,6 +247,10 @@ impl Policy {
                 .map(|r| Rule::parse(r))
                 .collect::<Result<_, _>>()?,
         })
+    }
+
+    pub fn rules(&self) -> &[Rule] {
+        &self.rules
     }
 
     /// The verdict on `host:port` as asked for (a name or an address), before any resolution.
@@ -197,26 +265,33 @@ impl Policy {
         }
         let host = host.to_ascii_lowercase();
         let host = host.trim_end_matches('.');
-        let listed = self.rules.iter().any(|r| {
-            r.port_ok(port)
-                && match &r.target {
-                    Target::Name {
-                        name,
-                        wildcard: false,
-                    } => host == name,
-                    Target::Name {
-                        name,
-                        wildcard: true,
-                    } => host
-                        .strip_suffix(name.as_str())
-                        .is_some_and(|rest| rest.ends_with('.')),
-                    Target::Net { .. } => false,
-                }
-        });
-        if listed {
+        if self
+            .rules
+            .iter()
+            .any(|r| r.port_ok(port) && r.holds_name(host))
+        {
             Verdict::Allowed
         } else {
             Verdict::Refused
+        }
+    }
+
+    /// The ports a name rule lets `host` (a name, lower case, no trailing dot) be reached on;
+    /// `None` when no rule holds the name.
+    pub fn name_ports(&self, host: &str) -> Option<Ports> {
+        let mut listed = Vec::new();
+        let mut any = false;
+        for r in self.rules.iter().filter(|r| r.holds_name(host)) {
+            match r.port {
+                None => any = true,
+                Some(p) if !listed.contains(&p) => listed.push(p),
+                Some(_) => {}
+            }
+        }
+        match (any, listed.is_empty()) {
+            (true, _) => Some(Ports::Any),
+            (false, false) => Some(Ports::Listed(listed)),
+            (false, true) => None,
         }
     }
 
@@ -257,6 +332,27 @@ mod tests {
     }
 
     #[test]
+    fn the_ports_of_a_name() {
+        let p = policy(&[
+            "pypi.org",
+            "*.pythonhosted.org:443",
+            "git.example:22",
+            "git.example:443",
+        ]);
+        assert_eq!(p.name_ports("pypi.org"), Some(Ports::Any));
+        assert_eq!(
+            p.name_ports("files.pythonhosted.org"),
+            Some(Ports::Listed(vec![443]))
+        );
+        assert_eq!(
+            p.name_ports("git.example"),
+            Some(Ports::Listed(vec![22, 443]))
+        );
+        assert_eq!(p.name_ports("pythonhosted.org"), None);
+        assert_eq!(p.name_ports("10.0.0.1"), None);
+    }
+
+    #[test]
     fn addresses_and_networks() {
         let p = policy(&["127.0.0.2:8080", "10.0.0.0/8", "[::1]:9", "fd00::/8"]);
         assert_eq!(p.check("127.0.0.2", 8080), Verdict::Allowed);
@@ -289,6 +385,52 @@ mod tests {
         }
         assert!(p.address_ok("10.1.2.3".parse().unwrap(), 443));
         assert!(!p.address_ok("10.1.2.3".parse().unwrap(), 80));
+    }
+
+    #[test]
+    fn what_a_rule_reaches() {
+        let p = policy(&[
+            "*.pythonhosted.org:443",
+            "10.1.2.3/8",
+            "[fd00::1]:9",
+            "pypi.org",
+        ]);
+        let reach: Vec<_> = p.rules().iter().map(Rule::reach).collect();
+        assert_eq!(
+            reach,
+            vec![
+                (
+                    Reach::Name {
+                        name: "pythonhosted.org".into(),
+                        wildcard: true
+                    },
+                    Some(443)
+                ),
+                (
+                    Reach::Net {
+                        cidr: "10.0.0.0/8".into()
+                    },
+                    None
+                ),
+                (
+                    Reach::Net {
+                        cidr: "fd00::1/128".into()
+                    },
+                    Some(9)
+                ),
+                (
+                    Reach::Name {
+                        name: "pypi.org".into(),
+                        wildcard: false
+                    },
+                    None
+                ),
+            ]
+        );
+        assert_eq!(
+            network_of("1.2.3.4".parse().unwrap(), 0).to_string(),
+            "0.0.0.0"
+        );
     }
 
     #[test]
