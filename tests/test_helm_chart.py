@@ -107,14 +107,16 @@ def test_secure_defaults() -> None:
     assert sc["capabilities"] == {"drop": ["ALL"]}
     probes = pod["containers"][0]
     assert probes["livenessProbe"] and probes["readinessProbe"] and pod["terminationGracePeriodSeconds"] > 10
-    # RBAC: pods, the token / claim Secrets and Leases, namespaced, nothing cluster-wide; no
-    # update (only merge patches), no deletecollection.
+    # RBAC: pods, the token / claim Secrets and Leases, the allow-lists' NetworkPolicies (made,
+    # never changed), namespaced, nothing cluster-wide; no update (only merge patches), no
+    # deletecollection.
     assert not by_kind(docs, "ClusterRole") and not by_kind(docs, "ClusterRoleBinding")
     rules = by_kind(docs, "Role")[0]["rules"]
     assert {r["resources"][0]: set(r["verbs"]) for r in rules} == {
         "pods": {"get", "list", "watch", "create", "patch", "delete"},
         "secrets": {"get", "list", "watch", "create", "patch"},
         "leases": {"get", "list", "watch", "create", "patch", "delete"},
+        "networkpolicies": {"create"},
     }
     assert not any("exec" in res or "proxy" in res for r in rules for res in r["resources"])
     # NetworkPolicies and a PDB by default; no ServiceMonitor unless asked.

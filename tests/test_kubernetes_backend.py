@@ -28,12 +28,14 @@ pytest.importorskip("kubernetes_asyncio", reason="the kubernetes backend needs k
 
 from sandboxes.backends.kubernetes import (
     AGENT_CAPABILITIES,
+    EGRESS_CAPABILITIES,
     LABEL_OWNER,
     LABEL_TEMPLATE,
     KubeConfig,
     KubernetesBackend,
     pod_readiness,
 )
+from sandboxes.backends.kubernetes.egress import policy_manifest as egress_policy_manifest
 from sandboxes.testing.kube_emulator import (
     IMAGE_CRASH,
     IMAGE_PULL_ERROR,
@@ -164,6 +166,103 @@ def test_pod_manifest_validates_against_the_kubernetes_schema() -> None:
     pod = env_mode.pod_manifest(Template(backend="kubernetes"), "sb-2", "sb-2", "t" * 32)
     assert "hostUsers" not in pod["spec"] and not any(v["name"] == "token" for v in pod["spec"]["volumes"])
     kv.validate(pod, "1.33.0", strict=True)
+
+
+def test_an_allow_list_pod_and_its_network_policy() -> None:
+    """An allow-list template's pod carries the rules to its agent, the capabilities the agent
+    needs to enforce them in the pod, and the label of the list's own NetworkPolicy, which lets
+    the pod reach what the address rules name, the public internet on the name rules' ports and
+    the cluster's DNS, and validates against the Kubernetes schema."""
+    kv = pytest.importorskip("kubernetes_validate")
+    cfg = KubeConfig(image=IMAGE, identity="m", pool="rl")
+    be = KubernetesBackend(cfg)
+    rules = ("pypi.org:443", "*.pythonhosted.org:443", "10.1.2.3/16:8080", "[fd00::5]")
+    t = Template(backend="kubernetes", network=rules)
+    pod = be.pod_manifest(t, "sb-1", "sb-1", "t" * 32)
+    c = pod["spec"]["containers"][0]
+    assert [c["args"][i + 1] for i, a in enumerate(c["args"]) if a == "--egress-allow"] == list(rules)
+    assert c["securityContext"]["capabilities"]["add"] == [*AGENT_CAPABILITIES, *EGRESS_CAPABILITIES]
+    labels = pod["metadata"]["labels"]
+    assert labels["sandboxes.io/egress"] == "allow-list"  # not the chart's `allowed` (the internet)
+    np = egress_policy_manifest(cfg, rules)
+    assert match_selector(
+        ",".join(f"{k}={v}" for k, v in np["spec"]["podSelector"]["matchLabels"].items()), labels
+    )
+    other = egress_policy_manifest(cfg, (*rules, "example.com:80"))
+    assert other["metadata"]["name"] != np["metadata"]["name"]
+    assert np["spec"]["policyTypes"] == ["Egress"]
+    to_nets, to_public, to_dns = (
+        np["spec"]["egress"][:2],
+        np["spec"]["egress"][2],
+        np["spec"]["egress"][3],
+    )
+    assert to_nets == [
+        {"to": [{"ipBlock": {"cidr": "10.1.0.0/16"}}], "ports": [{"port": 8080, "protocol": "TCP"}]},
+        {"to": [{"ipBlock": {"cidr": "fd00::5/128"}}]},
+    ]
+    assert to_public["ports"] == [{"port": 443, "protocol": "TCP"}]
+    v4, v6 = (b["ipBlock"] for b in to_public["to"])
+    assert v4["cidr"] == "0.0.0.0/0" and {"10.0.0.0/8", "169.254.0.0/16", "127.0.0.0/8"} <= set(v4["except"])
+    assert v6["cidr"] == "::/0" and "fc00::/7" in v6["except"]
+    assert to_dns["to"][0]["podSelector"] == {"matchLabels": {"k8s-app": "kube-dns"}}
+    kv.validate(np, "1.33.0", strict=True)
+    kv.validate(pod, "1.33.0", strict=True)
+    # A name rule without a port opens every port of the public internet.
+    assert "ports" not in egress_policy_manifest(cfg, ("pypi.org",))["spec"]["egress"][0]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the agent's egress set-up needs a kubelet that is root")
+async def test_an_allow_list_is_enforced_in_the_pod(cluster: Cluster) -> None:
+    """On the emulated cluster (each pod's agent a process of this machine, as root), an
+    allow-list sandbox's programs reach the server the list names through the agent's proxy and
+    nothing else: not a second server, not a direct connection; the list's NetworkPolicy is made
+    once, before the first pod, and selects its pods."""
+    replies: list[str] = []
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        head = await reader.readuntil(b"\r\n\r\n")
+        replies.append(head.split(b"\r\n")[0].decode())
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 7\r\nConnection: close\r\n\r\nallowed")
+        await writer.drain()
+        writer.close()
+
+    allowed = await asyncio.start_server(serve, "127.0.0.2", 0)
+    other = await asyncio.start_server(serve, "127.0.0.2", 0)
+    port, other_port = (srv.sockets[0].getsockname()[1] for srv in (allowed, other))
+    try:
+        t = Template(name="egress", backend="kubernetes", network=(f"127.0.0.2:{port}",))
+        be = cluster.backend()
+        pool = await cluster.pool(be, templates={"egress": t}, warm=0)
+        script = (
+            "import socket, urllib.request, urllib.error\n"
+            "def get(url):\n"
+            "    try:\n"
+            "        return urllib.request.urlopen(url, timeout=20).read().decode()\n"
+            "    except urllib.error.HTTPError as e:\n"
+            "        return str(e.code)\n"
+            f"print(get('http://127.0.0.2:{port}/x'), get('http://127.0.0.2:{other_port}/'))\n"
+            "try:\n"
+            f"    socket.create_connection(('127.0.0.2', {port}), timeout=5); print('direct')\n"
+            "except OSError as e:\n"
+            "    print(type(e).__name__)\n"
+        )
+        async with pool.sandbox("egress") as sb, pool.sandbox("egress") as sb2:
+            r = await sb.exec(["python3", "-c", script], timeout=60)
+            assert (r.exit_code, r.stdout) == (0, b"allowed 403\nConnectionRefusedError\n"), r
+            info = await sb.info()
+            pods = [cluster.pod(sb.id), cluster.pod(sb2.id)]
+    finally:
+        allowed.close()
+        other.close()
+    assert replies == ["GET /x HTTP/1.1"]
+    assert (info.egress_allowed, info.egress_refused) == (1, 1)
+    policies = cluster.api.objects_of("networkpolicies")
+    want = egress_policy_manifest(be.cfg, t.egress_allow)
+    assert [(p["metadata"]["name"], p["spec"]) for p in policies] == [
+        (want["metadata"]["name"], want["spec"])
+    ]
+    selector = ",".join(f"{k}={v}" for k, v in policies[0]["spec"]["podSelector"]["matchLabels"].items())
+    assert all(p is not None and match_selector(selector, p["metadata"]["labels"]) for p in pods)
 
 
 def test_invalid_backend_config_is_refused() -> None:

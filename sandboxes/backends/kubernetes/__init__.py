@@ -40,7 +40,8 @@ non-root container cannot get: Kubernetes grants no ambient capabilities to non-
 (`hostUsers: false`), so that root is an unprivileged uid on the node. All capabilities are dropped
 except `AGENT_CAPABILITIES`; seccomp RuntimeDefault; no service-account token; read-only root with
 emptyDir work dir and /tmp; no privilege escalation. The token is a Secret file mode 0400 owned by
-root: user programs (uid 65534) cannot read it.
+root: user programs (uid 65534) cannot read it. A template whose network is an allow-list adds
+`EGRESS_CAPABILITIES` and a NetworkPolicy of its list (`egress`).
 
 For tests and benchmarks only: `KubeConfig.port_from_annotation` lets the (emulated) kubelet tell
 the agent port per pod in the annotation `sandboxes.io/agent-port`, because all emulated pods share
@@ -51,10 +52,12 @@ from __future__ import annotations
 
 from .backend import KubernetesBackend, create_backend
 from .config import AGENT_CAPABILITIES, LABEL_OWNER, LABEL_POOL, LABEL_TEMPLATE, KubeConfig
+from .egress import EGRESS_CAPABILITIES
 from .pods import PodRef, pod_readiness
 
 __all__ = [
     "AGENT_CAPABILITIES",
+    "EGRESS_CAPABILITIES",
     "LABEL_OWNER",
     "LABEL_POOL",
     "LABEL_TEMPLATE",

@@ -14,8 +14,10 @@ use super::policy::Ports;
 use super::proxy::Opened;
 use super::Proxy;
 
-/// The names a sandbox may look up (each costs a listener per port).
-const MAX_NAMES: u32 = 4096;
+/// The names a sandbox may look up, and the listeners they may cost the agent (one per port of
+/// each): a program looking up names without end must not run the agent out of descriptors.
+const MAX_NAMES: u32 = 1024;
+const MAX_LISTENERS: usize = 512;
 /// The ports of a name a rule without a port holds: the web's (any port through the proxy).
 pub const WEB_PORTS: [u16; 2] = [80, 443];
 
@@ -24,14 +26,20 @@ pub enum Lookup {
     Address(Ipv4Addr),
     /// No rule holds the name.
     Refused,
-    /// The sandbox looked up `MAX_NAMES` names already.
+    /// The sandbox looked up too many names already (`MAX_NAMES`, `MAX_LISTENERS`).
     Full,
 }
 
 /// The names given out so far and their addresses.
 #[derive(Default)]
 pub struct Names {
-    table: Mutex<HashMap<String, Ipv4Addr>>,
+    table: Mutex<Table>,
+}
+
+#[derive(Default)]
+struct Table {
+    addresses: HashMap<String, Ipv4Addr>,
+    listeners: usize,
 }
 
 /// The `n`th name's address (1-based): 127.77.0.1, 127.77.0.2, ...
@@ -73,18 +81,19 @@ impl Proxy {
             return Lookup::Refused;
         };
         let mut table = self.names.table.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(ip) = table.get(name) {
+        if let Some(ip) = table.addresses.get(name) {
             return Lookup::Address(*ip);
         }
-        let n = table.len() as u32 + 1;
-        if n > MAX_NAMES {
-            return Lookup::Full;
-        }
-        let ip = address(n);
         let ports = match ports {
             Ports::Any => WEB_PORTS.to_vec(),
             Ports::Listed(p) => p,
         };
+        let n = table.addresses.len() as u32 + 1;
+        if n > MAX_NAMES || table.listeners + ports.len() > MAX_LISTENERS {
+            return Lookup::Full;
+        }
+        table.listeners += ports.len();
+        let ip = address(n);
         for port in ports {
             match listen(ip, port) {
                 Ok(l) => {
@@ -95,7 +104,7 @@ impl Proxy {
                 Err(e) => eprintln!("sandbox-agent: egress: {name} on {ip}:{port}: {e}"),
             }
         }
-        table.insert(name.to_string(), ip);
+        table.addresses.insert(name.to_string(), ip);
         Lookup::Address(ip)
     }
 
@@ -128,7 +137,7 @@ mod tests {
     fn addresses_are_distinct_loopback_ones() {
         assert_eq!(address(1), Ipv4Addr::new(127, 77, 0, 1));
         assert_eq!(address(256), Ipv4Addr::new(127, 77, 1, 0));
-        assert_eq!(address(MAX_NAMES), Ipv4Addr::new(127, 77, 16, 0));
+        assert_eq!(address(MAX_NAMES), Ipv4Addr::new(127, 77, 4, 0));
         assert!(address(MAX_NAMES).is_loopback());
     }
 }
