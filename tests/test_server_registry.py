@@ -1,4 +1,5 @@
-"""The server registry's timer heap: expiry order, early wake-up, lazily skipped deleted entries."""
+"""The server registry: its timer heap (expiry order, early wake-up, lazily skipped deleted
+entries), owners and labels, idempotency keys, and the records it makes of the cluster's claims."""
 
 from __future__ import annotations
 
@@ -74,3 +75,42 @@ async def test_idempotency_keys_are_forgotten_on_failure_and_delete() -> None:
     assert reg.pending("o", "k2") is ok
     reg.pop("x")
     assert reg.pending("o", "k2") is None
+
+
+async def test_a_sandbox_deleted_here_is_not_served_again_from_a_stale_cluster_cache() -> None:
+    """A replica that deleted a sandbox does not make a record of it again while its watch still
+    shows the pod claimed (the watch sees the pod go a round trip later): a get right after a
+    delete finds nothing. Once the watch reports the claim gone, the id is forgotten."""
+    from sandboxes.backends.kubernetes.shared import Claim
+    from sandboxes.server.shared import SharedRecords
+
+    claim = Claim(sandbox_id="sb-1", pod="sb-1", template="default", owner="o")
+
+    class Cluster:  # the watch-fed cache, still showing the claim
+        def lookup(self, sandbox_id: str) -> Claim | None:
+            return claim if sandbox_id == claim.sandbox_id else None
+
+        def handle(self, c: Claim) -> object:
+            return object()
+
+        def private(self, c: Claim) -> dict:
+            return {}
+
+    class Pool:
+        def __init__(self) -> None:
+            self.templates = {"default": object()}
+
+        def attach(self, template: str, handle: object, **kw: object) -> object:
+            return handle
+
+    async def never(r: Record) -> None:
+        raise AssertionError("no TTL here")
+
+    reg = Registry(never)
+    reg.shared = SharedRecords(reg, Pool(), Cluster(), gone=never, codecs={})  # type: ignore[arg-type]
+    assert reg.get("sb-1", "o") is not None  # another replica's sandbox, served here
+    reg.pop("sb-1")  # what a delete does, then:
+    reg.shared.deleted("sb-1")
+    assert reg.get("sb-1", "o") is None
+    reg.shared.claim_gone("sb-1")
+    assert reg.get("sb-1", "o") is not None  # a claim of that id seen again is a new one

@@ -453,6 +453,8 @@ class SandboxService:
             if task is not None:
                 await asyncio.shield(task)
             return False
+        if self.shared is not None:
+            self.shared.deleted(rec.id)
         if rec.local:
             self.quotas.release_sandbox(rec.owner)
         for listener in self.on_delete:

@@ -36,6 +36,11 @@ __all__ = ["Codec", "SharedRecords", "dataclass_codec"]
 
 log = logging.getLogger("sandboxes.server.shared")
 
+# How many deleted ids a replica keeps refusing to serve again, and for how long at least: until
+# the watch reports the pod gone, which takes a round trip to the API server.
+DELETED_KEPT = 10_000
+DELETED_FOR_S = 60.0
+
 
 @dataclass(frozen=True)
 class Codec:
@@ -119,6 +124,9 @@ class SharedRecords:
         # compatible API named) travels with the record, and the replica reading it adds it.
         self._configured = set(getattr(pool, "templates", {}))
         self._tasks: set[asyncio.Task[Any]] = set()
+        # Sandboxes this replica deleted, whose pods the watch may still show claimed for a while:
+        # never made records again (a get right after a delete must not bring one back to life).
+        self._deleted: dict[str, float] = {}  # sandbox id -> when (monotonic)
 
     # --- from the cluster to records -----------------------------------------------------------
 
@@ -164,12 +172,22 @@ class SharedRecords:
             await asyncio.sleep(delay)  # the winner's claim write is in flight: bounded backoff
             delay = min(0.5, delay * 2)
 
+    def deleted(self, sandbox_id: str) -> None:
+        """This replica deleted `sandbox_id`: its claim, still in the cache until the watch sees
+        the pod go, is no record any more."""
+        now = time.monotonic()
+        if len(self._deleted) >= DELETED_KEPT:
+            self._deleted = {k: t for k, t in self._deleted.items() if now - t < DELETED_FOR_S}
+        self._deleted[sandbox_id] = now
+
     def _materialize(self, claim: Claim) -> Record | None:
         from sandboxes.server.registry import Record
 
         rec = self.registry.local(claim.sandbox_id)
         if rec is not None:
             return rec
+        if claim.sandbox_id in self._deleted:
+            return None
         handle = self.records.handle(claim)
         private = self.records.private(claim)
         if handle is None or private is None:
@@ -289,6 +307,7 @@ class SharedRecords:
             self._load_attrs(rec, private)
 
     def claim_gone(self, sandbox_id: str) -> None:
+        self._deleted.pop(sandbox_id, None)
         rec = self.registry.local(sandbox_id)
         if rec is not None:
             self._spawn(self._gone(rec))
