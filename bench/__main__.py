@@ -18,6 +18,7 @@ BENCHMARKS = {
     "docker": "bench.docker_bench",
     "reward": "bench.reward",
     "kinds": "bench.sandbox_kinds",
+    "egress": "bench.egress",
     "prime_api": "bench.prime_api",
     "e2b_api": "bench.e2b_api",
     "languages": "bench.languages",
