@@ -190,6 +190,8 @@ def test_an_allow_list_pod_and_its_network_policy() -> None:
     )
     other = egress_policy_manifest(cfg, (*rules, "example.com:80"))
     assert other["metadata"]["name"] != np["metadata"]["name"]
+    odd_pool = egress_policy_manifest(KubeConfig(image=IMAGE, identity="m", pool="RL_pool.v2"), rules)
+    assert odd_pool["metadata"]["name"].startswith("rl-pool-v2-egress-")
     assert np["spec"]["policyTypes"] == ["Egress"]
     to_nets, to_public, to_dns = (
         np["spec"]["egress"][:2],

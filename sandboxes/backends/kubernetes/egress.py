@@ -14,6 +14,7 @@ and this one opens only what the list needs."""
 from __future__ import annotations
 
 import hashlib
+import re
 from typing import Any
 
 from ..._native import egress_rules, non_public_networks
@@ -30,7 +31,9 @@ def policy_digest(rules: tuple[str, ...]) -> str:
 
 
 def policy_name(cfg: KubeConfig, rules: tuple[str, ...]) -> str:
-    return f"{cfg.pool[:40].rstrip('-.')}-egress-{policy_digest(rules)}".lower()
+    """A DNS-1123 name: the pool's label value made one, and the list's digest."""
+    pool = re.sub(r"[^a-z0-9-]+", "-", cfg.pool.lower())[:40].strip("-") or "sandboxes"
+    return f"{pool}-egress-{policy_digest(rules)}"
 
 
 def _ports(ports: list[int | None]) -> list[dict[str, Any]] | None:
