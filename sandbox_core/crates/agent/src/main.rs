@@ -207,7 +207,7 @@ fn main() {
             inside: (programs.uid, programs.gid),
             image: args.image_root.clone(),
             disk: args.build_dir.clone(),
-            nameserver: (!args.egress_allow.is_empty()).then_some(egress::DNS_HOST),
+            nameserver: egress.as_ref().map(|_| egress::DNS_HOST),
             writable_size: (args.user == "root").then_some(match args.root_size {
                 0 => DEFAULT_ROOT_SIZE,
                 n => n,

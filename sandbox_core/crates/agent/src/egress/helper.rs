@@ -2,9 +2,9 @@
 //!
 //! Forked by the agent at start-up, before any thread and before the agent pivots into the
 //! sandbox's root or leaves the outside network namespace, it keeps both: it unshares a mount
-//! namespace of its own when the agent builds a root (the agent's pivot does not move it), enters the outside network
-//! namespace when one is named, drops to uid 65534 and serves the agent over socket pairs made
-//! before the fork. For each `host port` it checks the policy again, resolves the name with the
+//! namespace of its own when the agent builds a root (the agent's pivot does not move it),
+//! enters the outside network namespace when one is named, drops to uid 65534 and serves the
+//! agent over socket pairs made before the fork. For each `host port` it checks the policy again, resolves the name with the
 //! outside's resolver (its `/etc`, never the sandbox's, which root inside may rewrite), refuses
 //! addresses the policy does not allow a name to reach, connects (10 s) and sends the connected
 //! socket back (SCM_RIGHTS). It dies with the agent (PR_SET_PDEATHSIG, and end of file on every

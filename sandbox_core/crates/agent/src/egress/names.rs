@@ -11,7 +11,7 @@ use std::sync::{Arc, Mutex};
 use tokio::net::{TcpListener, TcpStream};
 
 use super::policy::Ports;
-use super::proxy::Opened;
+use super::proxy::{accept, Opened};
 use super::Proxy;
 
 /// The names a sandbox may look up, and the listeners they may cost the agent (one per port of
@@ -112,10 +112,7 @@ impl Proxy {
     async fn forward(self: Arc<Self>, listener: TcpListener, name: String, port: u16) {
         let name: Arc<str> = name.into();
         loop {
-            let Ok((mut client, _)) = listener.accept().await else {
-                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-                continue;
-            };
+            let mut client = accept(&listener).await;
             let (me, name) = (self.clone(), name.clone());
             tokio::spawn(async move {
                 match me.open(&name, port).await {

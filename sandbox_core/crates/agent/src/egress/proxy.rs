@@ -76,11 +76,7 @@ impl Proxy {
     /// Accepts connections until the runtime ends.
     pub async fn serve(self: Arc<Self>, listener: TcpListener) {
         loop {
-            let Ok((client, _)) = listener.accept().await else {
-                // Out of fds or memory: let the connections being served finish first.
-                tokio::time::sleep(std::time::Duration::from_millis(20)).await;
-                continue;
-            };
+            let client = accept(&listener).await;
             let me = self.clone();
             tokio::spawn(async move {
                 let _ = me.handle(client).await;
@@ -169,6 +165,17 @@ impl Proxy {
         }
         tokio::io::copy_bidirectional(&mut client, &mut upstream).await?;
         Ok(())
+    }
+}
+
+/// The next connection to `listener` (the proxy's or a name's forwarder's).
+pub(super) async fn accept(listener: &TcpListener) -> TcpStream {
+    loop {
+        match listener.accept().await {
+            Ok((client, _)) => return client,
+            // Out of fds or memory: let the connections being served finish first.
+            Err(_) => tokio::time::sleep(std::time::Duration::from_millis(20)).await,
+        }
     }
 }
 
