@@ -16,6 +16,7 @@ from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 import pytest_asyncio
 from helm_chart import by_kind, render
@@ -23,6 +24,7 @@ from helpers import wait_until
 from kube_release import KEY, Release, release
 from server_helpers import run_scenario
 
+from sandboxes.backends.kubernetes.pods import pod_readiness
 from sandboxes.errors import NotFound
 
 pytest.importorskip("kmock", reason="the replica tests need the emulator (pip install kmock)")
@@ -284,3 +286,64 @@ async def test_the_e2b_sdk_uses_a_sandbox_through_another_replica(native: object
         assert used["run"]["stdout"] == "hi\n" and used["run"]["exit_code"] == 0, used
         assert used["read"] == "written here" and used["listed"] and used["kill"] is True, used
         await wait_until(lambda: not rel.claimed(), timeout=10, what="killed")
+
+
+async def test_http_surfaces_find_a_sandbox_another_replica_made_before_their_watch_does(
+    native: object, tmp_path: Path
+) -> None:
+    """Replica B serves, through each HTTP surface, a sandbox made through A a moment before,
+    while B's watch has not yet reported it (the EMULATED API server holds every watch event
+    back): a surface that does not know an id asks the API server before answering 404."""
+    async with release(tmp_path) as rel:
+        rel.write_config(KUBE, TEMPLATES)
+        await _serving(rel)
+        a, b = (f"http://127.0.0.1:{rel.replicas[r].http_port}" for r in ("replica-a", "replica-b"))
+        await wait_until(
+            lambda: all(pod_readiness(p)[0] == "ready" for p in rel.pods()),
+            timeout=60,
+            what="warm pods ready",
+        )
+        await asyncio.sleep(1.0)  # for both replicas' watches to report them (no lag yet)
+        rel.api.watch_lag_s = 30.0
+        async with aiohttp.ClientSession() as http:
+            key = {"X-API-KEY": KEY}
+            r = await http.post(f"{a}/v2/sandboxes", headers=key, json={"templateID": "base"})
+            assert r.status == 201, await r.text()
+            made = await r.json()
+            sid = made["sandboxID"]
+            r = await http.get(f"{b}/sandboxes/{sid}", headers=key)
+            assert r.status == 200 and (await r.json())["sandboxID"] == sid
+            envd = {
+                "E2b-Sandbox-Id": sid,
+                "E2b-Sandbox-Port": "49983",
+                "X-Access-Token": made["envdAccessToken"],
+            }
+            r = await http.get(f"{b}/health", headers=envd)
+            assert r.status < 300, await r.text()
+
+            auth = {"Authorization": f"Bearer {KEY}"}
+            r = await http.post(
+                f"{a}/api/v1/sandbox", headers=auth, json={"name": "n", "docker_image": "default"}
+            )
+            assert r.status == 200, await r.text()
+            created = await r.json()
+            pid, gw = created["id"], created["gatewayAuth"]
+            r = await http.get(f"{b}/api/v1/sandbox/{pid}", headers=auth)
+            assert r.status == 200 and (await r.json())["id"] == pid
+            gateway = f"{b}/gateway/{gw['user_ns']}/{gw['job_id']}"
+            tok = {"Authorization": f"Bearer {gw['token']}"}
+            form = aiohttp.FormData()
+            form.add_field("file", b"through b", filename="f")
+            r = await http.post(
+                f"{gateway}/upload", params={"path": "/tmp/through-b"}, data=form, headers=tok
+            )
+            assert r.status == 200, await r.text()
+            r = await http.get(f"{gateway}/read-file", params={"path": "/tmp/through-b"}, headers=tok)
+            assert r.status == 200 and "through b" in await r.text()
+            assert len(rel.claimed()) == 2
+            rel.api.watch_lag_s = 0.0
+            r = await http.delete(f"{b}/sandboxes/{sid}", headers=key)
+            assert r.status == 204, await r.text()
+            r = await http.delete(f"{b}/api/v1/sandbox/{pid}", headers=auth)
+            assert r.status == 200, await r.text()
+        await wait_until(lambda: not rel.claimed(), timeout=10, what="deleted")

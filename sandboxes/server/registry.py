@@ -100,12 +100,13 @@ class Registry:
             return None
         return rec
 
-    async def find(self, sandbox_id: str, owner: str) -> Record | None:
-        """`get`, asking the cluster when the cache does not know the id (yet)."""
+    async def find(self, sandbox_id: str, owner: str | None = None) -> Record | None:
+        """`get`, asking the cluster when the cache does not know the id (yet): a sandbox
+        another replica made a moment ago is found before its watch event arrives."""
         rec = self.get(sandbox_id)
         if rec is None and self.shared is not None:
             rec = await self.shared.fetch(sandbox_id)
-        if rec is None or rec.owner != owner:
+        if rec is None or (owner is not None and rec.owner != owner):
             return None
         return rec
 

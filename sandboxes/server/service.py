@@ -496,7 +496,7 @@ class SandboxService:
         labels = self.validate.labels(req.labels, what="label selector")
         chosen: dict[str, Record] = {}
         for sid in req.sandbox_ids:
-            rec = self.registry.get(sid, owner)
+            rec = await self.registry.find(sid, owner)
             if rec is not None:
                 chosen[rec.id] = rec
         if req.labels:

@@ -136,6 +136,9 @@ class EmulatedApiServer(kmock.KubernetesEmulator):
     """EMULATOR of the Kubernetes API server (kmock + the extensions in the module docstring)."""
 
     latency_s: tuple[float, float] = (0.0, 0.0)
+    # Every watch event reaches its watchers this much after it happened (a watch cache that
+    # lags the API server's writes, as a real one may under load); settable at any time.
+    watch_lag_s: float = 0.0
     _rv: int = attrs.field(default=0, init=False)
     _log: list[str] = attrs.field(factory=list, init=False)
     _updates: asyncio.Lock = attrs.field(factory=asyncio.Lock, init=False)
@@ -288,7 +291,7 @@ class EmulatedApiServer(kmock.KubernetesEmulator):
         try:
             for obj in initial:
                 yield {"type": "ADDED", "object": obj}
-            async for event in bus.stream(since=marker):
+            async for event in self._lagged(bus.stream(since=marker)):
                 obj = event.get("object", {})
                 meta = obj.get("metadata", {})
                 if request.namespace is not None and meta.get("namespace") != request.namespace:
@@ -298,6 +301,35 @@ class EmulatedApiServer(kmock.KubernetesEmulator):
         finally:
             with contextlib.suppress(Exception):
                 await bus.unmark(marker)
+
+    async def _lagged(self, events: AsyncIterator[Any]) -> AsyncIterator[Any]:
+        """`events` in order, each no sooner than `watch_lag_s` after the bus had it."""
+        loop = asyncio.get_running_loop()
+        queue: asyncio.Queue[tuple[float, Any]] = asyncio.Queue()
+        end = object()
+
+        async def pump() -> None:
+            try:
+                async for event in events:
+                    queue.put_nowait((loop.time(), event))
+            finally:
+                queue.put_nowait((loop.time(), end))
+
+        task = asyncio.create_task(pump())
+        try:
+            while True:
+                at, event = await queue.get()
+                if event is end:
+                    await task  # the stream's own error, if it ended with one
+                    return
+                wait = at + self.watch_lag_s - loop.time()
+                if wait > 0:
+                    await asyncio.sleep(wait)
+                yield event
+        finally:
+            task.cancel()
+            with contextlib.suppress(asyncio.CancelledError, Exception):
+                await task
 
 
 # --- the kubelet -----------------------------------------------------------------------------------------

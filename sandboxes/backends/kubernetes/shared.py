@@ -165,6 +165,10 @@ class ClusterRecords:
         self._keys: dict[tuple[str, str], str] = {}  # (owner, idempotency key) -> sandbox id
         self._held: set[str] = set()  # sandbox ids this replica holds
         self._publishing: set[str] = set()  # claims of this replica being written
+        # One write of a claim's record at a time, each built from the claim as it is when its
+        # turn comes: a background TTL write started before a save cannot land after it with the
+        # claim as it was (say, without the private part the save wrote).
+        self._writes: dict[str, tuple[asyncio.Lock, list[int]]] = {}  # id -> (lock, [users])
         self._first_seen: dict[str, float] = {}  # pod name -> loop time this replica first saw it
         self._misses: dict[str, float] = {}
         self._wake = asyncio.Event()
@@ -357,18 +361,26 @@ class ClusterRecords:
 
     async def update(self, claim: Claim, private: dict[str, Any] | None = None) -> None:
         """Rewrite a claim's record (TTL, labels) and, when given, its private part."""
-        if private is not None:
-            pod = self.be._release.get(claim.pod) or {}
-            uid = str(pod.get("metadata", {}).get("uid") or "")
-            await self._write_private(claim.pod, uid, private, create=not claim.private)
-            claim.private = True
+        lock, users = self._writes.setdefault(claim.sandbox_id, (asyncio.Lock(), [0]))
+        users[0] += 1
         try:
-            obj = await self._patch_pod(
-                claim.pod, {"metadata": {"annotations": {ANN_CLAIM: claim.annotation()}}}
-            )
-        except _ApiError as e:
-            raise _api_failure(e, f"updating sandbox {claim.sandbox_id}") from e
-        self._apply_if_newer(obj)
+            async with lock:
+                if private is not None:
+                    pod = self.be._release.get(claim.pod) or {}
+                    uid = str(pod.get("metadata", {}).get("uid") or "")
+                    await self._write_private(claim.pod, uid, private, create=not claim.private)
+                    claim.private = True
+                try:
+                    obj = await self._patch_pod(
+                        claim.pod, {"metadata": {"annotations": {ANN_CLAIM: claim.annotation()}}}
+                    )
+                except _ApiError as e:
+                    raise _api_failure(e, f"updating sandbox {claim.sandbox_id}") from e
+                self._apply_if_newer(obj)
+        finally:
+            users[0] -= 1
+            if not users[0]:
+                del self._writes[claim.sandbox_id]
 
     async def reserve_key(self, owner: str, key: str, sandbox_id: str) -> str:
         """Bind idempotency key `key` of `owner` to `sandbox_id`, unless another replica bound it

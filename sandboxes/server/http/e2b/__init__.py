@@ -64,7 +64,7 @@ class E2bApi:
             return False
         sid = sandbox_id.decode("latin-1")
         port = headers.get(b"e2b-sandbox-port", ENVD_PORT)
-        rec = self.service.registry.get(sid)
+        rec = await self.service.registry.find(sid)
         sb = rec.attrs.get("e2b") if rec is not None else None
         if sb is None:
             await _answer(send, 502, f"The sandbox {sid} was not found")

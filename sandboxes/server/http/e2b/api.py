@@ -216,14 +216,14 @@ class ControlPlane:
         rec.attrs["e2b"] = sb
         return sb
 
-    def live(self, owner: str, sandbox_id: str) -> tuple[Any, E2bSandbox]:
-        rec = self.service.registry.get(sandbox_id, owner)
+    async def live(self, owner: str, sandbox_id: str) -> tuple[Any, E2bSandbox]:
+        rec = await self.service.registry.find(sandbox_id, owner)
         if rec is None or "e2b" not in rec.attrs:
             raise E.NotFound(f"sandbox {sandbox_id} not found")
         return rec, rec.attrs["e2b"]
 
     async def connect(self, request: Request, owner: str) -> Response:
-        rec, sb = self.live(owner, request.path_params["sandbox_id"])
+        rec, sb = await self.live(owner, request.path_params["sandbox_id"])
         body = await self._body(request)
         if "timeout" in body:
             # Connecting only ever extends a sandbox's life.
@@ -233,16 +233,16 @@ class ControlPlane:
         return JSONResponse(sb.created_json(), status_code=200)
 
     async def get(self, request: Request, owner: str) -> Response:
-        _, sb = self.live(owner, request.path_params["sandbox_id"])
+        _, sb = await self.live(owner, request.path_params["sandbox_id"])
         return JSONResponse(sb.detail_json())
 
     async def kill(self, request: Request, owner: str) -> Response:
-        rec, _ = self.live(owner, request.path_params["sandbox_id"])
+        rec, _ = await self.live(owner, request.path_params["sandbox_id"])
         await self.service.delete_record(rec, "delete")
         return Response(status_code=204)
 
     async def set_timeout(self, request: Request, owner: str) -> Response:
-        rec, sb = self.live(owner, request.path_params["sandbox_id"])
+        rec, sb = await self.live(owner, request.path_params["sandbox_id"])
         body = await self._body(request)
         if "timeout" not in body:
             raise Refused(400, "timeout is required")
@@ -293,7 +293,7 @@ class ControlPlane:
 
     async def metrics(self, request: Request, owner: str) -> Response:
         # No samples are collected here (the platform answers [] before its first sample too).
-        self.live(owner, request.path_params["sandbox_id"])
+        await self.live(owner, request.path_params["sandbox_id"])
         return JSONResponse([])
 
 

@@ -206,15 +206,23 @@ class ControlPlane:
         r = await rec.sandbox.exec(["/bin/bash", "-c", line], keep_descendants=True, timeout=30)
         sb.note(f"start command {shlex.quote(args.start_shell)}: launched (exit {r.exit_code})")
 
-    def _live(self, owner: str, sandbox_id: str) -> tuple[Any, PrimeSandbox]:
-        rec = self.service.registry.get(sandbox_id, owner)
+    async def _live(self, owner: str, sandbox_id: str) -> tuple[Any, PrimeSandbox]:
+        rec = await self.service.registry.find(sandbox_id, owner)
         if rec is None or "prime" not in rec.attrs:
             raise E.NotFound(f"Sandbox {sandbox_id} not found")
         return rec, rec.attrs["prime"]
 
-    def _any(self, owner: str, sandbox_id: str) -> PrimeSandbox:
+    def _record_of(self, owner: str) -> Any:
+        """`lookup` of `owner`'s live records for `jobs.statuses`."""
+
+        async def lookup(sandbox_id: str) -> Any:
+            return (await self._live(owner, sandbox_id))[0]
+
+        return lookup
+
+    async def _any(self, owner: str, sandbox_id: str) -> PrimeSandbox:
         """A live or ended sandbox of `owner`."""
-        rec = self.service.registry.get(sandbox_id, owner)
+        rec = await self.service.registry.find(sandbox_id, owner)
         if rec is not None and "prime" in rec.attrs:
             return rec.attrs["prime"]
         sb = self.prime.tombstones.get(sandbox_id, owner)
@@ -223,7 +231,7 @@ class ControlPlane:
         return sb
 
     async def get(self, request: Request, owner: str) -> Any:
-        return JSONResponse(self._any(owner, request.path_params["sandbox_id"]).to_json())
+        return JSONResponse((await self._any(owner, request.path_params["sandbox_id"])).to_json())
 
     async def list(self, request: Request, owner: str) -> Any:
         q = request.query_params
@@ -258,13 +266,13 @@ class ControlPlane:
         found, errors = [], []
         for sid in ids:
             try:
-                found.append(self._any(owner, sid).status_json())
+                found.append((await self._any(owner, sid)).status_json())
             except E.NotFound:
                 errors.append({"sandbox_id": sid, "code": "NOT_FOUND", "message": f"Sandbox {sid} not found"})
         return JSONResponse({"statuses": found, "errors": errors})
 
     async def delete(self, request: Request, owner: str) -> Any:
-        rec, _ = self._live(owner, request.path_params["sandbox_id"])
+        rec, _ = await self._live(owner, request.path_params["sandbox_id"])
         await self.service.delete_record(rec, "delete")
         # A JSON body, not 204: clients decode whatever this answers.
         return JSONResponse({})
@@ -282,7 +290,7 @@ class ControlPlane:
         failed: list[dict[str, str]] = []
         for sid in ids:
             try:
-                rec, _ = self._live(owner, str(sid))
+                rec, _ = await self._live(owner, str(sid))
                 chosen[rec.id] = rec
             except E.NotFound as e:
                 failed.append({"sandbox_id": str(sid), "error": e.message})
@@ -298,13 +306,13 @@ class ControlPlane:
         )
 
     async def auth(self, request: Request, owner: str) -> Any:
-        rec, sb = self._live(owner, request.path_params["sandbox_id"])
+        rec, sb = await self._live(owner, request.path_params["sandbox_id"])
         return JSONResponse(await self.prime.gateway_auth(request, rec, sb))
 
     async def logs(self, request: Request, owner: str) -> Any:
-        sb = self._any(owner, request.path_params["sandbox_id"])
+        sb = await self._any(owner, request.path_params["sandbox_id"])
         lines = list(sb.log)
-        rec = self.service.registry.get(sb.id, owner)
+        rec = await self.service.registry.find(sb.id, owner)
         if rec is not None and sb.start_command is not None:
             try:
                 out = await rec.sandbox.read_file(START_LOG, max_bytes=1 << 20)
@@ -314,17 +322,17 @@ class ControlPlane:
         return JSONResponse({"logs": "\n".join(lines)})
 
     async def error_context(self, request: Request, owner: str) -> Any:
-        sb = self._any(owner, request.path_params["sandbox_id"])
+        sb = await self._any(owner, request.path_params["sandbox_id"])
         return JSONResponse(
             {"status": sb.status, "errorType": sb.error_type, "errorMessage": sb.error_message}
         )
 
     async def get_policy(self, request: Request, owner: str) -> Any:
-        _, sb = self._live(owner, request.path_params["sandbox_id"])
+        _, sb = await self._live(owner, request.path_params["sandbox_id"])
         return JSONResponse(_policy(sb))
 
     async def set_policy(self, request: Request, owner: str) -> Any:
-        _, sb = self._live(owner, request.path_params["sandbox_id"])
+        _, sb = await self._live(owner, request.path_params["sandbox_id"])
         allow = parse_policy(await self._body(request))
         if (allow or None) != sb.network_allowlist:
             raise BadRequest(
@@ -337,7 +345,7 @@ class ControlPlane:
     async def job_statuses(self, request: Request, owner: str) -> Any:
         body = await self._body(request)
         wanted = body.get("jobs") if isinstance(body, dict) else None
-        return JSONResponse(await jobs.statuses(wanted, lambda sid: self._live(owner, sid)[0]))
+        return JSONResponse(await jobs.statuses(wanted, self._record_of(owner)))
 
     # -- idle timeouts -----------------------------------------------------------------------
 

@@ -78,12 +78,12 @@ class Gateway:
 
     # -- access ------------------------------------------------------------------------------
 
-    def _resolve(self, sandbox_id: str, authorization: str | None) -> tuple[Any, Any]:
+    async def _resolve(self, sandbox_id: str, authorization: str | None) -> tuple[Any, Any]:
         """(record, PrimeSandbox) of a live sandbox whose token the caller holds; else `_Refused`."""
         scheme, _, token = (authorization or "").strip().partition(" ")
         if scheme.lower() != "bearer" or not token:
             raise _Refused(401, {"detail": "missing gateway token: send `Authorization: Bearer <token>`"})
-        rec = self.prime.service.registry.get(sandbox_id)
+        rec = await self.prime.service.registry.find(sandbox_id)
         sb = rec.attrs.get("prime") if rec is not None else None
         if sb is not None and sb.token_ok(token.strip()):
             sb.touch()
@@ -99,7 +99,9 @@ class Gateway:
 
         async def endpoint(request: Request) -> Response:
             try:
-                rec, sb = self._resolve(request.path_params["job_id"], request.headers.get("authorization"))
+                rec, sb = await self._resolve(
+                    request.path_params["job_id"], request.headers.get("authorization")
+                )
                 return await fn(request, rec, sb)
             except _Refused as r:
                 if r.status == 410:
@@ -124,7 +126,7 @@ class Gateway:
         headers = dict(scope.get("headers") or ())
         auth = headers.get(b"authorization", b"").decode("latin-1")
         try:
-            target: Any = self._resolve(scope["path_params"]["job_id"], auth)
+            target: Any = await self._resolve(scope["path_params"]["job_id"], auth)
         except _Refused as r:
             code = Code.NOT_FOUND if r.status == 410 else Code.UNAUTHENTICATED
             target = ConnectError(code, r.body.get("detail", ""))

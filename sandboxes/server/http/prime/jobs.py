@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import re
-from collections.abc import Callable
+from collections.abc import Awaitable, Callable
 from typing import Any
 
 from sandboxes import errors as E
@@ -35,7 +35,7 @@ done
 """
 
 
-async def statuses(wanted: Any, lookup: Callable[[str], Any]) -> dict[str, Any]:
+async def statuses(wanted: Any, lookup: Callable[[str], Awaitable[Any]]) -> dict[str, Any]:
     """The batch answer for `wanted` (`[{sandbox_id, job_id}]`); `lookup(id)` gives the caller's
     record or raises `NotFound`."""
     if not isinstance(wanted, list) or not wanted or len(wanted) > MAX_BATCH:
@@ -54,7 +54,7 @@ async def statuses(wanted: Any, lookup: Callable[[str], Any]) -> dict[str, Any]:
             errors.extend({"sandbox_id": sid, "job_id": j, "code": code, "message": message} for j in ids)
 
         try:
-            rec = lookup(sid)
+            rec = await lookup(sid)
         except E.NotFound:
             return fail("NOT_FOUND", f"Sandbox {sid} not found")
         try:
