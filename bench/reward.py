@@ -5,6 +5,10 @@
   per grading (`evaluate`, the engine of `sandboxes eval`), or one `Pool.grade` batch, against
   - the physical floor: the same programs and checks `exec()`'d in fresh dicts inside one Python
     process per core (multiprocessing), no isolation, timeouts ignored;
+  - the fork floor: the same, each grading in a fresh `os.fork()` child of one process per core
+    that imported what the sandbox's Python zygote preloads (its imports, read from zygote.py)
+    and froze its heap, as the zygote does: the least a fresh process per case costs, with no
+    isolation, agent or client;
   - a fresh `python3` of a clean virtualenv per problem (program + check as a temp file), same
     concurrency, no isolation;
   verdicts must be identical (canonical accepted, broken not);
@@ -107,6 +111,98 @@ def floor(items: list[tuple[str, str]], workers: int, repeats: int) -> tuple[lis
     return walls, verdicts
 
 
+ZYGOTE = Path(__file__).resolve().parent.parent / "sandbox_core" / "crates" / "exec" / "src" / "zygote.py"
+
+# One fork floor process: imports the modules it is given, freezes its heap, says "ready", and on
+# "go" grades the items of the JSON file argv[2], each in a fresh fork (its output to /dev/null),
+# then prints the verdicts as JSON.
+_FORK_FLOOR = r"""
+import gc, json, os, sys
+for m in sys.argv[1].split(","):
+    __import__(m)
+items = json.load(open(sys.argv[2]))
+gc.collect()
+gc.freeze()
+print("ready", flush=True)
+sys.stdin.readline()
+out = []
+for program, check in items:
+    pid = os.fork()
+    if pid == 0:
+        null = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(null, 1)
+        os.dup2(null, 2)
+        try:
+            g = {"__name__": "__main__"}
+            exec(compile(program, "<program>", "exec"), g)
+            exec(compile(check, "<check>", "exec"), g)
+        except BaseException:
+            os._exit(1)
+        os._exit(0)
+    out.append(os.waitpid(pid, 0)[1] == 0)
+print(json.dumps(out), flush=True)
+"""
+
+
+async def _sandbox_python() -> str:
+    """The interpreter a default local sandbox runs as `python3` (its zygote's)."""
+    import sandboxes
+
+    async with sandboxes.Pool(backend="local", warm=1) as pool, pool.sandbox() as sb:
+        r = await sb.exec(["python3", "-c", "import sys; print(sys.executable)"])
+    return r.stdout.decode().strip()
+
+
+def zygote_preloads() -> list[str]:
+    """The top-level modules the sandbox's Python zygote imports before it forks workers."""
+    import ast
+
+    names = []
+    for node in ast.parse(ZYGOTE.read_text()).body:
+        if isinstance(node, ast.Import):
+            names += [a.name for a in node.names]
+    return names
+
+
+def fork_floor(items: list[tuple[str, str]], workers: int, repeats: int) -> tuple[list[float], list[bool]]:
+    """Wall times of the fork floor (its processes, of the sandbox's own interpreter, started and
+    ready before the clock) and its verdicts."""
+    import json
+
+    py = asyncio.run(_sandbox_python())
+    modules = ",".join(zygote_preloads())
+    walls, verdicts = [], [False] * len(items)
+    with tempfile.TemporaryDirectory(prefix="bench-fork-floor-") as tmp:
+        for _ in range(repeats):
+            procs = []
+            for w in range(workers):
+                path = Path(tmp) / f"items-{w}.json"
+                path.write_text(json.dumps(items[w::workers]))
+                procs.append(
+                    subprocess.Popen(
+                        [py, "-I", "-c", _FORK_FLOOR, modules, str(path)],
+                        stdin=subprocess.PIPE,
+                        stdout=subprocess.PIPE,
+                        text=True,
+                    )
+                )
+            for p in procs:
+                assert p.stdout is not None and p.stdout.readline().strip() == "ready"
+            t = time.perf_counter()
+            for p in procs:
+                assert p.stdin is not None
+                p.stdin.write("go\n")
+                p.stdin.flush()
+            results = [json.loads(p.stdout.readline()) for p in procs if p.stdout is not None]
+            walls.append(time.perf_counter() - t)
+            for p in procs:
+                p.wait()
+            for w, res in enumerate(results):
+                for j, ok in enumerate(res):
+                    verdicts[w + j * workers] = ok
+    return walls, verdicts
+
+
 def fresh_python(items: list[tuple[str, str]], workers: int, py: str) -> tuple[float, list[bool]]:
     """A fresh python3 per problem (program + check as a temp file), `workers` at once."""
     with tempfile.TemporaryDirectory(prefix="bench-fresh-") as tmp:
@@ -181,6 +277,7 @@ def humaneval(rep: Report, py: str, repeats: int = 3) -> None:
     cores = os.cpu_count() or 1
 
     floor_walls, floor_verdicts = floor(items, cores, repeats)
+    fork_walls, fork_verdicts = fork_floor(items, cores, repeats)
     fresh_walls = []
     for _ in range(max(1, repeats - 1)):
         w, fresh_verdicts = fresh_python(items, cores, py)
@@ -203,21 +300,25 @@ def humaneval(rep: Report, py: str, repeats: int = 3) -> None:
     med = {k: statistics.median(v) for k, v in walls.items()}
     per_call, two, batch = med[("calls", CALLERS[-1])], med[("calls", CALLERS[0])], med[("batch", 0)]
     f, fr = statistics.median(floor_walls), statistics.median(fresh_walls)
+    ff = statistics.median(fork_walls)
     for (mode, callers), v in walls.items():
         label = f"{callers} callers, one run_tests each" if mode == "calls" else "one Pool.grade batch"
         rep.add(Stats.of(f"humaneval {n} gradings, pool defaults, start included: {label} (wall)", v))
     rep.add(Stats.of(f"humaneval {n} gradings: floor exec() (wall)", floor_walls))
+    rep.add(Stats.of(f"humaneval {n} gradings: fork floor, a fresh fork each (wall)", fork_walls))
     rep.add(Stats.of(f"humaneval {n} gradings: fresh python3 (wall)", fresh_walls))
     rep.add(Stats.of("humaneval one grading: run_tests duration", durations))
     best = min(per_call, batch)
     rep.ratios["humaneval ours / floor (target <= 3)"] = best / f
     rep.ratios["humaneval fresh python3 / ours (target >= 3)"] = fr / best
+    rep.ratios["humaneval ours / fork floor"] = best / ff
+    rep.ratios["humaneval fork floor / floor (a fresh process per grading alone)"] = ff / f
     rep.ratios["humaneval one call each / batch, 8 callers (target >= 1.5)"] = per_call / batch
     rep.ratios["humaneval 8 callers / 2 callers (target <= 1)"] = per_call / two
     rep.headline(
         f"reward: HumanEval x2, {n} gradings, pool defaults and start included, wall",
         f"{batch:.2f} s batch; {per_call:.2f} s with {CALLERS[-1]} callers, {two:.2f} s with {CALLERS[0]}",
-        f"in-process `exec()` floor {f:.2f} s; fresh `python3` each {fr:.2f} s",
+        f"in-process `exec()` floor {f:.2f} s; a fresh fork each {ff:.2f} s; fresh `python3` each {fr:.2f} s",
         "humaneval ours / floor (target <= 3)",
     )
     rep.extra.update(
@@ -227,11 +328,14 @@ def humaneval(rep: Report, py: str, repeats: int = 3) -> None:
             "humaneval_wall_s": {
                 **{f"{m}_{c}" if m == "calls" else m: v for (m, c), v in med.items()},
                 "floor": f,
+                "fork_floor": ff,
                 "fresh_python3": fr,
             },
             "humaneval_verdicts_identical": all(v == expected for v in verdicts.values()),
             "humaneval_floor_accepted": f"{sum(floor_verdicts[:half])}/{half} canonical, "
             f"{sum(floor_verdicts[half:])}/{n - half} broken",
+            "humaneval_fork_floor_accepted": f"{sum(fork_verdicts[:half])}/{half} canonical, "
+            f"{sum(fork_verdicts[half:])}/{n - half} broken",
             "humaneval_fresh_accepted": f"{sum(fresh_verdicts[:half])}/{half} canonical, "
             f"{sum(fresh_verdicts[half:])}/{n - half} broken",
             "humaneval_infra_errors": infra,
