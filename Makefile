@@ -76,7 +76,7 @@ lint: build-dev ## clippy, rustfmt, ruff (lint and format), mypy over the packag
 	$(VENV)/bin/mypy sandboxes
 	$(PY) -m pytest -q -p no:cacheprovider tests/test_native_stub.py
 
-bench: build ## run every benchmark against its baselines in one run; regenerates README's table
+bench: build toolchains ## run every benchmark against its baselines in one run; regenerates README's table
 	$(PY) -m bench
 
 bench-table: $(VENV)/.deps ## regenerate README's benchmark table from bench/results/*.json

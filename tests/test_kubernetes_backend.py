@@ -366,6 +366,19 @@ async def test_delete_ends_the_agent(cluster: Cluster) -> None:
         await sb.exec(["true"])
 
 
+async def test_a_pod_the_watch_has_not_reported_yet_is_waited_for(cluster: Cluster) -> None:
+    """A create whose pod the watch reports later than the API server answers the create (the
+    EMULATED API server holds every watch event back) waits for it instead of calling it
+    deleted."""
+    pool = await cluster.pool(warm=0)
+    cluster.api.watch_lag_s = 1.0
+    sb = await pool.claim()
+    assert (await sb.exec(["echo", "up"])).stdout == b"up\n"
+    cluster.api.watch_lag_s = 0.0
+    await sb.close()
+    await wait_until(lambda: cluster.pod(sb.id) is None, what="pod deleted")
+
+
 async def test_zero_api_requests_while_1000_execs_run_on_warm_pods(cluster: Cluster) -> None:
     be = cluster.backend()
     pool = await cluster.pool(be, warm=4)

@@ -194,7 +194,7 @@ class KubernetesBackend:
                             f"/api/v1/namespaces/{self.cfg.namespace}/secrets",
                             body=self._secret_manifest(pod_name, uid, token),
                         )
-                    self._evaluate(pod_name)  # the watch may have been faster than our POST
+                    self._evaluate(pod_name)  # the watch may have reported it before our POST's answer
                     ip, port = await starting.future
                     endpoint = f"http://{ip}:{port}"
                     await self._confirm_agent(endpoint, token, deadline)
@@ -385,15 +385,18 @@ class KubernetesBackend:
         state, info = pod_readiness(pod)
         starting = self._starting.get(name)
         if starting is not None and not starting.future.done():
+            # A pod this backend just created that its watch has not reported yet is pending, not
+            # gone: the create's answer may come before the watch event (a watch lags under load).
+            unseen = pod is None and kind != "DELETED"
             if state == "ready":
                 assert pod is not None
                 starting.future.set_result((info, self._pod_port(pod)))
-            elif state in ("failed", "gone"):
+            elif state in ("failed", "gone") and not unseen:
                 starting.future.set_exception(
                     LaunchError(f"pod {name} did not start: {info}", detail=info, step="pod")
                 )
             else:
-                starting.last_status = info
+                starting.last_status = "created, not reported by the watch yet" if unseen else info
         ref = self._live.get(name)
         if ref is not None and ref.alive() and state != "ready":
             if kind == "DELETED" and self.records is not None and self.records.lookup(ref.sandbox_id):
