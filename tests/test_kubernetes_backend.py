@@ -217,8 +217,10 @@ def test_an_allow_list_pod_and_its_network_policy() -> None:
 async def test_an_allow_list_is_enforced_in_the_pod(cluster: Cluster) -> None:
     """On the emulated cluster (each pod's agent a process of this machine, as root), an
     allow-list sandbox's programs reach the server the list names through the agent's proxy and
-    nothing else: not a second server, not a direct connection; the list's NetworkPolicy is made
-    once, before the first pod, and selects its pods."""
+    nothing else: not a second server, not a direct connection; the pod's own nameserver (this
+    host's /etc/resolv.conf, which a pod's programs keep) is the agent's DNS, which answers the
+    list's names only; the list's NetworkPolicy is made once, before the first pod, and selects
+    its pods."""
     replies: list[str] = []
 
     async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
@@ -232,7 +234,7 @@ async def test_an_allow_list_is_enforced_in_the_pod(cluster: Cluster) -> None:
     other = await asyncio.start_server(serve, "127.0.0.2", 0)
     port, other_port = (srv.sockets[0].getsockname()[1] for srv in (allowed, other))
     try:
-        t = Template(name="egress", backend="kubernetes", network=(f"127.0.0.2:{port}",))
+        t = Template(name="egress", backend="kubernetes", network=(f"127.0.0.2:{port}", "allowed.test"))
         be = cluster.backend()
         pool = await cluster.pool(be, templates={"egress": t}, warm=0)
         script = (
@@ -247,10 +249,17 @@ async def test_an_allow_list_is_enforced_in_the_pod(cluster: Cluster) -> None:
             f"    socket.create_connection(('127.0.0.2', {port}), timeout=5); print('direct')\n"
             "except OSError as e:\n"
             "    print(type(e).__name__)\n"
+            "def lookup(name):\n"
+            "    try:\n"
+            "        return ','.join(sorted({a[4][0] for a in socket.getaddrinfo(name, 80, socket.AF_INET)}))\n"
+            "    except OSError as e:\n"
+            "        return type(e).__name__\n"
+            "print(lookup('allowed.test'), lookup('unlisted.example'))\n"
         )
         async with pool.sandbox("egress") as sb, pool.sandbox("egress") as sb2:
             r = await sb.exec(["python3", "-c", script], timeout=60)
-            assert (r.exit_code, r.stdout) == (0, b"allowed 403\nConnectionRefusedError\n"), r
+            want = b"allowed 403\nConnectionRefusedError\n127.77.0.1 gaierror\n"
+            assert (r.exit_code, r.stdout) == (0, want), r
             info = await sb.info()
             pods = [cluster.pod(sb.id), cluster.pod(sb2.id)]
     finally:

@@ -148,10 +148,18 @@ fn programs(args: &cli::Args, is_root: bool) -> Programs {
     }
 }
 
+/// What the agent serves egress with: the policy, the helper, and where its DNS answers beside
+/// `DNS_ADDR` (`pod_nameservers`).
+type Egress = (
+    egress::policy::Policy,
+    egress::helper::Helper,
+    Vec<std::net::Ipv4Addr>,
+);
+
 /// The egress proxy's policy and helper (forked here, while the agent has one thread and is
 /// still in the outside network namespace and file system); then, unless the outside namespace
 /// was named, the agent moves to a fresh network namespace with only `lo`.
-fn start_egress(args: &cli::Args) -> (egress::policy::Policy, egress::helper::Helper) {
+fn start_egress(args: &cli::Args) -> Egress {
     let policy = egress::policy::Policy::parse(&args.egress_allow).unwrap_or_else(|e| fail(e));
     let netns = args.egress_netns.as_ref().map(|p| {
         std::fs::File::open(p)
@@ -170,7 +178,34 @@ fn start_egress(args: &cli::Args) -> (egress::policy::Policy, egress::helper::He
         }
         setup::net::loopback_up().unwrap_or_else(|e| fail(e));
     }
-    (policy, helper)
+    let extra = if args.new_root {
+        Vec::new() // the root it builds names DNS_HOST
+    } else {
+        pod_nameservers()
+    };
+    (policy, helper, extra)
+}
+
+/// Programs of an agent that builds no root (a pod's) read the outside's /etc/resolv.conf: its
+/// nameservers become addresses of the sandbox's `lo` (those not already there), where the DNS
+/// answers as on `DNS_ADDR`. One that cannot be added is left out (its lookups then fail, as
+/// every lookup would without it).
+fn pod_nameservers() -> Vec<std::net::Ipv4Addr> {
+    let resolv = std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default();
+    let mut out = Vec::new();
+    for (n, ip) in egress::dns::nameservers(&resolv).into_iter().enumerate() {
+        if ip.to_string() == egress::DNS_HOST {
+            continue;
+        }
+        if !ip.is_loopback() {
+            if let Err(e) = setup::net::add_loopback_address(ip, n + 1) {
+                eprintln!("sandbox-agent: egress DNS at nameserver {ip}: {e}");
+                continue;
+            }
+        }
+        out.push(ip);
+    }
+    out
 }
 
 fn main() {
@@ -262,7 +297,7 @@ async fn serve(
     programs: Programs,
     is_root: bool,
     bound: Option<listen::Bound>,
-    egress: Option<(egress::policy::Policy, egress::helper::Helper)>,
+    egress: Option<Egress>,
 ) -> i32 {
     let drop_uid = is_root && !args.keep_uid;
     let root_inside = args.user == "root";
@@ -312,7 +347,7 @@ async fn serve(
             }
         }
     }
-    let egress = egress.map(|(policy, helper)| {
+    let egress = egress.map(|(policy, helper, nameservers)| {
         let listener = std::net::TcpListener::bind(egress::PROXY_ADDR)
             .and_then(|l| l.set_nonblocking(true).map(|()| l))
             .and_then(tokio::net::TcpListener::from_std)
@@ -329,6 +364,17 @@ async fn serve(
         });
         let counters = proxy.counters.clone();
         tokio::spawn(proxy.clone().serve_dns(dns));
+        for ip in nameservers {
+            match std::net::UdpSocket::bind((ip, 53))
+                .and_then(|s| s.set_nonblocking(true).map(|()| s))
+                .and_then(tokio::net::UdpSocket::from_std)
+            {
+                Ok(socket) => {
+                    tokio::spawn(proxy.clone().serve_dns(socket));
+                }
+                Err(e) => eprintln!("sandbox-agent: egress DNS on {ip}:53: {e}"),
+            }
+        }
         tokio::spawn(proxy.serve(listener));
         counters
     });

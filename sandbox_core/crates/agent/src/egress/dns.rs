@@ -1,5 +1,7 @@
 //! The sandbox's DNS: a stub server on the sandbox's own loopback (`DNS_ADDR`, named by the
-//! sandbox's `/etc/resolv.conf`) that answers only for names the allow-list holds.
+//! sandbox's `/etc/resolv.conf`) that answers only for names the allow-list holds. A sandbox
+//! without a root of its own (a pod's) keeps the outside's `/etc/resolv.conf`: the stub also
+//! answers at the addresses it names (`nameservers`), which the agent puts on the sandbox's `lo`.
 //!
 //! An allowed name gets an address of the sandbox's own loopback (`names`), where the agent
 //! listens on the name's ports and forwards each connection through the egress helper, which
@@ -20,6 +22,24 @@ use super::Proxy;
 pub const DNS_ADDR: &str = "127.0.0.53:53";
 /// The nameserver line's address.
 pub const DNS_HOST: &str = "127.0.0.53";
+/// The IPv4 nameservers of a resolv.conf among the first three it names (the resolver asks no
+/// more than three).
+pub fn nameservers(resolv: &str) -> Vec<Ipv4Addr> {
+    resolv
+        .lines()
+        .filter_map(|line| {
+            let mut words = line.split_whitespace();
+            (words.next()? == "nameserver").then_some(())?;
+            words.next()?.parse::<std::net::IpAddr>().ok()
+        })
+        .take(3)
+        .filter_map(|ip| match ip {
+            std::net::IpAddr::V4(v4) => Some(v4),
+            std::net::IpAddr::V6(_) => None,
+        })
+        .collect()
+}
+
 /// The loopback addresses of names do not change while the sandbox lives.
 const TTL: u32 = 3600;
 const HEADER: usize = 12;
@@ -182,6 +202,16 @@ impl Proxy {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn nameservers_of_a_resolv_conf() {
+        let conf = "# kubelet\nsearch default.svc.cluster.local\nnameserver 10.96.0.10\n\
+                    nameserver fd00::a\nnameserver  10.0.0.2 # second\nnameserver 10.0.0.3\n\
+                    options ndots:5\n";
+        let want: Vec<Ipv4Addr> = vec![[10, 96, 0, 10].into(), [10, 0, 0, 2].into()];
+        assert_eq!(nameservers(conf), want);
+        assert!(nameservers("nameserver\nnameserverx 1.2.3.4\n").is_empty());
+    }
 
     /// A query as glibc sends it: RD set, one question, an EDNS OPT record in the additional
     /// section.
