@@ -332,14 +332,17 @@ async def test_http_surfaces_find_a_sandbox_another_replica_made_before_their_wa
             assert r.status == 200 and (await r.json())["id"] == pid
             gateway = f"{b}/gateway/{gw['user_ns']}/{gw['job_id']}"
             tok = {"Authorization": f"Bearer {gw['token']}"}
-            form = aiohttp.FormData()
-            form.add_field("file", b"through b", filename="f")
-            r = await http.post(
-                f"{gateway}/upload", params={"path": "/tmp/through-b"}, data=form, headers=tok
-            )
-            assert r.status == 200, await r.text()
-            r = await http.get(f"{gateway}/read-file", params={"path": "/tmp/through-b"}, headers=tok)
-            assert r.status == 200 and "through b" in await r.text()
+            # An emulated pod's /tmp is this host's: the file goes with the test.
+            path = Path("/tmp") / f"{pid}-through-b"
+            try:
+                form = aiohttp.FormData()
+                form.add_field("file", b"through b", filename="f")
+                r = await http.post(f"{gateway}/upload", params={"path": str(path)}, data=form, headers=tok)
+                assert r.status == 200, await r.text()
+                r = await http.get(f"{gateway}/read-file", params={"path": str(path)}, headers=tok)
+                assert r.status == 200 and "through b" in await r.text(), await r.text()
+            finally:
+                path.unlink(missing_ok=True)
             assert len(rel.claimed()) == 2
             rel.api.watch_lag_s = 0.0
             r = await http.delete(f"{b}/sandboxes/{sid}", headers=key)

@@ -322,9 +322,9 @@ class EmulatedApiServer(kmock.KubernetesEmulator):
                 if event is end:
                     await task  # the stream's own error, if it ended with one
                     return
-                wait = at + self.watch_lag_s - loop.time()
-                if wait > 0:
-                    await asyncio.sleep(wait)
+                # In short steps: a lag set lower meanwhile releases what waits at once.
+                while (wait := at + self.watch_lag_s - loop.time()) > 0:
+                    await asyncio.sleep(min(wait, 0.05))
                 yield event
         finally:
             task.cancel()
