@@ -19,7 +19,10 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 _ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 PYTHON_ZYGOTE_MODES = ("lazy", "eager", "off")
 USERS = ("sandbox", "root")
-ROOT_BACKENDS = ("local", "docker")  # the backends that give `user="root"` sandboxes
+ROOT_BACKENDS = ("local", "docker", "kubernetes")  # the backends that give `user="root"` sandboxes
+# Where the compatible APIs run a container image they are asked for as root: a kubernetes root pod
+# asks more of the cluster (docs/kubernetes.md), so there a server's default template opts in.
+IMAGE_ROOT_BACKENDS = ("local", "docker")
 EGRESS_BACKENDS = ("local", "docker", "kubernetes")  # the backends that enforce an allow-list `network`
 MAX_EGRESS_RULES = 256
 

@@ -3,9 +3,9 @@
 The Prime and E2B APIs ask for an image (`python:3.11-slim`) or a template name; the server runs
 templates. In order: a template of that name; a template whose `image` is that image; on a
 container backend (docker, kubernetes), a template made for that image from the default one (it
-runs that image, as root with a writable root where the backend gives root sandboxes, as such
-clients expect of a container; one the engine or registry does not have fails that sandbox's
-create as its platform's image pull would); on the local backend, the template named
+runs that image: on docker as root with a writable root, as such clients expect of a container;
+on kubernetes as the default template's user, since a root pod asks more of the cluster; one the
+engine or registry does not have fails that sandbox's create as its platform's image pull would); on the local backend, the template named
 `AGENT_TEMPLATE` (a root sandbox with a writable root) when the server has one, else the pool's
 default template. The choice is reported to the caller (the sandbox's log), never
 silent.
@@ -17,7 +17,7 @@ import hashlib
 from typing import Any
 
 from sandboxes.errors import InvalidRequest, QuotaExceeded
-from sandboxes.templates import EGRESS_BACKENDS, ROOT_BACKENDS, Template
+from sandboxes.templates import EGRESS_BACKENDS, IMAGE_ROOT_BACKENDS, Template
 
 __all__ = [
     "AGENT_TEMPLATE",
@@ -37,7 +37,7 @@ EGRESS_TEMPLATE_PREFIX = "egress-"
 def default_templates(backend: str) -> dict[str, Any] | None:
     """The templates of a server that serves the compatible APIs and was given none: the default
     template, and where root sandboxes exist the agent template. None: the pool's own default."""
-    if backend not in ROOT_BACKENDS:
+    if backend not in IMAGE_ROOT_BACKENDS:
         return None
 
     return {
@@ -70,7 +70,7 @@ async def template_for_image(pool: Any, image: str | None) -> tuple[str, str]:
                 warm=0,
                 labels={},
                 agent_mount=base.backend == "docker",
-                user="root" if base.backend in ROOT_BACKENDS else base.user,
+                user="root" if base.backend in IMAGE_ROOT_BACKENDS else base.user,
             )
             await pool.add_template(derived)
             return name, f"the default template with image {image}"

@@ -155,12 +155,6 @@ class KubernetesBackend:
     async def create(self, template: Template, sandbox_id: str) -> SandboxHandle:
         """Create the pod (and its token Secret), wait for the watch to report it ready, then for
         its agent to answer. On any failure or cancellation the pod is deleted."""
-        if template.user != "sandbox":
-            raise InvalidRequest(
-                f"user={template.user!r} is not available on the kubernetes backend: it runs programs "
-                "as the template's unprivileged uid (root inside a sandbox's own user namespace is "
-                "a local and docker backend feature)"
-            )
         pod_name = sandbox_id.lower()
         if len(pod_name) > 63 or not _DNS_LABEL.match(pod_name):
             raise InvalidRequest(f"sandbox id {sandbox_id!r} is not a valid pod name")

@@ -32,6 +32,14 @@ from .config import (
 from .egress import EGRESS_CAPABILITIES, LABEL_EGRESS_POLICY, policy_digest
 
 
+# What a root sandbox's agent needs beyond `AGENT_CAPABILITIES`: mounts (its root: an overlay, its
+# disk, /proc) and entering the programs' user namespace.
+ROOT_CAPABILITIES = ("SYS_ADMIN",)
+# And of its container: a /proc it can mount a fresh one beside (the runtime's masks over
+# /proc forbid that), and no AppArmor profile that forbids mounts (the runtime's default does).
+ROOT_SECURITY: dict[str, Any] = {"procMount": "Unmasked", "appArmorProfile": {"type": "Unconfined"}}
+
+
 @dataclass(frozen=True)
 class Owner:
     """Who owns the pods a manager makes (their labels and annotations)."""
@@ -54,6 +62,11 @@ def check_template(cfg: KubeConfig, t: Template) -> str:
         raise InvalidRequest(f"template {t.name!r}: invalid image {image!r}")
     if t.ro_binds:
         raise InvalidRequest(f"template {t.name!r}: ro_binds are not supported by the kubernetes backend")
+    if t.user == "root" and cfg.host_users is not False:
+        raise InvalidRequest(
+            f"template {t.name!r}: user='root' on kubernetes needs user-namespaced pods "
+            "(host_users false): root inside is the pod's root, an unprivileged uid on the node"
+        )
     if getattr(t, "agent_mount", False):
         raise InvalidRequest(
             f"template {t.name!r}: agent_mount is a docker feature; the pod's image must hold the agent"
@@ -103,6 +116,24 @@ def pod_manifest(
         args += ["--env", f"{k}={v}"]
     for rule in t.egress_allow:
         args += ["--egress-allow", rule]
+    if t.user == "root":
+        # The sandbox's root: an overlay of the pod's own `/` and a disk of the sandbox's, built
+        # by the agent in the pod's tmp emptyDir (--build-dir); the agent then takes an id no
+        # program has (docs/sandbox.md).
+        args += [
+            "--user",
+            "root",
+            "--pod-ids",
+            "--new-root",
+            "--image-root",
+            "/",
+            "--root-size",
+            str(t.root_size_bytes),
+            "--work-size",
+            str(t.work_size_bytes),
+            "--tmp-size",
+            str(t.tmp_size_bytes),
+        ]
 
     resources: dict[str, dict[str, Any]] = {k: dict(v) for k, v in cfg.resources.items()}
     limits = resources.setdefault("limits", {})
@@ -143,6 +174,10 @@ def pod_manifest(
                 },
             }
         )
+    capabilities = list(AGENT_CAPABILITIES)
+    for extra in (*(EGRESS_CAPABILITIES if t.egress_allow else ()), *(ROOT_CAPABILITIES if t.user == "root" else ())):
+        if extra not in capabilities:
+            capabilities.append(extra)
     container: dict[str, Any] = {
         "name": CONTAINER,
         "image": image,
@@ -157,11 +192,9 @@ def pod_manifest(
             "privileged": False,
             "allowPrivilegeEscalation": False,
             "readOnlyRootFilesystem": True,
-            "capabilities": {
-                "drop": ["ALL"],
-                "add": [*AGENT_CAPABILITIES, *(EGRESS_CAPABILITIES if t.egress_allow else ())],
-            },
+            "capabilities": {"drop": ["ALL"], "add": capabilities},
             "seccompProfile": {"type": "RuntimeDefault"},
+            **(ROOT_SECURITY if t.user == "root" else {}),
         },
         "volumeMounts": mounts,
         "terminationMessagePolicy": "FallbackToLogsOnError",

@@ -51,6 +51,13 @@ pub struct Args {
     /// First host id of a root sandbox's user namespace (the launcher gives each sandbox its own).
     #[arg(long, default_value_t = 0)]
     pub id_base: u32,
+    /// With --user root, for an agent that is root of a user-namespaced pod (`hostUsers: false`),
+    /// which has 65,536 ids and cannot idmap its root file system: the programs' user namespace
+    /// maps ids 0..65534 to the same ids of the pod's (root inside owns the image's files), and
+    /// the agent, once it has built the sandbox's root, becomes id 65535 (no program's) keeping
+    /// its capabilities. Instead of --id-base.
+    #[arg(long)]
+    pub pod_ids: bool,
     /// Size of a root sandbox's writable root (its disk) in bytes (0: 1 GiB).
     #[arg(long, default_value_t = 0)]
     pub root_size: u64,

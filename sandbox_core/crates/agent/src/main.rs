@@ -111,8 +111,29 @@ const DEFAULT_ROOT_SIZE: u64 = 1 << 30;
 
 fn programs(args: &cli::Args, is_root: bool) -> Programs {
     let root = args.user == "root";
-    if root && (!is_root || !args.new_root || args.keep_uid || args.id_base == 0) {
-        fail("--user root needs an agent that is root, --new-root, --id-base and no --keep-uid");
+    if root && (!is_root || !args.new_root || args.keep_uid || (args.id_base == 0) != args.pod_ids)
+    {
+        fail(
+            "--user root needs an agent that is root, --new-root, either --id-base or --pod-ids, \
+             and no --keep-uid",
+        );
+    }
+    if args.pod_ids {
+        if !root {
+            fail("--pod-ids is for --user root");
+        }
+        // Outside a user namespace the pod's ids would be the node's: root inside would be root.
+        let map = std::fs::read_to_string("/proc/self/uid_map").unwrap_or_default();
+        if map.split_whitespace().collect::<Vec<_>>() == ["0", "0", "4294967295"] {
+            fail("--pod-ids needs a user-namespaced pod (hostUsers: false); this one has the node's ids");
+        }
+        let ns = userns::create_in_pod().unwrap_or_else(|e| fail(e));
+        return Programs {
+            uid: 0,
+            gid: 0,
+            owner: server::Owner { uid: 0, gid: 0 },
+            userns: Some(Arc::new(ns)),
+        };
     }
     let (uid, gid) = if root {
         (0, 0)
@@ -241,6 +262,7 @@ fn main() {
                 .map(|ns| std::os::fd::AsRawFd::as_raw_fd(ns.as_ref())),
             inside: (programs.uid, programs.gid),
             image: args.image_root.clone(),
+            image_ids_inside: args.pod_ids,
             disk: args.build_dir.clone(),
             nameserver: egress.as_ref().map(|_| egress::DNS_HOST),
             writable_size: (args.user == "root").then_some(match args.root_size {
@@ -249,6 +271,11 @@ fn main() {
             }),
         };
         setup::rootfs::build(&spec).unwrap_or_else(|e| fail(e));
+        if args.pod_ids {
+            // Still one thread: every thread started from here on has these ids and capabilities.
+            let id = userns::AGENT_ID;
+            sandbox_exec::caps::keep_capabilities_as(id, id).unwrap_or_else(|e| fail(e));
+        }
     } else if !args.work_dir.exists() {
         std::fs::create_dir_all(&args.work_dir)
             .unwrap_or_else(|e| fail(format!("create {}: {e}", args.work_dir.display())));

@@ -8,6 +8,7 @@
 //! The executor owns child reaping for the whole process (see [`reaper`]): code sharing the process
 //! must not wait for children of its own.
 
+pub mod caps;
 pub mod cgroup;
 pub mod child_stack;
 pub mod error;

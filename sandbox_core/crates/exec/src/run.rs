@@ -243,7 +243,7 @@ impl Executor {
         let userns = userns_fd.as_ref().map(|fd| fd.as_raw_fd());
         let identity = if config.uid.is_none() && config.gid.is_none() {
             Identity::default()
-        } else if euid == 0 {
+        } else if crate::caps::may_set_ids() {
             Identity {
                 groups: Some(config.gid.unwrap_or(egid)),
                 gid: config.gid,

@@ -458,8 +458,7 @@ pub(crate) fn rlimits(limits: &Limits, iso: &Isolation<'_>) -> Vec<(i32, libc::r
         v.push((libc::RLIMIT_NPROC as i32, both(u64::from(limits.max_pids))));
     }
     // Unprivileged agents cannot raise a hard limit: stay within the current one.
-    // SAFETY: plain syscall.
-    if unsafe { libc::geteuid() } != 0 {
+    if !crate::caps::may_set_ids() {
         for (res, lim) in &mut v {
             let mut cur = libc::rlimit {
                 rlim_cur: 0,

@@ -1,5 +1,7 @@
 //! The user namespace programs of a root sandbox run in: ids 0..65536 inside are the host's
-//! `base..base+65536`, a range no other sandbox has (the launcher allocates it). Root inside has
+//! `base..base+65536`, a range no other sandbox has (the launcher allocates it); or, for an agent
+//! that is root of a user-namespaced pod (`create_in_pod`), ids 0..65535 of the pod's own, the
+//! one left (`AGENT_ID`) being the agent's. Root inside has
 //! capabilities only over what that namespace owns, and it owns nothing the agent made: the mount,
 //! pid, network and cgroup namespaces belong to the host's user namespace, so a program that is
 //! root inside still cannot mount, trace the agent, open raw sockets or load modules.
@@ -23,6 +25,9 @@ fn err(what: &'static str) -> impl FnOnce(std::io::Error) -> SetupError {
     move |source| SetupError::UserNs { what, source }
 }
 
+/// The id of a user-namespaced pod that no program has (`create_in_pod`): the agent takes it.
+pub const AGENT_ID: u32 = RANGE - 1;
+
 /// A new user namespace whose ids 0..RANGE map to the host's `base..base+RANGE`.
 pub fn create(base: u32) -> Result<OwnedFd, SetupError> {
     if base == 0 || base.checked_add(RANGE).is_none() {
@@ -31,6 +36,20 @@ pub fn create(base: u32) -> Result<OwnedFd, SetupError> {
             source: std::io::Error::from_raw_os_error(libc::EINVAL),
         });
     }
+    make(base, &format!("0 {base} {RANGE}\n"))
+}
+
+/// A new user namespace inside a pod's own (whose ids are 0..RANGE): its ids 0..AGENT_ID are the
+/// same ids of the pod's, so the image's files, owned by the pod's root, are root's inside
+/// without an idmap (which a pod cannot make of its root file system), and `AGENT_ID` is in no
+/// program's reach.
+pub fn create_in_pod() -> Result<OwnedFd, SetupError> {
+    make(0, &format!("0 0 {AGENT_ID}\n"))
+}
+
+/// A new user namespace owned by id `base` (which the child making it takes), with `map` as
+/// both its uid and gid maps.
+fn make(base: u32, map: &str) -> Result<OwnedFd, SetupError> {
     let (unshared_r, unshared_w) =
         crate::fdpass::socket_pair(libc::SOCK_DGRAM).map_err(err("socketpair"))?;
     let (done_r, mut done_w) = pipe().map_err(err("pipe"))?;
@@ -86,10 +105,9 @@ pub fn create(base: u32) -> Result<OwnedFd, SetupError> {
                 libc::EPERM,
             )));
         };
-        let map = format!("0 {base} {RANGE}\n");
         let proc = format!("/proc/{host_pid}");
-        std::fs::write(format!("{proc}/uid_map"), &map).map_err(err("uid_map"))?;
-        std::fs::write(format!("{proc}/gid_map"), &map).map_err(err("gid_map"))?;
+        std::fs::write(format!("{proc}/uid_map"), map).map_err(err("uid_map"))?;
+        std::fs::write(format!("{proc}/gid_map"), map).map_err(err("gid_map"))?;
         // Where the executor uses it (the fd the seccomp filter lets `setns` take), placed now
         // while the agent has one thread: growing the fd table later, with threads, waits for
         // an RCU grace period (~10 ms here).

@@ -45,6 +45,9 @@ pub struct RootSpec {
     /// An unpacked image to build the root on (the lower layer of an overlay whose upper layer
     /// is the sandbox's disk) instead of the host's `/usr`.
     pub image: Option<PathBuf>,
+    /// Whether the image's ids are already the programs' (`--pod-ids`: the pod's root file system,
+    /// whose root is the programs' root), so it is used without an idmap.
+    pub image_ids_inside: bool,
     /// The sandbox's DNS server (an allow-list sandbox's agent), named by `/etc/resolv.conf`;
     /// without one there is no DNS inside.
     pub nameserver: Option<&'static str>,
@@ -510,7 +513,10 @@ fn image_root(spec: &RootSpec, image: &Path, size: u64) -> Result<PathBuf, Setup
     for d in [&lower, &upper, &work, &root] {
         mkdirs(d)?;
     }
-    let mapped = spec.userns.map(|ns| idmapped_bind(image, &lower, ns));
+    let mapped = spec
+        .userns
+        .filter(|_| !spec.image_ids_inside)
+        .map(|ns| idmapped_bind(image, &lower, ns));
     match mapped {
         Some(Ok(())) => chown(&upper, spec.uid - spec.inside.0, spec.gid - spec.inside.1)?,
         Some(Err(e)) => {
