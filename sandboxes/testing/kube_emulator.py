@@ -24,6 +24,12 @@ Nothing here is a real cluster. Two pieces:
   `IMAGE_CRASH` (the container exits 1 at once: phase Failed), `IMAGE_UNSCHEDULABLE` (PodScheduled
   False, forever). `vanish(pod)` kills the agent and deletes the pod (node loss + pod GC).
 
+  With `user_namespaces=True`, a pod that asks for `hostUsers: false` runs as a runtime runs
+  such a pod instead (`userns_pod`: its image, unpacked from the local Docker engine, as its
+  root file system, idmapped into a user namespace of a host id range of its own; its command
+  as the pod's root there; its volumes at their paths; a masked /proc unless `procMount:
+  Unmasked`). Only `--listen` and `--ready-fd` are rewritten then.
+
   For scale (benchmarks), `shared_agents=N` points every pod at one of N real agents started with
   one `shared_token` (the backend then needs the same fixed token) instead of one agent per pod.
 """
@@ -39,6 +45,7 @@ import random
 import shutil
 import signal
 import socket
+import sys
 import tempfile
 import uuid
 from collections.abc import AsyncIterator, Mapping
@@ -348,6 +355,7 @@ class _Agent:
     dir: str
     stopping: bool = False
     exited: asyncio.Event = field(default_factory=asyncio.Event)
+    id_base: int | None = None  # a user-namespaced pod's host id range (released when it ends)
 
 
 class FakeKubelet:
@@ -362,12 +370,14 @@ class FakeKubelet:
         agent_bin: str | None = None,
         shared_agents: int = 0,
         shared_token: str | None = None,
+        user_namespaces: bool = False,
     ) -> None:
         self.api_url = str(api_url).rstrip("/")
         self.namespace = namespace
         self.agent_bin = agent_bin or _bridge.agent_path()
         self.shared_agents = shared_agents
         self.shared_token = shared_token
+        self.user_namespaces = user_namespaces
         self.root = tempfile.mkdtemp(prefix="fake-kubelet-")
         os.chmod(self.root, 0o755)
         self.agents: dict[str, _Agent] = {}  # pod name -> its agent (per-pod mode)
@@ -619,7 +629,10 @@ class FakeKubelet:
                 return
             argv = self._host_argv(list(container.get("args") or []))
             try:
-                agent = await self._spawn(pod["metadata"]["name"], argv, token)
+                if self.user_namespaces and spec.get("hostUsers") is False:
+                    agent = await self._spawn_in_userns(pod, token)
+                else:
+                    agent = await self._spawn(pod["metadata"]["name"], argv, token)
             except Exception as e:  # noqa: BLE001
                 await self._fail(pod, f"agent did not start: {e}")
                 return
@@ -712,20 +725,97 @@ class FakeKubelet:
             )
         finally:
             os.close(w)
-        loop = asyncio.get_running_loop()
-        reader = asyncio.StreamReader()
-        transport, _ = await loop.connect_read_pipe(
-            lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(r, "rb")
-        )
-        try:
-            ready = await reader.read(1)  # pushed by the agent once it serves
-        finally:
-            transport.close()
+        ready = await _read_ready(r)
         agent = _Agent(proc, port, d)
         if ready != b"R":
             await self._kill(agent)
             raise RuntimeError(f"agent exited before serving (code {proc.returncode})")
         return agent
+
+    async def _spawn_in_userns(self, pod: dict[str, Any], token: str) -> _Agent:
+        """The pod's container as a runtime runs a user-namespaced one (`userns_pod`)."""
+        from ..backends import ids, images
+
+        name = pod["metadata"]["name"]
+        spec, container = pod["spec"], pod["spec"]["containers"][0]
+        d = os.path.join(self.root, name)
+        os.makedirs(d, exist_ok=True)
+        image = await asyncio.to_thread(images.resolve, container["image"])
+        base = ids.claim(f"emulated-pod-{name}")
+        try:
+            volumes = self._volumes(spec, container, d, base, token)
+            port = free_port()
+            r, w = os.pipe()
+            args = list(container.get("args") or [])
+            for i, a in enumerate(args[:-1]):
+                if a == "--listen":
+                    args[i + 1] = f"tcp:127.0.0.1:{port}"
+            security = container.get("securityContext") or {}
+            launch = {
+                "image": str(image),
+                "upper": os.path.join(d, "rootfs"),
+                "base": base,
+                "volumes": volumes,
+                "unmasked": security.get("procMount") == "Unmasked",
+                "capabilities": list((security.get("capabilities") or {}).get("add") or ()),
+                "argv": [*container["command"], *args, "--ready-fd", str(w), "--no-cgroups"],
+                "env": {
+                    "PATH": "/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin",
+                    **{e["name"]: e.get("value", "") for e in container.get("env") or ()},
+                },
+            }
+            log = os.open(os.path.join(d, "log"), os.O_WRONLY | os.O_CREAT, 0o600)
+            try:
+                proc = await asyncio.create_subprocess_exec(
+                    sys.executable,
+                    "-m",
+                    "sandboxes.testing.userns_pod",
+                    json.dumps(launch),
+                    pass_fds=(w,),
+                    stdin=asyncio.subprocess.DEVNULL,
+                    stdout=asyncio.subprocess.DEVNULL,
+                    stderr=log,
+                    start_new_session=True,
+                )
+            finally:
+                os.close(w)
+                os.close(log)
+            agent = _Agent(proc, port, d, id_base=base)
+            ready = await _read_ready(r)
+        except BaseException:
+            ids.release(base, f"emulated-pod-{name}")
+            raise
+        if ready != b"R":
+            log = Path(d, "log").read_text(errors="replace")[-2000:]
+            await self._kill(agent)
+            raise RuntimeError(f"agent exited before serving (code {proc.returncode}): {log}")
+        return agent
+
+    @staticmethod
+    def _volumes(
+        spec: Mapping[str, Any], container: Mapping[str, Any], d: str, base: int, token: str
+    ) -> list[tuple[str, str, bool]]:
+        """The pod's emptyDirs and its token Secret as directories of this machine, owned by the
+        pod's root (as a user-namespaced pod's volumes are): (directory, mount path, read-only)."""
+        by_name = {v["name"]: v for v in spec.get("volumes") or ()}
+        out = []
+        for m in container.get("volumeMounts") or ():
+            v = by_name[m["name"]]
+            host = os.path.join(d, "volumes", m["name"])
+            os.makedirs(host)
+            if "secret" in v:
+                for item in v["secret"].get("items") or ():
+                    f = os.path.join(host, item["path"])
+                    with open(f, "w") as out_file:
+                        out_file.write(token)
+                    os.chown(f, base, base)
+                    os.chmod(f, item.get("mode", v["secret"].get("defaultMode", 0o644)))
+                os.chmod(host, 0o755)
+            else:
+                os.chmod(host, 0o777)
+            os.chown(host, base, base)
+            out.append((host, m["mountPath"], bool(m.get("readOnly"))))
+        return out
 
     async def _wait_exit(self, pod: dict[str, Any], agent: _Agent) -> None:
         code = await agent.proc.wait()
@@ -734,7 +824,7 @@ class FakeKubelet:
             return
         name = pod["metadata"]["name"]
         self.agents.pop(name, None)
-        shutil.rmtree(agent.dir, ignore_errors=True)
+        _forget(agent)
         phase = "Succeeded" if code == 0 else "Failed"
         reason = "Completed" if code == 0 else "Error"
         await self._patch_status(
@@ -782,7 +872,30 @@ class FakeKubelet:
                     agent.proc.kill()
                 await agent.proc.wait()
         agent.exited.set()
-        shutil.rmtree(agent.dir, ignore_errors=True)
+        _forget(agent)
+
+
+def _forget(agent: _Agent) -> None:
+    """Removes what the kubelet made for a pod whose processes are gone."""
+    shutil.rmtree(agent.dir, ignore_errors=True)
+    if agent.id_base is not None:
+        from ..backends import ids
+
+        ids.release(agent.id_base, f"emulated-pod-{os.path.basename(agent.dir)}")
+        agent.id_base = None
+
+
+async def _read_ready(r: int) -> bytes:
+    """The one byte an agent writes on its --ready-fd once it serves (b"" if it exits first)."""
+    loop = asyncio.get_running_loop()
+    reader = asyncio.StreamReader()
+    transport, _ = await loop.connect_read_pipe(
+        lambda: asyncio.StreamReaderProtocol(reader), os.fdopen(r, "rb")
+    )
+    try:
+        return await reader.read(1)
+    finally:
+        transport.close()
 
 
 @contextlib.asynccontextmanager

@@ -31,10 +31,10 @@ from .config import (
 )
 from .egress import EGRESS_CAPABILITIES, LABEL_EGRESS_POLICY, policy_digest
 
-
 # What a root sandbox's agent needs beyond `AGENT_CAPABILITIES`: mounts (its root: an overlay, its
-# disk, /proc) and entering the programs' user namespace.
-ROOT_CAPABILITIES = ("SYS_ADMIN",)
+# disk, /proc) and entering the programs' user namespace; mapping the pod's uid 0 into that
+# namespace (the kernel asks for SETFCAP to map a namespace's root).
+ROOT_CAPABILITIES = ("SYS_ADMIN", "SETFCAP")
 # And of its container: a /proc it can mount a fresh one beside (the runtime's masks over
 # /proc forbid that), and no AppArmor profile that forbids mounts (the runtime's default does).
 ROOT_SECURITY: dict[str, Any] = {"procMount": "Unmasked", "appArmorProfile": {"type": "Unconfined"}}
@@ -175,7 +175,10 @@ def pod_manifest(
             }
         )
     capabilities = list(AGENT_CAPABILITIES)
-    for extra in (*(EGRESS_CAPABILITIES if t.egress_allow else ()), *(ROOT_CAPABILITIES if t.user == "root" else ())):
+    for extra in (
+        *(EGRESS_CAPABILITIES if t.egress_allow else ()),
+        *(ROOT_CAPABILITIES if t.user == "root" else ()),
+    ):
         if extra not in capabilities:
             capabilities.append(extra)
     container: dict[str, Any] = {

@@ -63,9 +63,8 @@ pub fn may_set_ids() -> bool {
 /// supplementary groups, keeping every capability it has. Programs it starts in their own user
 /// namespace get that namespace's full set there and nothing over this one, as always.
 pub fn keep_capabilities_as(uid: u32, gid: u32) -> Result<(), SetupError> {
-    let err = |what: &'static str| {
-        move |source: std::io::Error| SetupError::UserNs { what, source }
-    };
+    let err =
+        |what: &'static str| move |source: std::io::Error| SetupError::UserNs { what, source };
     let kept = capget().map_err(err("capget"))?;
     // SAFETY: plain syscalls of a single-threaded process; the keep-caps flag is cleared again by
     // the kernel at the next execve, and by setns into a user namespace.
