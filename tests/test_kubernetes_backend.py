@@ -168,6 +168,46 @@ def test_pod_manifest_validates_against_the_kubernetes_schema() -> None:
     kv.validate(pod, "1.33.0", strict=True)
 
 
+def test_a_root_pod() -> None:
+    """A root template's pod is user-namespaced and carries what its agent needs to build the
+    sandbox's root (tests/test_root_sandbox.py runs it on the emulated cluster); without
+    user-namespaced pods it is refused, since the pod's root would be the node's."""
+    kv = pytest.importorskip("kubernetes_validate")
+    be = KubernetesBackend(KubeConfig(image=IMAGE, identity="m"))
+    t = Template(backend="kubernetes", user="root", root_size_bytes=64 << 20)
+    pod = be.pod_manifest(t, "sb-1", "sb-1", "t" * 32)
+    kv.validate(pod, "1.33.0", strict=True)
+    c = pod["spec"]["containers"][0]
+    sc = c["securityContext"]
+    assert pod["spec"]["hostUsers"] is False
+    assert sc["capabilities"]["add"] == [*AGENT_CAPABILITIES, "SYS_ADMIN", "SETFCAP"]
+    assert sc["procMount"] == "Unmasked" and sc["appArmorProfile"] == {"type": "Unconfined"}
+    assert sc["readOnlyRootFilesystem"] is True and sc["allowPrivilegeEscalation"] is False
+    args = c["args"]
+    assert {"--pod-ids", "--new-root"} <= set(args)
+    assert args[args.index("--user") + 1] == "root" and args[args.index("--image-root") + 1] == "/"
+    assert args[args.index("--root-size") + 1] == str(64 << 20)
+    for host_users in (None, True):
+        other = KubernetesBackend(KubeConfig(image=IMAGE, identity="m", host_users=host_users))
+        with pytest.raises(InvalidRequest, match="user-namespaced"):
+            other.pod_manifest(t, "sb-2", "sb-2", "t" * 32)
+    plain = be.pod_manifest(Template(backend="kubernetes"), "sb-3", "sb-3", "t" * 32)
+    assert "procMount" not in plain["spec"]["containers"][0]["securityContext"]
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="the agent's user namespace needs a kubelet that is root")
+async def test_a_root_pod_without_a_user_namespace_does_not_start(cluster: Cluster) -> None:
+    """A node that ignores `hostUsers: false` (the emulated kubelet's default mode runs every pod
+    with this machine's ids) would make the pod's root the node's: the agent refuses to start, and
+    the create fails with its reason."""
+    root = Template(name="root", backend="kubernetes", user="root", warm=0)
+    pool = await cluster.pool(templates={"default": KT, "root": root})
+    with pytest.raises(LaunchError, match="needs a user-namespaced pod"):
+        await pool.claim("root", timeout=30)
+    async with pool.sandbox("default") as sb:
+        assert (await sb.exec(["true"])).exit_code == 0
+
+
 def test_an_allow_list_pod_and_its_network_policy() -> None:
     """An allow-list template's pod carries the rules to its agent, the capabilities the agent
     needs to enforce them in the pod, and the label of the list's own NetworkPolicy, which lets

@@ -51,7 +51,7 @@ import uuid
 from collections.abc import AsyncIterator, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any, Self
+from typing import Any, NoReturn, Self
 
 import aiohttp
 import attrs
@@ -713,6 +713,7 @@ class FakeKubelet:
             "--no-cgroups",
             *argv,
         ]
+        log = os.open(os.path.join(d, "log"), os.O_WRONLY | os.O_CREAT, 0o600)
         try:
             proc = await asyncio.create_subprocess_exec(
                 *cmd,
@@ -720,16 +721,16 @@ class FakeKubelet:
                 env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "TMPDIR": tmp},
                 stdin=asyncio.subprocess.DEVNULL,
                 stdout=asyncio.subprocess.DEVNULL,
-                stderr=asyncio.subprocess.DEVNULL,
+                stderr=log,
                 start_new_session=True,
             )
         finally:
             os.close(w)
+            os.close(log)
         ready = await _read_ready(r)
         agent = _Agent(proc, port, d)
         if ready != b"R":
-            await self._kill(agent)
-            raise RuntimeError(f"agent exited before serving (code {proc.returncode})")
+            await self._not_serving(agent)
         return agent
 
     async def _spawn_in_userns(self, pod: dict[str, Any], token: str) -> _Agent:
@@ -786,10 +787,15 @@ class FakeKubelet:
             ids.release(base, f"emulated-pod-{name}")
             raise
         if ready != b"R":
-            log = Path(d, "log").read_text(errors="replace")[-2000:]
-            await self._kill(agent)
-            raise RuntimeError(f"agent exited before serving (code {proc.returncode}): {log}")
+            await self._not_serving(agent)
         return agent
+
+    async def _not_serving(self, agent: _Agent) -> NoReturn:
+        """Ends a pod whose agent exited before serving; its log's end is the reason (as a
+        container's termination message is, with FallbackToLogsOnError)."""
+        log = Path(agent.dir, "log").read_text(errors="replace")[-2000:].strip()
+        await self._kill(agent)
+        raise RuntimeError(f"agent exited before serving (code {agent.proc.returncode}): {log}")
 
     @staticmethod
     def _volumes(

@@ -41,7 +41,8 @@ non-root container cannot get: Kubernetes grants no ambient capabilities to non-
 except `AGENT_CAPABILITIES`; seccomp RuntimeDefault; no service-account token; read-only root with
 emptyDir work dir and /tmp; no privilege escalation. The token is a Secret file mode 0400 owned by
 root: user programs (uid 65534) cannot read it. A template whose network is an allow-list adds
-`EGRESS_CAPABILITIES` and a NetworkPolicy of its list (`egress`).
+`EGRESS_CAPABILITIES` and a NetworkPolicy of its list (`egress`); a root template's pod adds
+`manifests.ROOT_CAPABILITIES` and `ROOT_SECURITY` and needs `hostUsers: false`.
 
 For tests and benchmarks only: `KubeConfig.port_from_annotation` lets the (emulated) kubelet tell
 the agent port per pod in the annotation `sandboxes.io/agent-port`, because all emulated pods share
