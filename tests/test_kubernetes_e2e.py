@@ -68,6 +68,11 @@ def release(api_key: str) -> Iterator[str]:
         },
         "apiKeys": {"keys": [{"name": "e2e", "key": api_key}]},
     }
+    if host_users == "false":  # root inside needs user-namespaced pods
+        values["templates"] = {
+            "default": {"lease_ttl_s": 30, "memory_bytes": 536870912, "cpu_quota": 1.0},
+            "root": {"user": "root", "warm": 0, "lease_ttl_s": 30, "root_size_bytes": 268435456},
+        }
     with helm.Config(namespace=NAMESPACE, kubeconfig_path=os.environ["KUBECONFIG"]) as cfg:
         cfg.install(
             str(CHART),
@@ -147,6 +152,25 @@ async def test_create_exec_and_pods_are_direct(release: str, address: str, api_k
         finally:
             await sb.close()
     assert len(await _sandbox_pods(release)) >= 2  # the warm set
+
+
+async def test_a_root_sandbox(release: str, address: str, api_key: str) -> None:
+    """Root inside a user-namespaced pod: uid 0, a writable root of its own, no token, no power
+    over the pod's namespaces."""
+    if os.environ.get("SANDBOXES_E2E_HOST_USERS", "false") != "false":
+        pytest.skip("root sandboxes need user-namespaced pods")
+    async with _client(address, api_key) as client:
+        sb = await client.create(template="root", timeout=180)
+        try:
+            r = await sb.exec(
+                "id -u && echo changed >> /usr/lib/os-release && tail -1 /usr/lib/os-release", timeout=30
+            )
+            assert (r.exit_code, r.stdout) == (0, b"0\nchanged\n"), r
+            for cmd in ("cat /var/run/sandboxes/token", "mount -t tmpfs none /mnt", "kill -0 1"):
+                r = await sb.exec(cmd, timeout=10)
+                assert r.exit_code != 0, (cmd, r)
+        finally:
+            await sb.close()
 
 
 async def _manager_pods() -> list[str]:
