@@ -272,6 +272,13 @@ async def test_bad_input_gets_the_errors_the_sdk_expects(make_server) -> None:
         assert r.status == 401
         r = await http.get(f"{gateway}/read-file", params={"path": "/../../etc/shadow"}, headers=tok)
         assert r.status in (400, 403, 404)
+        # A relative path is the working directory's, for every file call.
+        form = aiohttp.FormData()
+        form.add_field("file", b"relative", filename="f")
+        r = await http.post(f"{gateway}/upload", params={"path": "rel.txt"}, data=form, headers=tok)
+        assert r.status == 200, await r.text()
+        r = await http.get(f"{gateway}/read-file", params={"path": "rel.txt"}, headers=tok)
+        assert (r.status, (await r.json())["content"]) == (200, "relative")
         # An upload declaring more than the bound is refused before its body is read (its own
         # connection: the server closes it rather than read a terabyte).
         async with aiohttp.ClientSession(connector=aiohttp.TCPConnector(force_close=True)) as lone:

@@ -207,7 +207,8 @@ class Gateway:
     async def _size(rec: Any, path: str) -> int:
         """The size of the regular file `path` (`NotFound` if there is none)."""
         parent, name = posixpath.split(path.rstrip("/") or "/")
-        for entry in await rec.sandbox.list_dir(parent or "/"):
+        # A relative path is the working directory's, as every file call's is.
+        for entry in await rec.sandbox.list_dir(parent or "."):
             if entry.name == name:
                 if entry.is_dir:
                     raise E.InvalidRequest(f"{path} is a directory")
