@@ -195,6 +195,38 @@ async def test_allowed_names_are_reached_without_the_proxy(backend, make_pool) -
     assert (info.egress_allowed, info.egress_refused) == (1, 0), info
 
 
+async def test_the_full_network_resolves_names_as_the_outside_does(backend, make_pool) -> None:
+    """`network=True`: the sandbox's resolver is the outside's (the host's, or the one the engine
+    gives a bridged container), as root and as the default uid; with no network there is none.
+    (The file only: tests reach no network beyond loopback.)"""
+
+    def nameservers(text: str) -> list[str]:
+        return [line.split()[1] for line in text.splitlines() if line.startswith("nameserver ")]
+
+    want = nameservers(Path("/etc/resolv.conf").read_text())
+    templates = {
+        "root": Template(name="root", backend=backend, user="root", network=True),
+        "plain": Template(name="plain", backend=backend, network=True),
+        "none": Template(name="none", backend=backend, user="root"),
+    }
+    pool = await make_pool(backend=backend, warm=0, templates=templates)
+    for name in ("root", "plain"):
+        async with pool.sandbox(name) as sb:
+            r = await sb.exec(["cat", "/etc/resolv.conf"])
+            got = nameservers(r.stdout.decode())
+            assert got and (got == want or backend == "docker"), (name, r)
+            if backend == "docker":  # the engine's copy of the host's (it drops loopback ones)
+                assert got == [ns for ns in want if not ns.startswith("127.")] or got == [
+                    "8.8.8.8",
+                    "8.8.4.4",
+                ], r
+            r = await sb.exec(["grep", "^hosts:", "/etc/nsswitch.conf"])
+            assert b"dns" in r.stdout or backend == "docker", r  # docker: the image's own file
+    async with pool.sandbox("none") as sb:
+        r = await sb.exec(["cat", "/etc/resolv.conf"])
+        assert nameservers(r.stdout.decode()) == [], r
+
+
 async def test_bad_rules_and_conflicts_are_refused() -> None:
     with pytest.raises(sandboxes.InvalidRequest):
         Template(network=["has space"])

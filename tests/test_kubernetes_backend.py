@@ -187,6 +187,11 @@ def test_a_root_pod() -> None:
     assert {"--pod-ids", "--new-root"} <= set(args)
     assert args[args.index("--user") + 1] == "root" and args[args.index("--image-root") + 1] == "/"
     assert args[args.index("--root-size") + 1] == str(64 << 20)
+    assert "--outside-dns" not in args  # no network: no resolver; with one, the cluster's
+    assert (
+        "--outside-dns"
+        in be.pod_manifest(t.replace(network=True), "sb-4", "sb-4", "t" * 32)["spec"]["containers"][0]["args"]
+    )
     for host_users in (None, True):
         other = KubernetesBackend(KubeConfig(image=IMAGE, identity="m", host_users=host_users))
         with pytest.raises(InvalidRequest, match="user-namespaced"):

@@ -417,6 +417,8 @@ class DockerBackend:
             agent_args += ["--egress-allow", rule]
         if t.egress_allow:  # the engine names no host in the host's network namespace
             agent_args += ["--hostname", "sandbox"]
+        if t.network is True:  # the bridge's resolver, which the engine gave the container
+            agent_args.append("--outside-dns")
         binds = {
             str(run_dir): {"bind": RUN_MOUNT, "mode": "rw"},
             image_root: {"bind": IMAGE_MOUNT, "mode": "ro"},

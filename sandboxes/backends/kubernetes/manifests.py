@@ -133,6 +133,7 @@ def pod_manifest(
             str(t.work_size_bytes),
             "--tmp-size",
             str(t.tmp_size_bytes),
+            *(["--outside-dns"] if t.network is True else []),  # the cluster's DNS
         ]
 
     resources: dict[str, dict[str, Any]] = {k: dict(v) for k, v in cfg.resources.items()}

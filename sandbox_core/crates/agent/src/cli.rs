@@ -98,6 +98,10 @@ pub struct Args {
     /// Hostname inside the sandbox (with a fresh uts namespace).
     #[arg(long)]
     pub hostname: Option<String>,
+    /// Programs have the outside's network (`network=True`): the root --new-root builds gets the
+    /// outside's /etc/resolv.conf (as the agent finds it), so they resolve names as it does.
+    #[arg(long)]
+    pub outside_dns: bool,
     /// Bring up the loopback interface of a fresh network namespace.
     #[arg(long)]
     pub loopback: bool,

@@ -264,7 +264,14 @@ fn main() {
             image: args.image_root.clone(),
             image_ids_inside: args.pod_ids,
             disk: args.build_dir.clone(),
-            nameserver: egress.as_ref().map(|_| egress::DNS_HOST),
+            resolv_conf: if egress.is_some() {
+                Some(format!("nameserver {}\n", egress::DNS_HOST))
+            } else if args.outside_dns {
+                // Read before the pivot: the outside's, which programs with its network use.
+                Some(std::fs::read_to_string("/etc/resolv.conf").unwrap_or_default())
+            } else {
+                None
+            },
             writable_size: (args.user == "root").then_some(match args.root_size {
                 0 => DEFAULT_ROOT_SIZE,
                 n => n,

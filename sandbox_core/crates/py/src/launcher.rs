@@ -369,7 +369,9 @@ fn agent_argv(c: &LaunchConfig, namespaces: &[&str]) -> Vec<String> {
         format!("--namespaces={}", namespaces.join(",")),
         format!("--python-zygote={}", c.python_zygote),
     ];
-    if !c.network {
+    if c.network {
+        a.push("--outside-dns".into());
+    } else {
         a.push("--loopback".into());
     }
     if !c.seccomp {

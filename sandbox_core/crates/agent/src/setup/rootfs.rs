@@ -48,9 +48,9 @@ pub struct RootSpec {
     /// Whether the image's ids are already the programs' (`--pod-ids`: the pod's root file system,
     /// whose root is the programs' root), so it is used without an idmap.
     pub image_ids_inside: bool,
-    /// The sandbox's DNS server (an allow-list sandbox's agent), named by `/etc/resolv.conf`;
-    /// without one there is no DNS inside.
-    pub nameserver: Option<&'static str>,
+    /// The sandbox's `/etc/resolv.conf`: the agent's own DNS (an allow-list sandbox), or the
+    /// outside's file (a sandbox with the outside's network); without one there is no DNS inside.
+    pub resolv_conf: Option<String>,
     /// Where the new root is built (a directory that exists and holds nothing a sandbox needs:
     /// whatever is beneath it, binds included, is hidden from then on).
     pub disk: PathBuf,
@@ -177,10 +177,8 @@ fn tmpfs(target: &Path, size: u64, mode: &str, extra: &str) -> Result<(), SetupE
 
 const HOSTS: &str = "127.0.0.1 localhost sandbox\n::1 localhost ip6-localhost\n";
 
-fn resolv_conf(spec: &RootSpec) -> String {
-    spec.nameserver
-        .map(|ns| format!("nameserver {ns}\n"))
-        .unwrap_or_default()
+fn resolv_conf(spec: &RootSpec) -> &str {
+    spec.resolv_conf.as_deref().unwrap_or_default()
 }
 
 fn etc(root: &Path, spec: &RootSpec) -> Result<(), SetupError> {
@@ -188,14 +186,14 @@ fn etc(root: &Path, spec: &RootSpec) -> Result<(), SetupError> {
     mkdirs(&etc)?;
     etc_accounts(&etc, spec)?;
     let resolv = resolv_conf(spec);
-    let nsswitch = match spec.nameserver {
+    let nsswitch = match spec.resolv_conf {
         Some(_) => "passwd: files\ngroup: files\nhosts: files dns\n",
         None => "passwd: files\ngroup: files\nhosts: files\n",
     };
     let files = [
         ("hosts", HOSTS),
         ("hostname", "sandbox\n"),
-        ("resolv.conf", resolv.as_str()),
+        ("resolv.conf", resolv),
         ("nsswitch.conf", nsswitch),
     ];
     for (name, data) in files {
@@ -565,7 +563,7 @@ fn image_etc(root: &Path, spec: &RootSpec) -> Result<(), SetupError> {
     for (name, data) in [
         ("hosts", HOSTS),
         ("hostname", "sandbox\n"),
-        ("resolv.conf", resolv_conf(spec).as_str()),
+        ("resolv.conf", resolv_conf(spec)),
     ] {
         let p = etc.join(name);
         // A symlink of the image (resolv.conf often is one) must not send the write elsewhere.
