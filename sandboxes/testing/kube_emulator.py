@@ -713,20 +713,8 @@ class FakeKubelet:
             "--no-cgroups",
             *argv,
         ]
-        log = os.open(os.path.join(d, "log"), os.O_WRONLY | os.O_CREAT, 0o600)
-        try:
-            proc = await asyncio.create_subprocess_exec(
-                *cmd,
-                pass_fds=(w,),
-                env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "TMPDIR": tmp},
-                stdin=asyncio.subprocess.DEVNULL,
-                stdout=asyncio.subprocess.DEVNULL,
-                stderr=log,
-                start_new_session=True,
-            )
-        finally:
-            os.close(w)
-            os.close(log)
+        env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "TMPDIR": tmp}
+        proc = await _start(cmd, env, d, w)
         ready = await _read_ready(r)
         agent = _Agent(proc, port, d)
         if ready != b"R":
@@ -765,22 +753,8 @@ class FakeKubelet:
                     **{e["name"]: e.get("value", "") for e in container.get("env") or ()},
                 },
             }
-            log = os.open(os.path.join(d, "log"), os.O_WRONLY | os.O_CREAT, 0o600)
-            try:
-                proc = await asyncio.create_subprocess_exec(
-                    sys.executable,
-                    "-m",
-                    "sandboxes.testing.userns_pod",
-                    json.dumps(launch),
-                    pass_fds=(w,),
-                    stdin=asyncio.subprocess.DEVNULL,
-                    stdout=asyncio.subprocess.DEVNULL,
-                    stderr=log,
-                    start_new_session=True,
-                )
-            finally:
-                os.close(w)
-                os.close(log)
+            launcher = [sys.executable, "-m", "sandboxes.testing.userns_pod", json.dumps(launch)]
+            proc = await _start(launcher, None, d, w)
             agent = _Agent(proc, port, d, id_base=base)
             ready = await _read_ready(r)
         except BaseException:
@@ -889,6 +863,27 @@ def _forget(agent: _Agent) -> None:
 
         ids.release(agent.id_base, f"emulated-pod-{os.path.basename(agent.dir)}")
         agent.id_base = None
+
+
+async def _start(
+    argv: list[str], env: dict[str, str] | None, d: str, ready_w: int
+) -> asyncio.subprocess.Process:
+    """Starts a pod's process in a session of its own, its stderr in `d`/log (the pod's log), the
+    write end of its readiness pipe passed on (and closed here)."""
+    log = os.open(os.path.join(d, "log"), os.O_WRONLY | os.O_CREAT, 0o600)
+    try:
+        return await asyncio.create_subprocess_exec(
+            *argv,
+            pass_fds=(ready_w,),
+            env=env,
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.DEVNULL,
+            stderr=log,
+            start_new_session=True,
+        )
+    finally:
+        os.close(ready_w)
+        os.close(log)
 
 
 async def _read_ready(r: int) -> bytes:
