@@ -60,8 +60,9 @@ async def root_pool(request, make_pool):
 
 
 def image_of(pool) -> Path | None:
-    """The unpacked image a docker root sandbox is built on (None: the local host view)."""
-    if pool.test_backend != "docker":
+    """The unpacked image a docker root sandbox (or an emulated pod) is built on (None: the local
+    host view)."""
+    if pool.test_backend == "local":
         return None
     from sandboxes.backends import images
     from sandboxes.backends.docker import DEFAULT_IMAGE
