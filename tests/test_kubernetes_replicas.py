@@ -130,12 +130,12 @@ async def test_a_killed_replicas_sandboxes_keep_serving(rel: Release) -> None:
     lease's length), and none is left once their owner deleted them."""
     await _serving(rel)
     before = rel.api.request_count()
-    made = await asyncio.gather(*(rel.client().create(timeout=120) for _ in range(100)))
+    made = await asyncio.gather(*(rel.client().create(ttl_s=600, timeout=120) for _ in range(100)))
     names = {m.id.lower() for m in made}
     claim_writes = sum(
         r.startswith("PATCH ") and r.rpartition("/pods/")[2] in names for r in rel.api.requests_since(before)
     )
-    assert claim_writes == 100, claim_writes  # one optimistic write per claim, no conflict
+    assert claim_writes == 100, claim_writes  # one optimistic write per claim (its TTL in it), no conflict
     await asyncio.gather(*(m.write_files({"id.txt": m.id.encode()}) for m in made))
     owner_a = rel.owner_of("replica-a")
     held_by_a = {n for n, o in rel.claimed().items() if o == owner_a}

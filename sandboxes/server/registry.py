@@ -67,7 +67,10 @@ class Registry:
 
     def add(self, rec: Record, ttl_s: float | None) -> None:
         self._records[rec.id] = rec
-        if ttl_s:
+        if ttl_s and rec.expires_at is not None:
+            # Published with its claim already (a shared registry's create): only the deadline.
+            self.expire_at(rec, rec.expires_at, publish=False)
+        elif ttl_s:
             self.set_ttl(rec, ttl_s)
 
     def set_ttl(self, rec: Record, ttl_s: float) -> None:
