@@ -13,6 +13,7 @@ one is configured."""
 
 from __future__ import annotations
 
+import asyncio
 import os
 import secrets
 from pathlib import Path
@@ -177,6 +178,36 @@ async def test_root_inside_has_no_power_over_the_host(root_pool) -> None:
             with pytest.raises(sandboxes.SandboxError) as err:
                 await sb.write_file(path, b"x")
             assert isinstance(err.value, (sandboxes.InvalidRequest, sandboxes.AuthError)), (path, err.value)
+
+
+async def test_root_inside_cannot_stop_the_egress_helper(root_pool) -> None:
+    """An allow-list sandbox's way out (the agent's helper, outside the sandbox) has an id no
+    program has: root inside, and any uid it takes, cannot signal it."""
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(serve, "127.0.0.2", 0)
+    port = server.sockets[0].getsockname()[1]
+    try:
+        t = ROOT.replace(name="egress", backend=root_pool.test_backend, network=(f"127.0.0.2:{port}",))
+        await root_pool.add_template(t)
+        fetch = (
+            'python3 -c "import urllib.request; '
+            f"print(urllib.request.urlopen('http://127.0.0.2:{port}/', timeout=20).read().decode())\""
+        )
+        async with root_pool.sandbox("egress") as sb:
+            assert (await sh(sb, fetch)).stdout == b"ok\n"
+            for uid in (0, 65534, 1000):
+                drop = f"os.setgid({uid}); os.setuid({uid}); " if uid else ""
+                await sh(sb, f"python3 -c 'import os, signal; {drop}os.kill(-1, signal.SIGKILL)'")
+            r = await sh(sb, fetch)
+            assert r.stdout == b"ok\n", r
+    finally:
+        server.close()
 
 
 async def test_the_root_disk_is_bounded_and_the_sandbox_serves_on(root_pool) -> None:

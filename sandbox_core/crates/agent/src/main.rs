@@ -188,7 +188,14 @@ fn start_egress(args: &cli::Args) -> Egress {
             .unwrap_or_else(|e| fail(format!("egress network namespace {}: {e}", p.display())))
     });
     let leave = netns.is_none();
-    let helper = egress::helper::start(&policy, netns, args.new_root).unwrap_or_else(|e| fail(e));
+    // A pod's programs have the pod's own ids, 65534 among them: the helper takes the agent's.
+    let id = if args.pod_ids {
+        userns::AGENT_ID
+    } else {
+        egress::helper::NOBODY
+    };
+    let helper =
+        egress::helper::start(&policy, netns, args.new_root, id).unwrap_or_else(|e| fail(e));
     if leave {
         // SAFETY: unshare of this (single-threaded) process's network namespace.
         if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {

@@ -3,7 +3,8 @@
 //! Forked by the agent at start-up, before any thread and before the agent pivots into the
 //! sandbox's root or leaves the outside network namespace, it keeps both: it unshares a mount
 //! namespace of its own when the agent builds a root (the agent's pivot does not move it),
-//! enters the outside network namespace when one is named, drops to uid 65534 and serves the
+//! enters the outside network namespace when one is named, drops to an id of no program's (65534
+//! outside the programs' range, or a pod's agent id, see `start`) and serves the
 //! agent over socket pairs made before the fork. For each `host port` it checks the policy again, resolves the name with the
 //! outside's resolver (its `/etc`, never the sandbox's, which root inside may rewrite), refuses
 //! addresses the policy does not allow a name to reach, connects (10 s) and sends the connected
@@ -23,7 +24,8 @@ use super::policy::{Policy, Verdict};
 const CHANNELS: usize = 8;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 const MAX_REQUEST: usize = 512;
-const NOBODY: u32 = 65534;
+/// The helper's uid and gid where the sandbox's programs have ids of their own (a host range).
+pub const NOBODY: u32 = 65534;
 
 /// The answer to one connection request.
 pub enum Reply {
@@ -41,8 +43,14 @@ pub struct Helper {
 /// Forks the helper. `netns`: the network namespace connections are made in (None: the
 /// current one). `own_mounts`: the helper keeps the file system the agent is about to leave
 /// (a mount namespace of its own, which the agent's pivot does not move). Must run while the
-/// agent has one thread.
-pub fn start(policy: &Policy, netns: Option<OwnedFd>, own_mounts: bool) -> Result<Helper, String> {
+/// agent has one thread. `id`: the uid and gid it drops to, one no program has (a program with
+/// it could signal the helper).
+pub fn start(
+    policy: &Policy,
+    netns: Option<OwnedFd>,
+    own_mounts: bool,
+    id: u32,
+) -> Result<Helper, String> {
     let mut ours = Vec::with_capacity(CHANNELS);
     let mut theirs = Vec::with_capacity(CHANNELS);
     for _ in 0..CHANNELS {
@@ -63,7 +71,7 @@ pub fn start(policy: &Policy, netns: Option<OwnedFd>, own_mounts: bool) -> Resul
     }
     if pid == 0 {
         drop(ours);
-        let code = match serve(policy, netns, own_mounts, theirs, agent) {
+        let code = match serve(policy, netns, own_mounts, theirs, agent, id) {
             Ok(()) => 0,
             Err(e) => {
                 eprintln!("sandbox-agent: egress helper: {e}");
@@ -108,6 +116,7 @@ fn serve(
     own_mounts: bool,
     channels: Vec<OwnedFd>,
     agent: libc::pid_t,
+    id: u32,
 ) -> Result<(), String> {
     let mut keep: Vec<i32> = channels.iter().map(AsRawFd::as_raw_fd).collect();
     keep.extend(netns.as_ref().map(AsRawFd::as_raw_fd));
@@ -143,8 +152,8 @@ fn serve(
         }
         // Nothing it does needs a privilege: a parsing bug in the resolver must not hand one out.
         let _ = libc::setgroups(0, std::ptr::null());
-        let _ = libc::setresgid(NOBODY, NOBODY, NOBODY);
-        let _ = libc::setresuid(NOBODY, NOBODY, NOBODY);
+        let _ = libc::setresgid(id, id, id);
+        let _ = libc::setresuid(id, id, id);
     }
     drop(netns);
     let policy = policy.clone();
