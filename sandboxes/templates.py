@@ -19,7 +19,6 @@ _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 _ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
 PYTHON_ZYGOTE_MODES = ("lazy", "eager", "off")
 USERS = ("sandbox", "root")
-ROOT_BACKENDS = ("local", "docker", "kubernetes")  # the backends that give `user="root"` sandboxes
 # Where the compatible APIs run a container image they are asked for as root: a kubernetes root pod
 # asks more of the cluster (docs/kubernetes.md), so there a server's default template opts in.
 IMAGE_ROOT_BACKENDS = ("local", "docker")
@@ -62,8 +61,9 @@ class Template:
     `user` is who runs programs: `"sandbox"`, an unprivileged uid (`uid`/`gid`) under a
     read-only root with a writable work dir and /tmp; or `"root"`, root inside a user namespace
     of the sandbox's own (its host ids are a range no other sandbox has, with no capability over
-    the host) with a writable root file system of `root_size_bytes` (`ROOT_BACKENDS`; thrown
-    away with the sandbox, the host's files and the image never change).
+    the host) with a writable root file system of `root_size_bytes` (every backend; kubernetes
+    needs user-namespaced pods; thrown away with the sandbox, the host's files and the image
+    never change).
 
     `network` is the egress policy: False (none: only the sandbox's own loopback), True (the
     host's network, or the container's bridge), or a list of allow-list rules (every

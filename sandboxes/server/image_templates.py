@@ -5,10 +5,10 @@ templates. In order: a template of that name; a template whose `image` is that i
 container backend (docker, kubernetes), a template made for that image from the default one (it
 runs that image: on docker as root with a writable root, as such clients expect of a container;
 on kubernetes as the default template's user, since a root pod asks more of the cluster; one the
-engine or registry does not have fails that sandbox's create as its platform's image pull would); on the local backend, the template named
-`AGENT_TEMPLATE` (a root sandbox with a writable root) when the server has one, else the pool's
-default template. The choice is reported to the caller (the sandbox's log), never
-silent.
+engine or registry does not have fails that sandbox's create as its platform's image pull
+would); on the local backend, the template named `AGENT_TEMPLATE` (a root sandbox with a
+writable root) when the server has one, else the pool's default template. The choice is reported
+to the caller (the sandbox's log), never silent.
 """
 
 from __future__ import annotations
@@ -36,7 +36,7 @@ EGRESS_TEMPLATE_PREFIX = "egress-"
 
 def default_templates(backend: str) -> dict[str, Any] | None:
     """The templates of a server that serves the compatible APIs and was given none: the default
-    template, and where root sandboxes exist the agent template. None: the pool's own default."""
+    template and the agent template (`IMAGE_ROOT_BACKENDS`). None: the pool's own default."""
     if backend not in IMAGE_ROOT_BACKENDS:
         return None
 
