@@ -70,6 +70,12 @@ def native() -> Any:
     return mod
 
 
+def pytest_sessionfinish(session: Any, exitstatus: Any) -> None:
+    """A session that ran no test (all deselected) never set `no_leaks` up: its dirs go here."""
+    shutil.rmtree(RUN_ROOT, ignore_errors=True)
+    shutil.rmtree(IMAGE_CACHE, ignore_errors=True)
+
+
 @pytest.fixture(scope="session", autouse=True)
 def no_leaks() -> Any:
     """Fails the session when an agent process, cgroup, run dir or container it created is left behind."""

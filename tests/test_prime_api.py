@@ -10,7 +10,9 @@ import asyncio
 import json
 import os
 import secrets
+import shutil
 import signal
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +49,8 @@ async def scenario(
 ) -> dict[str, Any]:
     """Runs one scenario of the real SDK; its JSON observations. `image`: the image sandboxes are
     asked for (the scenarios' own variable)."""
-    home = home or Path(os.environ.get("TMPDIR", "/tmp")) / f"prime-home-{secrets.token_hex(6)}"
+    own = home is None
+    home = home or Path(tempfile.mkdtemp(prefix="prime-home-"))
     home.mkdir(parents=True, exist_ok=True)
     env = {
         "HOME": str(home),
@@ -55,9 +58,13 @@ async def scenario(
         "PRIME_API_KEY": key,
         **({"SCENARIO_IMAGE": image} if image else {}),
     }
-    return await run_scenario(
-        venv, "prime_scenarios.py", [name, *([arg] if arg else [])], env, timeout=timeout
-    )
+    try:
+        return await run_scenario(
+            venv, "prime_scenarios.py", [name, *([arg] if arg else [])], env, timeout=timeout
+        )
+    finally:
+        if own:  # the SDK's config and cache, gone with the run
+            shutil.rmtree(home, ignore_errors=True)
 
 
 @pytest.mark.parametrize("venv", VENVS)
@@ -150,9 +157,9 @@ async def test_files(make_server, venv) -> None:
     assert "error" in o["outside"]
 
 
-async def test_keys_see_only_their_sandboxes(make_server) -> None:
+async def test_keys_see_only_their_sandboxes(make_server, tmp_path) -> None:
     server = await prime_server(make_server)
-    home = Path(os.environ.get("TMPDIR", "/tmp")) / f"prime-home-{secrets.token_hex(6)}"
+    home = tmp_path / "prime-home"
     async with aiohttp.ClientSession() as http:
         r = await http.post(
             f"{base_url(server)}/api/v1/sandbox",
@@ -199,10 +206,10 @@ async def test_network_policy(make_server) -> None:
     assert len(seen) == 1
 
 
-async def test_a_client_gone_mid_command_has_its_program_killed(make_server) -> None:
+async def test_a_client_gone_mid_command_has_its_program_killed(make_server, tmp_path) -> None:
     server = await prime_server(make_server)
     marker = f"{77000 + secrets.randbelow(999)}.{secrets.randbelow(10**9):09d}"
-    home = Path(os.environ.get("TMPDIR", "/tmp")) / f"prime-home-{secrets.token_hex(6)}"
+    home = tmp_path / "prime-home"
     home.mkdir(parents=True)
     env = {
         "PATH": os.environ["PATH"],

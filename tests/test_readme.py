@@ -49,18 +49,15 @@ def test_the_coding_agent_example_prints_what_readme_shows(dev_image: str) -> No
     assert run(code) == shown
 
 
-async def test_the_prime_example_prints_what_readme_shows(make_server) -> None:
+async def test_the_prime_example_prints_what_readme_shows(make_server, tmp_path) -> None:
     """The Prime Sandboxes example, run by the real SDK (its client virtualenv) with the two
     environment variables the README sets, against a real server."""
-    import os
-    import secrets
-
     from server_helpers import KEY_A, run_client
     from test_prime_api import CURRENT
 
     code, shown = example("Run Prime Sandboxes / verifiers environments on your own machines")
     server = await make_server(http_port=0, warm=1)
-    home = Path(os.environ.get("TMPDIR", "/tmp")) / f"prime-home-{secrets.token_hex(6)}"
+    home = tmp_path / "prime-home"
     home.mkdir()
     env = {
         "HOME": str(home),

@@ -381,6 +381,7 @@ class FakeKubelet:
         self.root = tempfile.mkdtemp(prefix="fake-kubelet-")
         os.chmod(self.root, 0o755)
         self.agents: dict[str, _Agent] = {}  # pod name -> its agent (per-pod mode)
+        self._started: list[_Agent] = []  # every agent started, for `stop` (a kill may be under way)
         self._shared: list[_Agent] = []
         self._next_shared = 0
         self._pods: dict[str, dict[str, Any]] = {}  # waiting for their token secret
@@ -409,7 +410,9 @@ class FakeKubelet:
         for t in list(self._tasks):
             t.cancel()
         await asyncio.gather(*list(self._tasks), return_exceptions=True)
-        await asyncio.gather(*(self._kill(a) for a in [*self.agents.values(), *self._shared]))
+        # Every agent, those whose pod was deleted too: a kill cancelled above may have left one
+        # running, or its directory and id range behind (`_kill` of an ended one only forgets it).
+        await asyncio.gather(*(self._kill(a) for a in self._started))
         self.agents.clear()
         self._shared.clear()
         if self._session is not None:
@@ -717,6 +720,7 @@ class FakeKubelet:
         proc = await _start(cmd, env, d, w)
         ready = await _read_ready(r)
         agent = _Agent(proc, port, d)
+        self._started.append(agent)
         if ready != b"R":
             await self._not_serving(agent)
         return agent
@@ -756,6 +760,7 @@ class FakeKubelet:
             launcher = [sys.executable, "-m", "sandboxes.testing.userns_pod", json.dumps(launch)]
             proc = await _start(launcher, None, d, w)
             agent = _Agent(proc, port, d, id_base=base)
+            self._started.append(agent)
             ready = await _read_ready(r)
         except BaseException:
             ids.release(base, f"emulated-pod-{name}")
