@@ -3,11 +3,12 @@
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import ctypes
 import os
 import subprocess
 import time
-from collections.abc import Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
 
 from sandboxes.backends.local import _cgroup_dirs
@@ -151,3 +152,25 @@ def tiny_wheel() -> tuple[str, bytes]:
         for name, text in files.items():
             z.writestr(name, text)
     return "tinypkg-1.0-py3-none-any.whl", buf.getvalue()
+
+
+@contextlib.asynccontextmanager
+async def http_answering(body: bytes, host: str = "127.0.0.2") -> AsyncIterator[tuple[int, list[bytes]]]:
+    """A server on `host` (a loopback address) that answers every request with 200 and `body`:
+    (its port, the heads of the requests it got)."""
+    seen: list[bytes] = []
+
+    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        seen.append(await reader.readuntil(b"\r\n\r\n"))
+        writer.write(
+            b"HTTP/1.1 200 OK\r\nContent-Length: %d\r\nConnection: close\r\n\r\n%s" % (len(body), body)
+        )
+        await writer.drain()
+        writer.close()
+
+    server = await asyncio.start_server(answer, host, 0)
+    try:
+        yield server.sockets[0].getsockname()[1], seen
+    finally:
+        server.close()
+        await server.wait_closed()

@@ -18,7 +18,7 @@ from typing import Any
 
 import aiohttp
 import pytest
-from helpers import pgrep, wait_until
+from helpers import http_answering, pgrep, wait_until
 from server_helpers import KEY_A, KEY_B, client_python, run_scenario
 
 pytestmark = pytest.mark.asyncio
@@ -179,22 +179,9 @@ async def test_keys_see_only_their_sandboxes(make_server, tmp_path) -> None:
 async def test_network_policy(make_server) -> None:
     """An allow-list given at create is the sandbox's egress (the local backend's proxy): the
     test's server on this host's loopback is reached through it, its neighbour is not."""
-    seen: list[bytes] = []
-
-    async def answer(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        seen.append(await reader.readuntil(b"\r\n\r\n"))
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 13\r\nConnection: close\r\n\r\nprime-allowed")
-        await writer.drain()
-        writer.close()
-
-    http_server = await asyncio.start_server(answer, "127.0.0.2", 0)
-    port = http_server.sockets[0].getsockname()[1]
-    try:
+    async with http_answering(b"prime-allowed") as (port, seen):
         server = await prime_server(make_server)
         o = await scenario(server, CURRENT, "network", str(port))
-    finally:
-        http_server.close()
-        await http_server.wait_closed()
     assert o["deny_all"] == {"ok": True}
     assert o["allow_later"]["error"] == "APIError" and "created with" in o["allow_later"]["message"]
     assert o["get"] == {"ok": []}

@@ -13,13 +13,12 @@ one is configured."""
 
 from __future__ import annotations
 
-import asyncio
 import os
 import secrets
 from pathlib import Path
 
 import pytest
-from helpers import pgrep, wait_until
+from helpers import http_answering, pgrep, wait_until
 
 import sandboxes
 from sandboxes import Template, TestCase
@@ -183,16 +182,7 @@ async def test_root_inside_has_no_power_over_the_host(root_pool) -> None:
 async def test_root_inside_cannot_stop_the_egress_helper(root_pool) -> None:
     """An allow-list sandbox's way out (the agent's helper, outside the sandbox) has an id no
     program has: root inside, and any uid it takes, cannot signal it."""
-
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await reader.readuntil(b"\r\n\r\n")
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
-        await writer.drain()
-        writer.close()
-
-    server = await asyncio.start_server(serve, "127.0.0.2", 0)
-    port = server.sockets[0].getsockname()[1]
-    try:
+    async with http_answering(b"ok") as (port, _):
         t = ROOT.replace(name="egress", backend=root_pool.test_backend, network=(f"127.0.0.2:{port}",))
         await root_pool.add_template(t)
         fetch = (
@@ -206,8 +196,6 @@ async def test_root_inside_cannot_stop_the_egress_helper(root_pool) -> None:
                 await sh(sb, f"python3 -c 'import os, signal; {drop}os.kill(-1, signal.SIGKILL)'")
             r = await sh(sb, fetch)
             assert r.stdout == b"ok\n", r
-    finally:
-        server.close()
 
 
 async def test_the_root_disk_is_bounded_and_the_sandbox_serves_on(root_pool) -> None:
