@@ -27,6 +27,7 @@ from helpers import BASE_IMAGE
 import sandboxes
 from sandboxes import Pool, TestCase
 from sandboxes.backends import docker as docker_backend
+from sandboxes.backends import ids
 from sandboxes.backends.docker import DockerBackend
 from sandboxes.templates import Template
 
@@ -364,12 +365,19 @@ async def test_crashed_pool_leaves_containers_the_next_start_removes(
     assert all(c["State"] == "running" for c in left)
     run_dirs = [Path(c["Labels"][docker_backend.LABEL_RUN_DIR]) for c in left]
     assert all(d.is_dir() for d in run_dirs)
+    sandbox_ids = {c["Labels"][docker_backend.LABEL_SANDBOX] for c in left}
+
+    def held_slots() -> list[Path]:
+        return [p for p in ids.id_dir().glob("[0-9]*") if p.read_text().split()[2] in sandbox_ids]
+
+    assert len(held_slots()) == len(sandbox_ids)
 
     await docker_pool(warm=0)  # its start reaps the dead pool's containers
 
     assert containers(docker_api, **{docker_backend.LABEL_POOL: pool_id}) == []
     assert not any(d.exists() for d in run_dirs)
     assert not run_dirs[0].parent.exists()
+    assert held_slots() == []  # their id ranges are free again
 
 
 async def test_live_pools_are_left_alone(docker_pool: MakePool) -> None:

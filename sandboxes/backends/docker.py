@@ -518,6 +518,7 @@ class DockerBackend:
         except Exception as e:
             raise _translate(e, "list", "") from e
         reaped = 0
+        dead: set[tuple[int, int | None]] = set()
         for c in containers:
             labels = c.get("Labels") or {}
             if labels.get(LABEL_POOL) == self.pool_id:
@@ -535,7 +536,10 @@ class DockerBackend:
             run_dir = _safe_run_dir(labels.get(LABEL_RUN_DIR, ""), labels.get(LABEL_SANDBOX, ""))
             if run_dir is not None:
                 shutil.rmtree(run_dir, ignore_errors=True)
+            dead.add((pid, start))
         self._sweep_pool_dirs()
+        for pid, start in dead:  # their id ranges, held while the run dirs were there
+            ids.release_owned_by(pid, start)
         return reaped
 
     def _sweep_pool_dirs(self) -> None:
