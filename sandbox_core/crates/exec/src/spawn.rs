@@ -457,8 +457,10 @@ pub(crate) fn rlimits(limits: &Limits, iso: &Isolation<'_>) -> Vec<(i32, libc::r
     if iso.nproc_rlimit {
         v.push((libc::RLIMIT_NPROC as i32, both(u64::from(limits.max_pids))));
     }
-    // Unprivileged agents cannot raise a hard limit: stay within the current one.
-    if !crate::caps::may_set_ids() {
+    // Unprivileged agents (a pod's root agent too, once it took its own id: it has no
+    // CAP_SYS_RESOURCE) cannot raise a hard limit: stay within the current one.
+    // SAFETY: plain syscall.
+    if unsafe { libc::geteuid() } != 0 {
         for (res, lim) in &mut v {
             let mut cur = libc::rlimit {
                 rlim_cur: 0,
