@@ -194,6 +194,16 @@ async def test_python_cases_run_through_the_zygote(sb) -> None:
     assert r.all_passed and r.cases[0].path == "zygote", r
 
 
+async def test_a_check_case_reads_the_program_as_python3_reads_a_file(sb) -> None:
+    """A program saved with a byte-order mark and Windows line endings runs in a check case as
+    `python3 solution.py` runs it (the bytes, decoded by the interpreter), as it does on stdin."""
+    await warm_zygote(sb)
+    program = "\ufeffdef f(x):\r\n    return 2 * x\r\nprint(f(int(input())))\r\n"
+    r = await sb.run_tests(program, [TestCase("2\n", "4\n"), TestCase("3\n", check="assert f(3) == 6\r\n")])
+    assert r.all_passed, r
+    assert [c.path for c in r.cases] == ["zygote", "zygote"]
+
+
 async def test_a_file_written_in_cwd_is_not_seen_by_the_next_case(sb) -> None:
     """Each case runs in a fresh working directory of its own."""
     check = "import os\nassert not os.path.exists('marker')\nopen('marker', 'w').write('x')\n"

@@ -481,9 +481,16 @@ impl Executor {
         let fast = match launch {
             // A zygote worker is reaped with its group killed, as every worker is.
             Launch::User if cmd.keep_descendants => None,
-            Launch::User => self
-                .zygote()
-                .and_then(|z| Some((z, z.plan(&cmd.argv, cmd.zygote_entry, &prepared)?))),
+            // The zygote's environment is the base one (`zygote_command` adds nothing to it).
+            Launch::User => self.zygote().and_then(|z| {
+                let req = z.plan(
+                    &cmd.argv,
+                    cmd.zygote_entry,
+                    &prepared,
+                    &inner.config.base_env,
+                )?;
+                Some((z, req))
+            }),
             Launch::Zygote(_) => None,
         };
         let started = Instant::now();
@@ -521,7 +528,6 @@ impl Executor {
         let forked = match fast {
             Some((z, req)) => z.fork(
                 &req,
-                &prepared,
                 &crate::spawn::rlimits(&cmd.limits, &iso),
                 &iso,
                 inner.reaper,

@@ -16,6 +16,7 @@
 //! the background and says `{"ready":true}` on its socket when done; until then, and whenever it
 //! cannot serve a request, a Python execution is spawned like any other program.
 
+use std::collections::BTreeMap;
 use std::ffi::OsStr;
 use std::fmt::Write as _;
 use std::io;
@@ -69,6 +70,17 @@ pub(crate) struct Request {
     unbuffered: bool,
     no_bytecode: bool,
     cwd: String,
+    env: EnvChanges,
+}
+
+/// The exec's environment as changes to the zygote's own: the variables to set (new or with
+/// another value) and the names to remove. A worker applies them to the environment it inherited
+/// instead of walking and rewriting all of it (every page of the inherited heap it touches is
+/// copied for it).
+#[derive(Debug)]
+struct EnvChanges {
+    set: Vec<(String, String)>,
+    unset: Vec<String>,
 }
 
 /// Why a request was not served.
@@ -169,11 +181,13 @@ impl Zygote {
     /// The fast-path request for `argv`, if it is `python[3[.X]] [-I|-u|-B]... (-c CODE | FILE)
     /// [args...]`, resolves to this zygote's interpreter, and nothing about it (a PYTHON*
     /// variable the interpreter would read, a cwd that is not a directory) needs a real start.
+    /// `zygote_env`: the environment the zygote was started with.
     pub(crate) fn plan(
         &self,
         argv: &[String],
         entry: Option<&'static str>,
         prep: &Prepared,
+        zygote_env: &BTreeMap<String, String>,
     ) -> Option<Request> {
         let base = Path::new(argv.first()?).file_name()?.to_str()?;
         let named = base == "python"
@@ -216,6 +230,7 @@ impl Zygote {
         if !Path::new(cwd).is_dir() {
             return None;
         }
+        let env = env_changes(&prep.env, zygote_env)?;
         Some(Request {
             entry: entry.filter(|_| path.is_some()),
             code,
@@ -225,6 +240,7 @@ impl Zygote {
             unbuffered,
             no_bytecode,
             cwd: cwd.to_string(),
+            env,
         })
     }
 
@@ -233,7 +249,6 @@ impl Zygote {
     pub(crate) fn fork(
         &self,
         req: &Request,
-        prep: &Prepared,
         rlimits: &[(i32, libc::rlimit)],
         iso: &Isolation<'_>,
         reaper: &Reaper,
@@ -243,7 +258,7 @@ impl Zygote {
             .cgroup
             .filter(|cg| cg.joinable_by_self())
             .map_or(0, |cg| cg.dirs().len());
-        let json = request_json(req, prep, rlimits, iso.landlock.is_some(), joins);
+        let json = request_json(req, rlimits, iso.landlock.is_some(), joins);
         // One request at a time per zygote: it serves them in order, about 1 ms each.
         let mut live = self.lock();
         for _attempt in 0..2 {
@@ -583,6 +598,25 @@ fn worker_report(ctl: &OwnedFd, pidfd: Option<&OwnedFd>) -> io::Result<Option<St
     }
 }
 
+/// `env` (`K=V` entries, each name once) as changes to `base`; `None` if an entry is not UTF-8.
+fn env_changes(env: &[std::ffi::CString], base: &BTreeMap<String, String>) -> Option<EnvChanges> {
+    let mut set = Vec::new();
+    let mut names = std::collections::BTreeSet::new();
+    for e in env {
+        let (k, v) = e.to_str().ok()?.split_once('=')?;
+        names.insert(k);
+        if base.get(k).is_none_or(|b| b != v) {
+            set.push((k.to_string(), v.to_string()));
+        }
+    }
+    let unset = base
+        .keys()
+        .filter(|k| !names.contains(k.as_str()))
+        .cloned()
+        .collect();
+    Some(EnvChanges { set, unset })
+}
+
 fn parse_pid(reply: &str) -> Option<libc::pid_t> {
     let rest = reply.trim().strip_prefix("{\"pid\":")?;
     let rest = rest.trim_start().strip_suffix('}')?;
@@ -593,7 +627,6 @@ fn parse_pid(reply: &str) -> Option<libc::pid_t> {
 /// `joins`: that many cgroup join files follow, which the worker writes itself into.
 fn request_json(
     req: &Request,
-    prep: &Prepared,
     rlimits: &[(i32, libc::rlimit)],
     landlock: bool,
     joins: usize,
@@ -621,10 +654,8 @@ fn request_json(
         }
         json_str(&mut s, a);
     }
-    s.push_str("],\"env\":{");
-    for (i, e) in prep.env.iter().enumerate() {
-        let e = e.to_string_lossy();
-        let (k, v) = e.split_once('=').unwrap_or((&e, ""));
+    s.push_str("],\"env_set\":{");
+    for (i, (k, v)) in req.env.set.iter().enumerate() {
         if i > 0 {
             s.push(',');
         }
@@ -632,7 +663,14 @@ fn request_json(
         s.push(':');
         json_str(&mut s, v);
     }
-    s.push_str("},\"cwd\":");
+    s.push_str("},\"env_unset\":[");
+    for (i, k) in req.env.unset.iter().enumerate() {
+        if i > 0 {
+            s.push(',');
+        }
+        json_str(&mut s, k);
+    }
+    s.push_str("],\"cwd\":");
     json_str(&mut s, &req.cwd);
     s.push_str(",\"rlimits\":[");
     let value = |v: libc::rlim_t| -> i128 {

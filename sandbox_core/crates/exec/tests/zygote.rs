@@ -130,6 +130,48 @@ async fn runs_python_through_the_zygote() {
     assert!(!run(&ex, c).await.zygote);
 }
 
+/// A worker's environment is the exec's, whatever it adds to, changes in or (`clear_env`) drops of
+/// the zygote's, exactly as a spawned program's.
+#[tokio::test]
+async fn the_environment_is_the_execs_own() {
+    let mut conf = config();
+    conf.base_env.insert("A".into(), "base".into());
+    conf.base_env.insert("B".into(), "base".into());
+    let ex = with_zygote(conf.clone());
+    let spawned = Executor::new(conf).expect("executor");
+    warm(&ex).await;
+    let show = "import os\nprint(sorted((k, v) for k, v in os.environ.items() if k != 'LC_CTYPE'))";
+    let mut changed = py(show);
+    changed.env.insert("A".into(), "x".into());
+    changed.env.insert("C".into(), "y".into());
+    let mut cleared = changed.clone();
+    cleared.clear_env = true;
+    cleared.env.insert("PATH".into(), "/usr/bin:/bin".into());
+    for (c, want) in [
+        (
+            py(show),
+            "[('A', 'base'), ('B', 'base'), ('PATH', '/usr/local/bin:/usr/bin:/bin')]",
+        ),
+        (
+            changed,
+            "[('A', 'x'), ('B', 'base'), ('C', 'y'), ('PATH', '/usr/local/bin:/usr/bin:/bin')]",
+        ),
+        (
+            cleared,
+            "[('A', 'x'), ('C', 'y'), ('PATH', '/usr/bin:/bin')]",
+        ),
+    ] {
+        for _ in 0..2 {
+            let o = run(&ex, c.clone()).await;
+            assert!(o.zygote, "{o:?}");
+            assert_eq!(text(&o.stdout), format!("{want}\n"), "{}", text(&o.stderr));
+        }
+        let o = run(&spawned, c).await;
+        assert!(!o.zygote);
+        assert_eq!(text(&o.stdout), format!("{want}\n"), "{}", text(&o.stderr));
+    }
+}
+
 #[tokio::test]
 async fn forks_are_isolated() {
     let ex = with_zygote(ExecutorConfig {

@@ -30,9 +30,9 @@ def _judge(solution, check, token_file, write=os.write):
         token = f.read().strip()
     os.unlink(token_file)
     ns = {"__name__": "__main__", "__builtins__": __builtins__}
-    with open(solution) as f:
+    with open(solution, "rb") as f:
         exec(compile(f.read(), "solution.py", "exec"), ns)
-    with open(check) as f:
+    with open(check, "rb") as f:
         exec(compile(f.read(), "check.py", "exec"), ns)
     try:
         sys.stdout.flush()
