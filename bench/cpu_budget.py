@@ -8,14 +8,23 @@ process. Milliseconds of CPU per grading:
 
 - program: what a HumanEval program and its check cost beyond an empty one (the cases' cgroup
   CPU, less the empty grading's);
-- process per case: an empty case (the worker's set-up after the fork, the check runner, exit,
-  the pages it copies from the zygote), plus the zygote's own work (the fork);
-- agent: RPC, the judge's files, isolation set-up, supervision and reaping (the agent process);
+- fork/exit: a bare fork that exits at once, of the sandbox's interpreter with the zygote's
+  imports and frozen heap (outside the sandbox, the fork floor's process): what any fresh process
+  per case costs (measured once, the same in both columns);
+- isolation set-up: the rest of an empty case's process (the worker's set-up after the fork: the
+  request, its cgroup, rlimits, Landlock, the environment; the check runner; the pages it copies
+  from the zygote) and the zygote's own work per fork;
+- agent: RPC, the judge's files, the case's cgroup and Landlock rules, supervision and reaping
+  (the agent process);
 - client native: gRPC and the runtime threads of this process;
 - client Python: conversion and asyncio (this process's main thread);
 - other: the rest of the machine's CPU during the run (kernel threads, e.g. cgroup release; /proc
   counts in clock ticks, so within a few hundredths of a millisecond either way of zero);
 - floor: the same program and check `exec()`'d in one process, for comparison.
+
+And the page faults per grading, machine-wide (`pgfault` of /proc/vmstat): on a virtual machine
+each costs microseconds, and a fresh process per case takes hundreds, so their count (which does
+not vary from run to run) tells a change to the case's process apart from the machine's noise.
 """
 
 from __future__ import annotations
@@ -29,7 +38,25 @@ from typing import Any
 from bench.common import Report
 
 TICK = os.sysconf("SC_CLK_TCK")
-ROWS = ("program", "process per case", "agent", "client native", "client Python", "other")
+ROWS = ("program", "fork/exit", "isolation set-up", "agent", "client native", "client Python", "other")
+# A bare fork of the fork floor's process: imports what the zygote imports, freezes its heap, then
+# forks argv[2] children that exit at once; prints the CPU (its own and its children's) per fork.
+_BARE_FORKS = r"""
+import gc, os, sys
+for m in sys.argv[1].split(","):
+    __import__(m)
+gc.collect()
+gc.freeze()
+n = int(sys.argv[2])
+t = os.times()
+for _ in range(n):
+    pid = os.fork()
+    if pid == 0:
+        os._exit(0)
+    os.waitpid(pid, 0)
+u = os.times()
+print((u.user + u.system + u.children_user + u.children_system - t.user - t.system - t.children_user - t.children_system) / n)
+"""
 
 
 def _stat_cpu(path: str) -> float:
@@ -59,6 +86,29 @@ def _children(pid: int, comm: str) -> list[int]:
     return out
 
 
+def _pgfault() -> int:
+    for line in Path("/proc/vmstat").read_text().splitlines():
+        if line.startswith("pgfault "):
+            return int(line.split()[1])
+    return 0
+
+
+def _bare_fork(n: int = 1000) -> float:
+    """CPU (s) of one bare fork and exit of the fork floor's process (see `_BARE_FORKS`)."""
+    import subprocess
+
+    from bench.reward import _sandbox_python, zygote_preloads
+
+    py = asyncio.run(_sandbox_python())
+    out = subprocess.run(
+        [py, "-I", "-c", _BARE_FORKS, ",".join(zygote_preloads()), str(n)],
+        capture_output=True,
+        text=True,
+        check=True,
+    )
+    return float(out.stdout)
+
+
 def _machine() -> float:
     v = [int(x) for x in Path("/proc/stat").read_text().split("\n", 1)[0].split()[1:]]
     return (sum(v) - v[3] - v[4]) / TICK
@@ -68,6 +118,7 @@ class _Snapshot:
     def __init__(self, agent: int, zygotes: list[int]) -> None:
         me = os.getpid()
         self.machine = _machine()
+        self.faults = _pgfault()
         self.main = _stat_cpu(f"/proc/{me}/task/{me}/stat")
         self.process = _stat_cpu(f"/proc/{me}/stat")
         self.agent = _stat_cpu(f"/proc/{agent}/stat")
@@ -88,7 +139,7 @@ async def _grade(sb: Any, gradings: list[Any], mode: str) -> tuple[float, float]
     return time.perf_counter() - t, cases
 
 
-async def _budget(gradings: list[Any], empty: list[Any]) -> dict[str, dict[str, float]]:
+async def _budget(gradings: list[Any], empty: list[Any], fork: float) -> dict[str, dict[str, float]]:
     import sandboxes
 
     out: dict[str, dict[str, float]] = {}
@@ -105,7 +156,8 @@ async def _budget(gradings: list[Any], empty: list[Any]) -> dict[str, dict[str, 
             native = (b.process - a.process) - (b.main - a.main)
             used = {
                 "program": (cases - empty_cases) / n,
-                "process per case": (empty_cases + b.zygote - a.zygote) / n,
+                "fork/exit": fork,
+                "isolation set-up": (empty_cases + b.zygote - a.zygote) / n - fork,
                 "agent": (b.agent - a.agent) / n,
                 "client native": native / n,
                 "client Python": (b.main - a.main) / n,
@@ -114,6 +166,7 @@ async def _budget(gradings: list[Any], empty: list[Any]) -> dict[str, dict[str, 
             out[mode] = {k: 1000 * v for k, v in used.items()}
             out[mode]["total"] = 1000 * (b.machine - a.machine) / n
             out[mode]["wall"] = 1000 * wall / n
+            out[mode]["page faults"] = (b.faults - a.faults) / n
     return out
 
 
@@ -124,7 +177,7 @@ def measure(rep: Report) -> dict[str, Any]:
     subs = humaneval_submissions()
     gradings = [Grading(s.program, s.problem.tests, language=s.language) for s in subs]
     empty = [Grading("pass", [TestCase(check="pass")])] * len(gradings)
-    budget = asyncio.run(_budget(gradings, empty))
+    budget = asyncio.run(_budget(gradings, empty, _bare_fork()))
     items = [(s.program, s.problem.tests[0].check) for s in subs]
     t = time.process_time()
     _floor_chunk(items)
@@ -135,5 +188,8 @@ def measure(rep: Report) -> dict[str, Any]:
     print(f"  {'':18} {'one call each':>14} {'one batch':>10}")
     for row in (*ROWS, "total", "wall"):
         print(f"  {row:18} {budget['calls'][row]:14.3f} {budget['batch'][row]:10.3f}")
+    print(
+        f"  {'page faults':18} {budget['calls']['page faults']:14.0f} {budget['batch']['page faults']:10.0f}"
+    )
     print(f"  {'floor (exec())':18} {floor:14.3f}")
     return result
