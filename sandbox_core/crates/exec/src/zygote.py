@@ -258,8 +258,8 @@ def make_undumpable():
         raise OSError(ctypes.get_errno(), "cannot make the zygote non-dumpable")
 
 
-# The request's decoder, made once: `json.loads` builds one per call and matches whitespace with a
-# regular expression first, which copies more pages of the inherited heap.
+# The request's decoder: `json.loads` also detects the bytes' encoding and matches whitespace around
+# the document with a regular expression, which copies more pages of the inherited heap.
 DECODE = json.JSONDecoder().raw_decode
 LIBC = ctypes.CDLL(None, use_errno=True)
 # Typed once here: a worker's call of an untyped foreign function builds argument converters and
