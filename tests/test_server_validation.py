@@ -6,6 +6,7 @@ before sending). After each, a live sandbox of another request still executes.
 
 from __future__ import annotations
 
+import asyncio
 import math
 
 import grpc
@@ -189,6 +190,34 @@ async def test_exec_stream_protocol_errors(server, client: AsyncSandboxClient, r
     await expect(lambda: stream(pb.ExecInput(start=pb.ExecRequest(sandbox_id=sb.id))), INVALID, says="argv")
     await expect(lambda: stream(start, pb.ExecInput(signal=999)), INVALID, says="signal")
     await expect(lambda: stream(start, start), INVALID, says="second")
+    assert (await sb.exec(["echo", "ok"])).stdout == b"ok\n"
+    await sb.close()
+
+
+async def test_a_bad_message_read_while_an_event_is_being_sent_fails_the_stream(
+    server, client: AsyncSandboxClient
+) -> None:
+    """A malformed input message read while the server hands an event to the transport (the
+    stream's generator suspended at its `yield`) still ends the call with INVALID_ARGUMENT, at
+    the next event, instead of being lost while the program waits for stdin that never comes.
+    The service's stream is driven directly, so the order is certain."""
+    sb = await client.create()
+    rec = await server.service.registry.find(sb.id)
+    inputs: asyncio.Queue = asyncio.Queue()
+
+    async def requests():
+        while (msg := await inputs.get()) is not None:
+            yield msg
+
+    await inputs.put(pb.ExecInput(start=pb.ExecRequest(sandbox_id=sb.id, argv=["cat"])))
+    events = server.service.exec_stream(requests(), None, rec.owner)
+    first = await asyncio.wait_for(events.__anext__(), 10)
+    assert first.WhichOneof("kind") == "started", first
+    await inputs.put(pb.ExecInput(signal=999))  # read and refused while the generator is suspended
+    await asyncio.sleep(0.2)
+    with pytest.raises(E.InvalidRequest, match="signal"):
+        await asyncio.wait_for(events.__anext__(), 10)
+    await events.aclose()
     assert (await sb.exec(["echo", "ok"])).stdout == b"ok\n"
     await sb.close()
 

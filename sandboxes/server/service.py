@@ -563,6 +563,10 @@ class SandboxService:
                 while True:
                     next_event = asyncio.ensure_future(events.__anext__())
                     while True:
+                        # The input may have failed while this generator was suspended at a
+                        # `yield` (the transport taking an event), not only during the wait.
+                        if pump.done() and (failed := pump.exception()) is not None:
+                            raise failed
                         waiting = {next_event} if pump.done() else {next_event, pump}
                         done, _ = await asyncio.wait(
                             waiting,
