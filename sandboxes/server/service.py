@@ -563,20 +563,18 @@ class SandboxService:
                 while True:
                     next_event = asyncio.ensure_future(events.__anext__())
                     while True:
-                        # The input may have failed while this generator was suspended at a
-                        # `yield` (the transport taking an event), not only during the wait.
+                        # The input's failure first, whenever it came: during the wait or while
+                        # this generator was suspended at a `yield` (the transport taking an event).
                         if pump.done() and (failed := pump.exception()) is not None:
                             raise failed
+                        if next_event.done():
+                            break
                         waiting = {next_event} if pump.done() else {next_event, pump}
                         done, _ = await asyncio.wait(
                             waiting,
                             timeout=self.config.stream_keepalive_s,
                             return_when=asyncio.FIRST_COMPLETED,
                         )
-                        if pump in done and (failed := pump.exception()) is not None:
-                            raise failed
-                        if next_event in done:
-                            break
                         if not done:  # quiet program: tell the client (and proxies) we are alive
                             yield cpb.ExecEvent(keepalive=cpb.ExecEvent.Keepalive())
                     try:
