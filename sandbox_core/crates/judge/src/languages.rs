@@ -88,14 +88,20 @@ const NAMES: [(&str, Language); 23] = [
 
 /// TypeScript is transpiled (types stripped, syntax checked, no type check: what `ts-node
 /// --transpile-only` and `tsx` do) by Debian's TypeScript compiler library, run by node
-/// (argv: source, output). A syntax error is a compile error.
+/// (argv: source, output). A syntax error is a compile error. `esModuleInterop`, as `tsc --init`
+/// sets it: a default import of one of Node's CommonJS modules (`import assert from "assert"`)
+/// is the module itself, not its missing `default` export.
 const TYPESCRIPT_TRANSPILER: &str = r#"const ts = require("/usr/share/nodejs/typescript");
 const fs = require("fs");
 const [src, out] = process.argv.slice(1);
 const r = ts.transpileModule(fs.readFileSync(src, "utf8"), {
   fileName: src,
   reportDiagnostics: true,
-  compilerOptions: { target: ts.ScriptTarget.ES2020, module: ts.ModuleKind.CommonJS },
+  compilerOptions: {
+    target: ts.ScriptTarget.ES2020,
+    module: ts.ModuleKind.CommonJS,
+    esModuleInterop: true,
+  },
 });
 const errors = r.diagnostics.filter((d) => d.category === ts.DiagnosticCategory.Error);
 for (const d of errors) {
@@ -332,9 +338,11 @@ impl Language {
                 vec![d("solution")]
             }
             // The heap may grow to most of the case's memory limit (the JVM reads it from the
-            // cgroup); deep recursion gets the stack it gets in C.
+            // cgroup); deep recursion gets the stack it gets in C. Assertions are enabled (`-ea`):
+            // test harnesses written as `assert`s must fail when one does.
             (Language::Java, _) => vec![
                 "/usr/bin/java".into(),
+                "-ea".into(),
                 "-XX:+UseSerialGC".into(),
                 "-XX:MaxRAMPercentage=75".into(),
                 "-Xss256m".into(),
