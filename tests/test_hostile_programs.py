@@ -147,6 +147,52 @@ async def test_inodes_of_the_sandbox_disk_are_bounded(sb: sandboxes.Sandbox) -> 
     await still_serves(sb)
 
 
+# Fills /tmp: every byte (one file), then every inode (empty files); prints the files made.
+FILL_TMP = """
+import errno
+try:
+    with open("/tmp/blob", "wb") as f:
+        while True:
+            f.write(b"x" * 65536); f.flush()
+except OSError as e:
+    assert e.errno == errno.ENOSPC, e
+n = 0
+try:
+    while True:
+        open(f"/tmp/f{n}", "w").close(); n += 1
+except OSError as e:
+    assert e.errno == errno.ENOSPC, e
+print(n)
+"""
+
+
+async def test_a_full_tmp_leaves_the_next_grading_room(make_pool) -> None:
+    """A program that fills its sandbox's /tmp (every inode, every byte) leaves the judge's own
+    scratch alone: the next grading compiles and runs; a case that fills its own directory gets
+    its ENOSPC as a result, and the grading after it runs too."""
+    small = sandboxes.Template(tmp_size_bytes=1 << 20)
+    pool = await make_pool(warm=1, templates={"default": small})
+    async with pool.sandbox() as sb:
+        r = await sb.exec(
+            ["python3", "-c", FILL_TMP], limits=sandboxes.Limits(wall_time_s=60, max_file_size_bytes=1 << 40)
+        )
+        assert r.exit_code == 0 and int(r.stdout) > 0, r
+        case = sandboxes.TestCase("2 3\n", "5\n")
+        report = await sb.run_tests("print(sum(map(int, input().split())))", [case])
+        assert report.all_passed, report
+        c = '#include <stdio.h>\nint main(void){int a,b; scanf("%d %d",&a,&b); printf("%d\\n",a+b);}\n'
+        report = await sb.run_tests(c, [case], language="c")
+        assert report.all_passed, report
+        hog = "with open('big', 'wb') as f:\n    while True:\n        f.write(b'x' * 65536); f.flush()\n"
+        report = await sb.run_tests(hog, [sandboxes.TestCase("", "")])
+        (result,) = report.cases
+        assert result.verdict == "runtime_error" and b"No space left" in result.stderr, report
+        report = await sb.run_tests("print(sum(map(int, input().split())))", [case])
+        assert report.all_passed, report
+        assert (await sb.exec(["sh", "-c", "rm -rf /tmp/*"])).exit_code == 0
+        await still_serves(sb)
+
+
 # --- bounded by default ----------------------------------------------------------------------------
 
 

@@ -429,6 +429,10 @@ async fn serve(
     let mut roots = vec![args.work_dir.clone()];
     if args.new_root {
         roots.push(PathBuf::from("/tmp"));
+        if !root_inside {
+            // Its own mount (setup::rootfs); in a root sandbox, part of the root below.
+            roots.push(PathBuf::from("/mnt"));
+        }
     }
     roots.extend(args.file_roots.iter().filter(|r| r.is_absolute()).cloned());
     if root_inside {
@@ -444,7 +448,7 @@ async fn serve(
         owner: programs.owner,
         scratch: Arc::new(sandbox_judge::Scratch {
             root: if args.new_root {
-                PathBuf::from("/tmp")
+                PathBuf::from(setup::rootfs::JUDGE_SCRATCH)
             } else {
                 std::env::temp_dir()
             },

@@ -287,7 +287,6 @@ pub async fn run_tests(
             languages::python_check_runner().as_bytes(),
         )?;
     }
-    let base_env = Default::default();
     let mut report = pb::RunTestsReport {
         total: req.tests.len() as u32,
         compiled: true,
@@ -297,9 +296,12 @@ pub async fn run_tests(
     let build = dir.0.join("build");
     if let (Some(argv), Some(product)) = (lang.compile(&dir.0, &build), lang.product()) {
         scratch.make_writable(&dir.0, "build")?;
+        // The compiler's temporary files go to the build dir too, removed with it: never to the
+        // sandbox's /tmp, which a program may have filled.
+        let env = [("TMPDIR".to_string(), build.display().to_string())].into();
         let cmd = Command {
             argv,
-            env: base_env,
+            env,
             clear_env: false,
             cwd: Some(build.clone()),
             limits: compile_limits(&limits),

@@ -9,7 +9,8 @@
 //! /dev         null zero full random urandom tty, shm
 //! /proc        this pid namespace only, other users' processes hidden
 //! /sys/fs/cgroup  the sandbox's own cgroup subtree (cgroup namespace), root-owned
-//! /tmp, <work> private tmpfs, size-limited; the work dir belongs to the sandbox user
+//! /tmp, /mnt, <work>  private tmpfs, size-limited; the work dir belongs to the sandbox user
+//! /judge       the judge's scratch: a private tmpfs only the agent creates entries in
 //! ```
 //! The host's other files, the agent's socket and the run dir are simply not there.
 //!
@@ -18,7 +19,13 @@
 //! `/usr` an overlay whose lower layer is the host's `/usr`, idmapped into the programs' user
 //! namespace (so root inside owns it there) and whose upper layer is on that same disk: a program
 //! may change anything, the host's files never change, and all it writes counts against one
-//! quota (ENOSPC past it). The few host files of `/etc` stay read-only binds.
+//! quota (ENOSPC past it). The few host files of `/etc` stay read-only binds. `/mnt` is then a
+//! directory of that root like any other.
+//!
+//! The judge's scratch (`JUDGE_SCRATCH`: a grading's program, its build, its cases' directories)
+//! is a disk of its own, the size of `/tmp`, whose top the programs cannot write: however full a
+//! program leaves its `/tmp`, work dir or root, the next grading has room for its files. A case
+//! still writes only in its own directory there, so its own full disk is its ENOSPC.
 
 use std::ffi::CString;
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
@@ -55,6 +62,9 @@ pub struct RootSpec {
     /// whatever is beneath it, binds included, is hidden from then on).
     pub disk: PathBuf,
 }
+
+/// Where the judge's scratch disk is mounted (see the module's doc).
+pub const JUDGE_SCRATCH: &str = "/judge";
 
 const DEFAULT_TMPFS: u64 = 256 << 20;
 /// The disk of an image sandbox that is not a root one (only root and the image's own
@@ -634,6 +644,12 @@ pub fn build(spec: &RootSpec) -> Result<(), SetupError> {
         None => String::new(),
     };
     tmpfs(&root.join("tmp"), spec.tmp_size, "1777", &tmp_owner)?;
+    if spec.writable_size.is_none() {
+        // Programs of other sandboxes' APIs (SandboxFusion's) write under /mnt.
+        tmpfs(&root.join("mnt"), spec.tmp_size, "1777", &tmp_owner)?;
+    }
+    let judge = JUDGE_SCRATCH.trim_start_matches('/');
+    tmpfs(&root.join(judge), spec.tmp_size, "755", "")?;
     let work_rel = spec.work_dir.strip_prefix("/").unwrap_or(&spec.work_dir);
     tmpfs(
         &root.join(work_rel),
