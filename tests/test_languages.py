@@ -56,6 +56,23 @@ async def test_runtime_error_memory_and_time_limits(sb, language) -> None:
     assert await verdicts(sb, p.sum, language) == [Verdict.ACCEPTED, Verdict.ACCEPTED]
 
 
+# A failed assertion, as test harnesses of each language write it: a runtime error that says so.
+ASSERTIONS = {
+    "java": "public class Main {\n  public static void main(String[] a) {\n    assert 1 == 2;\n  }\n}\n",
+    "typescript": 'import assert from "assert";\nassert.strictEqual(1, 2);\n',
+}
+
+
+@pytest.mark.parametrize("language", list(ASSERTIONS))
+async def test_a_failed_assertion_is_a_runtime_error(sb, language) -> None:
+    """Java runs with assertions enabled; TypeScript's default import of a Node module is the
+    module (esModuleInterop), so its assertion fails as an AssertionError, not a TypeError."""
+    one = [TestCase(input="", expected_output="")]
+    report = await sb.run_tests(ASSERTIONS[language], one, language=language)
+    (case,) = report.cases
+    assert case.verdict == Verdict.RUNTIME_ERROR and b"AssertionError" in case.stderr, report
+
+
 @pytest.mark.timeout(1800)
 async def test_every_language_in_the_docker_sandbox_image(make_pool, images) -> None:
     pool = await make_pool(backend="docker", warm=1)
