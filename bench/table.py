@@ -16,7 +16,15 @@ START, END = "<!-- bench-table -->", "<!-- /bench-table -->"
 # The order of the rows: the data path first, then pools, kinds, peers, rewards.
 ORDER = ["exec_true", "pool", "kinds", "density", "burst", "docker", "k8s", "overlap", "reward"]
 # How many of a report's headlines (its most telling first) README.md shows; 1 where unnamed.
-README_ROWS = {"exec_true": 2, "pool": 4, "docker": 2, "reward": 2, "e2b_api": 2, "languages": 2, "prime_api": 2}
+README_ROWS = {
+    "exec_true": 2,
+    "pool": 4,
+    "docker": 2,
+    "reward": 2,
+    "e2b_api": 2,
+    "languages": 2,
+    "prime_api": 2,
+}
 MAX_README_ROWS = 25
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -76,7 +84,9 @@ def write_all() -> None:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(prog="bench.table")
-    ap.add_argument("--write", action="store_true", help="rewrite the tables of README.md and bench/README.md")
+    ap.add_argument(
+        "--write", action="store_true", help="rewrite the tables of README.md and bench/README.md"
+    )
     args = ap.parse_args(argv)
     if args.write:
         write_all()
