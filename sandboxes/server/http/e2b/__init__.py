@@ -1,4 +1,4 @@
-"""The E2B API (`e2b` SDK, `e2b-code-interpreter`, verifiers' E2BRuntime) on the server's HTTP
+"""The E2B API (`e2b` SDK, `e2b-code-interpreter`) on the server's HTTP
 port: the control plane (`api.py`) and, for the SDK's in-sandbox calls, the daemon's HTTP and
 Connect services (`envd.py`, `process.py`, `filesystem.py`) and the code interpreter
 (`interpreter.py`). A user sets `E2B_API_URL` and `E2B_SANDBOX_URL` to this port and
