@@ -69,18 +69,18 @@ test-python: build clients toolchains ## pytest against the real agent binary
 
 test: build test-rust test-python ## build everything and run every test
 
-lint: build-dev ## clippy, rustfmt, ruff (lint and format), mypy over the package, and the native module's stub against the built module
-	cd $(CARGO_DIR) && $(CARGO) clippy --workspace -- -D warnings && $(CARGO) fmt --check
+lint: build-dev ## clippy (code and tests), rustfmt, ruff (lint and format), mypy over the package, and the native module's stub against the built module (stubtest)
+	cd $(CARGO_DIR) && $(CARGO) clippy --workspace --tests -- -D warnings && $(CARGO) fmt --check
 	$(VENV)/bin/ruff check sandboxes tests bench rl
 	$(VENV)/bin/ruff format --check sandboxes tests bench rl
 	$(VENV)/bin/mypy sandboxes
-	$(PY) -m pytest -q -p no:cacheprovider tests/test_native_stub.py
+	$(PY) -m mypy.stubtest sandboxes._native
 
-bench: build toolchains ## run every benchmark against its baselines in one run; regenerates README's table
+bench: build toolchains ## run every benchmark against its baselines in one run; regenerates the benchmark tables
 	$(PY) -m bench
 
-bench-table: $(VENV)/.deps ## regenerate README's benchmark table from bench/results/*.json
-	$(PY) -m bench.table --write README.md
+bench-table: $(VENV)/.deps ## regenerate the benchmark tables (README.md, bench/README.md) from bench/results/*.json
+	$(PY) -m bench.table --write
 
 images: build-agent $(VENV)/.deps ## build the images offline from Debian packages (base, sandbox = base + agent, dev, manager = base + wheel); skips what is up to date
 	PYTHON=$(PY) bash deploy/docker/build_images.sh --dev --manager

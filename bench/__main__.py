@@ -1,12 +1,11 @@
 """`python -m bench [name ...]`: run benchmarks with their baselines in one run, save JSON results
 in bench/results/, print a table of ratios, draw the PNG plots (bench/plots.py) and regenerate
-README.md's benchmark table from the results (bench/table.py)."""
+the benchmark tables of README.md and bench/README.md from the results (bench/table.py)."""
 
 from __future__ import annotations
 
 import argparse
 import importlib
-from pathlib import Path
 
 BENCHMARKS = {
     "exec_true": "bench.exec_latency",
@@ -38,8 +37,8 @@ def main(argv: list[str] | None = None) -> int:
     from bench import plots, table
 
     plots.main()
-    table.write(Path(__file__).resolve().parent.parent / "README.md")
-    print("README.md: benchmark table regenerated from bench/results/*.json")
+    table.write_all()
+    print("README.md, bench/README.md: benchmark tables regenerated from bench/results/*.json")
     return 0
 
 

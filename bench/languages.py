@@ -20,11 +20,16 @@ ROUNDS = 20
 CASES = (("2 3\n", "5"), ("40 -12\n", "28"))
 
 
+# The judge's most graded languages lead (README.md shows the leading headlines of a report).
+FIRST = ("python", "cpp")
+
+
 def programs() -> dict[str, str]:
     from sandboxes.datasets.stdio import load_stdio
 
     (p,) = [p for p in load_stdio() if p.problem_id == "a_plus_b"]
-    return dict(sorted(p.references.items()))
+    order = {lang: i for i, lang in enumerate(FIRST)}
+    return dict(sorted(p.references.items(), key=lambda kv: (order.get(kv[0], len(FIRST)), kv[0])))
 
 
 def direct(language: str, source: str) -> list[float]:

@@ -2,19 +2,48 @@
 
 Only flat values, bytes and opaque handles cross this boundary. Every failure is raised as
 `NativeError` with a `kind`; `sandboxes._bridge` translates it into `sandboxes.errors` in one place.
+Checked against the built module by `make lint` (`python -m mypy.stubtest sandboxes._native`).
 """
+
+from typing import Self, final
+
+__all__ = [
+    "AgentClient",
+    "AgentInfo",
+    "CaseResult",
+    "DirEntry",
+    "ExecEvent",
+    "ExecResult",
+    "ExecStream",
+    "GradeStream",
+    "LaunchConfig",
+    "Limits",
+    "LocalSandbox",
+    "NativeError",
+    "RunTestsReport",
+    "agent_version",
+    "egress_rules",
+    "languages",
+    "launch_local",
+    "non_public_networks",
+    "own_cgroup_dirs",
+]
 
 class NativeError(Exception):
     """Raised by every native call. `kind` is one of:
     unavailable, invalid_argument, not_found, permission_denied, unauthenticated,
     deadline_exceeded, too_large, no_space, cancelled, failed_precondition, internal, launch."""
 
-    kind: str
-    detail: str
-    # For kind == "launch": the isolation step that failed (e.g. "clone", "cgroup", "mount");
-    # for an agent's failed isolation step, its name (e.g. "Seccomp").
-    step: str
+    @property
+    def kind(self) -> str: ...
+    @property
+    def detail(self) -> str: ...
+    @property
+    def step(self) -> str:
+        """For kind == "launch": the isolation step that failed (e.g. "clone", "cgroup", "mount");
+        for an agent's failed isolation step, its name (e.g. "Seccomp")."""
 
+@final
 class Limits:
     """Limits of one execution; zero means the agent's default."""
 
@@ -26,8 +55,8 @@ class Limits:
     max_file_size_bytes: int
     max_open_files: int
     kill_on_output_limit: bool
-    def __init__(
-        self,
+    def __new__(
+        cls,
         wall_time_s: float = 0.0,
         cpu_time_s: float = 0.0,
         memory_bytes: int = 0,
@@ -36,8 +65,9 @@ class Limits:
         max_file_size_bytes: int = 0,
         max_open_files: int = 0,
         kill_on_output_limit: bool = False,
-    ) -> None: ...
+    ) -> Self: ...
 
+@final
 class ExecResult:
     exit_code: int  # -1 when killed by a signal
     signal: int  # 0 when it exited normally
@@ -55,12 +85,14 @@ class ExecResult:
     peak_memory_bytes: int
     path: str  # "spawn" | "zygote"
 
+@final
 class ExecEvent:
     kind: str  # "started" | "stdout" | "stderr" | "exit" | "keepalive"
     pid: int | None  # started
     data: bytes | None  # stdout / stderr
     result: ExecResult | None  # exit (stdout/stderr empty: they were streamed)
 
+@final
 class ExecStream:
     """An interactive execution. Dropping it or `cancel()` kills the program."""
 
@@ -69,8 +101,9 @@ class ExecStream:
     async def send_stdin(self, data: bytes) -> None: ...
     async def close_stdin(self) -> None: ...
     async def signal(self, signo: int) -> None: ...
-    def cancel(self) -> None: ...
+    def cancel(self) -> Self: ...
 
+@final
 class DirEntry:
     name: str
     is_dir: bool
@@ -78,6 +111,7 @@ class DirEntry:
     size: int
     mode: int
 
+@final
 class AgentInfo:
     version: str
     cgroup_version: str
@@ -96,6 +130,7 @@ class AgentInfo:
     egress_allowed: int
     egress_refused: int
 
+@final
 class CaseResult:
     verdict: str  # accepted | wrong_answer | time_limit | memory_limit | runtime_error |
     #               compile_error | output_limit | sandbox_error | skipped
@@ -109,6 +144,7 @@ class CaseResult:
     message: str
     path: str  # "spawn" | "zygote"
 
+@final
 class RunTestsReport:
     cases: list[CaseResult]
     passed: int
@@ -118,26 +154,28 @@ class RunTestsReport:
     compile_time_s: float
     wall_time_s: float
 
+@final
 class GradeStream:
     """A batch of gradings in flight. Dropping it or `cancel()` kills what still runs."""
 
     async def next(self) -> tuple[int, RunTestsReport] | None:
         """The next (index, report) as it finishes; None once every submission was answered."""
-    def cancel(self) -> None: ...
+    def cancel(self) -> Self: ...
 
+@final
 class AgentClient:
     """A connection to one agent. `endpoint` is `unix:///path/agent.sock` or `http://host:port`.
     Connects lazily and reuses one HTTP/2 connection for all calls; safe to share between tasks.
     Cancelling an awaited call cancels the RPC, and the agent kills the program it started."""
 
     endpoint: str
-    def __init__(self, endpoint: str, token: str, connect_timeout_s: float = 5.0) -> None: ...
+    def __new__(cls, endpoint: str, token: str, connect_timeout_s: float = 5.0) -> Self: ...
     async def exec(
         self,
         argv: list[str],
         env: dict[str, str] | None = None,
-        cwd: str = "",
-        stdin: bytes = b"",
+        cwd: str | None = None,
+        stdin: bytes = ...,
         limits: Limits | None = None,
         clear_env: bool = False,
         timeout_s: float | None = None,
@@ -149,7 +187,7 @@ class AgentClient:
         self,
         argv: list[str],
         env: dict[str, str] | None = None,
-        cwd: str = "",
+        cwd: str | None = None,
         limits: Limits | None = None,
         clear_env: bool = False,
         keep_descendants: bool = False,
@@ -184,8 +222,9 @@ class AgentClient:
     ) -> GradeStream:
         """Grade many (language, source, tests, limits, stop_on_first_failure, compare,
         float_tolerance) submissions in one call, `parallelism` side by side (0: one at a time)."""
-    def close(self) -> None: ...
+    def close(self) -> Self: ...
 
+@final
 class LaunchConfig:
     """How the local backend starts one agent in fresh namespaces (fields readable and settable,
     as given to the constructor)."""
@@ -213,8 +252,8 @@ class LaunchConfig:
     image_root: str
     egress_allow: list[str]
 
-    def __init__(
-        self,
+    def __new__(
+        cls,
         agent_path: str,
         run_dir: str,
         *,
@@ -224,7 +263,7 @@ class LaunchConfig:
         memory_bytes: int = 0,
         max_pids: int = 0,
         cpu_quota: float = 0.0,
-        work_dir: str = "/work",
+        work_dir: str = ...,  # "/work"
         work_size_bytes: int = 0,
         tmp_size_bytes: int = 0,
         network: bool = False,
@@ -232,14 +271,15 @@ class LaunchConfig:
         cgroups: bool = True,
         ro_binds: list[str] | None = None,
         env: dict[str, str] | None = None,
-        python_zygote: str = "lazy",  # "lazy" | "eager" | "off" (see Template.python_zygote)
-        user: str = "sandbox",  # "sandbox" | "root" (see Template.user)
+        python_zygote: str = ...,  # "lazy" (default) | "eager" | "off" (see Template.python_zygote)
+        user: str = ...,  # "sandbox" (default) | "root" (see Template.user)
         id_base: int = 0,  # root: first host id of the sandbox's user namespace
         root_size_bytes: int = 0,  # root: size of the writable root
-        image_root: str = "",  # an unpacked image to build the root on ("": host /usr view)
+        image_root: str = ...,  # an unpacked image to build the root on (default "": host /usr view)
         egress_allow: list[str] | None = None,  # allow-list rules (see Template.network)
-    ) -> None: ...
+    ) -> Self: ...
 
+@final
 class LocalSandbox:
     """Handle of one launched agent (pid 1 of its own pid namespace)."""
 

@@ -32,6 +32,7 @@ BUILD_SCRIPT = REPO / "deploy" / "docker" / "build_images.sh"
 import grpc
 from helpers import (  # noqa: F401
     agent_pids,
+    become_subreaper,
     cgroup_exists,
     pgrep,
     pid_running,
@@ -79,6 +80,7 @@ def pytest_sessionfinish(session: Any, exitstatus: Any) -> None:
 @pytest.fixture(scope="session", autouse=True)
 def no_leaks() -> Any:
     """Fails the session when an agent process, cgroup, run dir or container it created is left behind."""
+    become_subreaper()
     before = agent_pids()
     containers_before = sandbox_containers(RUN_ROOT)
     log = LaunchLog()

@@ -19,11 +19,36 @@ AGENT_NAME = "sandbox-agent"
 BASE_IMAGE = "sandboxes-base:bookworm"
 
 
-def agent_pids() -> set[int]:
-    """Pids of running agent processes (`pgrep -f sandbox-agent`, minus unrelated command lines).
+def become_subreaper() -> None:
+    """Make this process the reaper of its orphaned descendants (`PR_SET_CHILD_SUBREAPER`): a
+    process whose parent dies (a killed pool's agents) stays in this process's tree, so
+    `agent_pids` still finds it."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(36, 1, 0, 0, 0) != 0:  # PR_SET_CHILD_SUBREAPER
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_CHILD_SUBREAPER)")
 
+
+def _descends_from_us(pid: int) -> bool:
+    me = os.getpid()
+    while pid > 1:
+        try:
+            stat = Path(f"/proc/{pid}/stat").read_text()
+        except OSError:
+            return False
+        pid = int(stat[stat.rfind(")") + 2 :].split()[1])
+        if pid == me:
+            return True
+    return False
+
+
+def agent_pids() -> set[int]:
+    """Pids of running agent processes of this test process's tree (`pgrep -f sandbox-agent`,
+    minus unrelated command lines).
+
+    Another test session's agents on the same machine are not this one's to count or kill (the
+    session makes itself its tree's subreaper, `become_subreaper`, so orphans stay in its tree).
     Agents inside Docker containers are left out: they are accounted per container (by run dir,
-    see `sandbox_containers`), so a session never counts -- or kills -- another session's.
+    see `sandbox_containers`).
     """
     out = subprocess.run(["pgrep", "-f", AGENT_NAME], capture_output=True, text=True, check=False).stdout
     pids = set()
@@ -34,7 +59,11 @@ def agent_pids() -> set[int]:
             exe = os.path.basename(os.readlink(f"/proc/{pid}/exe"))
         except OSError:
             continue
-        if (comm == AGENT_NAME or exe.startswith(AGENT_NAME)) and not _in_docker(pid):
+        if (
+            (comm == AGENT_NAME or exe.startswith(AGENT_NAME))
+            and not _in_docker(pid)
+            and _descends_from_us(pid)
+        ):
             pids.add(pid)
     return pids
 

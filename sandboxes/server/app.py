@@ -16,6 +16,7 @@ from typing import Any, Self
 import grpc
 
 from sandboxes.server.auth import ApiKeys
+from sandboxes.server.core import ServerCore
 from sandboxes.server.metrics import Metrics
 from sandboxes.server.quota import QuotaLimits, Quotas
 from sandboxes.server.service import SandboxService, ServiceConfig
@@ -88,6 +89,7 @@ class Server:
         self.max_message_bytes = max_message_bytes
         self.grace_s = grace_s
         self.metrics = Metrics()
+        self.core: ServerCore | None = None
         self.service: SandboxService | None = None
         self.grpc: grpc.aio.Server | None = None
         self.port: int | None = None
@@ -125,15 +127,15 @@ class Server:
             self.pool = Pool(backend=self.backend, warm=self.warm, **kwargs)
             await self.pool.__aenter__()
         try:
-            self.service = SandboxService(
+            self.core = ServerCore(
                 self.pool,
-                self.auth,
                 quotas=self.quotas,
                 metrics=self.metrics,
-                config=self.config,
-                version=_version(),
+                bounds=self.config.bounds,
+                default_claim_timeout_s=self.config.default_claim_timeout_s,
             )
-            await self.service.join_cluster()
+            self.service = SandboxService(self.core, self.auth, config=self.config, version=_version())
+            await self.core.join_cluster()
             self.metrics.bind_pool(self.pool.stats)
             if self.metrics_port_requested is not None:
                 self.metrics_port = self.metrics.start_http(self.metrics_port_requested, self.metrics_host)
@@ -151,7 +153,7 @@ class Server:
             if not self.port:
                 raise OSError(f"cannot bind {self.host}:{self.requested_port}")
             await self.grpc.start()
-            self.service.start()
+            self.core.start()
             if self.http_port_requested is not None:
                 from sandboxes.server.http import HttpServer
                 from sandboxes.server.http.e2b import E2bApi
@@ -159,16 +161,11 @@ class Server:
                 from sandboxes.server.http.piston import PistonApi
                 from sandboxes.server.http.prime import PrimeApi
 
-                service = self.service
-                one_shot: dict[str, Any] = {
-                    "quotas": self.quotas,
-                    "insecure": self.http_insecure,
-                    "draining": lambda: service.draining,
-                }
-                fusion = FusionApi(self.pool, self.auth, **one_shot)
-                piston = PistonApi(self.pool, self.auth, **one_shot)
-                self.prime = PrimeApi(service, self.auth)
-                e2b = E2bApi(service, self.auth)
+                core = self.core
+                fusion = FusionApi(core, self.auth, insecure=self.http_insecure)
+                piston = PistonApi(core, self.auth, insecure=self.http_insecure)
+                self.prime = PrimeApi(core, self.auth)
+                e2b = E2bApi(core, self.auth)
                 routes = fusion.routes() + piston.routes() + self.prime.routes() + e2b.routes()
                 self.http = HttpServer(routes, front=[e2b.traffic], grace_s=self.grace_s)
                 self.http_port = await self.http.start(self.host, self.http_port_requested)
@@ -195,8 +192,8 @@ class Server:
 
     async def _teardown(self, grace: float) -> None:
         log.info("server stopping", extra={"grace_s": grace})
-        if self.service is not None:
-            self.service.draining = True
+        if self.core is not None:
+            self.core.draining = True
         if self.http is not None:
             try:
                 await self.http.stop()
@@ -206,15 +203,15 @@ class Server:
             await self.prime.close()
         if self.grpc is not None:
             try:
-                if self.service is not None:
+                if self.core is not None:
                     # New calls are refused as `Draining` (clients resend them elsewhere) while
                     # the running ones finish; then the transport goes.
-                    await self.service.drain(grace)
+                    await self.core.drain(grace)
                 await self.grpc.stop(min(grace, 1.0))
             except Exception:
                 log.exception("stopping the gRPC server failed")
-        if self.service is not None:
-            await self.service.close()
+        if self.core is not None:
+            await self.core.close()
         if self.pool is not None and self.own_pool:
             try:
                 await self.pool.close()

@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from sandboxes.server.shared import SharedRecords
+    from sandboxes.server.replicated import SharedRecords
 
 __all__ = ["Record", "Registry"]
 
@@ -40,7 +40,7 @@ class Record:
     deadline: float | None = None  # loop.time() of expires_at
     attrs: dict[str, Any] = field(default_factory=dict)  # what the surface that made it keeps
     local: bool = True  # claimed through this replica (holds a unit of its owner's quota)
-    claim: Any = None  # its record in the cluster, when shared (`shared.py`)
+    claim: Any = None  # its record in the cluster, when shared (`replicated.py`)
 
 
 class Registry:

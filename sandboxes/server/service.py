@@ -1,11 +1,8 @@
-"""The gRPC service `sandboxes.v1.Sandboxes`, backed by a `sandboxes.Pool`.
+"""The gRPC service `sandboxes.v1.Sandboxes`: its verbs, over the server's core (`core.py`).
 
-Every call goes through one wrapper (`_Call`) that authenticates the caller, refuses undecodable
-requests, maps `sandboxes.errors` to a status with the exact kind in trailing metadata, and counts
-errors. Handlers themselves only validate, look up the caller's sandbox and call the pool / sandbox.
-
-Requests are decoded by our own deserializer: a message gRPC cannot parse (e.g. a string field with
-invalid UTF-8) becomes a clear INVALID_ARGUMENT instead of an opaque INTERNAL.
+Each verb validates its request (`validation.py`), finds the caller's record or claims one
+through the core, and calls the sandbox; the envelope of every call (serving, auth, decoding,
+errors as statuses) is `rpc.py`'s.
 """
 
 from __future__ import annotations
@@ -14,8 +11,7 @@ import asyncio
 import builtins
 import contextlib
 import logging
-import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -32,18 +28,17 @@ from sandboxes._proto.convert import (
     result_to_pb,
 )
 from sandboxes.server.auth import ApiKeys
+from sandboxes.server.core import ServerCore, file_map
 from sandboxes.server.metrics import Metrics
 from sandboxes.server.quota import Quotas
-from sandboxes.server.registry import Record, Registry
-from sandboxes.server.shared import Codec, SharedRecords
-from sandboxes.server.validation import Bounds, Validator
-from sandboxes.status import status_of, trailing_metadata_of
+from sandboxes.server.registry import Record
+from sandboxes.server.rpc import Calls, check
+from sandboxes.server.validation import Bounds
 from sandboxes.types import DEFAULT_READ_MAX_BYTES, ReadRange
 
 __all__ = ["SERVICE_NAME", "SandboxService", "ServiceConfig"]
 
 SERVICE_NAME = "sandboxes.v1.Sandboxes"
-DRAIN_QUIET_S = 0.25  # a draining server closes once no call came for this long
 
 log = logging.getLogger("sandboxes.server")
 
@@ -57,233 +52,68 @@ class ServiceConfig:
     bounds: Bounds = field(default_factory=Bounds)
 
 
-class _BadRequest:
-    """What our deserializer returns for bytes that are not a valid message."""
-
-    def __init__(self, type_name: str, error: Exception) -> None:
-        self.message = (
-            f"request is not a valid {type_name}: {error or 'parse error'} "
-            "(string fields must be valid UTF-8)"
-        )
-
-
-def _deserializer(cls: Any) -> Callable[[bytes], Any]:
-    name = cls.DESCRIPTOR.full_name
-
-    def deserialize(data: bytes) -> Any:
-        try:
-            return cls.FromString(data)
-        except Exception as e:  # noqa: BLE001 (DecodeError and friends: answered as INVALID_ARGUMENT)
-            return _BadRequest(name, e)
-
-    return deserialize
-
-
-def _check(request: Any) -> Any:
-    if isinstance(request, _BadRequest):
-        raise E.InvalidRequest(request.message)
-    return request
-
-
 class SandboxService:
-    """Servicer of `sandboxes.v1.Sandboxes`. `handler()` gives the generic handler to add to a server."""
+    """Servicer of `sandboxes.v1.Sandboxes` over `core`. `handler()` gives the generic handler to
+    add to a server."""
 
     def __init__(
         self,
-        pool: Any,
+        core: ServerCore,
         auth: ApiKeys,
         *,
-        quotas: Quotas | None = None,
-        metrics: Metrics | None = None,
         config: ServiceConfig | None = None,
         version: str = "",
     ) -> None:
-        self.pool = pool
+        self.core = core
         self.auth = auth
-        self.quotas = quotas or Quotas()
-        self.metrics = metrics or Metrics()
-        self.config = config = config or ServiceConfig()
-        self.validate = Validator(config.bounds)
-        self.registry = Registry(self._expire)
+        self.config = config or ServiceConfig()
+        self.validate = core.validate
         self.version = version
-        self.draining = False
-        self._active = 0  # calls being served (a draining server waits for them)
-        self._idle = asyncio.Event()
-        self._idle.set()
-        self._last_call = 0.0  # loop time of the latest call
-        self._deleting: dict[str, asyncio.Task] = {}
-        # The registry shared with the other replicas of a cluster (`join_cluster`).
-        self.shared: SharedRecords | None = None
-        # How the surfaces' state of a record (`Record.attrs[name]`) crosses replicas.
-        self.attr_codecs: dict[str, Codec] = {}
-        # Called with (record, reason) as a sandbox leaves the registry (delete, ttl, shutdown...).
-        self.on_delete: list[Callable[[Record, str], None]] = []
+        self.calls = Calls(core, auth)
 
-    # -- lifecycle ---------------------------------------------------------------------------
+    # The core's state, as callers of the service see it.
+    @property
+    def pool(self) -> Any:
+        return self.core.pool
 
-    def start(self) -> None:
-        self.registry.start()
+    @property
+    def registry(self) -> Any:
+        return self.core.registry
 
-    async def join_cluster(self) -> bool:
-        """Share the registry with the other replicas of the pool's cluster, when its backend
-        keeps records there (`shared.py`); whether it does."""
-        for backend in getattr(self.pool, "backends", ()):
-            records = getattr(backend, "records", None)
-            if records is not None:
-                self.shared = SharedRecords(self.registry, self.pool, records, self._gone, self.attr_codecs)
-                self.registry.shared = self.shared
-                await records.serve(self.shared)
-                return True
-        return False
+    @property
+    def metrics(self) -> Metrics:
+        return self.core.metrics
 
-    async def close(self) -> None:
-        """Stop the reaper and destroy every claimed sandbox (the pool closes after this). A
-        replica of a cluster whose other replicas live leaves its claimed sandboxes to them."""
-        self.draining = True
-        await self.registry.stop()
-        records = list(self.registry)
-        if self.shared is not None:
-            cluster = self.shared.records
-            if cluster.others_alive():
-                for rec in records:
-                    self.registry.pop(rec.id)
-                    if rec.local:
-                        self.quotas.release_sandbox(rec.owner)
-                    self.pool.detach(rec.sandbox)
-                await cluster.hand_over()
-                await self.shared.close()
-                log.info("left %d sandboxes to the other replicas", len(records))
-                return
-            await cluster.hand_over()
-        await asyncio.gather(*(self._delete(r, "shutdown") for r in records), return_exceptions=True)
-        if self.shared is not None:
-            await self.shared.close()
-
-    # -- the gRPC plumbing -------------------------------------------------------------------
+    @property
+    def quotas(self) -> Quotas:
+        return self.core.quotas
 
     def handler(self) -> grpc.GenericRpcHandler:
-        u = self._unary
+        c = self.calls
         handlers = {
-            "Create": u("Create", self.create, pb.CreateRequest, pb.Sandbox),
-            "Get": u("Get", self.get, pb.GetRequest, pb.Sandbox),
-            "List": u("List", self.list, pb.ListRequest, pb.ListResponse),
-            "Delete": u("Delete", self.delete, pb.DeleteRequest, pb.DeleteResponse),
-            "BulkDelete": u("BulkDelete", self.bulk_delete, pb.BulkDeleteRequest, pb.BulkDeleteResponse),
-            "Exec": u("Exec", self.exec, pb.ExecRequest, cpb.ExecResult),
-            "WriteFiles": u("WriteFiles", self.write_files, pb.WriteFilesRequest, cpb.WriteFilesResponse),
-            "ListDir": u("ListDir", self.list_dir, pb.ListDirRequest, cpb.ListDirResponse),
-            "Remove": u("Remove", self.remove, pb.RemoveRequest, cpb.RemoveResponse),
-            "Info": u("Info", self.info, pb.InfoRequest, pb.InfoResponse),
-            "RunTests": u("RunTests", self.run_tests, pb.RunTestsRequest, cpb.RunTestsReport),
-            "Health": u("Health", self.health, pb.HealthRequest, pb.HealthResponse, auth_required=False),
-            "ReadFile": grpc.unary_stream_rpc_method_handler(
-                self._wrap_stream("ReadFile", self.read_file),
-                request_deserializer=_deserializer(pb.ReadFileRequest),
-                response_serializer=cpb.FileChunk.SerializeToString,
+            "Create": c.unary("Create", self.create, pb.CreateRequest, pb.Sandbox),
+            "Get": c.unary("Get", self.get, pb.GetRequest, pb.Sandbox),
+            "List": c.unary("List", self.list, pb.ListRequest, pb.ListResponse),
+            "Delete": c.unary("Delete", self.delete, pb.DeleteRequest, pb.DeleteResponse),
+            "BulkDelete": c.unary(
+                "BulkDelete", self.bulk_delete, pb.BulkDeleteRequest, pb.BulkDeleteResponse
             ),
-            "RunTestsBatch": grpc.unary_stream_rpc_method_handler(
-                self._wrap_stream("RunTestsBatch", self.run_tests_batch),
-                request_deserializer=_deserializer(pb.RunTestsBatchRequest),
-                response_serializer=cpb.RunTestsBatchResult.SerializeToString,
+            "Exec": c.unary("Exec", self.exec, pb.ExecRequest, cpb.ExecResult),
+            "WriteFiles": c.unary(
+                "WriteFiles", self.write_files, pb.WriteFilesRequest, cpb.WriteFilesResponse
             ),
-            "ExecStream": grpc.stream_stream_rpc_method_handler(
-                self._wrap_stream("ExecStream", self.exec_stream),
-                request_deserializer=_deserializer(pb.ExecInput),
-                response_serializer=cpb.ExecEvent.SerializeToString,
+            "ListDir": c.unary("ListDir", self.list_dir, pb.ListDirRequest, cpb.ListDirResponse),
+            "Remove": c.unary("Remove", self.remove, pb.RemoveRequest, cpb.RemoveResponse),
+            "Info": c.unary("Info", self.info, pb.InfoRequest, pb.InfoResponse),
+            "RunTests": c.unary("RunTests", self.run_tests, pb.RunTestsRequest, cpb.RunTestsReport),
+            "Health": c.unary("Health", self.health, pb.HealthRequest, pb.HealthResponse, probe=True),
+            "ReadFile": c.server_stream("ReadFile", self.read_file, pb.ReadFileRequest, cpb.FileChunk),
+            "RunTestsBatch": c.server_stream(
+                "RunTestsBatch", self.run_tests_batch, pb.RunTestsBatchRequest, cpb.RunTestsBatchResult
             ),
+            "ExecStream": c.bidi_stream("ExecStream", self.exec_stream, pb.ExecInput, cpb.ExecEvent),
         }
         return grpc.method_handlers_generic_handler(SERVICE_NAME, handlers)
-
-    @contextlib.contextmanager
-    def _serving(self, method: str):
-        """One call being served; a draining server refuses new ones (but Health) untouched."""
-        self._last_call = asyncio.get_running_loop().time()
-        if self.draining and method != "Health":
-            raise E.Draining(
-                "the server is shutting down; send the call again (a new connection reaches another replica)"
-            )
-        self._active += 1
-        self._idle.clear()
-        try:
-            yield
-        finally:
-            self._active -= 1
-            if not self._active:
-                self._idle.set()
-
-    async def drain(self, grace: float) -> None:
-        """Refuse new calls (`Draining`: clients send them again elsewhere) until the calls being
-        served finished and no call came for `DRAIN_QUIET_S` (clients still connected have
-        learnt to move before the connection goes), `grace` seconds at most."""
-        self.draining = True
-        loop = asyncio.get_running_loop()
-        with contextlib.suppress(TimeoutError):
-            async with asyncio.timeout(grace):
-                while True:
-                    await self._idle.wait()
-                    quiet = loop.time() - self._last_call
-                    if quiet >= DRAIN_QUIET_S:
-                        return
-                    await asyncio.sleep(DRAIN_QUIET_S - quiet)  # a call came: quiet again first
-
-    def _unary(self, name: str, fn: Callable, req_cls: Any, resp_cls: Any, *, auth_required: bool = True):
-        async def handle(request: Any, context: grpc.aio.ServicerContext) -> Any:
-            try:
-                with self._serving(name):
-                    try:
-                        owner = self.auth.authenticate(context.invocation_metadata())
-                    except E.AuthError:
-                        if auth_required:
-                            raise
-                        owner = None
-                    return await fn(_check(request), context, owner)
-            except Exception as e:  # noqa: BLE001 (every error becomes a status)
-                await self._abort(name, context, e)
-
-        return grpc.unary_unary_rpc_method_handler(
-            handle,
-            request_deserializer=_deserializer(req_cls),
-            response_serializer=resp_cls.SerializeToString,
-        )
-
-    def _wrap_stream(self, name: str, fn: Callable[..., AsyncIterator]):
-        async def handle(request: Any, context: grpc.aio.ServicerContext) -> AsyncIterator:
-            try:
-                with self._serving(name):
-                    owner = self.auth.authenticate(context.invocation_metadata())
-                    async for item in fn(request, context, owner):
-                        yield item
-            except Exception as e:  # noqa: BLE001 (every error becomes a status)
-                await self._abort(name, context, e)
-
-        return handle
-
-    async def _abort(self, method: str, context: grpc.aio.ServicerContext, exc: Exception) -> None:
-        if isinstance(exc, grpc.aio.AbortError):
-            raise exc
-        if not isinstance(exc, E.SandboxError):
-            log.exception("internal error in %s", method, exc_info=exc)
-            exc = E.SandboxError(f"internal error in {method}: {type(exc).__name__}: {exc}")
-        kind = exc.kind.value
-        self.metrics.errors.labels(method, kind).inc()
-        log.info(
-            "call failed",
-            extra={"method": method, "kind": kind, "error": exc.message, "peer": context.peer()},
-        )
-        await context.abort(status_of(exc), exc.message, trailing_metadata_of(exc))
-
-    # -- helpers -----------------------------------------------------------------------------
-
-    async def record(self, sandbox_id: str, owner: str) -> Record:
-        """The caller's record of `sandbox_id`; `NotFound` for an unknown or another owner's one."""
-        return await self._record(sandbox_id, owner)
-
-    async def _record(self, sandbox_id: str, owner: str) -> Record:
-        sid = self.validate.sandbox_id(sandbox_id)
-        rec = await self.registry.find(sid, owner)
-        if rec is None:
-            raise E.NotFound(f"no sandbox {sid!r}")
-        return rec
 
     def _sandbox_pb(self, rec: Record) -> pb.Sandbox:
         return pb.Sandbox(
@@ -295,18 +125,12 @@ class SandboxService:
             state="ready",
         )
 
-    def _templates(self) -> set[str] | None:
-        templates = getattr(self.pool, "templates", None)
-        if isinstance(templates, dict):
-            return set(templates)
-        return None
-
     # -- lifecycle RPCs ----------------------------------------------------------------------
 
     async def create(self, req: pb.CreateRequest, context: Any, owner: str) -> pb.Sandbox:
-        template = self.validate.template(req.template or getattr(self.pool, "default_template", "default"))
+        template = self.validate.template(req.template or self.core.default_template())
         b = self.config.bounds
-        rec = await self.claim(
+        rec = await self.core.claim(
             owner,
             template,
             labels=self.validate.labels(req.labels),
@@ -318,174 +142,17 @@ class SandboxService:
         )
         return self._sandbox_pb(rec)
 
-    async def claim(
-        self,
-        owner: str,
-        template: str,
-        *,
-        labels: dict[str, str] | None = None,
-        env: dict[str, str] | None = None,
-        files: list[tuple[str, bytes, int]] | None = None,
-        ttl_s: float | None = None,
-        timeout: float | None = None,
-        idempotency_key: str | None = None,
-        attrs: dict[str, Any] | None = None,
-    ) -> Record:
-        """Claim a sandbox of `template` for `owner` and register it: the one way every API
-        creates a sandbox (quota, idempotency across retries, TTL). Arguments are validated by
-        the caller's surface; `attrs` is what that surface keeps with the record."""
-        if self.draining:
-            raise E.Cancelled("the server is shutting down")
-        known = self._templates()
-        if known is not None and template not in known:
-            raise E.NotFound(f"unknown template {template!r}; known: {', '.join(sorted(known))}")
-        timeout = timeout or self.config.default_claim_timeout_s
-        key = idempotency_key
-        if key is not None:
-            if len(key) > 256:
-                raise E.InvalidRequest("idempotency_key is longer than 256 characters")
-            existing = self.registry.pending(owner, key)
-            if existing is not None:
-                return _same_template(await asyncio.shield(existing), template)
-            if self.shared is not None and (rec := self.shared.by_key(owner, key)) is not None:
-                return _same_template(rec, template)
-
-        self.quotas.acquire_sandbox(owner)
-        coro = self._claim(owner, template, labels or {}, env or {}, files or [], ttl_s, timeout, key, attrs)
-        if key is None:
-            # Without a key nobody can pick the sandbox up later: a cancelled call cancels the claim.
-            return await coro
-        # With a key the claim outlives this call, so a retry after a lost answer gets the same sandbox.
-        task = asyncio.ensure_future(coro)
-        self.registry.track(owner, key, task)
-        return await asyncio.shield(task)
-
-    async def _claim(self, owner, template, labels, env, files, ttl_s, timeout, key, attrs=None) -> Record:
-        """Claim from the pool and register; owns one unit of `owner`'s sandbox quota."""
-        started = time.perf_counter()
-        try:
-            # The pool writes the files and merges the env before handing the sandbox out; a
-            # cancelled claim leaves nothing claimed behind.
-            sb = await self.pool.claim(
-                template=template,
-                env=env or None,
-                files=_file_map(files) or None,
-                labels=labels or None,
-                timeout=timeout,
-            )
-        except BaseException as e:
-            self.quotas.release_sandbox(owner)
-            if isinstance(e, TimeoutError) and not isinstance(e, E.SandboxError):
-                raise E.PoolExhausted(f"no {template!r} sandbox became free in time") from e
-            raise
-        rec = Record(
-            id=sb.id,
-            sandbox=sb,
-            template=template,
-            labels=dict(labels),
-            owner=owner,
-            idempotency_key=key,
-            attrs=dict(attrs or {}),
-        )
-        if self.shared is not None:
-            try:
-                won = await self._share(rec, env, ttl_s, timeout)
-            except BaseException:
-                self.quotas.release_sandbox(owner)
-                await self._release_quietly(sb)
-                raise
-            if won is not rec:  # another replica made this key's sandbox first
-                self.quotas.release_sandbox(owner)
-                await self._release_quietly(sb)
-                return _same_template(won, template)
-        self.registry.add(rec, ttl_s)
-        self.metrics.claims.labels(template).inc()
-        self.metrics.create_latency.labels(template).observe(time.perf_counter() - started)
-        self.metrics.live_sandboxes.set(len(self.registry))
-        log.info(
-            "sandbox created",
-            extra={"sandbox_id": rec.id, "template": template, "owner": owner, "ttl_s": ttl_s},
-        )
-        return rec
-
-    async def _share(self, rec: Record, env: dict, ttl_s: float | None, timeout: float | None) -> Record:
-        """Publish a claim to the cluster; with an idempotency key, first bind the key, unless
-        another replica bound it first: then its record."""
-        assert self.shared is not None
-        if rec.idempotency_key is not None:
-            winner = await self.shared.records.reserve_key(rec.owner, rec.idempotency_key, rec.id)
-            if winner != rec.id:
-                return await self.shared.wait_for(winner, timeout or 30.0)
-        if ttl_s:
-            rec.expires_at = time.time() + ttl_s
-        await self.shared.publish(rec, env)
-        return rec
-
-    def share_attr(self, name: str, codec: Codec) -> None:
-        """Let `Record.attrs[name]` reach the other replicas of a cluster (through `save`)."""
-        self.attr_codecs[name] = codec
-
-    async def save(self, rec: Record) -> None:
-        """Write `rec` (with its surfaces' state) to the cluster before answering, when shared."""
-        if self.shared is not None:
-            await self.shared.save(rec)
-
-    async def _gone(self, rec: Record) -> None:
-        """A sandbox deleted or lost elsewhere in the cluster leaves this registry."""
-        await self._delete(rec, "gone")
-
-    async def _release_quietly(self, sb: Any) -> None:
-        try:
-            await asyncio.shield(self.pool.release(sb))
-        except Exception:
-            log.exception("releasing sandbox %s failed", getattr(sb, "id", "?"))
-
-    async def delete_record(self, rec: Record, reason: str) -> bool:
-        """Unregister and destroy `rec` (see `_delete`); `reason` is counted and told to the
-        `on_delete` listeners."""
-        return await self._delete(rec, reason)
-
-    async def _delete(self, rec: Record, reason: str) -> bool:
-        """Unregister and destroy; concurrent deletes of one sandbox share the work. Returns
-        whether this call removed it."""
-        if self.registry.pop(rec.id) is None:
-            task = self._deleting.get(rec.id)
-            if task is not None:
-                await asyncio.shield(task)
-            return False
-        if self.shared is not None:
-            self.shared.deleted(rec.id)
-        if rec.local:
-            self.quotas.release_sandbox(rec.owner)
-        for listener in self.on_delete:
-            try:
-                listener(rec, reason)
-            except Exception:
-                log.exception("a delete listener failed for %s", rec.id)
-        self.metrics.deletes.labels(reason).inc()
-        self.metrics.live_sandboxes.set(len(self.registry))
-        task = asyncio.ensure_future(self._release_quietly(rec.sandbox))
-        self._deleting[rec.id] = task
-        task.add_done_callback(lambda _t: self._deleting.pop(rec.id, None))
-        log.info("sandbox deleted", extra={"sandbox_id": rec.id, "owner": rec.owner, "reason": reason})
-        # The sandbox is destroyed even if this call is cancelled.
-        await asyncio.shield(task)
-        return True
-
-    async def _expire(self, rec: Record) -> None:
-        await self._delete(rec, "ttl")
-
     async def get(self, req: pb.GetRequest, context: Any, owner: str) -> pb.Sandbox:
-        return self._sandbox_pb(await self._record(req.sandbox_id, owner))
+        return self._sandbox_pb(await self.core.record(req.sandbox_id, owner))
 
     async def list(self, req: pb.ListRequest, context: Any, owner: str) -> pb.ListResponse:
         labels = self.validate.labels(req.labels, what="label selector")
-        recs = sorted(self.registry.select(owner, labels), key=lambda r: (r.created_at, r.id))
+        recs = sorted(self.core.registry.select(owner, labels), key=lambda r: (r.created_at, r.id))
         return pb.ListResponse(sandboxes=[self._sandbox_pb(r) for r in recs])
 
     async def delete(self, req: pb.DeleteRequest, context: Any, owner: str) -> pb.DeleteResponse:
-        rec = await self._record(req.sandbox_id, owner)
-        await self._delete(rec, "delete")
+        rec = await self.core.record(req.sandbox_id, owner)
+        await self.core.delete_record(rec, "delete")
         return pb.DeleteResponse()
 
     async def bulk_delete(self, req: pb.BulkDeleteRequest, context: Any, owner: str) -> pb.BulkDeleteResponse:
@@ -496,13 +163,13 @@ class SandboxService:
         labels = self.validate.labels(req.labels, what="label selector")
         chosen: dict[str, Record] = {}
         for sid in req.sandbox_ids:
-            rec = await self.registry.find(sid, owner)
+            rec = await self.core.registry.find(sid, owner)
             if rec is not None:
                 chosen[rec.id] = rec
         if req.labels:
-            for rec in self.registry.select(owner, labels):
+            for rec in self.core.registry.select(owner, labels):
                 chosen[rec.id] = rec
-        done = await asyncio.gather(*(self._delete(r, "delete") for r in chosen.values()))
+        done = await asyncio.gather(*(self.core.delete_record(r, "delete") for r in chosen.values()))
         deleted = [sid for sid, ok in zip(chosen, done) if ok]
         return pb.BulkDeleteResponse(deleted_ids=deleted)
 
@@ -521,21 +188,10 @@ class SandboxService:
         }
         return argv, kwargs
 
-    @contextlib.contextmanager
-    def _exec_slot(self, owner: str, method: str):
-        with self.quotas.exec_slot(owner):
-            self.metrics.inflight_execs.inc()
-            started = time.perf_counter()
-            try:
-                yield
-            finally:
-                self.metrics.inflight_execs.dec()
-                self.metrics.exec_latency.labels(method).observe(time.perf_counter() - started)
-
     async def exec(self, req: pb.ExecRequest, context: Any, owner: str) -> cpb.ExecResult:
         argv, kwargs = self._exec_args(req)
-        rec = await self._record(req.sandbox_id, owner)
-        with self._exec_slot(owner, "Exec"):
+        rec = await self.core.record(req.sandbox_id, owner)
+        with self.core.exec_slot(owner, "Exec"):
             result = await rec.sandbox.exec(argv, stdin=req.stdin, **kwargs)
         return result_to_pb(result)
 
@@ -544,7 +200,7 @@ class SandboxService:
     ) -> AsyncIterator[cpb.ExecEvent]:
         first = None
         async for msg in request_iterator:
-            first = _check(msg)
+            first = check(msg)
             break
         if first is None or first.WhichOneof("kind") != "start":
             raise E.InvalidRequest("the first ExecStream message must carry `start`")
@@ -552,8 +208,8 @@ class SandboxService:
         argv, kwargs = self._exec_args(req)
         if req.stdin:
             raise E.InvalidRequest("ExecStream sends stdin as separate messages, not in `start`")
-        rec = await self._record(req.sandbox_id, owner)
-        with self._exec_slot(owner, "ExecStream"):
+        rec = await self.core.record(req.sandbox_id, owner)
+        with self.core.exec_slot(owner, "ExecStream"):
             stream = rec.sandbox.exec_stream(argv, **kwargs)
             pump = asyncio.ensure_future(self._pump_input(request_iterator, stream))
             events = stream.__aiter__()
@@ -603,8 +259,8 @@ class SandboxService:
     async def run_tests(self, req: pb.RunTestsRequest, context: Any, owner: str) -> cpb.RunTestsReport:
         """Judge a program in the caller's sandbox; counts as one execution in flight."""
         args = self.validate.run_tests(req)
-        rec = await self._record(req.sandbox_id, owner)
-        with self._exec_slot(owner, "RunTests"):
+        rec = await self.core.record(req.sandbox_id, owner)
+        with self.core.exec_slot(owner, "RunTests"):
             report = await rec.sandbox.run_tests(
                 args.source,
                 args.tests,
@@ -626,11 +282,11 @@ class SandboxService:
     ) -> AsyncIterator[cpb.RunTestsBatchResult]:
         """Judge many programs in the caller's sandbox, each report as it finishes; counts as one
         execution in flight. Every submission is validated before anything runs."""
-        req = _check(req)
+        req = check(req)
         batch = self.validate.run_tests_batch(req)
-        rec = await self._record(req.sandbox_id, owner)
+        rec = await self.core.record(req.sandbox_id, owner)
         gradings = [a.grading() for a in batch]
-        with self._exec_slot(owner, "RunTestsBatch"):
+        with self.core.exec_slot(owner, "RunTestsBatch"):
             async with rec.sandbox.run_tests_batch(gradings, parallelism=req.parallelism or 1) as stream:
                 async for i, report in stream:
                     self._count_verdicts(batch[i].language, report)
@@ -646,7 +302,7 @@ class SandboxService:
         input (half-close) closes the program's stdin.
         """
         async for msg in request_iterator:
-            msg = _check(msg)
+            msg = check(msg)
             kind = msg.WhichOneof("kind")
             if kind == "stdin":
                 forward = stream.send_stdin(msg.stdin)
@@ -671,15 +327,15 @@ class SandboxService:
         files = self.validate.files(req.files)
         if not files:
             raise E.InvalidRequest("files is empty")
-        rec = await self._record(req.sandbox_id, owner)
-        await rec.sandbox.write_files(_file_map(files))
+        rec = await self.core.record(req.sandbox_id, owner)
+        await rec.sandbox.write_files(file_map(files))
         return cpb.WriteFilesResponse(bytes_written=sum(len(d) for _, d, _ in files))
 
     async def read_file(self, req: Any, context: Any, owner: str) -> AsyncIterator[cpb.FileChunk]:
-        req = _check(req)
+        req = check(req)
         path = self.validate.path("path", req.path)
         chunk = self.validate.chunk_size(req.chunk_size) or self.config.read_chunk_size
-        rec = await self._record(req.sandbox_id, owner)
+        rec = await self.core.record(req.sandbox_id, owner)
         r = ReadRange.of(req.offset, req.length or None, req.max_bytes or DEFAULT_READ_MAX_BYTES)
         data = await rec.sandbox.read_file(
             path, offset=r.offset, length=r.length or None, max_bytes=r.max_bytes
@@ -694,40 +350,34 @@ class SandboxService:
 
     async def list_dir(self, req: pb.ListDirRequest, context: Any, owner: str) -> cpb.ListDirResponse:
         path = self.validate.path("path", req.path, required=False) or "."
-        rec = await self._record(req.sandbox_id, owner)
+        rec = await self.core.record(req.sandbox_id, owner)
         entries = await rec.sandbox.list_dir(path)
         return cpb.ListDirResponse(entries=[dir_entry_to_pb(e) for e in entries])
 
     async def remove(self, req: pb.RemoveRequest, context: Any, owner: str) -> cpb.RemoveResponse:
         path = self.validate.path("path", req.path)
-        rec = await self._record(req.sandbox_id, owner)
+        rec = await self.core.record(req.sandbox_id, owner)
         await rec.sandbox.remove(path, recursive=req.recursive)
         return cpb.RemoveResponse()
 
     async def info(self, req: pb.InfoRequest, context: Any, owner: str) -> pb.InfoResponse:
-        rec = await self._record(req.sandbox_id, owner)
+        rec = await self.core.record(req.sandbox_id, owner)
         return info_to_pb(await rec.sandbox.info())
 
     # -- health ------------------------------------------------------------------------------
 
     async def health(self, req: pb.HealthRequest, context: Any, owner: str | None) -> pb.HealthResponse:
-        resp = pb.HealthResponse(status="draining" if self.draining else "serving", version=self.version)
+        resp = pb.HealthResponse(status="draining" if self.core.draining else "serving", version=self.version)
         if owner is None:
             return resp  # unauthenticated probes learn only that the server is up
-        for template, fields in (self.pool.stats() or {}).items():
+        for template, fields in (self.core.pool.stats() or {}).items():
             stats = resp.pools[str(template)]
             if isinstance(fields, dict):
                 for k, v in fields.items():
                     if isinstance(v, (int, float)):
                         stats.values[str(k)] = float(v)
-        resp.sandboxes = len(self.registry.select(owner))
+        resp.sandboxes = len(self.core.registry.select(owner))
         return resp
-
-
-def _same_template(rec: Record, template: str) -> Record:
-    if rec.template != template:
-        raise E.InvalidRequest(f"idempotency_key was used for a sandbox of template {rec.template!r}")
-    return rec
 
 
 async def _forward(call: Awaitable[Any], what: str) -> None:
@@ -735,12 +385,6 @@ async def _forward(call: Awaitable[Any], what: str) -> None:
         await call
     except E.SandboxError as e:
         log.debug("exec stream %s not delivered: %s", what, e)
-
-
-def _file_map(files: list[tuple[str, bytes, int]]) -> dict[str, tuple[bytes, int]]:
-    """(path, data, mode) triples -> the `{path: (data, mode)}` map of `Sandbox.write_files`;
-    mode 0 on the wire means 0644."""
-    return {path: (data, mode or 0o644) for path, data, mode in files}
 
 
 async def _close_stream(stream: Any) -> None:

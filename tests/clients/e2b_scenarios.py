@@ -328,6 +328,20 @@ def wrong_key(_: str | None) -> dict[str, Any]:
     return {"create": attempt(Sandbox.create), "list": attempt(lambda: Sandbox.list().next_items())}
 
 
+def executions(_: str | None) -> dict[str, Any]:
+    """Every kind of execution the SDKs make in a sandbox: a command, a directory listing (a
+    filesystem call run as a program) and a code-interpreter cell."""
+    sb = e2b_code_interpreter.Sandbox.create(timeout=120)
+    try:
+        return {
+            "command": attempt(lambda: result(sb.commands.run("echo ran"))),
+            "list": attempt(lambda: [e.name for e in sb.files.list("/")][:1]),
+            "cell": attempt(lambda: sb.run_code("6 * 7").text),
+        }
+    finally:
+        sb.kill()
+
+
 def bench(arg: str | None) -> dict[str, Any]:
     """Latency of `commands.run("true")` and `run_code("1+1")` (seconds per call)."""
     n = int(arg or "200")
@@ -361,6 +375,7 @@ SCENARIOS = {
     "create_one": create_one,
     "use_elsewhere": use_elsewhere,
     "wrong_key": wrong_key,
+    "executions": executions,
     "bench": bench,
 }
 

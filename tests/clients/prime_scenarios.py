@@ -145,6 +145,22 @@ def commands(_: str | None) -> dict[str, Any]:
     return out
 
 
+def executions(_: str | None) -> dict[str, Any]:
+    """A command, as the SDK runs one (its command sessions), after the SDK's wait for the
+    sandbox."""
+    c = SandboxClient(APIClient())
+    sb = c.create(request())
+
+    def run() -> dict[str, Any]:
+        c.wait_for_creation(sb.id)  # which runs a command in the sandbox too
+        return cmd(c.execute_command(sb.id, "echo ran"))
+
+    try:
+        return {"command": attempt(run)}
+    finally:
+        c.delete(sb.id)
+
+
 def async_commands(_: str | None) -> dict[str, Any]:
     async def main() -> dict[str, Any]:
         c = AsyncSandboxClient()
@@ -368,6 +384,7 @@ SCENARIOS = {
         hold,
         make,
         use,
+        executions,
     )
 }
 

@@ -4,11 +4,16 @@ what such a surface of one-shot runs holds (`OneShotSurface`)."""
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Callable, Iterator
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable
+from typing import Any, ClassVar
+
+from starlette.requests import Request
+from starlette.responses import Response
+from starlette.routing import Route
 
 from sandboxes.server.auth import ANONYMOUS, ApiKeys
-from sandboxes.server.quota import Quotas
+from sandboxes.server.core import ServerCore
+from sandboxes.server.http.endpoint import Envelope
 
 __all__ = ["OneShotSurface", "caller"]
 
@@ -22,37 +27,39 @@ def caller(auth: ApiKeys, insecure: bool, request: Any) -> str:
 
 
 class OneShotSurface:
-    """A surface whose every request runs in a fresh sandbox claimed from `pool` (of `template`,
-    None: the default), under the caller's quotas, open to all when `insecure`."""
+    """A surface whose every request runs in a fresh sandbox of `core` (`ServerCore.one_shot`,
+    of `template`; None: the default), open to all when `insecure`. A subclass names its
+    `envelope` and its `routes()`."""
+
+    envelope: ClassVar[Envelope]
 
     def __init__(
         self,
-        pool: Any,
+        core: ServerCore,
         auth: ApiKeys,
         *,
-        quotas: Quotas | None = None,
         insecure: bool = False,
         template: str | None = None,
         max_batch_concurrency: int = 64,
-        draining: Callable[[], bool] = lambda: False,
     ) -> None:
-        self.pool = pool
+        self.core = core
         self.auth = auth
-        self.quotas = quotas or Quotas()
         self.insecure = insecure
         self.template = template
         self.max_batch_concurrency = max_batch_concurrency
-        self.draining = draining
 
-    def _owner(self, request: Any) -> str:
+    def owner(self, request: Request) -> str:
         return caller(self.auth, self.insecure, request)
 
-    @contextlib.contextmanager
-    def charged(self, owner: str) -> Iterator[None]:
-        """One sandbox and one exec slot of `owner`'s quotas for the block (QuotaExceeded if none)."""
-        self.quotas.acquire_sandbox(owner)
-        try:
-            with self.quotas.exec_slot(owner):
-                yield
-        finally:
-            self.quotas.release_sandbox(owner)
+    def route(self, path: str, fn: Callable[[Request, str], Awaitable[Response]], method: str) -> Route:
+        """`fn(request, owner)` at `path` in this surface's envelope."""
+        endpoint = self.envelope.keyed(fn, owner=self.owner, draining=lambda: self.core.draining)
+        return Route(path, endpoint, methods=[method])
+
+    @contextlib.asynccontextmanager
+    async def sandbox(
+        self, owner: str, method: str, files: dict[str, Any] | None = None
+    ) -> AsyncIterator[Any]:
+        """A fresh sandbox for one run of `owner`'s, holding one exec slot while it runs."""
+        async with self.core.one_shot(owner, self.template, files=files, method=method) as sb:
+            yield sb

@@ -42,7 +42,7 @@ from sandboxes import errors as E
 from sandboxes import languages
 from sandboxes.server.auth import ANONYMOUS
 from sandboxes.server.http.access import OneShotSurface
-from sandboxes.server.http.bodies import BodyTooLarge, read_json
+from sandboxes.server.http.endpoint import Envelope, detail_body
 from sandboxes.types import Limits
 
 __all__ = ["FusionApi"]
@@ -53,55 +53,51 @@ MAX_TIMEOUT_S = 3600.0
 MAX_BATCH = 1024
 
 
-class _BadRequest(Exception):
-    pass
-
-
 def _number(req: dict, key: str, default: float) -> float:
     v = req.get(key, default)
     if v is None:
         return default
     if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise _BadRequest(f"{key} must be a number")
+        raise E.InvalidRequest(f"{key} must be a number")
     return float(v)
 
 
 def _parse(req: Any) -> dict[str, Any]:
     if not isinstance(req, dict):
-        raise _BadRequest("the request must be a JSON object")
+        raise E.InvalidRequest("the request must be a JSON object")
     code, language = req.get("code"), req.get("language")
     if not isinstance(code, str):
-        raise _BadRequest("code (a string) is required")
+        raise E.InvalidRequest("code (a string) is required")
     if not isinstance(language, str) or not language:
-        raise _BadRequest("language is required")
+        raise E.InvalidRequest("language is required")
     if languages.script_commands(language) is None:
         known = ", ".join(lang.name for lang in languages.table())
-        raise _BadRequest(f"language {language!r} is not supported here (supported: {known})")
+        raise E.InvalidRequest(f"language {language!r} is not supported here (supported: {known})")
     compile_timeout = _number(req, "compile_timeout", 10.0)
     run_timeout = _number(req, "run_timeout", 10.0)
     for name, t in (("compile_timeout", compile_timeout), ("run_timeout", run_timeout)):
         if not 0 < t <= MAX_TIMEOUT_S:
-            raise _BadRequest(f"{name} must be in (0, {MAX_TIMEOUT_S:g}]")
+            raise E.InvalidRequest(f"{name} must be in (0, {MAX_TIMEOUT_S:g}]")
     memory_mb = _number(req, "memory_limit_MB", -1.0)
     stdin = req.get("stdin")
     if stdin is not None and not isinstance(stdin, str):
-        raise _BadRequest("stdin must be a string")
+        raise E.InvalidRequest("stdin must be a string")
     files: dict[str, bytes] = {}
     raw_files = req.get("files") or {}
     if not isinstance(raw_files, dict):
-        raise _BadRequest("files must be an object of path -> base64 content")
+        raise E.InvalidRequest("files must be an object of path -> base64 content")
     for path, content in raw_files.items():
         if content is None:
             continue
         if not isinstance(content, str):
-            raise _BadRequest(f"files[{path!r}] must be base64 text")
+            raise E.InvalidRequest(f"files[{path!r}] must be base64 text")
         try:
             files[path] = base64.b64decode(content, validate=True)
         except (binascii.Error, ValueError):
-            raise _BadRequest(f"files[{path!r}] is not valid base64") from None
+            raise E.InvalidRequest(f"files[{path!r}] is not valid base64") from None
     fetch = req.get("fetch_files") or []
     if not isinstance(fetch, list) or not all(isinstance(p, str) for p in fetch):
-        raise _BadRequest("fetch_files must be a list of paths")
+        raise E.InvalidRequest("fetch_files must be a list of paths")
     return {
         "code": code,
         "language": language,
@@ -145,72 +141,38 @@ MAX_BODY_BYTES = 256 << 20
 
 
 class FusionApi(OneShotSurface):
-    """The SandboxFusion routes over `pool` (`routes()`)."""
+    """The SandboxFusion routes over the server's core (`routes()`)."""
+
+    envelope = Envelope("fusion", detail_body, invalid=422)
 
     def routes(self) -> list[Any]:
         from starlette.routing import Route
 
         return [
-            Route("/run_code", self._run_code, methods=["POST"]),
-            Route("/run_code/batch", self._run_code_batch, methods=["POST"]),
+            self.route("/run_code", self._run_code, "POST"),
+            self.route("/run_code/batch", self._run_code_batch, "POST"),
             Route("/v1/ping", _ping, methods=["GET"]),
             Route("/health", _health, methods=["GET"]),
         ]
 
-    # -- plumbing ------------------------------------------------------------------------------
+    async def _run_code(self, request: Any, owner: str) -> Any:
+        req = _parse(await self.envelope.json(request, MAX_BODY_BYTES))
+        return JSONResponse(await self.run_one(req, owner))
 
-    async def _guard(self, request: Any) -> tuple[str | None, Any]:
-        """(owner, None) or (None, an error response)."""
-        if self.draining():
-            return None, JSONResponse({"detail": "server is shutting down"}, status_code=503)
-        try:
-            return self._owner(request), None
-        except E.SandboxError as e:
-            return None, JSONResponse({"detail": e.message}, status_code=401)
-
-    async def _body(self, request: Any) -> Any:
-        try:
-            return await read_json(request, MAX_BODY_BYTES)
-        except BodyTooLarge as e:
-            raise _BadRequest(str(e)) from None
-        except ValueError:
-            raise _BadRequest("the body is not valid JSON") from None
-
-    async def _run_code(self, request: Any) -> Any:
-        owner, refusal = await self._guard(request)
-        if refusal is not None:
-            return refusal
-        try:
-            req = _parse(await self._body(request))
-        except _BadRequest as e:
-            return JSONResponse({"detail": str(e)}, status_code=422)
-        try:
-            return JSONResponse(await self.run_one(req, owner or ANONYMOUS))
-        except E.QuotaExceeded as e:
-            return JSONResponse({"detail": e.message}, status_code=429)
-        except E.InvalidRequest as e:
-            return JSONResponse({"detail": e.message}, status_code=422)
-
-    async def _run_code_batch(self, request: Any) -> Any:
-        owner, refusal = await self._guard(request)
-        if refusal is not None:
-            return refusal
-        try:
-            body = await self._body(request)
-            items = body.get("requests") if isinstance(body, dict) else body
-            if not isinstance(items, list):
-                raise _BadRequest('the body must be {"requests": [...]} or a list of requests')
-            if len(items) > MAX_BATCH:
-                raise _BadRequest(f"at most {MAX_BATCH} requests per batch")
-            reqs = [_parse(r) for r in items]
-        except _BadRequest as e:
-            return JSONResponse({"detail": str(e)}, status_code=422)
+    async def _run_code_batch(self, request: Any, owner: str) -> Any:
+        body = await self.envelope.json(request, MAX_BODY_BYTES)
+        items = body.get("requests") if isinstance(body, dict) else body
+        if not isinstance(items, list):
+            raise E.InvalidRequest('the body must be {"requests": [...]} or a list of requests')
+        if len(items) > MAX_BATCH:
+            raise E.InvalidRequest(f"at most {MAX_BATCH} requests per batch")
+        reqs = [_parse(r) for r in items]
         sem = asyncio.Semaphore(self.max_batch_concurrency)
 
         async def one(req: dict[str, Any]) -> dict[str, Any]:
             async with sem:
                 try:
-                    return await self.run_one(req, owner or ANONYMOUS)
+                    return await self.run_one(req, owner)
                 except (E.QuotaExceeded, E.InvalidRequest) as e:
                     return _sandbox_error(f"{e.kind.value}: {e.message}")
 
@@ -221,20 +183,19 @@ class FusionApi(OneShotSurface):
     async def run_one(self, req: dict[str, Any], owner: str = ANONYMOUS) -> dict[str, Any]:
         """Run one parsed request in a fresh sandbox; a SandboxFusion RunCodeResponse dict."""
         try:
-            with self.charged(owner):
-                return await self._run(req)
+            return await self._run(req, owner)
         except (E.QuotaExceeded, E.InvalidRequest):
             raise
         except E.SandboxError as e:
             log.warning("run_code failed: %s: %s", e.kind.value, e.message)
             return _sandbox_error(f"{e.kind.value}: {e.message}")
 
-    async def _run(self, req: dict[str, Any]) -> dict[str, Any]:
+    async def _run(self, req: dict[str, Any], owner: str) -> dict[str, Any]:
         source, compile_argv, run_argv = languages.script_commands(req["language"])  # type: ignore[misc]  # checked in _parse
         limits = Limits(memory_bytes=int(req["memory_mb"] * (1 << 20))) if req["memory_mb"] > 0 else None
         files: dict[str, Any] = {**req["files"], source: req["code"].encode("utf-8")}
         t0 = time.perf_counter()
-        async with self.pool.sandbox(self.template, files=files) as sb:
+        async with self.sandbox(owner, "run_code", files) as sb:
             compile_result = None
             if compile_argv is not None:
                 r = await sb.exec(compile_argv, timeout=req["compile_timeout"])

@@ -30,7 +30,6 @@ from __future__ import annotations
 import asyncio
 import base64
 import binascii
-import logging
 import re
 import signal as signals
 from typing import Any
@@ -42,12 +41,11 @@ from sandboxes import languages
 from sandboxes.server.auth import ApiKeys
 from sandboxes.server.http import cells
 from sandboxes.server.http.access import OneShotSurface
-from sandboxes.server.http.bodies import BodyTooLarge, read_json
+from sandboxes.server.http.endpoint import Envelope, Refused, message_body
 from sandboxes.types import ExecResult, Limits
 
 __all__ = ["PistonApi", "version_matches"]
 
-log = logging.getLogger("sandboxes.server.http")
 
 MAX_BODY_BYTES = 64 << 20
 MAX_TIMEOUT_MS = 3_600_000
@@ -56,10 +54,6 @@ DEFAULT_RUN_TIMEOUT_MS = 3000
 DEFAULT_COMPILE_TIMEOUT_MS = 10000
 DEFAULT_BATCH_TIMEOUT_S = 300.0
 _VERSION = re.compile(r"\d+(\.\d+){1,2}")
-
-
-class _BadJob(Exception):
-    pass
 
 
 def version_matches(asked: str, have: str) -> bool:
@@ -102,7 +96,7 @@ def _stage(r: ExecResult, timeout_s: float) -> dict[str, Any]:
 def _decode(i: int, f: Any) -> bytes:
     content, encoding = f.get("content"), f.get("encoding") or "utf8"
     if not isinstance(content, str):
-        raise _BadJob(f"files[{i}].content is required as a string")
+        raise E.InvalidRequest(f"files[{i}].content is required as a string")
     try:
         if encoding == "utf8":
             return content.encode("utf-8")
@@ -111,13 +105,13 @@ def _decode(i: int, f: Any) -> bytes:
         if encoding == "hex":
             return bytes.fromhex(content)
     except (binascii.Error, ValueError):
-        raise _BadJob(f"files[{i}].content is not valid {encoding}") from None
-    raise _BadJob(f"files[{i}].encoding must be utf8, base64 or hex")
+        raise E.InvalidRequest(f"files[{i}].content is not valid {encoding}") from None
+    raise E.InvalidRequest(f"files[{i}].encoding must be utf8, base64 or hex")
 
 
 def _file_name(i: int, name: Any) -> str:
     if not isinstance(name, str) or not name or name.startswith("/") or ".." in name.split("/"):
-        raise _BadJob(f"files[{i}].name must be a relative path inside the job's directory")
+        raise E.InvalidRequest(f"files[{i}].name must be a relative path inside the job's directory")
     return name
 
 
@@ -127,9 +121,9 @@ def _ms(body: dict[str, Any], key: str, default: int) -> float:
     if v is None:
         return default / 1000
     if isinstance(v, bool) or not isinstance(v, (int, float)):
-        raise _BadJob(f"If specified, {key} must be a number")
+        raise E.InvalidRequest(f"If specified, {key} must be a number")
     if not 0 < v <= MAX_TIMEOUT_MS:
-        raise _BadJob(f"{key} cannot exceed the configured limit of {MAX_TIMEOUT_MS}")
+        raise E.InvalidRequest(f"{key} cannot exceed the configured limit of {MAX_TIMEOUT_MS}")
     return v / 1000
 
 
@@ -138,12 +132,14 @@ def _memory(body: dict[str, Any], key: str) -> Limits | None:
     if v is None or v == -1:
         return None
     if isinstance(v, bool) or not isinstance(v, int) or v < 0:
-        raise _BadJob(f"If specified, {key} must be a non-negative number of bytes")
+        raise E.InvalidRequest(f"If specified, {key} must be a non-negative number of bytes")
     return Limits(memory_bytes=v) if v else None
 
 
 class PistonApi(OneShotSurface):
-    """The Piston routes over `pool` (`routes()`)."""
+    """The Piston routes over the server's core (`routes()`)."""
+
+    envelope = Envelope("piston", message_body)
 
     def __init__(self, pool: Any, auth: ApiKeys, **kwargs: Any) -> None:
         super().__init__(pool, auth, **kwargs)
@@ -151,41 +147,24 @@ class PistonApi(OneShotSurface):
         self._runtimes_lock = asyncio.Lock()
 
     def routes(self) -> list[Any]:
-        from starlette.routing import Route
-
         return [
-            Route("/api/v2/runtimes", self._list_runtimes, methods=["GET"]),
-            Route("/api/v2/execute", self._execute, methods=["POST"]),
-            Route("/execute_batch", self._execute_batch, methods=["POST"]),
+            self.route("/api/v2/runtimes", self._list_runtimes, "GET"),
+            self.route("/api/v2/execute", self._execute, "POST"),
+            self.route("/execute_batch", self._execute_batch, "POST"),
         ]
 
-    # -- plumbing ------------------------------------------------------------------------------
-
-    async def _enter(self, request: Any, *, json_body: bool) -> tuple[str, Any]:
-        """(owner, parsed body or None); raises `_Refusal` with the response to send."""
-        if self.draining():
-            raise _Refusal(503, "server is shutting down")
-        try:
-            owner = self._owner(request)
-        except E.SandboxError as e:
-            raise _Refusal(401, e.message) from None
-        if not json_body:
-            return owner, None
+    async def _json(self, request: Any) -> Any:
         if not request.headers.get("content-type", "").startswith("application/json"):
-            raise _Refusal(415, "requests must be of type application/json")
-        try:
-            return owner, await read_json(request, MAX_BODY_BYTES)
-        except BodyTooLarge as e:
-            raise _Refusal(413, str(e)) from None
-        except ValueError:
-            raise _Refusal(400, "the body is not valid JSON") from None
+            raise Refused(415, "requests must be of type application/json")
+        return await self.envelope.json(request, MAX_BODY_BYTES)
 
-    async def runtimes(self) -> list[dict[str, Any]]:
-        """Every language whose tool answers `--version` in a sandboxes of the pool (found once)."""
+    async def runtimes(self, owner: str) -> list[dict[str, Any]]:
+        """Every language whose tool answers `--version` in a sandbox of the pool (found once, in
+        a sandbox of the first caller's)."""
         async with self._runtimes_lock:
             if self._runtimes is None:
                 found = []
-                async with self.pool.sandbox(self.template) as sb:
+                async with self.sandbox(owner, "runtimes") as sb:
                     for lang in languages.table():
                         try:
                             r = await sb.exec(list(lang.version), timeout=30)
@@ -204,42 +183,25 @@ class PistonApi(OneShotSurface):
                 self._runtimes = found
             return self._runtimes
 
-    async def _list_runtimes(self, request: Any) -> Any:
-        try:
-            await self._enter(request, json_body=False)
-            return JSONResponse(await self.runtimes())
-        except _Refusal as r:
-            return r.response()
+    async def _list_runtimes(self, request: Any, owner: str) -> Any:
+        return JSONResponse(await self.runtimes(owner))
 
     # -- /api/v2/execute -------------------------------------------------------------------------
 
-    async def _execute(self, request: Any) -> Any:
-        try:
-            owner, body = await self._enter(request, json_body=True)
-            job = await self._parse(body)
-        except _Refusal as r:
-            return r.response()
-        except _BadJob as e:
-            return JSONResponse({"message": str(e)}, status_code=400)
-        try:
-            with self.charged(owner):
-                return JSONResponse(await self._run(job))
-        except E.QuotaExceeded as e:
-            return JSONResponse({"message": e.message}, status_code=429)
-        except E.SandboxError as e:
-            log.warning("piston execute failed: %s: %s", e.kind.value, e.message)
-            return JSONResponse({"message": f"{e.kind.value}: {e.message}"}, status_code=500)
+    async def _execute(self, request: Any, owner: str) -> Any:
+        job = await self._parse(await self._json(request), owner)
+        return JSONResponse(await self._run(job, owner))
 
-    async def _parse(self, body: Any) -> dict[str, Any]:
+    async def _parse(self, body: Any, owner: str) -> dict[str, Any]:
         if not isinstance(body, dict):
-            raise _BadJob("the body must be a JSON object")
+            raise E.InvalidRequest("the body must be a JSON object")
         language, version, files = body.get("language"), body.get("version"), body.get("files")
         if not language or not isinstance(language, str):
-            raise _BadJob("language is required as a string")
+            raise E.InvalidRequest("language is required as a string")
         if not version or not isinstance(version, str):
-            raise _BadJob("version is required as a string")
+            raise E.InvalidRequest("version is required as a string")
         if not isinstance(files, list):
-            raise _BadJob("files is required as an array")
+            raise E.InvalidRequest("files is required as an array")
         decoded = [(f.get("name") if isinstance(f, dict) else None, _decode(i, f if isinstance(f, dict) else {}))
                    for i, f in enumerate(files)]  # fmt: skip
         lang = languages.by_name(language)
@@ -248,25 +210,25 @@ class PistonApi(OneShotSurface):
             rt = next(
                 (
                     r
-                    for r in await self.runtimes()
+                    for r in await self.runtimes(owner)
                     if r["language"] == lang.name and version_matches(version, r["version"])
                 ),
                 None,
             )
         if rt is None or lang is None:
-            raise _BadJob(f"{language}-{version} runtime is unknown")
+            raise E.InvalidRequest(f"{language}-{version} runtime is unknown")
         if not decoded:
-            raise _BadJob("files must include at least one utf8 encoded file")
+            raise E.InvalidRequest("files must include at least one utf8 encoded file")
         source, compile_argv, run_argv = languages.script_commands(lang.name)  # type: ignore[misc]  # known
         written: dict[str, bytes] = {source: decoded[0][1]}
         for i, (name, data) in enumerate(decoded[1:], start=1):
             written[_file_name(i, name)] = data
         args = body.get("args") or []
         if not isinstance(args, list) or not all(isinstance(a, str) for a in args):
-            raise _BadJob("args must be an array of strings")
+            raise E.InvalidRequest("args must be an array of strings")
         stdin = body.get("stdin") or ""
         if not isinstance(stdin, str):
-            raise _BadJob("stdin must be a string")
+            raise E.InvalidRequest("stdin must be a string")
         return {
             "runtime": rt,
             "files": written,
@@ -279,10 +241,10 @@ class PistonApi(OneShotSurface):
             "compile_limits": _memory(body, "compile_memory_limit"),
         }
 
-    async def _run(self, job: dict[str, Any]) -> dict[str, Any]:
+    async def _run(self, job: dict[str, Any], owner: str) -> dict[str, Any]:
         rt = job["runtime"]
         out: dict[str, Any] = {"language": rt["language"], "version": rt["version"]}
-        async with self.pool.sandbox(self.template, files=job["files"]) as sb:
+        async with self.sandbox(owner, "execute", job["files"]) as sb:
             if job["compile"] is not None:
                 t = job["compile_timeout"]
                 r = await sb.exec(job["compile"], timeout=t, limits=job["compile_limits"])
@@ -297,24 +259,17 @@ class PistonApi(OneShotSurface):
 
     # -- /execute_batch --------------------------------------------------------------------------
 
-    async def _execute_batch(self, request: Any) -> Any:
-        try:
-            owner, body = await self._enter(request, json_body=True)
-            scripts, langs, timeout = _parse_batch(body)
-        except _Refusal as r:
-            return r.response()
-        except _BadJob as e:
-            return JSONResponse({"message": str(e)}, status_code=400)
+    async def _execute_batch(self, request: Any, owner: str) -> Any:
+        scripts, langs, timeout = _parse_batch(await self._json(request))
         sem = asyncio.Semaphore(self.max_batch_concurrency)
 
         async def one(script: str, language: str) -> dict[str, Any]:
             async with sem:
                 try:
-                    with self.charged(owner):
-                        return {
-                            "execution": await self._cell(script, language, timeout),
-                            "exception_str": None,
-                        }
+                    return {
+                        "execution": await self._cell(script, language, timeout, owner),
+                        "exception_str": None,
+                    }
                 except E.QuotaExceeded as e:
                     return {"execution": None, "exception_str": e.message}
                 except E.SandboxError as e:
@@ -322,12 +277,12 @@ class PistonApi(OneShotSurface):
 
         return JSONResponse(list(await asyncio.gather(*(one(s, lang) for s, lang in zip(scripts, langs)))))
 
-    async def _cell(self, script: str, language: str, timeout: float) -> dict[str, Any]:
+    async def _cell(self, script: str, language: str, timeout: float, owner: str) -> dict[str, Any]:
         """One script as a cell: Python through the cell runner; another language as a program
         whose non-zero exit is the error."""
         if languages.canonical(language) == "python":
             files = {cells.CELL_FILE: script.encode("utf-8"), cells.RUNNER_FILE: cells.RUNNER.encode()}
-            async with self.pool.sandbox(self.template, files=files) as sb:
+            async with self.sandbox(owner, "execute_batch", files) as sb:
                 r = await sb.exec(["python3", cells.RUNNER_FILE], timeout=timeout)
                 if r.timed_out:
                     timed_out = {
@@ -342,7 +297,7 @@ class PistonApi(OneShotSurface):
                     found = None
                 return cells.execution(r.stdout, r.stderr, found)
         source, compile_argv, run_argv = languages.script_commands(language)  # type: ignore[misc]  # checked
-        async with self.pool.sandbox(self.template, files={source: script.encode("utf-8")}) as sb:
+        async with self.sandbox(owner, "execute_batch", {source: script.encode("utf-8")}) as sb:
             for argv in (compile_argv, run_argv):
                 if argv is None:
                     continue
@@ -362,12 +317,12 @@ class PistonApi(OneShotSurface):
 
 def _parse_batch(body: Any) -> tuple[list[str], list[str], float]:
     if not isinstance(body, dict):
-        raise _BadJob("the body must be a JSON object")
+        raise E.InvalidRequest("the body must be a JSON object")
     scripts = body.get("scripts")
     if not isinstance(scripts, list) or not all(isinstance(s, str) for s in scripts):
-        raise _BadJob("scripts is required as an array of strings")
+        raise E.InvalidRequest("scripts is required as an array of strings")
     if len(scripts) > MAX_BATCH:
-        raise _BadJob(f"at most {MAX_BATCH} scripts per batch")
+        raise E.InvalidRequest(f"at most {MAX_BATCH} scripts per batch")
     langs = body.get("languages")
     if langs is None:
         langs = [body.get("language") or "python"] * len(scripts)
@@ -376,10 +331,10 @@ def _parse_batch(body: Any) -> tuple[list[str], list[str], float]:
         or len(langs) != len(scripts)
         or not all(isinstance(x, str) for x in langs)
     ):
-        raise _BadJob("languages must be an array of strings, one per script")
+        raise E.InvalidRequest("languages must be an array of strings, one per script")
     for lang in langs:
         if languages.by_name(lang) is None:
-            raise _BadJob(f"language {lang!r} is not supported here")
+            raise E.InvalidRequest(f"language {lang!r} is not supported here")
     timeout = body.get("timeout", DEFAULT_BATCH_TIMEOUT_S)
     if timeout is None:
         timeout = DEFAULT_BATCH_TIMEOUT_S
@@ -388,15 +343,5 @@ def _parse_batch(body: Any) -> tuple[list[str], list[str], float]:
         or not isinstance(timeout, (int, float))
         or not 0 < timeout <= MAX_TIMEOUT_MS / 1000
     ):
-        raise _BadJob("timeout must be a number of seconds")
+        raise E.InvalidRequest("timeout must be a number of seconds")
     return scripts, langs, float(timeout)
-
-
-class _Refusal(Exception):
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status = status
-        self.message = message
-
-    def response(self) -> Any:
-        return JSONResponse({"message": self.message}, status_code=self.status)

@@ -121,13 +121,13 @@ class Programs:
         event: Any,
         end_of: Callable[[Any], Any],
         *,
-        quotas: Any = None,
+        core: Any,
         kill_orphans: bool,
         attr: str,
     ) -> None:
         self.event = event
         self.end_of = end_of
-        self.quotas = quotas
+        self.core = core  # the server's core: a running session holds one of its exec slots
         self.kill_orphans = kill_orphans
         self.attr = attr  # where a record keeps its SandboxSessions
 
@@ -154,8 +154,7 @@ class Programs:
             )
         slot = contextlib.ExitStack()
         try:
-            if self.quotas is not None:
-                slot.enter_context(self.quotas.exec_slot(rec.owner))
+            slot.enter_context(self.core.exec_slot(rec.owner, self.attr))
         except E.QuotaExceeded as e:
             raise ConnectError(Code.RESOURCE_EXHAUSTED, e.message) from None
         try:

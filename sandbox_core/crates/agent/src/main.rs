@@ -21,7 +21,7 @@ use clap::Parser;
 use sandbox_exec::{userns, Executor, ExecutorConfig};
 use sandbox_proto::agent_server::AgentServer;
 
-pub const VERSION: &str = concat!(env!("CARGO_PKG_VERSION"), "+proto", "1");
+pub const VERSION: &str = sandbox_proto::AGENT_VERSION;
 const MAX_MESSAGE: usize = 1 << 30;
 /// How long an agent started with `--python-zygote eager` waits for the zygote before it serves.
 const EAGER_ZYGOTE_WAIT: Duration = Duration::from_secs(10);
@@ -503,4 +503,19 @@ async fn serve(
     };
     executor.kill_all();
     code
+}
+
+#[cfg(test)]
+mod tests {
+    /// The version the agent reports is the newest one its changelog records.
+    #[test]
+    fn the_changelog_records_the_reported_version() {
+        let changelog = include_str!("../CHANGELOG.md");
+        let newest = changelog
+            .lines()
+            .find_map(|l| l.strip_prefix("## "))
+            .expect("CHANGELOG.md has a version heading");
+        assert_eq!(newest.split_whitespace().next(), Some(super::VERSION));
+        assert!(super::VERSION.ends_with(&format!("+proto{}", sandbox_proto::PROTOCOL_VERSION)));
+    }
 }

@@ -18,5 +18,10 @@ pub mod sandboxes {
 pub use sandboxes::agent::v1::*;
 pub use sandboxes::common::v1::*;
 
-/// Protocol version spoken by this build; behaviour changes bump it.
+/// Protocol version spoken by this build: an incompatible change of `proto/*.proto` bumps it.
 pub const PROTOCOL_VERSION: &str = "1";
+
+/// The agent's version, reported by `Info` (and `_native.agent_version()`): every change of the
+/// agent's behaviour moves it and is recorded in `crates/agent/CHANGELOG.md`, whose newest
+/// heading it is; the suffix is the protocol it speaks.
+pub const AGENT_VERSION: &str = "0.2.0+proto1";

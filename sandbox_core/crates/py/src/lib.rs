@@ -21,7 +21,7 @@ use pyo3::prelude::*;
 
 #[pyfunction]
 fn agent_version() -> &'static str {
-    concat!(env!("CARGO_PKG_VERSION"), "+proto", "1")
+    sandbox_proto::AGENT_VERSION
 }
 
 #[pymodule]

@@ -1,4 +1,4 @@
-"""The E2B API (`e2b` SDK, `e2b-code-interpreter`, verifiers' E2BRuntime) on the server's HTTP
+"""The E2B API (`e2b` SDK, `e2b-code-interpreter`) on the server's HTTP
 port: the control plane (`api.py`) and, for the SDK's in-sandbox calls, the daemon's HTTP and
 Connect services (`envd.py`, `process.py`, `filesystem.py`) and the code interpreter
 (`interpreter.py`). A user sets `E2B_API_URL` and `E2B_SANDBOX_URL` to this port and
@@ -10,7 +10,7 @@ requests before any other route, checks the sandbox's access token (`X-Access-To
 `E2B-Traffic-Access-Token` on the code interpreter's calls) and serves them for that sandbox.
 A sandbox that has ended (or never existed) answers 502 "The sandbox ... was not found", as the
 platform's proxy does, which the SDK reads as a sandbox that is no longer running. Sandboxes are
-the server's records (`SandboxService.claim`), so quotas, TTLs and shutdown treat them as any
+the server's records (`ServerCore.claim`), so quotas, TTLs and shutdown treat them as any
 other.
 """
 
@@ -28,7 +28,8 @@ from sandboxes.server.http.e2b.filesystem import Filesystem
 from sandboxes.server.http.e2b.interpreter import Interpreter
 from sandboxes.server.http.e2b.process import TARGET, Process
 from sandboxes.server.http.e2b.state import E2bSandbox
-from sandboxes.server.shared import dataclass_codec
+from sandboxes.server.http.endpoint import code_body
+from sandboxes.server.replicated import dataclass_codec
 
 __all__ = ["E2bApi"]
 
@@ -37,15 +38,15 @@ INTERPRETER_PORT = b"49999"
 
 
 class E2bApi:
-    def __init__(self, service: Any, auth: Any) -> None:
-        self.service = service
+    def __init__(self, core: Any, auth: Any) -> None:
+        self.core = core
         self.auth = auth
         self.control = ControlPlane(self)
-        self.envd = envd_app(Process(service.quotas), Filesystem())
-        self.interpreter = Router(routes=Interpreter().routes())
-        service.on_delete.append(self._ended)
+        self.envd = envd_app(Process(core), Filesystem(core))
+        self.interpreter = Router(routes=Interpreter(core).routes())
+        core.on_delete.append(self._ended)
         # The API's view of a sandbox reaches the other replicas of a cluster with its record.
-        service.share_attr("e2b", dataclass_codec(E2bSandbox, exclude=("_digest",), on_load=_end_at))
+        core.share_attr("e2b", dataclass_codec(E2bSandbox, exclude=("_digest",), on_load=_end_at))
 
     def routes(self) -> list[Any]:
         return self.control.routes()
@@ -64,7 +65,7 @@ class E2bApi:
             return False
         sid = sandbox_id.decode("latin-1")
         port = headers.get(b"e2b-sandbox-port", ENVD_PORT)
-        rec = await self.service.registry.find(sid)
+        rec = await self.core.registry.find(sid)
         sb = rec.attrs.get("e2b") if rec is not None else None
         if sb is None:
             await _answer(send, 502, f"The sandbox {sid} was not found")
@@ -97,7 +98,8 @@ class E2bApi:
 
 
 async def _answer(send: Any, status: int, message: str) -> None:
-    body = json.dumps({"code": status, "message": message}).encode()
+    """The platform proxy's error body (`{"code", "message"}`), sent before any routing."""
+    body = json.dumps(code_body(status, message)).encode()
     await send(
         {
             "type": "http.response.start",

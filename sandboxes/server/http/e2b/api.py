@@ -17,7 +17,6 @@ the SDK parses for every status it knows. A key sees only its own sandboxes; ano
 
 from __future__ import annotations
 
-import logging
 import math
 import time
 import urllib.parse
@@ -29,14 +28,12 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from sandboxes import errors as E
-from sandboxes.server.http.bodies import BodyTooLarge, read_json
 from sandboxes.server.http.e2b.state import E2bSandbox
-from sandboxes.server.http.statuses import http_status
+from sandboxes.server.http.endpoint import Envelope, Refused, code_body
 from sandboxes.server.image_templates import template_for_image
 
 __all__ = ["E2B_TEMPLATES", "ControlPlane"]
 
-log = logging.getLogger("sandboxes.server.e2b")
 
 MAX_BODY_BYTES = 1 << 20
 DEFAULT_TIMEOUT_S = 300
@@ -52,16 +49,7 @@ E2B_TEMPLATES = frozenset({"base", "code-interpreter-v1", "code-interpreter"})
 Handler = Callable[[Request, str], Awaitable[Response]]
 
 
-class Refused(Exception):
-    """A request answered with `status` and the platform's error body."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status, self.message = status, message
-
-
-def error(status: int, message: str) -> JSONResponse:
-    return JSONResponse({"code": status, "message": message}, status_code=status)
+ENVELOPE = Envelope("e2b", code_body)
 
 
 class ControlPlane:
@@ -69,7 +57,7 @@ class ControlPlane:
 
     def __init__(self, e2b: Any) -> None:
         self.e2b = e2b
-        self.service = e2b.service
+        self.core = e2b.core
 
     def routes(self) -> list[Route]:
         r = self._route
@@ -91,46 +79,20 @@ class ControlPlane:
         ]
 
     def _route(self, path: str, fn: Handler, method: str) -> Route:
-        async def endpoint(request: Request) -> Response:
-            if self.service.draining:
-                return error(503, "server is shutting down")
-            try:
-                owner = self.e2b.owner(request)
-            except E.SandboxError as e:
-                return error(401, e.message)
-            try:
-                return await fn(request, owner)
-            except Refused as r:
-                return error(r.status, r.message)
-            except BodyTooLarge as e:
-                # The rest of the body is not read: the connection cannot serve another request.
-                return JSONResponse(
-                    {"code": 413, "message": str(e)}, status_code=413, headers={"Connection": "close"}
-                )
-            except E.SandboxError as e:
-                status = http_status(e)
-                if status >= 500:
-                    log.warning("e2b %s %s failed: %s: %s", method, path, e.kind.value, e.message)
-                return error(status, e.message if status < 500 else f"{e.kind.value}: {e.message}")
-
+        endpoint = ENVELOPE.keyed(fn, owner=self.e2b.owner, draining=lambda: self.core.draining)
         return Route(path, endpoint, methods=[method])
 
     @staticmethod
     def _unsupported(what: str) -> Handler:
         async def refuse(request: Request, owner: str) -> Response:
-            return error(
+            raise Refused(
                 501, f"{what} is not supported by this server: sandboxes run until killed or timed out"
             )
 
         return refuse
 
     async def _body(self, request: Request) -> dict[str, Any]:
-        try:
-            body = await read_json(request, MAX_BODY_BYTES)
-        except ValueError as e:
-            if isinstance(e, BodyTooLarge):
-                raise
-            raise Refused(400, str(e)) from None
+        body = await ENVELOPE.json(request, MAX_BODY_BYTES)
         if not isinstance(body, dict):
             raise Refused(400, "the body must be a JSON object")
         return body
@@ -164,8 +126,8 @@ class ControlPlane:
                 "template's network policy (none by default)",
             )
         image = None if template_id in E2B_TEMPLATES else template_id
-        template, _ = await template_for_image(self.service.pool, image)
-        tp = self.service.pool.templates.get(template)
+        template, _ = await template_for_image(self.core.pool, image)
+        tp = self.core.pool.templates.get(template)
         has_network = tp is not None and tp.network is True
         if body.get("allow_internet_access") and not has_network:
             raise Refused(
@@ -175,7 +137,7 @@ class ControlPlane:
             )
         idem = request.headers.get("idempotency-key")
         try:
-            rec = await self.service.claim(
+            rec = await self.core.claim(
                 owner,
                 template,
                 env=env,
@@ -191,7 +153,7 @@ class ControlPlane:
         sb = rec.attrs.get("e2b")
         if sb is None:
             sb = self._attach(rec, template_id, metadata, env, tp, has_network)
-            await self.service.save(rec)  # any replica of a cluster serves it from now on
+            await self.core.save(rec)  # any replica of a cluster serves it from now on
         return JSONResponse(sb.created_json(), status_code=201)
 
     @staticmethod
@@ -217,7 +179,7 @@ class ControlPlane:
         return sb
 
     async def live(self, owner: str, sandbox_id: str) -> tuple[Any, E2bSandbox]:
-        rec = await self.service.registry.find(sandbox_id, owner)
+        rec = await self.core.registry.find(sandbox_id, owner)
         if rec is None or "e2b" not in rec.attrs:
             raise E.NotFound(f"sandbox {sandbox_id} not found")
         return rec, rec.attrs["e2b"]
@@ -238,7 +200,7 @@ class ControlPlane:
 
     async def kill(self, request: Request, owner: str) -> Response:
         rec, _ = await self.live(owner, request.path_params["sandbox_id"])
-        await self.service.delete_record(rec, "delete")
+        await self.core.delete_record(rec, "delete")
         return Response(status_code=204)
 
     async def set_timeout(self, request: Request, owner: str) -> Response:
@@ -250,7 +212,7 @@ class ControlPlane:
         return Response(status_code=204)
 
     def _set_ttl(self, rec: Any, sb: E2bSandbox, ttl_s: float) -> None:
-        self.service.registry.set_ttl(rec, ttl_s)
+        self.core.registry.set_ttl(rec, ttl_s)
         sb.end_at = rec.expires_at or 0.0
 
     async def list(self, request: Request, owner: str) -> Response:
@@ -269,7 +231,7 @@ class ControlPlane:
         chosen = sorted(
             (
                 r.attrs["e2b"]
-                for r in self.service.registry.select(owner)
+                for r in self.core.registry.select(owner)
                 if "e2b" in r.attrs
                 and "running" in states
                 and all(r.attrs["e2b"].metadata.get(k) == v for k, v in wanted.items())

@@ -29,24 +29,15 @@ from sandboxes import errors as E
 from sandboxes.server.http.bodies import BodyTooLarge, read_body
 from sandboxes.server.http.e2b import filesystem, process
 from sandboxes.server.http.e2b.process import TARGET
-from sandboxes.server.http.statuses import http_status
+from sandboxes.server.http.endpoint import Envelope, Refused, code_body
 
-__all__ = ["MAX_FILE_BYTES", "Refused", "envd_app", "in_sandbox"]
+__all__ = ["ENVELOPE", "MAX_FILE_BYTES", "envd_app", "in_sandbox"]
 
 MAX_FILE_BYTES = 256 << 20
 MAX_FILES_PER_UPLOAD = 1000
 
 
-class Refused(Exception):
-    """A request of the sandbox's ports answered with `status` and `message`."""
-
-    def __init__(self, status: int, message: str) -> None:
-        super().__init__(message)
-        self.status, self.message = status, message
-
-
-def _error(status: int, message: str, **headers: str) -> JSONResponse:
-    return JSONResponse({"code": status, "message": message}, status_code=status, headers=headers or None)
+ENVELOPE = Envelope("e2b envd", code_body)
 
 
 def _user(request: Request, sb: Any) -> None:
@@ -55,32 +46,21 @@ def _user(request: Request, sb: Any) -> None:
         raise Refused(400, f"user {user!r} does not exist in this sandbox: programs run as {sb.user!r}")
 
 
-def in_sandbox(fn: Any, answer: Any = _error) -> Any:
+def in_sandbox(fn: Any, envelope: Envelope = ENVELOPE) -> Any:
     """The endpoint of `fn(request, record, sandbox)` for the sandbox in `TARGET`, its failures
-    answered as `answer(status, message, **headers)` (the daemon's JSON errors by default)."""
+    answered in `envelope`'s shape (the daemon's JSON errors by default). A sandbox that has
+    ended says so as the platform's proxy does (the SDK then reports it as no longer running)."""
 
-    async def endpoint(request: Request) -> Response:
+    async def call(request: Request) -> Response:
         rec, sb = TARGET.get()
         try:
             return await fn(request, rec, sb)
-        except Refused as r:
-            return answer(r.status, r.message)
-        except BodyTooLarge as e:
-            # The rest of the body is not read: the connection cannot serve another request.
-            return answer(413, str(e), Connection="close")
         except E.SandboxError as e:
-            return answer(*_failure(e, sb))
+            if envelope.failure(e)[0] == 502:
+                raise Refused(502, f"The sandbox {sb.id} was not found: {e.message}") from None
+            raise
 
-    return endpoint
-
-
-def _failure(e: E.SandboxError, sb: Any) -> tuple[int, str]:
-    """(status, message) of a failed call: a sandbox that has ended says so as the platform's
-    proxy does (the SDK then reports it as no longer running)."""
-    status = http_status(e)
-    if status == 502:
-        return status, f"The sandbox {sb.id} was not found: {e.message}"
-    return status, e.message if status < 500 else f"{e.kind.value}: {e.message}"
+    return envelope.guard(call)
 
 
 async def _health(request: Request, rec: Any, sb: Any) -> Response:

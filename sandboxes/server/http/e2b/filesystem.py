@@ -88,19 +88,26 @@ def _entries(out: bytes) -> list[Any]:
 
 
 class Filesystem:
-    """The Connect service: handlers for `connect_app`."""
+    """The Connect service: handlers for `connect_app`, over the server's `core`."""
+
+    def __init__(self, core: Any) -> None:
+        self.core = core
 
     async def _run(self, ctx: Any, op: str, *args: str) -> list[Any]:
-        """Runs the shell program of `op` on `args`; the entries it printed."""
+        """Runs the shell program of `op` on `args` (an execution of the sandbox owner's, in one
+        of its exec slots); the entries it printed."""
         rec, sb = target()
         request_user(ctx, sb)
         try:
-            r = await rec.sandbox.exec(
-                ["/bin/sh", "-c", _SCRIPTS[op], _FORMAT, *args],
-                cwd=sb.work_dir,
-                timeout=60,
-                limits=Limits(max_output_bytes=LISTING_BYTES),
-            )
+            with self.core.exec_slot(rec.owner, f"e2b.{op}"):
+                r = await rec.sandbox.exec(
+                    ["/bin/sh", "-c", _SCRIPTS[op], _FORMAT, *args],
+                    cwd=sb.work_dir,
+                    timeout=60,
+                    limits=Limits(max_output_bytes=LISTING_BYTES),
+                )
+        except E.QuotaExceeded as e:
+            raise ConnectError(Code.RESOURCE_EXHAUSTED, e.message) from None
         except E.SandboxError as e:
             raise ConnectError(Code.UNAVAILABLE, f"{e.kind.value}: {e.message}") from None
         where = args[-1] if op == "move" else args[0]

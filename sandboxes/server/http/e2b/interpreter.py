@@ -35,12 +35,12 @@ from pathlib import Path
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import PlainTextResponse, Response, StreamingResponse
+from starlette.responses import Response, StreamingResponse
 from starlette.routing import Route
 
 from sandboxes import errors as E
-from sandboxes.server.http.bodies import BodyTooLarge, read_json
-from sandboxes.server.http.e2b.envd import Refused, in_sandbox
+from sandboxes.server.http.e2b.envd import in_sandbox
+from sandboxes.server.http.endpoint import Envelope, Refused, text_body
 from sandboxes.server.http.timestamps import iso
 from sandboxes.types import Limits
 
@@ -101,8 +101,16 @@ class Contexts:
         self.default.clear()
 
 
+# The interpreter's errors are plain text (the SDK reads the body as the message).
+ENVELOPE = Envelope("e2b interpreter", text_body)
+
+
 class Interpreter:
-    """The routes of the sandbox's port 49999, for the sandbox in `TARGET`."""
+    """The routes of the sandbox's port 49999, for the sandbox in `TARGET`, over the server's
+    `core`."""
+
+    def __init__(self, core: Any) -> None:
+        self.core = core
 
     def routes(self) -> list[Route]:
         return [
@@ -116,23 +124,14 @@ class Interpreter:
 
     @staticmethod
     def _wrap(fn: Any) -> Any:
-        # The interpreter's errors are plain text (the SDK reads the body as the message).
-        def text(status: int, message: str, **headers: str) -> Response:
-            return PlainTextResponse(message, status_code=status, headers=headers or None)
-
-        return in_sandbox(fn, text)
+        return in_sandbox(fn, ENVELOPE)
 
     @staticmethod
     def _contexts(rec: Any) -> Contexts:
         return rec.attrs.setdefault("e2b_contexts", Contexts())
 
     async def _body(self, request: Request) -> dict[str, Any]:
-        try:
-            body = await read_json(request, MAX_CODE_BYTES)
-        except BodyTooLarge:
-            raise
-        except ValueError as e:
-            raise Refused(400, str(e)) from None
+        body = await ENVELOPE.json(request, MAX_CODE_BYTES)
         if not isinstance(body, dict):
             raise Refused(400, "the body must be a JSON object")
         return body
@@ -244,8 +243,15 @@ class Interpreter:
             isinstance(env, dict) and all(isinstance(k, str) and isinstance(v, str) for k, v in env.items())
         ):
             raise Refused(400, "env_vars must map strings to strings")
-        ctx = await self._context(rec, sb, body)
-        await ctx.lock.acquire()
+        # The cell is an execution of the sandbox owner's: it holds an exec slot until it ends.
+        slot = contextlib.ExitStack()
+        slot.enter_context(self.core.exec_slot(rec.owner, "e2b.run_code"))
+        try:
+            ctx = await self._context(rec, sb, body)
+            await ctx.lock.acquire()
+        except BaseException:
+            slot.close()
+            raise
         try:
             restarted = False
             if not ctx.alive():
@@ -257,11 +263,15 @@ class Interpreter:
             await ctx.stream.send_stdin(line)
         except BaseException:
             ctx.lock.release()
+            slot.close()
             raise
-        return StreamingResponse(self._cell(rec, ctx, restarted), media_type="application/x-ndjson")
+        return StreamingResponse(self._cell(rec, ctx, restarted, slot), media_type="application/x-ndjson")
 
-    async def _cell(self, rec: Any, ctx: Context, restarted: bool) -> AsyncIterator[bytes]:
-        """The events of the running cell of `ctx`, which holds `ctx.lock` until the cell ends."""
+    async def _cell(
+        self, rec: Any, ctx: Context, restarted: bool, slot: contextlib.ExitStack
+    ) -> AsyncIterator[bytes]:
+        """The events of the running cell of `ctx`, which holds `ctx.lock` and the exec `slot`
+        until the cell ends."""
         events = ctx.events
         assert events is not None
         done = False
@@ -287,6 +297,7 @@ class Interpreter:
                     return
                 yield _line(event)
         finally:
+            slot.close()
             if done:
                 ctx.events = None
                 ctx.lock.release()

@@ -91,9 +91,9 @@ def request_user(ctx: Any, sb: Any) -> None:
 class Process:
     """The Connect service: handlers for `connect_app`."""
 
-    def __init__(self, quotas: Any = None) -> None:
+    def __init__(self, core: Any) -> None:
         self.programs = Programs(
-            pp.ProcessEvent, _end_event, quotas=quotas, kill_orphans=False, attr="e2b_processes"
+            pp.ProcessEvent, _end_event, core=core, kill_orphans=False, attr="e2b_processes"
         )
 
     def _sessions(self) -> tuple[Any, Any, SandboxSessions]:

@@ -1,7 +1,7 @@
 """The Prime Sandboxes API (`prime-sandboxes` SDK, verifiers' PrimeRuntime) on the server's HTTP
 port: the control plane (`api.py`), the per-sandbox gateway (`gateway.py`) with its command
 sessions (`sessions.py`) and background-job statuses (`jobs.py`). Sandboxes are the server's
-records (`SandboxService.claim`), so quotas, TTLs and shutdown treat them as any other."""
+records (`ServerCore.claim`), so quotas, TTLs and shutdown treat them as any other."""
 
 from __future__ import annotations
 
@@ -13,7 +13,7 @@ from sandboxes.server.http.prime.api import ControlPlane
 from sandboxes.server.http.prime.gateway import Gateway
 from sandboxes.server.http.prime.state import PrimeSandbox, Tombstones
 from sandboxes.server.http.timestamps import iso
-from sandboxes.server.shared import dataclass_codec
+from sandboxes.server.replicated import dataclass_codec
 
 __all__ = ["PrimeApi"]
 
@@ -29,15 +29,15 @@ _ENDINGS = {
 
 
 class PrimeApi:
-    def __init__(self, service: Any, auth: Any) -> None:
-        self.service = service
+    def __init__(self, core: Any, auth: Any) -> None:
+        self.core = core
         self.auth = auth
         self.tombstones = Tombstones()
         self.control = ControlPlane(self)
         self.gateway = Gateway(self)
-        service.on_delete.append(self._ended)
+        core.on_delete.append(self._ended)
         # The API's view of a sandbox reaches the other replicas of a cluster with its record.
-        service.share_attr(
+        core.share_attr(
             "prime",
             dataclass_codec(PrimeSandbox, exclude=("last_active",), on_load=self.control.apply_limits),
         )
@@ -52,7 +52,7 @@ class PrimeApi:
         """What `POST /sandbox/{id}/auth` answers: the gateway at the address the client used
         (the token, when new, is saved with the record: any replica's gateway accepts it)."""
         token, expires = sb.gateway_token()
-        await self.service.save(rec)
+        await self.core.save(rec)
         return {
             "gateway_url": str(request.base_url).rstrip("/") + "/gateway",
             "user_ns": USER_NS,

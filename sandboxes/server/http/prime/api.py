@@ -13,7 +13,6 @@ sandbox is 404, as an unknown one.
 from __future__ import annotations
 
 import asyncio
-import logging
 import shlex
 import time
 import uuid
@@ -25,17 +24,15 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from sandboxes import errors as E
-from sandboxes.server.http.bodies import BodyTooLarge, read_json
+from sandboxes.server.http.endpoint import Envelope, detail_body
 from sandboxes.server.http.prime import jobs
-from sandboxes.server.http.prime.requests import BadRequest, CreateArgs, parse_create, parse_ids, parse_policy
+from sandboxes.server.http.prime.requests import CreateArgs, parse_create, parse_ids, parse_policy
 from sandboxes.server.http.prime.state import START_LOG, PrimeSandbox
-from sandboxes.server.http.statuses import http_status
 from sandboxes.server.image_templates import template_for_image, template_with_egress
 from sandboxes.types import Limits
 
 __all__ = ["ControlPlane"]
 
-log = logging.getLogger("sandboxes.server.prime")
 
 MAX_BODY_BYTES = 4 << 20
 GB = 1 << 30
@@ -45,8 +42,9 @@ COMMAND_OUTPUT_BYTES = 256 << 20
 Handler = Callable[[Request, str], Awaitable[Any]]
 
 
-def _error(status: int, detail: str) -> JSONResponse:
-    return JSONResponse({"detail": detail}, status_code=status)
+# The platform's API answers FastAPI's `{"detail": ...}`; a bad request is 422, and a failure
+# behind it 502 (its gateway's).
+ENVELOPE = Envelope("prime", detail_body, invalid=422, other=502)
 
 
 class ControlPlane:
@@ -54,7 +52,7 @@ class ControlPlane:
 
     def __init__(self, prime: Any) -> None:
         self.prime = prime
-        self.service = prime.service
+        self.core = prime.core
         self._sweeper: asyncio.Task | None = None
 
     def routes(self) -> list[Route]:
@@ -75,47 +73,24 @@ class ControlPlane:
         ]
 
     def _route(self, path: str, fn: Handler, method: str) -> Route:
-        async def endpoint(request: Request) -> Any:
-            if self.service.draining:
-                return _error(503, "server is shutting down")
-            try:
-                owner = self.prime.owner(request)
-            except E.SandboxError as e:
-                return _error(401, e.message)
-            try:
-                return await fn(request, owner)
-            except BadRequest as e:
-                return _error(422, str(e))
-            except BodyTooLarge as e:
-                # The rest of the body is not read: the connection cannot serve another request.
-                return JSONResponse({"detail": str(e)}, status_code=413, headers={"Connection": "close"})
-            except E.SandboxError as e:
-                status = http_status(e, invalid=422, other=502)
-                if status >= 500:
-                    log.warning("prime %s %s failed: %s: %s", method, path, e.kind.value, e.message)
-                return _error(status, e.message if status < 500 else f"{e.kind.value}: {e.message}")
-
+        endpoint = ENVELOPE.keyed(fn, owner=self.prime.owner, draining=lambda: self.core.draining)
         return Route(path, endpoint, methods=[method])
 
-    async def _body(self, request: Request) -> Any:
-        try:
-            return await read_json(request, MAX_BODY_BYTES)
-        except ValueError as e:
-            if isinstance(e, BodyTooLarge):
-                raise
-            raise BadRequest(str(e)) from None
+    @staticmethod
+    async def _body(request: Request) -> Any:
+        return await ENVELOPE.json(request, MAX_BODY_BYTES)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
     async def create(self, request: Request, owner: str) -> Any:
         args = parse_create(await self._body(request))
-        template, why = await template_for_image(self.service.pool, args.docker_image)
+        template, why = await template_for_image(self.core.pool, args.docker_image)
         if args.egress:
-            template = await template_with_egress(self.service.pool, template, args.egress)
+            template = await template_with_egress(self.core.pool, template, args.egress)
             why += f", with the allow-list {', '.join(args.network_allowlist or [])}"
-        tp = self.service.pool.templates.get(template)
+        tp = self.core.pool.templates.get(template)
         try:
-            rec = await self.service.claim(
+            rec = await self.core.claim(
                 owner,
                 template,
                 env={**args.environment_vars, **args.secrets},
@@ -158,7 +133,7 @@ class ControlPlane:
     def apply_limits(self, rec: Any, sb: PrimeSandbox) -> None:
         """Each command gets the memory asked for, within the sandbox's own (kernel) bound, may
         write files as large as its disk, and returns up to COMMAND_OUTPUT_BYTES of output."""
-        tp = self.service.pool.templates.get(rec.template)
+        tp = self.core.pool.templates.get(rec.template)
         rec.sandbox.default_limits = rec.sandbox.default_limits.merged(
             Limits(
                 memory_bytes=int(sb.memory_gb * GB),
@@ -207,7 +182,7 @@ class ControlPlane:
         sb.note(f"start command {shlex.quote(args.start_shell)}: launched (exit {r.exit_code})")
 
     async def _live(self, owner: str, sandbox_id: str) -> tuple[Any, PrimeSandbox]:
-        rec = await self.service.registry.find(sandbox_id, owner)
+        rec = await self.core.registry.find(sandbox_id, owner)
         if rec is None or "prime" not in rec.attrs:
             raise E.NotFound(f"Sandbox {sandbox_id} not found")
         return rec, rec.attrs["prime"]
@@ -222,7 +197,7 @@ class ControlPlane:
 
     async def _any(self, owner: str, sandbox_id: str) -> PrimeSandbox:
         """A live or ended sandbox of `owner`."""
-        rec = await self.service.registry.find(sandbox_id, owner)
+        rec = await self.core.registry.find(sandbox_id, owner)
         if rec is not None and "prime" in rec.attrs:
             return rec.attrs["prime"]
         sb = self.prime.tombstones.get(sandbox_id, owner)
@@ -239,11 +214,11 @@ class ControlPlane:
             page = max(1, int(q.get("page", 1)))
             per_page = min(max(1, int(q.get("per_page", 50))), 1000)
         except ValueError:
-            raise BadRequest("page and per_page must be integers") from None
+            raise E.InvalidRequest("page and per_page must be integers") from None
         status = q.get("status")
         labels = set(q.getlist("labels"))
         active_only = q.get("is_active", "").lower() == "true"
-        live = [r.attrs["prime"] for r in self.service.registry.select(owner) if "prime" in r.attrs]
+        live = [r.attrs["prime"] for r in self.core.registry.select(owner) if "prime" in r.attrs]
         ended = [] if active_only else self.prime.tombstones.of(owner)
         chosen = [
             sb
@@ -273,19 +248,19 @@ class ControlPlane:
 
     async def delete(self, request: Request, owner: str) -> Any:
         rec, _ = await self._live(owner, request.path_params["sandbox_id"])
-        await self.service.delete_record(rec, "delete")
+        await self.core.delete_record(rec, "delete")
         # A JSON body, not 204: clients decode whatever this answers.
         return JSONResponse({})
 
     async def bulk_delete(self, request: Request, owner: str) -> Any:
         body = await self._body(request)
         if not isinstance(body, dict):
-            raise BadRequest("the body must be a JSON object")
+            raise E.InvalidRequest("the body must be a JSON object")
         ids, labels = body.get("sandbox_ids") or [], body.get("labels") or []
         if not isinstance(ids, list) or not isinstance(labels, list):
-            raise BadRequest("sandbox_ids and labels must be lists")
+            raise E.InvalidRequest("sandbox_ids and labels must be lists")
         if not ids and not labels:
-            raise BadRequest("give sandbox_ids and/or labels (refusing to delete everything)")
+            raise E.InvalidRequest("give sandbox_ids and/or labels (refusing to delete everything)")
         chosen: dict[str, Any] = {}
         failed: list[dict[str, str]] = []
         for sid in ids:
@@ -296,11 +271,11 @@ class ControlPlane:
                 failed.append({"sandbox_id": str(sid), "error": e.message})
         if labels:
             want = set(map(str, labels))
-            for rec in self.service.registry.select(owner):
+            for rec in self.core.registry.select(owner):
                 sb = rec.attrs.get("prime")
                 if sb is not None and want <= set(sb.labels):
                     chosen[rec.id] = rec
-        await asyncio.gather(*(self.service.delete_record(r, "delete") for r in chosen.values()))
+        await asyncio.gather(*(self.core.delete_record(r, "delete") for r in chosen.values()))
         return JSONResponse(
             {"succeeded": list(chosen), "failed": failed, "message": f"deleted {len(chosen)} sandboxes"}
         )
@@ -312,7 +287,7 @@ class ControlPlane:
     async def logs(self, request: Request, owner: str) -> Any:
         sb = await self._any(owner, request.path_params["sandbox_id"])
         lines = list(sb.log)
-        rec = await self.service.registry.find(sb.id, owner)
+        rec = await self.core.registry.find(sb.id, owner)
         if rec is not None and sb.start_command is not None:
             try:
                 out = await rec.sandbox.read_file(START_LOG, max_bytes=1 << 20)
@@ -335,7 +310,7 @@ class ControlPlane:
         _, sb = await self._live(owner, request.path_params["sandbox_id"])
         allow = parse_policy(await self._body(request))
         if (allow or None) != sb.network_allowlist:
-            raise BadRequest(
+            raise E.InvalidRequest(
                 "the egress policy of a sandbox is the one it was created with on this server "
                 f"(allowlist {sb.network_allowlist or []}): create a sandbox with network_allowlist "
                 "for another"
@@ -359,14 +334,14 @@ class ControlPlane:
             await asyncio.sleep(IDLE_SWEEP_S)
             now = time.monotonic()
             bounded = 0
-            for rec in list(self.service.registry):
+            for rec in list(self.core.registry):
                 sb = rec.attrs.get("prime")
                 if sb is None or sb.idle_timeout_minutes is None:
                     continue
                 bounded += 1
                 if now - sb.last_active > sb.idle_timeout_minutes * 60:
                     sb.end("TERMINATED", "idle_timeout")
-                    await self.service.delete_record(rec, "idle")
+                    await self.core.delete_record(rec, "idle")
             if not bounded:
                 return
 

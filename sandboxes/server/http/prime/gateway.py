@@ -33,9 +33,9 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Mount, Route, Router
 
 from sandboxes import errors as E
-from sandboxes.server.http.bodies import BodyTooLarge, read_json
+from sandboxes.server.http.bodies import BodyTooLarge
+from sandboxes.server.http.endpoint import Envelope, Refused, detail_body
 from sandboxes.server.http.prime.sessions import COMMAND_LIMITS, SERVICE, TARGET, Sessions, sessions_app
-from sandboxes.server.http.statuses import http_status
 from sandboxes.server.http.timestamps import iso
 
 __all__ = ["Gateway"]
@@ -54,15 +54,15 @@ _GONE = (410, "sandbox_terminated")
 _GONE_EXEC = (502, "sandbox_not_found")
 
 
-class _Refused(Exception):
-    def __init__(self, status: int, body: dict[str, Any]) -> None:
-        self.status, self.body = status, body
+# The gateway's errors are FastAPI's `{"detail": ...}`; a failure behind it is 502.
+ENVELOPE = Envelope("prime gateway", detail_body, other=502)
 
 
 class Gateway:
     def __init__(self, prime: Any) -> None:
         self.prime = prime
-        self.connect_app = sessions_app(Sessions(prime.service.quotas))
+        self.core = prime.core
+        self.connect_app = sessions_app(Sessions(prime.core))
 
     def routes(self) -> list[Mount]:
         inner = Router(
@@ -79,47 +79,40 @@ class Gateway:
     # -- access ------------------------------------------------------------------------------
 
     async def _resolve(self, sandbox_id: str, authorization: str | None) -> tuple[Any, Any]:
-        """(record, PrimeSandbox) of a live sandbox whose token the caller holds; else `_Refused`."""
+        """(record, PrimeSandbox) of a live sandbox whose token the caller holds; else `Refused`
+        (410 for an ended sandbox whose token it was)."""
         scheme, _, token = (authorization or "").strip().partition(" ")
         if scheme.lower() != "bearer" or not token:
-            raise _Refused(401, {"detail": "missing gateway token: send `Authorization: Bearer <token>`"})
-        rec = await self.prime.service.registry.find(sandbox_id)
+            raise Refused(401, "missing gateway token: send `Authorization: Bearer <token>`")
+        rec = await self.core.registry.find(sandbox_id)
         sb = rec.attrs.get("prime") if rec is not None else None
         if sb is not None and sb.token_ok(token.strip()):
             sb.touch()
             return rec, sb
         ended = self.prime.tombstones.get(sandbox_id)
         if ended is not None and ended.token_ok(token.strip()):
-            raise _Refused(410, {"error": "sandbox_terminated", "detail": f"sandbox {sandbox_id} has ended"})
-        raise _Refused(401, {"detail": "invalid or expired gateway token"})
+            raise Refused(410, f"sandbox {sandbox_id} has ended")
+        raise Refused(401, "invalid or expired gateway token")
 
     def _wrap(self, fn: Any, gone: tuple[int, str] = _GONE) -> Any:
         """`fn(request, record, sandbox)` behind the token check, its errors as HTTP statuses;
         `gone` is how an ended sandbox is answered (status, `error`)."""
 
-        async def endpoint(request: Request) -> Response:
+        async def call(request: Request) -> Response:
             try:
                 rec, sb = await self._resolve(
                     request.path_params["job_id"], request.headers.get("authorization")
                 )
                 return await fn(request, rec, sb)
-            except _Refused as r:
-                if r.status == 410:
-                    return JSONResponse({**r.body, "error": gone[1]}, status_code=gone[0])
-                return JSONResponse(r.body, status_code=r.status)
-            except BodyTooLarge as e:
-                # The rest of the body is not read: the connection cannot serve another request.
-                return JSONResponse({"detail": str(e)}, status_code=413, headers={"Connection": "close"})
+            except Refused as r:
+                if r.status != 410:
+                    raise
+                message = r.message
             except (E.SandboxLost, E.Cancelled) as e:
-                return JSONResponse({"error": gone[1], "detail": e.message}, status_code=gone[0])
-            except E.SandboxError as e:
-                status = http_status(e, other=502)
-                detail = e.message if status < 500 else f"{e.kind.value}: {e.message}"
-                return JSONResponse({"detail": detail}, status_code=status)
-            except ValueError as e:
-                return JSONResponse({"detail": str(e)}, status_code=400)
+                message = e.message
+            raise Refused(gone[0], message, fields={"error": gone[1]})
 
-        return endpoint
+        return ENVELOPE.guard(call)
 
     async def _connect(self, scope: Any, receive: Any, send: Any) -> None:
         """The Connect app, for this sandbox (the handlers read it from `TARGET`)."""
@@ -127,9 +120,9 @@ class Gateway:
         auth = headers.get(b"authorization", b"").decode("latin-1")
         try:
             target: Any = await self._resolve(scope["path_params"]["job_id"], auth)
-        except _Refused as r:
+        except Refused as r:
             code = Code.NOT_FOUND if r.status == 410 else Code.UNAUTHENTICATED
-            target = ConnectError(code, r.body.get("detail", ""))
+            target = ConnectError(code, r.message)
         path = scope["path"]
         method = path[path.index(f"/{SERVICE}/") :] if f"/{SERVICE}/" in path else path
         token = TARGET.set(target)
@@ -218,12 +211,7 @@ class Gateway:
     # -- the older SDKs' exec ----------------------------------------------------------------
 
     async def exec(self, request: Request, rec: Any, sb: Any) -> Response:
-        try:
-            body = await read_json(request, EXEC_BODY_BYTES)
-        except ValueError as e:
-            if isinstance(e, BodyTooLarge):
-                raise
-            raise E.InvalidRequest(str(e)) from None
+        body = await ENVELOPE.json(request, EXEC_BODY_BYTES)
         if not isinstance(body, dict) or not isinstance(body.get("command"), str):
             raise E.InvalidRequest("command (a string) is required")
         timeout = body.get("timeout") or DEFAULT_EXEC_TIMEOUT_S
@@ -246,7 +234,7 @@ class Gateway:
         cwd = body.get("working_dir") or None
         if cwd is not None and not isinstance(cwd, str):
             raise E.InvalidRequest("working_dir must be a string")
-        with self.prime.service.quotas.exec_slot(rec.owner):
+        with self.core.exec_slot(rec.owner, "prime.exec"):
             r = await rec.sandbox.exec(
                 ["/bin/bash", "-c", body["command"]],
                 env=env or None,
@@ -256,7 +244,7 @@ class Gateway:
                 keep_descendants=True,
             )
         if r.timed_out:
-            return JSONResponse({"detail": f"command timed out after {timeout:g}s"}, status_code=408)
+            raise Refused(408, f"command timed out after {timeout:g}s")
         code = 128 + r.signal if r.signal else r.exit_code
         return JSONResponse(
             {

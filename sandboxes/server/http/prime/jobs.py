@@ -14,7 +14,7 @@ from collections.abc import Awaitable, Callable
 from typing import Any
 
 from sandboxes import errors as E
-from sandboxes.server.http.prime.requests import MAX_BATCH, BadRequest
+from sandboxes.server.http.prime.requests import MAX_BATCH
 
 __all__ = ["statuses"]
 
@@ -39,12 +39,12 @@ async def statuses(wanted: Any, lookup: Callable[[str], Awaitable[Any]]) -> dict
     """The batch answer for `wanted` (`[{sandbox_id, job_id}]`); `lookup(id)` gives the caller's
     record or raises `NotFound`."""
     if not isinstance(wanted, list) or not wanted or len(wanted) > MAX_BATCH:
-        raise BadRequest(f"jobs must be a list of 1 to {MAX_BATCH} jobs")
+        raise E.InvalidRequest(f"jobs must be a list of 1 to {MAX_BATCH} jobs")
     by_sandbox: dict[str, list[str]] = {}
     for job in wanted:
         sid, jid = (job.get("sandbox_id"), job.get("job_id")) if isinstance(job, dict) else (None, None)
         if not isinstance(sid, str) or not isinstance(jid, str) or not _JOB_ID.match(jid):
-            raise BadRequest("each job needs a sandbox_id and an 8-hex-digit job_id")
+            raise E.InvalidRequest("each job needs a sandbox_id and an 8-hex-digit job_id")
         by_sandbox.setdefault(sid, []).append(jid)
     found: list[dict[str, Any]] = []
     errors: list[dict[str, Any]] = []

@@ -1,6 +1,6 @@
 """Validation of the Prime Sandboxes API's request bodies (`POST /api/v1/sandbox` and friends).
 
-Each parser returns plain values or raises `BadRequest`, answered with HTTP 422 and the
+Each parser returns plain values or raises `InvalidRequest`, answered with HTTP 422 and the
 `{"detail": ...}` body the SDK reads. Fields of every SDK version are known (current SDKs send
 `vm` and `checkpoint_id`; older ones a string `start_command`, `guaranteed`,
 `registry_credentials_id`); an unknown field is refused, not ignored.
@@ -14,9 +14,10 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
+from sandboxes.errors import InvalidRequest
 from sandboxes.templates import MAX_EGRESS_RULES
 
-__all__ = ["BadRequest", "CreateArgs", "egress_rules", "parse_create", "parse_ids", "parse_policy"]
+__all__ = ["CreateArgs", "egress_rules", "parse_create", "parse_ids", "parse_policy"]
 
 MAX_LABELS = 64
 MAX_LABEL = 256
@@ -45,10 +46,6 @@ _CREATE_FIELDS = {
 _KEEPALIVES = {"tail -f /dev/null", "sleep infinity"}
 
 
-class BadRequest(ValueError):
-    """An invalid request: HTTP 422 with this message as `detail`."""
-
-
 @dataclass(frozen=True)
 class CreateArgs:
     name: str
@@ -75,9 +72,9 @@ def _number(body: dict, key: str, default: float, lo: float, hi: float) -> float
     if v is None:
         return default
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-        raise BadRequest(f"{key} must be a number")
+        raise InvalidRequest(f"{key} must be a number")
     if not lo < v <= hi:
-        raise BadRequest(f"{key} must be in ({lo:g}, {hi:g}], got {v:g}")
+        raise InvalidRequest(f"{key} must be in ({lo:g}, {hi:g}], got {v:g}")
     return float(v)
 
 
@@ -86,19 +83,19 @@ def _int(body: dict, key: str, default: int | None) -> int | None:
     if v is None:
         return None
     if isinstance(v, bool) or not isinstance(v, int):
-        raise BadRequest(f"{key} must be an integer")
+        raise InvalidRequest(f"{key} must be an integer")
     return v
 
 
 def _str_map(body: dict, key: str) -> dict[str, str]:
     v = body.get(key) or {}
     if not isinstance(v, dict) or len(v) > MAX_ENV:
-        raise BadRequest(f"{key} must be an object of at most {MAX_ENV} string values")
+        raise InvalidRequest(f"{key} must be an object of at most {MAX_ENV} string values")
     for k, val in v.items():
         if not isinstance(k, str) or not _ENV_KEY.match(k):
-            raise BadRequest(f"{key}: {str(k)[:64]!r} is not a valid environment variable name")
+            raise InvalidRequest(f"{key}: {str(k)[:64]!r} is not a valid environment variable name")
         if not isinstance(val, str) or "\x00" in val:
-            raise BadRequest(f"{key}[{k}] must be a string without NUL")
+            raise InvalidRequest(f"{key}[{k}] must be a string without NUL")
     return dict(v)
 
 
@@ -106,10 +103,10 @@ def _labels(value: Any) -> list[str]:
     if value is None:
         return []
     if not isinstance(value, list) or len(value) > MAX_LABELS:
-        raise BadRequest(f"labels must be a list of at most {MAX_LABELS} strings")
+        raise InvalidRequest(f"labels must be a list of at most {MAX_LABELS} strings")
     for label in value:
         if not isinstance(label, str) or not label or len(label) > MAX_LABEL or "\x00" in label:
-            raise BadRequest(f"each label must be a non-empty string of at most {MAX_LABEL} characters")
+            raise InvalidRequest(f"each label must be a non-empty string of at most {MAX_LABEL} characters")
     return list(dict.fromkeys(value))
 
 
@@ -124,44 +121,44 @@ def _start(value: Any) -> tuple[dict[str, Any] | None, str | None]:
         if isinstance(exe, str) and exe and isinstance(args, list) and all(isinstance(a, str) for a in args):
             line = shlex.join([exe, *args])
             return {"executable": exe, "args": list(args)}, (None if line in _KEEPALIVES else line)
-    raise BadRequest("start_command must be a string or {executable, args}")
+    raise InvalidRequest("start_command must be a string or {executable, args}")
 
 
 def parse_create(body: Any) -> CreateArgs:
     if not isinstance(body, dict):
-        raise BadRequest("the body must be a JSON object")
+        raise InvalidRequest("the body must be a JSON object")
     unknown = sorted(set(body) - _CREATE_FIELDS)
     if unknown:
-        raise BadRequest(f"unknown fields: {', '.join(unknown)}")
+        raise InvalidRequest(f"unknown fields: {', '.join(unknown)}")
     name = body.get("name")
     if not isinstance(name, str) or not name or len(name) > MAX_NAME:
-        raise BadRequest(f"name is required (a string of at most {MAX_NAME} characters)")
+        raise InvalidRequest(f"name is required (a string of at most {MAX_NAME} characters)")
     if body.get("checkpoint_id"):
-        raise BadRequest("checkpoints are not supported by this server")
+        raise InvalidRequest("checkpoints are not supported by this server")
     image = body.get("docker_image")
     if not isinstance(image, str) or not image or len(image) > 1024:
-        raise BadRequest("docker_image is required")
+        raise InvalidRequest("docker_image is required")
     if body.get("gpu_count") not in (None, 0) or body.get("gpu_type") is not None:
-        raise BadRequest("GPUs are not available on this server")
+        raise InvalidRequest("GPUs are not available on this server")
     if body.get("volumes"):
-        raise BadRequest("volumes are not supported by this server")
+        raise InvalidRequest("volumes are not supported by this server")
     if body.get("arch") not in (None, "amd64"):
-        raise BadRequest("only amd64 sandboxes are available on this server")
+        raise InvalidRequest("only amd64 sandboxes are available on this server")
     allowlist = parse_policy(
         {"allowlist": body.get("network_allowlist"), "denylist": body.get("network_denylist")}
     )
     timeout = _int(body, "timeout_minutes", 60)
     if timeout is None or timeout > MAX_TIMEOUT_MINUTES:
-        raise BadRequest(f"timeout_minutes must be at most {MAX_TIMEOUT_MINUTES} (<= 0: no limit)")
+        raise InvalidRequest(f"timeout_minutes must be at most {MAX_TIMEOUT_MINUTES} (<= 0: no limit)")
     idle = _int(body, "idle_timeout_minutes", None)
     if idle is not None and (idle < 1 or (timeout > 0 and idle > timeout)):
-        raise BadRequest("idle_timeout_minutes must be >= 1 and <= timeout_minutes")
+        raise InvalidRequest("idle_timeout_minutes must be >= 1 and <= timeout_minutes")
     key = body.get("idempotency_key")
     if key is not None and (not isinstance(key, str) or len(key) > 256):
-        raise BadRequest("idempotency_key must be a string of at most 256 characters")
+        raise InvalidRequest("idempotency_key must be a string of at most 256 characters")
     vm = body.get("vm")
     if vm is not None and not isinstance(vm, bool):
-        raise BadRequest("vm must be a boolean")
+        raise InvalidRequest("vm must be a boolean")
     start_command, start_shell = _start(body.get("start_command"))
     return CreateArgs(
         name=name,
@@ -192,9 +189,9 @@ def parse_ids(body: Any, key: str = "sandbox_ids") -> list[str]:
         or len(ids) > MAX_BATCH
         or not all(isinstance(i, str) for i in ids)
     ):
-        raise BadRequest(f"{key} must be a list of 1 to {MAX_BATCH} ids")
+        raise InvalidRequest(f"{key} must be a list of 1 to {MAX_BATCH} ids")
     if len(set(ids)) != len(ids):
-        raise BadRequest(f"{key} must be unique")
+        raise InvalidRequest(f"{key} must be unique")
     return ids
 
 
@@ -203,21 +200,21 @@ def parse_policy(body: Any) -> list[str]:
     allow-list, `allowlist: []` or `denylist: ["*"]`); a non-empty allow-list lets only what it
     names out (`egress_rules`). Other deny-lists are refused with a clear message."""
     if not isinstance(body, dict):
-        raise BadRequest("the body must be a JSON object")
+        raise InvalidRequest("the body must be a JSON object")
     allow, deny = body.get("allowlist"), body.get("denylist")
     for name, v in (("allowlist", allow), ("denylist", deny)):
         if v is not None and (not isinstance(v, list) or not all(isinstance(e, str) for e in v)):
-            raise BadRequest(f"{name} must be a list of strings")
+            raise InvalidRequest(f"{name} must be a list of strings")
     if allow is not None and deny is not None:
-        raise BadRequest("allowlist and denylist are mutually exclusive; provide at most one")
+        raise InvalidRequest("allowlist and denylist are mutually exclusive; provide at most one")
     if deny is not None and deny != ["*"]:
-        raise BadRequest(
+        raise InvalidRequest(
             "a deny-list is not available on this server: its sandboxes reach nothing but what an "
             'allow-list names (deny everything with ["*"], or give an allowlist)'
         )
     allow = [e.strip() for e in allow or []]
     if len(allow) > MAX_EGRESS_ENTRIES:
-        raise BadRequest(f"allowlist supports at most {MAX_EGRESS_ENTRIES} entries")
+        raise InvalidRequest(f"allowlist supports at most {MAX_EGRESS_ENTRIES} entries")
     egress_rules(allow)  # refuses what the proxy cannot hold
     return allow
 
@@ -229,10 +226,10 @@ def egress_rules(allowlist: list[str]) -> tuple[str, ...]:
     rules: list[str] = []
     for entry in allowlist:
         if not entry or any(c.isspace() for c in entry) or "://" in entry or "@" in entry:
-            raise BadRequest(f"'{entry}' is not a host name, *.domain, IPv4 address or CIDR")
+            raise InvalidRequest(f"'{entry}' is not a host name, *.domain, IPv4 address or CIDR")
         host, sep, port = entry.rpartition(":")
         if sep and "-" in port:
-            raise BadRequest(f"'{entry}': port ranges are not available on this server; name each port")
+            raise InvalidRequest(f"'{entry}': port ranges are not available on this server; name each port")
         bare = host if sep else entry
         is_address = bool(_IPV4_OR_CIDR.fullmatch(bare))
         if sep or is_address:

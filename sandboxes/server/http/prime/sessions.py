@@ -56,11 +56,12 @@ def _end_event(result: Any) -> Any:
 
 class Sessions:
     """The Connect service: handlers for `sessions_app`. A running session holds one exec slot of
-    its key's quota (`quotas`) until its program ends; an unnamed one ends with its stream."""
+    its key's quota (`ServerCore.exec_slot`) until its program ends; an unnamed one ends with its
+    stream."""
 
-    def __init__(self, quotas: Any = None) -> None:
+    def __init__(self, core: Any) -> None:
         self.programs = Programs(
-            cs.CommandSessionEvent, _end_event, quotas=quotas, kill_orphans=True, attr="prime_sessions"
+            cs.CommandSessionEvent, _end_event, core=core, kill_orphans=True, attr="prime_sessions"
         )
 
     def _target(self) -> tuple[Any, Any, SandboxSessions]:

@@ -34,7 +34,7 @@ if TYPE_CHECKING:
 
 __all__ = ["Codec", "SharedRecords", "dataclass_codec"]
 
-log = logging.getLogger("sandboxes.server.shared")
+log = logging.getLogger("sandboxes.server.replicated")
 
 # How many deleted ids a replica keeps refusing to serve again, and for how long at least: until
 # the watch reports the pod gone, which takes a round trip to the API server.

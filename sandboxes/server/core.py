@@ -1,0 +1,380 @@
+"""The server's core, below every transport: claims and records, quotas, idempotency, TTLs,
+draining and exec slots. The gRPC service (`service.py`) and every HTTP API (`http/`) get their
+sandboxes and charge their executions here, and nowhere else:
+
+- `claim` a sandbox that outlives the call (registered: found by id, deleted by its owner or its
+  TTL, shared with the other replicas of a cluster);
+- `one_shot` a sandbox for one request (the SandboxFusion and Piston runs): the same admission,
+  quota and pool, never registered, destroyed when the request ends;
+- `exec_slot` around every execution in a sandbox, from any surface.
+
+A transport turns its requests into these calls and their errors (`sandboxes.errors`) into its
+own answers; it keeps no sandbox or quota state of its own.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import logging
+import time
+from collections.abc import AsyncIterator, Callable, Iterator
+from typing import Any
+
+from sandboxes import errors as E
+from sandboxes.server.metrics import Metrics
+from sandboxes.server.quota import Quotas
+from sandboxes.server.registry import Record, Registry
+from sandboxes.server.replicated import Codec, SharedRecords
+from sandboxes.server.validation import Bounds, Validator
+
+__all__ = ["DRAIN_QUIET_S", "ServerCore"]
+
+DRAIN_QUIET_S = 0.25  # a draining server closes once no call came for this long
+
+log = logging.getLogger("sandboxes.server")
+
+
+class ServerCore:
+    """Claims, records, quotas and draining of one server over `pool`."""
+
+    def __init__(
+        self,
+        pool: Any,
+        *,
+        quotas: Quotas | None = None,
+        metrics: Metrics | None = None,
+        bounds: Bounds | None = None,
+        default_claim_timeout_s: float | None = None,
+    ) -> None:
+        self.pool = pool
+        self.quotas = quotas or Quotas()
+        self.metrics = metrics or Metrics()
+        self.validate = Validator(bounds or Bounds())
+        self.default_claim_timeout_s = default_claim_timeout_s
+        self.registry = Registry(self._expire)
+        self.draining = False
+        self._active = 0  # calls being served (a draining server waits for them)
+        self._idle = asyncio.Event()
+        self._idle.set()
+        self._last_call = 0.0  # loop time of the latest call
+        self._deleting: dict[str, asyncio.Task] = {}
+        # The registry shared with the other replicas of a cluster (`join_cluster`).
+        self.shared: SharedRecords | None = None
+        # How the surfaces' state of a record (`Record.attrs[name]`) crosses replicas.
+        self.attr_codecs: dict[str, Codec] = {}
+        # Called with (record, reason) as a sandbox leaves the registry (delete, ttl, shutdown...).
+        self.on_delete: list[Callable[[Record, str], None]] = []
+
+    # -- lifecycle ---------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.registry.start()
+
+    async def join_cluster(self) -> bool:
+        """Share the registry with the other replicas of the pool's cluster, when its backend
+        keeps records there (`replicated.py`); whether it does."""
+        for backend in getattr(self.pool, "backends", ()):
+            records = getattr(backend, "records", None)
+            if records is not None:
+                self.shared = SharedRecords(self.registry, self.pool, records, self._gone, self.attr_codecs)
+                self.registry.shared = self.shared
+                await records.serve(self.shared)
+                return True
+        return False
+
+    async def close(self) -> None:
+        """Stop the reaper and destroy every claimed sandbox (the pool closes after this). A
+        replica of a cluster whose other replicas live leaves its claimed sandboxes to them."""
+        self.draining = True
+        await self.registry.stop()
+        records = list(self.registry)
+        if self.shared is not None:
+            cluster = self.shared.records
+            if cluster.others_alive():
+                for rec in records:
+                    self.registry.pop(rec.id)
+                    if rec.local:
+                        self.quotas.release_sandbox(rec.owner)
+                    self.pool.detach(rec.sandbox)
+                await cluster.hand_over()
+                await self.shared.close()
+                log.info("left %d sandboxes to the other replicas", len(records))
+                return
+            await cluster.hand_over()
+        await asyncio.gather(*(self.delete_record(r, "shutdown") for r in records), return_exceptions=True)
+        if self.shared is not None:
+            await self.shared.close()
+
+    # -- draining ----------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def serving(self, method: str, *, while_draining: bool = False) -> Iterator[None]:
+        """One call being served; a draining server refuses new ones (`Draining`: untouched,
+        safe to send again) unless `while_draining` (health probes)."""
+        self._last_call = asyncio.get_running_loop().time()
+        if self.draining and not while_draining:
+            raise E.Draining(
+                "the server is shutting down; send the call again (a new connection reaches another replica)"
+            )
+        self._active += 1
+        self._idle.clear()
+        try:
+            yield
+        finally:
+            self._active -= 1
+            if not self._active:
+                self._idle.set()
+
+    async def drain(self, grace: float) -> None:
+        """Refuse new calls (`Draining`: clients send them again elsewhere) until the calls being
+        served finished and no call came for `DRAIN_QUIET_S` (clients still connected have
+        learnt to move before the connection goes), `grace` seconds at most."""
+        self.draining = True
+        loop = asyncio.get_running_loop()
+        with contextlib.suppress(TimeoutError):
+            async with asyncio.timeout(grace):
+                while True:
+                    await self._idle.wait()
+                    quiet = loop.time() - self._last_call
+                    if quiet >= DRAIN_QUIET_S:
+                        return
+                    await asyncio.sleep(DRAIN_QUIET_S - quiet)  # a call came: quiet again first
+
+    # -- getting a sandbox -------------------------------------------------------------------
+
+    def templates(self) -> set[str] | None:
+        templates = getattr(self.pool, "templates", None)
+        if isinstance(templates, dict):
+            return set(templates)
+        return None
+
+    def default_template(self) -> str:
+        return getattr(self.pool, "default_template", "default")
+
+    def _admit(self, template: str) -> None:
+        """Whether a sandbox of `template` may be had now: not while draining, not of an unknown
+        template."""
+        if self.draining:
+            raise E.Cancelled("the server is shutting down")
+        known = self.templates()
+        if known is not None and template not in known:
+            raise E.NotFound(f"unknown template {template!r}; known: {', '.join(sorted(known))}")
+
+    async def _take(
+        self,
+        owner: str,
+        template: str,
+        *,
+        env: dict[str, str] | None = None,
+        files: dict[str, Any] | None = None,
+        labels: dict[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> Any:
+        """A sandbox of `template` from the pool, holding one unit of `owner`'s sandbox quota
+        (released here if the claim fails; the caller's to release after)."""
+        self.quotas.acquire_sandbox(owner)
+        try:
+            # The pool writes the files and merges the env before handing the sandbox out; a
+            # cancelled claim leaves nothing claimed behind.
+            return await self.pool.claim(
+                template=template,
+                env=env or None,
+                files=files or None,
+                labels=labels or None,
+                timeout=timeout or self.default_claim_timeout_s,
+            )
+        except BaseException as e:
+            self.quotas.release_sandbox(owner)
+            if isinstance(e, TimeoutError) and not isinstance(e, E.SandboxError):
+                raise E.PoolExhausted(f"no {template!r} sandbox became free in time") from e
+            raise
+
+    @contextlib.asynccontextmanager
+    async def one_shot(
+        self, owner: str, template: str | None = None, *, files: dict[str, Any] | None = None, method: str
+    ) -> AsyncIterator[Any]:
+        """A sandbox for one request of `owner`, holding one exec slot while it runs: admitted,
+        charged and claimed as every sandbox is, never registered (nobody names it afterwards),
+        destroyed at the end."""
+        template = template or self.default_template()
+        self._admit(template)
+        with self.exec_slot(owner, method):
+            sb = await self._take(owner, template, files=files)
+            try:
+                yield sb
+            finally:
+                try:
+                    await asyncio.shield(sb.close())
+                finally:
+                    self.quotas.release_sandbox(owner)
+
+    async def claim(
+        self,
+        owner: str,
+        template: str,
+        *,
+        labels: dict[str, str] | None = None,
+        env: dict[str, str] | None = None,
+        files: list[tuple[str, bytes, int]] | None = None,
+        ttl_s: float | None = None,
+        timeout: float | None = None,
+        idempotency_key: str | None = None,
+        attrs: dict[str, Any] | None = None,
+    ) -> Record:
+        """Claim a sandbox of `template` for `owner` and register it: the one way every API
+        creates a sandbox that outlives its call (quota, idempotency across retries, TTL).
+        Arguments are validated by the caller's surface; `attrs` is what that surface keeps with
+        the record."""
+        self._admit(template)
+        key = idempotency_key
+        if key is not None:
+            if len(key) > 256:
+                raise E.InvalidRequest("idempotency_key is longer than 256 characters")
+            existing = self.registry.pending(owner, key)
+            if existing is not None:
+                return _same_template(await asyncio.shield(existing), template)
+            if self.shared is not None and (rec := self.shared.by_key(owner, key)) is not None:
+                return _same_template(rec, template)
+
+        coro = self._claim(owner, template, labels or {}, env or {}, files or [], ttl_s, timeout, key, attrs)
+        if key is None:
+            # Without a key nobody can pick the sandbox up later: a cancelled call cancels the claim.
+            return await coro
+        # With a key the claim outlives this call, so a retry after a lost answer gets the same sandbox.
+        task = asyncio.ensure_future(coro)
+        self.registry.track(owner, key, task)
+        return await asyncio.shield(task)
+
+    async def _claim(self, owner, template, labels, env, files, ttl_s, timeout, key, attrs=None) -> Record:
+        """Claim from the pool and register; owns one unit of `owner`'s sandbox quota."""
+        started = time.perf_counter()
+        sb = await self._take(owner, template, env=env, files=file_map(files), labels=labels, timeout=timeout)
+        rec = Record(
+            id=sb.id,
+            sandbox=sb,
+            template=template,
+            labels=dict(labels),
+            owner=owner,
+            idempotency_key=key,
+            attrs=dict(attrs or {}),
+        )
+        if self.shared is not None:
+            try:
+                won = await self._share(rec, env, ttl_s, timeout)
+            except BaseException:
+                self.quotas.release_sandbox(owner)
+                await self._release_quietly(sb)
+                raise
+            if won is not rec:  # another replica made this key's sandbox first
+                self.quotas.release_sandbox(owner)
+                await self._release_quietly(sb)
+                return _same_template(won, template)
+        self.registry.add(rec, ttl_s)
+        self.metrics.claims.labels(template).inc()
+        self.metrics.create_latency.labels(template).observe(time.perf_counter() - started)
+        self.metrics.live_sandboxes.set(len(self.registry))
+        log.info(
+            "sandbox created",
+            extra={"sandbox_id": rec.id, "template": template, "owner": owner, "ttl_s": ttl_s},
+        )
+        return rec
+
+    async def _share(self, rec: Record, env: dict, ttl_s: float | None, timeout: float | None) -> Record:
+        """Publish a claim to the cluster; with an idempotency key, first bind the key, unless
+        another replica bound it first: then its record."""
+        assert self.shared is not None
+        if rec.idempotency_key is not None:
+            winner = await self.shared.records.reserve_key(rec.owner, rec.idempotency_key, rec.id)
+            if winner != rec.id:
+                return await self.shared.wait_for(winner, timeout or 30.0)
+        if ttl_s:
+            rec.expires_at = time.time() + ttl_s
+        await self.shared.publish(rec, env)
+        return rec
+
+    # -- records -----------------------------------------------------------------------------
+
+    async def record(self, sandbox_id: str, owner: str) -> Record:
+        """The caller's record of `sandbox_id`; `NotFound` for an unknown or another owner's one."""
+        sid = self.validate.sandbox_id(sandbox_id)
+        rec = await self.registry.find(sid, owner)
+        if rec is None:
+            raise E.NotFound(f"no sandbox {sid!r}")
+        return rec
+
+    def share_attr(self, name: str, codec: Codec) -> None:
+        """Let `Record.attrs[name]` reach the other replicas of a cluster (through `save`)."""
+        self.attr_codecs[name] = codec
+
+    async def save(self, rec: Record) -> None:
+        """Write `rec` (with its surfaces' state) to the cluster before answering, when shared."""
+        if self.shared is not None:
+            await self.shared.save(rec)
+
+    async def _gone(self, rec: Record) -> None:
+        """A sandbox deleted or lost elsewhere in the cluster leaves this registry."""
+        await self.delete_record(rec, "gone")
+
+    async def _release_quietly(self, sb: Any) -> None:
+        try:
+            await asyncio.shield(self.pool.release(sb))
+        except Exception:
+            log.exception("releasing sandbox %s failed", getattr(sb, "id", "?"))
+
+    async def delete_record(self, rec: Record, reason: str) -> bool:
+        """Unregister and destroy `rec`; concurrent deletes of one sandbox share the work.
+        `reason` is counted and told to the `on_delete` listeners. Whether this call removed it."""
+        if self.registry.pop(rec.id) is None:
+            task = self._deleting.get(rec.id)
+            if task is not None:
+                await asyncio.shield(task)
+            return False
+        if self.shared is not None:
+            self.shared.deleted(rec.id)
+        if rec.local:
+            self.quotas.release_sandbox(rec.owner)
+        for listener in self.on_delete:
+            try:
+                listener(rec, reason)
+            except Exception:
+                log.exception("a delete listener failed for %s", rec.id)
+        self.metrics.deletes.labels(reason).inc()
+        self.metrics.live_sandboxes.set(len(self.registry))
+        task = asyncio.ensure_future(self._release_quietly(rec.sandbox))
+        self._deleting[rec.id] = task
+        task.add_done_callback(lambda _t: self._deleting.pop(rec.id, None))
+        log.info("sandbox deleted", extra={"sandbox_id": rec.id, "owner": rec.owner, "reason": reason})
+        # The sandbox is destroyed even if this call is cancelled.
+        await asyncio.shield(task)
+        return True
+
+    async def _expire(self, rec: Record) -> None:
+        await self.delete_record(rec, "ttl")
+
+    # -- execution ---------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def exec_slot(self, owner: str, method: str) -> Iterator[None]:
+        """One execution of `owner` in flight (`QuotaExceeded` past the key's limit), counted and
+        timed as `method`: every surface's every execution takes one."""
+        with self.quotas.exec_slot(owner):
+            self.metrics.inflight_execs.inc()
+            started = time.perf_counter()
+            try:
+                yield
+            finally:
+                self.metrics.inflight_execs.dec()
+                self.metrics.exec_latency.labels(method).observe(time.perf_counter() - started)
+
+
+def _same_template(rec: Record, template: str) -> Record:
+    if rec.template != template:
+        raise E.InvalidRequest(f"idempotency_key was used for a sandbox of template {rec.template!r}")
+    return rec
+
+
+def file_map(files: list[tuple[str, bytes, int]]) -> dict[str, tuple[bytes, int]]:
+    """(path, data, mode) triples -> the `{path: (data, mode)}` map of `Sandbox.write_files`;
+    mode 0 on the wire means 0644."""
+    return {path: (data, mode or 0o644) for path, data, mode in files}
