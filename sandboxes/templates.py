@@ -45,9 +45,9 @@ class Template:
     Sandbox-wide resources (`memory_bytes`, `max_pids`, `cpu_quota` in CPUs, and the disk:
     `work_size_bytes` for the work dir, `tmp_size_bytes` for /tmp and as much again for each of
     the judge's scratch and, unless root, /mnt) bound the whole sandbox and are enforced by the
-    kernel (cgroup, tmpfs size and inode count); every template is bounded
-    unless it says otherwise (0: no bound of that kind). The disk is memory-backed (tmpfs), so
-    what a program writes also counts against `memory_bytes`. `limits` are the defaults of each
+    kernel (cgroup, tmpfs size and inode count); every template is bounded unless it says
+    otherwise (0: no bound of that kind). The disk is memory-backed (tmpfs), so what a program
+    writes also counts against `memory_bytes`. `limits` are the defaults of each
     exec inside it (merged under per-call limits).
     `env` is the base environment of every program; `warm` is how many ready sandboxes the pool
     keeps ahead of demand (None: the pool's `warm`). `lease_ttl_s` is how long an agent outlives

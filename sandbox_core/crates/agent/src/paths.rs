@@ -1,10 +1,11 @@
 //! Paths of the file calls, resolved so they can never leave the sandbox's writable roots.
 //!
 //! A path is relative to the work dir, or absolute under one of the allowed roots (the work dir,
-//! and /tmp and /mnt when the agent built its own root: the sandbox's writable places). Resolution goes through `openat2` with
-//! `RESOLVE_BENEATH`, so neither `..` nor a symlink planted by user code can escape, and with
-//! `RESOLVE_NO_XDEV`, so no path crosses into another mount (a root sandbox's `/` is a root, and
-//! `/proc`, `/sys`, `/dev` and read-only binds are mounts beneath it).
+//! and /tmp and /mnt when the agent built its own root: the sandbox's writable places).
+//! Resolution goes through `openat2` with `RESOLVE_BENEATH`, so neither `..` nor a symlink
+//! planted by user code can escape, and with `RESOLVE_NO_XDEV`, so no path crosses into another
+//! mount (a root sandbox's `/` is a root, and `/proc`, `/sys`, `/dev` and read-only binds are
+//! mounts beneath it).
 
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};

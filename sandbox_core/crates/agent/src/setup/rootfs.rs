@@ -645,7 +645,7 @@ pub fn build(spec: &RootSpec) -> Result<(), SetupError> {
     };
     tmpfs(&root.join("tmp"), spec.tmp_size, "1777", &tmp_owner)?;
     if spec.writable_size.is_none() {
-        // Programs of other sandboxes' APIs (SandboxFusion's) write under /mnt.
+        // Programs written for SandboxFusion write under /mnt.
         tmpfs(&root.join("mnt"), spec.tmp_size, "1777", &tmp_owner)?;
     }
     let judge = JUDGE_SCRATCH.trim_start_matches('/');
