@@ -22,7 +22,7 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-from helpers import BASE_IMAGE
+from helpers import BASE_IMAGE, wait_until
 
 import sandboxes
 from sandboxes import Pool, TestCase
@@ -378,6 +378,66 @@ async def test_crashed_pool_leaves_containers_the_next_start_removes(
     assert not any(d.exists() for d in run_dirs)
     assert not run_dirs[0].parent.exists()
     assert held_slots() == []  # their id ranges are free again
+
+
+SHORT_LEASE_POOL = """
+import asyncio, sys
+import sandboxes
+
+async def main():
+    pool = sandboxes.Pool(backend="docker", warm=0, lease_ttl_s=2)
+    await pool.start()
+    held = [await pool.claim(), await pool.claim()]
+    print(pool.id, held[0].handle.backend_data.run_dir.parent, *(sb.id for sb in held), flush=True)
+    await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
+
+asyncio.run(main())
+"""
+
+
+def processes_naming(text: str) -> list[int]:
+    """Pids of the processes whose command line names `text` (a pool's watchdog names its dir)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if text.encode() in (entry / "cmdline").read_bytes():
+                    pids.append(int(entry.name))
+    return pids
+
+
+async def test_a_crashed_pool_leaves_nothing_once_its_leases_lapse(docker_api: Any, images: str) -> None:
+    """No later pool needed: the dead pool's containers end when their agents' leases lapse
+    (each removes itself), and its watchdog removes their run dirs, id ranges and the pool dir,
+    then exits."""
+    proc = await asyncio.create_subprocess_exec(
+        sys.executable, "-c", SHORT_LEASE_POOL,
+        stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=dict(os.environ),
+    )  # fmt: skip
+    try:
+        line = await asyncio.wait_for(proc.stdout.readline(), 120)
+        assert line, "the crashing pool did not start"
+        pool_id, pool_dir_s, *sandbox_ids = line.decode().split()
+    finally:
+        proc.kill()  # SIGKILL: no close(), no destroy; nobody renews the leases (2 s) any more
+        await proc.wait()
+    pool_dir = Path(pool_dir_s)
+    assert len(sandbox_ids) == 2 and all((pool_dir / sid).is_dir() for sid in sandbox_ids)
+
+    def held_slots() -> list[Path]:
+        return [p for p in ids.id_dir().glob("[0-9]*") if p.read_text().split()[2] in sandbox_ids]
+
+    def gone() -> bool:
+        return (
+            containers(docker_api, **{docker_backend.LABEL_POOL: pool_id}) == []
+            and not pool_dir.exists()
+            and held_slots() == []
+            and processes_naming(str(pool_dir)) == []
+        )
+
+    await wait_until(
+        gone, timeout=60, interval=0.2, what="the dead pool's containers, run dirs, ids and watchdog"
+    )
 
 
 async def test_live_pools_are_left_alone(docker_pool: MakePool) -> None:

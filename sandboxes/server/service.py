@@ -128,7 +128,7 @@ class SandboxService:
         """Share the registry with the other replicas of the pool's cluster, when its backend
         keeps records there (`shared.py`); whether it does."""
         for backend in getattr(self.pool, "backends", ()):
-            records = getattr(backend, "records", None)
+            records = backend.records
             if records is not None:
                 self.shared = SharedRecords(self.registry, self.pool, records, self._gone, self.attr_codecs)
                 self.registry.shared = self.shared
