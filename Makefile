@@ -15,7 +15,7 @@ PYTEST_ARGS ?=
 CLIENT_VENVS ?= .venv-clients
 CLIENTS := $(patsubst tests/clients/%.txt,$(CLIENT_VENVS)/%/.ok,$(wildcard tests/clients/*.txt))
 
-.PHONY: help install clients build build-agent build-dev build-rl serve test test-rust test-python helm-test lint bench bench-table proto clean images toolchains
+.PHONY: help install clients build build-agent build-dev build-rl build-testing serve test test-rust test-python helm-test lint bench bench-table proto clean images toolchains
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | sort
@@ -45,7 +45,10 @@ build-dev: $(VENV)/.deps ## build the native extension into the project venv (ed
 build-rl: build-dev ## install the RL adapters (rl/, distribution sandboxes-rl) editable into the project venv
 	$(PY) -m pip install -q --no-deps -e rl
 
-build: build-agent build-dev build-rl ## build everything (agent, extension, package, rl adapters) into the project venv
+build-testing: build-dev ## install the test and benchmark helpers (testing/, distribution sandboxes-testing: the kube emulator) editable into the project venv
+	$(PY) -m pip install -q --no-deps -e testing
+
+build: build-agent build-dev build-rl build-testing ## build everything (agent, extension, package, rl adapters, test helpers) into the project venv
 
 install: build-agent ## install the package, its extension and the agent into the active Python environment
 	python3 -m pip install -q "maturin>=1.7,<2"
@@ -69,11 +72,11 @@ test-python: build clients toolchains ## pytest against the real agent binary
 
 test: build test-rust test-python ## build everything and run every test
 
-lint: build-dev ## clippy (code and tests), rustfmt, ruff (lint and format), mypy over the package, and the native module's stub against the built module (stubtest)
+lint: build-dev ## clippy (code and tests), rustfmt, ruff (lint and format), mypy over the packages, and the native module's stub against the built module (stubtest)
 	cd $(CARGO_DIR) && $(CARGO) clippy --workspace --tests -- -D warnings && $(CARGO) fmt --check
-	$(VENV)/bin/ruff check sandboxes tests bench rl
-	$(VENV)/bin/ruff format --check sandboxes tests bench rl
-	$(VENV)/bin/mypy sandboxes
+	$(VENV)/bin/ruff check sandboxes tests bench rl testing
+	$(VENV)/bin/ruff format --check sandboxes tests bench rl testing
+	$(VENV)/bin/mypy sandboxes testing/sandboxes_testing
 	$(PY) -m mypy.stubtest sandboxes._native
 
 bench: build toolchains ## run every benchmark against its baselines in one run; regenerates the benchmark tables

@@ -1,6 +1,6 @@
 """k8s: the kubernetes backend at scale against an EMULATED control plane (a simulation).
 
-No real cluster: the API server is `sandboxes.testing.kube_emulator` (kmock) with an injected
+No real cluster: the API server is `sandboxes_testing.kube_emulator` (kmock) with an injected
 per-request latency (uniform 5-20 ms: a loaded but healthy API server), run in a process of its own
 together with the fake kubelet, so the emulator's CPU is not charged to the manager's event loop.
 For scale the fake kubelet points all pods at a few real agents (`SHARED_AGENTS`, one shared
@@ -45,7 +45,7 @@ def _start_emulator() -> tuple[subprocess.Popen[str], str]:
         [
             sys.executable,
             "-m",
-            "sandboxes.testing.kube_emulator",
+            "sandboxes_testing.kube_emulator",
             "--latency-ms",
             *map(str, LATENCY_MS),
             "--shared-agents",

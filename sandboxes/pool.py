@@ -202,14 +202,9 @@ class Pool:
                     if t.backend not in self._backends:
                         self._backends[t.backend] = get_backend(t.backend, pool_id=self.id)
                 for b in self._backends.values():
-                    # Optional backend hooks: a concurrency hint (pod starts are slow, so the
-                    # kubernetes backend wants many in flight) and push notice of lost sandboxes.
-                    hint = getattr(b, "create_concurrency", None)
-                    if not self._create_concurrency_given and isinstance(hint, int) and hint > 0:
-                        self.create_concurrency = max(self.create_concurrency, hint)
-                    listen = getattr(b, "set_lost_listener", None)
-                    if callable(listen):
-                        listen(self._backend_lost)
+                    if not self._create_concurrency_given and b.create_concurrency > 0:
+                        self.create_concurrency = max(self.create_concurrency, b.create_concurrency)
+                    b.set_lost_listener(self._backend_lost)
                     reaped = await b.reap_orphans()
                     if reaped:
                         log.info("backend %s reaped %d orphaned sandboxes", b.name, reaped)
@@ -355,7 +350,7 @@ class Pool:
         """The next sandbox of `tp`, in claim order; registered as claimed."""
         while tp.warm and not tp.live_waiters():
             sb = tp.warm.popleft()
-            if not _handle_alive(sb.handle):
+            if not tp.backend.alive(sb.handle):
                 tp.lost_total += 1
                 self._destroy_soon(tp, sb)
                 continue
@@ -444,9 +439,7 @@ class Pool:
         if tp is None or (tp.claimed.pop(sb.id, None) or tp.attached.pop(sb.id, None)) is None:
             return
         sb._mark_closed()
-        forget = getattr(tp.backend, "forget", None)
-        if callable(forget):
-            forget(sb.handle)
+        tp.backend.forget(sb.handle)
 
     @contextlib.asynccontextmanager
     async def sandbox(
@@ -724,14 +717,3 @@ class Pool:
             tp.wake.set()
         elif sb.id in tp.claimed:
             log.warning("claimed sandbox %s lost (%s)", sb.id, e)
-
-
-def _handle_alive(handle: SandboxHandle) -> bool:
-    """Cheap local liveness check when the backend's object offers one (local: `alive()`)."""
-    alive = getattr(handle.backend_data, "alive", None)
-    if not callable(alive):
-        return True
-    try:
-        return bool(alive())
-    except Exception:  # noqa: BLE001 - unknown: let the agent call tell
-        return True

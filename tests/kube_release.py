@@ -1,6 +1,6 @@
 """Replicas of the served release as a cluster runs them, against an EMULATED cluster (no real
 cluster exists here): the emulated API server and kubelet stand-in run in the test's process
-(`sandboxes.testing.kube_emulator`); each replica is a `sandboxes serve --backend kubernetes`
+(`sandboxes_testing.kube_emulator`); each replica is a `sandboxes serve --backend kubernetes`
 process of its own, started either from this checkout or as a container of the built manager
 image with the command, args and env of the chart's Deployment (`launcher`)."""
 
@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from sandboxes_testing.kube_emulator import EMULATED_IMAGE, emulated_cluster, match_selector
+
 from sandboxes.client import AsyncSandboxClient
-from sandboxes.testing.kube_emulator import EMULATED_IMAGE, emulated_cluster, match_selector
 
 KEY = "replica-test-key-0123456789abcdef"
 CLAIMED = "sandboxes.io/claimed"

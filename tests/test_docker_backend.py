@@ -10,6 +10,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import io
+import json
 import os
 import signal
 import subprocess
@@ -22,7 +23,7 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-from helpers import BASE_IMAGE
+from helpers import BASE_IMAGE, wait_until
 
 import sandboxes
 from sandboxes import Pool, TestCase
@@ -332,34 +333,43 @@ async def test_lapsed_lease_removes_the_container(docker_api: Any, backend: Dock
 
 
 CRASHING_POOL = """
-import asyncio, sys
+import asyncio, json, sys
 import sandboxes
 
 async def main():
-    pool = sandboxes.Pool(backend="docker", warm=0, lease_ttl_s=600)
+    pool = sandboxes.Pool(backend="docker", warm=0, lease_ttl_s=float(sys.argv[1]))
     await pool.start()
     held = [await pool.claim(), await pool.claim()]
-    print(pool.id, *(sb.handle.backend_data.container_id for sb in held), flush=True)
+    ds = [sb.handle.backend_data for sb in held]
+    print(json.dumps({"pool": pool.id, "dir": str(ds[0].run_dir.parent),
+                      "sandboxes": [sb.id for sb in held], "containers": [d.container_id for d in ds]}), flush=True)
     await asyncio.get_running_loop().run_in_executor(None, sys.stdin.read)
 
 asyncio.run(main())
 """
 
 
-async def test_crashed_pool_leaves_containers_the_next_start_removes(
-    docker_api: Any, docker_pool: MakePool
-) -> None:
+async def crash_a_pool(lease_ttl_s: float) -> dict[str, Any]:
+    """What a docker pool in a process of its own holds (two claimed sandboxes), once that process
+    was killed with SIGKILL: no close(), no destroy, nobody renews the leases any more."""
     proc = await asyncio.create_subprocess_exec(
-        sys.executable, "-c", CRASHING_POOL,
+        sys.executable, "-c", CRASHING_POOL, str(lease_ttl_s),
         stdin=subprocess.PIPE, stdout=subprocess.PIPE, env=dict(os.environ),
     )  # fmt: skip
     try:
         line = await asyncio.wait_for(proc.stdout.readline(), 120)
         assert line, "the crashing pool did not start"
-        pool_id, *held = line.decode().split()
+        return dict(json.loads(line))
     finally:
-        proc.kill()  # SIGKILL: no close(), no destroy, the lease (600 s) keeps them alive
+        proc.kill()
         await proc.wait()
+
+
+async def test_crashed_pool_leaves_containers_the_next_start_removes(
+    docker_api: Any, docker_pool: MakePool
+) -> None:
+    crashed = await crash_a_pool(600)  # the lease (600 s) keeps them alive
+    pool_id, held = crashed["pool"], crashed["containers"]
     left = containers(docker_api, **{docker_backend.LABEL_POOL: pool_id})
     assert {c["Id"] for c in left} >= set(held) and len(left) >= 2
     assert all(c["State"] == "running" for c in left)
@@ -378,6 +388,41 @@ async def test_crashed_pool_leaves_containers_the_next_start_removes(
     assert not any(d.exists() for d in run_dirs)
     assert not run_dirs[0].parent.exists()
     assert held_slots() == []  # their id ranges are free again
+
+
+def processes_naming(text: str) -> list[int]:
+    """Pids of the processes whose command line names `text` (a pool's watchdog names its dir)."""
+    pids = []
+    for entry in Path("/proc").iterdir():
+        if entry.name.isdigit():
+            with contextlib.suppress(OSError):
+                if text.encode() in (entry / "cmdline").read_bytes():
+                    pids.append(int(entry.name))
+    return pids
+
+
+async def test_a_crashed_pool_leaves_nothing_once_its_leases_lapse(docker_api: Any, images: str) -> None:
+    """No later pool needed: the dead pool's containers end when their agents' leases lapse
+    (each removes itself), and its watchdog removes their run dirs, id ranges and the pool dir,
+    then exits."""
+    crashed = await crash_a_pool(2)
+    pool_id, pool_dir, sandbox_ids = crashed["pool"], Path(crashed["dir"]), crashed["sandboxes"]
+    assert len(sandbox_ids) == 2 and all((pool_dir / sid).is_dir() for sid in sandbox_ids)
+
+    def held_slots() -> list[Path]:
+        return [p for p in ids.id_dir().glob("[0-9]*") if p.read_text().split()[2] in sandbox_ids]
+
+    def gone() -> bool:
+        return (
+            containers(docker_api, **{docker_backend.LABEL_POOL: pool_id}) == []
+            and not pool_dir.exists()
+            and held_slots() == []
+            and processes_naming(str(pool_dir)) == []
+        )
+
+    await wait_until(
+        gone, timeout=60, interval=0.2, what="the dead pool's containers, run dirs, ids and watchdog"
+    )
 
 
 async def test_live_pools_are_left_alone(docker_pool: MakePool) -> None:

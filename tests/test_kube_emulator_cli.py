@@ -1,5 +1,5 @@
 """The emulated cluster as a person runs it (issue: a runnable emulated cluster): the EMULATED
-API server and kubelet stand-in of `python -m sandboxes.testing.kube_emulator --write-config`
+API server and kubelet stand-in of `python -m sandboxes_testing.kube_emulator --write-config`
 (no real cluster exists here), then `sandboxes serve --backend kubernetes --kube-config` on
 the settings it wrote, then a client that creates a sandbox, runs a program in it and closes it,
 all over real sockets. With KUBECONFIG set, `test_kubernetes_e2e.py` does the same on a real
@@ -58,7 +58,7 @@ def started(line: str) -> str | None:
 
 async def test_serve_on_the_emulated_cluster(native: Any, images: str, tmp_path: Path) -> None:
     config = tmp_path / "kube.json"
-    emulator = ["-m", "sandboxes.testing.kube_emulator", "--write-config", str(config)]
+    emulator = ["-m", "sandboxes_testing.kube_emulator", "--write-config", str(config)]
     async with process(*emulator, until=lambda line: line if line.startswith("ready ") else None):
         assert json.loads(config.read_text())["api_url"].startswith("http://")
         env = {**os.environ, "SANDBOXES_API_KEYS": f"me:{KEY}"}

@@ -1,6 +1,6 @@
 """The kubernetes backend against an EMULATED control plane: no real cluster is involved.
 
-The API server is an emulator (PyPI `kmock`, extended in `sandboxes.testing.kube_emulator`), and a
+The API server is an emulator (PyPI `kmock`, extended in `sandboxes_testing.kube_emulator`), and a
 fake kubelet - also an emulator - runs each created pod's *real* agent binary on this machine with
 the pod's own arguments, patches the pod's status (Running, Ready, podIP 127.0.0.1, the agent port
 in an annotation, since every emulated pod shares 127.0.0.1) and kills the agent when the pod is
@@ -26,6 +26,16 @@ from sandboxes.errors import InvalidRequest, LaunchError, SandboxLost
 kmock = pytest.importorskip("kmock", reason="the kubernetes tests need the emulator (pip install kmock)")
 pytest.importorskip("kubernetes_asyncio", reason="the kubernetes backend needs kubernetes_asyncio")
 
+from sandboxes_testing.kube_emulator import (
+    IMAGE_CRASH,
+    IMAGE_PULL_ERROR,
+    IMAGE_UNSCHEDULABLE,
+    EmulatedApiServer,
+    FakeKubelet,
+    emulated_cluster,
+    match_selector,
+)
+
 from sandboxes.backends.kubernetes import (
     AGENT_CAPABILITIES,
     EGRESS_CAPABILITIES,
@@ -36,15 +46,6 @@ from sandboxes.backends.kubernetes import (
     pod_readiness,
 )
 from sandboxes.backends.kubernetes.egress import policy_manifest as egress_policy_manifest
-from sandboxes.testing.kube_emulator import (
-    IMAGE_CRASH,
-    IMAGE_PULL_ERROR,
-    IMAGE_UNSCHEDULABLE,
-    EmulatedApiServer,
-    FakeKubelet,
-    emulated_cluster,
-    match_selector,
-)
 
 IMAGE = "sandboxes/sandbox:test"
 KT = Template(backend="kubernetes")  # default template, image from the backend config
@@ -513,11 +514,8 @@ async def test_manager_restart_reaps_orphans_and_leases_end_pods(cluster: Cluste
 
 async def _crash(be: KubernetesBackend) -> None:
     """Simulate a manager crash: stop its watch and connections without deleting anything."""
-    be._live.clear()
-    be._closing = True
-    if be._watch_task is not None:
-        be._watch_task.cancel()
-        await asyncio.gather(be._watch_task, return_exceptions=True)
+    be.pods.live.clear()
+    await be.pods.stop()
     await be.api.close()
 
 
@@ -544,7 +542,7 @@ async def test_two_managers_each_own_their_pods(cluster: Cluster) -> None:
     pods_b = {p["metadata"]["name"] for p in cluster.pods(**{LABEL_OWNER: be_b.owner})}
     assert len(pods_a) == 2 and len(pods_b) == 2 and not pods_a & pods_b
     # Each watch sees only its own pods.
-    assert set(be_a._pods) == pods_a and set(be_b._pods) == pods_b
+    assert set(be_a.pods.mine) == pods_a and set(be_b.pods.mine) == pods_b
     # A reaping while B lives touches nothing of B's.
     assert await be_a.reap_orphans() == 0
     assert {p["metadata"]["name"] for p in cluster.pods(**{LABEL_OWNER: be_b.owner})} == pods_b

@@ -32,3 +32,16 @@ def test_the_charts_default_image_serves(docker_api: Any, manager_image: str) ->
         entrypoint="python3",
     )
     assert (r.returncode, r.stdout) == (0, "65532 True\n"), r.stderr
+
+
+def test_the_manager_image_carries_no_test_helper(manager_image: str) -> None:
+    """The kube emulator and its kmock are the tests' (`testing/`), never the service's."""
+    r = run(
+        manager_image,
+        "-c",
+        "import importlib.util as u, pathlib, sandboxes; "
+        "print(u.find_spec('sandboxes_testing'), u.find_spec('kmock'), "
+        "pathlib.Path(sandboxes.__file__).with_name('testing').exists())",
+        entrypoint="python3",
+    )
+    assert (r.returncode, r.stdout) == (0, "None None False\n"), r.stderr

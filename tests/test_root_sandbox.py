@@ -3,9 +3,9 @@ inside a user namespace of the sandbox's own, a writable root file system thrown
 sandbox, and no capability over the host. Checked from inside (as root) and from the host's side.
 Docker runs the default image, whose unpacked copy in the host's cache must never change.
 
-Kubernetes runs on the EMULATED cluster (`sandboxes.testing.kube_emulator`: no real API server
+Kubernetes runs on the EMULATED cluster (`sandboxes_testing.kube_emulator`: no real API server
 or kubelet can run here) in its user-namespace mode: each pod is the default image, run as a
-container runtime runs a `hostUsers: false` pod (`sandboxes.testing.userns_pod`: the image
+container runtime runs a `hostUsers: false` pod (`sandboxes_testing.userns_pod`: the image
 idmapped into a user namespace of a host id range of the pod's own, the pod's namespaces owned
 by it, a masked /proc unless the pod asks for `procMount: Unmasked`), so the agent builds the
 sandbox with exactly a pod's powers. `tests/test_kubernetes_e2e.py` runs on a real cluster when
@@ -44,9 +44,10 @@ async def root_pool(request, make_pool):
         pool.test_backend = backend
         yield pool
         return
+    from sandboxes_testing.kube_emulator import emulated_cluster
+
     from sandboxes.backends.docker import DEFAULT_IMAGE
     from sandboxes.backends.kubernetes import KubeConfig, KubernetesBackend
-    from sandboxes.testing.kube_emulator import emulated_cluster
 
     async with emulated_cluster(user_namespaces=True) as (_api, _kubelet, url):
         cfg = KubeConfig(api_url=url, identity="root-test", port_from_annotation=True, image=DEFAULT_IMAGE)

@@ -81,7 +81,7 @@ async def test_a_sandbox_deleted_here_is_not_served_again_from_a_stale_cluster_c
     """A replica that deleted a sandbox does not make a record of it again while its watch still
     shows the pod claimed (the watch sees the pod go a round trip later): a get right after a
     delete finds nothing. Once the watch reports the claim gone, the id is forgotten."""
-    from sandboxes.backends.kubernetes.shared import Claim
+    from sandboxes.backends.kubernetes.claims import Claim
     from sandboxes.server.replicated import SharedRecords
 
     claim = Claim(sandbox_id="sb-1", pod="sb-1", template="default", owner="o")

@@ -13,7 +13,8 @@ __all__ = ["Backend", "SandboxHandle", "get_backend"]
 
 
 def get_backend(name: str, **kwargs: Any) -> Backend:
-    """A new backend by name: module `sandboxes.backends.<name>` must define `create_backend(**kw)`.
+    """A new backend by name: module `sandboxes.backends.<name>` must define `create_backend(**kw)`,
+    which returns a `Backend` (a subclass of `base.Backend`).
 
     The pool passes `pool_id=`; "local" is built in, "docker" / "kubernetes" plug in the same way.
     """

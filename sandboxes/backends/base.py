@@ -1,14 +1,27 @@
-"""The one small interface the pool drives, whatever runs the sandboxes (process, container, pod)."""
+"""The one small interface the pool drives, whatever runs the sandboxes (process, container, pod).
+
+Four methods every backend has (`create`, `destroy`, `reap_orphans`, `close`) and the optional
+capabilities, each declared here with the default a backend without it gets: the pool and the
+server call them on any backend, never probing for them.
+"""
 
 from __future__ import annotations
 
+import abc
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
-from typing import Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from ..templates import Template
 
-__all__ = ["Backend", "SandboxHandle"]
+if TYPE_CHECKING:
+    from .kubernetes.claims import ClusterRecords
+
+__all__ = ["Backend", "LostListener", "SandboxHandle"]
+
+LostListener = Callable[[str, str], None]
+"""`fn(sandbox_id, reason)`, called on the event loop when a backend sees a live sandbox go."""
 
 
 @dataclass
@@ -26,27 +39,47 @@ class SandboxHandle:
     created_at: float = field(default_factory=time.time)
 
 
-@runtime_checkable
-class Backend(Protocol):
+class Backend(abc.ABC):
     """Creates and destroys sandboxes. The pool never knows which backend it drives."""
 
-    name: str
+    name: ClassVar[str]
 
+    create_concurrency: int = 0
+    """How many creates the pool should run at once at least (pod starts are slow, so the
+    kubernetes backend wants many in flight); 0: the pool's own default."""
+
+    records: ClusterRecords | None = None
+    """The claimed sandboxes' records this backend keeps where every replica of a cluster reads
+    them (kubernetes with `KubeConfig.shared`); None: claims are this process's alone."""
+
+    @abc.abstractmethod
     async def create(self, template: Template, sandbox_id: str) -> SandboxHandle:
         """Start a sandbox; returns only once its agent answered (ready means ready).
 
         Raises `LaunchError` (a step failed) or `BackendUnavailable`.
         """
-        ...
 
+    @abc.abstractmethod
     async def destroy(self, handle: SandboxHandle) -> None:
         """Kill the sandbox and free everything it held. Idempotent."""
-        ...
 
+    @abc.abstractmethod
     async def reap_orphans(self) -> int:
         """Remove leftovers of dead pools owned by this backend; returns how many sandboxes."""
-        ...
 
+    @abc.abstractmethod
     async def close(self) -> None:
         """Release the backend's own resources (sandboxes are destroyed by the pool first)."""
-        ...
+
+    def set_lost_listener(self, fn: LostListener | None) -> None:
+        """Push notice of lost sandboxes to `fn`. Default: none (the pool finds a lost sandbox
+        when a call to its agent fails, or by `alive`)."""
+
+    def forget(self, handle: SandboxHandle) -> None:
+        """Stop watching over a sandbox another replica keeps from now on (no request).
+        Default: nothing to stop."""
+
+    def alive(self, handle: SandboxHandle) -> bool:
+        """A cheap local liveness check, no request (a process, a pod the watch saw go); True
+        when the backend cannot tell (the next call to the agent does)."""
+        return True

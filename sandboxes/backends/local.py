@@ -21,7 +21,6 @@ import os
 import shutil
 import signal
 import subprocess
-import sys
 import time
 import uuid
 from pathlib import Path
@@ -30,18 +29,26 @@ from typing import Any
 from .. import _bridge
 from ..errors import LaunchError
 from ..templates import Template
-from . import ids, images
-from .base import SandboxHandle
-from .rundirs import RUN_DIR_ENV, alive, default_run_root, make_private_dir, read_json, starttime, write_json
+from . import ids, images, watchdog
+from .base import Backend, SandboxHandle
+from .rundirs import (
+    OWNER_FILE,
+    RUN_DIR_ENV,
+    alive,
+    dead_pool_dirs,
+    default_run_root,
+    make_pool_dir,
+    read_json,
+    starttime,
+    write_json,
+)
 
-__all__ = ["LocalBackend", "create_backend", "default_run_root"]
+__all__ = ["LocalBackend", "create_backend", "default_run_root", "reap_dead_pool"]
 
 log = logging.getLogger(__name__)
 
-_OWNER = "owner.json"
 _SOCKET_NAME = "agent.sock"
 _MAX_SOCKET_PATH = 107  # sun_path is 108 bytes with the NUL
-_UNOWNED_GRACE_S = 60.0  # a pool dir without owner.json younger than this is being created
 _CGROUP_ROOT = Path("/sys/fs/cgroup")
 
 
@@ -50,7 +57,7 @@ def create_backend(**kwargs: Any) -> LocalBackend:
     return LocalBackend(**kwargs)
 
 
-class LocalBackend:
+class LocalBackend(Backend):
     """Launches agents through `_native.launch_local`: fresh namespaces, a cgroup, no network.
 
     `create` returns once the agent pushed readiness through a pipe (never polled).
@@ -153,6 +160,10 @@ class LocalBackend:
                 ids.release(id_base, handle.id)
             _unlink(self.pool_dir / f"{handle.id}.json")
 
+    def alive(self, handle: SandboxHandle) -> bool:
+        """The agent process runs (the launcher's handle, no request)."""
+        return handle.backend_data is None or bool(handle.backend_data.alive())
+
     async def reap_orphans(self) -> int:
         """Remove pool dirs of dead owners; returns how many recorded sandboxes were reaped."""
         return await asyncio.to_thread(self._reap_sync)
@@ -169,10 +180,8 @@ class LocalBackend:
             self._live.pop(sid, None)
             if id_base := self._id_bases.pop(sid, 0):
                 ids.release(id_base, sid)
-        if self._watchdog is not None:
-            self._watchdog.terminate()
-            await asyncio.to_thread(self._watchdog.wait)
-            self._watchdog = None
+        await asyncio.to_thread(watchdog.stop, self._watchdog)
+        self._watchdog = None
         shutil.rmtree(self.pool_dir, ignore_errors=True)
         self._dir_ready = False
 
@@ -181,11 +190,8 @@ class LocalBackend:
     def _ensure_pool_dir(self) -> None:
         if self._dir_ready:
             return
-        make_private_dir(self.run_root)
-        self.pool_dir.mkdir(mode=0o700, exist_ok=True)
-        me = os.getpid()
-        write_json(self.pool_dir / _OWNER, {"pid": me, "starttime": starttime(me)})
-        self._watchdog = _start_watchdog(self.pool_dir, me)
+        make_pool_dir(self.run_root, self.pool_dir)
+        self._watchdog = watchdog.start(self.name, self.pool_dir)
         self._dir_ready = True
 
     def _write_record(self, sandbox_id: str, local: Any) -> None:
@@ -201,22 +207,8 @@ class LocalBackend:
             log.exception("cannot record sandbox %s (its lease still bounds its life)", sandbox_id)
 
     def _reap_sync(self) -> int:
-        if not self.run_root.is_dir():
-            return 0
         reaped = 0
-        for d in sorted(self.run_root.glob("pool-*")):
-            if d == self.pool_dir or not d.is_dir():
-                continue
-            owner = read_json(d / _OWNER)
-            if owner is None:
-                try:
-                    age = time.time() - d.stat().st_mtime
-                except FileNotFoundError:
-                    continue
-                if age < _UNOWNED_GRACE_S:
-                    continue
-            elif alive(owner.get("pid"), owner.get("starttime")):
-                continue
+        for d in dead_pool_dirs(self.run_root, "pool-*", self.pool_dir):
             try:
                 reaped += _reap_pool_dir(d)
             except OSError as e:  # e.g. another pool reaping the same dir concurrently
@@ -227,20 +219,12 @@ class LocalBackend:
 # --- helpers (sync; run in a thread) -------------------------------------------------------------
 
 
-def _start_watchdog(pool_dir: Path, owner: int) -> subprocess.Popen[bytes] | None:
-    """The process that reaps `pool_dir` if this one dies without closing it (`watchdog.py`)."""
-    script = Path(__file__).with_name("watchdog.py")
-    package_root = str(Path(__file__).resolve().parents[2])
-    try:
-        return subprocess.Popen(
-            [sys.executable, str(script), str(pool_dir), str(owner), str(starttime(owner)), package_root],
-            stdin=subprocess.DEVNULL,
-            stdout=subprocess.DEVNULL,
-            start_new_session=True,
-        )
-    except OSError as e:
-        log.warning("no watchdog for %s (a later pool's start reaps it instead): %s", pool_dir, e)
-        return None
+def reap_dead_pool(pool_dir: Path, owner: int, owner_start: int | None) -> int:
+    """The watchdog's job once `owner` died without closing `pool_dir` (`watchdog.py`): its
+    sandboxes reaped at once, then the host id ranges it held; returns how many sandboxes."""
+    n = _reap_pool_dir(pool_dir) if pool_dir.is_dir() else 0
+    ids.release_owned_by(owner, owner_start)
+    return n
 
 
 def _reap_pool_dir(d: Path) -> int:
@@ -250,7 +234,7 @@ def _reap_pool_dir(d: Path) -> int:
     cgroup named after one of the pool's sandboxes, so an agent launched just before its owner
     died, and not yet recorded, is found too.
     """
-    records = {p.stem: r for p in d.glob("*.json") if p.name != _OWNER and (r := read_json(p))}
+    records = {p.stem: r for p in d.glob("*.json") if p.name != OWNER_FILE and (r := read_json(p))}
     names = set(records)
     names |= {p.name for p in d.iterdir() if p.is_dir()} if d.is_dir() else set()
     cgroups = {n: _cgroup_dirs(str(records.get(n, {}).get("cgroup") or n)) for n in names}

@@ -6,15 +6,19 @@ from __future__ import annotations
 
 import json
 import os
+import time
 from pathlib import Path
 from typing import Any
 
 from ..errors import LaunchError
 
 __all__ = [
+    "OWNER_FILE",
     "RUN_DIR_ENV",
     "alive",
+    "dead_pool_dirs",
     "default_run_root",
+    "make_pool_dir",
     "make_private_dir",
     "read_json",
     "starttime",
@@ -22,6 +26,8 @@ __all__ = [
 ]
 
 RUN_DIR_ENV = "SANDBOXES_RUN_DIR"
+OWNER_FILE = "owner.json"  # {"pid", "starttime"} of the process that owns a pool dir
+UNOWNED_GRACE_S = 60.0  # a pool dir without its owner file younger than this is being created
 
 
 def default_run_root() -> Path:
@@ -80,3 +86,33 @@ def read_json(path: Path) -> dict | None:
     except (OSError, ValueError):
         return None
     return data if isinstance(data, dict) else None
+
+
+def make_pool_dir(run_root: Path, pool_dir: Path) -> None:
+    """Make `pool_dir` (0700, under a private `run_root`) owned by this process (`OWNER_FILE`)."""
+    make_private_dir(run_root)
+    pool_dir.mkdir(mode=0o700, exist_ok=True)
+    me = os.getpid()
+    write_json(pool_dir / OWNER_FILE, {"pid": me, "starttime": starttime(me)})
+
+
+def dead_pool_dirs(run_root: Path, pattern: str, mine: Path) -> list[Path]:
+    """The pool dirs matching `pattern` under `run_root` whose owner is dead (one without an
+    owner file once it is older than `UNOWNED_GRACE_S`), `mine` never."""
+    if not run_root.is_dir():
+        return []
+    dead = []
+    for d in sorted(run_root.glob(pattern)):
+        if d == mine or not d.is_dir():
+            continue
+        owner = read_json(d / OWNER_FILE)
+        if owner is None:
+            try:
+                if time.time() - d.stat().st_mtime < UNOWNED_GRACE_S:
+                    continue
+            except FileNotFoundError:
+                continue
+        elif alive(owner.get("pid"), owner.get("starttime")):
+            continue
+        dead.append(d)
+    return dead

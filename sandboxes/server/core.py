@@ -74,8 +74,8 @@ class ServerCore:
     async def join_cluster(self) -> bool:
         """Share the registry with the other replicas of the pool's cluster, when its backend
         keeps records there (`replicated.py`); whether it does."""
-        for backend in getattr(self.pool, "backends", ()):
-            records = getattr(backend, "records", None)
+        for backend in self.pool.backends:
+            records = backend.records
             if records is not None:
                 self.shared = SharedRecords(self.registry, self.pool, records, self._gone, self.attr_codecs)
                 self.registry.shared = self.shared

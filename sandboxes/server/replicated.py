@@ -1,7 +1,7 @@
 """The server's registry shared with the other replicas of a release, through the cluster.
 
 On the kubernetes backend a claimed sandbox's record lives on its pod (`backends/kubernetes/
-shared.py`). This module turns those records into the server's `Record`s and back:
+claims.py`). This module turns those records into the server's `Record`s and back:
 
 - a record this replica claims is published (its pod's claim written) before the create returns;
 - a record another replica claimed becomes a local `Record` the first time a call names it
@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 from sandboxes import errors as E
 
 if TYPE_CHECKING:
-    from sandboxes.backends.kubernetes.shared import Claim, ClusterRecords
+    from sandboxes.backends.kubernetes.claims import Claim, ClusterRecords
     from sandboxes.server.registry import Record, Registry
 
 __all__ = ["Codec", "SharedRecords", "dataclass_codec"]
@@ -233,7 +233,7 @@ class SharedRecords:
 
     async def publish(self, rec: Record, env: dict[str, str] | None) -> None:
         """Write a record this replica just claimed (before its create returns)."""
-        from sandboxes.backends.kubernetes.shared import Claim
+        from sandboxes.backends.kubernetes.claims import Claim
 
         claim = Claim(
             sandbox_id=rec.id,

@@ -16,12 +16,12 @@ from typing import Any
 from ... import _bridge
 from ...errors import BackendUnavailable, InvalidRequest, LaunchError, SandboxError, SandboxLost
 from ...templates import Template
-from ..base import SandboxHandle
+from ..base import Backend, LostListener, SandboxHandle
 from . import manifests
 from .api import _Api, _api_failure, _ApiError
+from .claims import ClusterRecords
 from .config import (
     _DNS_LABEL,
-    ANN_AGENT_PORT,
     ANN_MANAGER_POD,
     ANN_MANAGER_UID,
     ANN_REPLICA_LEASE,
@@ -33,9 +33,8 @@ from .config import (
     _label_value,
 )
 from .egress import policy_manifest as egress_policy_manifest
+from .pod_cache import PodCache
 from .pods import PodRef, _Starting, pod_readiness
-from .shared import ClusterRecords
-from .watch import Watch, by_name
 
 log = logging.getLogger(__name__)
 
@@ -58,8 +57,9 @@ def create_backend(
     return KubernetesBackend(cfg, pool_id=pool_id)
 
 
-class KubernetesBackend:
-    """Sandboxes as pods; see the module docstring. One watch per backend, direct gRPC to pods."""
+class KubernetesBackend(Backend):
+    """Sandboxes as pods; see the module docstring. One watch per backend (`pod_cache.py`),
+    direct gRPC to pods."""
 
     name = "kubernetes"
 
@@ -89,18 +89,15 @@ class KubernetesBackend:
         # Tests / benchmarks may fix the token (shared emulated agents); secrets.token_urlsafe otherwise.
         self._token_factory = token_factory or (lambda: secrets.token_urlsafe(32))
         self.api = _Api(cfg)
-        self._pods: dict[str, dict[str, Any]] = {}  # pod name -> last seen object (this owner's)
-        self._release: dict[str, dict[str, Any]] = {}  # pod name -> last seen object (every replica's)
+        self.pods = PodCache(self.api, cfg, self.owner)
+        self.pods.listeners.append(self._evaluate)
         self._starting: dict[str, _Starting] = {}
-        self._live: dict[str, PodRef] = {}  # pod name -> live sandbox
         self._egress_policies: set[str] = set()  # NetworkPolicies known to exist
-        self._watch = Watch(self.api, self.pods_path, self.release_selector, self._sync, self._apply, "pod")
-        self._watch_task: asyncio.Task[None] | None = None
         # The release's claimed sandboxes, shared by its replicas (`KubeConfig.shared`).
-        self.records: ClusterRecords | None = ClusterRecords(self) if cfg.shared else None
+        who = manifests.Owner(self.identity, self.owner, self.manager_pod, self.manager_uid)
+        self.records = ClusterRecords(self.api, cfg, self.pods, who) if cfg.shared else None
         self._bg: set[asyncio.Task[Any]] = set()
-        self._lost_listener: Callable[[str, str], None] | None = None
-        self._closing = False
+        self._lost_listener: LostListener | None = None
 
     def __repr__(self) -> str:
         return f"kubernetes(namespace={self.cfg.namespace}, owner={self.owner})"
@@ -108,19 +105,10 @@ class KubernetesBackend:
     # --- wiring ----------------------------------------------------------------------------------
 
     @property
-    def pods_path(self) -> str:
-        return f"/api/v1/namespaces/{self.cfg.namespace}/pods"
-
-    @property
-    def release_selector(self) -> str:
-        """The pods of every replica of this release (one watch sees them all)."""
-        return f"{LABEL_POOL}={self.cfg.pool},{LABEL_OWNER}"
-
-    @property
     def watch_restarts(self) -> int:
-        return self._watch.restarts
+        return self.pods.restarts
 
-    def set_lost_listener(self, fn: Callable[[str, str], None] | None) -> None:
+    def set_lost_listener(self, fn: LostListener | None) -> None:
         """`fn(sandbox_id, reason)` is called (on the loop) when a live sandbox's pod goes away."""
         self._lost_listener = fn
 
@@ -148,7 +136,7 @@ class KubernetesBackend:
         self._egress_policies.add(name)
 
     def live_pods(self) -> list[str]:
-        return sorted(self._live)
+        return sorted(self.pods.live)
 
     # --- Backend protocol ------------------------------------------------------------------------
 
@@ -162,7 +150,7 @@ class KubernetesBackend:
         manifest = self.pod_manifest(template, pod_name, sandbox_id, token)
         if self.records is not None:
             await self.records.join()
-        await self._ensure_watch()
+        await self.pods.ensure()
         if template.egress_allow:
             await self._ensure_egress_policy(template.egress_allow)
         loop = asyncio.get_running_loop()
@@ -177,7 +165,7 @@ class KubernetesBackend:
                 async with asyncio.timeout(budget):
                     maybe_created = True
                     try:
-                        obj = await self.api.request("POST", self.pods_path, body=manifest)
+                        obj = await self.api.request("POST", self.pods.path, body=manifest)
                     except _ApiError:
                         maybe_created = False  # refused (a 409 is someone else's pod: leave it)
                         raise
@@ -188,7 +176,7 @@ class KubernetesBackend:
                             f"/api/v1/namespaces/{self.cfg.namespace}/secrets",
                             body=self._secret_manifest(pod_name, uid, token),
                         )
-                    self._evaluate(pod_name)  # the watch may have reported it before our POST's answer
+                    self._evaluate("", pod_name)  # the watch may have reported it before our POST's answer
                     ip, port = await starting.future
                     endpoint = f"http://{ip}:{port}"
                     await self._confirm_agent(endpoint, token, deadline)
@@ -208,8 +196,8 @@ class KubernetesBackend:
             raise
         self._starting.pop(pod_name, None)
         ref = PodRef(pod_name, self.cfg.namespace, uid, sandbox_id, ip, port)
-        self._live[pod_name] = ref
-        state, why = pod_readiness(self._release.get(pod_name))
+        self.pods.live[pod_name] = ref
+        state, why = pod_readiness(self.pods.release.get(pod_name))
         if state != "ready":  # went away between the agent's answer and now
             self._mark_lost(ref, why)
         return SandboxHandle(id=sandbox_id, endpoint=endpoint, token=token, backend_data=ref)
@@ -218,23 +206,28 @@ class KubernetesBackend:
         """Delete the pod (its Secret is garbage collected with it). Idempotent."""
         ref = handle.backend_data
         name = ref.name if isinstance(ref, PodRef) else handle.id.lower()
-        self._live.pop(name, None)
-        if isinstance(ref, PodRef) and not ref.alive() and name not in self._release:
+        self.pods.live.pop(name, None)
+        if isinstance(ref, PodRef) and not ref.alive() and name not in self.pods.release:
             return  # deleted already (by another replica, or by its node's loss)
-        await self._delete_pod(name)
+        await self.pods.delete(name)
 
     def forget(self, handle: SandboxHandle) -> None:
         """Stop watching over a sandbox another replica keeps from now on (no request)."""
         ref = handle.backend_data
         name = ref.name if isinstance(ref, PodRef) else handle.id.lower()
-        self._live.pop(name, None)
+        self.pods.live.pop(name, None)
+
+    def alive(self, handle: SandboxHandle) -> bool:
+        """False once the watch saw the sandbox's pod go."""
+        ref = handle.backend_data
+        return ref.alive() if isinstance(ref, PodRef) else True
 
     async def reap_orphans(self) -> int:
         """Delete this pool's pods whose manager is gone (see the module docstring)."""
         try:
             data = await self.api.request(
                 "GET",
-                self.pods_path,
+                self.pods.path,
                 query=[("labelSelector", f"{LABEL_POOL}={self.cfg.pool},{LABEL_MANAGER}")],
             )
         except _ApiError as e:
@@ -248,7 +241,7 @@ class KubernetesBackend:
                 continue
             ann = meta.get("annotations") or {}
             if self.records is not None and ann.get(ANN_REPLICA_LEASE):
-                continue  # a sharing replica's: its Lease tells when it is gone (`shared.py`)
+                continue  # a sharing replica's: its Lease tells when it is gone (`claims.py`)
             if labels.get(LABEL_MANAGER) == self.identity:
                 victims.append(meta["name"])
                 continue
@@ -260,7 +253,7 @@ class KubernetesBackend:
                 alive_cache[key] = await self._manager_alive(mpod, muid)
             if not alive_cache[key]:
                 victims.append(meta["name"])
-        results = await asyncio.gather(*(self._delete_pod(n) for n in victims), return_exceptions=True)
+        results = await asyncio.gather(*(self.pods.delete(n) for n in victims), return_exceptions=True)
         for n, r in zip(victims, results):
             if isinstance(r, BaseException):
                 log.warning("reaping orphaned pod %s failed: %s", n, r)
@@ -270,22 +263,17 @@ class KubernetesBackend:
 
     async def close(self) -> None:
         """Stop the watch, delete pods still live (normally none), close the API client."""
-        self._closing = True
-        leftovers = list(self._live)
-        self._live.clear()
+        self.pods.closing = True
+        leftovers = list(self.pods.live)
+        self.pods.live.clear()
         if leftovers:
             log.warning("kubernetes backend closing with %d live pods; deleting them", len(leftovers))
-            await asyncio.gather(*(self._delete_pod(n) for n in leftovers), return_exceptions=True)
+            await asyncio.gather(*(self.pods.delete(n) for n in leftovers), return_exceptions=True)
         if self._bg:
             await asyncio.gather(*list(self._bg), return_exceptions=True)
-        self._watch.closing = True
         if self.records is not None:
             await self.records.close()
-        if self._watch_task is not None:
-            self._watch_task.cancel()
-            with contextlib.suppress(BaseException):
-                await self._watch_task
-            self._watch_task = None
+        await self.pods.stop()
         for s in self._starting.values():
             if not s.future.done():
                 s.future.set_exception(LaunchError("backend closed", step="closed"))
@@ -326,56 +314,9 @@ class KubernetesBackend:
             with contextlib.suppress(Exception):
                 client.close()
 
-    async def _ensure_watch(self) -> None:
-        if self._closing:
-            raise LaunchError("backend closed", step="closed")
-        if self._watch_task is None or self._watch_task.done():
-            self._watch.synced.clear()
-            self._watch_task = asyncio.create_task(self._watch.run(), name="kube-watch")
-        if not self._watch.synced.is_set():
-            try:
-                async with asyncio.timeout(self.cfg.api_timeout_s):
-                    await self._watch.synced.wait()
-            except TimeoutError as e:
-                err = self._watch.error
-                raise BackendUnavailable(f"cannot list pods: {err or 'no answer'}") from e
-
-    def _sync(self, items: list[dict[str, Any]]) -> None:
-        seen = by_name(items)
-        for name in list(self._release):
-            if name not in seen:
-                self._apply("DELETED", self._release[name])
-        for pod in seen.values():
-            self._apply("MODIFIED", pod)
-
-    def _apply(self, kind: str | None, pod: dict[str, Any]) -> None:
-        meta = pod.get("metadata", {})
-        name = meta.get("name")
-        labels = meta.get("labels") or {}
-        if not name or labels.get(LABEL_POOL) != self.cfg.pool:
-            return  # not of this release (an emulator without label selectors)
-        if kind == "DELETED":
-            self._release.pop(name, None)
-            self._pods.pop(name, None)
-        else:
-            self._release[name] = pod
-            if labels.get(LABEL_OWNER) == self.owner:
-                self._pods[name] = pod
-            else:  # another replica's (or adopted by one)
-                self._pods.pop(name, None)
-        self._evaluate(name, kind or "")
-        if self.records is not None:
-            self.records.pod_event(kind or "", pod)
-
-    def _pod_port(self, pod: Mapping[str, Any]) -> int:
-        if self.cfg.port_from_annotation:
-            raw = (pod.get("metadata", {}).get("annotations") or {}).get(ANN_AGENT_PORT)
-            if raw and str(raw).isdigit():
-                return int(raw)
-        return self.cfg.agent_port
-
-    def _evaluate(self, name: str, kind: str = "") -> None:
-        pod = self._release.get(name)
+    def _evaluate(self, kind: str, name: str, pod: dict[str, Any] | None = None) -> None:
+        """What a change of pod `name` means for a create waiting on it and a live sandbox."""
+        pod = self.pods.release.get(name)
         state, info = pod_readiness(pod)
         starting = self._starting.get(name)
         if starting is not None and not starting.future.done():
@@ -384,14 +325,14 @@ class KubernetesBackend:
             unseen = pod is None and kind != "DELETED"
             if state == "ready":
                 assert pod is not None
-                starting.future.set_result((info, self._pod_port(pod)))
+                starting.future.set_result((info, self.pods.port(pod)))
             elif state in ("failed", "gone") and not unseen:
                 starting.future.set_exception(
                     LaunchError(f"pod {name} did not start: {info}", detail=info, step="pod")
                 )
             else:
                 starting.last_status = "created, not reported by the watch yet" if unseen else info
-        ref = self._live.get(name)
+        ref = self.pods.live.get(name)
         if ref is not None and ref.alive() and state != "ready":
             if kind == "DELETED" and self.records is not None and self.records.lookup(ref.sandbox_id):
                 ref.lost_reason = info  # a claimed sandbox deleted (by any replica): not a loss
@@ -411,30 +352,12 @@ class KubernetesBackend:
 
     # --- deletion --------------------------------------------------------------------------------
 
-    async def _delete_pod(self, name: str, attempts: int = 3) -> None:
-        """DELETE the pod (404 is fine); retried a few times on API failures."""
-        delay = 0.2
-        for i in range(attempts):
-            try:
-                await self.api.request("DELETE", f"{self.pods_path}/{name}")
-                return
-            except _ApiError as e:
-                if e.status == 404:
-                    return
-                if e.status < 500 and e.status != 429 or i == attempts - 1:
-                    raise _api_failure(e, f"deleting pod {name}") from e
-            except BackendUnavailable:
-                if i == attempts - 1:
-                    raise
-            await asyncio.sleep(delay)
-            delay *= 2
-
     def _delete_soon(self, name: str) -> None:
         """Delete in a task of its own, so a cancelled create never leaves its pod behind."""
 
         async def run() -> None:
             try:
-                await self._delete_pod(name)
+                await self.pods.delete(name)
             except Exception as e:  # noqa: BLE001
                 log.warning("deleting pod %s failed: %s (the agent's lease ends it)", name, e)
 

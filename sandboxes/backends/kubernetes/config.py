@@ -127,7 +127,7 @@ class KubeConfig:
     Replicas: `shared` (what `sandboxes serve` turns on) keeps every claimed sandbox's record on
     its pod, so any replica of the release serves any sandbox, and a replica Lease per manager;
     `replica_lease_s` is how long a replica that stopped renewing its Lease counts as alive,
-    after which another replica adopts its claimed sandboxes (`shared.py`, `docs/kubernetes.md`).
+    after which another replica adopts its claimed sandboxes (`claims.py`, `docs/kubernetes.md`).
 
     `token_mode`: "secret" (default; a Secret per pod, mounted 0400 root) or "env" (the token in the
     pod spec's env: one API call fewer per sandbox, but readable by anyone who may read pods).

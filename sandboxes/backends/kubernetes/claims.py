@@ -33,11 +33,11 @@ import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import Any, Protocol
 
 from ...errors import LaunchError
 from ..base import SandboxHandle
-from .api import _api_failure, _ApiError
+from .api import _Api, _api_failure, _ApiError
 from .config import (
     ANN_CLAIM,
     ANN_MANAGER_POD,
@@ -50,13 +50,13 @@ from .config import (
     LABEL_OWNER,
     LABEL_POOL,
     TOKEN_KEY,
+    KubeConfig,
 )
+from .manifests import Owner
+from .pod_cache import PodCache
 from .pods import PodRef, pod_readiness
 from .replicas import LEASES, Replicas
 from .watch import Watch, by_name, cancel
-
-if TYPE_CHECKING:
-    from .backend import KubernetesBackend
 
 log = logging.getLogger(__name__)
 
@@ -140,13 +140,16 @@ class Listener(Protocol):
 
 
 class ClusterRecords:
-    """The release's claimed sandboxes, from the backend's pod watch and a Secret watch."""
+    """The release's claimed sandboxes, from the backend's pod cache and a Secret watch.
+    `who` is the manager these records are kept by (`me`: its owner label)."""
 
-    def __init__(self, backend: KubernetesBackend) -> None:
-        self.be = backend
-        self.api = backend.api
-        self.cfg = cfg = backend.cfg
-        self.me = backend.owner
+    def __init__(self, api: _Api, cfg: KubeConfig, pods: PodCache, who: Owner) -> None:
+        self.api = api
+        self.cfg = cfg
+        self.pods = pods
+        self.who = who
+        self.me = who.owner
+        pods.listeners.append(self.pod_event)
         self.replicas = Replicas(self.api, cfg, self.me, self._kick)
         self.listener: Listener | None = None
         self.secrets_path = f"/api/v1/namespaces/{cfg.namespace}/secrets"
@@ -200,10 +203,10 @@ class ClusterRecords:
         """Start telling `listener`, and adopting the claimed pods of dead replicas."""
         self.listener = listener
         await self.join()
-        await self.be._ensure_watch()
+        await self.pods.ensure()
         self._serving = True
-        for pod in list(self.be._release.values()):
-            self.pod_event("MODIFIED", pod)
+        for name, pod in list(self.pods.release.items()):
+            self.pod_event("MODIFIED", name, pod)
         self._tasks.append(asyncio.create_task(self._adopt_loop(), name="kube-adopt"))
 
     def others_alive(self) -> bool:
@@ -240,19 +243,19 @@ class ClusterRecords:
 
     def handle(self, claim: Claim) -> SandboxHandle | None:
         """How to reach `claim`'s agent (None while its token is not in yet)."""
-        pod = self.be._release.get(claim.pod)
+        pod = self.pods.release.get(claim.pod)
         state, ip = pod_readiness(pod)
         if pod is None or state != "ready":
             return None
         token = self._token(pod)
         if token is None:
             return None
-        port = self.be._pod_port(pod)
-        ref = self.be._live.get(claim.pod)
+        port = self.pods.port(pod)
+        ref = self.pods.live.get(claim.pod)
         if ref is None or not ref.alive():
             uid = str(pod.get("metadata", {}).get("uid") or "")
             ref = PodRef(claim.pod, self.cfg.namespace, uid, claim.sandbox_id, ip, port)
-            self.be._live[claim.pod] = ref
+            self.pods.live[claim.pod] = ref
         return SandboxHandle(
             id=claim.sandbox_id, endpoint=f"http://{ip}:{port}", token=token, backend_data=ref
         )
@@ -291,7 +294,7 @@ class ClusterRecords:
             return None
         name = sandbox_id.lower()
         try:
-            pod = await self.api.request("GET", f"{self.be.pods_path}/{name}")
+            pod = await self.api.request("GET", f"{self.pods.path}/{name}")
             claim = claim_of(pod)
             if claim is not None:
                 wanted = [f"{name}-token"] if self.cfg.token_mode == "secret" else []
@@ -309,15 +312,8 @@ class ClusterRecords:
             return None
         if len(self._misses) > 10_000:
             self._misses = {k: v for k, v in self._misses.items() if v > loop.time()}
-        self._apply_if_newer(pod)
+        self.pods.apply_if_newer(pod)
         return self.lookup(sandbox_id)
-
-    def _apply_if_newer(self, pod: dict[str, Any]) -> None:
-        name = pod.get("metadata", {}).get("name")
-        have = (self.be._release.get(name) or {}).get("metadata", {}).get("resourceVersion")
-        got = pod.get("metadata", {}).get("resourceVersion")
-        if have is None or (str(got).isdigit() and str(have).isdigit() and int(got) > int(have)):
-            self.be._apply("MODIFIED", pod)
 
     # --- writing ------------------------------------------------------------------------------
 
@@ -325,8 +321,7 @@ class ClusterRecords:
         """Write the claim of a pod this replica owns and just handed out. Raises `LaunchError`
         (step "conflict") if the pod changed hands meanwhile."""
         name = claim.pod
-        pod = self.be._release.get(name) or {}
-        uid = str(pod.get("metadata", {}).get("uid") or "")
+        uid = self.pods.uid(name)
         claim.holder = self.me
         claim.private = bool(private)
         self._publishing.add(claim.sandbox_id)
@@ -334,7 +329,7 @@ class ClusterRecords:
             if private:
                 await self._write_private(name, uid, private, create=True)
             for attempt in range(3):
-                rv = (self.be._release.get(name) or {}).get("metadata", {}).get("resourceVersion")
+                rv = (self.pods.release.get(name) or {}).get("metadata", {}).get("resourceVersion")
                 body: dict[str, Any] = {
                     "metadata": {
                         "labels": {LABEL_CLAIMED: "true"},
@@ -349,13 +344,13 @@ class ClusterRecords:
                 except _ApiError as e:
                     if e.status != 409 or attempt == 2:
                         raise _api_failure(e, f"claiming pod {name}") from e
-                    fresh = await self.api.request("GET", f"{self.be.pods_path}/{name}")
+                    fresh = await self.api.request("GET", f"{self.pods.path}/{name}")
                     labels = fresh.get("metadata", {}).get("labels") or {}
                     if labels.get(LABEL_OWNER) != self.me or labels.get(LABEL_CLAIMED) == "true":
                         raise LaunchError(f"pod {name} was taken by another replica", step="conflict") from e
-                    self._apply_if_newer(fresh)  # a status update raced us: try again on it
+                    self.pods.apply_if_newer(fresh)  # a status update raced us: try again on it
             self._held.add(claim.sandbox_id)
-            self._apply_if_newer(obj)
+            self.pods.apply_if_newer(obj)
         finally:
             self._publishing.discard(claim.sandbox_id)
 
@@ -366,8 +361,7 @@ class ClusterRecords:
         try:
             async with lock:
                 if private is not None:
-                    pod = self.be._release.get(claim.pod) or {}
-                    uid = str(pod.get("metadata", {}).get("uid") or "")
+                    uid = self.pods.uid(claim.pod)
                     await self._write_private(claim.pod, uid, private, create=not claim.private)
                     claim.private = True
                 try:
@@ -376,7 +370,7 @@ class ClusterRecords:
                     )
                 except _ApiError as e:
                     raise _api_failure(e, f"updating sandbox {claim.sandbox_id}") from e
-                self._apply_if_newer(obj)
+                self.pods.apply_if_newer(obj)
         finally:
             users[0] -= 1
             if not users[0]:
@@ -386,7 +380,7 @@ class ClusterRecords:
         """Bind idempotency key `key` of `owner` to `sandbox_id`, unless another replica bound it
         first: the id the key belongs to."""
         pod_name = sandbox_id.lower()
-        uid = str((self.be._release.get(pod_name) or {}).get("metadata", {}).get("uid") or "")
+        uid = self.pods.uid(pod_name)
         name = key_lease_name(self.cfg.pool, owner, key)
         meta: dict[str, Any] = {
             "name": name,
@@ -453,15 +447,13 @@ class ClusterRecords:
 
     async def _patch_pod(self, name: str, body: dict[str, Any]) -> dict[str, Any]:
         return await self.api.request(
-            "PATCH", f"{self.be.pods_path}/{name}", body=body, content_type="application/merge-patch+json"
+            "PATCH", f"{self.pods.path}/{name}", body=body, content_type="application/merge-patch+json"
         )
 
     # --- events -------------------------------------------------------------------------------
 
-    def pod_event(self, kind: str, pod: dict[str, Any]) -> None:
-        name = pod.get("metadata", {}).get("name")
-        if not name:
-            return
+    def pod_event(self, kind: str, name: str, pod: dict[str, Any]) -> None:
+        """A change of pod `name` the cache applied (its listener)."""
         if kind == "DELETED":
             self._first_seen.pop(name, None)
         else:
@@ -493,7 +485,7 @@ class ClusterRecords:
         if claim is not None and claim.key and self._keys.get((claim.owner, claim.key)) == sid:
             del self._keys[(claim.owner, claim.key)]
         self._held.discard(sid)
-        self.be._live.pop(pod, None)
+        self.pods.live.pop(pod, None)
         if self.listener is not None:
             self.listener.claim_gone(sid)
 
@@ -551,7 +543,7 @@ class ClusterRecords:
                     await self._wake.wait()
             self._wake.clear()
             confirmed: dict[str, bool] = {}
-            for name, pod in list(self.be._release.items()):
+            for name, pod in list(self.pods.release.items()):
                 if not self._dead(name, pod):
                     continue
                 meta = pod.get("metadata") or {}
@@ -569,7 +561,7 @@ class ClusterRecords:
                     if claimed:
                         await self._adopt(name, pod)
                     else:  # its agent ended: nobody's to keep
-                        await self.be._delete_pod(name)
+                        await self.pods.delete(name)
                         log.info("deleted ended pod %s of a replica that is gone", name)
                 except Exception as e:  # noqa: BLE001 - the next round tries again
                     log.warning("taking over pod %s failed: %s", name, e)
@@ -580,13 +572,13 @@ class ClusterRecords:
     async def _adopt(self, name: str, pod: Mapping[str, Any]) -> None:
         meta = pod.get("metadata") or {}
         ann: dict[str, Any] = {ANN_REPLICA_LEASE: self.replicas.name}
-        if self.be.manager_pod and self.be.manager_uid:
-            ann[ANN_MANAGER_POD] = self.be.manager_pod
-            ann[ANN_MANAGER_UID] = self.be.manager_uid
+        if self.who.manager_pod and self.who.manager_uid:
+            ann[ANN_MANAGER_POD] = self.who.manager_pod
+            ann[ANN_MANAGER_UID] = self.who.manager_uid
         body = {
             "metadata": {
                 "resourceVersion": str(meta.get("resourceVersion") or ""),
-                "labels": {LABEL_OWNER: self.me, LABEL_MANAGER: self.be.identity},
+                "labels": {LABEL_OWNER: self.me, LABEL_MANAGER: self.who.identity},
                 "annotations": ann,
             }
         }
@@ -597,4 +589,4 @@ class ClusterRecords:
                 return  # gone, or another replica was first: the next round sees which
             raise
         log.info("adopted sandbox pod %s of replica %s", name, (meta.get("labels") or {}).get(LABEL_OWNER))
-        self._apply_if_newer(obj)
+        self.pods.apply_if_newer(obj)

@@ -1,6 +1,6 @@
 """EMULATOR of a container runtime's user-namespaced pod (`hostUsers: false`), for the fake kubelet.
 
-Run as root on this machine: `python -m sandboxes.testing.userns_pod SPEC_JSON`. It starts the
+Run as root on this machine: `python -m sandboxes_testing.userns_pod SPEC_JSON`. It starts the
 pod's container as a real runtime does for such a pod, then waits for it and exits with its code:
 
 - a user namespace whose ids 0..65535 are the host's `base..` (a range `ids.claim` gave);

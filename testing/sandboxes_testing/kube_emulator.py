@@ -56,9 +56,8 @@ from typing import Any, NoReturn, Self
 import aiohttp
 import attrs
 import kmock
-from kmock._internal import enums, rendering
 
-from .. import _bridge
+from sandboxes import _bridge
 
 __all__ = [
     "IMAGE_CRASH",
@@ -156,12 +155,12 @@ class EmulatedApiServer(kmock.KubernetesEmulator):
         # matching a request against kmock's filters is costly (~50 ms per request with every
         # fallback tried in turn), and this server sees thousands of them in benchmarks.
         for act, fn in (
-            (enums.action.WATCH, self._serve_watch),
-            (enums.action.LIST, self._serve_list),
-            (enums.action.CREATE, self._serve_create),
-            (enums.action.UPDATE, self._serve_update),
-            (enums.action.DELETE, self._serve_delete),
-            (enums.action.FETCH, self._serve_fetch),
+            (kmock.action.WATCH, self._serve_watch),
+            (kmock.action.LIST, self._serve_list),
+            (kmock.action.CREATE, self._serve_create),
+            (kmock.action.UPDATE, self._serve_update),
+            (kmock.action.DELETE, self._serve_delete),
+            (kmock.action.FETCH, self._serve_fetch),
         ):
             self[act] << fn
 
@@ -197,8 +196,8 @@ class EmulatedApiServer(kmock.KubernetesEmulator):
             # all (quadratic); keep only those in flight, and our own log of the rest.
             self._requests[:] = [r for r in self._requests if r._raw_request is not raw_request]
 
-    async def _handle(self, request: rendering.Request) -> aiohttp.web.StreamResponse:
-        if request.action != enums.action.UPDATE or request.resource is None or not request.name:
+    async def _handle(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
+        if request.action != kmock.action.UPDATE or request.resource is None or not request.name:
             return await self._handle_one(request)
         # Updates one at a time: the precondition check and the write are one step.
         async with self._updates:
@@ -225,20 +224,20 @@ class EmulatedApiServer(kmock.KubernetesEmulator):
                         )
             return await self._handle_one(request)
 
-    async def _handle_one(self, request: rendering.Request) -> aiohttp.web.StreamResponse:
+    async def _handle_one(self, request: kmock.Request) -> aiohttp.web.StreamResponse:
         pod_uid = None
         if request.resource is not None and isinstance(request.data, dict):
-            if request.action == enums.action.CREATE:
+            if request.action == kmock.action.CREATE:
                 meta = request.data.setdefault("metadata", {})
                 meta.setdefault("uid", str(uuid.uuid4()))
                 meta.setdefault("creationTimestamp", _now())
                 meta["resourceVersion"] = self._next_rv()
                 if request.resource.plural == "pods":
                     request.data.setdefault("status", {"phase": "Pending"})
-            elif request.action == enums.action.UPDATE:
+            elif request.action == kmock.action.UPDATE:
                 request.data.setdefault("metadata", {})["resourceVersion"] = self._next_rv()
         if (
-            request.action == enums.action.DELETE
+            request.action == kmock.action.DELETE
             and request.resource is not None
             and request.resource.plural == "pods"
             and request.name
@@ -268,7 +267,7 @@ class EmulatedApiServer(kmock.KubernetesEmulator):
                     obj.delete()
                     await self._buses[res].put({"type": "DELETED", "object": raw})
 
-    def _matching(self, request: rendering.Request) -> list[dict[str, Any]]:
+    def _matching(self, request: kmock.Request) -> list[dict[str, Any]]:
         selector = request.params.get("labelSelector")
         out = []
         for (res, ns, _name), obj in self._objects.items():
@@ -281,13 +280,13 @@ class EmulatedApiServer(kmock.KubernetesEmulator):
                 out.append(raw)
         return out
 
-    async def _serve_list(self, request: rendering.Request) -> rendering.Payload:
+    async def _serve_list(self, request: kmock.Request) -> kmock.Payload:
         async with self._lock:
             items = self._matching(request)
             rv = str(self._rv)
         return {"apiVersion": "v1", "kind": "List", "metadata": {"resourceVersion": rv}, "items": items}
 
-    async def _serve_watch(self, request: rendering.Request) -> AsyncIterator[rendering.Payload]:
+    async def _serve_watch(self, request: kmock.Request) -> AsyncIterator[kmock.Payload]:
         yield b""
         assert request.resource is not None
         selector = request.params.get("labelSelector")
@@ -727,7 +726,7 @@ class FakeKubelet:
 
     async def _spawn_in_userns(self, pod: dict[str, Any], token: str) -> _Agent:
         """The pod's container as a runtime runs a user-namespaced one (`userns_pod`)."""
-        from ..backends import ids, images
+        from sandboxes.backends import ids, images
 
         name = pod["metadata"]["name"]
         spec, container = pod["spec"], pod["spec"]["containers"][0]
@@ -757,7 +756,7 @@ class FakeKubelet:
                     **{e["name"]: e.get("value", "") for e in container.get("env") or ()},
                 },
             }
-            launcher = [sys.executable, "-m", "sandboxes.testing.userns_pod", json.dumps(launch)]
+            launcher = [sys.executable, "-m", "sandboxes_testing.userns_pod", json.dumps(launch)]
             proc = await _start(launcher, None, d, w)
             agent = _Agent(proc, port, d, id_base=base)
             self._started.append(agent)
@@ -864,7 +863,7 @@ def _forget(agent: _Agent) -> None:
     """Removes what the kubelet made for a pod whose processes are gone."""
     shutil.rmtree(agent.dir, ignore_errors=True)
     if agent.id_base is not None:
-        from ..backends import ids
+        from sandboxes.backends import ids
 
         ids.release(agent.id_base, f"emulated-pod-{os.path.basename(agent.dir)}")
         agent.id_base = None
@@ -951,14 +950,14 @@ async def _serve_forever(args: Any) -> None:
 
 
 def main(argv: list[str] | None = None) -> int:
-    """`python -m sandboxes.testing.kube_emulator`: an EMULATED API server plus fake kubelet in a
+    """`python -m sandboxes_testing.kube_emulator`: an EMULATED API server plus fake kubelet in a
     process of its own (benchmarks: the emulator's CPU does not share the manager's event loop;
     a person trying the kubernetes backend without a cluster: `--write-config kube.json`, then
     `sandboxes serve --backend kubernetes --kube-config kube.json`). Prints `ready URL` once
     serving; stops on SIGTERM or SIGINT."""
     import argparse
 
-    ap = argparse.ArgumentParser(prog="python -m sandboxes.testing.kube_emulator")
+    ap = argparse.ArgumentParser(prog="python -m sandboxes_testing.kube_emulator")
     ap.add_argument("--port", type=int, default=0)
     ap.add_argument("--latency-ms", type=float, nargs=2, default=(0.0, 0.0), metavar=("LO", "HI"))
     ap.add_argument("--shared-agents", type=int, default=0)
