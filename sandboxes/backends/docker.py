@@ -10,9 +10,10 @@ Layout on the host (the root is the local backend's: `SANDBOXES_RUN_DIR`, `/run/
     <root>/docker-<pool_id>/owner.json     {"pid", "starttime"} of the managing process
     <root>/docker-<pool_id>/<sandbox>/     run dir (0700), mounted at /run/sandbox:
         token       the agent's token (0600), removed as soon as the agent is ready
-        ready       a FIFO: the agent writes one byte once it serves (readiness is pushed)
+        ready       a FIFO, the agent's readiness channel (`readiness`): one byte once it serves,
+                    or the failure record of its start-up step (readiness is pushed)
         agent.sock  the agent's socket (0600, owned by root: only the manager may connect)
-        agent.log   the agent's stderr (start-up errors are read from here)
+        agent.log   the agent's stderr (for people: the backend reads the step from `ready`)
 
 Container settings: read-only root (the container's own, which only the agent sees), the image
 unpacked into the host's image cache (`images.resolve`, once per image id) bind-mounted read-only
@@ -34,8 +35,9 @@ serving thread and by every program, is the one that holds.
 
 Readiness: the entrypoint is `/bin/sh -c` that opens the `ready` FIFO as fd 3 and execs the agent
 with `--ready-fd 3` (the agent has no `--ready-file`; an inherited fd cannot cross the container
-boundary, so the shell bridges it). The backend awaits the FIFO with `loop.add_reader`: one byte
-means ready; end-of-file means the shell or the agent died first (its stderr says why).
+boundary, so the shell bridges it). The backend awaits the FIFO with `loop.add_reader`: `R` means
+ready; a failure record names the step that failed (the agent's, or the shell's `agent` when the
+image has no agent); end-of-file means the agent died unreported (`agent_start`).
 """
 
 from __future__ import annotations
@@ -59,6 +61,7 @@ from typing import Any, TypeVar
 
 from .. import _bridge
 from ..errors import BackendUnavailable, LaunchError, SandboxError
+from . import readiness
 from ..templates import Template
 from . import ids, images
 from .base import SandboxHandle
@@ -118,11 +121,13 @@ SECURITY_OPTS = ("no-new-privileges", "seccomp=unconfined", "apparmor=unconfined
 
 # The entrypoint script. fd 3 is the `ready` FIFO (opened first, so any failure after this point
 # closes it: the backend sees end-of-file), stderr goes to agent.log in the run dir (readable from
-# the host after an auto-removed container is gone). $1 is the agent path, the rest its flags.
+# the host after an auto-removed container is gone). $1 is the agent path, the rest its flags. A
+# missing agent is reported as the failure record of step `agent`.
 _ENTRYPOINT = (
     "exec 3>" + RUN_MOUNT + "/ready 2>>" + RUN_MOUNT + "/agent.log; "
     'a="$1"; shift; '
-    '[ -x "$a" ] || { echo "sandboxes: no executable agent at $a in this image" >&2; exit 127; }; '
+    '[ -x "$a" ] || { m="sandboxes: no executable agent at $a in this image"; '
+    'echo "$m" >&2; printf "F%s\n%s" agent "$m" >&3; exit 127; }; '
     'exec "$a" "$@" --ready-fd 3'
 )
 _MAX_SOCKET_PATH = 107
@@ -263,14 +268,13 @@ class DockerBackend:
             ds = DockerSandbox(container_id, name, image, run_dir, id_base)
             self._live[sandbox_id] = ds
             fd, ready_fd = ready_fd, -1  # _await_ready owns (and closes) it from here
-            if not await _await_ready(loop, fd):
-                out = _log_tail(run_dir)
-                raise LaunchError(
-                    f"the agent of container {name} (image {image!r}) exited or was killed "
-                    f"before it was ready: {out}",
-                    detail=out,
-                    step=_failed_step(out),
-                )
+            failed = readiness.launch_error(
+                await _await_ready(loop, fd),
+                f"the agent of container {name} (image {image!r})",
+                unreported=_log_tail(run_dir),
+            )
+            if failed is not None:
+                raise failed
         except BaseException:
             if ready_fd >= 0:
                 os.close(ready_fd)
@@ -608,16 +612,16 @@ def _prepare_run_dir(run_dir: Path, token: str) -> int:
     return os.open(run_dir / "ready", os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
 
 
-async def _await_ready(loop: asyncio.AbstractEventLoop, fd: int) -> bool:
-    """Wait (no thread, no polling) until the FIFO has the agent's byte (True) or its writer
-    went away without one (False). Closes `fd`."""
+async def _await_ready(loop: asyncio.AbstractEventLoop, fd: int) -> bytes:
+    """Wait (no thread, no polling) until the FIFO has the agent's report (its ready byte or its
+    failure record, which arrives whole) or its writer went away without one (b""). Closes `fd`."""
     fut: asyncio.Future[bytes] = loop.create_future()
 
     def readable() -> None:
         # Before any writer opened the FIFO the kernel does not report it readable; after one
         # did, readable means data or end-of-file.
         try:
-            data = os.read(fd, 1)
+            data = os.read(fd, readiness.MAX_RECORD)
         except BlockingIOError:
             return
         except OSError:
@@ -627,7 +631,7 @@ async def _await_ready(loop: asyncio.AbstractEventLoop, fd: int) -> bool:
 
     loop.add_reader(fd, readable)
     try:
-        return (await fut) == b"R"
+        return await fut
     finally:
         loop.remove_reader(fd)
         os.close(fd)
@@ -673,12 +677,6 @@ def _log_tail(run_dir: Path) -> str:
     except OSError:
         return "(no output)"
     return text or "(no output)"
-
-
-def _failed_step(text: str) -> str:
-    if "no executable agent" in text:
-        return "agent"
-    return "agent_start"
 
 
 def _parse_owner(owner: str) -> tuple[str, int | None, int | None]:
