@@ -61,9 +61,8 @@ from typing import Any, TypeVar
 
 from .. import _bridge
 from ..errors import BackendUnavailable, LaunchError, SandboxError
-from . import readiness
 from ..templates import Template
-from . import ids, images
+from . import ids, images, readiness
 from .base import SandboxHandle
 from .rundirs import alive, default_run_root, make_private_dir, read_json, starttime, write_json
 

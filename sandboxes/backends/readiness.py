@@ -26,7 +26,9 @@ def launch_error(data: bytes, where: str, unreported: str) -> LaunchError | None
         name, _, message = data[1:].decode(errors="replace").partition("\n")
         step = Step.parse(name)
         if step is not None:
-            return LaunchError(f"{where}: start-up step {step.value!r} failed: {message}", detail=message, step=step)
+            return LaunchError(
+                f"{where}: start-up step {step.value!r} failed: {message}", detail=message, step=step
+            )
         message = f"{message} (step {name!r})"
         return LaunchError(f"{where}: start-up failed: {message}", detail=message, step=Step.AGENT_START)
     return LaunchError(

@@ -481,7 +481,10 @@ async fn serve(
         }
     }
     .map_err(|source| StartError::Listen {
-        spec: args.listen.clone().unwrap_or_else(|| format!("fd {:?}", args.listen_fd)),
+        spec: args
+            .listen
+            .clone()
+            .unwrap_or_else(|| format!("fd {:?}", args.listen_fd)),
         source,
     })?;
 

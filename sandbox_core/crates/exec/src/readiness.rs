@@ -76,7 +76,13 @@ mod tests {
         let long = "é".repeat(5000);
         let r = failure_record(Step::Flags, &long);
         assert!(r.len() <= MAX_RECORD);
-        assert!(matches!(parse(&r), Report::Failed { step: Some(Step::Flags), .. }));
+        assert!(matches!(
+            parse(&r),
+            Report::Failed {
+                step: Some(Step::Flags),
+                ..
+            }
+        ));
         assert_eq!(parse(b"R"), Report::Ready);
         assert_eq!(parse(b""), Report::Unreported);
     }

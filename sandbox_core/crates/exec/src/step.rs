@@ -169,7 +169,9 @@ mod tests {
             assert_eq!(Step::from_name(s.name()), Some(s));
             assert!(names.insert(s.name()), "{} twice", s.name());
             let n = s.name();
-            assert!(n.bytes().all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_'));
+            assert!(n
+                .bytes()
+                .all(|b| b.is_ascii_lowercase() || b.is_ascii_digit() || b == b'_'));
         }
         assert_eq!(Step::from_code(0), None);
     }

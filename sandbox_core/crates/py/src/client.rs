@@ -67,7 +67,12 @@ fn channel(endpoint: &str, connect_timeout: Duration) -> PyResult<Channel> {
         )
     } else if endpoint.starts_with("http://") {
         let ep = Endpoint::from_shared(endpoint.to_string())
-            .map_err(|e| err(Kind::InvalidRequest, format!("bad endpoint {endpoint}: {e}")))?
+            .map_err(|e| {
+                err(
+                    Kind::InvalidRequest,
+                    format!("bad endpoint {endpoint}: {e}"),
+                )
+            })?
             .connect_timeout(connect_timeout)
             .tcp_nodelay(true)
             .http2_keep_alive_interval(KEEPALIVE_INTERVAL)

@@ -103,7 +103,11 @@ unsafe fn child(m: &ChildMemory) -> ! {
     let p = &m.plan;
     let fail = |step: Step, ret: isize| -> ! {
         let errno = if ret < 0 { -ret } else { 0 } as i32;
-        let msg = [step as u8, (errno & 0xff) as u8, ((errno >> 8) & 0xff) as u8];
+        let msg = [
+            step as u8,
+            (errno & 0xff) as u8,
+            ((errno >> 8) & 0xff) as u8,
+        ];
         sys(
             libc::SYS_write,
             [p.err_w as usize, msg.as_ptr() as usize, 3],

@@ -561,9 +561,9 @@ fn start(config: LaunchConfig) -> PyResult<Started> {
 
     let release = (|| -> Result<(), (Step, String)> {
         match &inner.cgroup {
-            Some(cg) if cg.version == Version::V2 => {
-                cg.join(pid).map_err(|e| (Step::JoinCgroup, e.to_string()))?
-            }
+            Some(cg) if cg.version == Version::V2 => cg
+                .join(pid)
+                .map_err(|e| (Step::JoinCgroup, e.to_string()))?,
             _ => {} // v1: the child joins by itself (`open_self_join_files`)
         }
         if !root {
