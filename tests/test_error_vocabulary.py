@@ -37,6 +37,23 @@ def test_the_agent_code_table_is_the_servers_but_for_its_named_differences(nativ
         assert native.kind_of_status_code(code.value[0]) == expected.value, code
 
 
+def test_step_and_limit_travel_in_the_servers_trailers() -> None:
+    exc = E.SandboxLimitExceeded("refused", step=E.Step.FORK, limit="pids")
+    back = status.error_from_status(status.status_of(exc), exc.message, status.trailing_metadata_of(exc))
+    assert type(back) is E.SandboxLimitExceeded and not back.retryable
+    assert (back.step, back.limit) == (E.Step.FORK, "pids")
+    assert status.status_of(exc) is grpc.StatusCode.RESOURCE_EXHAUSTED and http_status(exc) == 429
+    chdir = E.InvalidRequest("no such dir", step="chdir")
+    back = status.error_from_status(
+        status.status_of(chdir), chdir.message, status.trailing_metadata_of(chdir)
+    )
+    assert type(back) is E.InvalidRequest and back.step is E.Step.CHDIR
+    # A step this side does not know (a newer peer's) is left out, not an error.
+    md = ((status.KIND_KEY, "launch"), (status.STEP_KEY, "some_new_step"))
+    back = status.error_from_status(grpc.StatusCode.INTERNAL, "x", md)
+    assert type(back) is E.LaunchError and back.step is None
+
+
 async def test_a_programs_failed_step_reaches_the_pool_caller(sb: sandboxes.Sandbox) -> None:
     with pytest.raises(E.InvalidRequest) as e:
         await sb.exec(["true"], cwd=MISSING_DIR)
