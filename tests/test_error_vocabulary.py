@@ -17,6 +17,7 @@ from server_helpers import KEY_A
 import sandboxes
 from sandboxes import errors as E
 from sandboxes import status
+from sandboxes.backends import readiness
 from sandboxes.client import AsyncSandboxClient
 from sandboxes.server.http.statuses import http_status
 from sandboxes.templates import Template
@@ -52,6 +53,19 @@ def test_step_and_limit_travel_in_the_servers_trailers() -> None:
     md = ((status.KIND_KEY, "launch"), (status.STEP_KEY, "some_new_step"))
     back = status.error_from_status(grpc.StatusCode.INTERNAL, "x", md)
     assert type(back) is E.LaunchError and back.step is None
+
+
+def test_a_backend_reads_the_readiness_record() -> None:
+    def never() -> str:
+        raise AssertionError("read only for an agent that died unreported")
+
+    assert readiness.launch_error(b"R", "agent", never) is None
+    e = readiness.launch_error(b"Fmount\nmount /x at /y: No such file", "agent", never)
+    assert e is not None and e.step is E.Step.MOUNT and "mount /x at /y" in str(e)
+    e = readiness.launch_error(b"Fsome_new_step\nboom", "agent", never)
+    assert e is not None and e.step is E.Step.AGENT_START and "some_new_step" in str(e)
+    e = readiness.launch_error(b"", "agent", lambda: "killed")
+    assert e is not None and e.step is E.Step.AGENT_START and "killed" in str(e)
 
 
 async def test_a_programs_failed_step_reaches_the_pool_caller(sb: sandboxes.Sandbox) -> None:

@@ -270,7 +270,7 @@ class DockerBackend:
             failed = readiness.launch_error(
                 await _await_ready(loop, fd),
                 f"the agent of container {name} (image {image!r})",
-                unreported=_log_tail(run_dir),
+                unreported=lambda: _log_tail(run_dir),
             )
             if failed is not None:
                 raise failed

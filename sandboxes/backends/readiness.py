@@ -7,6 +7,8 @@ arrives in one read. End-of-file without either: the agent died unreported (`Ste
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from ..errors import LaunchError, Step
 
 __all__ = ["MAX_RECORD", "READY", "launch_error"]
@@ -16,10 +18,10 @@ FAILED = b"F"
 MAX_RECORD = 4096
 
 
-def launch_error(data: bytes, where: str, unreported: str) -> LaunchError | None:
+def launch_error(data: bytes, where: str, unreported: Callable[[], str]) -> LaunchError | None:
     """None if `data` (what one read of the channel gave) says ready; else the `LaunchError` of
-    the step the agent reported, or of `Step.AGENT_START` with `unreported` (what the backend knows
-    of an agent that died without a report). `where` names the sandbox in the message."""
+    the step the agent reported, or of `Step.AGENT_START` with `unreported()` (what the backend
+    knows of an agent that died without a report). `where` names the sandbox in the message."""
     if data[:1] == READY:
         return None
     if data[:1] == FAILED:
@@ -31,8 +33,9 @@ def launch_error(data: bytes, where: str, unreported: str) -> LaunchError | None
             )
         message = f"{message} (step {name!r})"
         return LaunchError(f"{where}: start-up failed: {message}", detail=message, step=Step.AGENT_START)
+    text = unreported()
     return LaunchError(
-        f"{where} exited or was killed before it was ready, without a report: {unreported}",
-        detail=unreported,
+        f"{where} exited or was killed before it was ready, without a report: {text}",
+        detail=text,
         step=Step.AGENT_START,
     )
