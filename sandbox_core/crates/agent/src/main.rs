@@ -347,7 +347,10 @@ fn start(args: cli::Args) -> Result<i32, StartError> {
             what: "tokio runtime",
             source,
         })?;
-    runtime.block_on(serve(args, token, programs, is_root, bound, egress))
+    let served = runtime.block_on(serve(args, token, programs, is_root, bound, egress));
+    // The agent exits next, stopped or failed: no waiting for blocking work still running.
+    runtime.shutdown_background();
+    served
 }
 
 /// A started sandbox is warm only if its first exec costs what the next ones do. The first one
