@@ -100,15 +100,25 @@ async def test_a_programs_failed_step_reaches_the_remote_and_the_http_caller(mak
     assert e.value.message in str(body), body
 
 
+BAD_WORK_DIR = "/usr/sbx-work"  # inside the read-only /usr of the root the agent builds
+
+
 async def test_an_agent_start_up_step_reaches_the_pool_caller(make_pool: Any) -> None:
     """The agent reports its failed start-up step on its readiness channel: here making the work
     directory inside the read-only /usr of the root it builds."""
-    work_dir = "/usr/sbx-work"
-    pool = await make_pool(warm=0, templates={"bad": Template(name="bad", work_dir=work_dir)})
+    pool = await make_pool(warm=0, templates={"bad": Template(name="bad", work_dir=BAD_WORK_DIR)})
     with pytest.raises(E.LaunchError) as e:
         await pool.claim("bad")
-    assert e.value.step is E.Step.ROOT_FILE and work_dir in str(e.value), e.value
+    assert e.value.step is E.Step.ROOT_FILE and BAD_WORK_DIR in str(e.value), e.value
     assert "Read-only file system" in str(e.value), e.value
+
+
+async def test_an_agent_start_up_step_reaches_the_remote_caller(make_server: Any) -> None:
+    server = await make_server(warm=0, templates={"bad": Template(name="bad", work_dir=BAD_WORK_DIR)})
+    async with AsyncSandboxClient(server.address, KEY_A, timeout=60.0) as client:
+        with pytest.raises(E.LaunchError) as e:
+            await client.create(template="bad")
+    assert e.value.step is E.Step.ROOT_FILE and BAD_WORK_DIR in str(e.value), e.value
 
 
 async def test_the_sandboxs_process_limit_is_a_typed_error_naming_it(make_pool: Any) -> None:
