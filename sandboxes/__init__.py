@@ -21,8 +21,10 @@ from .errors import (
     PoolExhausted,
     QuotaExceeded,
     SandboxError,
+    SandboxLimitExceeded,
     SandboxLost,
     SandboxTimeout,
+    Step,
     TooLarge,
 )
 from .grading import GradeStream, Grading
@@ -56,8 +58,10 @@ __all__ = [
     "Sandbox",
     "SandboxBase",
     "SandboxError",
+    "SandboxLimitExceeded",
     "SandboxLost",
     "SandboxTimeout",
+    "Step",
     "Template",
     "TestCase",
     "TestReport",

@@ -63,30 +63,22 @@ def _is_native_error(exc: BaseException) -> bool:
     return _native is not None and isinstance(exc, _native.NativeError)
 
 
-_KIND_TO_ERROR: dict[str, type[errors.SandboxError]] = {
-    "unavailable": errors.SandboxLost,
-    "too_large": errors.TooLarge,
-    "no_space": errors.NoSpace,
-    "invalid_argument": errors.InvalidRequest,
-    "failed_precondition": errors.InvalidRequest,
-    "not_found": errors.NotFound,
-    "permission_denied": errors.AuthError,
-    "unauthenticated": errors.AuthError,
-    "deadline_exceeded": errors.SandboxTimeout,
-    "cancelled": errors.Cancelled,
-}
-
-
 def translate(exc: BaseException) -> errors.SandboxError:
-    """The `sandboxes.errors` exception for a `NativeError` (anything with `kind` / `detail`)."""
-    kind = getattr(exc, "kind", "internal") or "internal"
+    """The `sandboxes.errors` exception for a `NativeError` (anything with `kind` / `detail` /
+    `step` / `limit`): its kind is an `ErrorKind` value and its step a `Step` value, carried as
+    they are."""
+    kind = getattr(exc, "kind", "") or errors.ErrorKind.INTERNAL.value
     detail = getattr(exc, "detail", "") or str(exc)
-    message = f"{kind}: {detail}" if detail else kind
-    if kind == "launch":
-        step = getattr(exc, "step", "") or ""
-        where = f" at step {step!r}" if step else ""
+    step = errors.Step.parse(getattr(exc, "step", "") or "")
+    cls = errors.error_class(kind)
+    if cls is errors.LaunchError:
+        where = f" at step {step.value!r}" if step else ""
         return errors.LaunchError(f"sandbox launch failed{where}: {detail}", detail=detail, step=step)
-    return _KIND_TO_ERROR.get(kind, errors.SandboxError)(message, detail=detail)
+    message = f"{kind}: {detail}" if detail else kind
+    if cls is errors.SandboxLimitExceeded:
+        limit = getattr(exc, "limit", "") or ""
+        return errors.SandboxLimitExceeded(message, detail=detail, step=step, limit=limit)
+    return cls(message, detail=detail, step=step)
 
 
 class Translated:

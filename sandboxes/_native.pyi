@@ -23,16 +23,17 @@ __all__ = [
     "RunTestsReport",
     "agent_version",
     "egress_rules",
+    "error_kinds",
+    "kind_of_status_code",
     "languages",
     "launch_local",
     "non_public_networks",
     "own_cgroup_dirs",
+    "steps",
 ]
 
 class NativeError(Exception):
-    """Raised by every native call. `kind` is one of:
-    unavailable, invalid_argument, not_found, permission_denied, unauthenticated,
-    deadline_exceeded, too_large, no_space, cancelled, failed_precondition, internal, launch."""
+    """Raised by every native call. `kind` is an `ErrorKind` value (`error_kinds()`)."""
 
     @property
     def kind(self) -> str: ...
@@ -40,8 +41,10 @@ class NativeError(Exception):
     def detail(self) -> str: ...
     @property
     def step(self) -> str:
-        """For kind == "launch": the isolation step that failed (e.g. "clone", "cgroup", "mount");
-        for an agent's failed isolation step, its name (e.g. "Seccomp")."""
+        """The step that failed, a `Step` value (`steps()`; e.g. "clone", "mount", "chdir"), or ""."""
+    @property
+    def limit(self) -> str:
+        """For kind == "sandbox_limit": the sandbox limit that refused the call (e.g. "pids"), or ""."""
 
 @final
 class Limits:
@@ -297,7 +300,8 @@ class LocalSandbox:
 
 async def launch_local(config: LaunchConfig) -> LocalSandbox:
     """Start an agent; returns once the agent itself signalled readiness (pushed through a pipe,
-    not polled). Raises NativeError(kind="launch", step=...) when an isolation step fails."""
+    not polled). Raises NativeError(kind="launch", step=...) when a step fails: the launcher's,
+    or the agent's start-up step it reported on its readiness channel."""
 
 def agent_version() -> str: ...
 def own_cgroup_dirs() -> list[tuple[str, str]]:
@@ -306,6 +310,15 @@ def own_cgroup_dirs() -> list[tuple[str, str]]:
 
 def egress_rules(rules: list[str]) -> list[tuple[str, str, int | None]]: ...
 def non_public_networks() -> list[str]: ...
+def error_kinds() -> list[str]:
+    """Every error kind's name (the values of `sandboxes.errors.ErrorKind`)."""
+
+def steps() -> list[str]:
+    """Every step's name (the values of `sandboxes.errors.Step`)."""
+
+def kind_of_status_code(code: int) -> str:
+    """The error kind the native client gives an agent's status of this gRPC code (no reason)."""
+
 def languages() -> list[tuple[str, list[str], str, list[str] | None, list[str], bool, list[str]]]:
     """The judge's language table: (name, aliases with the name first, source file, compile argv
     or None, run argv, takes check scripts, version command); paths relative to the program's

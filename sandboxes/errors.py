@@ -2,7 +2,14 @@
 
 A user program that fails, times out or runs out of memory is a *result* (`ExecResult`), never an
 exception. An exception means the infrastructure failed or the request was wrong. RL code turns
-`SandboxError` into "reschedule", never into a reward of 0.
+`SandboxError` into "reschedule" when `retryable`, never into a reward of 0.
+
+One vocabulary on every layer: `ErrorKind` names what went wrong and `Step` which step of
+starting a sandbox or a program failed. Both are declared in Rust (the native module's `Kind`,
+`sandbox_exec::Step`) and carried unchanged from the agent through the native module and the
+server's status trailers to these classes and to the HTTP surfaces' status table
+(`sandboxes.server.http.statuses`); `_native.error_kinds()` and `_native.steps()` list the Rust
+names, and a test holds these enums to them.
 """
 
 from __future__ import annotations
@@ -22,9 +29,12 @@ __all__ = [
     "PoolExhausted",
     "QuotaExceeded",
     "SandboxError",
+    "SandboxLimitExceeded",
     "SandboxLost",
     "SandboxTimeout",
+    "Step",
     "TooLarge",
+    "error_class",
 ]
 
 
@@ -34,6 +44,7 @@ class ErrorKind(str, enum.Enum):
     INVALID_REQUEST = "invalid_request"
     TOO_LARGE = "too_large"
     NO_SPACE = "no_space"
+    SANDBOX_LIMIT = "sandbox_limit"
     NOT_FOUND = "not_found"
     AUTH = "auth"
     QUOTA = "quota"
@@ -47,16 +58,96 @@ class ErrorKind(str, enum.Enum):
     INTERNAL = "internal"
 
 
+class Step(str, enum.Enum):
+    """A step of starting a sandbox or a program in it; an error that a step failed names it
+    (`SandboxError.step`). The values are the Rust names (`sandbox_exec::Step`), one spelling."""
+
+    # A program's start (the agent's executor).
+    PIPE = "pipe"
+    FORK = "fork"
+    JOIN_CGROUP = "join_cgroup"
+    SET_SID = "set_sid"
+    RLIMIT = "rlimit"
+    CHDIR = "chdir"
+    SET_GROUPS = "set_groups"
+    SET_GID = "set_gid"
+    SET_UID = "set_uid"
+    NO_NEW_PRIVS = "no_new_privs"
+    SECCOMP = "seccomp"
+    DUP2 = "dup2"
+    EXEC = "exec"
+    CREATE_CGROUP = "create_cgroup"
+    CGROUP_LIMIT = "cgroup_limit"
+    LANDLOCK = "landlock"
+    USER_NS = "user_ns"
+    # The agent's start-up.
+    TOKEN = "token"
+    FLAGS = "flags"
+    HOSTNAME = "hostname"
+    LOOPBACK = "loopback"
+    LISTEN = "listen"
+    EGRESS = "egress"
+    MOUNT = "mount"
+    ROOT_FILE = "root_file"
+    PIVOT_ROOT = "pivot_root"
+    ID_MAP = "id_map"
+    CAPABILITIES = "capabilities"
+    WORK_DIR = "work_dir"
+    RUNTIME = "runtime"
+    EXECUTOR = "executor"
+    # The local launcher and its child.
+    RUN_DIR = "run_dir"
+    BIND = "bind"
+    DEVNULL = "devnull"
+    CLONE = "clone"
+    SYNC = "sync"
+    CGROUP_NAMESPACE = "cgroup_namespace"
+    FDS = "fds"
+    EXEC_AGENT = "exec_agent"
+    READY_PIPE = "ready_pipe"
+    AGENT_START = "agent_start"
+    READY_TIMEOUT = "ready_timeout"
+    # The manager (pool and backends).
+    IMPORT = "import"
+    AGENT_PATH = "agent_path"
+    ID_RANGE = "id_range"
+    IMAGE = "image"
+    ENTRYPOINT = "entrypoint"
+    AGENT = "agent"
+    INSPECT = "inspect"
+    CREATE = "create"
+    START = "start"
+    REMOVE = "remove"
+    LIST = "list"
+    TIMEOUT = "timeout"
+    POD = "pod"
+    CONFLICT = "conflict"
+    CLOSED = "closed"
+
+    def __str__(self) -> str:
+        return self.value
+
+    @classmethod
+    def parse(cls, name: str | None) -> Step | None:
+        """The step named `name` as read from a peer (None when empty or unknown: a newer peer's)."""
+        try:
+            return cls(name) if name else None
+        except ValueError:
+            return None
+
+
 class SandboxError(Exception):
-    """Base of every error the service raises. `retryable` tells RL code to reschedule."""
+    """Base of every error the service raises. `retryable` tells RL code to reschedule; `step`
+    names the step that failed, when one did."""
 
     kind: ErrorKind = ErrorKind.INTERNAL
     retryable: bool = True
 
-    def __init__(self, message: str = "", *, detail: str = "") -> None:
+    def __init__(self, message: str = "", *, detail: str = "", step: Step | str | None = None) -> None:
         super().__init__(message or self.kind.value)
         self.message = message or self.kind.value
         self.detail = detail
+        self.step: Step | None = Step(step) if step else None
 
 
 class InvalidRequest(SandboxError, ValueError):
@@ -79,6 +170,21 @@ class NoSpace(SandboxError, OSError):
 
     kind = ErrorKind.NO_SPACE
     retryable = False
+
+
+class SandboxLimitExceeded(SandboxError):
+    """The sandbox's own limit refused the call; `limit` names it (`"pids"`: as many programs run
+    as the sandbox's process limit allows). The sandbox keeps serving: wait for programs to end,
+    or use a template with a larger limit. Not an infrastructure failure: not retryable."""
+
+    kind = ErrorKind.SANDBOX_LIMIT
+    retryable = False
+
+    def __init__(
+        self, message: str = "", *, detail: str = "", step: Step | str | None = None, limit: str = ""
+    ) -> None:
+        super().__init__(message, detail=detail, step=step)
+        self.limit = limit
 
 
 class NotFound(SandboxError, LookupError):
@@ -120,13 +226,9 @@ class SandboxTimeout(SandboxError, TimeoutError):
 
 
 class LaunchError(SandboxError):
-    """A sandbox could not be started; `step` names the isolation step that failed."""
+    """A sandbox could not be started; `step` names the step that failed."""
 
     kind = ErrorKind.LAUNCH
-
-    def __init__(self, message: str = "", *, detail: str = "", step: str = "") -> None:
-        super().__init__(message, detail=detail)
-        self.step = step
 
 
 class BackendUnavailable(SandboxError):
@@ -147,3 +249,30 @@ class Draining(SandboxError):
     a load balancer gives to another replica)."""
 
     kind = ErrorKind.DRAINING
+
+
+_CLASS_OF_KIND: dict[str, type[SandboxError]] = {
+    cls.kind.value: cls
+    for cls in (
+        InvalidRequest,
+        TooLarge,
+        NoSpace,
+        SandboxLimitExceeded,
+        NotFound,
+        AuthError,
+        QuotaExceeded,
+        PoolExhausted,
+        SandboxLost,
+        SandboxTimeout,
+        LaunchError,
+        BackendUnavailable,
+        Cancelled,
+        Draining,
+        SandboxError,
+    )
+}
+
+
+def error_class(kind: str | None) -> type[SandboxError]:
+    """The class of an error kind read from a peer (`SandboxError` for an unknown one)."""
+    return _CLASS_OF_KIND.get(kind or "", SandboxError)

@@ -1,9 +1,13 @@
 """The one place where `sandboxes.errors` meet gRPC status codes, in both directions.
 
 The server turns an exception into a status code plus trailing metadata naming its exact kind
-(`sandboxes-error-kind`); the client turns the status back into the exact exception class. A status
-without that metadata (raised by gRPC itself: a dead connection, an oversized message, a deadline)
-is mapped from its code alone.
+(`sandboxes-error-kind`, an `ErrorKind` value), the step that failed (`sandboxes-error-step`, a
+`Step` value) and the sandbox limit that refused the call (`sandboxes-error-limit`); the client
+turns the status back into the exact exception class, with its step and limit. A status without
+that metadata (raised by gRPC itself: a dead connection, an oversized message, a deadline) is
+mapped from its code alone, by `CLASS_OF_CODE`: the one code-to-class table (the native client's
+for an agent's statuses differs from it only where `AGENT_CODE_DIFFERS` says, and a test holds
+it to that).
 
 Both sides import it (the client never imports the server's modules); it imports only grpc and
 sandboxes.errors.
@@ -16,7 +20,10 @@ import grpc
 from sandboxes import errors as E
 
 __all__ = [
+    "AGENT_CODE_DIFFERS",
+    "CLASS_OF_CODE",
     "KIND_KEY",
+    "LIMIT_KEY",
     "STEP_KEY",
     "Unauthenticated",
     "error_from_rpc",
@@ -28,6 +35,7 @@ __all__ = [
 
 KIND_KEY = "sandboxes-error-kind"
 STEP_KEY = "sandboxes-error-step"
+LIMIT_KEY = "sandboxes-error-limit"
 
 
 class Unauthenticated(E.AuthError):
@@ -38,6 +46,7 @@ _CODE_OF_KIND: dict[E.ErrorKind, grpc.StatusCode] = {
     E.ErrorKind.INVALID_REQUEST: grpc.StatusCode.INVALID_ARGUMENT,
     E.ErrorKind.TOO_LARGE: grpc.StatusCode.RESOURCE_EXHAUSTED,
     E.ErrorKind.NO_SPACE: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    E.ErrorKind.SANDBOX_LIMIT: grpc.StatusCode.RESOURCE_EXHAUSTED,
     E.ErrorKind.NOT_FOUND: grpc.StatusCode.NOT_FOUND,
     E.ErrorKind.AUTH: grpc.StatusCode.PERMISSION_DENIED,
     E.ErrorKind.QUOTA: grpc.StatusCode.RESOURCE_EXHAUSTED,
@@ -51,28 +60,13 @@ _CODE_OF_KIND: dict[E.ErrorKind, grpc.StatusCode] = {
     E.ErrorKind.INTERNAL: grpc.StatusCode.INTERNAL,
 }
 
-_CLASS_OF_KIND: dict[str, type[E.SandboxError]] = {
-    E.ErrorKind.INVALID_REQUEST.value: E.InvalidRequest,
-    E.ErrorKind.TOO_LARGE.value: E.TooLarge,
-    E.ErrorKind.NO_SPACE.value: E.NoSpace,
-    E.ErrorKind.NOT_FOUND.value: E.NotFound,
-    E.ErrorKind.AUTH.value: E.AuthError,
-    E.ErrorKind.QUOTA.value: E.QuotaExceeded,
-    E.ErrorKind.POOL_EXHAUSTED.value: E.PoolExhausted,
-    E.ErrorKind.SANDBOX_LOST.value: E.SandboxLost,
-    E.ErrorKind.TIMEOUT.value: E.SandboxTimeout,
-    E.ErrorKind.LAUNCH.value: E.LaunchError,
-    E.ErrorKind.BACKEND_UNAVAILABLE.value: E.BackendUnavailable,
-    E.ErrorKind.CANCELLED.value: E.Cancelled,
-    E.ErrorKind.DRAINING.value: E.Draining,
-    E.ErrorKind.INTERNAL.value: E.SandboxError,
-}
-
-# Statuses raised by gRPC itself (no kind in the trailers).
-_CLASS_OF_CODE: dict[grpc.StatusCode, type[E.SandboxError]] = {
+# Statuses without a kind in their trailers (raised by gRPC itself). Codes not here (INTERNAL,
+# UNKNOWN, DATA_LOSS) are `SandboxError` (internal).
+CLASS_OF_CODE: dict[grpc.StatusCode, type[E.SandboxError]] = {
     grpc.StatusCode.INVALID_ARGUMENT: E.InvalidRequest,
     grpc.StatusCode.OUT_OF_RANGE: E.InvalidRequest,
     grpc.StatusCode.FAILED_PRECONDITION: E.InvalidRequest,
+    grpc.StatusCode.ALREADY_EXISTS: E.InvalidRequest,
     grpc.StatusCode.NOT_FOUND: E.NotFound,
     grpc.StatusCode.UNAUTHENTICATED: E.AuthError,
     grpc.StatusCode.PERMISSION_DENIED: E.AuthError,
@@ -82,6 +76,20 @@ _CLASS_OF_CODE: dict[grpc.StatusCode, type[E.SandboxError]] = {
     grpc.StatusCode.DEADLINE_EXCEEDED: E.SandboxTimeout,
     grpc.StatusCode.CANCELLED: E.Cancelled,
     grpc.StatusCode.UNIMPLEMENTED: E.InvalidRequest,
+}
+
+# Where the native client's table for an agent's statuses (`_native.kind_of_status_code`) departs
+# from `CLASS_OF_CODE`, on purpose: an agent is one sandbox, so a status that from the server
+# means its backend or a caller's quota means the sandbox itself.
+AGENT_CODE_DIFFERS: dict[grpc.StatusCode, E.ErrorKind] = {
+    # The agent's connection broke (the transport's UNAVAILABLE, CANCELLED of a request caught on
+    # a closing connection, UNKNOWN of a reset stream): the sandbox is lost, not the backend.
+    grpc.StatusCode.UNAVAILABLE: E.ErrorKind.SANDBOX_LOST,
+    grpc.StatusCode.CANCELLED: E.ErrorKind.SANDBOX_LOST,
+    grpc.StatusCode.UNKNOWN: E.ErrorKind.SANDBOX_LOST,
+    # An agent has no quotas: without a reason, RESOURCE_EXHAUSTED is a request over its bounds
+    # (or over the transport's message size).
+    grpc.StatusCode.RESOURCE_EXHAUSTED: E.ErrorKind.TOO_LARGE,
 }
 
 
@@ -104,11 +112,14 @@ def _ascii(value: str) -> str:
 
 
 def trailing_metadata_of(exc: BaseException) -> tuple[tuple[str, str], ...]:
-    """Trailing metadata naming the exact kind (and the launch step) of `exc`."""
+    """Trailing metadata naming the exact kind of `exc`, its step and its limit."""
     md: list[tuple[str, str]] = [(KIND_KEY, _kind_of(exc).value)]
-    step = getattr(exc, "step", "")
-    if step:
-        md.append((STEP_KEY, _ascii(str(step))))
+    step = getattr(exc, "step", None)
+    if isinstance(step, E.Step):
+        md.append((STEP_KEY, step.value))
+    limit = getattr(exc, "limit", "")
+    if limit:
+        md.append((LIMIT_KEY, _ascii(str(limit))))
     return tuple(md)
 
 
@@ -124,16 +135,19 @@ def error_from_status(code: grpc.StatusCode, details: str | None, trailing_metad
     """Rebuild the exception a server raised from its status and trailers."""
     details = details or code.name.lower()
     kind = _metadata_value(trailing_metadata, KIND_KEY)
-    cls = _CLASS_OF_KIND.get(kind) if kind else None
-    if cls is None:
-        cls = _CLASS_OF_CODE.get(code, E.SandboxError)
+    if kind:
+        cls = E.error_class(kind)
+    else:
+        cls = CLASS_OF_CODE.get(code, E.SandboxError)
         if code == grpc.StatusCode.RESOURCE_EXHAUSTED and "message" in details.lower():
             # gRPC's own "received message larger than max": the request is wrong, not a quota.
             cls = E.InvalidRequest
     detail = f"grpc status {code.name}"
-    if cls is E.LaunchError:
-        return E.LaunchError(details, detail=detail, step=_metadata_value(trailing_metadata, STEP_KEY) or "")
-    return cls(details, detail=detail)
+    step = E.Step.parse(_metadata_value(trailing_metadata, STEP_KEY))
+    if cls is E.SandboxLimitExceeded:
+        limit = _metadata_value(trailing_metadata, LIMIT_KEY) or ""
+        return E.SandboxLimitExceeded(details, detail=detail, step=step, limit=limit)
+    return cls(details, detail=detail, step=step)
 
 
 def error_from_rpc(err: grpc.RpcError) -> E.SandboxError:

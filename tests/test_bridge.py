@@ -21,13 +21,13 @@ class FakeNativeError(Exception):
 @pytest.mark.parametrize(
     ("kind", "detail", "expected"),
     [
-        ("unavailable", "connection refused", errors.SandboxLost),
-        ("invalid_argument", "empty argv", errors.InvalidRequest),
-        ("failed_precondition", "forked child", errors.InvalidRequest),
+        ("sandbox_lost", "connection refused", errors.SandboxLost),
+        ("invalid_request", "empty argv", errors.InvalidRequest),
+        ("invalid_request", "forked child", errors.InvalidRequest),
         ("not_found", "no such file", errors.NotFound),
-        ("permission_denied", "outside the sandbox", errors.AuthError),
-        ("unauthenticated", "bad token", errors.AuthError),
-        ("deadline_exceeded", "deadline", errors.SandboxTimeout),
+        ("auth", "outside the sandbox", errors.AuthError),
+        ("auth", "bad token", errors.AuthError),
+        ("timeout", "deadline", errors.SandboxTimeout),
         ("too_large", "request too large", errors.TooLarge),
         ("no_space", "No space left on device", errors.NoSpace),
         ("cancelled", "", errors.Cancelled),
@@ -83,7 +83,7 @@ class ExecStream:  # named as the native type whose instances `Translated` wraps
         self.native, self.pid = native, 7
 
     async def next(self):
-        raise self.native.NativeError("unavailable", "agent gone", "")
+        raise self.native.NativeError("sandbox_lost", "agent gone", "")
 
 
 class FakeClient:
@@ -91,7 +91,7 @@ class FakeClient:
         self.native = native
 
     def fails_now(self):
-        raise self.native.NativeError("invalid_argument", "empty argv", "")
+        raise self.native.NativeError("invalid_request", "empty argv", "")
 
     async def fails_later(self):
         raise self.native.NativeError("too_large", "over the bound", "")

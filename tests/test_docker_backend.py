@@ -501,6 +501,17 @@ async def test_image_without_the_agent(images: str, docker_pool: MakePool) -> No
         assert r.stdout == b"42\n"
 
 
+async def test_an_agent_start_up_step_reaches_the_pool_caller(docker_pool: MakePool) -> None:
+    """The agent reports its failed start-up step through the `ready` FIFO (no log text is read):
+    here its check of its flags (a uid outside the sandbox's id range)."""
+    pool = await docker_pool(
+        warm=0, templates={"bad": Template(name="bad", backend="docker", image=IMAGE, uid=70000)}
+    )
+    with pytest.raises(sandboxes.LaunchError) as e:
+        await pool.claim("bad")
+    assert e.value.step is sandboxes.errors.Step.FLAGS and "--uid/--gid" in str(e.value), e.value
+
+
 @pytest.fixture
 def image_without_shell(docker_api: Any, images: str) -> Any:
     """A one-file image (no /bin/sh), imported from a tar; removed afterwards."""

@@ -10,9 +10,10 @@ Layout on the host (the root is the local backend's: `SANDBOXES_RUN_DIR`, `/run/
     <root>/docker-<pool_id>/owner.json     {"pid", "starttime"} of the managing process
     <root>/docker-<pool_id>/<sandbox>/     run dir (0700), mounted at /run/sandbox (`rundir.py`):
         token       the agent's token (0600), removed as soon as the agent is ready
-        ready       a FIFO: the agent writes one byte once it serves (readiness is pushed)
+        ready       a FIFO, the agent's readiness channel (`readiness`): one byte once it serves,
+                    or the failure record of its start-up step (readiness is pushed)
         agent.sock  the agent's socket (0600, owned by root: only the manager may connect)
-        agent.log   the agent's stderr (start-up errors are read from here)
+        agent.log   the agent's stderr (for people: the backend reads the step from `ready`)
 
 Container settings (`spec.py`, `config.py`): read-only root (the container's own, which only the
 agent sees), the image unpacked into the host's image cache (`images.resolve`, once per image id)
@@ -35,8 +36,9 @@ serving thread and by every program, is the one that holds.
 
 Readiness: the entrypoint is `/bin/sh -c` that opens the `ready` FIFO as fd 3 and execs the agent
 with `--ready-fd 3` (the agent has no `--ready-file`; an inherited fd cannot cross the container
-boundary, so the shell bridges it). The backend awaits the FIFO with `loop.add_reader`: one byte
-means ready; end-of-file means the shell or the agent died first (its stderr says why).
+boundary, so the shell bridges it). The backend awaits the FIFO with `loop.add_reader`: `R` means
+ready; a failure record names the step that failed (the agent's, or the shell's `agent` when the
+image has no agent); end-of-file means the agent died unreported (`agent_start`).
 
 A pool that dies without closing (`orphans.py`): its containers live on until their agents'
 leases lapse, then remove themselves; the pool's watchdog (`watchdog.py`) removes each one's run

@@ -19,7 +19,7 @@ from typing import Any
 from ... import _bridge
 from ...errors import BackendUnavailable, LaunchError
 from ...templates import Template
-from .. import ids, images, watchdog
+from .. import ids, images, readiness, watchdog
 from ..base import Backend, SandboxHandle
 from ..rundirs import alive, default_run_root, make_pool_dir, starttime
 from . import engine, rundir
@@ -149,14 +149,13 @@ class DockerBackend(Backend):
             ds = DockerSandbox(container_id, name, place.image, run_dir, place.id_base)
             self._live[sandbox_id] = ds
             fd, ready_fd = ready_fd, -1  # await_ready owns (and closes) it from here
-            if not await rundir.await_ready(loop, fd):
-                out = rundir.log_tail(run_dir)
-                raise LaunchError(
-                    f"the agent of container {name} (image {place.image!r}) exited or was killed "
-                    f"before it was ready: {out}",
-                    detail=out,
-                    step=rundir.failed_step(out),
-                )
+            failed = readiness.launch_error(
+                await rundir.await_ready(loop, fd),
+                f"the agent of container {name} (image {place.image!r})",
+                unreported=lambda: rundir.log_tail(run_dir),
+            )
+            if failed is not None:
+                raise failed
         except BaseException:
             if ready_fd >= 0:
                 os.close(ready_fd)

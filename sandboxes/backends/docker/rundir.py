@@ -9,6 +9,8 @@ import socket
 import struct
 from pathlib import Path
 
+from .. import readiness
+
 _LOG_TAIL = 2000
 
 
@@ -25,16 +27,16 @@ def prepare(run_dir: Path, token: str) -> int:
     return os.open(run_dir / "ready", os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
 
 
-async def await_ready(loop: asyncio.AbstractEventLoop, fd: int) -> bool:
-    """Wait (no thread, no polling) until the FIFO has the agent's byte (True) or its writer
-    went away without one (False). Closes `fd`."""
+async def await_ready(loop: asyncio.AbstractEventLoop, fd: int) -> bytes:
+    """Wait (no thread, no polling) until the FIFO has the agent's report (its ready byte or its
+    failure record, which arrives whole) or its writer went away without one (b""). Closes `fd`."""
     fut: asyncio.Future[bytes] = loop.create_future()
 
     def readable() -> None:
         # Before any writer opened the FIFO the kernel does not report it readable; after one
         # did, readable means data or end-of-file.
         try:
-            data = os.read(fd, 1)
+            data = os.read(fd, readiness.MAX_RECORD)
         except BlockingIOError:
             return
         except OSError:
@@ -44,7 +46,7 @@ async def await_ready(loop: asyncio.AbstractEventLoop, fd: int) -> bool:
 
     loop.add_reader(fd, readable)
     try:
-        return (await fut) == b"R"
+        return await fut
     finally:
         loop.remove_reader(fd)
         os.close(fd)
@@ -73,9 +75,3 @@ def log_tail(run_dir: Path) -> str:
     except OSError:
         return "(no output)"
     return text or "(no output)"
-
-
-def failed_step(text: str) -> str:
-    if "no executable agent" in text:
-        return "agent"
-    return "agent_start"

@@ -27,11 +27,13 @@ from .config import (
 
 # The entrypoint script. fd 3 is the `ready` FIFO (opened first, so any failure after this point
 # closes it: the backend sees end-of-file), stderr goes to agent.log in the run dir (readable from
-# the host after an auto-removed container is gone). $1 is the agent path, the rest its flags.
+# the host after an auto-removed container is gone). $1 is the agent path, the rest its flags. A
+# missing agent is reported as the failure record of step `agent`.
 ENTRYPOINT = (
     "exec 3>" + RUN_MOUNT + "/ready 2>>" + RUN_MOUNT + "/agent.log; "
     'a="$1"; shift; '
-    '[ -x "$a" ] || { echo "sandboxes: no executable agent at $a in this image" >&2; exit 127; }; '
+    '[ -x "$a" ] || { m="sandboxes: no executable agent at $a in this image"; '
+    'echo "$m" >&2; printf "F%s\n%s" agent "$m" >&3; exit 127; }; '
     'exec "$a" "$@" --ready-fd 3'
 )
 

@@ -12,6 +12,7 @@ _STATUSES: tuple[tuple[type[E.SandboxError], int], ...] = (
     (E.TooLarge, 413),
     (E.NotFound, 404),
     (E.QuotaExceeded, 429),
+    (E.SandboxLimitExceeded, 429),
     (E.NoSpace, 507),
     (E.AuthError, 403),
     (E.PoolExhausted, 503),

@@ -1,8 +1,10 @@
 //! Errors of the agent's calls, translated to a gRPC status in exactly one place.
 //!
 //! Besides its code, a status carries what the caller must not guess from the message text:
-//! `sandbox-error-reason` (`too_large`: a request or file over a bound; `no_space`: the sandbox's
-//! disk is full) and, for a failed isolation step, `sandbox-error-step` (the step's name).
+//! `sandbox-error-reason` on RESOURCE_EXHAUSTED (`too_large`: a request or file over a bound;
+//! `no_space`: the sandbox's disk is full; `sandbox_limit`: the sandbox's own limit refused the
+//! call, `sandbox-error-limit` names which), and, for a failed step, `sandbox-error-step` (the
+//! step's name, `Step::name`).
 
 use sandbox_exec::{SpawnError, Step};
 use tonic::Status;
@@ -39,11 +41,27 @@ impl AgentError {
 pub const REASON_KEY: &str = "sandbox-error-reason";
 /// Metadata key of the isolation step that failed.
 pub const STEP_KEY: &str = "sandbox-error-step";
+/// Metadata key of the sandbox limit that refused the call (reason `sandbox_limit`).
+pub const LIMIT_KEY: &str = "sandbox-error-limit";
+
+/// The sandbox's own limit that refused a program's start, if that is why it failed: a fork
+/// refused with EAGAIN is the sandbox's process limit (its cgroup's `pids.max`), reached by the
+/// programs already running. Not the infrastructure's failure: the caller's to handle.
+fn sandbox_limit(e: &SpawnError) -> Option<&'static str> {
+    match e {
+        SpawnError::Isolation {
+            step: Step::Fork,
+            source,
+        } if source.raw_os_error() == Some(libc::EAGAIN) => Some("pids"),
+        _ => None,
+    }
+}
 
 impl AgentError {
     fn reason(&self) -> Option<&'static str> {
         match self {
             AgentError::TooLarge(_) => Some("too_large"),
+            AgentError::Spawn(e) if sandbox_limit(e).is_some() => Some("sandbox_limit"),
             AgentError::Io { source, .. } => match source.raw_os_error() {
                 Some(libc::ENOSPC) | Some(libc::EDQUOT) => Some("no_space"),
                 Some(libc::EFBIG) => Some("too_large"),
@@ -64,16 +82,26 @@ impl AgentError {
 impl From<AgentError> for Status {
     fn from(e: AgentError) -> Status {
         let (reason, step) = (e.reason(), e.step());
+        let limit = match &e {
+            AgentError::Spawn(s) => sandbox_limit(s),
+            _ => None,
+        };
         let mut status = status_of(e);
         if let Some(r) = reason {
             status
                 .metadata_mut()
                 .insert(REASON_KEY, tonic::metadata::MetadataValue::from_static(r));
         }
+        if let Some(l) = limit {
+            status
+                .metadata_mut()
+                .insert(LIMIT_KEY, tonic::metadata::MetadataValue::from_static(l));
+        }
         if let Some(step) = step {
-            if let Ok(v) = format!("{step:?}").parse() {
-                status.metadata_mut().insert(STEP_KEY, v);
-            }
+            status.metadata_mut().insert(
+                STEP_KEY,
+                tonic::metadata::MetadataValue::from_static(step.name()),
+            );
         }
         status
     }
@@ -91,6 +119,9 @@ fn status_of(e: AgentError) -> Status {
         AgentError::Spawn(SpawnError::Isolation {
             step: Step::Chdir, ..
         }) => Status::invalid_argument(format!("{msg} (cwd must be an existing directory)")),
+        AgentError::Spawn(ref s) if sandbox_limit(s).is_some() => Status::resource_exhausted(
+            format!("{msg} (the sandbox's process limit is reached: too many programs running)"),
+        ),
         AgentError::Spawn(SpawnError::Isolation { .. }) => Status::internal(msg),
         AgentError::Io { ref source, .. } => match source.raw_os_error() {
             Some(libc::ENOENT) => Status::not_found(msg),

@@ -10,6 +10,7 @@ mod listen;
 mod paths;
 mod server;
 mod setup;
+mod start_error;
 
 use std::io::Read;
 use std::os::fd::FromRawFd;
@@ -20,43 +21,48 @@ use std::time::{Duration, Instant};
 use clap::Parser;
 use sandbox_exec::{userns, Executor, ExecutorConfig};
 use sandbox_proto::agent_server::AgentServer;
+use start_error::StartError;
 
 pub const VERSION: &str = sandbox_proto::AGENT_VERSION;
 const MAX_MESSAGE: usize = 1 << 30;
 /// How long an agent started with `--python-zygote eager` waits for the zygote before it serves.
 const EAGER_ZYGOTE_WAIT: Duration = Duration::from_secs(10);
 
-fn fail(msg: impl std::fmt::Display) -> ! {
-    eprintln!("sandbox-agent: {msg}");
-    std::process::exit(2)
-}
-
-fn read_token(args: &cli::Args) -> String {
+fn read_token(args: &cli::Args) -> Result<String, StartError> {
     let token = if let Some(fd) = args.token_fd {
         let mut s = String::new();
         // SAFETY: the launcher handed us this fd (a pipe) to read the token from.
         let mut f = unsafe { std::fs::File::from_raw_fd(fd) };
         f.read_to_string(&mut s)
-            .unwrap_or_else(|e| fail(format!("read token fd: {e}")));
+            .map_err(|source| StartError::Token {
+                from: format!("fd {fd}"),
+                source,
+            })?;
         s
     } else if let Some(p) = &args.token_file {
-        std::fs::read_to_string(p)
-            .unwrap_or_else(|e| fail(format!("read token file {}: {e}", p.display())))
+        std::fs::read_to_string(p).map_err(|source| StartError::Token {
+            from: format!("file {}", p.display()),
+            source,
+        })?
     } else if let Ok(t) = std::env::var("SANDBOX_AGENT_TOKEN") {
         // Not inherited by user programs: they get an environment built from scratch.
         std::env::remove_var("SANDBOX_AGENT_TOKEN");
         t
     } else {
-        fail("no token: pass --token-fd, --token-file or SANDBOX_AGENT_TOKEN")
+        return Err(StartError::BadToken(
+            "no token: pass --token-fd, --token-file or SANDBOX_AGENT_TOKEN",
+        ));
     };
     let token = token.trim().to_string();
     if token.len() < 16 {
-        fail("token too short (at least 16 characters)");
+        return Err(StartError::BadToken(
+            "token too short (at least 16 characters)",
+        ));
     }
-    token
+    Ok(token)
 }
 
-fn base_env(args: &cli::Args) -> std::collections::BTreeMap<String, String> {
+fn base_env(args: &cli::Args) -> Result<std::collections::BTreeMap<String, String>, StartError> {
     let mut env: std::collections::BTreeMap<String, String> = [
         (
             "PATH",
@@ -90,10 +96,14 @@ fn base_env(args: &cli::Args) -> std::collections::BTreeMap<String, String> {
             Some((k, v)) if !k.is_empty() => {
                 env.insert(k.to_string(), v.to_string());
             }
-            _ => fail(format!("--env expects KEY=VALUE, got {kv:?}")),
+            _ => {
+                return Err(StartError::Flags(format!(
+                    "--env expects KEY=VALUE, got {kv:?}"
+                )))
+            }
         }
     }
-    env
+    Ok(env)
 }
 
 /// Who runs user programs, and who owns what the agent makes for them.
@@ -109,31 +119,32 @@ struct Programs {
 
 const DEFAULT_ROOT_SIZE: u64 = 1 << 30;
 
-fn programs(args: &cli::Args, is_root: bool) -> Programs {
+fn programs(args: &cli::Args, is_root: bool) -> Result<Programs, StartError> {
     let root = args.user == "root";
     if root && (!is_root || !args.new_root || args.keep_uid || (args.id_base == 0) != args.pod_ids)
     {
-        fail(
+        return Err(StartError::Flags(
             "--user root needs an agent that is root, --new-root, either --id-base or --pod-ids, \
-             and no --keep-uid",
-        );
+             and no --keep-uid"
+                .into(),
+        ));
     }
     if args.pod_ids {
         if !root {
-            fail("--pod-ids is for --user root");
+            return Err(StartError::Flags("--pod-ids is for --user root".into()));
         }
         // Outside a user namespace the pod's ids would be the node's: root inside would be root.
         let map = std::fs::read_to_string("/proc/self/uid_map").unwrap_or_default();
         if map.split_whitespace().collect::<Vec<_>>() == ["0", "0", "4294967295"] {
-            fail("--pod-ids needs a user-namespaced pod (hostUsers: false); this one has the node's ids");
+            return Err(StartError::Flags("--pod-ids needs a user-namespaced pod (hostUsers: false); this one has the node's ids".into()));
         }
-        let ns = userns::create_in_pod().unwrap_or_else(|e| fail(e));
-        return Programs {
+        let ns = userns::create_in_pod().map_err(StartError::UserNs)?;
+        return Ok(Programs {
             uid: 0,
             gid: 0,
             owner: server::Owner { uid: 0, gid: 0 },
             userns: Some(Arc::new(ns)),
-        };
+        });
     }
     let (uid, gid) = if root {
         (0, 0)
@@ -144,21 +155,21 @@ fn programs(args: &cli::Args, is_root: bool) -> Programs {
         (args.uid, args.gid)
     };
     if args.id_base == 0 || !is_root || args.keep_uid {
-        return Programs {
+        return Ok(Programs {
             uid,
             gid,
             owner: server::Owner { uid, gid },
             userns: None,
-        };
+        });
     }
     if uid >= userns::RANGE || gid >= userns::RANGE {
-        fail(format!(
+        return Err(StartError::Flags(format!(
             "--uid/--gid must be below {} with --id-base",
             userns::RANGE
-        ));
+        )));
     }
-    let ns = userns::create(args.id_base).unwrap_or_else(|e| fail(e));
-    Programs {
+    let ns = userns::create(args.id_base).map_err(StartError::UserNs)?;
+    Ok(Programs {
         uid,
         gid,
         owner: server::Owner {
@@ -166,7 +177,7 @@ fn programs(args: &cli::Args, is_root: bool) -> Programs {
             gid: args.id_base + gid,
         },
         userns: Some(Arc::new(ns)),
-    }
+    })
 }
 
 /// What the agent serves egress with: the policy, the helper, and where its DNS answers beside
@@ -180,13 +191,20 @@ type Egress = (
 /// The egress proxy's policy and helper (forked here, while the agent has one thread and is
 /// still in the outside network namespace and file system); then, unless the outside namespace
 /// was named, the agent moves to a fresh network namespace with only `lo`.
-fn start_egress(args: &cli::Args) -> Egress {
-    let policy = egress::policy::Policy::parse(&args.egress_allow).unwrap_or_else(|e| fail(e));
-    let netns = args.egress_netns.as_ref().map(|p| {
-        std::fs::File::open(p)
-            .map(std::os::fd::OwnedFd::from)
-            .unwrap_or_else(|e| fail(format!("egress network namespace {}: {e}", p.display())))
-    });
+fn start_egress(args: &cli::Args) -> Result<Egress, StartError> {
+    let policy = egress::policy::Policy::parse(&args.egress_allow).map_err(StartError::Egress)?;
+    let netns = args
+        .egress_netns
+        .as_ref()
+        .map(|p| {
+            std::fs::File::open(p)
+                .map(std::os::fd::OwnedFd::from)
+                .map_err(|source| StartError::EgressIo {
+                    what: format!("network namespace {}", p.display()),
+                    source,
+                })
+        })
+        .transpose()?;
     let leave = netns.is_none();
     // A pod's programs have the pod's own ids, 65534 among them: the helper takes the agent's.
     let id = if args.pod_ids {
@@ -195,23 +213,23 @@ fn start_egress(args: &cli::Args) -> Egress {
         egress::helper::NOBODY
     };
     let helper =
-        egress::helper::start(&policy, netns, args.new_root, id).unwrap_or_else(|e| fail(e));
+        egress::helper::start(&policy, netns, args.new_root, id).map_err(StartError::Egress)?;
     if leave {
         // SAFETY: unshare of this (single-threaded) process's network namespace.
         if unsafe { libc::unshare(libc::CLONE_NEWNET) } != 0 {
-            fail(format!(
-                "egress: a network namespace of the sandbox's own: {}",
-                std::io::Error::last_os_error()
-            ));
+            return Err(StartError::EgressIo {
+                what: "a network namespace of the sandbox's own".into(),
+                source: std::io::Error::last_os_error(),
+            });
         }
-        setup::net::loopback_up().unwrap_or_else(|e| fail(e));
+        setup::net::loopback_up()?;
     }
     let extra = if args.new_root {
         Vec::new() // the root it builds names DNS_HOST
     } else {
         pod_nameservers()
     };
-    (policy, helper, extra)
+    Ok((policy, helper, extra))
 }
 
 /// Programs of an agent that builds no root (a pod's) read the outside's /etc/resolv.conf: its
@@ -236,25 +254,48 @@ fn pod_nameservers() -> Vec<std::net::Ipv4Addr> {
     out
 }
 
+/// Starts the agent; a start-up step that fails is reported on the readiness channel (and
+/// stderr), and the agent exits with status 2.
 fn main() {
     let args = cli::Args::parse();
-    let token = read_token(&args);
+    let ready_fd = args.ready_fd;
+    match start(args) {
+        Ok(code) => std::process::exit(code),
+        Err(e) => {
+            e.report(ready_fd);
+            std::process::exit(2)
+        }
+    }
+}
+
+fn start(args: cli::Args) -> Result<i32, StartError> {
+    let token = read_token(&args)?;
     // SAFETY: geteuid has no preconditions.
     let is_root = unsafe { libc::geteuid() } == 0;
     // Before any thread: the user namespace is made by a fork.
-    let programs = programs(&args, is_root);
+    let programs = programs(&args, is_root)?;
     if let Some(h) = &args.hostname {
-        setup::net::set_hostname(h).unwrap_or_else(|e| fail(e));
+        setup::net::set_hostname(h)?;
     }
     if args.loopback {
-        setup::net::loopback_up().unwrap_or_else(|e| fail(e));
+        setup::net::loopback_up()?;
     }
     // Bound where the manager reaches it, before the agent leaves that place (`listen::Bound`).
     let bound = args
         .listen
         .as_deref()
-        .map(|spec| listen::bind(spec).unwrap_or_else(|e| fail(format!("listen: {e}"))));
-    let egress = (!args.egress_allow.is_empty()).then(|| start_egress(&args));
+        .map(|spec| {
+            listen::bind(spec).map_err(|source| StartError::Listen {
+                spec: spec.to_string(),
+                source,
+            })
+        })
+        .transpose()?;
+    let egress = if args.egress_allow.is_empty() {
+        None
+    } else {
+        Some(start_egress(&args)?)
+    };
     if args.new_root {
         let spec = setup::rootfs::RootSpec {
             work_dir: args.work_dir.clone(),
@@ -284,15 +325,17 @@ fn main() {
                 n => n,
             }),
         };
-        setup::rootfs::build(&spec).unwrap_or_else(|e| fail(e));
+        setup::rootfs::build(&spec)?;
         if args.pod_ids {
             // Still one thread: every thread started from here on has these ids and capabilities.
             let id = userns::AGENT_ID;
-            sandbox_exec::caps::keep_capabilities_as(id, id).unwrap_or_else(|e| fail(e));
+            sandbox_exec::caps::keep_capabilities_as(id, id).map_err(StartError::Capabilities)?;
         }
     } else if !args.work_dir.exists() {
-        std::fs::create_dir_all(&args.work_dir)
-            .unwrap_or_else(|e| fail(format!("create {}: {e}", args.work_dir.display())));
+        std::fs::create_dir_all(&args.work_dir).map_err(|source| StartError::WorkDir {
+            path: args.work_dir.clone(),
+            source,
+        })?;
     }
 
     // One thread: an idle sandbox should cost as little memory as possible; blocking file work
@@ -300,9 +343,14 @@ fn main() {
     let runtime = tokio::runtime::Builder::new_current_thread()
         .enable_all()
         .build()
-        .unwrap_or_else(|e| fail(format!("tokio runtime: {e}")));
-    let code = runtime.block_on(serve(args, token, programs, is_root, bound, egress));
-    std::process::exit(code);
+        .map_err(|source| StartError::Runtime {
+            what: "tokio runtime",
+            source,
+        })?;
+    let served = runtime.block_on(serve(args, token, programs, is_root, bound, egress));
+    // The agent exits next, stopped or failed: no waiting for blocking work still running.
+    runtime.shutdown_background();
+    served
 }
 
 /// A started sandbox is warm only if its first exec costs what the next ones do. The first one
@@ -339,7 +387,7 @@ async fn serve(
     is_root: bool,
     bound: Option<listen::Bound>,
     egress: Option<Egress>,
-) -> i32 {
+) -> Result<i32, StartError> {
     let drop_uid = is_root && !args.keep_uid;
     let root_inside = args.user == "root";
     let config = ExecutorConfig {
@@ -349,11 +397,11 @@ async fn serve(
         use_cgroups: !args.no_cgroups,
         cgroup_parent: None,
         work_dir: args.work_dir.clone(),
-        base_env: base_env(&args),
+        base_env: base_env(&args)?,
         default_limits: sandbox_exec::Limits::default(),
         user_namespace: programs.userns.clone(),
     };
-    let executor = Arc::new(Executor::new(config).unwrap_or_else(|e| fail(e)));
+    let executor = Arc::new(Executor::new(config).map_err(StartError::Executor)?);
     // This process owns its cgroup subtree (whoever removes the sandbox removes the subtree), so
     // idle exec cgroups may stay between execs: each exec is spared creating and removing one.
     executor.enable_cgroup_pool(4);
@@ -392,11 +440,17 @@ async fn serve(
         let listener = std::net::TcpListener::bind(egress::PROXY_ADDR)
             .and_then(|l| l.set_nonblocking(true).map(|()| l))
             .and_then(tokio::net::TcpListener::from_std)
-            .unwrap_or_else(|e| fail(format!("egress proxy on {}: {e}", egress::PROXY_ADDR)));
+            .map_err(|source| StartError::EgressIo {
+                what: format!("proxy on {}", egress::PROXY_ADDR),
+                source,
+            })?;
         let dns = std::net::UdpSocket::bind(egress::DNS_ADDR)
             .and_then(|s| s.set_nonblocking(true).map(|()| s))
             .and_then(tokio::net::UdpSocket::from_std)
-            .unwrap_or_else(|e| fail(format!("egress DNS on {}: {e}", egress::DNS_ADDR)));
+            .map_err(|source| StartError::EgressIo {
+                what: format!("DNS on {}", egress::DNS_ADDR),
+                source,
+            })?;
         let proxy = Arc::new(egress::Proxy {
             policy,
             helper,
@@ -417,14 +471,25 @@ async fn serve(
             }
         }
         tokio::spawn(proxy.serve(listener));
-        counters
+        Ok::<_, StartError>(counters)
     });
+    let egress = egress.transpose()?;
     let listener = match (bound, args.listen_fd) {
         (Some(b), _) => listen::serve(b),
         (None, Some(fd)) => listen::from_fd(fd),
-        (None, None) => fail("nowhere to listen: pass --listen or --listen-fd"),
+        (None, None) => {
+            return Err(StartError::Flags(
+                "nowhere to listen: pass --listen or --listen-fd".into(),
+            ))
+        }
     }
-    .unwrap_or_else(|e| fail(format!("listen: {e}")));
+    .map_err(|source| StartError::Listen {
+        spec: args
+            .listen
+            .clone()
+            .unwrap_or_else(|| format!("fd {:?}", args.listen_fd)),
+        source,
+    })?;
 
     let mut roots = vec![args.work_dir.clone()];
     if args.new_root {
@@ -467,9 +532,12 @@ async fn serve(
     let svc =
         tonic::service::interceptor::InterceptedService::new(svc, move |req| check.check(req));
 
+    let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
+        .map_err(|source| StartError::Runtime {
+            what: "SIGTERM handler",
+            source,
+        })?;
     let stop = async {
-        let mut term = tokio::signal::unix::signal(tokio::signal::unix::SignalKind::terminate())
-            .unwrap_or_else(|e| fail(format!("SIGTERM handler: {e}")));
         tokio::select! {
             _ = lease.lapsed() => eprintln!("sandbox-agent: owner's lease lapsed, stopping"),
             _ = term.recv() => {}
@@ -502,7 +570,7 @@ async fn serve(
         _ = stop => 0,
     };
     executor.kill_all();
-    code
+    Ok(code)
 }
 
 #[cfg(test)]

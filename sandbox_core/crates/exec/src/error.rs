@@ -1,29 +1,7 @@
 //! Typed errors: one variant per isolation step, each carrying the OS error,
 //! so an operator can tell which step failed.
 
-/// One step of starting a sandboxed program. A failure names its step.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-#[repr(u8)]
-pub enum Step {
-    Pipe = 1,
-    Fork = 2,
-    JoinCgroup = 3,
-    SetSid = 4,
-    Rlimit = 5,
-    Chdir = 6,
-    SetGroups = 7,
-    SetGid = 8,
-    SetUid = 9,
-    NoNewPrivs = 10,
-    Seccomp = 11,
-    Dup2 = 12,
-    Exec = 13,
-    CreateCgroup = 14,
-    CgroupLimit = 15,
-    Landlock = 16,
-    /// Entering the sandbox's user namespace (`ExecutorConfig::user_namespace`).
-    UserNs = 17,
-}
+pub use crate::step::Step;
 
 /// Why a program could not be started.
 #[derive(Debug, thiserror::Error)]
@@ -38,7 +16,7 @@ pub enum SpawnError {
         source: std::io::Error,
     },
     /// An isolation step failed.
-    #[error("isolation step {step:?} failed: {source}")]
+    #[error("isolation step {step} failed: {source}")]
     Isolation { step: Step, source: std::io::Error },
 }
 

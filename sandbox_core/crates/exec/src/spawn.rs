@@ -521,29 +521,7 @@ fn above_stdio(fd: OwnedFd) -> io::Result<OwnedFd> {
 }
 
 fn step_from_u8(b: u8) -> Step {
-    use Step::*;
-    [
-        Pipe,
-        Fork,
-        JoinCgroup,
-        SetSid,
-        Rlimit,
-        Chdir,
-        SetGroups,
-        SetGid,
-        SetUid,
-        NoNewPrivs,
-        Seccomp,
-        Dup2,
-        Exec,
-        CreateCgroup,
-        CgroupLimit,
-        Landlock,
-        UserNs,
-    ]
-    .into_iter()
-    .find(|s| *s as u8 == b)
-    .unwrap_or(Exec)
+    Step::from_code(b).unwrap_or(Step::Exec)
 }
 
 /// Reports `step` with the current errno and exits. Async-signal-safe.

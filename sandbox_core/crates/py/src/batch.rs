@@ -11,7 +11,7 @@ use sandbox_proto as pb;
 use tokio::sync::{mpsc, Mutex};
 
 use crate::client::Client;
-use crate::errors::{err, from_status};
+use crate::errors::{err, from_status, Kind};
 use crate::runtime::{self, Later};
 use crate::values::RunTestsReport;
 
@@ -47,7 +47,7 @@ impl GradeStream {
             let outcome = match deadline {
                 Some(d) => tokio::time::timeout(d, forward).await.unwrap_or_else(|_| {
                     Err(err(
-                        "deadline_exceeded",
+                        Kind::Timeout,
                         format!("the batch did not finish within {d:?}"),
                     ))
                 }),

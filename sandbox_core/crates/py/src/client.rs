@@ -15,7 +15,7 @@ use tonic::service::interceptor::InterceptedService;
 use tonic::transport::{Channel, Endpoint, Uri};
 
 use crate::batch::GradeStream;
-use crate::errors::{err, from_status};
+use crate::errors::{err, from_status, Kind};
 use crate::runtime::{self, Later};
 use crate::stream::ExecStream;
 use crate::values::{AgentInfo, DirEntry, ExecResult, Limits, RunTestsReport};
@@ -52,7 +52,7 @@ fn channel(endpoint: &str, connect_timeout: Duration) -> PyResult<Channel> {
     if let Some(path) = endpoint.strip_prefix("unix://") {
         let path = path.to_string();
         let ep = Endpoint::try_from("http://agent.sandbox")
-            .map_err(|e| err("invalid_argument", e.to_string()))?
+            .map_err(|e| err(Kind::InvalidRequest, e.to_string()))?
             .connect_timeout(connect_timeout);
         // Unix sockets: a dead agent resets its connections at once, no pings needed.
         Ok(
@@ -67,7 +67,12 @@ fn channel(endpoint: &str, connect_timeout: Duration) -> PyResult<Channel> {
         )
     } else if endpoint.starts_with("http://") {
         let ep = Endpoint::from_shared(endpoint.to_string())
-            .map_err(|e| err("invalid_argument", format!("bad endpoint {endpoint}: {e}")))?
+            .map_err(|e| {
+                err(
+                    Kind::InvalidRequest,
+                    format!("bad endpoint {endpoint}: {e}"),
+                )
+            })?
             .connect_timeout(connect_timeout)
             .tcp_nodelay(true)
             .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
@@ -76,7 +81,7 @@ fn channel(endpoint: &str, connect_timeout: Duration) -> PyResult<Channel> {
         Ok(ep.connect_lazy())
     } else {
         Err(err(
-            "invalid_argument",
+            Kind::InvalidRequest,
             format!("endpoint must be unix:///path or http://host:port, got {endpoint}"),
         ))
     }
@@ -87,10 +92,10 @@ fn channel(endpoint: &str, connect_timeout: Duration) -> PyResult<Channel> {
 fn utf8(s: &Bound<'_, PyAny>, what: &str) -> PyResult<String> {
     let s = s
         .cast::<PyString>()
-        .map_err(|_| err("invalid_argument", format!("{what} must be a str")))?;
+        .map_err(|_| err(Kind::InvalidRequest, format!("{what} must be a str")))?;
     s.to_str()
         .map(str::to_owned)
-        .map_err(|_| err("invalid_argument", format!("{what} is not valid UTF-8")))
+        .map_err(|_| err(Kind::InvalidRequest, format!("{what} is not valid UTF-8")))
 }
 
 fn utf8_list(items: &Bound<'_, PyList>, what: &str) -> PyResult<Vec<String>> {
@@ -134,12 +139,12 @@ pub fn exec_request(
 pub fn deadline(timeout: Option<f64>) -> PyResult<Option<Duration>> {
     match timeout {
         Some(t) if !t.is_finite() || t <= 0.0 => Err(err(
-            "invalid_argument",
+            Kind::InvalidRequest,
             format!("timeout must be positive, got {t}"),
         )),
         Some(t) => Duration::try_from_secs_f64(t)
             .map(Some)
-            .map_err(|_| err("invalid_argument", "timeout out of range")),
+            .map_err(|_| err(Kind::InvalidRequest, "timeout out of range")),
         None => Ok(None),
     }
 }
@@ -165,7 +170,7 @@ fn run_tests_request(
         "float" => pb::Compare::Float,
         other => {
             return Err(err(
-                "invalid_argument",
+                Kind::InvalidRequest,
                 format!("compare must be exact, whitespace or float, got {other:?}"),
             ))
         }
@@ -222,7 +227,7 @@ impl AgentClient {
             match deadline {
                 Some(d) => tokio::time::timeout(d, f(client)).await.map_err(|_| {
                     err(
-                        "deadline_exceeded",
+                        Kind::Timeout,
                         format!("no answer from the agent within {d:?}"),
                     )
                 })?,
@@ -239,9 +244,9 @@ impl AgentClient {
     fn new(endpoint: String, token: String, connect_timeout_s: f64) -> PyResult<Self> {
         runtime::check_pid()?;
         let header = MetadataValue::try_from(format!("Bearer {token}"))
-            .map_err(|_| err("invalid_argument", "token must be printable ASCII"))?;
+            .map_err(|_| err(Kind::InvalidRequest, "token must be printable ASCII"))?;
         let timeout = Duration::try_from_secs_f64(connect_timeout_s)
-            .map_err(|_| err("invalid_argument", "bad connect timeout"))?;
+            .map_err(|_| err(Kind::InvalidRequest, "bad connect timeout"))?;
         let client = agent_client::AgentClient::with_interceptor(
             channel(&endpoint, timeout)?,
             Token(header),
@@ -342,7 +347,7 @@ impl AgentClient {
         max_bytes: u64,
     ) -> PyResult<Bound<'py, PyAny>> {
         if max_bytes == 0 {
-            return Err(err("invalid_argument", "max_bytes must be positive"));
+            return Err(err(Kind::InvalidRequest, "max_bytes must be positive"));
         }
         self.call(py, Some(DEFAULT_CALL_TIMEOUT_S), move |mut c| async move {
             let mut stream = c
@@ -365,7 +370,7 @@ impl AgentClient {
                 }
                 if (out.len() + chunk.data.len()) as u64 > max_bytes {
                     return Err(err(
-                        "too_large",
+                        Kind::TooLarge,
                         format!("{path}: the agent sent more than the limit of {max_bytes} bytes"),
                     ));
                 }

@@ -21,6 +21,7 @@ use std::ffi::CString;
 use std::os::fd::RawFd;
 
 use sandbox_exec::child_stack::ChildStack;
+use sandbox_exec::Step;
 
 /// Everything the child needs, prepared before the clone.
 pub struct ChildPlan {
@@ -37,17 +38,6 @@ pub struct ChildPlan {
     /// v1 `tasks` files of the sandbox's cgroups, which the child joins itself (writing "0").
     pub join: Vec<RawFd>,
 }
-
-/// Steps of the child, reported as (step, errno) through `err_w` when one fails.
-pub const CHILD_STEPS: [&str; 7] = [
-    "",
-    "sync",
-    "cgroup-namespace",
-    "setsid",
-    "fds",
-    "exec-agent",
-    "cgroup",
-];
 
 /// The memory a running child uses: its plan, the pointer arrays for execve, and its stack.
 /// Dropping it while the child has neither exec'd nor died would pull memory from under it, so
@@ -111,9 +101,13 @@ extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {
 /// The child side. Never returns; touches no memory but its own stack (see the module docs).
 unsafe fn child(m: &ChildMemory) -> ! {
     let p = &m.plan;
-    let fail = |step: u8, ret: isize| -> ! {
+    let fail = |step: Step, ret: isize| -> ! {
         let errno = if ret < 0 { -ret } else { 0 } as i32;
-        let msg = [step, (errno & 0xff) as u8, ((errno >> 8) & 0xff) as u8];
+        let msg = [
+            step as u8,
+            (errno & 0xff) as u8,
+            ((errno >> 8) & 0xff) as u8,
+        ];
         sys(
             libc::SYS_write,
             [p.err_w as usize, msg.as_ptr() as usize, 3],
@@ -128,23 +122,23 @@ unsafe fn child(m: &ChildMemory) -> ! {
         [p.sync_r as usize, &mut b as *mut u8 as usize, 1],
     );
     if r != 1 {
-        fail(1, r);
+        fail(Step::Sync, r);
     }
     for fd in &p.join {
         let r = sys(libc::SYS_write, [*fd as usize, b"0".as_ptr() as usize, 1]);
         if r != 1 {
-            fail(6, r);
+            fail(Step::JoinCgroup, r);
         }
     }
     if p.new_cgroupns {
         let r = sys(libc::SYS_unshare, [libc::CLONE_NEWCGROUP as usize, 0, 0]);
         if r != 0 {
-            fail(2, r);
+            fail(Step::CgroupNamespace, r);
         }
     }
     let r = sys(libc::SYS_setsid, [0, 0, 0]);
     if r < 0 {
-        fail(3, r);
+        fail(Step::SetSid, r);
     }
     // Move every fd we hand over out of the way of 0..5 first, then into place (dup3 clears
     // CLOEXEC): listen -> 3, ready -> 4, token -> 5, /dev/null -> 0 and 1.
@@ -156,7 +150,7 @@ unsafe fn child(m: &ChildMemory) -> ! {
             [*fd as usize, libc::F_DUPFD_CLOEXEC as usize, 100],
         );
         if r < 0 {
-            fail(4, r);
+            fail(Step::Fds, r);
         }
         high[i] = r as usize;
     }
@@ -169,7 +163,7 @@ unsafe fn child(m: &ChildMemory) -> ! {
     ] {
         let r = sys(libc::SYS_dup3, [from, to, 0]);
         if r < 0 {
-            fail(4, r);
+            fail(Step::Fds, r);
         }
     }
     // No handler of the parent may run here: caught signals back to their defaults (an exec
@@ -207,7 +201,7 @@ unsafe fn child(m: &ChildMemory) -> ! {
             m.envp.as_ptr() as usize,
         ],
     );
-    fail(5, r)
+    fail(Step::ExecAgent, r)
 }
 
 /// The kernel's `struct sigaction` for rt_sigaction (the same layout on x86_64 and aarch64).

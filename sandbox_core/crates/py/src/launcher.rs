@@ -6,7 +6,8 @@
 //! map its ids (on cgroup v2 also move it into the cgroup), release it; it joins the cgroup itself
 //! on v1 (through `tasks`: see `SandboxCgroup::open_self_join_files`), unshares its cgroup
 //! namespace and execs the agent, which builds its root file system, then writes one byte to the
-//! readiness pipe.
+//! readiness pipe, or the failure record of the start-up step that failed
+//! (`sandbox_exec::readiness`). Every failure is a `launch` error naming its `Step`.
 
 use std::ffi::CString;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -18,9 +19,11 @@ use pyo3::prelude::*;
 use tokio::io::AsyncReadExt;
 
 use sandbox_exec::cgroup::Version;
+use sandbox_exec::readiness::{self, Report};
+use sandbox_exec::Step;
 
 use crate::cgroup::{CgroupLimits, SandboxCgroup};
-use crate::errors::{err, launch_err};
+use crate::errors::{err, launch_err, Kind};
 use crate::launch_child::{self, ChildMemory};
 use crate::runtime;
 
@@ -93,13 +96,13 @@ impl LaunchConfig {
         let egress_allow = egress_allow.unwrap_or_default();
         if network && !egress_allow.is_empty() {
             return Err(err(
-                "invalid_argument",
+                Kind::InvalidRequest,
                 "network (the host's) and an egress allow-list exclude each other",
             ));
         }
         if !image_root.is_empty() && !image_root.starts_with('/') {
             return Err(err(
-                "invalid_argument",
+                Kind::InvalidRequest,
                 format!("image_root must be an absolute path, got {image_root}"),
             ));
         }
@@ -108,38 +111,38 @@ impl LaunchConfig {
             ("root", b) if b > 0 && b.checked_add(1 << 16).is_some() => {}
             ("sandbox" | "root", _) => {
                 return Err(err(
-                    "invalid_argument",
+                    Kind::InvalidRequest,
                     "id_base must be in [1, 2**32 - 65536] (0: none, for user sandbox only)",
                 ))
             }
             _ => {
                 return Err(err(
-                    "invalid_argument",
+                    Kind::InvalidRequest,
                     format!("user must be sandbox or root, got {user}"),
                 ))
             }
         }
         if !["lazy", "eager", "off"].contains(&python_zygote.as_str()) {
             return Err(err(
-                "invalid_argument",
+                Kind::InvalidRequest,
                 format!("python_zygote must be lazy, eager or off, got {python_zygote}"),
             ));
         }
         if !lease_ttl_s.is_finite() || lease_ttl_s < 0.0 {
             return Err(err(
-                "invalid_argument",
+                Kind::InvalidRequest,
                 format!("lease_ttl_s must be >= 0, got {lease_ttl_s}"),
             ));
         }
         if !cpu_quota.is_finite() || cpu_quota < 0.0 {
             return Err(err(
-                "invalid_argument",
+                Kind::InvalidRequest,
                 format!("cpu_quota must be >= 0, got {cpu_quota}"),
             ));
         }
         if !work_dir.starts_with('/') || work_dir == "/" || work_dir.contains("..") {
             return Err(err(
-                "invalid_argument",
+                Kind::InvalidRequest,
                 format!("work_dir must be an absolute path below /, got {work_dir}"),
             ));
         }
@@ -321,7 +324,7 @@ impl LocalSandbox {
             let inner2 = inner.clone();
             let s = tokio::task::spawn_blocking(move || inner2.reap(true))
                 .await
-                .map_err(|e| err("internal", e.to_string()))?;
+                .map_err(|e| err(Kind::Internal, e.to_string()))?;
             Ok(s.unwrap_or(-1))
         })
     }
@@ -349,7 +352,7 @@ fn random_token() -> std::io::Result<String> {
 }
 
 fn cstring(s: impl AsRef<[u8]>) -> PyResult<CString> {
-    CString::new(s.as_ref()).map_err(|_| err("invalid_argument", "NUL byte in a launch argument"))
+    CString::new(s.as_ref()).map_err(|_| err(Kind::InvalidRequest, "NUL byte in a launch argument"))
 }
 
 fn agent_argv(c: &LaunchConfig, namespaces: &[&str]) -> Vec<String> {
@@ -424,7 +427,7 @@ async fn launch(config: LaunchConfig) -> PyResult<LocalSandbox> {
     // the unused handle kills what was started when it drops (`Drop for Inner`).
     let started = tokio::task::spawn_blocking(move || start(config))
         .await
-        .map_err(|e| err("internal", format!("launch start: {e}")))??;
+        .map_err(|e| err(Kind::Internal, format!("launch start: {e}")))??;
     wait_ready(started).await
 }
 
@@ -434,17 +437,17 @@ fn start(config: LaunchConfig) -> PyResult<Started> {
     let root = unsafe { libc::geteuid() } == 0;
     let run_dir = PathBuf::from(&config.run_dir);
     std::fs::create_dir_all(&run_dir)
-        .map_err(|e| launch_err("run-dir", format!("{}: {e}", run_dir.display())))?;
+        .map_err(|e| launch_err(Step::RunDir, format!("{}: {e}", run_dir.display())))?;
     std::fs::set_permissions(
         &run_dir,
         std::os::unix::fs::PermissionsExt::from_mode(0o700),
     )
-    .map_err(|e| launch_err("run-dir", format!("{}: {e}", run_dir.display())))?;
+    .map_err(|e| launch_err(Step::RunDir, format!("{}: {e}", run_dir.display())))?;
     let sock_path = run_dir.join("agent.sock");
     let _ = std::fs::remove_file(&sock_path);
     let listener = std::os::unix::net::UnixListener::bind(&sock_path)
-        .map_err(|e| launch_err("bind", format!("{}: {e}", sock_path.display())))?;
-    let token = random_token().map_err(|e| launch_err("token", e.to_string()))?;
+        .map_err(|e| launch_err(Step::Bind, format!("{}: {e}", sock_path.display())))?;
+    let token = random_token().map_err(|e| launch_err(Step::Token, e.to_string()))?;
 
     let cgroup = if config.cgroups {
         let name = run_dir
@@ -461,7 +464,7 @@ fn start(config: LaunchConfig) -> PyResult<Started> {
             // Asked-for limits that cannot be enforced are an error, not a silent downgrade.
             Err(e) if config.memory_bytes > 0 || config.max_pids > 0 || config.cpu_quota > 0.0 => {
                 let _ = std::fs::remove_dir_all(&run_dir);
-                return Err(launch_err("cgroup", e));
+                return Err(launch_err(Step::CreateCgroup, e));
             }
             Err(_) => None,
         }
@@ -497,17 +500,17 @@ fn start(config: LaunchConfig) -> PyResult<Started> {
     }
 
     let pipes = (|| -> std::io::Result<_> { Ok((pipe()?, pipe()?, pipe()?, pipe()?)) })()
-        .map_err(|e| launch_err("pipe", e.to_string()))?;
+        .map_err(|e| launch_err(Step::Pipe, e.to_string()))?;
     let ((sync_r, sync_w), (ready_r, ready_w), (token_r, token_w), (err_r, err_w)) = pipes;
     let devnull = std::fs::OpenOptions::new()
         .read(true)
         .write(true)
         .open("/dev/null")
-        .map_err(|e| launch_err("devnull", e.to_string()))?;
+        .map_err(|e| launch_err(Step::Devnull, e.to_string()))?;
     let join_files = match cgroup.as_ref().map(SandboxCgroup::open_self_join_files) {
         Some(Err(e)) => {
             cleanup_early(&cgroup);
-            return Err(launch_err("cgroup", format!("open tasks: {e}")));
+            return Err(launch_err(Step::JoinCgroup, format!("open tasks: {e}")));
         }
         Some(Ok(files)) => files,
         None => vec![],
@@ -533,7 +536,7 @@ fn start(config: LaunchConfig) -> PyResult<Started> {
         Err(e) => {
             cleanup_early(&cgroup);
             return Err(launch_err(
-                "clone",
+                Step::Clone,
                 format!("{e} (are user namespaces or CAP_SYS_ADMIN available?)"),
             ));
         }
@@ -556,11 +559,11 @@ fn start(config: LaunchConfig) -> PyResult<Started> {
         token: token.clone(),
     };
 
-    let release = (|| -> Result<(), (String, String)> {
+    let release = (|| -> Result<(), (Step, String)> {
         match &inner.cgroup {
-            Some(cg) if cg.version == Version::V2 => {
-                cg.join(pid).map_err(|e| ("cgroup".into(), e.to_string()))?
-            }
+            Some(cg) if cg.version == Version::V2 => cg
+                .join(pid)
+                .map_err(|e| (Step::JoinCgroup, e.to_string()))?,
             _ => {} // v1: the child joins by itself (`open_self_join_files`)
         }
         if !root {
@@ -568,7 +571,7 @@ fn start(config: LaunchConfig) -> PyResult<Started> {
             let (uid, gid) = unsafe { (libc::getuid(), libc::getgid()) };
             let w = |f: &str, v: String| {
                 std::fs::write(format!("/proc/{pid}/{f}"), v)
-                    .map_err(|e| ("user-namespace".to_string(), format!("{f}: {e}")))
+                    .map_err(|e| (Step::UserNs, format!("{f}: {e}")))
             };
             w("setgroups", "deny".into())?;
             w("uid_map", format!("0 {uid} 1"))?;
@@ -576,15 +579,15 @@ fn start(config: LaunchConfig) -> PyResult<Started> {
         }
         let mut t = std::fs::File::from(token_w);
         std::io::Write::write_all(&mut t, token.as_bytes())
-            .map_err(|e| ("token".into(), e.to_string()))?;
+            .map_err(|e| (Step::Token, e.to_string()))?;
         drop(t);
         let mut s = std::fs::File::from(sync_w);
-        std::io::Write::write_all(&mut s, b"G").map_err(|e| ("sync".into(), e.to_string()))?;
+        std::io::Write::write_all(&mut s, b"G").map_err(|e| (Step::Sync, e.to_string()))?;
         Ok(())
     })();
     if let Err((step, detail)) = release {
         inner.kill();
-        return Err(launch_err(&step, detail));
+        return Err(launch_err(step, detail));
     }
 
     Ok(Started {
@@ -603,13 +606,20 @@ async fn wait_ready(started: Started) -> PyResult<LocalSandbox> {
         ready_r,
         err_r,
     } = started;
-    // Readiness is pushed: the agent writes one byte once it serves, or the pipe closes if it dies.
+    // Readiness is pushed: the agent writes one byte once it serves, or the failure record of its
+    // start-up step; the pipe closes without either if it dies unreported.
     let mut ready = tokio::net::unix::pipe::Receiver::from_owned_fd(ready_r)
-        .map_err(|e| launch_err("ready-pipe", e.to_string()))?;
-    let mut byte = [0u8; 1];
-    let got = tokio::time::timeout(READY_TIMEOUT, ready.read(&mut byte)).await;
-    match got {
-        Ok(Ok(1)) => {
+        .map_err(|e| launch_err(Step::ReadyPipe, e.to_string()))?;
+    // A failure record arrives whole, in one read (`readiness`).
+    let mut record = vec![0u8; readiness::MAX_RECORD];
+    let got = tokio::time::timeout(READY_TIMEOUT, ready.read(&mut record)).await;
+    let report = match got {
+        Ok(Ok(n)) => Ok(readiness::parse(&record[..n])),
+        Ok(Err(_)) => Ok(Report::Unreported),
+        Err(elapsed) => Err(elapsed),
+    };
+    match report {
+        Ok(Report::Ready) => {
             // The agent runs: the child has exec'd and left our memory.
             inner
                 .child_memory
@@ -618,7 +628,23 @@ async fn wait_ready(started: Started) -> PyResult<LocalSandbox> {
                 .take();
             Ok(handle)
         }
-        Ok(_) => {
+        Ok(Report::Failed {
+            step,
+            name,
+            message,
+        }) => {
+            // The agent's own start-up step failed and said which.
+            inner.kill();
+            Err(launch_err(
+                step.unwrap_or(Step::AgentStart),
+                if step.is_some() {
+                    message
+                } else {
+                    format!("{message} (step {name})")
+                },
+            ))
+        }
+        Ok(Report::Unreported) => {
             let mut msg = [0u8; 3];
             // SAFETY: reading from our own pipe; the child is gone or has exec'd, so the write end is closed.
             let n =
@@ -632,22 +658,22 @@ async fn wait_ready(started: Started) -> PyResult<LocalSandbox> {
                 .unwrap_or(-1);
             if n == 3 {
                 let errno = msg[1] as i32 | ((msg[2] as i32) << 8);
-                let step = launch_child::CHILD_STEPS
-                    .get(msg[0] as usize)
-                    .copied()
-                    .unwrap_or("child");
+                let step = Step::from_code(msg[0]).unwrap_or(Step::ExecAgent);
                 Err(launch_err(
                     step,
                     format!("{}", std::io::Error::from_raw_os_error(errno)),
                 ))
             } else {
-                Err(launch_err("agent-start", format!("the agent exited before it was ready (wait status {status}); its stderr has the reason")))
+                Err(launch_err(
+                    Step::AgentStart,
+                    format!("the agent exited or was killed before it was ready, without a report (wait status {status})"),
+                ))
             }
         }
         Err(_) => {
             inner.kill();
             Err(launch_err(
-                "ready-timeout",
+                Step::ReadyTimeout,
                 format!("the agent did not become ready within {READY_TIMEOUT:?}"),
             ))
         }

@@ -2,7 +2,7 @@
 //!
 //! Only flat values, bytes and opaque handles cross this boundary: an agent client (tonic over a
 //! unix socket or TCP) and the local launcher (an agent in fresh namespaces). Every failure is a
-//! `NativeError` with a `kind`, translated into `sandboxes.errors` on the Python side in one place.
+//! `NativeError` with a `kind` (and, for a failed step, its `step`), translated into `sandboxes.errors` on the Python side in one place.
 
 mod batch;
 mod cgroup;
@@ -47,5 +47,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(egress::egress_rules, m)?)?;
     m.add_function(wrap_pyfunction!(egress::non_public_networks, m)?)?;
     m.add_function(wrap_pyfunction!(cgroup::own_cgroup_dirs, m)?)?;
+    m.add_function(wrap_pyfunction!(errors::error_kinds, m)?)?;
+    m.add_function(wrap_pyfunction!(errors::steps, m)?)?;
+    m.add_function(wrap_pyfunction!(errors::kind_of_status_code, m)?)?;
     Ok(())
 }

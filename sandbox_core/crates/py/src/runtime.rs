@@ -41,7 +41,7 @@ pub fn init() {
 pub fn check_pid() -> PyResult<()> {
     match OWNER_PID.get() {
         Some(&pid) if pid != std::process::id() => Err(crate::errors::err(
-            "failed_precondition",
+            crate::errors::Kind::InvalidRequest,
             "sandboxes._native cannot be used in a forked child process; create clients after fork",
         )),
         _ => Ok(()),
@@ -114,7 +114,7 @@ where
             Ok(Ok(v)) => Ok(Box::new(move |py: Python<'_>| v.into_py_any(py)) as Convert),
             Ok(Err(e)) => Err(e),
             Err(panic) => Err(crate::errors::err(
-                "internal",
+                crate::errors::Kind::Internal,
                 format!("native call panicked: {}", panic_message(&panic)),
             )),
         };

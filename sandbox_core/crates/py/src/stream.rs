@@ -10,7 +10,7 @@ use tokio::sync::{mpsc, Mutex};
 use tokio_stream::wrappers::ReceiverStream;
 
 use crate::client::Client;
-use crate::errors::{err, from_status};
+use crate::errors::{err, from_status, Kind};
 use crate::runtime::{self, Later};
 use crate::values::ExecEvent;
 
@@ -71,7 +71,7 @@ impl ExecStream {
     ) -> PyResult<Bound<'py, PyAny>> {
         let input = self.input.lock().unwrap_or_else(|e| e.into_inner()).clone();
         runtime::awaitable(py, async move {
-            let ended = || err("failed_precondition", "the execution has ended");
+            let ended = || err(Kind::InvalidRequest, "the execution has ended");
             input
                 .ok_or_else(ended)?
                 .send(pb::ExecInput { kind: Some(kind) })
@@ -108,7 +108,7 @@ impl ExecStream {
                 None => {
                     *done = true;
                     Err(err(
-                        "unavailable",
+                        Kind::SandboxLost,
                         "the execution stream ended without an exit event",
                     ))
                 }

@@ -37,3 +37,19 @@ pub enum SetupError {
         source: std::io::Error,
     },
 }
+
+impl SetupError {
+    /// The start-up step that failed.
+    pub fn step(&self) -> sandbox_exec::Step {
+        use sandbox_exec::Step;
+        match self {
+            SetupError::Mount { .. } => Step::Mount,
+            SetupError::Create { .. } => Step::RootFile,
+            SetupError::PivotRoot { .. } => Step::PivotRoot,
+            SetupError::Hostname(_) => Step::Hostname,
+            SetupError::Loopback(_) => Step::Loopback,
+            SetupError::UserNs { .. } => Step::UserNs,
+            SetupError::IdMap { .. } => Step::IdMap,
+        }
+    }
+}
