@@ -17,10 +17,11 @@ Error, execution_time, return_code, stdout, stderr}` (`return_code` is -N when k
 Python's subprocess reports it, and null on a time limit), `files` (the fetched ones),
 `executor_pod_name` (our sandbox id).
 
-Each request runs in a fresh sandbox claimed from the pool (warm: no cold start) and destroyed after.
+Each request runs in a fresh one-shot sandbox of the core (warm: no cold start), destroyed after.
 A program's failure is a `Failed` response; an infrastructure failure is status `SandboxError` with
 HTTP 200, exactly as SandboxFusion reports it (its client raises and retries; it never reads it as a
-wrong answer). A malformed request is HTTP 422; an exhausted quota 429; a draining server 503.
+wrong answer). A malformed request is HTTP 422; a body over its bound 413; an exhausted quota 429; a
+draining server 503.
 
 Auth: `Authorization: Bearer <key>` with the server's keys; with `insecure=True` (the server's
 `--insecure`, or `--http-insecure` for this endpoint alone, since SandboxFusion's API and client have

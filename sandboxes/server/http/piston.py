@@ -1,4 +1,4 @@
-"""The Piston-compatible API (v2) over the server's pool, and the batch shape of open-r1's code
+"""The Piston-compatible API (v2) over the server's core, and the batch shape of open-r1's code
 execution router: tools that speak either work by changing an endpoint
 (`sandboxes serve --http-port 8080`, then `http://HOST:8080/api/v2`).
 
@@ -141,8 +141,8 @@ class PistonApi(OneShotSurface):
 
     envelope = Envelope("piston", message_body)
 
-    def __init__(self, pool: Any, auth: ApiKeys, **kwargs: Any) -> None:
-        super().__init__(pool, auth, **kwargs)
+    def __init__(self, core: Any, auth: ApiKeys, **kwargs: Any) -> None:
+        super().__init__(core, auth, **kwargs)
         self._runtimes: list[dict[str, Any]] | None = None
         self._runtimes_lock = asyncio.Lock()
 
