@@ -27,6 +27,7 @@ from .errors import (
     Step,
     TooLarge,
 )
+from .checkpoints import Checkpoint
 from .grading import GradeStream, Grading
 from .judging import CaseResult, TestCase, TestReport, Verdict
 from .pool import Pool
@@ -41,6 +42,7 @@ __all__ = [
     "BackendUnavailable",
     "Cancelled",
     "CaseResult",
+    "Checkpoint",
     "DirEntry",
     "ExecEvent",
     "ExecResult",

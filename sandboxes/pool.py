@@ -13,15 +13,18 @@ from __future__ import annotations
 import asyncio
 import collections
 import contextlib
+import hashlib
 import logging
 import os
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any, Self
 
 from . import _bridge
 from .backends import Backend, SandboxHandle, get_backend
+from .checkpoints import DEFAULT_TTL_S, Checkpoint, CheckpointStore
 from .errors import (
     Cancelled,
     InvalidRequest,
@@ -99,6 +102,10 @@ class _TemplatePool:
     renewals_total: int = 0
     renew_failures_total: int = 0
     claim_wait: _Histogram = field(default_factory=_Histogram)
+    tasks: list[asyncio.Task[None]] = field(default_factory=list)
+    # A checkpoint's sandboxes (`Pool._layered`): the template they are made of and the layers.
+    base: str = ""
+    layers: tuple[str, ...] = ()
 
     @property
     def name(self) -> str:
@@ -137,6 +144,7 @@ class Pool:
         *,
         create_concurrency: int | None = None,
         renew_concurrency: int = 64,
+        checkpoint_dir: str | os.PathLike[str] | None = None,
         **template_kwargs: Any,
     ) -> None:
         if isinstance(warm, bool) or not isinstance(warm, int) or warm < 0:
@@ -185,6 +193,7 @@ class Pool:
         self._closing = False
         self._start_lock: asyncio.Lock | None = None
         self._close_task: asyncio.Task[None] | None = None
+        self.checkpoints = CheckpointStore(None if checkpoint_dir is None else Path(checkpoint_dir))
 
     # --- lifecycle -------------------------------------------------------------------------------
 
@@ -219,14 +228,16 @@ class Pool:
             self._started = True
             return self
 
-    def _serve_template(self, t: Template) -> None:
+    def _serve_template(self, t: Template) -> _TemplatePool:
         """Start keeping `t`'s sandboxes (its warm set, renewals) on a backend already open."""
         warm = self._default_warm if t.warm is None else t.warm
         tp = _TemplatePool(template=t, backend=self._backends[t.backend], warm_target=warm)
         self._tps[t.name] = tp
-        self._tasks.append(asyncio.create_task(self._replenish(tp), name=f"replenish-{t.name}"))
+        tp.tasks.append(asyncio.create_task(self._replenish(tp), name=f"replenish-{t.name}"))
         if t.lease_ttl_s > 0:
-            self._tasks.append(asyncio.create_task(self._renew(tp), name=f"renew-{t.name}"))
+            tp.tasks.append(asyncio.create_task(self._renew(tp), name=f"renew-{t.name}"))
+        self._tasks += tp.tasks
+        return tp
 
     async def add_template(self, template: Template) -> None:
         """Serve one more template from now on (a started pool; its backend must be one the pool
@@ -303,18 +314,41 @@ class Pool:
         files: Mapping[str, Data] | None = None,
         labels: Mapping[str, str] | None = None,
         timeout: float | None = None,
+        checkpoint: str | Checkpoint | None = None,
+        owner: str | None = None,
     ) -> Sandbox:
         """A ready sandbox of `template` (default: the pool's default template).
 
         Served from the warm set at once, else waits (first come, first served) up to `timeout`
         (default `claim_timeout`) and raises `PoolExhausted`. `env` is merged into every exec of
         this sandbox client-side; `files` are written with one call. Release with `sb.close()`.
+
+        With `checkpoint` (a `Checkpoint` or the id of one of `owner`'s, None: anyone's), the
+        sandbox is made from it (its template, with the checkpoint's files): created for the
+        claim, never warm.
         """
         if not self._started:
             await self.start()
         if self._closing:
             raise Cancelled("pool is closing")
-        tp = self._tp(template)
+        if checkpoint is None:
+            return await self._claim(self._tp(template), env, files, labels, timeout)
+        if not isinstance(checkpoint, Checkpoint):
+            checkpoint = self.checkpoints.get(checkpoint, owner)
+        tp = self._layered(checkpoint.template, checkpoint.layers)
+        try:
+            return await self._claim(tp, env, files, labels, timeout)
+        finally:
+            self._retire_if_idle(tp)
+
+    async def _claim(
+        self,
+        tp: _TemplatePool,
+        env: Mapping[str, str] | None,
+        files: Mapping[str, Data] | None,
+        labels: Mapping[str, str] | None,
+        timeout: float | None,
+    ) -> Sandbox:
         if env:
             validate_env(env)
         wait = self.claim_timeout if timeout is None else timeout
@@ -450,13 +484,109 @@ class Pool:
         files: Mapping[str, Data] | None = None,
         labels: Mapping[str, str] | None = None,
         timeout: float | None = None,
+        checkpoint: str | Checkpoint | None = None,
+        owner: str | None = None,
     ) -> AsyncIterator[Sandbox]:
         """`async with pool.sandbox(...) as sb:` claims a sandbox and destroys it afterwards."""
-        sb = await self.claim(template, env=env, files=files, labels=labels, timeout=timeout)
+        sb = await self.claim(
+            template, env=env, files=files, labels=labels, timeout=timeout, checkpoint=checkpoint, owner=owner
+        )
         try:
             yield sb
         finally:
             await sb.close()
+
+    # --- checkpoints -----------------------------------------------------------------------------
+
+    def _chain(self, sb: Sandbox) -> tuple[_TemplatePool, str, tuple[str, ...]]:
+        """`sb`'s template pool, the template it is made of and the layers beneath it."""
+        tp = self._tps.get(sb.template)
+        if tp is None or sb.closed:
+            raise NotFound(f"sandbox {sb.id} is not one of this pool's")
+        if not tp.backend.checkpoints:
+            raise InvalidRequest(
+                f"the {tp.backend.name} backend cannot checkpoint a sandbox (its layers would not be on "
+                "the host this pool runs on)"
+            )
+        return tp, tp.base or tp.name, tp.layers
+
+    async def checkpoint(
+        self,
+        sb: Sandbox,
+        *,
+        owner: str = "",
+        name: str = "",
+        ttl_s: float | None = DEFAULT_TTL_S,
+    ) -> Checkpoint:
+        """`sb`'s file system now, as a checkpoint of `owner`'s (kept `ttl_s`, None: until
+        deleted). `sb` keeps running; a sandbox made from the checkpoint sees exactly this state."""
+        _, base, layers = self._chain(sb)
+        digest, size, _ = await sb._call(self.checkpoints.capture, sb._client)
+        return self.checkpoints.add(
+            template=base, layers=(*layers, digest), owner=owner, name=name, source=sb.id, size=size, ttl_s=ttl_s
+        )
+
+    async def fork(
+        self,
+        sb: Sandbox,
+        n: int,
+        *,
+        env: Mapping[str, str] | None = None,
+        labels: Mapping[str, str] | None = None,
+        timeout: float | None = None,
+    ) -> list[Sandbox]:
+        """`n` new sandboxes of `sb`'s file system now: one checkpoint layer (kept while they
+        run) and `n` sandboxes made from it, each with its own writes. All or none: when one
+        cannot be made, those made are released and the error raised."""
+        if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 1024:
+            raise InvalidRequest(f"fork count must be an int in [1, 1024], got {n!r}")
+        _, base, layers = self._chain(sb)
+        digest, _, _ = await sb._call(self.checkpoints.capture, sb._client)
+        tp = self._layered(base, (*layers, digest))
+        try:
+            made = await asyncio.gather(
+                *(self._claim(tp, env, None, labels, timeout) for _ in range(n)), return_exceptions=True
+            )
+            failed = [r for r in made if isinstance(r, BaseException)]
+            forks = [r for r in made if isinstance(r, Sandbox)]
+            if failed:
+                await asyncio.gather(*(f.close() for f in forks), return_exceptions=True)
+                raise failed[0]
+            return forks
+        finally:
+            self._retire_if_idle(tp)
+
+    def _layered(self, base: str, layers: tuple[str, ...]) -> _TemplatePool:
+        """The template pool of sandboxes of template `base` made from `layers` (served while it
+        has sandboxes or claims; its layers are in use meanwhile)."""
+        key = hashlib.sha256("\0".join((base, *layers)).encode()).hexdigest()[:20]
+        name = f"cp-{key}"
+        tp = self._tps.get(name)
+        if tp is not None:
+            return tp
+        t = self._templates.get(base)
+        if t is None:
+            raise NotFound(f"no template {base!r} in this pool (the checkpoint's)")
+        if not self._backends[t.backend].checkpoints:
+            raise InvalidRequest(f"the {t.backend} backend cannot make sandboxes from checkpoints")
+        paths = self.checkpoints.acquire(layers)
+        t = t.replace(name=name, layers=tuple(paths), warm=0)
+        self._templates[name] = t
+        tp = self._serve_template(t)
+        tp.base, tp.layers = base, layers
+        return tp
+
+    def _retire_if_idle(self, tp: _TemplatePool) -> None:
+        """Stops serving a checkpoint's template pool with no sandbox and no claim left."""
+        if not tp.base or tp.size() or tp.live_waiters() or tp.attached or self._tps.get(tp.name) is not tp:
+            return
+        del self._tps[tp.name]
+        self._templates.pop(tp.name, None)
+        for task in tp.tasks:
+            task.cancel()
+            with contextlib.suppress(ValueError):
+                self._tasks.remove(task)
+        self.checkpoints.release(tp.layers)
 
     def grade(
         self,
@@ -509,8 +639,8 @@ class Pool:
 
     @property
     def templates(self) -> dict[str, Template]:
-        """The pool's templates by name."""
-        return dict(self._templates)
+        """The pool's templates by name (not those it serves checkpoints' sandboxes from)."""
+        return {name: t for name, t in self._templates.items() if not t.layers}
 
     def stats(self) -> dict[str, dict[str, Any]]:
         """Sizes and counters per template, for the metrics endpoint."""
@@ -610,7 +740,7 @@ class Pool:
     def _make_sandbox(self, tp: _TemplatePool, handle: SandboxHandle) -> Sandbox:
         client = _bridge.api().AgentClient(handle.endpoint, handle.token)
         t = tp.template
-        return Sandbox(
+        sb = Sandbox(
             handle,
             client,
             template=t.name,
@@ -618,6 +748,8 @@ class Pool:
             labels=dict(t.labels),
             on_close=self.release,
         )
+        sb._pool = self
+        return sb
 
     def _create_failed(self, tp: _TemplatePool, e: Exception) -> None:
         tp.create_failures_total += 1
@@ -661,6 +793,7 @@ class Pool:
             tp.destroyed_total += 1
             for other in self._tps.values():  # capacity freed under max_size
                 other.wake.set()
+            self._retire_if_idle(tp)
 
     # --- background: leases ----------------------------------------------------------------------
 

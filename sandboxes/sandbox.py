@@ -14,14 +14,18 @@ import dataclasses
 import logging
 import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 from . import _bridge
+from .checkpoints import DEFAULT_TTL_S, Checkpoint
 from .errors import InvalidRequest, SandboxLost, SandboxTimeout
 from .grading import MAX_BATCH, GradeStream, Grading, batch_deadline, build_batch
 from .judging import RunTestsRequest, TestCase, TestReport, build_run_tests_request
 from .templates import validate_env
 from .types import DEFAULT_READ_MAX_BYTES, AgentInfo, DirEntry, ExecEvent, ExecResult, Limits, ReadRange
+
+if TYPE_CHECKING:
+    from .pool import Pool
 
 __all__ = ["Argv", "Data", "ExecStream", "Sandbox", "SandboxBase"]
 
@@ -483,6 +487,24 @@ class Sandbox(SandboxBase):
         self._on_close = on_close
         self.call_timeout_s = call_timeout_s
         self._closed = False
+        self._pool: Pool | None = None  # set by the pool that made it
+
+    async def checkpoint(self, *, name: str = "", ttl_s: float | None = DEFAULT_TTL_S) -> Checkpoint:
+        """This sandbox's file system now, as a checkpoint (`Pool.checkpoint`): kept `ttl_s`
+        seconds (None: until deleted); new sandboxes are made from it with
+        `pool.claim(checkpoint=cp)`. This sandbox keeps running, unaffected."""
+        return await self._owner_pool().checkpoint(self, name=name, ttl_s=ttl_s)
+
+    async def fork(self, n: int = 1, **kwargs: Any) -> list[Sandbox]:
+        """`n` new sandboxes of this sandbox's file system now, each with writes of its own
+        (`Pool.fork`)."""
+        return await self._owner_pool().fork(self, n, **kwargs)
+
+    def _owner_pool(self) -> Pool:
+        self._check_open()
+        if self._pool is None:
+            raise InvalidRequest(f"sandbox {self.id} has no pool to checkpoint it")
+        return self._pool
 
     @property
     def endpoint(self) -> str:

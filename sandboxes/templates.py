@@ -80,6 +80,11 @@ class Template:
     warm sandbox's first Python execution is already a fork (worth it when each sandbox grades
     once, e.g. one per RL rollout; it costs the interpreter's start-up CPU and ~10 MiB of memory
     per sandbox, also for sandboxes that never run Python), `"off"` never.
+
+    `layers` are the checkpoint layers (unpacked directories of this host) a sandbox is made
+    from, bottom first: the pool sets them on the template it serves a checkpoint's sandboxes
+    from (`Pool.claim(checkpoint=...)`, `Pool.fork`); each writable place of the sandbox is an
+    overlay on its part of them (docs/sandbox.md, "Checkpoints").
     """
 
     name: str = "default"
@@ -107,12 +112,14 @@ class Template:
     python_zygote: str = "lazy"
     user: str = "sandbox"
     root_size_bytes: int = DEFAULT_ROOT_SIZE_BYTES
+    layers: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         # Frozen, but copy the mutable containers so callers cannot change a template later.
         object.__setattr__(self, "env", dict(self.env))
         object.__setattr__(self, "labels", dict(self.labels))
         object.__setattr__(self, "ro_binds", tuple(self.ro_binds))
+        object.__setattr__(self, "layers", tuple(self.layers))
         if isinstance(self.network, (list, tuple)):
             object.__setattr__(self, "network", tuple(self.network))
         self.validate()
@@ -158,6 +165,9 @@ class Template:
         for p in self.ro_binds:
             if not isinstance(p, str) or not p.startswith("/"):
                 raise InvalidRequest(f"ro_binds entries must be absolute paths, got {p!r}")
+        for p in self.layers:
+            if not isinstance(p, str) or not p.startswith("/"):
+                raise InvalidRequest(f"layers entries must be absolute paths, got {p!r}")
         validate_env(self.env)
         for k, v in self.labels.items():
             if not isinstance(k, str) or not isinstance(v, str):

@@ -48,6 +48,11 @@ class Backend(abc.ABC):
     """How many creates the pool should run at once at least (pod starts are slow, so the
     kubernetes backend wants many in flight); 0: the pool's own default."""
 
+    checkpoints: bool = False
+    """Whether its sandboxes can be checkpointed and made from checkpoint layers
+    (`Template.layers`: directories of the host the pool runs on); False: `Pool.checkpoint` and
+    `Pool.fork` refuse its sandboxes."""
+
     records: ClusterRecords | None = None
     """The claimed sandboxes' records this backend keeps where every replica of a cluster reads
     them (kubernetes with `KubeConfig.shared`); None: claims are this process's alone."""

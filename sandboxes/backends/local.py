@@ -63,6 +63,8 @@ class LocalBackend(Backend):
     `create` returns once the agent pushed readiness through a pipe (never polled).
     """
 
+    checkpoints = True
+
     name = "local"
 
     def __init__(
@@ -139,6 +141,7 @@ class LocalBackend(Backend):
             id_base=id_base,
             root_size_bytes=template.root_size_bytes,
             image_root=image_root,
+            layers=list(template.layers) or None,
         )
         return await native.launch_local(config)
 

@@ -61,6 +61,8 @@ class DockerBackend(Backend):
     The engine must run on this host: the agent's socket lives in a bind-mounted host directory.
     """
 
+    checkpoints = True
+
     name = "docker"
 
     def __init__(

@@ -8,6 +8,7 @@ AGENT_IN_IMAGE = "/usr/local/bin/sandbox-agent"
 RUN_MOUNT = "/run/sandbox"
 IMAGE_MOUNT = "/run/sandbox-image"  # the unpacked image, read-only (the root's lower layer)
 BUILD_DIR = "/run/sandbox-disk"  # where the agent mounts the sandbox's disk and builds its root
+LAYERS_MOUNT = "/run/sandbox-layers"  # a checkpoint's layers, read-only: LAYERS_MOUNT/0 the bottom one
 DEFAULT_PIDS_LIMIT = 1024  # per container when the template sets no max_pids
 
 LABEL_POOL = "sandboxes.pool"

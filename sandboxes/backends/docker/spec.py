@@ -15,6 +15,7 @@ from .config import (
     DEFAULT_PIDS_LIMIT,
     EGRESS_CAPABILITIES,
     IMAGE_MOUNT,
+    LAYERS_MOUNT,
     LABEL_LEASE,
     LABEL_OWNER,
     LABEL_POOL,
@@ -90,6 +91,9 @@ def container_spec(t: Template, p: Placement) -> dict[str, Any]:
     }
     if p.agent_bin:
         binds[p.agent_bin] = {"bind": AGENT_IN_IMAGE, "mode": "ro"}
+    for i, layer in enumerate(t.layers):  # a checkpoint's layers, read-only, bottom first
+        binds[layer] = {"bind": f"{LAYERS_MOUNT}/{i}", "mode": "ro"}
+        agent_args += ["--layer", f"{LAYERS_MOUNT}/{i}"]
     for path in t.ro_binds:
         binds[path] = {"bind": path, "mode": "ro"}  # into the container, and from there into the root
         agent_args += ["--ro-bind", path]

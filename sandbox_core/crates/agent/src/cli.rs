@@ -65,6 +65,11 @@ pub struct Args {
     /// lower layer of an overlay whose upper layer is the sandbox's disk. Needs --new-root.
     #[arg(long)]
     pub image_root: Option<PathBuf>,
+    /// A checkpoint layer (an unpacked `Checkpoint` stream) the sandbox is made from, repeatable,
+    /// bottom first: each writable place is an overlay with the layers' part of it beneath the
+    /// sandbox's own disk. Needs --new-root.
+    #[arg(long = "layer")]
+    pub layers: Vec<PathBuf>,
     #[arg(long)]
     pub no_seccomp: bool,
     #[arg(long)]

@@ -2,6 +2,7 @@
 //! protocol until its owner's lease lapses or it is told to stop.
 
 mod auth;
+mod checkpoint;
 mod cli;
 mod egress;
 mod error;
@@ -297,6 +298,7 @@ fn start(args: cli::Args) -> Result<i32, StartError> {
         Some(start_egress(&args)?)
     };
     if args.new_root {
+        let (_layers_held, layers) = setup::layers::hold(&args.layers)?;
         let spec = setup::rootfs::RootSpec {
             work_dir: args.work_dir.clone(),
             work_size: args.work_size,
@@ -311,6 +313,7 @@ fn start(args: cli::Args) -> Result<i32, StartError> {
             inside: (programs.uid, programs.gid),
             image: args.image_root.clone(),
             image_ids_inside: args.pod_ids,
+            layers,
             disk: args.build_dir.clone(),
             resolv_conf: if egress.is_some() {
                 Some(format!("nameserver {}\n", egress::DNS_HOST))

@@ -382,6 +382,55 @@ impl AgentClient {
         })
     }
 
+    /// The sandbox's changes unpacked into `dest` (an empty directory) as a checkpoint's layer
+    /// (`layer.rs`): `(sha256 of the stream, its bytes, entries)`.
+    #[pyo3(signature = (dest, timeout_s=None))]
+    fn checkpoint<'py>(
+        &self,
+        py: Python<'py>,
+        dest: String,
+        timeout_s: Option<f64>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        self.call(py, timeout_s, move |mut c| async move {
+            let mut stream = c
+                .checkpoint(pb::CheckpointRequest { chunk_size: 0 })
+                .await
+                .map_err(from_status)?
+                .into_inner();
+            let (tx, rx) = tokio::sync::mpsc::channel(8);
+            let unpacking = tokio::task::spawn_blocking(move || {
+                crate::layer::unpack(crate::layer::Chunks::new(rx), std::path::Path::new(&dest))
+            });
+            let mut received = Ok(());
+            loop {
+                match stream.message().await {
+                    Ok(Some(chunk)) => {
+                        if tx.send(chunk.data).await.is_err() {
+                            break; // the unpacking failed: its error says why
+                        }
+                    }
+                    Ok(None) => break,
+                    Err(status) => {
+                        received = Err(from_status(status));
+                        break;
+                    }
+                }
+            }
+            drop(tx);
+            let unpacked = unpacking
+                .await
+                .map_err(|e| err(Kind::Internal, format!("unpacking the layer: {e}")));
+            received?;
+            let u = unpacked?.map_err(|e| match e.kind() {
+                std::io::ErrorKind::InvalidData => {
+                    err(Kind::Internal, format!("the agent's checkpoint stream: {e}"))
+                }
+                _ => err(Kind::Internal, format!("unpacking the layer: {e}")),
+            })?;
+            Ok((u.digest, u.bytes, u.entries))
+        })
+    }
+
     fn list_dir<'py>(&self, py: Python<'py>, path: String) -> PyResult<Bound<'py, PyAny>> {
         self.call(py, Some(DEFAULT_CALL_TIMEOUT_S), move |mut c| async move {
             let entries = c

@@ -58,6 +58,8 @@ pub struct LaunchConfig {
     root_size_bytes: u64,
     /// An unpacked image to build the sandbox's root on ("": the host's /usr view).
     image_root: String,
+    /// Checkpoint layers (unpacked directories) the sandbox is made from, bottom first.
+    layers: Vec<String>,
     /// Egress allow-list rules (the agent's `--egress-allow`): the sandbox gets a network
     /// namespace of its own whose one way out is the agent's proxy, which opens connections in
     /// this process's network namespace. Empty: `network` decides (none, or the host's).
@@ -67,7 +69,7 @@ pub struct LaunchConfig {
 #[pymethods]
 impl LaunchConfig {
     #[new]
-    #[pyo3(signature = (agent_path, run_dir, *, uid=65534, gid=65534, lease_ttl_s=30.0, memory_bytes=0, max_pids=0, cpu_quota=0.0, work_dir="/work".to_string(), work_size_bytes=0, tmp_size_bytes=0, network=false, seccomp=true, cgroups=true, ro_binds=None, env=None, python_zygote="lazy".to_string(), user="sandbox".to_string(), id_base=0, root_size_bytes=0, image_root="".to_string(), egress_allow=None))]
+    #[pyo3(signature = (agent_path, run_dir, *, uid=65534, gid=65534, lease_ttl_s=30.0, memory_bytes=0, max_pids=0, cpu_quota=0.0, work_dir="/work".to_string(), work_size_bytes=0, tmp_size_bytes=0, network=false, seccomp=true, cgroups=true, ro_binds=None, env=None, python_zygote="lazy".to_string(), user="sandbox".to_string(), id_base=0, root_size_bytes=0, image_root="".to_string(), egress_allow=None, layers=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         agent_path: String,
@@ -92,7 +94,15 @@ impl LaunchConfig {
         root_size_bytes: u64,
         image_root: String,
         egress_allow: Option<Vec<String>>,
+        layers: Option<Vec<String>>,
     ) -> PyResult<Self> {
+        let layers = layers.unwrap_or_default();
+        if let Some(l) = layers.iter().find(|l| !l.starts_with('/')) {
+            return Err(err(
+                Kind::InvalidRequest,
+                format!("layers must be absolute paths, got {l}"),
+            ));
+        }
         let egress_allow = egress_allow.unwrap_or_default();
         if network && !egress_allow.is_empty() {
             return Err(err(
@@ -168,6 +178,7 @@ impl LaunchConfig {
             id_base,
             root_size_bytes,
             image_root,
+            layers,
             egress_allow,
         })
     }
@@ -394,6 +405,9 @@ fn agent_argv(c: &LaunchConfig, namespaces: &[&str]) -> Vec<String> {
     }
     if !c.image_root.is_empty() {
         a.push(format!("--image-root={}", c.image_root));
+    }
+    for l in &c.layers {
+        a.push(format!("--layer={l}"));
     }
     if !c.egress_allow.is_empty() {
         // The agent opens this process's namespace while the launcher is still there to be seen.

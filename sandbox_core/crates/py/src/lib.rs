@@ -11,6 +11,7 @@ mod completion;
 mod egress;
 mod errors;
 mod languages;
+mod layer;
 mod launch_child;
 mod launcher;
 mod runtime;

@@ -104,6 +104,36 @@ impl Agent for AgentService {
         Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 
+    type CheckpointStream = BoxStream<pb::FileChunk>;
+
+    async fn checkpoint(
+        &self,
+        request: Request<pb::CheckpointRequest>,
+    ) -> Result<Response<Self::CheckpointStream>, Status> {
+        let Some(changes) = crate::setup::layers::changes() else {
+            return Err(Status::failed_precondition(
+                "this sandbox has no file system of its own to checkpoint (its agent runs without --new-root)",
+            ));
+        };
+        let chunk = match request.into_inner().chunk_size as usize {
+            0 => crate::checkpoint::DEFAULT_CHUNK,
+            n => n.clamp(4096, files::MAX_CHUNK),
+        };
+        let (tx, rx) = mpsc::channel(4);
+        tokio::task::spawn_blocking(move || {
+            let mut out = crate::checkpoint::Chunks::new(tx.clone(), chunk);
+            let written = crate::checkpoint::write(changes, &mut out)
+                .and_then(|_| std::io::Write::flush(&mut out));
+            if let Err(e) = written {
+                // A caller that went away needs no answer.
+                if e.kind() != std::io::ErrorKind::BrokenPipe {
+                    let _ = tx.blocking_send(Err(Status::internal(format!("checkpoint: {e}"))));
+                }
+            }
+        });
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
+    }
+
     async fn write_files(
         &self,
         request: Request<pb::WriteFilesRequest>,

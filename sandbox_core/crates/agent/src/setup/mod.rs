@@ -1,6 +1,7 @@
 //! One-time set-up of the sandbox around the agent, before it serves: a fresh root file system,
 //! hostname and loopback. Each step fails with its own error naming the path.
 
+pub mod layers;
 pub mod net;
 pub mod rootfs;
 

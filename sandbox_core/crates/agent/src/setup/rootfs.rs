@@ -26,12 +26,17 @@
 //! is a disk of its own, the size of `/tmp`, whose top the programs cannot write: however full a
 //! program leaves its `/tmp`, work dir or root, the next grading has room for its files. A case
 //! still writes only in its own directory there, so its own full disk is its ENOSPC.
+//!
+//! A sandbox made from a checkpoint (`RootSpec::layers`) has the same places, each an overlay on
+//! its part of the layers (`setup::layers`), which also records every writable place for the
+//! `Checkpoint` call.
 
 use std::ffi::CString;
 use std::os::fd::{FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
+use super::layers::{self, Changes, Place};
 use super::SetupError;
 
 pub struct RootSpec {
@@ -61,6 +66,24 @@ pub struct RootSpec {
     /// Where the new root is built (a directory that exists and holds nothing a sandbox needs:
     /// whatever is beneath it, binds included, is hidden from then on).
     pub disk: PathBuf,
+    /// Checkpoint layers the sandbox is made from, bottom first (`setup::layers`).
+    pub layers: Vec<PathBuf>,
+}
+
+impl RootSpec {
+    /// The user namespace an image or a layer is idmapped into (none when its ids are already the
+    /// programs').
+    fn layer_userns(&self) -> Option<RawFd> {
+        self.userns.filter(|_| !self.image_ids_inside)
+    }
+
+    /// Host id of the programs' id 0.
+    fn id_base(&self) -> u32 {
+        match self.userns {
+            Some(_) if !self.image_ids_inside => self.uid - self.inside.0,
+            _ => 0,
+        }
+    }
 }
 
 /// Where the judge's scratch disk is mounted (see the module's doc).
@@ -128,7 +151,7 @@ fn mount(
     Ok(())
 }
 
-fn mkdirs(p: &Path) -> Result<(), SetupError> {
+pub(super) fn mkdirs(p: &Path) -> Result<(), SetupError> {
     std::fs::create_dir_all(p).map_err(|source| SetupError::Create {
         path: p.display().to_string(),
         source,
@@ -226,6 +249,9 @@ fn etc(root: &Path, spec: &RootSpec) -> Result<(), SetupError> {
 
 /// passwd and group: root, and the sandbox user (or nobody, in a root sandbox).
 fn etc_accounts(etc: &Path, spec: &RootSpec) -> Result<(), SetupError> {
+    if spec.writable_size.is_some() && etc.join("passwd").exists() {
+        return Ok(()); // a writable root made from a checkpoint keeps its accounts
+    }
     let work = spec.work_dir.display();
     let (passwd, group) = if spec.writable_size.is_some() {
         (
@@ -394,18 +420,38 @@ fn read_only_root(spec: &RootSpec) -> Result<PathBuf, SetupError> {
 }
 
 /// The writable root (see the module's doc): the disk at `spec.disk`, the root a directory of it.
-fn writable_root(spec: &RootSpec, size: u64) -> Result<PathBuf, SetupError> {
+fn writable_root(
+    spec: &RootSpec,
+    size: u64,
+    places: &mut Vec<Place>,
+) -> Result<PathBuf, SetupError> {
     let disk = spec.disk.as_path();
     tmpfs(disk, size, "700", "")?;
-    let root = disk.join("root");
+    let upper = disk.join("root");
     for d in ["root", "usr.lower", "usr.upper", "usr.work"] {
         mkdirs(&disk.join(d))?;
     }
     for d in ["root", "usr.upper"] {
         chown(&disk.join(d), spec.uid, spec.gid)?;
     }
-    // pivot_root wants a mount point.
-    mount(Some(&root), &root, None, libc::MS_BIND, None)?;
+    // Opened before anything is mounted on it: its changes are the disk's, not what is mounted.
+    places.push(Place {
+        path: PathBuf::from("/"),
+        changes: layers::open_dir(&upper)?,
+    });
+    let layers = layers::parts(&spec.layers, Path::new(""));
+    let root = if layers.is_empty() {
+        // pivot_root wants a mount point.
+        mount(Some(&upper), &upper, None, libc::MS_BIND, None)?;
+        upper.clone()
+    } else {
+        let lowers = layers::mount_lowers(&layers, &disk.join("layers"), spec.layer_userns())?;
+        let (work, merged) = (disk.join("root.work"), disk.join("merged"));
+        mkdirs(&work)?;
+        mkdirs(&merged)?;
+        overlay(&lowers, &upper, &work, &merged)?;
+        merged
+    };
     let usr = root.join("usr");
     mkdirs(&usr)?;
     chown(&usr, spec.uid, spec.gid)?;
@@ -415,12 +461,18 @@ fn writable_root(spec: &RootSpec, size: u64) -> Result<PathBuf, SetupError> {
         source: std::io::Error::from_raw_os_error(libc::EINVAL),
     })?;
     match idmapped_bind(Path::new("/usr"), &lower, userns) {
-        Ok(()) => overlay(
-            &lower,
-            &disk.join("usr.upper"),
-            &disk.join("usr.work"),
-            &usr,
-        )?,
+        Ok(()) => {
+            let usr_layers = layers::parts(&spec.layers, Path::new("usr"));
+            let mut lowers =
+                layers::mount_lowers(&usr_layers, &disk.join("usr.layers"), spec.layer_userns())?;
+            lowers.push(lower);
+            let changes = disk.join("usr.upper");
+            overlay(&lowers, &changes, &disk.join("usr.work"), &usr)?;
+            places.push(Place {
+                path: PathBuf::from("/usr"),
+                changes: layers::open_dir(&changes)?,
+            });
+        }
         Err(e) => {
             // A kernel or file system without idmapped mounts: /usr stays the host's, read-only.
             eprintln!("sandbox-agent: {e}; /usr is read-only in this sandbox");
@@ -435,7 +487,7 @@ fn writable_root(spec: &RootSpec, size: u64) -> Result<PathBuf, SetupError> {
 
 /// Binds `src` at `target` (an existing directory) read-only, with the ids of its files shifted
 /// into `userns` (file uid 0 is the namespace's root).
-fn idmapped_bind(src: &Path, target: &Path, userns: RawFd) -> Result<(), SetupError> {
+pub(super) fn idmapped_bind(src: &Path, target: &Path, userns: RawFd) -> Result<(), SetupError> {
     let err = |source| SetupError::IdMap {
         path: src.display().to_string(),
         source,
@@ -509,7 +561,12 @@ fn idmapped_bind(src: &Path, target: &Path, userns: RawFd) -> Result<(), SetupEr
 /// The root of an image sandbox: an overlay of the image (idmapped into the programs' user
 /// namespace when there is one, so its root-owned files are root's inside) and the sandbox's disk.
 /// Root sandboxes may write anywhere; others only where the image's modes let their uid.
-fn image_root(spec: &RootSpec, image: &Path, size: u64) -> Result<PathBuf, SetupError> {
+fn image_root(
+    spec: &RootSpec,
+    image: &Path,
+    size: u64,
+    places: &mut Vec<Place>,
+) -> Result<PathBuf, SetupError> {
     let disk = spec.disk.as_path();
     tmpfs(disk, size, "700", "")?;
     let (lower, upper, work, root) = (
@@ -533,15 +590,29 @@ fn image_root(spec: &RootSpec, image: &Path, size: u64) -> Result<PathBuf, Setup
         }
         None => bind_plain_ro(image, &lower)?,
     }
-    overlay(&lower, &upper, &work, &root)?;
+    let layers = layers::parts(&spec.layers, Path::new(""));
+    let mut lowers = layers::mount_lowers(&layers, &disk.join("layers"), spec.layer_userns())?;
+    lowers.push(lower);
+    overlay(&lowers, &upper, &work, &root)?;
+    places.push(Place {
+        path: PathBuf::from("/"),
+        changes: layers::open_dir(&upper)?,
+    });
     Ok(root)
 }
 
-/// An overlay at `target`: `lower` read-only beneath, changes in `upper` (`work` is its scratch).
-fn overlay(lower: &Path, upper: &Path, work: &Path, target: &Path) -> Result<(), SetupError> {
+/// An overlay at `target`: `lowers` read-only beneath (top first), changes in `upper` (`work` is
+/// its scratch).
+pub(super) fn overlay(
+    lowers: &[PathBuf],
+    upper: &Path,
+    work: &Path,
+    target: &Path,
+) -> Result<(), SetupError> {
+    let lowers: Vec<String> = lowers.iter().map(|l| l.display().to_string()).collect();
     let opts = format!(
         "lowerdir={},upperdir={},workdir={}",
-        lower.display(),
+        lowers.join(":"),
         upper.display(),
         work.display()
     );
@@ -554,7 +625,7 @@ fn overlay(lower: &Path, upper: &Path, work: &Path, target: &Path) -> Result<(),
     )
 }
 
-fn bind_plain_ro(src: &Path, target: &Path) -> Result<(), SetupError> {
+pub(super) fn bind_plain_ro(src: &Path, target: &Path) -> Result<(), SetupError> {
     mount(Some(src), target, None, libc::MS_BIND | libc::MS_REC, None)?;
     mount(
         None,
@@ -597,6 +668,8 @@ fn host_view(root: &Path, spec: &RootSpec) -> Result<(), SetupError> {
                     path: host.display().to_string(),
                     source,
                 })?;
+                // A root made from a checkpoint has it already.
+                let _ = std::fs::remove_file(root.join(top));
                 std::os::unix::fs::symlink(target, root.join(top)).map_err(|source| {
                     SetupError::Create {
                         path: top.to_string(),
@@ -611,6 +684,16 @@ fn host_view(root: &Path, spec: &RootSpec) -> Result<(), SetupError> {
     etc(root, spec)
 }
 
+/// The place at `path` (a tmpfs just mounted under `root`), stacked on its part of the layers.
+fn place(root: &Path, path: &Path, spec: &RootSpec) -> Result<Place, SetupError> {
+    let rel = path.strip_prefix("/").unwrap_or(path);
+    let lowers = layers::parts(&spec.layers, rel);
+    Ok(Place {
+        path: path.to_path_buf(),
+        changes: layers::stack_on_tmpfs(&root.join(rel), &lowers, spec.layer_userns())?,
+    })
+}
+
 /// Builds the new root and pivots into it. Must run before any thread is started.
 pub fn build(spec: &RootSpec) -> Result<(), SetupError> {
     mount(
@@ -620,9 +703,15 @@ pub fn build(spec: &RootSpec) -> Result<(), SetupError> {
         libc::MS_REC | libc::MS_PRIVATE,
         None,
     )?;
+    let mut places = Vec::new();
     let root = match (&spec.image, spec.writable_size) {
-        (Some(image), size) => image_root(spec, image, size.unwrap_or(DEFAULT_IMAGE_DISK))?,
-        (None, Some(size)) => writable_root(spec, size)?,
+        (Some(image), size) => image_root(
+            spec,
+            image,
+            size.unwrap_or(DEFAULT_IMAGE_DISK),
+            &mut places,
+        )?,
+        (None, Some(size)) => writable_root(spec, size, &mut places)?,
         (None, None) => read_only_root(spec)?,
     };
     let root = root.as_path();
@@ -644,9 +733,11 @@ pub fn build(spec: &RootSpec) -> Result<(), SetupError> {
         None => String::new(),
     };
     tmpfs(&root.join("tmp"), spec.tmp_size, "1777", &tmp_owner)?;
+    places.push(place(root, Path::new("/tmp"), spec)?);
     if spec.writable_size.is_none() {
         // Programs written for SandboxFusion write under /mnt.
         tmpfs(&root.join("mnt"), spec.tmp_size, "1777", &tmp_owner)?;
+        places.push(place(root, Path::new("/mnt"), spec)?);
     }
     let judge = JUDGE_SCRATCH.trim_start_matches('/');
     tmpfs(&root.join(judge), spec.tmp_size, "755", "")?;
@@ -657,6 +748,11 @@ pub fn build(spec: &RootSpec) -> Result<(), SetupError> {
         "755",
         &format!(",uid={},gid={}", spec.uid, spec.gid),
     )?;
+    places.push(place(root, &spec.work_dir, spec)?);
+    layers::record(Changes {
+        places,
+        id_base: spec.id_base(),
+    });
     for p in &spec.ro_binds {
         if p.is_absolute() && p.exists() {
             bind_ro(root, p)?;

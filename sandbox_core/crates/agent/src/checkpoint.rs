@@ -1,0 +1,368 @@
+//! The `Checkpoint` call's stream: the sandbox's changes (every writable place's upper layer, or its
+//! whole disk where nothing lies beneath, `setup::layers`) as one tar, in a fixed order (places as
+//! recorded, names sorted), so the same state gives the same bytes and so the same digest.
+//!
+//! What a program left there cannot reach outside through it: the walk opens every name relative
+//! to its directory's descriptor without following symlinks (a symlink is stored as one, its
+//! target as text), reads only regular files and directories (a FIFO, socket or device is left
+//! out; a name swapped for one between look and open is found by the descriptor's own type), and
+//! stores a hard link's data as a file of its own. Overlay deletions become OCI whiteouts; a
+//! program's own file named `.wh.*` is left out (it would read as one). Ids are the programs'.
+
+use std::ffi::{CStr, CString, OsStr};
+use std::io::{self, Read, Write};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::unix::ffi::OsStrExt;
+use std::path::{Path, PathBuf};
+
+use crate::setup::layers::Changes;
+
+/// Prefix of an OCI whiteout: `.wh.NAME` deletes NAME of the layers beneath.
+const WHITEOUT: &str = ".wh.";
+/// An OCI opaque directory marker: nothing of the layers beneath shows through its directory.
+const OPAQUE: &str = ".wh..wh..opq";
+/// Ids of a user namespace (the programs' ids 0..65535 are the host's id base + the same).
+const IDS: u32 = 65536;
+
+/// Writes the tar of `changes` to `out` and returns how many entries it holds.
+pub fn write(changes: &Changes, out: impl Write) -> io::Result<u64> {
+    let mut w = Walk {
+        tar: tar::Builder::new(out),
+        id_base: changes.id_base,
+        entries: 0,
+        dev: 0,
+    };
+    for place in &changes.places {
+        let rel = place.path.strip_prefix("/").unwrap_or(&place.path);
+        let dir = place.changes.as_raw_fd();
+        let st = fstat(dir)?;
+        w.dev = st.st_dev;
+        if !rel.as_os_str().is_empty() {
+            w.header(rel, &st, tar::EntryType::Directory, 0, io::empty())?;
+        }
+        w.dir(dir, rel)
+            .map_err(|e| io::Error::new(e.kind(), format!("{}: {e}", place.path.display())))?;
+    }
+    w.tar.finish()?;
+    Ok(w.entries)
+}
+
+struct Walk<W: Write> {
+    tar: tar::Builder<W>,
+    id_base: u32,
+    entries: u64,
+    /// The device of the place being walked: what is mounted within it is not its.
+    dev: libc::dev_t,
+}
+
+impl<W: Write> Walk<W> {
+    /// The programs' id of host id `id` (an id outside their range is root's).
+    fn inside(&self, id: u32) -> u64 {
+        match self.id_base {
+            0 => u64::from(id),
+            base if id >= base && id - base < IDS => u64::from(id - base),
+            _ => 0,
+        }
+    }
+
+    fn header(
+        &mut self,
+        path: &Path,
+        st: &libc::stat,
+        kind: tar::EntryType,
+        size: u64,
+        data: impl Read,
+    ) -> io::Result<()> {
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(kind);
+        h.set_mode(st.st_mode & 0o7777);
+        h.set_uid(self.inside(st.st_uid));
+        h.set_gid(self.inside(st.st_gid));
+        h.set_mtime(st.st_mtime.max(0) as u64);
+        h.set_size(size);
+        self.entries += 1;
+        self.tar.append_data(&mut h, path, data)
+    }
+
+    fn marker(&mut self, path: &Path) -> io::Result<()> {
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(tar::EntryType::Regular);
+        h.set_mode(0o600);
+        h.set_uid(0);
+        h.set_gid(0);
+        h.set_mtime(0);
+        h.set_size(0);
+        self.entries += 1;
+        self.tar.append_data(&mut h, path, io::empty())
+    }
+
+    fn dir(&mut self, dir: RawFd, rel: &Path) -> io::Result<()> {
+        if !rel.as_os_str().is_empty() && opaque(dir) {
+            self.marker(&rel.join(OPAQUE))?;
+        }
+        for name in names(dir)? {
+            if name.as_bytes().starts_with(WHITEOUT.as_bytes()) {
+                continue;
+            }
+            let path = rel.join(OsStr::from_bytes(name.as_bytes()));
+            let Some(st) = fstatat(dir, &name)? else {
+                continue; // gone meanwhile
+            };
+            match st.st_mode & libc::S_IFMT {
+                libc::S_IFDIR => {
+                    let Some(sub) = open_at(dir, &name, libc::O_DIRECTORY)? else {
+                        continue;
+                    };
+                    let st = fstat(sub.as_raw_fd())?;
+                    if st.st_mode & libc::S_IFMT != libc::S_IFDIR || st.st_dev != self.dev {
+                        continue;
+                    }
+                    self.header(&path, &st, tar::EntryType::Directory, 0, io::empty())?;
+                    self.dir(sub.as_raw_fd(), &path).map_err(|e| {
+                        io::Error::new(e.kind(), format!("{}: {e}", path.display()))
+                    })?;
+                }
+                libc::S_IFREG => {
+                    let Some(file) = open_at(dir, &name, libc::O_NONBLOCK | libc::O_NOCTTY)?
+                    else {
+                        continue;
+                    };
+                    let st = fstat(file.as_raw_fd())?;
+                    if st.st_mode & libc::S_IFMT != libc::S_IFREG {
+                        continue;
+                    }
+                    let size = st.st_size.max(0) as u64;
+                    let data = Exactly {
+                        file: std::fs::File::from(file),
+                        left: size,
+                    };
+                    self.header(&path, &st, tar::EntryType::Regular, size, data)?;
+                }
+                libc::S_IFLNK => {
+                    let Some(target) = readlinkat(dir, &name)? else {
+                        continue;
+                    };
+                    let mut h = tar::Header::new_gnu();
+                    h.set_entry_type(tar::EntryType::Symlink);
+                    h.set_mode(0o777);
+                    h.set_uid(self.inside(st.st_uid));
+                    h.set_gid(self.inside(st.st_gid));
+                    h.set_mtime(st.st_mtime.max(0) as u64);
+                    h.set_size(0);
+                    self.entries += 1;
+                    self.tar.append_link(&mut h, &path, &target)?;
+                }
+                libc::S_IFCHR if st.st_rdev == 0 => {
+                    let mut marker = OsStr::new(WHITEOUT).to_os_string();
+                    marker.push(OsStr::from_bytes(name.as_bytes()));
+                    self.marker(&rel.join(marker))?;
+                }
+                _ => {} // sockets, FIFOs, devices
+            }
+        }
+        Ok(())
+    }
+}
+
+/// A file's first `left` bytes: what it held when looked at, zeros where it shrank meanwhile.
+struct Exactly {
+    file: std::fs::File,
+    left: u64,
+}
+
+impl Read for Exactly {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        let want = buf.len().min(self.left as usize);
+        if want == 0 {
+            return Ok(0);
+        }
+        let n = match self.file.read(&mut buf[..want])? {
+            0 => {
+                buf[..want].fill(0);
+                want
+            }
+            n => n,
+        };
+        self.left -= n as u64;
+        Ok(n)
+    }
+}
+
+/// Whether overlay marked `dir` opaque (it hides the layers' directory of that name).
+fn opaque(dir: RawFd) -> bool {
+    ["trusted.overlay.opaque", "user.overlay.opaque"]
+        .iter()
+        .any(|attr| {
+            let attr = CString::new(*attr).unwrap_or_default();
+            let mut v = [0u8; 4];
+            // SAFETY: fgetxattr into a buffer of the size we pass.
+            let n = unsafe {
+                libc::fgetxattr(
+                    dir,
+                    attr.as_ptr(),
+                    v.as_mut_ptr() as *mut libc::c_void,
+                    v.len(),
+                )
+            };
+            n >= 1 && v[0] == b'y'
+        })
+}
+
+/// The names in `dir`, sorted (`.` and `..` left out).
+fn names(dir: RawFd) -> io::Result<Vec<CString>> {
+    // SAFETY: dup of a descriptor we hold; fdopendir takes the copy and closedir closes it.
+    let copy = unsafe { libc::fcntl(dir, libc::F_DUPFD_CLOEXEC, 0) };
+    if copy < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `copy` is ours and a directory.
+    let d = unsafe { libc::fdopendir(copy) };
+    if d.is_null() {
+        let e = io::Error::last_os_error();
+        // SAFETY: fdopendir failed, so the copy is still ours to close.
+        unsafe { libc::close(copy) };
+        return Err(e);
+    }
+    // fdopendir continues from the descriptor's offset, which a copy shares: start over.
+    // SAFETY: a stream we just opened.
+    unsafe { libc::rewinddir(d) };
+    let mut out = Vec::new();
+    loop {
+        // SAFETY: readdir on our open stream; the entry is valid until the next call.
+        let e = unsafe { libc::readdir(d) };
+        if e.is_null() {
+            break;
+        }
+        // SAFETY: d_name is NUL-terminated.
+        let name = unsafe { CStr::from_ptr((*e).d_name.as_ptr()) };
+        if name.to_bytes() != b"." && name.to_bytes() != b".." {
+            out.push(name.to_owned());
+        }
+    }
+    // SAFETY: closes the stream and the copy.
+    unsafe { libc::closedir(d) };
+    out.sort();
+    Ok(out)
+}
+
+fn fstat(fd: RawFd) -> io::Result<libc::stat> {
+    // SAFETY: fstat into a zeroed stat.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    if unsafe { libc::fstat(fd, &mut st) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(st)
+}
+
+fn gone(e: &io::Error) -> bool {
+    matches!(e.raw_os_error(), Some(libc::ENOENT) | Some(libc::ELOOP))
+}
+
+/// `name` in `dir`, never followed (None: gone meanwhile).
+fn fstatat(dir: RawFd, name: &CStr) -> io::Result<Option<libc::stat>> {
+    // SAFETY: fstatat into a zeroed stat, with a valid C string.
+    let mut st: libc::stat = unsafe { std::mem::zeroed() };
+    if unsafe { libc::fstatat(dir, name.as_ptr(), &mut st, libc::AT_SYMLINK_NOFOLLOW) } != 0 {
+        let e = io::Error::last_os_error();
+        return if gone(&e) { Ok(None) } else { Err(e) };
+    }
+    Ok(Some(st))
+}
+
+/// Opens `name` in `dir` for reading, never through a symlink (None: gone, or now a symlink).
+fn open_at(dir: RawFd, name: &CStr, flags: libc::c_int) -> io::Result<Option<OwnedFd>> {
+    // SAFETY: openat with a valid C string; the descriptor is ours.
+    let fd = unsafe {
+        libc::openat(
+            dir,
+            name.as_ptr(),
+            libc::O_RDONLY | libc::O_NOFOLLOW | libc::O_CLOEXEC | flags,
+        )
+    };
+    if fd < 0 {
+        let e = io::Error::last_os_error();
+        return if gone(&e) { Ok(None) } else { Err(e) };
+    }
+    // SAFETY: just returned by the kernel.
+    Ok(Some(unsafe { OwnedFd::from_raw_fd(fd) }))
+}
+
+fn readlinkat(dir: RawFd, name: &CStr) -> io::Result<Option<PathBuf>> {
+    let mut buf = vec![0u8; libc::PATH_MAX as usize];
+    // SAFETY: readlinkat into a buffer of the size we pass.
+    let n = unsafe {
+        libc::readlinkat(
+            dir,
+            name.as_ptr(),
+            buf.as_mut_ptr() as *mut libc::c_char,
+            buf.len(),
+        )
+    };
+    if n < 0 {
+        let e = io::Error::last_os_error();
+        return if gone(&e) || e.raw_os_error() == Some(libc::EINVAL) {
+            Ok(None)
+        } else {
+            Err(e)
+        };
+    }
+    buf.truncate(n as usize);
+    Ok(Some(PathBuf::from(OsStr::from_bytes(&buf))))
+}
+
+/// Chunks of the stream, sent as they fill (a bounded channel: the walk waits for the caller).
+pub struct Chunks {
+    tx: tokio::sync::mpsc::Sender<Result<sandbox_proto::FileChunk, tonic::Status>>,
+    buf: Vec<u8>,
+    chunk: usize,
+    offset: u64,
+}
+
+/// What a chunk holds by default.
+pub const DEFAULT_CHUNK: usize = 1 << 20;
+
+impl Chunks {
+    pub fn new(
+        tx: tokio::sync::mpsc::Sender<Result<sandbox_proto::FileChunk, tonic::Status>>,
+        chunk: usize,
+    ) -> Self {
+        Chunks {
+            tx,
+            buf: Vec::with_capacity(chunk),
+            chunk,
+            offset: 0,
+        }
+    }
+
+    fn send(&mut self) -> io::Result<()> {
+        let data = std::mem::replace(&mut self.buf, Vec::with_capacity(self.chunk));
+        let n = data.len() as u64;
+        self.tx
+            .blocking_send(Ok(sandbox_proto::FileChunk {
+                data: data.into(),
+                offset: self.offset,
+                total_size: 0,
+            }))
+            .map_err(|_| io::Error::from(io::ErrorKind::BrokenPipe))?;
+        self.offset += n;
+        Ok(())
+    }
+}
+
+impl Write for Chunks {
+    fn write(&mut self, data: &[u8]) -> io::Result<usize> {
+        let n = data.len().min(self.chunk - self.buf.len());
+        self.buf.extend_from_slice(&data[..n]);
+        if self.buf.len() == self.chunk {
+            self.send()?;
+        }
+        Ok(n)
+    }
+
+    fn flush(&mut self) -> io::Result<()> {
+        if self.buf.is_empty() {
+            return Ok(());
+        }
+        self.send()
+    }
+}

@@ -1,0 +1,238 @@
+"""Checkpoints: a sandbox's file system frozen into immutable layers, and sandboxes made from them.
+
+A checkpoint is a record (`Checkpoint`) naming its template and a chain of layers, bottom first.
+A layer is what one sandbox changed (the agent's `Checkpoint` stream: every writable place as it
+differs from what the sandbox was made from), unpacked once on this host and named by the
+stream's sha256, so the same changes are one layer however often they are taken. A checkpoint of a
+sandbox made from a checkpoint adds one layer to its chain: the cost of a checkpoint follows the
+size of the changes, never of the image, and every sandbox made from a layer shares it (each
+writable place an overlay with the layer beneath its own disk).
+
+On disk (`root`, `$SANDBOXES_CHECKPOINT_DIR`, else `checkpoints` beside the image cache):
+`layers/<sha256>/` the unpacked layers, `records/<id>.json` the checkpoints (written to a
+temporary file and renamed), `tmp/` layers being unpacked. Records and layers survive the process;
+a layer is removed once no record names it and no sandbox of this process runs on it (a deleted
+checkpoint's layers stay until the sandboxes made from it end). Checkpoints expire `ttl_s` after
+they are taken unless kept (`ttl_s=None`). Each belongs to an owner (an API key's id; "" for an
+embedded pool): another owner's is missing to a caller.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import contextlib
+import json
+import os
+import shutil
+import tempfile
+import time
+import uuid
+from collections.abc import Iterable
+from dataclasses import asdict, dataclass
+from pathlib import Path
+from typing import Any
+
+from .backends.images import cache_root
+from .errors import InvalidRequest, NotFound
+
+__all__ = ["CHECKPOINT_DIR_ENV", "DEFAULT_TTL_S", "Checkpoint", "CheckpointStore", "checkpoint_root"]
+
+CHECKPOINT_DIR_ENV = "SANDBOXES_CHECKPOINT_DIR"
+DEFAULT_TTL_S = 24 * 3600.0
+MAX_TTL_S = 365 * 24 * 3600.0
+# The agent's stream of 200 MB of changes takes ~1 s; this bounds a stuck one.
+CAPTURE_TIMEOUT_S = 600.0
+
+
+def checkpoint_root() -> Path:
+    """Where this host keeps checkpoints."""
+    if env := os.environ.get(CHECKPOINT_DIR_ENV):
+        return Path(env)
+    return cache_root().parent / "checkpoints"
+
+
+@dataclass(frozen=True)
+class Checkpoint:
+    """A sandbox's file system at one moment: `layers` (digests, bottom first) on `template`."""
+
+    id: str
+    template: str
+    layers: tuple[str, ...]
+    owner: str = ""
+    name: str = ""
+    source: str = ""  # the sandbox it was taken of
+    bytes: int = 0  # of its own (top) layer's stream
+    created_at: float = 0.0
+    expires_at: float | None = None  # None: kept until deleted
+
+    def expired(self, now: float | None = None) -> bool:
+        return self.expires_at is not None and (now or time.time()) >= self.expires_at
+
+    def to_json(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["layers"] = list(self.layers)
+        return d
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> Checkpoint:
+        return cls(**{**d, "layers": tuple(d["layers"])})
+
+
+def _check_ttl(ttl_s: float | None) -> None:
+    if ttl_s is None:
+        return
+    if isinstance(ttl_s, bool) or not isinstance(ttl_s, (int, float)) or not 0 < ttl_s <= MAX_TTL_S:
+        raise InvalidRequest(f"ttl_s must be in (0, {MAX_TTL_S:.0f}] or None (kept), got {ttl_s!r}")
+
+
+class CheckpointStore:
+    """The checkpoints and layers of one host directory (see the module's doc)."""
+
+    def __init__(self, root: Path | None = None) -> None:
+        self.root = Path(root or checkpoint_root())
+        self.layers_dir = self.root / "layers"
+        self.records_dir = self.root / "records"
+        self.tmp_dir = self.root / "tmp"
+        self._in_use: collections.Counter[str] = collections.Counter()
+        self._records: dict[str, Checkpoint] | None = None
+
+    # --- records ---------------------------------------------------------------------------------
+
+    def _load(self) -> dict[str, Checkpoint]:
+        if self._records is None:
+            for d in (self.layers_dir, self.records_dir, self.tmp_dir):
+                d.mkdir(parents=True, exist_ok=True, mode=0o700)
+            records: dict[str, Checkpoint] = {}
+            for p in self.records_dir.glob("*.json"):
+                with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
+                    cp = Checkpoint.from_json(json.loads(p.read_text()))
+                    records[cp.id] = cp
+            self._records = records
+        return self._records
+
+    def _write(self, cp: Checkpoint) -> None:
+        fd, tmp = tempfile.mkstemp(dir=self.records_dir, prefix=".", suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            json.dump(cp.to_json(), f)
+        os.replace(tmp, self.records_dir / f"{cp.id}.json")
+
+    def add(
+        self,
+        *,
+        template: str,
+        layers: Iterable[str],
+        owner: str = "",
+        name: str = "",
+        source: str = "",
+        size: int = 0,
+        ttl_s: float | None = DEFAULT_TTL_S,
+    ) -> Checkpoint:
+        """Records a checkpoint of layers already stored."""
+        _check_ttl(ttl_s)
+        now = time.time()
+        cp = Checkpoint(
+            id=f"cp-{uuid.uuid4().hex[:16]}",
+            template=template,
+            layers=tuple(layers),
+            owner=owner,
+            name=name,
+            source=source,
+            bytes=size,
+            created_at=now,
+            expires_at=None if ttl_s is None else now + ttl_s,
+        )
+        self._load()[cp.id] = cp
+        self._write(cp)
+        return cp
+
+    def get(self, checkpoint_id: str, owner: str | None = None) -> Checkpoint:
+        """The checkpoint `checkpoint_id` of `owner` (None: any owner's); `NotFound` otherwise."""
+        self.expire()
+        cp = self._load().get(checkpoint_id)
+        if cp is None or (owner is not None and cp.owner != owner):
+            raise NotFound(f"no checkpoint {checkpoint_id!r}")
+        return cp
+
+    def list(self, owner: str | None = None) -> list[Checkpoint]:
+        """The live checkpoints of `owner` (None: everyone's), oldest first."""
+        self.expire()
+        return sorted(
+            (cp for cp in self._load().values() if owner is None or cp.owner == owner),
+            key=lambda cp: (cp.created_at, cp.id),
+        )
+
+    def delete(self, checkpoint_id: str, owner: str | None = None) -> Checkpoint:
+        """Removes the record; its layers go once nothing else uses them."""
+        cp = self.get(checkpoint_id, owner)
+        self._drop(cp)
+        return cp
+
+    def _drop(self, cp: Checkpoint) -> None:
+        self._load().pop(cp.id, None)
+        with contextlib.suppress(FileNotFoundError):
+            (self.records_dir / f"{cp.id}.json").unlink()
+        self.collect(cp.layers)
+
+    def expire(self) -> int:
+        """Drops the checkpoints past their time; returns how many."""
+        now = time.time()
+        gone = [cp for cp in self._load().values() if cp.expired(now)]
+        for cp in gone:
+            self._drop(cp)
+        return len(gone)
+
+    def usage(self, owner: str) -> tuple[int, int]:
+        """`owner`'s live checkpoints: how many, and the bytes of their own layers."""
+        mine = self.list(owner)
+        return len(mine), sum(cp.bytes for cp in mine)
+
+    # --- layers ----------------------------------------------------------------------------------
+
+    def layer_path(self, digest: str) -> Path:
+        return self.layers_dir / digest
+
+    async def capture(self, client: Any) -> tuple[str, int, int]:
+        """Stores the changes of the sandbox `client` (a `_native.AgentClient`) reaches as a
+        layer: `(digest, bytes, entries)`. The same changes are the same layer."""
+        self._load()
+        tmp = Path(tempfile.mkdtemp(dir=self.tmp_dir))
+        try:
+            digest, size, entries = await client.checkpoint(str(tmp), CAPTURE_TIMEOUT_S)
+            dest = self.layer_path(digest)
+            try:
+                os.rename(tmp, dest)
+            except OSError:
+                if not dest.is_dir():
+                    raise
+                # Taken before: the layer is already here.
+            return digest, size, entries
+        finally:
+            if tmp.exists():
+                await asyncio.to_thread(shutil.rmtree, tmp, True)
+
+    def acquire(self, layers: Iterable[str]) -> list[str]:
+        """Marks `layers` in use by this process's sandboxes; returns their directories."""
+        paths = []
+        for d in layers:
+            p = self.layer_path(d)
+            if not p.is_dir():
+                raise NotFound(f"layer {d} is not on this host")
+            self._in_use[d] += 1
+            paths.append(str(p))
+        return paths
+
+    def release(self, layers: Iterable[str]) -> None:
+        layers = list(layers)
+        for d in layers:
+            self._in_use[d] -= 1
+            if self._in_use[d] <= 0:
+                del self._in_use[d]
+        self.collect(layers)
+
+    def collect(self, layers: Iterable[str]) -> None:
+        """Removes those of `layers` no record names and no sandbox here uses."""
+        named = {d for cp in self._load().values() for d in cp.layers}
+        for d in set(layers):
+            if d not in named and not self._in_use.get(d):
+                shutil.rmtree(self.layer_path(d), ignore_errors=True)
