@@ -26,6 +26,9 @@ os.environ["SANDBOXES_RUN_DIR"] = str(RUN_ROOT)
 # Images the local backend unpacks go to a cache of this session's, removed at its end.
 IMAGE_CACHE = Path(tempfile.mkdtemp(prefix="sbx-images-", dir="/var/tmp"))
 os.environ["SANDBOXES_IMAGE_CACHE"] = str(IMAGE_CACHE)
+# Checkpoints and their layers likewise.
+CHECKPOINT_DIR = Path(tempfile.mkdtemp(prefix="sbx-checkpoints-", dir="/var/tmp"))
+os.environ["SANDBOXES_CHECKPOINT_DIR"] = str(CHECKPOINT_DIR)
 REPO = Path(__file__).resolve().parent.parent
 BUILD_SCRIPT = REPO / "deploy" / "docker" / "build_images.sh"
 
@@ -75,6 +78,7 @@ def pytest_sessionfinish(session: Any, exitstatus: Any) -> None:
     """A session that ran no test (all deselected) never set `no_leaks` up: its dirs go here."""
     shutil.rmtree(RUN_ROOT, ignore_errors=True)
     shutil.rmtree(IMAGE_CACHE, ignore_errors=True)
+    shutil.rmtree(CHECKPOINT_DIR, ignore_errors=True)
 
 
 @pytest.fixture(scope="session", autouse=True)
@@ -143,6 +147,7 @@ def no_leaks() -> Any:
         subprocess.run(["docker", "rm", "-f", c], capture_output=True, check=False)
     shutil.rmtree(RUN_ROOT, ignore_errors=True)
     shutil.rmtree(IMAGE_CACHE, ignore_errors=True)
+    shutil.rmtree(CHECKPOINT_DIR, ignore_errors=True)
     if found:
         pytest.fail("the session leaked: " + ", ".join(found), pytrace=False)
 

@@ -1,0 +1,168 @@
+"""Checkpoints and forks through the embedded pool, on the real agent: a sandbox's file system
+frozen into a layer on this host, sandboxes made from it (each an overlay of its own on the
+shared layer), stacked checkpoints, forks that see none of each other's writes, and what a
+program plants in its sandbox reaching nothing outside when a sandbox is made from it."""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+import pytest
+
+import sandboxes
+from sandboxes import Template
+from sandboxes.checkpoints import CheckpointStore
+from sandboxes.errors import InvalidRequest, NotFound
+
+pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(300)]
+
+TEMPLATES = {
+    "default": Template(name="default"),
+    "root": Template(name="root", user="root"),
+}
+
+
+async def sh(sb: sandboxes.Sandbox, cmd: str) -> sandboxes.ExecResult:
+    return await sb.exec(["/bin/sh", "-ec", cmd])
+
+
+async def out(sb: sandboxes.Sandbox, cmd: str) -> str:
+    r = await sh(sb, cmd)
+    assert r.exit_code == 0, r
+    return r.stdout.decode()
+
+
+@pytest.fixture
+async def pool(make_pool, tmp_path: Path):
+    return await make_pool(warm=1, templates=TEMPLATES, checkpoint_dir=tmp_path / "checkpoints")
+
+
+@pytest.mark.parametrize("template", ["default", "root"])
+async def test_a_sandbox_made_from_a_checkpoint_sees_that_state_and_nothing_later(pool, template) -> None:
+    async with pool.sandbox(template) as sb:
+        await out(sb, "echo one > /work/a.txt; mkdir -p /tmp/d/e; echo two > /tmp/d/e/f; ln -s a.txt /work/l")
+        cp = await sb.checkpoint()
+        await out(sb, "echo later > /work/b.txt; echo changed > /work/a.txt")
+        assert cp.template == template and len(cp.layers) == 1 and cp.bytes > 0
+        async with pool.sandbox(checkpoint=cp.id) as made:
+            assert await out(made, "cat /work/a.txt /tmp/d/e/f /work/l") == "one\ntwo\none\n"
+            assert (await sh(made, "test -e /work/b.txt")).exit_code == 1
+            who = "root" if template == "root" else "sandbox"
+            assert await out(made, "stat -c %U /work/a.txt") == f"{who}\n"
+            # Its own writes, in its own disk: the parent does not see them.
+            await out(made, "echo mine > /work/c.txt")
+        assert (await sh(sb, "test -e /work/c.txt")).exit_code == 1
+        assert await out(sb, "cat /work/a.txt") == "changed\n"
+
+
+async def test_checkpoints_stack_and_carry_deletions(pool) -> None:
+    async with pool.sandbox("root") as sb:
+        await out(sb, "echo 1 > /work/keep; echo 2 > /work/gone; mkdir /root/tree; echo 3 > /root/tree/x; echo u > /usr/local/u")
+        first = await sb.checkpoint()
+    async with pool.sandbox(checkpoint=first) as sb:
+        await out(sb, "rm /work/gone; rm -r /root/tree; mkdir /root/tree; echo new > /root/tree/y; rm /usr/local/u")
+        second = await sb.checkpoint()
+    assert second.layers[:1] == first.layers and len(second.layers) == 2
+    async with pool.sandbox(checkpoint=second) as sb:
+        assert await out(sb, "cat /work/keep; ls /root/tree") == "1\ny\n"
+        for gone in ("/work/gone", "/root/tree/x", "/usr/local/u"):
+            assert (await sh(sb, f"test -e {gone}")).exit_code == 1, gone
+    # The first checkpoint is unchanged by the second.
+    async with pool.sandbox(checkpoint=first) as sb:
+        assert await out(sb, "cat /work/gone /root/tree/x /usr/local/u") == "2\n3\nu\n"
+
+
+async def test_forks_see_the_state_and_none_of_each_others_writes(pool) -> None:
+    async with pool.sandbox() as parent:
+        await out(parent, "echo base > /work/state")
+        forks = await parent.fork(4)
+        try:
+            assert len({f.id for f in forks}) == 4
+            for i, f in enumerate(forks):
+                assert await out(f, f"cat /work/state; echo {i} > /work/mine; echo {i} >> /work/state") == "base\n"
+            for i, f in enumerate(forks):
+                assert await out(f, "cat /work/mine; cat /work/state") == f"{i}\nbase\n{i}\n"
+            assert (await sh(parent, "test -e /work/mine")).exit_code == 1
+            assert await out(parent, "cat /work/state") == "base\n"
+        finally:
+            for f in forks:
+                await f.close()
+    # A fork's layer is nobody's checkpoint: it goes with the last fork.
+    assert not any(pool.checkpoints.layers_dir.iterdir())
+    assert set(pool.stats()) == set(TEMPLATES)  # its template pool retired with it
+
+
+async def test_what_a_program_plants_reaches_nothing_outside(pool, tmp_path: Path) -> None:
+    outside = tmp_path / "outside.txt"
+    outside.write_text("host secret\n")
+    async with pool.sandbox("root") as sb:
+        await out(
+            sb,
+            f"ln -s {outside} /work/to-host; ln -s /proc/1/root /work/to-agent-root; "
+            "mkfifo /work/fifo; cp /bin/true /work/suid; chmod 4755 /work/suid; "
+            "ln /work/suid /work/hard; python3 -c \"import socket; s=socket.socket(socket.AF_UNIX); s.bind('/work/sock')\"; "
+            "mknod /work/dev c 1 3 2>/dev/null || true",
+        )
+        cp = await sb.checkpoint()
+    layer = pool.checkpoints.layer_path(cp.layers[-1])
+    for p in layer.rglob("*"):
+        st = p.lstat()
+        assert not stat.S_ISFIFO(st.st_mode) and not stat.S_ISSOCK(st.st_mode) and not stat.S_ISBLK(st.st_mode)
+        assert not (stat.S_ISCHR(st.st_mode) and st.st_rdev != 0), p  # only whiteouts
+        assert not st.st_mode & (stat.S_ISUID | stat.S_ISGID), p
+    assert os.readlink(layer / "work" / "to-host") == str(outside)  # a symlink stays one, never followed
+    assert (layer / "work" / "hard").stat().st_ino != (layer / "work" / "suid").stat().st_ino
+    async with pool.sandbox(checkpoint=cp) as made:
+        # Inside, the links resolve in the sandbox: the host's file is not there.
+        assert (await sh(made, "cat /work/to-host")).exit_code != 0
+        assert await out(made, "ls /work") == "hard\nsuid\nto-agent-root\nto-host\n"
+        assert await out(made, "stat -c %a /work/suid") == "755\n"
+    assert outside.read_text() == "host secret\n"
+
+
+async def test_checkpoints_survive_their_pool_and_belong_to_their_owner(make_pool, tmp_path: Path) -> None:
+    cps = tmp_path / "checkpoints"
+    first = await make_pool(warm=0, checkpoint_dir=cps)
+    async with first.sandbox() as sb:
+        await out(sb, "echo kept > /work/k")
+        cp = await first.checkpoint(sb, owner="key-a", name="warm", ttl_s=None)
+    await first.close()
+    again = await make_pool(warm=0, checkpoint_dir=cps)
+    assert [c.id for c in again.checkpoints.list("key-a")] == [cp.id]
+    assert again.checkpoints.list("key-b") == []
+    with pytest.raises(NotFound):
+        again.checkpoints.get(cp.id, "key-b")
+    with pytest.raises(NotFound):
+        await again.claim(checkpoint=cp.id, owner="key-b")
+    async with again.sandbox(checkpoint=cp.id, owner="key-a") as sb:
+        assert await out(sb, "cat /work/k") == "kept\n"
+        # Deleted while a sandbox runs on it: the record goes, the layer stays until the sandbox ends.
+        again.checkpoints.delete(cp.id, "key-a")
+        assert again.checkpoints.layer_path(cp.layers[0]).is_dir()
+        assert await out(sb, "cat /work/k") == "kept\n"
+    assert not again.checkpoints.layer_path(cp.layers[0]).exists()
+
+
+async def test_a_checkpoint_expires_after_its_ttl(tmp_path: Path) -> None:
+    store = CheckpointStore(tmp_path)
+    cp = store.add(template="default", layers=["abc"], ttl_s=0.001)
+    (store.layer_path("abc")).mkdir()
+    import time
+
+    time.sleep(0.01)
+    assert store.list() == []
+    with pytest.raises(NotFound):
+        store.get(cp.id)
+    assert not store.layer_path("abc").exists()
+    with pytest.raises(InvalidRequest):
+        store.add(template="default", layers=[], ttl_s=-1)
+
+
+async def test_the_same_changes_are_the_same_layer(pool) -> None:
+    async with pool.sandbox() as sb:
+        await out(sb, "echo same > /work/x; touch -d @1000000000 /work/x /work")
+        a = await sb.checkpoint()
+        b = await sb.checkpoint()
+    assert a.id != b.id and a.layers == b.layers
