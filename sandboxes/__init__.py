@@ -10,6 +10,7 @@ from __future__ import annotations
 from typing import Any
 
 from . import errors
+from .checkpoints import Checkpoint
 from .errors import (
     AuthError,
     BackendUnavailable,
@@ -27,7 +28,6 @@ from .errors import (
     Step,
     TooLarge,
 )
-from .checkpoints import Checkpoint
 from .grading import GradeStream, Grading
 from .judging import CaseResult, TestCase, TestReport, Verdict
 from .pool import Pool

@@ -20,6 +20,7 @@ embedded pool): another owner's is missing to a caller.
 from __future__ import annotations
 
 import asyncio
+import builtins
 import collections
 import contextlib
 import json
@@ -154,7 +155,7 @@ class CheckpointStore:
             raise NotFound(f"no checkpoint {checkpoint_id!r}")
         return cp
 
-    def list(self, owner: str | None = None) -> list[Checkpoint]:
+    def list(self, owner: str | None = None) -> builtins.list[Checkpoint]:
         """The live checkpoints of `owner` (None: everyone's), oldest first."""
         self.expire()
         return sorted(
@@ -211,7 +212,7 @@ class CheckpointStore:
             if tmp.exists():
                 await asyncio.to_thread(shutil.rmtree, tmp, True)
 
-    def acquire(self, layers: Iterable[str]) -> list[str]:
+    def acquire(self, layers: Iterable[str]) -> builtins.list[str]:
         """Marks `layers` in use by this process's sandboxes; returns their directories."""
         paths = []
         for d in layers:

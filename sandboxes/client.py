@@ -40,6 +40,8 @@ from sandboxes._proto.convert import (
     result_from_pb,
     run_tests_request_to_pb,
 )
+from sandboxes.checkpoints import DEFAULT_TTL_S as DEFAULT_CHECKPOINT_TTL_S
+from sandboxes.checkpoints import Checkpoint
 from sandboxes.grading import GradeStream, batch_deadline
 from sandboxes.judging import RunTestsRequest, TestReport
 from sandboxes.sandbox import Data, ExecRequest, ExecStream, SandboxBase, as_bytes
@@ -199,10 +201,12 @@ class AsyncSandboxClient:
         idempotency_key: str | None = None,
         *,
         timeout: float | None = None,
+        checkpoint: str | Checkpoint | None = None,
     ) -> RemoteSandbox:
         """A ready sandbox of `template`. `timeout` bounds the wait for a free one (default: the
         client's timeout); past it the server answers `PoolExhausted`. Retries reuse one
-        idempotency key, so a lost answer never creates a second sandbox."""
+        idempotency key, so a lost answer never creates a second sandbox. With `checkpoint` (one
+        of this key's, or its id) the sandbox is made from it, of its template."""
         wait = float(timeout) if timeout is not None else self.timeout
         req = pb.CreateRequest(
             template=template or "default",
@@ -212,9 +216,25 @@ class AsyncSandboxClient:
             ttl_s=float(ttl_s or 0.0),
             idempotency_key=idempotency_key or uuid.uuid4().hex,
             timeout_s=wait,
+            checkpoint_id=checkpoint.id if isinstance(checkpoint, Checkpoint) else (checkpoint or ""),
         )
         msg = await self._call("Create", req, timeout=wait + _NETWORK_MARGIN_S, retry=True)
         return RemoteSandbox(self, msg)
+
+    async def checkpoints(self) -> list[Checkpoint]:
+        """This API key's checkpoints, oldest first."""
+        msg = await self._call("ListCheckpoints", pb.ListCheckpointsRequest(), retry=True)
+        return [_checkpoint(c) for c in msg.checkpoints]
+
+    async def get_checkpoint(self, checkpoint_id: str) -> Checkpoint:
+        msg = await self._call(
+            "GetCheckpoint", pb.GetCheckpointRequest(checkpoint_id=checkpoint_id), retry=True
+        )
+        return _checkpoint(msg)
+
+    async def delete_checkpoint(self, checkpoint_id: str) -> None:
+        """Deletes one of this key's checkpoints (sandboxes made from it keep running)."""
+        await self._call("DeleteCheckpoint", pb.DeleteCheckpointRequest(checkpoint_id=checkpoint_id))
 
     def sandbox(self, template: str = "default", **kwargs: Any) -> _SandboxContext:
         """`async with client.sandbox(...) as sb:` creates, and deletes on exit."""
@@ -284,6 +304,20 @@ def _file_entries(files: Mapping[str, Any] | None) -> list[cpb.FileEntry]:
         data, mode = value if isinstance(value, tuple) else (value, 0)
         out.append(cpb.FileEntry(path=path, data=as_bytes(data, path), mode=int(mode)))
     return out
+
+
+def _checkpoint(msg: pb.Checkpoint) -> Checkpoint:
+    """A checkpoint as the server describes it (its layers stay on the server: `layers` is empty)."""
+    return Checkpoint(
+        id=msg.id,
+        template=msg.template,
+        layers=(),
+        name=msg.name,
+        source=msg.source_sandbox_id,
+        bytes=msg.size_bytes,
+        created_at=msg.created_at,
+        expires_at=msg.expires_at or None,
+    )
 
 
 class RemoteSandbox(SandboxBase):
@@ -380,6 +414,26 @@ class RemoteSandbox(SandboxBase):
 
     async def info(self) -> AgentInfo:
         return info_from_pb(await self._client._call("Info", pb.InfoRequest(sandbox_id=self.id), retry=True))
+
+    async def checkpoint(
+        self, *, name: str = "", ttl_s: float | None = DEFAULT_CHECKPOINT_TTL_S
+    ) -> Checkpoint:
+        """This sandbox's file system now, as a checkpoint of this key's (kept `ttl_s`, None:
+        until deleted); it keeps running."""
+        req = pb.CreateCheckpointRequest(
+            sandbox_id=self.id, name=name, ttl_s=float(ttl_s or 0.0), keep=ttl_s is None
+        )
+        return _checkpoint(await self._client._call("CreateCheckpoint", req))
+
+    async def fork(
+        self, n: int = 1, *, labels: Mapping[str, str] | None = None, ttl_s: float | None = None
+    ) -> list[RemoteSandbox]:
+        """`n` new sandboxes of this sandbox's file system now, each with writes of its own."""
+        req = pb.ForkRequest(
+            sandbox_id=self.id, count=n, labels=dict(labels or {}), ttl_s=float(ttl_s or 0.0)
+        )
+        msg = await self._client._call("Fork", req, timeout=self._client.timeout + _NETWORK_MARGIN_S)
+        return [RemoteSandbox(self._client, s) for s in msg.sandboxes]
 
     async def close(self) -> None:
         """Delete the sandbox on the server. Idempotent (an already deleted one is fine)."""

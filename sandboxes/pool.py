@@ -333,7 +333,9 @@ class Pool:
             raise Cancelled("pool is closing")
         if checkpoint is None:
             return await self._claim(self._tp(template), env, files, labels, timeout)
-        if not isinstance(checkpoint, Checkpoint):
+        if isinstance(checkpoint, Checkpoint):
+            checkpoint = self.checkpoints.get(checkpoint.id, checkpoint.owner if owner is None else owner)
+        else:
             checkpoint = self.checkpoints.get(checkpoint, owner)
         tp = self._layered(checkpoint.template, checkpoint.layers)
         try:
@@ -523,7 +525,13 @@ class Pool:
         _, base, layers = self._chain(sb)
         digest, size, _ = await sb._call(self.checkpoints.capture, sb._client)
         return self.checkpoints.add(
-            template=base, layers=(*layers, digest), owner=owner, name=name, source=sb.id, size=size, ttl_s=ttl_s
+            template=base,
+            layers=(*layers, digest),
+            owner=owner,
+            name=name,
+            source=sb.id,
+            size=size,
+            ttl_s=ttl_s,
         )
 
     async def fork(

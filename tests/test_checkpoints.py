@@ -5,6 +5,7 @@ program plants in its sandbox reaching nothing outside when a sandbox is made fr
 
 from __future__ import annotations
 
+import asyncio
 import os
 import stat
 from pathlib import Path
@@ -59,10 +60,15 @@ async def test_a_sandbox_made_from_a_checkpoint_sees_that_state_and_nothing_late
 
 async def test_checkpoints_stack_and_carry_deletions(pool) -> None:
     async with pool.sandbox("root") as sb:
-        await out(sb, "echo 1 > /work/keep; echo 2 > /work/gone; mkdir /root/tree; echo 3 > /root/tree/x; echo u > /usr/local/u")
+        await out(
+            sb,
+            "echo 1 > /work/keep; echo 2 > /work/gone; mkdir /root/tree; echo 3 > /root/tree/x; echo u > /usr/local/u",
+        )
         first = await sb.checkpoint()
     async with pool.sandbox(checkpoint=first) as sb:
-        await out(sb, "rm /work/gone; rm -r /root/tree; mkdir /root/tree; echo new > /root/tree/y; rm /usr/local/u")
+        await out(
+            sb, "rm /work/gone; rm -r /root/tree; mkdir /root/tree; echo new > /root/tree/y; rm /usr/local/u"
+        )
         second = await sb.checkpoint()
     assert second.layers[:1] == first.layers and len(second.layers) == 2
     async with pool.sandbox(checkpoint=second) as sb:
@@ -81,7 +87,10 @@ async def test_forks_see_the_state_and_none_of_each_others_writes(pool) -> None:
         try:
             assert len({f.id for f in forks}) == 4
             for i, f in enumerate(forks):
-                assert await out(f, f"cat /work/state; echo {i} > /work/mine; echo {i} >> /work/state") == "base\n"
+                assert (
+                    await out(f, f"cat /work/state; echo {i} > /work/mine; echo {i} >> /work/state")
+                    == "base\n"
+                )
             for i, f in enumerate(forks):
                 assert await out(f, "cat /work/mine; cat /work/state") == f"{i}\nbase\n{i}\n"
             assert (await sh(parent, "test -e /work/mine")).exit_code == 1
@@ -109,7 +118,9 @@ async def test_what_a_program_plants_reaches_nothing_outside(pool, tmp_path: Pat
     layer = pool.checkpoints.layer_path(cp.layers[-1])
     for p in layer.rglob("*"):
         st = p.lstat()
-        assert not stat.S_ISFIFO(st.st_mode) and not stat.S_ISSOCK(st.st_mode) and not stat.S_ISBLK(st.st_mode)
+        assert (
+            not stat.S_ISFIFO(st.st_mode) and not stat.S_ISSOCK(st.st_mode) and not stat.S_ISBLK(st.st_mode)
+        )
         assert not (stat.S_ISCHR(st.st_mode) and st.st_rdev != 0), p  # only whiteouts
         assert not st.st_mode & (stat.S_ISUID | stat.S_ISGID), p
     assert os.readlink(layer / "work" / "to-host") == str(outside)  # a symlink stays one, never followed
@@ -149,9 +160,7 @@ async def test_a_checkpoint_expires_after_its_ttl(tmp_path: Path) -> None:
     store = CheckpointStore(tmp_path)
     cp = store.add(template="default", layers=["abc"], ttl_s=0.001)
     (store.layer_path("abc")).mkdir()
-    import time
-
-    time.sleep(0.01)
+    await asyncio.sleep(0.01)
     assert store.list() == []
     with pytest.raises(NotFound):
         store.get(cp.id)
@@ -166,3 +175,38 @@ async def test_the_same_changes_are_the_same_layer(pool) -> None:
         a = await sb.checkpoint()
         b = await sb.checkpoint()
     assert a.id != b.id and a.layers == b.layers
+
+
+async def test_checkpoints_and_forks_through_the_grpc_api(server, client, client_b) -> None:
+    """The remote client against a real server: checkpoint, create from it, fork, list, delete;
+    another key's checkpoint is missing to it."""
+    async with client.sandbox() as sb:
+        await sh(sb, "echo remote > /work/r")
+        cp = await sb.checkpoint(name="after-setup")
+        assert cp.name == "after-setup" and cp.source == sb.id and cp.bytes > 0 and cp.expires_at
+        forks = await sb.fork(2)
+        try:
+            await sh(forks[0], "echo 0 > /work/r")
+            assert [await out(f, "cat /work/r") for f in forks] == ["0\n", "remote\n"]
+            assert {s.id for s in await client.list()} >= {f.id for f in forks}
+        finally:
+            for f in forks:
+                await f.close()
+    made = await client.create(checkpoint=cp)
+    try:
+        assert await out(made, "cat /work/r") == "remote\n"
+        assert made.template == "default"
+    finally:
+        await made.close()
+    assert [c.id for c in await client.checkpoints()] == [cp.id]
+    assert await client_b.checkpoints() == []
+    for call in (client_b.get_checkpoint(cp.id), client_b.delete_checkpoint(cp.id), client_b.create(checkpoint=cp.id)):
+        with pytest.raises(NotFound):
+            await call
+    kept = await (await client.create()).checkpoint(ttl_s=None)
+    assert kept.expires_at is None
+    await client.delete_checkpoint(cp.id)
+    await client.delete_checkpoint(kept.id)
+    assert await client.checkpoints() == []
+    with pytest.raises(NotFound):
+        await client.create(checkpoint=cp.id)

@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class CreateRequest(_message.Message):
-    __slots__ = ("template", "labels", "env", "files", "ttl_s", "idempotency_key", "timeout_s")
+    __slots__ = ("template", "labels", "env", "files", "ttl_s", "idempotency_key", "timeout_s", "checkpoint_id")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -30,6 +30,7 @@ class CreateRequest(_message.Message):
     TTL_S_FIELD_NUMBER: _ClassVar[int]
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
+    CHECKPOINT_ID_FIELD_NUMBER: _ClassVar[int]
     template: str
     labels: _containers.ScalarMap[str, str]
     env: _containers.ScalarMap[str, str]
@@ -37,7 +38,8 @@ class CreateRequest(_message.Message):
     ttl_s: float
     idempotency_key: str
     timeout_s: float
-    def __init__(self, template: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., env: _Optional[_Mapping[str, str]] = ..., files: _Optional[_Iterable[_Union[_common_pb2.FileEntry, _Mapping]]] = ..., ttl_s: _Optional[float] = ..., idempotency_key: _Optional[str] = ..., timeout_s: _Optional[float] = ...) -> None: ...
+    checkpoint_id: str
+    def __init__(self, template: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., env: _Optional[_Mapping[str, str]] = ..., files: _Optional[_Iterable[_Union[_common_pb2.FileEntry, _Mapping]]] = ..., ttl_s: _Optional[float] = ..., idempotency_key: _Optional[str] = ..., timeout_s: _Optional[float] = ..., checkpoint_id: _Optional[str] = ...) -> None: ...
 
 class Sandbox(_message.Message):
     __slots__ = ("id", "template", "labels", "created_at", "expires_at", "state")
@@ -308,3 +310,86 @@ class HealthResponse(_message.Message):
     pools: _containers.MessageMap[str, PoolStats]
     sandboxes: int
     def __init__(self, status: _Optional[str] = ..., version: _Optional[str] = ..., pools: _Optional[_Mapping[str, PoolStats]] = ..., sandboxes: _Optional[int] = ...) -> None: ...
+
+class CreateCheckpointRequest(_message.Message):
+    __slots__ = ("sandbox_id", "name", "ttl_s", "keep")
+    SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TTL_S_FIELD_NUMBER: _ClassVar[int]
+    KEEP_FIELD_NUMBER: _ClassVar[int]
+    sandbox_id: str
+    name: str
+    ttl_s: float
+    keep: bool
+    def __init__(self, sandbox_id: _Optional[str] = ..., name: _Optional[str] = ..., ttl_s: _Optional[float] = ..., keep: _Optional[bool] = ...) -> None: ...
+
+class Checkpoint(_message.Message):
+    __slots__ = ("id", "name", "template", "source_sandbox_id", "size_bytes", "layers", "created_at", "expires_at")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    TEMPLATE_FIELD_NUMBER: _ClassVar[int]
+    SOURCE_SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    LAYERS_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    name: str
+    template: str
+    source_sandbox_id: str
+    size_bytes: int
+    layers: int
+    created_at: float
+    expires_at: float
+    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., template: _Optional[str] = ..., source_sandbox_id: _Optional[str] = ..., size_bytes: _Optional[int] = ..., layers: _Optional[int] = ..., created_at: _Optional[float] = ..., expires_at: _Optional[float] = ...) -> None: ...
+
+class GetCheckpointRequest(_message.Message):
+    __slots__ = ("checkpoint_id",)
+    CHECKPOINT_ID_FIELD_NUMBER: _ClassVar[int]
+    checkpoint_id: str
+    def __init__(self, checkpoint_id: _Optional[str] = ...) -> None: ...
+
+class ListCheckpointsRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListCheckpointsResponse(_message.Message):
+    __slots__ = ("checkpoints",)
+    CHECKPOINTS_FIELD_NUMBER: _ClassVar[int]
+    checkpoints: _containers.RepeatedCompositeFieldContainer[Checkpoint]
+    def __init__(self, checkpoints: _Optional[_Iterable[_Union[Checkpoint, _Mapping]]] = ...) -> None: ...
+
+class DeleteCheckpointRequest(_message.Message):
+    __slots__ = ("checkpoint_id",)
+    CHECKPOINT_ID_FIELD_NUMBER: _ClassVar[int]
+    checkpoint_id: str
+    def __init__(self, checkpoint_id: _Optional[str] = ...) -> None: ...
+
+class DeleteCheckpointResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ForkRequest(_message.Message):
+    __slots__ = ("sandbox_id", "count", "labels", "ttl_s")
+    class LabelsEntry(_message.Message):
+        __slots__ = ("key", "value")
+        KEY_FIELD_NUMBER: _ClassVar[int]
+        VALUE_FIELD_NUMBER: _ClassVar[int]
+        key: str
+        value: str
+        def __init__(self, key: _Optional[str] = ..., value: _Optional[str] = ...) -> None: ...
+    SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    COUNT_FIELD_NUMBER: _ClassVar[int]
+    LABELS_FIELD_NUMBER: _ClassVar[int]
+    TTL_S_FIELD_NUMBER: _ClassVar[int]
+    sandbox_id: str
+    count: int
+    labels: _containers.ScalarMap[str, str]
+    ttl_s: float
+    def __init__(self, sandbox_id: _Optional[str] = ..., count: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., ttl_s: _Optional[float] = ...) -> None: ...
+
+class ForkResponse(_message.Message):
+    __slots__ = ("sandboxes",)
+    SANDBOXES_FIELD_NUMBER: _ClassVar[int]
+    sandboxes: _containers.RepeatedCompositeFieldContainer[Sandbox]
+    def __init__(self, sandboxes: _Optional[_Iterable[_Union[Sandbox, _Mapping]]] = ...) -> None: ...

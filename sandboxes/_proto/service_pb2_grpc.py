@@ -110,6 +110,31 @@ class SandboxesStub:
                 request_serializer=service__pb2.HealthRequest.SerializeToString,
                 response_deserializer=service__pb2.HealthResponse.FromString,
                 _registered_method=True)
+        self.CreateCheckpoint = channel.unary_unary(
+                '/sandboxes.v1.Sandboxes/CreateCheckpoint',
+                request_serializer=service__pb2.CreateCheckpointRequest.SerializeToString,
+                response_deserializer=service__pb2.Checkpoint.FromString,
+                _registered_method=True)
+        self.GetCheckpoint = channel.unary_unary(
+                '/sandboxes.v1.Sandboxes/GetCheckpoint',
+                request_serializer=service__pb2.GetCheckpointRequest.SerializeToString,
+                response_deserializer=service__pb2.Checkpoint.FromString,
+                _registered_method=True)
+        self.ListCheckpoints = channel.unary_unary(
+                '/sandboxes.v1.Sandboxes/ListCheckpoints',
+                request_serializer=service__pb2.ListCheckpointsRequest.SerializeToString,
+                response_deserializer=service__pb2.ListCheckpointsResponse.FromString,
+                _registered_method=True)
+        self.DeleteCheckpoint = channel.unary_unary(
+                '/sandboxes.v1.Sandboxes/DeleteCheckpoint',
+                request_serializer=service__pb2.DeleteCheckpointRequest.SerializeToString,
+                response_deserializer=service__pb2.DeleteCheckpointResponse.FromString,
+                _registered_method=True)
+        self.Fork = channel.unary_unary(
+                '/sandboxes.v1.Sandboxes/Fork',
+                request_serializer=service__pb2.ForkRequest.SerializeToString,
+                response_deserializer=service__pb2.ForkResponse.FromString,
+                _registered_method=True)
 
 
 class SandboxesServicer:
@@ -221,6 +246,40 @@ class SandboxesServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateCheckpoint(self, request, context):
+        """A sandbox's file system frozen into a checkpoint of the caller's (the sandbox keeps running);
+        Create with `checkpoint_id` makes sandboxes from it. docs/sandbox.md says what one holds.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetCheckpoint(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListCheckpoints(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteCheckpoint(self, request, context):
+        """Deleted at once for the caller; its layers stay while sandboxes made from it run.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Fork(self, request, context):
+        """`count` new sandboxes of a sandbox's file system now, each with writes of its own.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SandboxesServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -298,6 +357,31 @@ def add_SandboxesServicer_to_server(servicer, server):
                     servicer.Health,
                     request_deserializer=service__pb2.HealthRequest.FromString,
                     response_serializer=service__pb2.HealthResponse.SerializeToString,
+            ),
+            'CreateCheckpoint': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateCheckpoint,
+                    request_deserializer=service__pb2.CreateCheckpointRequest.FromString,
+                    response_serializer=service__pb2.Checkpoint.SerializeToString,
+            ),
+            'GetCheckpoint': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetCheckpoint,
+                    request_deserializer=service__pb2.GetCheckpointRequest.FromString,
+                    response_serializer=service__pb2.Checkpoint.SerializeToString,
+            ),
+            'ListCheckpoints': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListCheckpoints,
+                    request_deserializer=service__pb2.ListCheckpointsRequest.FromString,
+                    response_serializer=service__pb2.ListCheckpointsResponse.SerializeToString,
+            ),
+            'DeleteCheckpoint': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteCheckpoint,
+                    request_deserializer=service__pb2.DeleteCheckpointRequest.FromString,
+                    response_serializer=service__pb2.DeleteCheckpointResponse.SerializeToString,
+            ),
+            'Fork': grpc.unary_unary_rpc_method_handler(
+                    servicer.Fork,
+                    request_deserializer=service__pb2.ForkRequest.FromString,
+                    response_serializer=service__pb2.ForkResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -705,6 +789,141 @@ class Sandboxes:
             '/sandboxes.v1.Sandboxes/Health',
             service__pb2.HealthRequest.SerializeToString,
             service__pb2.HealthResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateCheckpoint(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sandboxes.v1.Sandboxes/CreateCheckpoint',
+            service__pb2.CreateCheckpointRequest.SerializeToString,
+            service__pb2.Checkpoint.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetCheckpoint(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sandboxes.v1.Sandboxes/GetCheckpoint',
+            service__pb2.GetCheckpointRequest.SerializeToString,
+            service__pb2.Checkpoint.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListCheckpoints(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sandboxes.v1.Sandboxes/ListCheckpoints',
+            service__pb2.ListCheckpointsRequest.SerializeToString,
+            service__pb2.ListCheckpointsResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteCheckpoint(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sandboxes.v1.Sandboxes/DeleteCheckpoint',
+            service__pb2.DeleteCheckpointRequest.SerializeToString,
+            service__pb2.DeleteCheckpointResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Fork(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sandboxes.v1.Sandboxes/Fork',
+            service__pb2.ForkRequest.SerializeToString,
+            service__pb2.ForkResponse.FromString,
             options,
             channel_credentials,
             insecure,

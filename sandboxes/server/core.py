@@ -6,7 +6,9 @@ sandboxes and charge their executions here, and nowhere else:
   TTL, shared with the other replicas of a cluster);
 - `one_shot` a sandbox for one request (the SandboxFusion and Piston runs): the same admission,
   quota and pool, never registered, destroyed when the request ends;
-- `exec_slot` around every execution in a sandbox, from any surface.
+- `exec_slot` around every execution in a sandbox, from any surface;
+- `checkpoint`, `fork` and the caller's checkpoints (`sandboxes.checkpoints`), counted in its
+  quotas; `claim(checkpoint=...)` makes a sandbox from one.
 
 A transport turns its requests into these calls and their errors (`sandboxes.errors`) into its
 own answers; it keeps no sandbox or quota state of its own.
@@ -22,6 +24,7 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 from sandboxes import errors as E
+from sandboxes.checkpoints import DEFAULT_TTL_S as DEFAULT_CHECKPOINT_TTL_S
 from sandboxes.server.metrics import Metrics
 from sandboxes.server.quota import Quotas
 from sandboxes.server.registry import Record, Registry
@@ -31,6 +34,7 @@ from sandboxes.server.validation import Bounds, Validator
 __all__ = ["DRAIN_QUIET_S", "ServerCore"]
 
 DRAIN_QUIET_S = 0.25  # a draining server closes once no call came for this long
+MAX_FORK = 64  # sandboxes of one fork call
 
 log = logging.getLogger("sandboxes.server")
 
@@ -170,19 +174,25 @@ class ServerCore:
         files: dict[str, Any] | None = None,
         labels: dict[str, str] | None = None,
         timeout: float | None = None,
+        checkpoint: Any = None,
     ) -> Any:
-        """A sandbox of `template` from the pool, holding one unit of `owner`'s sandbox quota
-        (released here if the claim fails; the caller's to release after)."""
+        """A sandbox of `template` from the pool (made from `checkpoint`, one of `owner`'s, when
+        given), holding one unit of `owner`'s sandbox quota (released here if the claim fails;
+        the caller's to release after)."""
         self.quotas.acquire_sandbox(owner)
         try:
             # The pool writes the files and merges the env before handing the sandbox out; a
             # cancelled claim leaves nothing claimed behind.
+            kwargs: dict[str, Any] = (
+                {"checkpoint": checkpoint, "owner": owner} if checkpoint is not None else {}
+            )
             return await self.pool.claim(
                 template=template,
                 env=env or None,
                 files=files or None,
                 labels=labels or None,
                 timeout=timeout or self.default_claim_timeout_s,
+                **kwargs,
             )
         except BaseException as e:
             self.quotas.release_sandbox(owner)
@@ -221,11 +231,15 @@ class ServerCore:
         timeout: float | None = None,
         idempotency_key: str | None = None,
         attrs: dict[str, Any] | None = None,
+        checkpoint: str | None = None,
     ) -> Record:
         """Claim a sandbox of `template` for `owner` and register it: the one way every API
         creates a sandbox that outlives its call (quota, idempotency across retries, TTL).
         Arguments are validated by the caller's surface; `attrs` is what that surface keeps with
-        the record."""
+        the record. With `checkpoint` (the id of one of `owner`'s checkpoints) the sandbox is made
+        from it, and `template` is the checkpoint's."""
+        if checkpoint is not None:
+            template = self.checkpoint_of(owner, checkpoint).template
         self._admit(template)
         key = idempotency_key
         if key is not None:
@@ -237,7 +251,9 @@ class ServerCore:
             if self.shared is not None and (rec := self.shared.by_key(owner, key)) is not None:
                 return _same_template(rec, template)
 
-        coro = self._claim(owner, template, labels or {}, env or {}, files or [], ttl_s, timeout, key, attrs)
+        coro = self._claim(
+            owner, template, labels or {}, env or {}, files or [], ttl_s, timeout, key, attrs, checkpoint
+        )
         if key is None:
             # Without a key nobody can pick the sandbox up later: a cancelled call cancels the claim.
             return await coro
@@ -246,10 +262,27 @@ class ServerCore:
         self.registry.track(owner, key, task)
         return await asyncio.shield(task)
 
-    async def _claim(self, owner, template, labels, env, files, ttl_s, timeout, key, attrs=None) -> Record:
+    async def _claim(
+        self, owner, template, labels, env, files, ttl_s, timeout, key, attrs=None, checkpoint=None
+    ) -> Record:
         """Claim from the pool and register; owns one unit of `owner`'s sandbox quota."""
         started = time.perf_counter()
-        sb = await self._take(owner, template, env=env, files=file_map(files), labels=labels, timeout=timeout)
+        sb = await self._take(
+            owner,
+            template,
+            env=env,
+            files=file_map(files),
+            labels=labels,
+            timeout=timeout,
+            checkpoint=checkpoint,
+        )
+        return await self._register(sb, owner, template, labels, env, ttl_s, timeout, key, attrs, started)
+
+    async def _register(
+        self, sb, owner, template, labels, env, ttl_s, timeout, key=None, attrs=None, started=None
+    ) -> Record:
+        """Registers a claimed sandbox of `owner` (holding one unit of its sandbox quota)."""
+        started = time.perf_counter() if started is None else started
         rec = Record(
             id=sb.id,
             sandbox=sb,
@@ -292,6 +325,66 @@ class ServerCore:
             rec.expires_at = time.time() + ttl_s
         await self.shared.publish(rec, env)
         return rec
+
+    # -- checkpoints -------------------------------------------------------------------------
+
+    def checkpoint_of(self, owner: str, checkpoint_id: str) -> Any:
+        """`owner`'s checkpoint `checkpoint_id`; `NotFound` for an unknown or another owner's."""
+        if not isinstance(checkpoint_id, str) or not 0 < len(checkpoint_id) <= 128:
+            raise E.InvalidRequest("checkpoint id must be a non-empty string of at most 128 characters")
+        return self.pool.checkpoints.get(checkpoint_id, owner)
+
+    async def checkpoint(
+        self, rec: Record, *, name: str = "", ttl_s: float | None = DEFAULT_CHECKPOINT_TTL_S
+    ) -> Any:
+        """A checkpoint of `rec`'s sandbox, its owner's (counted in the owner's quota)."""
+        count, size = self.pool.checkpoints.usage(rec.owner)
+        self.quotas.check_checkpoints(rec.owner, count, size)
+        if len(name) > 256:
+            raise E.InvalidRequest("a checkpoint's name is at most 256 characters")
+        cp = await self.pool.checkpoint(rec.sandbox, owner=rec.owner, name=name, ttl_s=ttl_s)
+        log.info("checkpoint taken", extra={"sandbox_id": rec.id, "checkpoint_id": cp.id, "owner": rec.owner})
+        return cp
+
+    def checkpoints(self, owner: str) -> list[Any]:
+        return list(self.pool.checkpoints.list(owner))
+
+    def delete_checkpoint(self, owner: str, checkpoint_id: str) -> Any:
+        """Deletes `owner`'s checkpoint; its layers stay while sandboxes made from it run."""
+        self.checkpoint_of(owner, checkpoint_id)
+        return self.pool.checkpoints.delete(checkpoint_id, owner)
+
+    async def fork(
+        self,
+        rec: Record,
+        count: int,
+        *,
+        labels: dict[str, str] | None = None,
+        ttl_s: float | None = None,
+        attrs: dict[str, Any] | None = None,
+    ) -> list[Record]:
+        """`count` sandboxes of `rec`'s file system now, each registered as its owner's (one unit
+        of sandbox quota each: all or none)."""
+        owner = rec.owner
+        self._admit(rec.template)
+        if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_FORK:
+            raise E.InvalidRequest(f"a fork makes 1 to {MAX_FORK} sandboxes, not {count!r}")
+        held = 0
+        try:
+            for _ in range(count):
+                self.quotas.acquire_sandbox(owner)
+                held += 1
+            forks = await self.pool.fork(rec.sandbox, count, labels=labels or None)
+        except BaseException:
+            for _ in range(held):
+                self.quotas.release_sandbox(owner)
+            raise
+        return [
+            await self._register(
+                sb, owner, rec.template, dict(labels or rec.labels), {}, ttl_s, None, None, attrs
+            )
+            for sb in forks
+        ]
 
     # -- records -----------------------------------------------------------------------------
 

@@ -23,6 +23,8 @@ class QuotaLimits:
 
     max_sandboxes: int | None = None
     max_execs: int | None = None
+    max_checkpoints: int | None = None
+    max_checkpoint_bytes: int | None = None
 
 
 class Quotas:
@@ -56,6 +58,22 @@ class Quotas:
 
     def sandboxes(self, owner: str) -> int:
         return self._sandboxes[owner]
+
+    # -- checkpoints -----------------------------------------------------------------------
+
+    def check_checkpoints(self, owner: str, count: int, size: int) -> None:
+        """Refuses one more checkpoint of `owner`, who has `count` of `size` bytes."""
+        limits = self.limits_of(owner)
+        if limits.max_checkpoints is not None and count >= limits.max_checkpoints:
+            raise QuotaExceeded(
+                f"checkpoint quota of this API key is used up: {count} of {limits.max_checkpoints} "
+                "checkpoints kept; delete one first"
+            )
+        if limits.max_checkpoint_bytes is not None and size >= limits.max_checkpoint_bytes:
+            raise QuotaExceeded(
+                f"checkpoint quota of this API key is used up: {size} of {limits.max_checkpoint_bytes} "
+                "bytes of checkpoints kept; delete one first"
+            )
 
     # -- execs -----------------------------------------------------------------------------
 

@@ -27,6 +27,8 @@ from sandboxes._proto.convert import (
     report_to_pb,
     result_to_pb,
 )
+from sandboxes.checkpoints import DEFAULT_TTL_S as DEFAULT_CHECKPOINT_TTL_S
+from sandboxes.checkpoints import MAX_TTL_S as MAX_CHECKPOINT_TTL_S
 from sandboxes.server.auth import ApiKeys
 from sandboxes.server.core import ServerCore, file_map
 from sandboxes.server.metrics import Metrics
@@ -112,6 +114,25 @@ class SandboxService:
                 "RunTestsBatch", self.run_tests_batch, pb.RunTestsBatchRequest, cpb.RunTestsBatchResult
             ),
             "ExecStream": c.bidi_stream("ExecStream", self.exec_stream, pb.ExecInput, cpb.ExecEvent),
+            "CreateCheckpoint": c.unary(
+                "CreateCheckpoint", self.create_checkpoint, pb.CreateCheckpointRequest, pb.Checkpoint
+            ),
+            "GetCheckpoint": c.unary(
+                "GetCheckpoint", self.get_checkpoint, pb.GetCheckpointRequest, pb.Checkpoint
+            ),
+            "ListCheckpoints": c.unary(
+                "ListCheckpoints",
+                self.list_checkpoints,
+                pb.ListCheckpointsRequest,
+                pb.ListCheckpointsResponse,
+            ),
+            "DeleteCheckpoint": c.unary(
+                "DeleteCheckpoint",
+                self.delete_checkpoint,
+                pb.DeleteCheckpointRequest,
+                pb.DeleteCheckpointResponse,
+            ),
+            "Fork": c.unary("Fork", self.fork, pb.ForkRequest, pb.ForkResponse),
         }
         return grpc.method_handlers_generic_handler(SERVICE_NAME, handlers)
 
@@ -139,8 +160,63 @@ class SandboxService:
             ttl_s=self.validate.seconds("ttl_s", req.ttl_s, b.max_ttl_s) or self.config.default_ttl_s,
             timeout=self.validate.seconds("timeout_s", req.timeout_s, b.max_claim_timeout_s),
             idempotency_key=req.idempotency_key or None,
+            checkpoint=req.checkpoint_id or None,
         )
         return self._sandbox_pb(rec)
+
+    # -- checkpoints -------------------------------------------------------------------------
+
+    @staticmethod
+    def _checkpoint_pb(cp: Any) -> pb.Checkpoint:
+        return pb.Checkpoint(
+            id=cp.id,
+            name=cp.name,
+            template=cp.template,
+            source_sandbox_id=cp.source,
+            size_bytes=cp.bytes,
+            layers=len(cp.layers),
+            created_at=cp.created_at,
+            expires_at=cp.expires_at or 0.0,
+        )
+
+    async def create_checkpoint(
+        self, req: pb.CreateCheckpointRequest, context: Any, owner: str
+    ) -> pb.Checkpoint:
+        rec = await self.core.record(req.sandbox_id, owner)
+        ttl = self.validate.seconds("ttl_s", req.ttl_s, MAX_CHECKPOINT_TTL_S)
+        if req.keep and ttl:
+            raise E.InvalidRequest("a kept checkpoint has no ttl_s")
+        cp = await self.core.checkpoint(
+            rec, name=req.name, ttl_s=None if req.keep else (ttl or DEFAULT_CHECKPOINT_TTL_S)
+        )
+        return self._checkpoint_pb(cp)
+
+    async def get_checkpoint(self, req: pb.GetCheckpointRequest, context: Any, owner: str) -> pb.Checkpoint:
+        return self._checkpoint_pb(self.core.checkpoint_of(owner, req.checkpoint_id))
+
+    async def list_checkpoints(
+        self, req: pb.ListCheckpointsRequest, context: Any, owner: str
+    ) -> pb.ListCheckpointsResponse:
+        return pb.ListCheckpointsResponse(
+            checkpoints=[self._checkpoint_pb(cp) for cp in self.core.checkpoints(owner)]
+        )
+
+    async def delete_checkpoint(
+        self, req: pb.DeleteCheckpointRequest, context: Any, owner: str
+    ) -> pb.DeleteCheckpointResponse:
+        self.core.delete_checkpoint(owner, req.checkpoint_id)
+        return pb.DeleteCheckpointResponse()
+
+    async def fork(self, req: pb.ForkRequest, context: Any, owner: str) -> pb.ForkResponse:
+        rec = await self.core.record(req.sandbox_id, owner)
+        b = self.config.bounds
+        recs = await self.core.fork(
+            rec,
+            req.count,
+            labels=self.validate.labels(req.labels) or None,
+            ttl_s=self.validate.seconds("ttl_s", req.ttl_s, b.max_ttl_s) or self.config.default_ttl_s,
+        )
+        return pb.ForkResponse(sandboxes=[self._sandbox_pb(r) for r in recs])
 
     async def get(self, req: pb.GetRequest, context: Any, owner: str) -> pb.Sandbox:
         return self._sandbox_pb(await self.core.record(req.sandbox_id, owner))
