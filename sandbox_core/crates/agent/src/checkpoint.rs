@@ -366,3 +366,59 @@ impl Write for Chunks {
         self.send()
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::setup::layers::{open_dir, Place};
+
+    fn entries(tar: &[u8]) -> Vec<(String, tar::EntryType)> {
+        let mut a = tar::Archive::new(tar);
+        a.entries()
+            .unwrap()
+            .map(|e| {
+                let e = e.unwrap();
+                (
+                    e.path().unwrap().display().to_string(),
+                    e.header().entry_type(),
+                )
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_place_is_walked_in_order_without_fifos_or_whiteout_look_alikes() {
+        let dir = std::env::temp_dir().join(format!("cp-walk-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(dir.join("b/c")).unwrap();
+        std::fs::write(dir.join("b/c/file"), b"data").unwrap();
+        std::fs::write(dir.join("a"), b"").unwrap();
+        std::os::unix::fs::symlink("/etc/passwd", dir.join("link")).unwrap();
+        std::fs::write(dir.join(".wh.fake"), b"").unwrap();
+        let path = std::ffi::CString::new(dir.join("fifo").as_os_str().as_bytes()).unwrap();
+        // SAFETY: mkfifo with a valid C string.
+        assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0);
+        let changes = Changes {
+            places: vec![Place {
+                path: PathBuf::from("/work"),
+                changes: open_dir(&dir).unwrap(),
+            }],
+            id_base: 0,
+        };
+        let mut out = Vec::new();
+        let n = write(&changes, &mut out).unwrap();
+        let got = entries(&out);
+        assert_eq!(n as usize, got.len());
+        let names: Vec<_> = got.iter().map(|(p, _)| p.as_str()).collect();
+        assert_eq!(
+            names,
+            ["work", "work/a", "work/b", "work/b/c", "work/b/c/file", "work/link"]
+        );
+        assert_eq!(got[5].1, tar::EntryType::Symlink);
+        // The same state is the same stream.
+        let mut again = Vec::new();
+        write(&changes, &mut again).unwrap();
+        assert_eq!(out, again);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
