@@ -11,6 +11,7 @@ import stat
 from pathlib import Path
 
 import pytest
+from helpers import BASE_IMAGE
 
 import sandboxes
 from sandboxes import Template
@@ -200,7 +201,11 @@ async def test_checkpoints_and_forks_through_the_grpc_api(server, client, client
         await made.close()
     assert [c.id for c in await client.checkpoints()] == [cp.id]
     assert await client_b.checkpoints() == []
-    for call in (client_b.get_checkpoint(cp.id), client_b.delete_checkpoint(cp.id), client_b.create(checkpoint=cp.id)):
+    for call in (
+        client_b.get_checkpoint(cp.id),
+        client_b.delete_checkpoint(cp.id),
+        client_b.create(checkpoint=cp.id),
+    ):
         with pytest.raises(NotFound):
             await call
     kept = await (await client.create()).checkpoint(ttl_s=None)
@@ -210,3 +215,36 @@ async def test_checkpoints_and_forks_through_the_grpc_api(server, client, client
     assert await client.checkpoints() == []
     with pytest.raises(NotFound):
         await client.create(checkpoint=cp.id)
+
+
+@pytest.mark.parametrize("backend", ["local", "docker"])
+@pytest.mark.parametrize("user", ["sandbox", "root"])
+async def test_an_image_sandbox_checkpoints_its_changes_only(
+    images: str, make_pool, tmp_path: Path, backend, user
+) -> None:
+    """On an image (the local backend's unpacked image, or a container's): the checkpoint holds
+    what changed, never the image, and a sandbox made from it is the image plus those changes.
+    The docker sandbox runs this build's agent (`agent_mount`)."""
+    t = Template(name="img", backend=backend, image=BASE_IMAGE, user=user, agent_mount=backend == "docker")
+    pool = await make_pool(backend=backend, warm=0, templates={"img": t}, checkpoint_dir=tmp_path / "cps")
+    async with pool.sandbox("img") as sb:
+        writable = "/etc/added" if user == "root" else "/tmp/added"
+        await out(sb, f"echo added > {writable}; echo w > /work/w")
+        if user == "root":
+            await out(sb, "rm /etc/debian_version")
+        cp = await sb.checkpoint()
+    assert cp.bytes < 1 << 20  # the changes, not the image
+    async with pool.sandbox(checkpoint=cp) as made:
+        assert await out(made, f"cat {writable} /work/w; cat /etc/os-release | head -1") == (
+            'added\nw\nPRETTY_NAME="Debian GNU/Linux 12 (bookworm)"\n'
+        )
+        if user == "root":
+            assert (await sh(made, "test -e /etc/debian_version")).exit_code == 1
+        forks = await made.fork(2)
+        try:
+            await out(forks[0], "echo mine > /work/w")
+            assert [await out(f, "cat /work/w") for f in forks] == ["mine\n", "w\n"]
+            assert await out(made, "cat /work/w") == "w\n"
+        finally:
+            for f in forks:
+                await f.close()
