@@ -22,6 +22,7 @@ BENCHMARKS = {
     "e2b_api": "bench.e2b_api",
     "languages": "bench.languages",
     "verifiers_v1": "bench.verifiers_v1",
+    "checkpoints": "bench.checkpoints",
 }
 
 
