@@ -99,7 +99,9 @@ def docker_commits(n: int) -> tuple[list[float], list[float]]:
     api = docker.from_env().api
     walls, cpus = [], []
     for _ in range(n):
-        c = api.create_container(IMAGE, command=["sleep", "600"], host_config=api.create_host_config(network_mode="none"))
+        c = api.create_container(
+            IMAGE, command=["sleep", "600"], host_config=api.create_host_config(network_mode="none")
+        )
         api.start(c["Id"])
         try:
             e = api.exec_create(c["Id"], ["/bin/sh", "-c", MAKE_STATE])
@@ -125,9 +127,18 @@ async def measure(n: int) -> dict:
     api = docker.from_env().api
     root = Path(tempfile.mkdtemp(dir="/var/tmp", prefix="bench-cps-"))
     t = Template(name="dev", backend="docker", image=IMAGE, user="root", warm=0, agent_mount=True)
-    res: dict = {"checkpoint": [], "checkpoint_cpu": [], "fork": [], "creates": [], "first_cp": [], "first_image": []}
+    res: dict = {
+        "checkpoint": [],
+        "checkpoint_cpu": [],
+        "fork": [],
+        "creates": [],
+        "first_cp": [],
+        "first_image": [],
+    }
     try:
-        async with sandboxes.Pool(backend="docker", templates={"dev": t}, warm=0, checkpoint_dir=root) as pool:
+        async with sandboxes.Pool(
+            backend="docker", templates={"dev": t}, warm=0, checkpoint_dir=root
+        ) as pool:
             async with pool.sandbox("dev") as sb:
                 r = await sb.exec(["/bin/sh", "-c", MAKE_STATE], timeout=300)
                 assert r.exit_code == 0, r
@@ -189,7 +200,9 @@ def run() -> Report:
     ours_cpu = rep.add(Stats.of("checkpoint CPU (this process + the sandbox)", res["checkpoint_cpu"]))
     commit_cpu = rep.add(Stats.of("docker commit CPU (dockerd + containerd)", cpus))
     rep.ratios["docker commit / checkpoint (median wall)"] = commit.median_ms / ours.median_ms
-    rep.ratios["docker commit / checkpoint (median CPU)"] = commit_cpu.median_ms / max(ours_cpu.median_ms, 1e-3)
+    rep.ratios["docker commit / checkpoint (median CPU)"] = commit_cpu.median_ms / max(
+        ours_cpu.median_ms, 1e-3
+    )
     rep.headline(
         f"checkpoint of {STATE_MB} MB of changes vs `docker commit` (target 10x)",
         ours,

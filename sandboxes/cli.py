@@ -1,4 +1,4 @@
-"""The `sandboxes` command: serve, exec, ls, rm, health, eval, bench.
+"""The `sandboxes` command: serve, exec, ls, rm, checkpoint, fork, health, eval, bench.
 
 ```
 sandboxes serve --port 50051 --warm 8 --api-keys-file keys.txt --metrics-port 9464
@@ -7,6 +7,7 @@ sandboxes exec -- python3 -c 'print(1)'                 # embedded: a local pool
 sandboxes exec --address host:50051 -- python3 -V       # remote (key from --api-key / $SANDBOXES_API_KEY)
 sandboxes ls --address host:50051 --label run=42
 sandboxes rm --address host:50051 --label run=42
+sandboxes checkpoint create SANDBOX_ID --address host:50051 # then: exec --checkpoint ID, fork
 sandboxes eval humaneval --solutions canonical --workers 4 --output report.json
 ```
 
@@ -24,6 +25,8 @@ import os
 import sys
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
+
+from sandboxes import cli_checkpoints
 
 __all__ = ["build_parser", "load_templates", "main"]
 
@@ -214,7 +217,9 @@ async def _exec_embedded(args: argparse.Namespace, argv: Any, env: dict, files: 
         pool_kwargs["templates"] = load_templates(args.template_file)
     async with Pool(backend=args.backend, warm=0, **pool_kwargs) as pool:
         with _status("starting a sandbox…"):
-            sb = await pool.claim(args.template, env=env or None, files=files or None)
+            sb = await pool.claim(
+                args.template, env=env or None, files=files or None, checkpoint=args.checkpoint
+            )
         try:
             return await sb.exec(argv, timeout=args.timeout, stdin=stdin, cwd=args.cwd)
         finally:
@@ -226,7 +231,9 @@ async def _exec_remote(args: argparse.Namespace, argv: Any, env: dict, files: di
 
     async with AsyncSandboxClient(args.address, args.api_key) as client:
         with _status("creating a sandbox…"):
-            sb = await client.create(args.template or "default", env=env or None, files=files or None)
+            sb = await client.create(
+                args.template or "default", env=env or None, files=files or None, checkpoint=args.checkpoint
+            )
         try:
             return await sb.exec(argv, timeout=args.timeout, stdin=stdin, cwd=args.cwd)
         finally:
@@ -471,6 +478,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--env", "-e", action="append", metavar="KEY=VALUE")
     p.add_argument("--file", "-f", action="append", metavar="LOCAL[:REMOTE]", help="copy a file in first")
     p.add_argument("--cwd", default=None)
+    p.add_argument("--checkpoint", default=None, metavar="ID", help="make the sandbox from this checkpoint")
     p.add_argument("--stdin", action="store_true", help="pass this process's stdin to the program")
     p.add_argument("-c", dest="shell", default=None, metavar="COMMAND", help="run COMMAND with /bin/sh -c")
     p.add_argument("command", nargs=argparse.REMAINDER, help="program and arguments (after --)")
@@ -487,6 +495,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("ids", nargs="*")
     p.add_argument("--label", "-l", action="append", metavar="KEY=VALUE")
     p.set_defaults(fn=cmd_rm)
+
+    cli_checkpoints.add_parsers(sub, _remote_args)
 
     p = sub.add_parser("health", help="a server's health and pool sizes")
     _remote_args(p)

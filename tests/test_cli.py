@@ -207,3 +207,30 @@ def test_bench_dispatch(monkeypatch) -> None:
     monkeypatch.setitem(sys.modules, "bench.run", fake)
     assert cli.main(["bench", "--quick"]) == 0
     assert seen == [["--quick"]]
+
+
+async def test_checkpoint_create_ls_exec_fork_rm(server) -> None:
+    """`sandboxes checkpoint` and `sandboxes fork` against a real server, as a subprocess."""
+    addr = dict(SANDBOXES_ADDRESS=server.address, SANDBOXES_API_KEY=KEY_A)
+    async with AsyncSandboxClient(server.address, KEY_A) as client:
+        sb = await client.create()
+        await sb.exec(["sh", "-c", "echo saved > /work/s"])
+        rc, out, err = await run_cli("checkpoint", "create", sb.id, "--name", "setup", "--keep", **addr)
+        assert rc == 0, err
+        cid = out.decode().strip()
+        rc, out, err = await run_cli("checkpoint", "ls", "--json", **addr)
+        assert rc == 0, err
+        [row] = json.loads(out)
+        assert (row["id"], row["name"], row["expires_at"]) == (cid, "setup", None)
+        rc, out, err = await run_cli("exec", "--checkpoint", cid, "--", "cat", "/work/s", **addr)
+        assert (rc, out) == (0, b"saved\n"), err
+        rc, out, err = await run_cli("fork", sb.id, "-n", "2", **addr)
+        assert rc == 0, err
+        forks = out.decode().split()
+        assert len(forks) == 2
+        for fid in forks:
+            assert (await (await client.get(fid)).exec(["cat", "/work/s"])).stdout == b"saved\n"
+            await client.delete(fid)
+        rc, out, err = await run_cli("checkpoint", "rm", cid, "cp-missing", **addr)
+        assert rc == 1 and out.decode().split() == [cid] and b"cp-missing" in err
+        await sb.close()
