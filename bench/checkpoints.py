@@ -45,7 +45,9 @@ def _cpu_of(pid: int) -> float:
 
 
 def _engine_pids() -> list[int]:
-    out = subprocess.run(["pgrep", "-x", "dockerd|containerd"], capture_output=True, text=True).stdout
+    out = subprocess.run(
+        ["pgrep", "-x", "dockerd|containerd"], check=False, capture_output=True, text=True
+    ).stdout
     return [int(p) for p in out.split()]
 
 
@@ -136,56 +138,56 @@ async def measure(n: int) -> dict:
         "first_image": [],
     }
     try:
-        async with sandboxes.Pool(
-            backend="docker", templates={"dev": t}, warm=0, checkpoint_dir=root
-        ) as pool:
-            async with pool.sandbox("dev") as sb:
-                r = await sb.exec(["/bin/sh", "-c", MAKE_STATE], timeout=300)
-                assert r.exit_code == 0, r
-                cid = sb.handle.backend_data.container_id
-                cp = None
-                for _ in range(n):
-                    cpu0, ccpu0 = _own_cpu(), _container_cpu(cid)
-                    t0 = time.perf_counter()
-                    cp = await sb.checkpoint()
-                    res["checkpoint"].append(time.perf_counter() - t0)
-                    res["checkpoint_cpu"].append(_own_cpu() - cpu0 + _container_cpu(cid) - ccpu0)
-                assert cp is not None
-                res["layer_bytes"] = cp.bytes
-                one_memory = _container_memory(api, cid)
+        async with (
+            sandboxes.Pool(backend="docker", templates={"dev": t}, warm=0, checkpoint_dir=root) as pool,
+            pool.sandbox("dev") as sb,
+        ):
+            r = await sb.exec(["/bin/sh", "-c", MAKE_STATE], timeout=300)
+            assert r.exit_code == 0, r
+            cid = sb.handle.backend_data.container_id
+            cp = None
+            for _ in range(n):
+                cpu0, ccpu0 = _own_cpu(), _container_cpu(cid)
+                t0 = time.perf_counter()
+                cp = await sb.checkpoint()
+                res["checkpoint"].append(time.perf_counter() - t0)
+                res["checkpoint_cpu"].append(_own_cpu() - cpu0 + _container_cpu(cid) - ccpu0)
+            assert cp is not None
+            res["layer_bytes"] = cp.bytes
+            one_memory = _container_memory(api, cid)
 
-                async def first(**kw) -> float:
-                    t0 = time.perf_counter()
-                    s = await pool.claim("dev", **kw)
-                    assert (await s.exec(["/bin/true"])).exit_code == 0
-                    d = time.perf_counter() - t0
-                    await s.close()
-                    return d
+            async def first(**kw) -> float:
+                t0 = time.perf_counter()
+                s = await pool.claim("dev", **kw)
+                assert (await s.exec(["/bin/true"])).exit_code == 0
+                d = time.perf_counter() - t0
+                await s.close()
+                return d
 
-                for _ in range(n * 3):
-                    res["first_cp"].append(await first(checkpoint=cp))
-                    res["first_image"].append(await first())
+            for _ in range(n * 3):
+                res["first_cp"].append(await first(checkpoint=cp))
+                res["first_image"].append(await first())
 
-                for _ in range(n):
-                    t0 = time.perf_counter()
-                    forks = await sb.fork(FORKS)
-                    await asyncio.gather(*(f.exec(["/bin/true"]) for f in forks))
-                    res["fork"].append(time.perf_counter() - t0)
-                    memory = sum(_container_memory(api, f.handle.backend_data.container_id) for f in forks)
-                    await asyncio.gather(*(f.close() for f in forks))
+            for _ in range(n):
+                t0 = time.perf_counter()
+                forks = await sb.fork(FORKS)
+                await asyncio.gather(*(f.exec(["/bin/true"]) for f in forks))
+                res["fork"].append(time.perf_counter() - t0)
+                memory = sum(_container_memory(api, f.handle.backend_data.container_id) for f in forks)
+                await asyncio.gather(*(f.close() for f in forks))
 
-                    async def plain() -> sandboxes.Sandbox:
-                        s = await pool.claim("dev")
-                        await s.exec(["/bin/true"])
-                        return s
+                async def plain() -> sandboxes.Sandbox:
+                    s = await pool.claim("dev")
+                    await s.exec(["/bin/true"])
+                    return s
 
-                    t0 = time.perf_counter()
-                    made = await asyncio.gather(*(plain() for _ in range(FORKS)))
-                    res["creates"].append(time.perf_counter() - t0)
-                    await asyncio.gather(*(s.close() for s in made))
-                layer = sum(_du(pool.checkpoints.layer_path(d)) for d in cp.layers)
-                res["forks_host_bytes"] = memory + layer
-                res["one_host_bytes"] = one_memory
+                t0 = time.perf_counter()
+                made = await asyncio.gather(*(plain() for _ in range(FORKS)))
+                res["creates"].append(time.perf_counter() - t0)
+                await asyncio.gather(*(s.close() for s in made))
+            layer = sum(_du(pool.checkpoints.layer_path(d)) for d in cp.layers)
+            res["forks_host_bytes"] = memory + layer
+            res["one_host_bytes"] = one_memory
     finally:
         shutil.rmtree(root, ignore_errors=True)
     return res

@@ -211,7 +211,7 @@ def test_bench_dispatch(monkeypatch) -> None:
 
 async def test_checkpoint_create_ls_exec_fork_rm(server) -> None:
     """`sandboxes checkpoint` and `sandboxes fork` against a real server, as a subprocess."""
-    addr = dict(SANDBOXES_ADDRESS=server.address, SANDBOXES_API_KEY=KEY_A)
+    addr = {"SANDBOXES_ADDRESS": server.address, "SANDBOXES_API_KEY": KEY_A}
     async with AsyncSandboxClient(server.address, KEY_A) as client:
         sb = await client.create()
         await sb.exec(["sh", "-c", "echo saved > /work/s"])
