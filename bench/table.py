@@ -24,7 +24,7 @@ README_ROWS = {
     "e2b_api": 2,
     "languages": 2,
     "prime_api": 2,
-    "checkpoints": 4,
+    "checkpoints": 2,
 }
 MAX_README_ROWS = 25
 ROOT = Path(__file__).resolve().parent.parent
