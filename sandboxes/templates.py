@@ -75,11 +75,12 @@ class Template:
     rule names the address (docs/sandbox.md). Kubernetes adds a NetworkPolicy per list.
 
     `python_zygote` is when the agent starts its prewarmed Python interpreter, from which Python
-    executions and test cases are forked: `"lazy"` on the first Python execution (which, like any
-    until it is up, starts a fresh interpreter), `"eager"` when the sandbox starts, so that a
-    warm sandbox's first Python execution is already a fork (worth it when each sandbox grades
-    once, e.g. one per RL rollout; it costs the interpreter's start-up CPU and ~10 MiB of memory
-    per sandbox, also for sandboxes that never run Python), `"off"` never.
+    executions and test cases are forked: `"lazy"` on the second Python execution (the first,
+    and any until the zygote is up, start a fresh interpreter: a sandbox that runs Python once,
+    as a sandbox per RL rollout does, never pays for the zygote), `"eager"` when the sandbox
+    starts, so that a warm sandbox's first Python execution is already a fork (its interpreter's
+    start-up CPU and ~10 MiB of memory per sandbox, also for sandboxes that never run Python: on
+    a loaded host it costs more than it saves, `python -m bench rollouts`), `"off"` never.
 
     `layers` are the checkpoint layers (unpacked directories of this host) a sandbox is made
     from, bottom first: the pool sets them on the template it serves a checkpoint's sandboxes

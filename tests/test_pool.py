@@ -386,8 +386,9 @@ def python_children(pid: int) -> list[int]:
 async def test_an_eager_template_starts_the_python_zygote_with_the_sandbox(make_pool: MakePool) -> None:
     """`python_zygote="eager"`: the agent starts its Python zygote with the sandbox and says it is
     ready once the zygote is (bounded at 10 s), so a claimed sandbox's first Python execution is
-    already a fork of it. With "lazy" (the default) no interpreter runs until the first Python
-    execution, which is spawned while the zygote starts; with "off" Python is always spawned.
+    already a fork of it. With "lazy" (the default) no interpreter runs until the second Python
+    execution, which is spawned while the zygote starts (the first starts nothing: a sandbox that
+    runs Python once never pays for it); with "off" Python is always spawned.
     Watched from the host too: the zygote is the agent's child."""
     templates = {m: sandboxes.Template(name=m, warm=1, python_zygote=m) for m in ("eager", "lazy", "off")}
     assert sandboxes.Template().python_zygote == "lazy"
@@ -401,6 +402,8 @@ async def test_an_eager_template_starts_the_python_zygote_with_the_sandbox(make_
     async with pool.sandbox("lazy") as sb:
         agent = sb.handle.backend_data.pid
         assert (await sb.exec(["true"])).exit_code == 0
+        assert python_children(agent) == []
+        assert (await sb.exec(["python3", "-c", "print(1)"])).path == "spawn"
         assert python_children(agent) == []
         assert (await sb.exec(["python3", "-c", "print(1)"])).path == "spawn"
         await wait_until(lambda: python_children(agent), what="the lazy zygote")

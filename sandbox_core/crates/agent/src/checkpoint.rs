@@ -123,8 +123,7 @@ impl<W: Write> Walk<W> {
                     })?;
                 }
                 libc::S_IFREG => {
-                    let Some(file) = open_at(dir, &name, libc::O_NONBLOCK | libc::O_NOCTTY)?
-                    else {
+                    let Some(file) = open_at(dir, &name, libc::O_NONBLOCK | libc::O_NOCTTY)? else {
                         continue;
                     };
                     let st = fstat(file.as_raw_fd())?;
@@ -412,7 +411,14 @@ mod tests {
         let names: Vec<_> = got.iter().map(|(p, _)| p.as_str()).collect();
         assert_eq!(
             names,
-            ["work", "work/a", "work/b", "work/b/c", "work/b/c/file", "work/link"]
+            [
+                "work",
+                "work/a",
+                "work/b",
+                "work/b/c",
+                "work/b/c/file",
+                "work/link"
+            ]
         );
         assert_eq!(got[5].1, tar::EntryType::Symlink);
         // The same state is the same stream.

@@ -75,7 +75,7 @@ pub struct Args {
     #[arg(long)]
     pub no_cgroups: bool,
     /// The Python fast path (executions forked from a prewarmed interpreter): `lazy` starts the
-    /// zygote on the first Python execution, `eager` at start-up (the agent listens, or says it is
+    /// zygote on the second Python execution (the first is spawned), `eager` at start-up (the agent listens, or says it is
     /// ready, once the zygote is, waiting at most 10 s), `off` disables it.
     #[arg(long, default_value = "lazy", value_parser = ["lazy", "eager", "off"])]
     pub python_zygote: String,

@@ -333,7 +333,7 @@ impl Executor {
 
     /// Run Python executions (`python3 [-I|-u|-B]... (-c CODE | FILE) [args]` resolving to
     /// `python`) as forks of a prewarmed interpreter, with the same isolation as any exec (see
-    /// `zygote`). The zygote is started on the first such exec, or now with `eager` (then inside a
+    /// `zygote`). The zygote is started on the second such exec, or now with `eager` (then inside a
     /// tokio runtime). Does nothing when called again or when `python` is not executable (every
     /// exec is then spawned). Returns whether the fast path is enabled.
     pub fn enable_python_zygote(

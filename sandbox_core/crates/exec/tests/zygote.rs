@@ -54,7 +54,12 @@ fn zygote_pids() -> Vec<i32> {
 async fn runs_python_through_the_zygote() {
     let ex = with_zygote(config());
     assert!(!ex.zygote_running(), "started lazily");
-    // The first execution starts the zygote and is spawned: nobody waits for the zygote.
+    // The first execution is spawned and starts nothing: a sandbox that runs Python once never
+    // pays for the zygote.
+    let o = run(&ex, py("print(1)")).await;
+    assert!(!o.zygote && !ex.zygote_running(), "{o:?}");
+    assert_eq!(text(&o.stdout), "1\n");
+    // The second starts it and is spawned too: nobody waits for the zygote.
     let o = run(&ex, py("print(1)")).await;
     assert!(!o.zygote && ex.zygote_running(), "{o:?}");
     assert_eq!(text(&o.stdout), "1\n");

@@ -422,9 +422,10 @@ impl AgentClient {
                 .map_err(|e| err(Kind::Internal, format!("unpacking the layer: {e}")));
             received?;
             let u = unpacked?.map_err(|e| match e.kind() {
-                std::io::ErrorKind::InvalidData => {
-                    err(Kind::Internal, format!("the agent's checkpoint stream: {e}"))
-                }
+                std::io::ErrorKind::InvalidData => err(
+                    Kind::Internal,
+                    format!("the agent's checkpoint stream: {e}"),
+                ),
                 _ => err(Kind::Internal, format!("unpacking the layer: {e}")),
             })?;
             Ok((u.digest, u.bytes, u.entries))

@@ -144,7 +144,10 @@ fn whiteout(p: &Path) -> io::Result<()> {
 }
 
 fn opaque(dir: &Path) -> io::Result<()> {
-    let (c, attr) = (c_path(dir)?, CString::new("trusted.overlay.opaque").unwrap_or_default());
+    let (c, attr) = (
+        c_path(dir)?,
+        CString::new("trusted.overlay.opaque").unwrap_or_default(),
+    );
     // SAFETY: lsetxattr with valid C strings and a one-byte value.
     let rc = unsafe {
         libc::lsetxattr(

@@ -705,12 +705,9 @@ pub fn build(spec: &RootSpec) -> Result<(), SetupError> {
     )?;
     let mut places = Vec::new();
     let root = match (&spec.image, spec.writable_size) {
-        (Some(image), size) => image_root(
-            spec,
-            image,
-            size.unwrap_or(DEFAULT_IMAGE_DISK),
-            &mut places,
-        )?,
+        (Some(image), size) => {
+            image_root(spec, image, size.unwrap_or(DEFAULT_IMAGE_DISK), &mut places)?
+        }
         (None, Some(size)) => writable_root(spec, size, &mut places)?,
         (None, None) => read_only_root(spec)?,
     };
