@@ -23,6 +23,7 @@ BENCHMARKS = {
     "languages": "bench.languages",
     "verifiers_v1": "bench.verifiers_v1",
     "checkpoints": "bench.checkpoints",
+    "rollouts": "bench.rollouts",
 }
 
 

@@ -1,0 +1,136 @@
+"""A sandbox per rollout: what the RL trainers' own pattern pays, against what a user would write
+instead, in the same run.
+
+- the per-rollout reward: HumanEval's 164 canonical programs, each in a sandbox of its own
+  (`async with pool.sandbox()` then one `run_tests` with its check), 64 rollouts in flight on one
+  `Pool()` with the defaults, its start counted; wall, and CPU per rollout from the machine's own
+  accounting (/proc/stat: every process, the agents and their programs included, which a
+  process's own rusage would miss). Baseline: a fresh `python3` of a clean venv per problem
+  (program + check as a file), as many at once as the machine has cores: no isolation at all.
+  The tuned row: the same with `python_zygote="eager"` (each sandbox starts its interpreter at
+  once, whether it runs Python or not);
+- time to first command (a sandbox created, then `/bin/true` in it): one at a time, and in a
+  burst of 100 at once, through the embedded pool (`warm=8`, the default) and through the gRPC
+  server (`AsyncSandboxClient`, a server with the defaults on loopback), p50 and p99.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import time
+
+from bench.common import Report, Stats
+from bench.reward import clean_python, fresh_python, humaneval_submissions
+
+IN_FLIGHT = 64
+BURST = 100
+TICK = os.sysconf("SC_CLK_TCK")
+
+
+def machine_cpu_s() -> float:
+    """CPU seconds the whole machine has spent, all processes and the kernel (not idle)."""
+    with open("/proc/stat") as f:
+        v = [int(x) for x in f.readline().split()[1:9]]
+    return (sum(v) - v[3] - v[4]) / TICK
+
+
+async def per_rollout(subs, **template: object) -> tuple[float, float, int]:
+    """Wall, machine CPU and accepted of one sandbox per rollout (`IN_FLIGHT` at once)."""
+    import sandboxes
+
+    t, c = time.perf_counter(), machine_cpu_s()
+    async with sandboxes.Pool(**template) as pool:
+        gate = asyncio.Semaphore(IN_FLIGHT)
+
+        async def one(s) -> bool:
+            async with gate, pool.sandbox() as sb:
+                r = await sb.run_tests(s.program, s.problem.tests, language=s.language, time_limit=10)
+                return r.all_passed
+
+        accepted = sum(await asyncio.gather(*(one(s) for s in subs)))
+    return time.perf_counter() - t, machine_cpu_s() - c, accepted
+
+
+async def first_commands(n: int, burst: int, remote: bool) -> tuple[list[float], list[float]]:
+    """Time to first command, `n` one at a time and `burst` at once (embedded pool, or a
+    gRPC server with the defaults)."""
+    import sandboxes
+    from sandboxes.client import AsyncSandboxClient
+    from sandboxes.server.app import Server
+
+    async def measure(create, close) -> float:
+        t = time.perf_counter()
+        sb = await create()
+        r = await sb.exec(["/bin/true"])
+        d = time.perf_counter() - t
+        assert r.exit_code == 0, r
+        await close(sb)
+        return d
+
+    if remote:
+        server = await Server(port=0, insecure=True, warm=8).start()
+        try:
+            async with AsyncSandboxClient(server.address, "", timeout=120) as client:
+                seq = [await measure(client.create, lambda s: s.close()) for _ in range(n)]
+                await asyncio.sleep(1.0)  # the warm set back
+                many = await asyncio.gather(
+                    *(measure(client.create, lambda s: s.close()) for _ in range(burst))
+                )
+        finally:
+            await server.stop(grace=0)
+        return seq, list(many)
+    async with sandboxes.Pool() as pool:
+        await asyncio.sleep(1.0)
+        seq = [await measure(pool.claim, lambda s: s.close()) for _ in range(n)]
+        await asyncio.sleep(1.0)
+        many = await asyncio.gather(*(measure(pool.claim, lambda s: s.close()) for _ in range(burst)))
+    return seq, list(many)
+
+
+def run() -> Report:
+    rep = Report("rollouts")
+    subs = humaneval_submissions()[:164]  # the canonical programs (the broken ones follow)
+    n = len(subs)
+    items = [(s.program, s.problem.tests[0].check) for s in subs]
+    c = machine_cpu_s()
+    fresh_wall, fresh_verdicts = fresh_python(items, os.cpu_count() or 1, clean_python())
+    fresh_cpu = machine_cpu_s() - c
+    wall, cpu, accepted = asyncio.run(per_rollout(subs))
+    ewall, ecpu, eaccepted = asyncio.run(per_rollout(subs, python_zygote="eager"))
+    ours = rep.add(Stats.of(f"{n} rollouts, a sandbox each, defaults (wall)", [wall]))
+    eager = rep.add(Stats.of(f"{n} rollouts, a sandbox each, eager zygote (wall)", [ewall]))
+    fresh = rep.add(Stats.of(f"{n} problems, a fresh python3 each (wall)", [fresh_wall]))
+    rep.ratios["rollouts: fresh python3 / ours (wall, target >= 2)"] = fresh.median_ms / ours.median_ms
+    rep.ratios["rollouts: fresh python3 / ours (CPU, target >= 1)"] = fresh_cpu / cpu
+    rep.ratios["rollouts: fresh python3 / ours with an eager zygote (wall)"] = (
+        fresh.median_ms / eager.median_ms
+    )
+    ms = 1000 / n
+    rep.extra.update(
+        {
+            "rollout CPU ms, defaults": round(cpu * ms, 1),
+            "rollout CPU ms, eager zygote": round(ecpu * ms, 1),
+            "problem CPU ms, fresh python3": round(fresh_cpu * ms, 1),
+            "accepted (defaults, eager, fresh)": f"{accepted}/{n}, {eaccepted}/{n}, {sum(fresh_verdicts)}/{n}",
+        }
+    )
+    rep.headline(
+        f"a sandbox per rollout: {n} HumanEval rewards, {IN_FLIGHT} in flight, "
+        f"{cpu * ms:.0f} ms CPU each (fresh python3: {fresh_cpu * ms:.0f} ms)",
+        ours,
+        fresh,
+        "rollouts: fresh python3 / ours (wall, target >= 2)",
+    )
+    for remote, label in ((False, "embedded pool"), (True, "gRPC server")):
+        seq, many = asyncio.run(first_commands(30, BURST, remote))
+        s = rep.add(Stats.of(f"time to first command, {label}, one at a time", seq))
+        b = rep.add(Stats.of(f"time to first command, {label}, burst of {BURST}", many))
+        rep.headline(f"time to first command, {label}: one at a time vs a burst of {BURST}", s, b)
+    return rep
+
+
+if __name__ == "__main__":
+    r = run()
+    r.print()
+    print(f"saved {r.save()}")
