@@ -14,11 +14,11 @@ from bench.common import RESULTS
 
 START, END = "<!-- bench-table -->", "<!-- /bench-table -->"
 # The order of the rows: the data path first, then pools, kinds, peers, rewards.
-ORDER = ["exec_true", "pool", "kinds", "density", "burst", "docker", "k8s", "overlap", "reward"]
+ORDER = ["exec_true", "pool", "kinds", "density", "burst", "docker", "k8s", "overlap", "rollouts", "reward"]
 # How many of a report's headlines (its most telling first) README.md shows; 1 where unnamed.
 README_ROWS = {
     "exec_true": 2,
-    "pool": 4,
+    "pool": 3,
     "docker": 2,
     "reward": 2,
     "e2b_api": 2,
