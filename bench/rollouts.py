@@ -35,11 +35,25 @@ def machine_cpu_s() -> float:
     return (sum(v) - v[3] - v[4]) / TICK
 
 
+def budget_now() -> tuple[float, float, float]:
+    """(machine CPU, this process's CPU, its reaped children's: the agents, which reaped their
+    programs) in seconds."""
+    t = os.times()
+    return machine_cpu_s(), t.user + t.system, t.children_user + t.children_system
+
+
+BUDGET: dict[str, dict[str, float]] = {}
+
+
 async def per_rollout(subs, **template: object) -> tuple[float, float, int]:
-    """Wall, machine CPU and accepted of one sandbox per rollout (`IN_FLIGHT` at once)."""
+    """Wall, machine CPU and accepted of one sandbox per rollout (`IN_FLIGHT` at once); the CPU
+    budget per rollout in `BUDGET[mode]`: the manager (this process: pool, client, gRPC), the
+    agents with their programs (reaped children), the rest (kernel threads and what was not
+    reaped, e.g. a zygote killed with its sandbox)."""
     import sandboxes
 
     t, c = time.perf_counter(), machine_cpu_s()
+    b0 = budget_now()
     async with sandboxes.Pool(**template) as pool:
         gate = asyncio.Semaphore(IN_FLIGHT)
 
@@ -49,6 +63,15 @@ async def per_rollout(subs, **template: object) -> tuple[float, float, int]:
                 return r.all_passed
 
         accepted = sum(await asyncio.gather(*(one(s) for s in subs)))
+    b1 = budget_now()
+    total, manager, agents = (b1[i] - b0[i] for i in range(3))
+    ms = 1000 / len(subs)
+    BUDGET[str(template.get("python_zygote", "lazy"))] = {
+        "manager": round(manager * ms, 1),
+        "agents and programs": round(agents * ms, 1),
+        "rest": round((total - manager - agents) * ms, 1),
+        "total": round(total * ms, 1),
+    }
     return time.perf_counter() - t, machine_cpu_s() - c, accepted
 
 
@@ -112,6 +135,8 @@ def run() -> Report:
             "rollout CPU ms, defaults": round(cpu * ms, 1),
             "rollout CPU ms, eager zygote": round(ecpu * ms, 1),
             "problem CPU ms, fresh python3": round(fresh_cpu * ms, 1),
+            "rollout CPU budget ms, defaults": BUDGET.get("lazy", {}),
+            "rollout CPU budget ms, eager zygote": BUDGET.get("eager", {}),
             "accepted (defaults, eager, fresh)": f"{accepted}/{n}, {eaccepted}/{n}, {sum(fresh_verdicts)}/{n}",
         }
     )
