@@ -383,7 +383,7 @@ impl AgentClient {
     }
 
     /// The sandbox's changes unpacked into `dest` (an empty directory) as a checkpoint's layer
-    /// (`layer.rs`): `(sha256 of the stream, its bytes, entries)`.
+    /// (the `sandbox-layer` crate): `(sha256 of the stream, its bytes, entries)`.
     #[pyo3(signature = (dest, timeout_s=None))]
     fn checkpoint<'py>(
         &self,
@@ -399,7 +399,7 @@ impl AgentClient {
                 .into_inner();
             let (tx, rx) = tokio::sync::mpsc::channel(8);
             let unpacking = tokio::task::spawn_blocking(move || {
-                crate::layer::unpack(crate::layer::Chunks::new(rx), std::path::Path::new(&dest))
+                sandbox_layer::unpack(sandbox_layer::Chunks::new(rx), std::path::Path::new(&dest))
             });
             let mut received = Ok(());
             loop {

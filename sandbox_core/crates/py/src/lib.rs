@@ -13,7 +13,6 @@ mod errors;
 mod languages;
 mod launch_child;
 mod launcher;
-mod layer;
 mod runtime;
 mod stream;
 mod values;

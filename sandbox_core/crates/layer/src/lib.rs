@@ -292,3 +292,109 @@ impl Read for Chunks {
         Ok(n)
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn dest(name: &str) -> PathBuf {
+        let d = std::env::temp_dir().join(format!("layer-{name}-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&d);
+        std::fs::create_dir_all(&d).unwrap();
+        d
+    }
+
+    fn header(kind: tar::EntryType, mode: u32, size: u64) -> tar::Header {
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(kind);
+        h.set_mode(mode);
+        h.set_uid(0);
+        h.set_gid(0);
+        h.set_mtime(1_000_000_000);
+        h.set_size(size);
+        h
+    }
+
+    /// A stream of raw entries (path, kind, data or link target), paths written as given.
+    fn stream(entries: &[(&str, tar::EntryType, &[u8])]) -> Vec<u8> {
+        let mut b = tar::Builder::new(Vec::new());
+        for (path, kind, data) in entries {
+            let mut h = header(*kind, 0o4755, 0);
+            match kind {
+                tar::EntryType::Symlink => {
+                    h.set_link_name(std::str::from_utf8(data).unwrap()).unwrap();
+                    h.as_old_mut().name[..path.len()].copy_from_slice(path.as_bytes());
+                    h.set_cksum();
+                    b.append(&h, std::io::empty()).unwrap();
+                }
+                _ => {
+                    h.set_size(data.len() as u64);
+                    h.as_old_mut().name[..path.len()].copy_from_slice(path.as_bytes());
+                    h.set_cksum();
+                    b.append(&h, *data).unwrap();
+                }
+            }
+        }
+        b.into_inner().unwrap()
+    }
+
+    #[test]
+    fn a_layer_is_made_with_whiteouts_and_without_set_id_bits() {
+        use std::os::unix::fs::{FileTypeExt, MetadataExt};
+        let d = dest("ok");
+        let tar = stream(&[
+            ("work", tar::EntryType::Directory, b""),
+            ("work/run", tar::EntryType::Regular, b"#!/bin/sh\n"),
+            ("work/link", tar::EntryType::Symlink, b"/etc/passwd"),
+            ("work/.wh.gone", tar::EntryType::Regular, b""),
+        ]);
+        let u = unpack(&tar[..], &d).unwrap();
+        assert_eq!(u.entries, 4);
+        assert_eq!(u.bytes, tar.len() as u64);
+        assert_eq!(u.digest, format!("{:x}", Sha256::digest(&tar)));
+        let run = std::fs::metadata(d.join("work/run")).unwrap();
+        assert_eq!(run.mode() & 0o7777, 0o755, "set-id bits dropped");
+        assert_eq!(std::fs::read(d.join("work/run")).unwrap(), b"#!/bin/sh\n");
+        assert_eq!(
+            std::fs::read_link(d.join("work/link")).unwrap(),
+            Path::new("/etc/passwd")
+        );
+        let gone = std::fs::symlink_metadata(d.join("work/gone")).unwrap();
+        assert!(gone.file_type().is_char_device() && gone.rdev() == 0);
+        std::fs::remove_dir_all(&d).unwrap();
+    }
+
+    #[test]
+    fn nothing_is_made_outside_the_layer() {
+        let outside = dest("outside");
+        for (name, entries) in [
+            (
+                "dotdot",
+                vec![("../escaped", tar::EntryType::Regular, &b"x"[..])],
+            ),
+            (
+                "absolute",
+                vec![("/escaped", tar::EntryType::Regular, &b"x"[..])],
+            ),
+            (
+                "through-a-symlink",
+                vec![
+                    (
+                        "up",
+                        tar::EntryType::Symlink,
+                        outside.to_str().unwrap().as_bytes(),
+                    ),
+                    ("up/escaped", tar::EntryType::Regular, &b"x"[..]),
+                ],
+            ),
+        ] {
+            let d = dest(name);
+            let tar = stream(&entries);
+            assert!(unpack(&tar[..], &d).is_err(), "{name}");
+            assert!(!outside.join("escaped").exists(), "{name}");
+            assert!(!d.parent().unwrap().join("escaped").exists(), "{name}");
+            std::fs::remove_dir_all(&d).unwrap();
+        }
+        std::fs::remove_dir_all(&outside).unwrap();
+    }
+}
