@@ -199,6 +199,8 @@ class AgentClient:
         """(path, data, mode) triples; mode 0 means 0o644. Returns bytes written."""
     async def read_file(self, path: str, offset: int, length: int, max_bytes: int) -> bytes: ...
     async def list_dir(self, path: str) -> list[DirEntry]: ...
+    async def checkpoint(self, dest: str, timeout_s: float | None = None) -> tuple[str, int, int]:
+        """The sandbox's changes unpacked into `dest` as a layer: (sha256, stream bytes, entries)."""
     async def remove(self, path: str, recursive: bool = False) -> None: ...
     async def info(self) -> AgentInfo: ...
     async def renew_lease(self, ttl_s: float) -> float:
@@ -253,6 +255,7 @@ class LaunchConfig:
     id_base: int
     root_size_bytes: int
     image_root: str
+    layers: list[str]
     egress_allow: list[str]
 
     def __new__(
@@ -280,6 +283,7 @@ class LaunchConfig:
         root_size_bytes: int = 0,  # root: size of the writable root
         image_root: str = ...,  # an unpacked image to build the root on (default "": host /usr view)
         egress_allow: list[str] | None = None,  # allow-list rules (see Template.network)
+        layers: list[str] | None = None,  # checkpoint layers, bottom first (see Template.layers)
     ) -> Self: ...
 
 @final
