@@ -30,7 +30,7 @@ import tempfile
 import time
 import uuid
 from collections.abc import Iterable
-from dataclasses import asdict, dataclass
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -66,6 +66,8 @@ class Checkpoint:
     bytes: int = 0  # of its own (top) layer's stream
     created_at: float = 0.0
     expires_at: float | None = None  # None: kept until deleted
+    # What the surface that took it keeps with it (e.g. the image a Prime sandbox was asked for).
+    labels: dict[str, str] = field(default_factory=dict)
 
     def expired(self, now: float | None = None) -> bool:
         return self.expires_at is not None and (now or time.time()) >= self.expires_at
@@ -128,6 +130,7 @@ class CheckpointStore:
         source: str = "",
         size: int = 0,
         ttl_s: float | None = DEFAULT_TTL_S,
+        labels: dict[str, str] | None = None,
     ) -> Checkpoint:
         """Records a checkpoint of layers already stored."""
         _check_ttl(ttl_s)
@@ -142,6 +145,7 @@ class CheckpointStore:
             bytes=size,
             created_at=now,
             expires_at=None if ttl_s is None else now + ttl_s,
+            labels=dict(labels or {}),
         )
         self._load()[cp.id] = cp
         self._write(cp)

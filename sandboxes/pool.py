@@ -519,9 +519,10 @@ class Pool:
         owner: str = "",
         name: str = "",
         ttl_s: float | None = DEFAULT_TTL_S,
+        labels: dict[str, str] | None = None,
     ) -> Checkpoint:
         """`sb`'s file system now, as a checkpoint of `owner`'s (kept `ttl_s`, None: until
-        deleted). `sb` keeps running; a sandbox made from the checkpoint sees exactly this state."""
+        deleted; `labels` kept with it). `sb` keeps running; a sandbox made from the checkpoint sees exactly this state."""
         _, base, layers = self._chain(sb)
         digest, size, _ = await sb._call(self.checkpoints.capture, sb._client)
         return self.checkpoints.add(
@@ -532,6 +533,7 @@ class Pool:
             source=sb.id,
             size=size,
             ttl_s=ttl_s,
+            labels=labels,
         )
 
     async def fork(

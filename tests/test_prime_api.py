@@ -381,3 +381,42 @@ async def test_docker_image_selects_the_image_on_the_docker_backend(make_server,
     assert o["git"] == {"stdout": "git version\n", "stderr": "", "exit_code": 0}
     assert o["missing_status"] == "ERROR"
     assert o["missing_wait"]["error"] == "SandboxImagePullError", o["missing_wait"]
+
+
+async def test_checkpoints_as_the_prime_cli_takes_them(make_server) -> None:
+    """Checkpoint, wait (DURABLE), list, batch get, restore into two sandboxes (a fork: each
+    writes its own), a checkpoint of a restored one (depth 1), delete; another key's is missing."""
+    server = await prime_server(make_server)
+    o = await scenario(server, CURRENT, "checkpoints")
+    assert o["checkpoint"] == {
+        "state": "DURABLE",
+        "sandbox_id": True,
+        "docker_image": "python:3.11-slim",
+        "depth": 0,
+    }
+    assert o["listed"] == [True]
+    assert o["batch"] == {"found": [True], "errors": ["NOT_FOUND"]}
+    assert o["restored_image"] == "python:3.11-slim"
+    assert [f["stdout"] for f in o["forks"]] == ["mine\nstate\n", "before\nstate\n"]
+    assert o["parent"]["stdout"] == "after\n"
+    assert o["second_depth"] == 1
+    assert o["after_delete"]["error"] == "APIError" and "404" in o["after_delete"]["message"]
+    assert o["sandbox_delete"] is True
+    assert "404" in o["restore_deleted"]["message"], o["restore_deleted"]
+    cp = await server_checkpoint(server)
+    other = await scenario(server, CURRENT, "checkpoint_other", cp, key=KEY_B)
+    for call in ("get", "delete", "restore"):
+        assert "404" in other[call].get("message", ""), other[call]
+
+
+async def server_checkpoint(server: Any) -> str:
+    """A checkpoint of KEY_A's, taken over the Prime API with plain HTTP."""
+    headers = {"Authorization": f"Bearer {KEY_A}"}
+    async with aiohttp.ClientSession(headers=headers) as http:
+        r = await http.post(
+            f"{base_url(server)}/api/v1/sandbox", json={"name": "a", "docker_image": "python:3.11-slim"}
+        )
+        sid = (await r.json())["id"]
+        r = await http.post(f"{base_url(server)}/api/v1/sandbox/{sid}/checkpoints")
+        assert r.status == 200, await r.text()
+        return (await r.json())["id"]

@@ -335,14 +335,19 @@ class ServerCore:
         return self.pool.checkpoints.get(checkpoint_id, owner)
 
     async def checkpoint(
-        self, rec: Record, *, name: str = "", ttl_s: float | None = DEFAULT_CHECKPOINT_TTL_S
+        self,
+        rec: Record,
+        *,
+        name: str = "",
+        ttl_s: float | None = DEFAULT_CHECKPOINT_TTL_S,
+        labels: dict[str, str] | None = None,
     ) -> Any:
         """A checkpoint of `rec`'s sandbox, its owner's (counted in the owner's quota)."""
         count, size = self.pool.checkpoints.usage(rec.owner)
         self.quotas.check_checkpoints(rec.owner, count, size)
         if len(name) > 256:
             raise E.InvalidRequest("a checkpoint's name is at most 256 characters")
-        cp = await self.pool.checkpoint(rec.sandbox, owner=rec.owner, name=name, ttl_s=ttl_s)
+        cp = await self.pool.checkpoint(rec.sandbox, owner=rec.owner, name=name, ttl_s=ttl_s, labels=labels)
         log.info("checkpoint taken", extra={"sandbox_id": rec.id, "checkpoint_id": cp.id, "owner": rec.owner})
         return cp
 

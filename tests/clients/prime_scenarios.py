@@ -369,6 +369,60 @@ def use(sandbox_id: str | None) -> dict[str, Any]:
     return out
 
 
+def checkpoints(_: str | None) -> dict[str, Any]:
+    """The `prime` CLI's checkpoint calls: take one (and wait for it as the SDK does), list, batch
+    get, restore (twice: a fork's sandboxes, each with writes of its own), delete."""
+    c = SandboxClient(APIClient())
+    sb = c.create(request())
+    c.wait_for_creation(sb.id)
+    out: dict[str, Any] = {}
+    c.execute_command(sb.id, f"mkdir -p {DIR} && echo before > {DIR}/state")
+    cp = c.checkpoint(sb.id)
+    durable = c.wait_for_checkpoint(cp.id, timeout_seconds=60)
+    out["checkpoint"] = {
+        "state": durable.state,
+        "sandbox_id": durable.sandbox_id == sb.id,
+        "docker_image": durable.docker_image,
+        "depth": durable.depth,
+    }
+    c.execute_command(sb.id, f"echo after > {DIR}/state; echo later > {DIR}/later")
+    out["listed"] = [x.id == cp.id for x in c.list_checkpoints(sb.id)]
+    batch = c.get_checkpoints([cp.id, "cp-missing"])
+    out["batch"] = {
+        "found": [x.id == cp.id for x in batch.checkpoints],
+        "errors": [e.code for e in batch.errors],
+    }
+    forks = [c.create(CreateSandboxRequest(name=f"fork{i}", checkpoint_id=cp.id)) for i in range(2)]
+    for f in forks:
+        c.wait_for_creation(f.id)
+    out["restored_image"] = c.get(forks[0].id).docker_image
+    c.execute_command(forks[0].id, f"echo mine > {DIR}/state")
+    out["forks"] = [cmd(c.execute_command(f.id, f"cat {DIR}/state; ls {DIR}")) for f in forks]
+    out["parent"] = cmd(c.execute_command(sb.id, f"cat {DIR}/state"))
+    second = c.checkpoint(forks[0].id)
+    out["second_depth"] = c.get_checkpoint(second.id).depth
+    out["other_key_id"] = cp.id
+    c.delete_checkpoint(cp.id)
+    out["after_delete"] = attempt(lambda: c.get_checkpoint(cp.id).state)
+    out["sandbox_delete"] = c.delete_sandbox_checkpoints(forks[0].id).deleted == [second.id]
+    out["restore_deleted"] = attempt(
+        lambda: c.create(CreateSandboxRequest(name="gone", checkpoint_id=cp.id)).id
+    )
+    for x in (sb, *forks):
+        c.delete(x.id)
+    return out
+
+
+def checkpoint_other(checkpoint_id: str | None) -> dict[str, Any]:
+    """Another key's checkpoint: missing to this key, as an unknown one."""
+    c = SandboxClient(APIClient())
+    return {
+        "get": attempt(lambda: c.get_checkpoint(checkpoint_id).state),
+        "delete": attempt(c.delete_checkpoint, checkpoint_id),
+        "restore": attempt(lambda: c.create(CreateSandboxRequest(name="x", checkpoint_id=checkpoint_id)).id),
+    }
+
+
 SCENARIOS = {
     f.__name__: f
     for f in (
@@ -385,6 +439,8 @@ SCENARIOS = {
         make,
         use,
         executions,
+        checkpoints,
+        checkpoint_other,
     )
 }
 

@@ -65,6 +65,33 @@ async def test_a_prime_runtime_session(make_server, prime_env, request, backend)
 
 
 @pytest.mark.timeout(600)
+async def test_a_prime_runtime_from_a_checkpoint(make_server, prime_env) -> None:
+    """`PrimeConfig(checkpoint=...)`: a runtime provisioned from a checkpoint taken with the SDK
+    (`checkpoint` + `wait_for_checkpoint`) sees the files written before it, not those after."""
+    from prime_sandboxes import AsyncSandboxClient
+    from verifiers.v1.runtimes.prime import PrimeConfig, PrimeRuntime
+
+    server = await make_server(http_port=0, warm=1)
+    prime_env(server)
+    setup = PrimeRuntime(PrimeConfig(image="python:3.11-slim"), name="setup")
+    await setup.start()
+    try:
+        await setup.write("env/ready.txt", b"installed once")
+        sdk = AsyncSandboxClient()
+        cp = await sdk.wait_for_checkpoint((await sdk.checkpoint(setup.info.id)).id)
+        await setup.write("env/later.txt", b"after the checkpoint")
+    finally:
+        await setup.teardown()
+    rt = PrimeRuntime(PrimeConfig(checkpoint=cp.id), name="rollout")
+    await rt.start()
+    try:
+        assert await rt.read("env/ready.txt") == b"installed once"
+        r = await rt.run(["sh", "-c", "ls env"], {})
+        assert (r.exit_code, r.stdout) == (0, "ready.txt\n")
+    finally:
+        await rt.teardown()
+
+
 async def test_a_scripted_humaneval_evaluation_scores_canonical_1_and_broken_0(
     make_server, prime_env, tmp_path
 ) -> None:

@@ -4,6 +4,8 @@ A user points the `prime-sandboxes` SDK here with `PRIME_API_BASE_URL=http://HOS
 `PRIME_API_KEY=<a server key>` (sent as `Authorization: Bearer`). Create claims a warm sandbox of
 the template the image maps to (`image_templates.py`) and answers RUNNING; commands, files and
 jobs then go to the sandbox's gateway (`gateway.py`) with the token of `POST .../auth`.
+Checkpoints (`checkpoints.py`) are routes of this plane too; `create` with a `checkpoint_id`
+restores one.
 
 Errors are `{"detail": ...}` with the status the SDK maps: 401 (UnauthorizedError), 404, 422
 (invalid request), 429 (quota), 503 (draining). A key sees only its own sandboxes; another key's
@@ -13,6 +15,7 @@ sandbox is 404, as an unknown one.
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import shlex
 import time
 import uuid
@@ -26,6 +29,7 @@ from starlette.routing import Route
 from sandboxes import errors as E
 from sandboxes.server.http.endpoint import Envelope, detail_body
 from sandboxes.server.http.prime import jobs
+from sandboxes.server.http.prime.checkpoints import IMAGE_LABEL, Checkpoints
 from sandboxes.server.http.prime.requests import CreateArgs, parse_create, parse_ids, parse_policy
 from sandboxes.server.http.prime.state import START_LOG, PrimeSandbox
 from sandboxes.server.image_templates import template_for_image, template_with_egress
@@ -58,6 +62,7 @@ class ControlPlane:
     def routes(self) -> list[Route]:
         r = self._route
         return [
+            *(r(path, fn, method) for path, fn, method in Checkpoints(self).routes()),
             r("/api/v1/sandbox", self.create, "POST"),
             r("/api/v1/sandbox", self.list, "GET"),
             r("/api/v1/sandbox", self.bulk_delete, "DELETE"),
@@ -84,7 +89,12 @@ class ControlPlane:
 
     async def create(self, request: Request, owner: str) -> Any:
         args = parse_create(await self._body(request))
-        template, why = await template_for_image(self.core.pool, args.docker_image)
+        if args.checkpoint_id:
+            cp = self.core.checkpoint_of(owner, args.checkpoint_id)
+            args = dataclasses.replace(args, docker_image=cp.labels.get(IMAGE_LABEL, cp.template))
+            template, why = cp.template, f"restored from checkpoint {cp.id}"
+        else:
+            template, why = await template_for_image(self.core.pool, args.docker_image)
         if args.egress:
             template = await template_with_egress(self.core.pool, template, args.egress)
             why += f", with the allow-list {', '.join(args.network_allowlist or [])}"
@@ -96,6 +106,7 @@ class ControlPlane:
                 env={**args.environment_vars, **args.secrets},
                 ttl_s=args.timeout_minutes * 60.0 if args.timeout_minutes > 0 else None,
                 idempotency_key=f"prime:{args.idempotency_key}" if args.idempotency_key else None,
+                checkpoint=args.checkpoint_id,
             )
         except E.LaunchError as e:
             if e.step != "image":

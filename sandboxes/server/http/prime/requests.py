@@ -62,6 +62,7 @@ class CreateArgs:
     start_command: dict[str, Any] | None  # {"executable", "args"} as the API returns it
     start_shell: str | None  # what runs at start, through /bin/bash -c
     idempotency_key: str | None
+    checkpoint_id: str | None = None  # restored from this checkpoint (its template and image)
     # The egress allow-list as asked for (None: no network), and as the agent's rules.
     network_allowlist: list[str] | None = None
     egress: tuple[str, ...] = ()
@@ -133,11 +134,16 @@ def parse_create(body: Any) -> CreateArgs:
     name = body.get("name")
     if not isinstance(name, str) or not name or len(name) > MAX_NAME:
         raise InvalidRequest(f"name is required (a string of at most {MAX_NAME} characters)")
-    if body.get("checkpoint_id"):
-        raise InvalidRequest("checkpoints are not supported by this server")
+    checkpoint = body.get("checkpoint_id")
+    if checkpoint is not None and (not isinstance(checkpoint, str) or not 0 < len(checkpoint) <= 64):
+        raise InvalidRequest("checkpoint_id must be a string of 1 to 64 characters")
     image = body.get("docker_image")
-    if not isinstance(image, str) or not image or len(image) > 1024:
-        raise InvalidRequest("docker_image is required")
+    if checkpoint:
+        if image is not None:
+            raise InvalidRequest("omit docker_image when restoring a checkpoint")
+        image = ""  # the checkpoint's
+    elif not isinstance(image, str) or not image or len(image) > 1024:
+        raise InvalidRequest("docker_image is required unless checkpoint_id is set")
     if body.get("gpu_count") not in (None, 0) or body.get("gpu_type") is not None:
         raise InvalidRequest("GPUs are not available on this server")
     if body.get("volumes"):
@@ -175,6 +181,7 @@ def parse_create(body: Any) -> CreateArgs:
         start_command=start_command,
         start_shell=start_shell,
         idempotency_key=key,
+        checkpoint_id=checkpoint or None,
         network_allowlist=allowlist or None,
         egress=egress_rules(allowlist or []),
     )
