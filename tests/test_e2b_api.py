@@ -232,3 +232,24 @@ async def test_on_the_docker_backend(make_server, images) -> None:
     check_files(await scenario(server, "files", "100"), "/work")
     check_interpreter(await scenario(server, "interpreter"))
     assert len(server.service.registry) == 0
+
+
+async def test_filesystem_snapshots(make_server) -> None:
+    """e2b's `create_snapshot(mode="filesystem")`, `Sandbox.create(snapshot_id)` (twice: each
+    made sandbox writes its own, without the source's processes), `list_snapshots`,
+    `delete_snapshot`; a full snapshot and `fork` (memory state) are refused, saying why; another
+    key's snapshot is missing to it."""
+    server = await e2b_server(make_server)
+    o = await scenario(server, "snapshots")
+    assert o["snapshot"] == {"names": ["warm:default"], "id": True}
+    assert o["made"] == ["mine", "before"] and o["parent"] == "after"
+    assert o["made_processes"] == ""
+    assert o["listed"] == [True] and o["by_name"] == [True]
+    for call in ("full", "fork"):
+        assert o[call]["message"].startswith("501: ") and "memory snapshots" in o[call]["message"], o[call]
+    assert (o["deleted"], o["deleted_again"]) == (True, False)
+    assert "error" in o["create_deleted"]
+    mine = await scenario(server, "snapshots", "keep")
+    theirs = await scenario(server, "snapshot_other", mine["other_key_id"], key=KEY_B)
+    assert "error" in theirs["create"] and theirs["listed"] == [] and theirs["delete"] is False
+    assert mine["other_key_id"] in [cp.id for cp in server.service.core.pool.checkpoints.list()]  # still there

@@ -364,6 +364,49 @@ def bench(arg: str | None) -> dict[str, Any]:
     return out
 
 
+def snapshots(keep: str | None) -> dict[str, Any]:
+    """A filesystem snapshot, sandboxes made from it (each with writes of its own), list, delete;
+    the full snapshot (the SDK's default) and fork, which carry processes, are refused."""
+    o: dict[str, Any] = {}
+    sb = Sandbox.create(timeout=120)
+    sb.files.write("state.txt", "before")
+    sb.commands.run("sleep 300", background=True)
+    snap = sb.create_snapshot(name="warm", mode="filesystem")
+    o["snapshot"] = {"names": snap.names, "id": bool(snap.snapshot_id)}
+    sb.files.write("state.txt", "after")
+    made = [Sandbox.create(snap.snapshot_id, timeout=120) for _ in range(2)]
+    made[0].files.write("state.txt", "mine")
+    o["made"] = [m.files.read("state.txt") for m in made]
+    o["made_processes"] = made[1].commands.run("pgrep -x sleep || true").stdout
+    o["parent"] = sb.files.read("state.txt")
+    o["listed"] = [s.snapshot_id == snap.snapshot_id for s in sb.list_snapshots().next_items()]
+    o["by_name"] = [
+        s.snapshot_id == snap.snapshot_id for s in Sandbox.list_snapshots(name="warm").next_items()
+    ]
+    o["full"] = attempt(sb.create_snapshot)
+    o["fork"] = attempt(sb.fork)
+    o["other_key_id"] = snap.snapshot_id
+    for m in made:
+        m.kill()
+    if keep:  # for the other key's test
+        sb.kill()
+        return o
+    o["deleted"] = Sandbox.delete_snapshot(snap.snapshot_id)
+    o["deleted_again"] = Sandbox.delete_snapshot(snap.snapshot_id)
+    o["create_deleted"] = attempt(Sandbox.create, snap.snapshot_id)
+    sb.kill()
+    return o
+
+
+def snapshot_other(snapshot_id: str | None) -> dict[str, Any]:
+    """Another key's snapshot: missing to this key."""
+    return {
+        "create": attempt(Sandbox.create, snapshot_id),
+        "listed": [s.snapshot_id for s in Sandbox.list_snapshots().next_items()],
+        "delete": Sandbox.delete_snapshot(snapshot_id),
+    }
+
+
 SCENARIOS = {
     "lifecycle": lifecycle,
     "commands": commands,
@@ -377,6 +420,8 @@ SCENARIOS = {
     "wrong_key": wrong_key,
     "executions": executions,
     "bench": bench,
+    "snapshots": snapshots,
+    "snapshot_other": snapshot_other,
 }
 
 

@@ -8,8 +8,11 @@ GET    /sandboxes/{id}                SandboxDetail
 DELETE /sandboxes/{id}                204 (404: the SDK's `kill` returns False)
 POST   /sandboxes/{id}/timeout        204: the sandbox ends `timeout` seconds from now
 GET    /sandboxes/{id}/metrics        [] (no usage samples are collected)
-pause, resume, snapshots, fork, network updates: 501 (sandboxes here are never paused)
+pause, resume, network updates: 501 (sandboxes here are never paused)
 ```
+
+Snapshots (filesystem ones; a full one and a fork are 501) are `snapshots.py`'s; `create` with a
+snapshot's id as `templateID` makes a sandbox from it.
 
 The key is `X-API-KEY` (a server key). Errors are `{"code": <status>, "message": ...}`, the body
 the SDK parses for every status it knows. A key sees only its own sandboxes; another key's is 404.
@@ -28,6 +31,7 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from sandboxes import errors as E
+from sandboxes.server.http.e2b.snapshots import Snapshots
 from sandboxes.server.http.e2b.state import E2bSandbox
 from sandboxes.server.http.endpoint import Envelope, Refused, code_body
 from sandboxes.server.image_templates import template_for_image
@@ -72,10 +76,8 @@ class ControlPlane:
             r("/sandboxes/{sandbox_id}/metrics", self.metrics, "GET"),
             r("/sandboxes/{sandbox_id}/pause", unsupported("pausing a sandbox"), "POST"),
             r("/sandboxes/{sandbox_id}/resume", unsupported("resuming a sandbox"), "POST"),
-            r("/sandboxes/{sandbox_id}/snapshots", unsupported("snapshots"), "POST"),
-            r("/sandboxes/{sandbox_id}/fork", unsupported("forking a sandbox"), "POST"),
+            *(r(path, fn, method) for path, fn, method in Snapshots(self).routes()),
             r("/sandboxes/{sandbox_id}/network", unsupported("changing a sandbox's network"), "PUT"),
-            r("/snapshots", unsupported("snapshots"), "GET"),
         ]
 
     def _route(self, path: str, fn: Handler, method: str) -> Route:
@@ -125,8 +127,16 @@ class ControlPlane:
                 "network rules are not supported by this server's E2B API: sandboxes have their "
                 "template's network policy (none by default)",
             )
-        image = None if template_id in E2B_TEMPLATES else template_id
-        template, _ = await template_for_image(self.core.pool, image)
+        checkpoint = None
+        if template_id.startswith("cp-"):  # a snapshot of this key's (`snapshots.py`)
+            try:
+                checkpoint = self.core.checkpoint_of(owner, template_id)
+            except E.NotFound:
+                raise Refused(404, f"template {template_id!r} not found") from None
+            template = checkpoint.template
+        else:
+            image = None if template_id in E2B_TEMPLATES else template_id
+            template, _ = await template_for_image(self.core.pool, image)
         tp = self.core.pool.templates.get(template)
         has_network = tp is not None and tp.network is True
         if body.get("allow_internet_access") and not has_network:
@@ -143,6 +153,7 @@ class ControlPlane:
                 env=env,
                 ttl_s=float(timeout),
                 idempotency_key=f"e2b:{idem}" if idem else None,
+                checkpoint=checkpoint.id if checkpoint is not None else None,
             )
         except E.LaunchError as e:
             if e.step != "image":
