@@ -115,8 +115,14 @@ async def test_what_a_program_plants_reaches_nothing_outside(pool, tmp_path: Pat
             "ln /work/suid /work/hard; python3 -c \"import socket; s=socket.socket(socket.AF_UNIX); s.bind('/work/sock')\"; "
             "mknod /work/dev c 1 3 2>/dev/null || true",
         )
+        await out(sb, "cp -r /etc /work/etc-copy 2>/dev/null || true; env > /work/env")
+        token = sb.handle.token.encode()
         cp = await sb.checkpoint()
     layer = pool.checkpoints.layer_path(cp.layers[-1])
+    # Nothing of the agent's: its token is nowhere in the layer (never on the sandbox's disk).
+    for p in layer.rglob("*"):
+        if not p.is_symlink() and p.is_file():
+            assert token not in p.read_bytes(), p
     for p in layer.rglob("*"):
         st = p.lstat()
         assert (
@@ -129,7 +135,7 @@ async def test_what_a_program_plants_reaches_nothing_outside(pool, tmp_path: Pat
     async with pool.sandbox(checkpoint=cp) as made:
         # Inside, the links resolve in the sandbox: the host's file is not there.
         assert (await sh(made, "cat /work/to-host")).exit_code != 0
-        assert await out(made, "ls /work") == "hard\nsuid\nto-agent-root\nto-host\n"
+        assert await out(made, "ls /work") == "env\netc-copy\nhard\nsuid\nto-agent-root\nto-host\n"
         assert await out(made, "stat -c %a /work/suid") == "755\n"
     assert outside.read_text() == "host secret\n"
 

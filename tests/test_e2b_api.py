@@ -252,4 +252,6 @@ async def test_filesystem_snapshots(make_server) -> None:
     mine = await scenario(server, "snapshots", "keep")
     theirs = await scenario(server, "snapshot_other", mine["other_key_id"], key=KEY_B)
     assert "error" in theirs["create"] and theirs["listed"] == [] and theirs["delete"] is False
-    assert mine["other_key_id"] in [cp.id for cp in server.service.core.pool.checkpoints.list()]  # still there
+    assert mine["other_key_id"] in [
+        cp.id for cp in server.service.core.pool.checkpoints.list()
+    ]  # still there
