@@ -81,6 +81,13 @@ def pytest_sessionfinish(session: Any, exitstatus: Any) -> None:
     shutil.rmtree(CHECKPOINT_DIR, ignore_errors=True)
 
 
+@pytest.fixture(autouse=True)
+def own_checkpoints(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Every test's pools and servers keep their checkpoints in a directory of the test's own:
+    a server's key sees exactly the checkpoints its test took."""
+    monkeypatch.setenv("SANDBOXES_CHECKPOINT_DIR", str(tmp_path / "checkpoints"))
+
+
 @pytest.fixture(scope="session", autouse=True)
 def no_leaks() -> Any:
     """Fails the session when an agent process, cgroup, run dir or container it created is left behind."""
