@@ -301,6 +301,10 @@ class LocalSandbox:
         run dir. Idempotent."""
     async def wait(self) -> int:
         """Wait for the agent to exit; returns its wait status."""
+    def freeze(self, frozen: bool) -> None:
+        """Pause (`frozen`) or resume every process of the sandbox, the agent included, through
+        its cgroup's freezer; returns once the kernel reports the new state. Raises
+        NativeError(kind="internal") when the host has no freezer or the state is not reached."""
 
 async def launch_local(config: LaunchConfig) -> LocalSandbox:
     """Start an agent; returns once the agent itself signalled readiness (pushed through a pipe,
@@ -310,7 +314,8 @@ async def launch_local(config: LaunchConfig) -> LocalSandbox:
 def agent_version() -> str: ...
 def own_cgroup_dirs() -> list[tuple[str, str]]:
     """This process's own cgroup directory in each hierarchy a sandbox's cgroup is made in:
-    (controllers joined by commas, or "" for cgroup v2, directory)."""
+    (controllers joined by commas, or "" for cgroup v2, directory); on cgroup v1 also the
+    freezer hierarchy's ("freezer", directory), where paused sandboxes are frozen."""
 
 def egress_rules(rules: list[str]) -> list[tuple[str, str, int | None]]: ...
 def non_public_networks() -> list[str]: ...

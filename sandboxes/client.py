@@ -435,6 +435,21 @@ class RemoteSandbox(SandboxBase):
         msg = await self._client._call("Fork", req, timeout=self._client.timeout + _NETWORK_MARGIN_S)
         return [RemoteSandbox(self._client, s) for s in msg.sandboxes]
 
+    async def pause(self) -> bool:
+        """Stop every process of the sandbox where it runs (no CPU; memory, files and
+        connections kept); calls to it raise `SandboxPaused` until `resume`. Its TTL stops
+        meanwhile. False when it was paused already."""
+        msg = await self._client._call("Pause", pb.PauseRequest(sandbox_id=self.id), retry=True)
+        return msg.changed
+
+    async def resume(self, *, ttl_s: float | None = None) -> bool:
+        """Continue a paused sandbox; its TTL runs again (`ttl_s` from now, else what was left
+        at the pause). False when it was not paused."""
+        req = pb.ResumeRequest(sandbox_id=self.id, ttl_s=float(ttl_s or 0.0))
+        msg = await self._client._call("Resume", req, retry=True)
+        self.expires_at = msg.sandbox.expires_at or None
+        return msg.changed
+
     async def close(self) -> None:
         """Delete the sandbox on the server. Idempotent (an already deleted one is fine)."""
         if self._closed:

@@ -31,6 +31,7 @@ __all__ = [
     "SandboxError",
     "SandboxLimitExceeded",
     "SandboxLost",
+    "SandboxPaused",
     "SandboxTimeout",
     "Step",
     "TooLarge",
@@ -162,6 +163,10 @@ class TooLarge(InvalidRequest):
     agent's per-call ceiling, a file above the file-size limit. Split it, or raise the bound."""
 
     kind = ErrorKind.TOO_LARGE
+
+
+class SandboxPaused(InvalidRequest):
+    """The sandbox is paused: its processes are stopped and it serves no call until resumed."""
 
 
 class NoSpace(SandboxError, OSError):

@@ -47,6 +47,7 @@ log = logging.getLogger(__name__)
 
 # After this many creates in a row failed, waiting claims get the launch error instead of waiting on.
 FAIL_FAST_AFTER = 3
+PAUSED_LEASE_S = 7 * 24 * 3600.0  # a paused agent's lease: the longest the agent grants
 BACKOFF_INITIAL_S = 0.1
 BACKOFF_MAX_S = 10.0
 CLAIM_WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
@@ -186,6 +187,7 @@ class Pool:
 
         self._tps: dict[str, _TemplatePool] = {}
         self._tasks: list[asyncio.Task[None]] = []
+        self._pause_locks: dict[str, asyncio.Lock] = {}  # sandbox id -> its pause / resume
         self._create_tasks: set[asyncio.Task[None]] = set()
         self._destroy_tasks: set[asyncio.Task[None]] = set()
         self._renew_sem: asyncio.Semaphore | None = None
@@ -441,6 +443,7 @@ class Pool:
         sandbox may hold leftover processes and files, and a fresh one costs only a launch.
         """
         tp = self._tps.get(sb.template)
+        self._pause_locks.pop(sb.id, None)
         if tp is None or (tp.claimed.pop(sb.id, None) or tp.attached.pop(sb.id, None)) is None:
             sb._mark_closed()
             return
@@ -565,6 +568,50 @@ class Pool:
             return forks
         finally:
             self._retire_if_idle(tp)
+
+    # --- pause and resume ------------------------------------------------------------------------
+
+    async def pause(self, sb: Sandbox) -> bool:
+        """Stop every process of `sb` where it runs, its agent included: it uses no CPU and keeps
+        its memory, files and connections; its calls are refused (`SandboxPaused`) until
+        `resume`. Calls in flight wait. False when it was paused already."""
+        tp = self._pausable(sb)
+        async with self._pause_lock(sb):
+            if sb.paused:
+                return False
+            # The agent's lease clock runs on while it is frozen: the lease must outlast the
+            # pause, or the agent would stop itself the moment it is resumed. The pool's own
+            # end still ends it (the backend's watchdog reaps a dead pool's paused sandboxes).
+            await sb._renew_lease(PAUSED_LEASE_S)
+            await tp.backend.pause(sb.handle)
+            sb._paused = True
+        return True
+
+    async def resume(self, sb: Sandbox) -> bool:
+        """Continue the processes of a paused sandbox; False when it was not paused."""
+        tp = self._pausable(sb)
+        async with self._pause_lock(sb):
+            if not sb.paused:
+                return False
+            await tp.backend.resume(sb.handle)
+            sb._paused = False
+            if tp.template.lease_ttl_s > 0:
+                await sb._renew_lease(tp.template.lease_ttl_s)
+        return True
+
+    def _pausable(self, sb: Sandbox) -> _TemplatePool:
+        tp = self._tps.get(sb.template)
+        if tp is None or sb.closed:
+            raise NotFound(f"sandbox {sb.id} is not one of this pool's")
+        if not tp.backend.pauses:
+            raise InvalidRequest(f"the {tp.backend.name} backend cannot pause a sandbox")
+        return tp
+
+    def _pause_lock(self, sb: Sandbox) -> asyncio.Lock:
+        lock = self._pause_locks.get(sb.id)
+        if lock is None:
+            lock = self._pause_locks[sb.id] = asyncio.Lock()
+        return lock
 
     def _layered(self, base: str, layers: tuple[str, ...]) -> _TemplatePool:
         """The template pool of sandboxes of template `base` made from `layers` (served while it
@@ -824,7 +871,7 @@ class Pool:
     async def _renew_one(self, tp: _TemplatePool, sb: Sandbox, ttl: float, period: float) -> None:
         assert self._renew_sem is not None
         async with self._renew_sem:
-            if sb.closed:
+            if sb.closed or sb.paused:  # a paused agent holds a lease of the pause's length
                 return
             try:
                 async with asyncio.timeout(period):

@@ -18,7 +18,7 @@ from typing import TYPE_CHECKING, Any, Self
 
 from . import _bridge
 from .checkpoints import DEFAULT_TTL_S, Checkpoint
-from .errors import InvalidRequest, SandboxLost, SandboxTimeout
+from .errors import InvalidRequest, SandboxLost, SandboxPaused, SandboxTimeout
 from .grading import MAX_BATCH, GradeStream, Grading, batch_deadline, build_batch
 from .judging import RunTestsRequest, TestCase, TestReport, build_run_tests_request
 from .templates import validate_env
@@ -487,6 +487,7 @@ class Sandbox(SandboxBase):
         self._on_close = on_close
         self.call_timeout_s = call_timeout_s
         self._closed = False
+        self._paused = False  # every process stopped (`pause`); calls are refused meanwhile
         self._pool: Pool | None = None  # set by the pool that made it
 
     async def checkpoint(self, *, name: str = "", ttl_s: float | None = DEFAULT_TTL_S) -> Checkpoint:
@@ -500,10 +501,25 @@ class Sandbox(SandboxBase):
         (`Pool.fork`)."""
         return await self._owner_pool().fork(self, n, **kwargs)
 
+    async def pause(self) -> bool:
+        """Stop every process of this sandbox where it runs (`Pool.pause`): no CPU, memory,
+        files and connections kept, calls refused (`SandboxPaused`) until `resume`. False when it
+        was paused already."""
+        return await self._owner_pool().pause(self)
+
+    async def resume(self) -> bool:
+        """Continue a paused sandbox's processes (`Pool.resume`); False when it was not paused."""
+        return await self._owner_pool().resume(self)
+
+    @property
+    def paused(self) -> bool:
+        return self._paused
+
     def _owner_pool(self) -> Pool:
-        self._check_open()
+        if self._closed:
+            raise SandboxLost(f"sandbox {self.id} is closed")
         if self._pool is None:
-            raise InvalidRequest(f"sandbox {self.id} has no pool to checkpoint it")
+            raise InvalidRequest(f"sandbox {self.id} has no pool")
         return self._pool
 
     @property
@@ -518,6 +534,8 @@ class Sandbox(SandboxBase):
     def _check_open(self) -> None:
         if self._closed:
             raise SandboxLost(f"sandbox {self.id} is closed")
+        if self._paused:
+            raise SandboxPaused(f"sandbox {self.id} is paused: resume it first")
 
     async def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """A native call bounded by `call_timeout_s`, errors translated."""

@@ -103,6 +103,8 @@ def status_of(exc: BaseException) -> grpc.StatusCode:
     """The status code a server answers for `exc`."""
     if isinstance(exc, Unauthenticated):
         return grpc.StatusCode.UNAUTHENTICATED
+    if isinstance(exc, E.SandboxPaused):
+        return grpc.StatusCode.FAILED_PRECONDITION
     return _CODE_OF_KIND.get(_kind_of(exc), grpc.StatusCode.INTERNAL)
 
 
@@ -137,6 +139,8 @@ def error_from_status(code: grpc.StatusCode, details: str | None, trailing_metad
     kind = _metadata_value(trailing_metadata, KIND_KEY)
     if kind:
         cls = E.error_class(kind)
+        if cls is E.InvalidRequest and code == grpc.StatusCode.FAILED_PRECONDITION:
+            cls = E.SandboxPaused
     else:
         cls = CLASS_OF_CODE.get(code, E.SandboxError)
         if code == grpc.StatusCode.RESOURCE_EXHAUSTED and "message" in details.lower():

@@ -70,6 +70,34 @@ class GetRequest(_message.Message):
     sandbox_id: str
     def __init__(self, sandbox_id: _Optional[str] = ...) -> None: ...
 
+class PauseRequest(_message.Message):
+    __slots__ = ("sandbox_id",)
+    SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    sandbox_id: str
+    def __init__(self, sandbox_id: _Optional[str] = ...) -> None: ...
+
+class PauseResponse(_message.Message):
+    __slots__ = ("changed",)
+    CHANGED_FIELD_NUMBER: _ClassVar[int]
+    changed: bool
+    def __init__(self, changed: _Optional[bool] = ...) -> None: ...
+
+class ResumeRequest(_message.Message):
+    __slots__ = ("sandbox_id", "ttl_s")
+    SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    TTL_S_FIELD_NUMBER: _ClassVar[int]
+    sandbox_id: str
+    ttl_s: float
+    def __init__(self, sandbox_id: _Optional[str] = ..., ttl_s: _Optional[float] = ...) -> None: ...
+
+class ResumeResponse(_message.Message):
+    __slots__ = ("changed", "sandbox")
+    CHANGED_FIELD_NUMBER: _ClassVar[int]
+    SANDBOX_FIELD_NUMBER: _ClassVar[int]
+    changed: bool
+    sandbox: Sandbox
+    def __init__(self, changed: _Optional[bool] = ..., sandbox: _Optional[_Union[Sandbox, _Mapping]] = ...) -> None: ...
+
 class ListRequest(_message.Message):
     __slots__ = ("labels",)
     class LabelsEntry(_message.Message):

@@ -135,6 +135,16 @@ class SandboxesStub:
                 request_serializer=service__pb2.ForkRequest.SerializeToString,
                 response_deserializer=service__pb2.ForkResponse.FromString,
                 _registered_method=True)
+        self.Pause = channel.unary_unary(
+                '/sandboxes.v1.Sandboxes/Pause',
+                request_serializer=service__pb2.PauseRequest.SerializeToString,
+                response_deserializer=service__pb2.PauseResponse.FromString,
+                _registered_method=True)
+        self.Resume = channel.unary_unary(
+                '/sandboxes.v1.Sandboxes/Resume',
+                request_serializer=service__pb2.ResumeRequest.SerializeToString,
+                response_deserializer=service__pb2.ResumeResponse.FromString,
+                _registered_method=True)
 
 
 class SandboxesServicer:
@@ -280,6 +290,21 @@ class SandboxesServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def Pause(self, request, context):
+        """Stop every process of a sandbox where it runs (no CPU; memory, files and connections kept);
+        calls to it are FAILED_PRECONDITION until Resume. Its TTL stops meanwhile; a sandbox paused
+        longer than the server's bound is deleted. Idempotent (`changed` says whether it acted).
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def Resume(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SandboxesServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -382,6 +407,16 @@ def add_SandboxesServicer_to_server(servicer, server):
                     servicer.Fork,
                     request_deserializer=service__pb2.ForkRequest.FromString,
                     response_serializer=service__pb2.ForkResponse.SerializeToString,
+            ),
+            'Pause': grpc.unary_unary_rpc_method_handler(
+                    servicer.Pause,
+                    request_deserializer=service__pb2.PauseRequest.FromString,
+                    response_serializer=service__pb2.PauseResponse.SerializeToString,
+            ),
+            'Resume': grpc.unary_unary_rpc_method_handler(
+                    servicer.Resume,
+                    request_deserializer=service__pb2.ResumeRequest.FromString,
+                    response_serializer=service__pb2.ResumeResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -924,6 +959,60 @@ class Sandboxes:
             '/sandboxes.v1.Sandboxes/Fork',
             service__pb2.ForkRequest.SerializeToString,
             service__pb2.ForkResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Pause(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sandboxes.v1.Sandboxes/Pause',
+            service__pb2.PauseRequest.SerializeToString,
+            service__pb2.PauseResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def Resume(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sandboxes.v1.Sandboxes/Resume',
+            service__pb2.ResumeRequest.SerializeToString,
+            service__pb2.ResumeResponse.FromString,
             options,
             channel_credentials,
             insecure,

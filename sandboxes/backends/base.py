@@ -53,6 +53,11 @@ class Backend(abc.ABC):
     (`Template.layers`: directories of the host the pool runs on); False: `Pool.checkpoint` and
     `Pool.fork` refuse its sandboxes."""
 
+    pauses: bool = False
+    """Whether its sandboxes can be paused where they run (every process stopped, memory, files
+    and connections kept) and resumed (`pause` / `resume`); False: `Pool.pause` refuses its
+    sandboxes."""
+
     records: ClusterRecords | None = None
     """The claimed sandboxes' records this backend keeps where every replica of a cluster reads
     them (kubernetes with `KubeConfig.shared`); None: claims are this process's alone."""
@@ -75,6 +80,15 @@ class Backend(abc.ABC):
     @abc.abstractmethod
     async def close(self) -> None:
         """Release the backend's own resources (sandboxes are destroyed by the pool first)."""
+
+    async def pause(self, handle: SandboxHandle) -> None:
+        """Stop every process of the sandbox, its agent included; returns once they are all
+        stopped. Only called when `pauses`."""
+        raise NotImplementedError(f"the {self.name} backend cannot pause a sandbox")
+
+    async def resume(self, handle: SandboxHandle) -> None:
+        """Continue every process of a paused sandbox. Only called when `pauses`."""
+        raise NotImplementedError(f"the {self.name} backend cannot resume a sandbox")
 
     def set_lost_listener(self, fn: LostListener | None) -> None:
         """Push notice of lost sandboxes to `fn`. Default: none (the pool finds a lost sandbox

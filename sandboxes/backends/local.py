@@ -27,7 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from .. import _bridge
-from ..errors import LaunchError
+from ..errors import LaunchError, SandboxLost
 from ..templates import Template
 from . import ids, images, watchdog
 from .base import Backend, SandboxHandle
@@ -64,6 +64,7 @@ class LocalBackend(Backend):
     """
 
     checkpoints = True
+    pauses = True  # the sandbox's cgroup freezer
 
     name = "local"
 
@@ -84,6 +85,21 @@ class LocalBackend(Backend):
         self._dir_ready = False
 
     # --- Backend protocol ------------------------------------------------------------------------
+
+    async def pause(self, handle: SandboxHandle) -> None:
+        await asyncio.to_thread(self._freeze, handle, True)
+
+    async def resume(self, handle: SandboxHandle) -> None:
+        await asyncio.to_thread(self._freeze, handle, False)
+
+    def _freeze(self, handle: SandboxHandle, frozen: bool) -> None:
+        local = self._live.get(handle.id)
+        if local is None:
+            raise SandboxLost(f"sandbox {handle.id} is not running")
+        try:
+            local.freeze(frozen)
+        except Exception as e:
+            raise _bridge.translate(e) from e
 
     async def create(self, template: Template, sandbox_id: str) -> SandboxHandle:
         """Launch one agent for `template`; returns when it is serving."""
@@ -253,6 +269,8 @@ def _reap_pool_dir(d: Path) -> int:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGKILL)
                 log.info("killed pid %s left by dead pool %s", pid, d.name)
+    for dirs in cgroups.values():
+        _thaw(dirs)  # a paused sandbox's processes die only once thawed
     deadline = time.monotonic() + 5.0
     while any(alive(p, s) for p, s in victims if p != me) and time.monotonic() < deadline:
         time.sleep(0.01)
@@ -275,6 +293,16 @@ def _cgroup_pids(dirs: list[Path]) -> set[int]:
                 continue
             pids |= {int(x) for x in text.split()}
     return pids
+
+
+def _thaw(dirs: list[Path]) -> None:
+    """Thaw whichever of these cgroups is a v1 freezer (a v2 cgroup's frozen tasks die on
+    SIGKILL)."""
+    for top in dirs:
+        state = top / "freezer.state"
+        if state.exists():
+            with contextlib.suppress(OSError):
+                state.write_text("THAWED")
 
 
 def _own_cgroup_dirs() -> list[Path]:

@@ -8,7 +8,8 @@ sandboxes and charge their executions here, and nowhere else:
   quota and pool, never registered, destroyed when the request ends;
 - `exec_slot` around every execution in a sandbox, from any surface;
 - `checkpoint`, `fork` and the caller's checkpoints (`sandboxes.checkpoints`), counted in its
-  quotas; `claim(checkpoint=...)` makes a sandbox from one.
+  quotas; `claim(checkpoint=...)` makes a sandbox from one;
+- `pause` and `resume` a sandbox where it runs (its TTL stops while paused).
 
 A transport turns its requests into these calls and their errors (`sandboxes.errors`) into its
 own answers; it keeps no sandbox or quota state of its own.
@@ -54,7 +55,8 @@ class ServerCore:
         self.pool = pool
         self.quotas = quotas or Quotas()
         self.metrics = metrics or Metrics()
-        self.validate = Validator(bounds or Bounds())
+        self.bounds = bounds or Bounds()
+        self.validate = Validator(self.bounds)
         self.default_claim_timeout_s = default_claim_timeout_s
         self.registry = Registry(self._expire)
         self.draining = False
@@ -390,6 +392,32 @@ class ServerCore:
             )
             for sb in forks
         ]
+
+    # -- pause and resume --------------------------------------------------------------------
+
+    async def pause(self, rec: Record) -> bool:
+        """Pause `rec`'s sandbox where it runs (`Pool.pause`). Its TTL stops; a sandbox paused
+        `Bounds.max_paused_s` is deleted. False when it was paused already."""
+        if not await self.pool.pause(rec.sandbox):
+            return False
+        rec.paused_ttl_s = max(1.0, rec.expires_at - time.time()) if rec.expires_at is not None else None
+        self.registry.expire_at(rec, time.time() + self.bounds.max_paused_s)
+        log.info("sandbox paused", extra={"sandbox_id": rec.id, "owner": rec.owner})
+        return True
+
+    async def resume(self, rec: Record, ttl_s: float | None = None) -> bool:
+        """Continue `rec`'s paused sandbox; its TTL runs again: `ttl_s` from now, else what was
+        left at the pause. False (and nothing changed) when it was not paused."""
+        if not await self.pool.resume(rec.sandbox):
+            return False
+        ttl = ttl_s or rec.paused_ttl_s
+        if ttl:
+            self.registry.set_ttl(rec, ttl)
+        else:
+            self.registry.clear_ttl(rec)
+        rec.paused_ttl_s = None
+        log.info("sandbox resumed", extra={"sandbox_id": rec.id, "owner": rec.owner})
+        return True
 
     # -- records -----------------------------------------------------------------------------
 

@@ -41,6 +41,12 @@ class Record:
     attrs: dict[str, Any] = field(default_factory=dict)  # what the surface that made it keeps
     local: bool = True  # claimed through this replica (holds a unit of its owner's quota)
     claim: Any = None  # its record in the cluster, when shared (`replicated.py`)
+    paused_ttl_s: float | None = None  # while paused: the TTL left at the pause (None: none)
+
+    @property
+    def state(self) -> str:
+        """The sandbox's state: paused or running."""
+        return "paused" if getattr(self.sandbox, "paused", False) else "running"
 
 
 class Registry:
@@ -87,6 +93,13 @@ class Registry:
         if self._heap[0] is entry:
             self._wake.set()  # earlier than what the reaper sleeps for
         if publish and self.shared is not None:
+            self.shared.changed(rec)
+
+    def clear_ttl(self, rec: Record) -> None:
+        """`rec` no longer expires (its heap entry goes stale)."""
+        rec.deadline = None
+        rec.expires_at = None
+        if self.shared is not None:
             self.shared.changed(rec)
 
     def local(self, sandbox_id: str) -> Record | None:

@@ -133,6 +133,8 @@ class SandboxService:
                 pb.DeleteCheckpointResponse,
             ),
             "Fork": c.unary("Fork", self.fork, pb.ForkRequest, pb.ForkResponse),
+            "Pause": c.unary("Pause", self.pause, pb.PauseRequest, pb.PauseResponse),
+            "Resume": c.unary("Resume", self.resume, pb.ResumeRequest, pb.ResumeResponse),
         }
         return grpc.method_handlers_generic_handler(SERVICE_NAME, handlers)
 
@@ -143,7 +145,7 @@ class SandboxService:
             labels=rec.labels,
             created_at=rec.created_at,
             expires_at=rec.expires_at or 0.0,
-            state="ready",
+            state="paused" if rec.state == "paused" else "ready",
         )
 
     # -- lifecycle RPCs ----------------------------------------------------------------------
@@ -217,6 +219,16 @@ class SandboxService:
             ttl_s=self.validate.seconds("ttl_s", req.ttl_s, b.max_ttl_s) or self.config.default_ttl_s,
         )
         return pb.ForkResponse(sandboxes=[self._sandbox_pb(r) for r in recs])
+
+    async def pause(self, req: pb.PauseRequest, context: Any, owner: str) -> pb.PauseResponse:
+        rec = await self.core.record(req.sandbox_id, owner)
+        return pb.PauseResponse(changed=await self.core.pause(rec))
+
+    async def resume(self, req: pb.ResumeRequest, context: Any, owner: str) -> pb.ResumeResponse:
+        rec = await self.core.record(req.sandbox_id, owner)
+        ttl = self.validate.seconds("ttl_s", req.ttl_s, self.config.bounds.max_ttl_s)
+        changed = await self.core.resume(rec, ttl_s=ttl or None)
+        return pb.ResumeResponse(changed=changed, sandbox=self._sandbox_pb(rec))
 
     async def get(self, req: pb.GetRequest, context: Any, owner: str) -> pb.Sandbox:
         return self._sandbox_pb(await self.core.record(req.sandbox_id, owner))

@@ -33,6 +33,8 @@ class Bounds:
     max_exec_timeout_s: float = 24 * 3600.0
     max_claim_timeout_s: float = 3600.0
     max_ttl_s: float = 7 * 24 * 3600.0
+    # A sandbox paused this long is deleted (its memory is held on the host meanwhile).
+    max_paused_s: float = 24 * 3600.0
     max_argv: int = 65536
     max_env: int = 4096
     max_labels: int = 64

@@ -17,7 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from ... import _bridge
-from ...errors import BackendUnavailable, LaunchError
+from ...errors import BackendUnavailable, LaunchError, SandboxLost
 from ...templates import Template
 from .. import ids, images, readiness, watchdog
 from ..base import Backend, SandboxHandle
@@ -62,6 +62,7 @@ class DockerBackend(Backend):
     """
 
     checkpoints = True
+    pauses = True  # the engine's pause (its cgroup freezer)
 
     name = "docker"
 
@@ -183,6 +184,19 @@ class DockerBackend(Backend):
     def _create_start(self, spec: dict[str, Any]) -> str:
         """create + start in the engine (blocking: run in its threads)."""
         return engine.create_start(self.engine.connected, spec)
+
+    async def pause(self, handle: SandboxHandle) -> None:
+        """`docker pause`: the engine freezes the container's cgroup."""
+        await self.engine.run(engine.pause_container, self._name(handle), True)
+
+    async def resume(self, handle: SandboxHandle) -> None:
+        await self.engine.run(engine.pause_container, self._name(handle), False)
+
+    def _name(self, handle: SandboxHandle) -> str:
+        ds: DockerSandbox | None = handle.backend_data
+        if ds is None or handle.id not in self._live:
+            raise SandboxLost(f"sandbox {handle.id} is not running")
+        return ds.name
 
     async def destroy(self, handle: SandboxHandle) -> None:
         """Remove the container (killing it) and its run dir. Idempotent."""

@@ -10,7 +10,7 @@ import functools
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-from ...errors import BackendUnavailable, LaunchError, SandboxError
+from ...errors import BackendUnavailable, LaunchError, SandboxError, SandboxLost
 
 T = TypeVar("T")
 
@@ -145,6 +145,24 @@ def remove_container(api: Any, ref: str) -> None:
         raise translate(e, "remove", "") from e
     except Exception as e:
         raise translate(e, "remove", "") from e
+
+
+def pause_container(api: Any, ref: str, paused: bool) -> None:
+    """Pause (freeze every process) or unpause a container (blocking)."""
+    import docker.errors as de
+
+    step = "pause" if paused else "unpause"
+    try:
+        if paused:
+            api.pause(ref)
+        else:
+            api.unpause(ref)
+    except de.NotFound as e:
+        raise SandboxLost(f"container {ref} is gone") from e
+    except de.APIError as e:
+        raise BackendUnavailable(f"docker {step} of {ref} failed: {e.explanation or e}", detail=str(e)) from e
+    except Exception as e:
+        raise translate(e, step, "") from e
 
 
 def missing_image(image: str, e: BaseException) -> LaunchError:

@@ -81,7 +81,9 @@ def reap_dead_pool(pool_dir: Path, owner: int, owner_start: int | None, docker_h
         while True:
             running = set()
             for c in api.containers(all=True, filters=selector):
-                if c.get("State") in _RUNNING:
+                if c.get("State") == "paused":  # its lease cannot lapse, and nobody will resume it
+                    remove_container(api, c["Id"])
+                elif c.get("State") in _RUNNING:
                     running.add((c.get("Labels") or {}).get(LABEL_SANDBOX))
                 elif c.get("State") == "created":  # its owner died between create and start
                     remove_container(api, c["Id"])

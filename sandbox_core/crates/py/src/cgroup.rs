@@ -12,11 +12,15 @@ fn own_dirs() -> Vec<(String, PathBuf)> {
     sandbox_exec::cgroup::own_dirs().unwrap_or_default()
 }
 
-/// `_native.own_cgroup_dirs()`: the same, for the local backend's reaping (Python).
+/// `_native.own_cgroup_dirs()`: the same, plus the v1 freezer hierarchy's (where paused
+/// sandboxes are frozen), for the local backend's reaping (Python).
 #[pyo3::pyfunction]
 pub fn own_cgroup_dirs() -> Vec<(String, String)> {
-    own_dirs()
-        .into_iter()
+    let mut dirs = own_dirs();
+    if dirs.iter().all(|(k, _)| !k.is_empty()) {
+        dirs.extend(sandbox_exec::cgroup::own_v1_dir("freezer").map(|d| ("freezer".into(), d)));
+    }
+    dirs.into_iter()
         .map(|(k, d)| (k, d.display().to_string()))
         .collect()
 }
@@ -25,7 +29,14 @@ pub struct SandboxCgroup {
     pub dirs: Vec<PathBuf>,
     /// V1: a directory per hierarchy; V2: the one directory.
     pub version: Version,
+    /// V1: the sandbox's directory in the freezer hierarchy (pause and resume), when the host
+    /// mounts one; V2 freezes through `cgroup.freeze` of its one directory.
+    pub freezer: Option<PathBuf>,
 }
+
+/// How long a freeze or a thaw may take before it is reported as failed (a freeze waits for
+/// every task to stop, e.g. one in an uninterruptible sleep).
+const FREEZE_TIMEOUT: std::time::Duration = std::time::Duration::from_secs(10);
 
 pub struct CgroupLimits {
     pub memory_bytes: u64,
@@ -55,7 +66,11 @@ impl SandboxCgroup {
             let dir = parent.join(name);
             let made = std::fs::create_dir_all(&dir);
             if let Err(e) = made {
-                let cg = SandboxCgroup { dirs, version };
+                let cg = SandboxCgroup {
+                    dirs,
+                    version,
+                    freezer: None,
+                };
                 cg.remove();
                 return Err(format!("create {}: {e}", dir.display()));
             }
@@ -112,12 +127,77 @@ impl SandboxCgroup {
                 Ok(())
             })();
             if let Err(e) = set {
-                let cg = SandboxCgroup { dirs, version };
+                let cg = SandboxCgroup {
+                    dirs,
+                    version,
+                    freezer: None,
+                };
                 cg.remove();
                 return Err(format!("limits of {}: {e}", dir.display()));
             }
         }
-        Ok(SandboxCgroup { dirs, version })
+        // Without a freezer hierarchy the sandbox still runs; only pausing it is refused.
+        let freezer = match version {
+            Version::V1 => sandbox_exec::cgroup::own_v1_dir("freezer")
+                .map(|base| base.join("sandboxes").join(name))
+                .filter(|dir| std::fs::create_dir_all(dir).is_ok()),
+            Version::V2 => None,
+        };
+        Ok(SandboxCgroup {
+            dirs,
+            version,
+            freezer,
+        })
+    }
+
+    /// Stops (`frozen`) or continues every process of the sandbox, the agent included, and
+    /// returns once the kernel reports the new state. Processes keep their memory, files and
+    /// sockets; a frozen process uses no CPU. A freeze that does not complete in time is undone.
+    pub fn freeze(&self, frozen: bool) -> Result<(), String> {
+        // (directory, file written, value, file that reports the state, the line it shows)
+        let (dir, file, value, report, want) = match (self.version, &self.freezer) {
+            (Version::V2, _) => (
+                self.dirs.first().ok_or("the sandbox has no cgroup")?,
+                "cgroup.freeze",
+                if frozen { "1" } else { "0" },
+                "cgroup.events",
+                if frozen { "frozen 1" } else { "frozen 0" },
+            ),
+            (Version::V1, Some(dir)) => {
+                let state = if frozen { "FROZEN" } else { "THAWED" };
+                (dir, "freezer.state", state, "freezer.state", state)
+            }
+            (Version::V1, None) => {
+                return Err("this host mounts no freezer cgroup hierarchy".into())
+            }
+        };
+        let reached = || {
+            std::fs::read_to_string(dir.join(report))
+                .map(|s| s.lines().any(|l| l.trim() == want))
+                .unwrap_or(false)
+        };
+        let deadline = std::time::Instant::now() + FREEZE_TIMEOUT;
+        let mut nap = std::time::Duration::from_micros(200);
+        loop {
+            // v1's freezer can stay FREEZING while a task is busy in the kernel: writing the
+            // state again retries the freeze.
+            write(dir, file, value).map_err(|e| format!("{}: {e}", dir.join(file).display()))?;
+            if reached() {
+                return Ok(());
+            }
+            if std::time::Instant::now() >= deadline {
+                if frozen {
+                    let _ = self.freeze(false);
+                }
+                return Err(format!(
+                    "the sandbox's processes did not {} within {} s",
+                    if frozen { "stop" } else { "continue" },
+                    FREEZE_TIMEOUT.as_secs()
+                ));
+            }
+            std::thread::sleep(nap);
+            nap = (nap * 2).min(std::time::Duration::from_millis(20));
+        }
     }
 
     /// On cgroup v1, the sandbox's `tasks` files opened for writing, for the agent's process to
@@ -136,6 +216,7 @@ impl SandboxCgroup {
         let file = Version::V1.join_file();
         self.dirs
             .iter()
+            .chain(self.freezer.iter())
             .map(|d| std::fs::OpenOptions::new().write(true).open(d.join(file)))
             .collect()
     }
@@ -170,7 +251,7 @@ impl SandboxCgroup {
                 }
             }
         }
-        for d in &self.dirs {
+        for d in self.dirs.iter().chain(self.freezer.iter()) {
             rm(d);
         }
     }

@@ -268,6 +268,10 @@ impl Inner {
         if self.reap(false).is_none() {
             // SAFETY: signalling our own unreaped child, so the pid cannot have been reused.
             unsafe { libc::kill(self.pid, libc::SIGKILL) };
+            // A paused sandbox's processes die only once thawed (cgroup v1's freezer).
+            if let Some(cg) = &self.cgroup {
+                let _ = cg.freeze(false);
+            }
             // The kernel kills every process of the pid namespace with its init; this returns
             // once they are gone.
             self.reap(true);
@@ -310,6 +314,16 @@ impl LocalSandbox {
     }
     fn alive(&self) -> bool {
         self.inner.reap(false).is_none()
+    }
+    /// Pauses (`frozen`) or resumes every process of the sandbox through its cgroup's freezer;
+    /// returns once the kernel reports the new state.
+    fn freeze(&self, py: Python<'_>, frozen: bool) -> PyResult<()> {
+        let inner = self.inner.clone();
+        py.detach(move || match &inner.cgroup {
+            Some(cg) => cg.freeze(frozen),
+            None => Err("the sandbox was launched without cgroups".into()),
+        })
+        .map_err(|e| err(Kind::Internal, e))
     }
     fn kill(&self, py: Python<'_>) {
         let inner = self.inner.clone();

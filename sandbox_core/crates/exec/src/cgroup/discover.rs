@@ -41,6 +41,18 @@ pub fn own_dirs() -> io::Result<Vec<(String, PathBuf)>> {
     Ok(out)
 }
 
+/// This process's own directory in the v1 hierarchy of `controller` (e.g. "freezer"), when one
+/// is mounted; None on a v2-only host.
+pub fn own_v1_dir(controller: &str) -> Option<PathBuf> {
+    let m = membership().ok()?;
+    let path = m.v1.get(controller)?;
+    cgroup_mounts()
+        .ok()?
+        .into_iter()
+        .filter(|mt| mt.fstype != "cgroup2" && mt.controllers().any(|c| c == controller))
+        .find_map(|mt| mt.dir_of(path))
+}
+
 /// Membership of this process, from /proc/self/cgroup.
 #[derive(Debug, Default)]
 pub(super) struct Membership {

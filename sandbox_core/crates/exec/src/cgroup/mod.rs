@@ -39,7 +39,7 @@ mod pool;
 mod slot;
 
 use discover::*;
-pub use discover::{own_dirs, SANDBOX_V1_CONTROLLERS};
+pub use discover::{own_dirs, own_v1_dir, SANDBOX_V1_CONTROLLERS};
 use fsio::*;
 pub use pool::Pool;
 use pool::*;
