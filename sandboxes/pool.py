@@ -599,6 +599,11 @@ class Pool:
                 await sb._renew_lease(tp.template.lease_ttl_s)
         return True
 
+    def can_checkpoint(self, sb: Sandbox) -> bool:
+        """Whether `sb` is one of this pool's, on a backend that checkpoints."""
+        tp = self._tps.get(sb.template)
+        return tp is not None and tp.backend.checkpoints
+
     def _pausable(self, sb: Sandbox) -> _TemplatePool:
         tp = self._tps.get(sb.template)
         if tp is None or sb.closed:

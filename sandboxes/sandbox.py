@@ -532,10 +532,10 @@ class Sandbox(SandboxBase):
         return self._closed
 
     def _check_open(self) -> None:
-        if self._closed:
-            raise SandboxLost(f"sandbox {self.id} is closed")
         if self._paused:
             raise SandboxPaused(f"sandbox {self.id} is paused: resume it first")
+        if self._closed:
+            raise SandboxLost(f"sandbox {self.id} is closed")
 
     async def _call(self, fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
         """A native call bounded by `call_timeout_s`, errors translated."""

@@ -45,8 +45,7 @@ def check_lifecycle(o: dict[str, Any]) -> None:
     assert o["paging"] == {"first": 1, "has_next": True, "second": 1, "ids": True}
     assert o["metadata_filter"]
     assert o["metrics"] == {"ok": []}
-    for unsupported in ("pause", "snapshot"):
-        assert o[unsupported]["error"] == "SandboxException" and o[unsupported]["message"].startswith("501: ")
+    assert o["snapshot"]["error"] == "SandboxException" and o["snapshot"]["message"].startswith("501: ")
     assert o["auto_pause"]["error"] == "SandboxException" and o["auto_pause"]["message"].startswith("400: ")
     assert o["running"] and o["kill"] is True and o["kill_again"] is False and o["running_after"] is False
     assert o["info_after"]["error"] == o["connect_after"]["error"] == "SandboxNotFoundException"
@@ -255,3 +254,21 @@ async def test_filesystem_snapshots(make_server) -> None:
     assert mine["other_key_id"] in [
         cp.id for cp in server.service.core.pool.checkpoints.list()
     ]  # still there
+
+
+async def test_pause_and_resume(make_server) -> None:
+    """e2b's `pause` stops every process where the sandbox runs (no tick is written while paused;
+    the same process goes on after `connect` resumes it; files kept); a second pause is False;
+    the sandbox lists as paused and refuses commands meanwhile. A `mode="filesystem"` pause and a
+    resume with `on_resume="reboot"` keep the files and end the processes."""
+    server = await e2b_server(make_server)
+    o = await scenario(server, "pause")
+    assert (o["paused"], o["paused_again"], o["state"]) == (True, False, "paused"), o
+    assert o["listed_paused"] == [True] and o["listed_running"] == []
+    assert "error" in o["command_while_paused"]
+    assert o["ticks_while_paused"] == 0 and o["ticks_after"] and o["same_process"], o
+    assert (o["state_after"], o["ttl_after"], o["file"]) == ("running", True, "kept")
+    assert (o["fs_paused"], o["fs_state"], o["fs_file"], o["fs_processes"]) == (True, "paused", "kept", "")
+    assert (o["reboot_file"], o["reboot_processes"]) == ("after a restart", "")
+    assert o["killed"] is True and o["pause_gone"]["error"] == "SandboxNotFoundException"
+    assert len(server.service.registry) == 0

@@ -34,6 +34,14 @@ from sandboxes.server.validation import Bounds, Validator
 
 __all__ = ["DRAIN_QUIET_S", "ServerCore"]
 
+_PAUSE_LOCK = "core.pause"  # Record.attrs key of the lock pause / resume / evict take
+
+
+def _evicted_owner(owner: str) -> str:
+    """The checkpoints of `owner`'s evicted sandboxes are kept apart from its own."""
+    return f"{owner}\0evicted"
+
+
 DRAIN_QUIET_S = 0.25  # a draining server closes once no call came for this long
 MAX_FORK = 64  # sandboxes of one fork call
 
@@ -395,29 +403,79 @@ class ServerCore:
 
     # -- pause and resume --------------------------------------------------------------------
 
-    async def pause(self, rec: Record) -> bool:
-        """Pause `rec`'s sandbox where it runs (`Pool.pause`). Its TTL stops; a sandbox paused
-        `Bounds.max_paused_s` is deleted. False when it was paused already."""
-        if not await self.pool.pause(rec.sandbox):
-            return False
-        rec.paused_ttl_s = max(1.0, rec.expires_at - time.time()) if rec.expires_at is not None else None
-        self.registry.expire_at(rec, time.time() + self.bounds.max_paused_s)
-        log.info("sandbox paused", extra={"sandbox_id": rec.id, "owner": rec.owner})
+    async def pause(self, rec: Record, *, memory: bool = True) -> bool:
+        """Pause `rec`'s sandbox; its TTL stops. With `memory`, where it runs (`Pool.pause`:
+        processes kept), evicted to a filesystem checkpoint after `Bounds.max_paused_s`; without,
+        evicted at once: its files are kept, its processes end, and resuming starts a new
+        sandbox from the files. False when it was paused already."""
+        async with self._pausing(rec):
+            if rec.state == "paused":
+                return False
+            left = max(1.0, rec.expires_at - time.time()) if rec.expires_at is not None else None
+            if memory:
+                await self.pool.pause(rec.sandbox)
+                self.registry.expire_at(rec, time.time() + self.bounds.max_paused_s)
+            else:
+                await self._evict(rec)
+            rec.paused_ttl_s = left
+        log.info("sandbox paused", extra={"sandbox_id": rec.id, "owner": rec.owner, "memory": memory})
         return True
 
-    async def resume(self, rec: Record, ttl_s: float | None = None) -> bool:
+    async def resume(self, rec: Record, ttl_s: float | None = None, *, memory: bool = True) -> bool:
         """Continue `rec`'s paused sandbox; its TTL runs again: `ttl_s` from now, else what was
-        left at the pause. False (and nothing changed) when it was not paused."""
-        if not await self.pool.resume(rec.sandbox):
-            return False
-        ttl = ttl_s or rec.paused_ttl_s
-        if ttl:
-            self.registry.set_ttl(rec, ttl)
-        else:
-            self.registry.clear_ttl(rec)
-        rec.paused_ttl_s = None
+        left at the pause. Without `memory` a sandbox paused with its processes restarts from
+        its files (a cold boot). False (and nothing changed) when it was not paused."""
+        async with self._pausing(rec):
+            if rec.state != "paused":
+                return False
+            if not memory and not rec.evicted:
+                await self._evict(rec)
+            if rec.evicted:
+                await self._restore(rec)
+            else:
+                await self.pool.resume(rec.sandbox)
+            ttl = ttl_s or rec.paused_ttl_s
+            if ttl:
+                self.registry.set_ttl(rec, ttl)
+            else:
+                self.registry.clear_ttl(rec)
+            rec.paused_ttl_s = None
         log.info("sandbox resumed", extra={"sandbox_id": rec.id, "owner": rec.owner})
         return True
+
+    def _pausing(self, rec: Record) -> asyncio.Lock:
+        lock = rec.attrs.get(_PAUSE_LOCK)
+        if lock is None:
+            lock = rec.attrs[_PAUSE_LOCK] = asyncio.Lock()
+        return lock
+
+    async def _evict(self, rec: Record) -> None:
+        """`rec`'s sandbox ends, its files kept in a checkpoint the record holds (no one's
+        listing, no quota: it is the paused sandbox itself)."""
+        sb = rec.sandbox
+        if sb.paused:
+            await self.pool.resume(sb)  # the checkpoint is its agent's work
+        cp = await self.pool.checkpoint(
+            sb, owner=_evicted_owner(rec.owner), name=rec.id, ttl_s=self.bounds.max_paused_s + 60.0
+        )
+        rec.evicted = cp.id
+        sb._paused = True  # its calls are refused as a paused sandbox's from now on
+        self.registry.expire_at(rec, time.time() + self.bounds.max_paused_s)
+        await self._release_quietly(sb)
+
+    async def _restore(self, rec: Record) -> None:
+        """A new sandbox from an evicted record's files takes its place (same id to callers)."""
+        old, cp = rec.sandbox, rec.evicted
+        assert cp is not None
+        sb = await self.pool.claim(
+            checkpoint=cp, owner=_evicted_owner(rec.owner), env=old.env, labels=old.labels
+        )
+        rec.sandbox, rec.evicted = sb, None
+        self._forget_evicted(rec.owner, cp)
+
+    def _forget_evicted(self, owner: str, checkpoint_id: str) -> None:
+        with contextlib.suppress(E.NotFound):
+            self.pool.checkpoints.delete(checkpoint_id, _evicted_owner(owner))
 
     # -- records -----------------------------------------------------------------------------
 
@@ -465,6 +523,8 @@ class ServerCore:
                 listener(rec, reason)
             except Exception:
                 log.exception("a delete listener failed for %s", rec.id)
+        if rec.evicted:
+            self._forget_evicted(rec.owner, rec.evicted)
         self.metrics.deletes.labels(reason).inc()
         self.metrics.live_sandboxes.set(len(self.registry))
         task = asyncio.ensure_future(self._release_quietly(rec.sandbox))
@@ -476,6 +536,16 @@ class ServerCore:
         return True
 
     async def _expire(self, rec: Record) -> None:
+        """A TTL passed: deleted; a sandbox paused with its processes past `max_paused_s` is
+        evicted to its files instead, where its backend can checkpoint."""
+        if rec.state == "paused" and not rec.evicted and self.pool.can_checkpoint(rec.sandbox):
+            try:
+                async with self._pausing(rec):
+                    if not rec.evicted:
+                        await self._evict(rec)
+                return
+            except E.SandboxError as e:
+                log.warning("evicting paused sandbox %s failed (%s); deleting it", rec.id, e)
         await self.delete_record(rec, "ttl")
 
     # -- execution ---------------------------------------------------------------------------

@@ -42,11 +42,14 @@ class Record:
     local: bool = True  # claimed through this replica (holds a unit of its owner's quota)
     claim: Any = None  # its record in the cluster, when shared (`replicated.py`)
     paused_ttl_s: float | None = None  # while paused: the TTL left at the pause (None: none)
+    # Paused to a filesystem checkpoint (its id): the sandbox is gone, its files are kept, and
+    # resuming makes a new one from them.
+    evicted: str | None = None
 
     @property
     def state(self) -> str:
         """The sandbox's state: paused or running."""
-        return "paused" if getattr(self.sandbox, "paused", False) else "running"
+        return "paused" if self.evicted or getattr(self.sandbox, "paused", False) else "running"
 
 
 class Registry:

@@ -19,7 +19,7 @@ import time
 from typing import Any
 
 import e2b_code_interpreter
-from e2b import AsyncSandbox, CommandExitException, Sandbox, SandboxQuery
+from e2b import AsyncSandbox, CommandExitException, Sandbox, SandboxQuery, SandboxState
 
 
 def err(e: BaseException) -> dict[str, Any]:
@@ -79,7 +79,6 @@ def lifecycle(_: str | None) -> dict[str, Any]:
     a.set_timeout(600)
     o["extended"] = round((a.get_info().end_at - a.get_info().started_at).total_seconds()) >= 590
     o["metrics"] = attempt(lambda: a.get_metrics())
-    o["pause"] = attempt(a.pause)
     o["snapshot"] = attempt(a.create_snapshot)
     o["auto_pause"] = attempt(Sandbox.create, lifecycle={"on_timeout": "pause"})
     other = attempt(Sandbox.create, template="no-such-image:latest")
@@ -398,6 +397,60 @@ def snapshots(keep: str | None) -> dict[str, Any]:
     return o
 
 
+TICKER = "while true; do date +%s.%N >> /tmp/ticks; sleep 0.05; done"
+
+
+def ticks(sb: Any) -> list[float]:
+    return [float(t) for t in sb.files.read("/tmp/ticks").split()]
+
+
+def pause(_: str | None) -> dict[str, Any]:
+    """Pause keeps processes and files and runs nothing until connect resumes it; a filesystem
+    pause, and a reboot on resume, keep the files and end the processes."""
+    o: dict[str, Any] = {}
+    sb = Sandbox.create(timeout=120)
+    sb.files.write("state.txt", "kept")
+    sb.commands.run(TICKER, background=True)
+    time.sleep(0.3)
+    pid = sb.commands.run("pgrep -f [t]icks").stdout
+    o["paused"] = sb.pause()
+    paused_at = time.time()
+    o["paused_again"] = sb.pause()
+    o["state"] = sb.get_info().state.value
+    listed = Sandbox.list(query=SandboxQuery(state=[SandboxState.PAUSED])).next_items()
+    o["listed_paused"] = [s.sandbox_id == sb.sandbox_id for s in listed]
+    o["listed_running"] = [
+        s.sandbox_id for s in Sandbox.list(query=SandboxQuery(state=[SandboxState.RUNNING])).next_items()
+    ]
+    o["command_while_paused"] = attempt(lambda: sb.commands.run("true", timeout=5))
+    time.sleep(1.0)
+    resumed_at = time.time()
+    again = Sandbox.connect(sb.sandbox_id, timeout=60)
+    time.sleep(0.3)
+    seen = ticks(again)
+    o["ticks_while_paused"] = len([t for t in seen if paused_at + 0.1 < t < resumed_at])
+    o["ticks_after"] = len([t for t in seen if t > resumed_at]) > 0
+    o["same_process"] = bool(pid.strip()) and again.commands.run("pgrep -f [t]icks").stdout == pid
+    o["state_after"] = again.get_info().state.value
+    o["ttl_after"] = round((again.get_info().end_at - again.get_info().started_at).total_seconds()) > 0
+    o["file"] = again.files.read("state.txt")
+    # Only the files are kept: the processes end, the sandbox restarts from them.
+    o["fs_paused"] = again.pause(mode="filesystem")
+    o["fs_state"] = again.get_info().state.value
+    back = Sandbox.connect(sb.sandbox_id)
+    o["fs_file"] = back.files.read("state.txt")
+    o["fs_processes"] = back.commands.run("pgrep -f [t]icks || true").stdout
+    back.files.write("state.txt", "after a restart")
+    back.commands.run(TICKER, background=True)
+    back.pause()
+    rebooted = Sandbox.connect(sb.sandbox_id, on_resume="reboot")
+    o["reboot_file"] = rebooted.files.read("state.txt")
+    o["reboot_processes"] = rebooted.commands.run("pgrep -f [t]icks || true").stdout
+    o["killed"] = rebooted.kill()
+    o["pause_gone"] = attempt(Sandbox.pause, sb.sandbox_id)
+    return o
+
+
 def snapshot_other(snapshot_id: str | None) -> dict[str, Any]:
     """Another key's snapshot: missing to this key."""
     return {
@@ -422,6 +475,7 @@ SCENARIOS = {
     "bench": bench,
     "snapshots": snapshots,
     "snapshot_other": snapshot_other,
+    "pause": pause,
 }
 
 

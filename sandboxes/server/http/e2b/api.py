@@ -8,8 +8,15 @@ GET    /sandboxes/{id}                SandboxDetail
 DELETE /sandboxes/{id}                204 (404: the SDK's `kill` returns False)
 POST   /sandboxes/{id}/timeout        204: the sandbox ends `timeout` seconds from now
 GET    /sandboxes/{id}/metrics        [] (no usage samples are collected)
-pause, resume, network updates: 501 (sandboxes here are never paused)
+POST   /sandboxes/{id}/pause          204 (409: paused already); `memory: false` keeps only files
+POST   /sandboxes/{id}/resume         201 Sandbox (409: not paused); connect resumes too (201)
+network updates: 501
 ```
+
+A pause keeps the processes where the sandbox runs (`memory` true, the default); one longer
+than the server's bound, or a `memory: false` pause, keeps only its files (the processes end and
+the sandbox restarts from them on resume, the platform's cold boot; `on_resume="reboot"` asks
+for that too). The timeout stops while paused; resuming sets the timeout given, or what was left.
 
 Snapshots (filesystem ones; a full one and a fork are 501) are `snapshots.py`'s; `create` with a
 snapshot's id as `templateID` makes a sandbox from it.
@@ -74,8 +81,8 @@ class ControlPlane:
             r("/sandboxes/{sandbox_id}", self.kill, "DELETE"),
             r("/sandboxes/{sandbox_id}/timeout", self.set_timeout, "POST"),
             r("/sandboxes/{sandbox_id}/metrics", self.metrics, "GET"),
-            r("/sandboxes/{sandbox_id}/pause", unsupported("pausing a sandbox"), "POST"),
-            r("/sandboxes/{sandbox_id}/resume", unsupported("resuming a sandbox"), "POST"),
+            r("/sandboxes/{sandbox_id}/pause", self.pause, "POST"),
+            r("/sandboxes/{sandbox_id}/resume", self.resume, "POST"),
             *(r(path, fn, method) for path, fn, method in Snapshots(self).routes()),
             r("/sandboxes/{sandbox_id}/network", unsupported("changing a sandbox's network"), "PUT"),
         ]
@@ -195,9 +202,43 @@ class ControlPlane:
             raise E.NotFound(f"sandbox {sandbox_id} not found")
         return rec, rec.attrs["e2b"]
 
+    async def pause(self, request: Request, owner: str) -> Response:
+        rec, sb = await self.live(owner, request.path_params["sandbox_id"])
+        body = await self._body(request)
+        memory = body.get("memory", True)
+        if not isinstance(memory, bool):
+            raise Refused(400, "memory must be a boolean")
+        if not await self.core.pause(rec, memory=memory):
+            raise Refused(409, f"sandbox {sb.id} is already paused")
+        sb.state, sb.end_at = "paused", rec.expires_at or 0.0
+        return Response(status_code=204)
+
+    async def resume(self, request: Request, owner: str) -> Response:
+        rec, sb = await self.live(owner, request.path_params["sandbox_id"])
+        body = await self._body(request)
+        if rec.state != "paused":
+            raise Refused(409, f"sandbox {sb.id} is already running")
+        await self._resume(rec, sb, body)
+        return JSONResponse(sb.created_json(), status_code=201)
+
+    async def _resume(self, rec: Any, sb: E2bSandbox, body: dict[str, Any]) -> bool:
+        """Resume a paused sandbox as connect and resume ask (`timeout`, `memory`: false is a
+        cold boot from its files); whether it was paused."""
+        memory = body.get("memory", True)
+        if not isinstance(memory, bool):
+            raise Refused(400, "memory must be a boolean")
+        ttl = float(_timeout(body["timeout"])) if "timeout" in body else None
+        resumed = await self.core.resume(rec, ttl, memory=memory)
+        if resumed:
+            sb.state, sb.end_at = "running", rec.expires_at or 0.0
+            await self.core.save(rec)
+        return resumed
+
     async def connect(self, request: Request, owner: str) -> Response:
         rec, sb = await self.live(owner, request.path_params["sandbox_id"])
         body = await self._body(request)
+        if rec.state == "paused" and await self._resume(rec, sb, body):
+            return JSONResponse(sb.created_json(), status_code=201)
         if "timeout" in body:
             # Connecting only ever extends a sandbox's life.
             ttl = float(_timeout(body["timeout"]))
@@ -244,7 +285,7 @@ class ControlPlane:
                 r.attrs["e2b"]
                 for r in self.core.registry.select(owner)
                 if "e2b" in r.attrs
-                and "running" in states
+                and r.state in states
                 and all(r.attrs["e2b"].metadata.get(k) == v for k, v in wanted.items())
                 and (not template or template in (r.attrs["e2b"].template_id, r.template))
             ),

@@ -38,6 +38,7 @@ class E2bSandbox:
     client_id: str = field(default_factory=lambda: secrets.token_hex(8))
     started_at: float = field(default_factory=time.time)
     end_at: float = 0.0
+    state: str = "running"  # or "paused"
     # The envd access token (`X-Access-Token`) and the traffic token of the code interpreter's
     # calls (`E2B-Traffic-Access-Token`): handed out once, kept as digests.
     access_token: str = field(default_factory=lambda: secrets.token_urlsafe(32))
@@ -83,7 +84,7 @@ class E2bSandbox:
             "cpuCount": self.cpu_count,
             "memoryMB": self.memory_mb,
             "diskSizeMB": self.disk_mb,
-            "state": "running",
+            "state": self.state,
             "envdVersion": ENVD_VERSION,
             "metadata": dict(self.metadata),
         }
