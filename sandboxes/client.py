@@ -435,11 +435,13 @@ class RemoteSandbox(SandboxBase):
         msg = await self._client._call("Fork", req, timeout=self._client.timeout + _NETWORK_MARGIN_S)
         return [RemoteSandbox(self._client, s) for s in msg.sandboxes]
 
-    async def pause(self) -> bool:
+    async def pause(self, *, files_only: bool = False) -> bool:
         """Stop every process of the sandbox where it runs (no CPU; memory, files and
         connections kept); calls to it raise `SandboxPaused` until `resume`. Its TTL stops
-        meanwhile. False when it was paused already."""
-        msg = await self._client._call("Pause", pb.PauseRequest(sandbox_id=self.id), retry=True)
+        meanwhile. With `files_only` its processes end and only its files are kept: `resume`
+        starts it anew from them. False when it was paused already."""
+        req = pb.PauseRequest(sandbox_id=self.id, files_only=files_only)
+        msg = await self._client._call("Pause", req, retry=True)
         return msg.changed
 
     async def resume(self, *, ttl_s: float | None = None) -> bool:

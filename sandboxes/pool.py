@@ -606,7 +606,7 @@ class Pool:
 
     def _pausable(self, sb: Sandbox) -> _TemplatePool:
         tp = self._tps.get(sb.template)
-        if tp is None or sb.closed:
+        if tp is None or sb.closed or (tp.claimed.get(sb.id) or tp.attached.get(sb.id)) is not sb:
             raise NotFound(f"sandbox {sb.id} is not one of this pool's")
         if not tp.backend.pauses:
             raise InvalidRequest(f"the {tp.backend.name} backend cannot pause a sandbox")

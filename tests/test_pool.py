@@ -276,7 +276,8 @@ async def test_orphans_of_a_dead_pool_are_reaped(native: Any, make_pool: MakePoo
 
 async def test_a_pool_killed_with_sigkill_leaves_nothing(native: Any, tmp_path: Path) -> None:
     """No later pool needed: the pool's watchdog reaps its agents (a lease of 300 s would keep
-    them alive for minutes), cgroups, run dirs and host id ranges once its owner is gone."""
+    them alive for minutes), a paused one too, cgroups, run dirs and host id ranges once its
+    owner is gone."""
     script = tmp_path / "owner.py"
     script.write_text(
         textwrap.dedent("""
@@ -289,6 +290,7 @@ async def test_a_pool_killed_with_sigkill_leaves_nothing(native: Any, tmp_path: 
             a = await pool.claim()
             b = await pool.claim("root") if os.geteuid() == 0 else a
             uid_map = (await b.exec(["cat", "/proc/self/uid_map"])).stdout.decode().split()
+            await a.pause()  # a paused sandbox's processes die only once thawed
             while pool.stats()["default"]["warm"] < 1:
                 await asyncio.sleep(0.01)
             agents = [(sb.handle.backend_data.pid, sb.handle.backend_data.cgroup, sb.handle.backend_data.run_dir)

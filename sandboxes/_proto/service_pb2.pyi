@@ -71,10 +71,12 @@ class GetRequest(_message.Message):
     def __init__(self, sandbox_id: _Optional[str] = ...) -> None: ...
 
 class PauseRequest(_message.Message):
-    __slots__ = ("sandbox_id",)
+    __slots__ = ("sandbox_id", "files_only")
     SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    FILES_ONLY_FIELD_NUMBER: _ClassVar[int]
     sandbox_id: str
-    def __init__(self, sandbox_id: _Optional[str] = ...) -> None: ...
+    files_only: bool
+    def __init__(self, sandbox_id: _Optional[str] = ..., files_only: _Optional[bool] = ...) -> None: ...
 
 class PauseResponse(_message.Message):
     __slots__ = ("changed",)

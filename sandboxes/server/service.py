@@ -222,7 +222,7 @@ class SandboxService:
 
     async def pause(self, req: pb.PauseRequest, context: Any, owner: str) -> pb.PauseResponse:
         rec = await self.core.record(req.sandbox_id, owner)
-        return pb.PauseResponse(changed=await self.core.pause(rec))
+        return pb.PauseResponse(changed=await self.core.pause(rec, memory=not req.files_only))
 
     async def resume(self, req: pb.ResumeRequest, context: Any, owner: str) -> pb.ResumeResponse:
         rec = await self.core.record(req.sandbox_id, owner)
