@@ -10,29 +10,36 @@ DELETE /templates/{snapshotID}                                                  
 ```
 
 A full snapshot and a fork carry the sandbox's running processes and memory; this server takes
-filesystem checkpoints only (no working CRIU), so those calls are refused with an error that
-says so, never answered with a filesystem copy under a name that promises processes. A snapshot
+filesystem checkpoints only, so those calls are refused with an error that says so and names what
+the host lacks (`sandboxes.server.criu`), never answered with a filesystem copy under a name that
+promises processes. A snapshot
 is kept until deleted, as the platform's are; a key sees only its own (another key's is 404).
 """
 
 from __future__ import annotations
 
+import asyncio
 from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from sandboxes import errors as E
+from sandboxes.server.criu import memory_snapshots_missing
 from sandboxes.server.http.endpoint import Refused
 
 __all__ = ["Snapshots"]
 
 MAX_NAME = 128
 
-NO_MEMORY = (
-    "memory snapshots are not available on this server: it keeps a sandbox's files, not its running "
-    "processes or memory (no working CRIU)"
-)
+
+async def no_memory() -> str:
+    """Why a call that promises processes is refused (the host is probed once, off the loop)."""
+    missing = await asyncio.to_thread(memory_snapshots_missing)
+    return (
+        "memory snapshots are not available on this server: it keeps a sandbox's files, not its "
+        f"running processes or memory ({missing})"
+    )
 
 
 def snapshot_json(cp: Any) -> dict[str, Any]:
@@ -59,7 +66,7 @@ class Snapshots:
         body = await self.control._body(request)
         rec, _ = await self.control.live(owner, request.path_params["sandbox_id"])
         if body.get("memory") is not False:
-            raise Refused(501, f"{NO_MEMORY}; take it with mode='filesystem'")
+            raise Refused(501, f"{await no_memory()}; take it with mode='filesystem'")
         name = body.get("name") or ""
         if not isinstance(name, str) or len(name) > MAX_NAME:
             raise Refused(400, f"name must be a string of at most {MAX_NAME} characters")
@@ -70,7 +77,7 @@ class Snapshots:
         await self.control.live(owner, request.path_params["sandbox_id"])
         raise Refused(
             501,
-            f"forking carries the sandbox's running processes: {NO_MEMORY}; take a snapshot with "
+            f"forking carries the sandbox's running processes: {await no_memory()}; take a snapshot with "
             "mode='filesystem' and create sandboxes from it",
         )
 
