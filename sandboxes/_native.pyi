@@ -256,6 +256,7 @@ class LaunchConfig:
     root_size_bytes: int
     image_root: str
     layers: list[str]
+    volumes: list[str]
     egress_allow: list[str]
 
     def __new__(
@@ -284,6 +285,7 @@ class LaunchConfig:
         image_root: str = ...,  # an unpacked image to build the root on (default "": host /usr view)
         egress_allow: list[str] | None = None,  # allow-list rules (see Template.network)
         layers: list[str] | None = None,  # checkpoint layers, bottom first (see Template.layers)
+        volumes: list[str] | None = None,  # "SRC:DST[:ro]" host directories bound in the sandbox
     ) -> Self: ...
 
 @final

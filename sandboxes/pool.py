@@ -40,6 +40,8 @@ from .judging import TestReport
 from .sandbox import Data, Sandbox
 from .templates import Template, validate_env
 from .types import Limits
+from .volumes import DEFAULT_INODES, Volume, VolumeStore
+from .volumes import DEFAULT_SIZE_BYTES as DEFAULT_VOLUME_BYTES
 
 __all__ = ["Pool"]
 
@@ -47,6 +49,7 @@ log = logging.getLogger(__name__)
 
 # After this many creates in a row failed, waiting claims get the launch error instead of waiting on.
 FAIL_FAST_AFTER = 3
+MAX_VOLUMES = 16  # volumes of one sandbox
 PAUSED_LEASE_S = 7 * 24 * 3600.0  # a paused agent's lease: the longest the agent grants
 BACKOFF_INITIAL_S = 0.1
 BACKOFF_MAX_S = 10.0
@@ -104,9 +107,11 @@ class _TemplatePool:
     renew_failures_total: int = 0
     claim_wait: _Histogram = field(default_factory=_Histogram)
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
-    # A checkpoint's sandboxes (`Pool._layered`): the template they are made of and the layers.
+    # A checkpoint's or a volume's sandboxes (`Pool._layered`): the template they are made of,
+    # the layers and the volumes (volume id, path, read-only).
     base: str = ""
     layers: tuple[str, ...] = ()
+    volumes: tuple[tuple[str, str, bool], ...] = ()
 
     @property
     def name(self) -> str:
@@ -146,6 +151,7 @@ class Pool:
         create_concurrency: int | None = None,
         renew_concurrency: int = 64,
         checkpoint_dir: str | os.PathLike[str] | None = None,
+        volume_dir: str | os.PathLike[str] | None = None,
         **template_kwargs: Any,
     ) -> None:
         if isinstance(warm, bool) or not isinstance(warm, int) or warm < 0:
@@ -196,6 +202,7 @@ class Pool:
         self._start_lock: asyncio.Lock | None = None
         self._close_task: asyncio.Task[None] | None = None
         self.checkpoints = CheckpointStore(None if checkpoint_dir is None else Path(checkpoint_dir))
+        self.volumes = VolumeStore(None if volume_dir is None else Path(volume_dir))
 
     # --- lifecycle -------------------------------------------------------------------------------
 
@@ -318,6 +325,7 @@ class Pool:
         timeout: float | None = None,
         checkpoint: str | Checkpoint | None = None,
         owner: str | None = None,
+        volumes: Mapping[str, str | tuple[str, bool]] | None = None,
     ) -> Sandbox:
         """A ready sandbox of `template` (default: the pool's default template).
 
@@ -328,18 +336,26 @@ class Pool:
         With `checkpoint` (a `Checkpoint` or the id of one of `owner`'s, None: anyone's), the
         sandbox is made from it (its template, with the checkpoint's files): created for the
         claim, never warm.
+
+        With `volumes` (a path in the sandbox -> the id or name of one of `owner`'s volumes, or
+        `(volume, read_only)`), each volume is mounted at its path: made for the claim too.
         """
         if not self._started:
             await self.start()
         if self._closing:
             raise Cancelled("pool is closing")
-        if checkpoint is None:
+        if checkpoint is None and not volumes:
             return await self._claim(self._tp(template), env, files, labels, timeout)
-        if isinstance(checkpoint, Checkpoint):
-            checkpoint = self.checkpoints.get(checkpoint.id, checkpoint.owner if owner is None else owner)
+        mounts = await asyncio.to_thread(self._resolve_volumes, volumes or {}, owner)
+        if checkpoint is None:
+            base, layers = self._tp(template).name, ()
         else:
-            checkpoint = self.checkpoints.get(checkpoint, owner)
-        tp = self._layered(checkpoint.template, checkpoint.layers)
+            if isinstance(checkpoint, Checkpoint):
+                checkpoint = self.checkpoints.get(checkpoint.id, checkpoint.owner if owner is None else owner)
+            else:
+                checkpoint = self.checkpoints.get(checkpoint, owner)
+            base, layers = checkpoint.template, checkpoint.layers
+        tp = await self._derived(base, layers, mounts)
         try:
             return await self._claim(tp, env, files, labels, timeout)
         finally:
@@ -491,10 +507,18 @@ class Pool:
         timeout: float | None = None,
         checkpoint: str | Checkpoint | None = None,
         owner: str | None = None,
+        volumes: Mapping[str, str | tuple[str, bool]] | None = None,
     ) -> AsyncIterator[Sandbox]:
         """`async with pool.sandbox(...) as sb:` claims a sandbox and destroys it afterwards."""
         sb = await self.claim(
-            template, env=env, files=files, labels=labels, timeout=timeout, checkpoint=checkpoint, owner=owner
+            template,
+            env=env,
+            files=files,
+            labels=labels,
+            timeout=timeout,
+            checkpoint=checkpoint,
+            owner=owner,
+            volumes=volumes,
         )
         try:
             yield sb
@@ -599,6 +623,37 @@ class Pool:
                 await sb._renew_lease(tp.template.lease_ttl_s)
         return True
 
+    def _resolve_volumes(
+        self, volumes: Mapping[str, str | tuple[str, bool]], owner: str | None
+    ) -> tuple[tuple[str, str, bool], ...]:
+        """(volume id, path, read-only) of each asked mount, sorted by path."""
+        if not isinstance(volumes, Mapping) or len(volumes) > MAX_VOLUMES:
+            raise InvalidRequest(f"volumes must map at most {MAX_VOLUMES} paths to volumes")
+        out = []
+        for path, ref in volumes.items():
+            name, ro = ref if isinstance(ref, tuple) else (ref, False)
+            if not isinstance(path, str) or not path.startswith("/") or not isinstance(ro, bool):
+                raise InvalidRequest(f"a volume's path must be absolute, got {path!r}")
+            out.append((self.volumes.get(name, owner).id, path, ro))
+        return tuple(sorted(out, key=lambda m: m[1]))
+
+    async def create_volume(
+        self,
+        name: str,
+        *,
+        owner: str = "",
+        size_bytes: int = DEFAULT_VOLUME_BYTES,
+        inodes: int = DEFAULT_INODES,
+    ) -> Volume:
+        """A new empty volume of `owner`'s (`VolumeStore.create`), mounted with `claim(volumes=...)`."""
+        return await asyncio.to_thread(
+            self.volumes.create, name, owner=owner, size_bytes=size_bytes, inodes=inodes
+        )
+
+    async def delete_volume(self, ref: str, *, owner: str | None = None) -> Volume:
+        """Deletes a volume (deferred while sandboxes mount it)."""
+        return await asyncio.to_thread(self.volumes.delete, ref, owner)
+
     def can_checkpoint(self, sb: Sandbox) -> bool:
         """Whether `sb` is one of this pool's, on a backend that checkpoints."""
         tp = self._tps.get(sb.template)
@@ -618,24 +673,71 @@ class Pool:
             lock = self._pause_locks[sb.id] = asyncio.Lock()
         return lock
 
-    def _layered(self, base: str, layers: tuple[str, ...]) -> _TemplatePool:
-        """The template pool of sandboxes of template `base` made from `layers` (served while it
-        has sandboxes or claims; its layers are in use meanwhile)."""
-        key = hashlib.sha256("\0".join((base, *layers)).encode()).hexdigest()[:20]
-        name = f"cp-{key}"
+    @staticmethod
+    def _derived_name(base: str, layers: tuple[str, ...], volumes: tuple[tuple[str, str, bool], ...]) -> str:
+        parts = (base, *layers, *(f"{v}:{p}:{int(ro)}" for v, p, ro in volumes))
+        return "cp-" + hashlib.sha256("\0".join(parts).encode()).hexdigest()[:20]
+
+    async def _derived(
+        self, base: str, layers: tuple[str, ...], volumes: tuple[tuple[str, str, bool], ...]
+    ) -> _TemplatePool:
+        """`_layered`, mounting the volumes off the event loop first."""
+        name = self._derived_name(base, layers, volumes)
+        if name in self._tps or not volumes:
+            return self._layered(base, layers)
+        hosts = await asyncio.to_thread(self._mount, volumes)
+        if name in self._tps:  # made by another claim meanwhile
+            await asyncio.to_thread(self._unmount, volumes)
+            return self._tps[name]
+        try:
+            return self._layered(base, layers, volumes, hosts)
+        except BaseException:
+            await asyncio.to_thread(self._unmount, volumes)
+            raise
+
+    def _mount(self, volumes: tuple[tuple[str, str, bool], ...]) -> tuple[str, ...]:
+        """Each volume's host directory, mounted for one more template pool (all or none)."""
+        hosts: list[str] = []
+        try:
+            for vid, _, _ in volumes:
+                hosts.append(self.volumes.acquire(vid))
+        except BaseException:
+            self._unmount(volumes[: len(hosts)])
+            raise
+        return tuple(hosts)
+
+    def _unmount(self, volumes: tuple[tuple[str, str, bool], ...]) -> None:
+        for vid, _, _ in volumes:
+            self.volumes.release(vid)
+
+    def _layered(
+        self,
+        base: str,
+        layers: tuple[str, ...],
+        volumes: tuple[tuple[str, str, bool], ...] = (),
+        hosts: tuple[str, ...] = (),
+    ) -> _TemplatePool:
+        """The template pool of sandboxes of template `base` made from `layers`, with `volumes`
+        mounted from their `hosts` directories (mounted for it: it unmounts them when retired),
+        served while it has sandboxes or claims; its layers are in use meanwhile."""
+        name = self._derived_name(base, layers, volumes)
         tp = self._tps.get(name)
         if tp is not None:
             return tp
         t = self._templates.get(base)
         if t is None:
-            raise NotFound(f"no template {base!r} in this pool (the checkpoint's)")
-        if not self._backends[t.backend].checkpoints:
+            raise NotFound(f"no template {base!r} in this pool")
+        backend = self._backends[t.backend]
+        if layers and not backend.checkpoints:
             raise InvalidRequest(f"the {t.backend} backend cannot make sandboxes from checkpoints")
+        if volumes and not backend.volumes:
+            raise InvalidRequest(f"the {t.backend} backend cannot mount volumes")
         paths = self.checkpoints.acquire(layers)
-        t = t.replace(name=name, layers=tuple(paths), warm=0)
+        mounts = tuple((host, path, ro) for host, (_, path, ro) in zip(hosts, volumes, strict=True))
+        t = t.replace(name=name, layers=tuple(paths), volumes=mounts, warm=0)
         self._templates[name] = t
         tp = self._serve_template(t)
-        tp.base, tp.layers = base, layers
+        tp.base, tp.layers, tp.volumes = base, layers, volumes
         return tp
 
     def _retire_if_idle(self, tp: _TemplatePool) -> None:
@@ -649,6 +751,7 @@ class Pool:
             with contextlib.suppress(ValueError):
                 self._tasks.remove(task)
         self.checkpoints.release(tp.layers)
+        self._unmount(tp.volumes)  # a volume's last user unmounts it: milliseconds
 
     def grade(
         self,

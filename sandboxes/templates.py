@@ -86,6 +86,10 @@ class Template:
     from, bottom first: the pool sets them on the template it serves a checkpoint's sandboxes
     from (`Pool.claim(checkpoint=...)`, `Pool.fork`); each writable place of the sandbox is an
     overlay on its part of them (docs/sandbox.md, "Checkpoints").
+
+    `volumes` are directories of this host bound in each sandbox: (host dir, path in the
+    sandbox, read-only). The pool sets them on the template it serves a claim's volumes from
+    (`Pool.claim(volumes=...)`, `sandboxes.volumes`).
     """
 
     name: str = "default"
@@ -114,6 +118,7 @@ class Template:
     user: str = "sandbox"
     root_size_bytes: int = DEFAULT_ROOT_SIZE_BYTES
     layers: tuple[str, ...] = ()
+    volumes: tuple[tuple[str, str, bool], ...] = ()
 
     def __post_init__(self) -> None:
         # Frozen, but copy the mutable containers so callers cannot change a template later.
@@ -121,6 +126,7 @@ class Template:
         object.__setattr__(self, "labels", dict(self.labels))
         object.__setattr__(self, "ro_binds", tuple(self.ro_binds))
         object.__setattr__(self, "layers", tuple(self.layers))
+        object.__setattr__(self, "volumes", tuple(tuple(v) for v in self.volumes))
         if isinstance(self.network, (list, tuple)):
             object.__setattr__(self, "network", tuple(self.network))
         self.validate()
@@ -169,6 +175,13 @@ class Template:
         for p in self.layers:
             if not isinstance(p, str) or not p.startswith("/"):
                 raise InvalidRequest(f"layers entries must be absolute paths, got {p!r}")
+        for v in self.volumes:
+            ok = len(v) == 3 and all(isinstance(x, str) and x.startswith("/") for x in v[:2])
+            if not ok or not isinstance(v[2], bool) or ":" in v[0] + v[1]:
+                raise InvalidRequest(
+                    f"volumes entries must be (host dir, path in the sandbox, read_only) with "
+                    f"absolute paths without ':', got {v!r}"
+                )
         validate_env(self.env)
         for k, v in self.labels.items():
             if not isinstance(k, str) or not isinstance(v, str):

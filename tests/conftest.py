@@ -83,9 +83,10 @@ def pytest_sessionfinish(session: Any, exitstatus: Any) -> None:
 
 @pytest.fixture(autouse=True)
 def own_checkpoints(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every test's pools and servers keep their checkpoints in a directory of the test's own:
-    a server's key sees exactly the checkpoints its test took."""
+    """Every test's pools and servers keep their checkpoints and volumes in directories of the
+    test's own: a server's key sees exactly the checkpoints and volumes its test made."""
     monkeypatch.setenv("SANDBOXES_CHECKPOINT_DIR", str(tmp_path / "checkpoints"))
+    monkeypatch.setenv("SANDBOXES_VOLUME_DIR", str(tmp_path / "volumes"))
 
 
 @pytest.fixture(scope="session", autouse=True)

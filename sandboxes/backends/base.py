@@ -53,6 +53,10 @@ class Backend(abc.ABC):
     (`Template.layers`: directories of the host the pool runs on); False: `Pool.checkpoint` and
     `Pool.fork` refuse its sandboxes."""
 
+    volumes: bool = False
+    """Whether its sandboxes can mount volumes (`Template.volumes`: directories of the host the
+    pool runs on)."""
+
     pauses: bool = False
     """Whether its sandboxes can be paused where they run (every process stopped, memory, files
     and connections kept) and resumed (`pause` / `resume`); False: `Pool.pause` refuses its

@@ -65,6 +65,7 @@ class LocalBackend(Backend):
 
     checkpoints = True
     pauses = True  # the sandbox's cgroup freezer
+    volumes = True
 
     name = "local"
 
@@ -158,6 +159,7 @@ class LocalBackend(Backend):
             root_size_bytes=template.root_size_bytes,
             image_root=image_root,
             layers=list(template.layers) or None,
+            volumes=[f"{src}:{dst}{':ro' if ro else ''}" for src, dst, ro in template.volumes] or None,
         )
         return await native.launch_local(config)
 

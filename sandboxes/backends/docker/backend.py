@@ -63,6 +63,7 @@ class DockerBackend(Backend):
 
     checkpoints = True
     pauses = True  # the engine's pause (its cgroup freezer)
+    volumes = True
 
     name = "docker"
 

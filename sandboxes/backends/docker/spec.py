@@ -24,6 +24,7 @@ from .config import (
     LAYERS_MOUNT,
     RUN_MOUNT,
     SECURITY_OPTS,
+    VOLUMES_MOUNT,
 )
 
 # The entrypoint script. fd 3 is the `ready` FIFO (opened first, so any failure after this point
@@ -94,6 +95,9 @@ def container_spec(t: Template, p: Placement) -> dict[str, Any]:
     for i, layer in enumerate(t.layers):  # a checkpoint's layers, read-only, bottom first
         binds[layer] = {"bind": f"{LAYERS_MOUNT}/{i}", "mode": "ro"}
         agent_args += ["--layer", f"{LAYERS_MOUNT}/{i}"]
+    for i, (src, dst, ro) in enumerate(t.volumes):  # volumes' host mounts, into the root from there
+        binds[src] = {"bind": f"{VOLUMES_MOUNT}/{i}", "mode": "ro" if ro else "rw"}
+        agent_args += ["--volume", f"{VOLUMES_MOUNT}/{i}:{dst}{':ro' if ro else ''}"]
     for path in t.ro_binds:
         binds[path] = {"bind": path, "mode": "ro"}  # into the container, and from there into the root
         agent_args += ["--ro-bind", path]

@@ -70,6 +70,10 @@ pub struct Args {
     /// sandbox's own disk. Needs --new-root.
     #[arg(long = "layer")]
     pub layers: Vec<PathBuf>,
+    /// A directory of the host bound in the sandbox, `SRC:DST[:ro]` (repeatable): read-write
+    /// unless `:ro`, its files' ids the programs' own (idmapped like an image). Needs --new-root.
+    #[arg(long = "volume")]
+    pub volumes: Vec<crate::setup::volumes::Volume>,
     #[arg(long)]
     pub no_seccomp: bool,
     #[arg(long)]

@@ -299,6 +299,7 @@ fn start(args: cli::Args) -> Result<i32, StartError> {
     };
     if args.new_root {
         let (_layers_held, layers) = setup::layers::hold(&args.layers)?;
+        let (_volumes_held, volumes) = setup::volumes::hold(&args.volumes)?;
         let spec = setup::rootfs::RootSpec {
             work_dir: args.work_dir.clone(),
             work_size: args.work_size,
@@ -314,6 +315,7 @@ fn start(args: cli::Args) -> Result<i32, StartError> {
             image: args.image_root.clone(),
             image_ids_inside: args.pod_ids,
             layers,
+            volumes,
             disk: args.build_dir.clone(),
             resolv_conf: if egress.is_some() {
                 Some(format!("nameserver {}\n", egress::DNS_HOST))

@@ -60,6 +60,8 @@ pub struct LaunchConfig {
     image_root: String,
     /// Checkpoint layers (unpacked directories) the sandbox is made from, bottom first.
     layers: Vec<String>,
+    /// Volumes bound in the sandbox, the agent's `--volume SRC:DST[:ro]`.
+    volumes: Vec<String>,
     /// Egress allow-list rules (the agent's `--egress-allow`): the sandbox gets a network
     /// namespace of its own whose one way out is the agent's proxy, which opens connections in
     /// this process's network namespace. Empty: `network` decides (none, or the host's).
@@ -69,7 +71,7 @@ pub struct LaunchConfig {
 #[pymethods]
 impl LaunchConfig {
     #[new]
-    #[pyo3(signature = (agent_path, run_dir, *, uid=65534, gid=65534, lease_ttl_s=30.0, memory_bytes=0, max_pids=0, cpu_quota=0.0, work_dir="/work".to_string(), work_size_bytes=0, tmp_size_bytes=0, network=false, seccomp=true, cgroups=true, ro_binds=None, env=None, python_zygote="lazy".to_string(), user="sandbox".to_string(), id_base=0, root_size_bytes=0, image_root="".to_string(), egress_allow=None, layers=None))]
+    #[pyo3(signature = (agent_path, run_dir, *, uid=65534, gid=65534, lease_ttl_s=30.0, memory_bytes=0, max_pids=0, cpu_quota=0.0, work_dir="/work".to_string(), work_size_bytes=0, tmp_size_bytes=0, network=false, seccomp=true, cgroups=true, ro_binds=None, env=None, python_zygote="lazy".to_string(), user="sandbox".to_string(), id_base=0, root_size_bytes=0, image_root="".to_string(), egress_allow=None, layers=None, volumes=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         agent_path: String,
@@ -95,8 +97,16 @@ impl LaunchConfig {
         image_root: String,
         egress_allow: Option<Vec<String>>,
         layers: Option<Vec<String>>,
+        volumes: Option<Vec<String>>,
     ) -> PyResult<Self> {
         let layers = layers.unwrap_or_default();
+        let volumes = volumes.unwrap_or_default();
+        if let Some(v) = volumes.iter().find(|v| !v.starts_with('/') || !v.contains(":/")) {
+            return Err(err(
+                Kind::InvalidRequest,
+                format!("volumes must be SRC:DST[:ro] with absolute paths, got {v}"),
+            ));
+        }
         if let Some(l) = layers.iter().find(|l| !l.starts_with('/')) {
             return Err(err(
                 Kind::InvalidRequest,
@@ -179,6 +189,7 @@ impl LaunchConfig {
             root_size_bytes,
             image_root,
             layers,
+            volumes,
             egress_allow,
         })
     }
@@ -422,6 +433,9 @@ fn agent_argv(c: &LaunchConfig, namespaces: &[&str]) -> Vec<String> {
     }
     for l in &c.layers {
         a.push(format!("--layer={l}"));
+    }
+    for v in &c.volumes {
+        a.push(format!("--volume={v}"));
     }
     if !c.egress_allow.is_empty() {
         // The agent opens this process's namespace while the launcher is still there to be seen.

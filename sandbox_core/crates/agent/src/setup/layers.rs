@@ -103,7 +103,7 @@ pub fn mount_lowers(
         let target = at.join(i.to_string());
         mkdirs(&target)?;
         match userns {
-            Some(ns) => idmapped_bind(lower, &target, ns)?,
+            Some(ns) => idmapped_bind(lower, &target, ns, true)?,
             None => bind_plain_ro(lower, &target)?,
         }
         mounted.push(target);

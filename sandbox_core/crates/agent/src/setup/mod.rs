@@ -4,6 +4,7 @@
 pub mod layers;
 pub mod net;
 pub mod rootfs;
+pub mod volumes;
 
 #[derive(Debug, thiserror::Error)]
 pub enum SetupError {

@@ -68,6 +68,8 @@ pub struct RootSpec {
     pub disk: PathBuf,
     /// Checkpoint layers the sandbox is made from, bottom first (`setup::layers`).
     pub layers: Vec<PathBuf>,
+    /// Volumes mounted in the sandbox (`setup::volumes`).
+    pub volumes: Vec<super::volumes::Volume>,
 }
 
 impl RootSpec {
@@ -409,7 +411,7 @@ fn read_only_root(spec: &RootSpec) -> Result<PathBuf, SetupError> {
     mkdirs(&usr)?;
     let mapped = spec
         .userns
-        .map(|ns| idmapped_bind(Path::new("/usr"), &usr, ns));
+        .map(|ns| idmapped_bind(Path::new("/usr"), &usr, ns, true));
     if let Some(Err(e)) = &mapped {
         eprintln!("sandbox-agent: {e}; /usr is bound as it is");
     }
@@ -460,7 +462,7 @@ fn writable_root(
         what: "a writable root needs one",
         source: std::io::Error::from_raw_os_error(libc::EINVAL),
     })?;
-    match idmapped_bind(Path::new("/usr"), &lower, userns) {
+    match idmapped_bind(Path::new("/usr"), &lower, userns, true) {
         Ok(()) => {
             let usr_layers = layers::parts(&spec.layers, Path::new("usr"));
             let mut lowers =
@@ -487,7 +489,12 @@ fn writable_root(
 
 /// Binds `src` at `target` (an existing directory) read-only, with the ids of its files shifted
 /// into `userns` (file uid 0 is the namespace's root).
-pub(super) fn idmapped_bind(src: &Path, target: &Path, userns: RawFd) -> Result<(), SetupError> {
+pub(super) fn idmapped_bind(
+    src: &Path,
+    target: &Path,
+    userns: RawFd,
+    read_only: bool,
+) -> Result<(), SetupError> {
     let err = |source| SetupError::IdMap {
         path: src.display().to_string(),
         source,
@@ -521,7 +528,10 @@ pub(super) fn idmapped_bind(src: &Path, target: &Path, userns: RawFd) -> Result<
     // SAFETY: just returned by the kernel.
     let tree = unsafe { OwnedFd::from_raw_fd(tree as RawFd) };
     let attr = MountAttr {
-        attr_set: MOUNT_ATTR_IDMAP | MOUNT_ATTR_RDONLY | MOUNT_ATTR_NOSUID | MOUNT_ATTR_NODEV,
+        attr_set: MOUNT_ATTR_IDMAP
+            | MOUNT_ATTR_NOSUID
+            | MOUNT_ATTR_NODEV
+            | if read_only { MOUNT_ATTR_RDONLY } else { 0 },
         attr_clr: 0,
         propagation: 0,
         userns_fd: userns as u64,
@@ -581,7 +591,7 @@ fn image_root(
     let mapped = spec
         .userns
         .filter(|_| !spec.image_ids_inside)
-        .map(|ns| idmapped_bind(image, &lower, ns));
+        .map(|ns| idmapped_bind(image, &lower, ns, true));
     match mapped {
         Some(Ok(())) => chown(&upper, spec.uid - spec.inside.0, spec.gid - spec.inside.1)?,
         Some(Err(e)) => {
@@ -626,12 +636,18 @@ pub(super) fn overlay(
 }
 
 pub(super) fn bind_plain_ro(src: &Path, target: &Path) -> Result<(), SetupError> {
+    bind_plain(src, target, true)
+}
+
+/// A bind of `src` at `target` with no set-id bits or devices, read-only when asked.
+pub(super) fn bind_plain(src: &Path, target: &Path, read_only: bool) -> Result<(), SetupError> {
     mount(Some(src), target, None, libc::MS_BIND | libc::MS_REC, None)?;
+    let ro = if read_only { libc::MS_RDONLY } else { 0 };
     mount(
         None,
         target,
         None,
-        libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV,
+        libc::MS_REMOUNT | libc::MS_BIND | ro | libc::MS_NOSUID | libc::MS_NODEV,
         None,
     )
 }
@@ -750,6 +766,7 @@ pub fn build(spec: &RootSpec) -> Result<(), SetupError> {
         places,
         id_base: spec.id_base(),
     });
+    super::volumes::mount_all(root, &spec.volumes, spec.layer_userns())?;
     for p in &spec.ro_binds {
         if p.is_absolute() && p.exists() {
             bind_ro(root, p)?;
