@@ -47,6 +47,7 @@ from sandboxes.judging import RunTestsRequest, TestReport
 from sandboxes.sandbox import Data, ExecRequest, ExecStream, SandboxBase, as_bytes
 from sandboxes.status import error_from_rpc, is_draining, is_retryable_unavailable
 from sandboxes.types import AgentInfo, DirEntry, ExecResult, ReadRange
+from sandboxes.volumes import Volume
 
 __all__ = ["ADDRESS_ENV", "API_KEY_ENV", "AsyncSandboxClient", "RemoteSandbox"]
 
@@ -202,11 +203,13 @@ class AsyncSandboxClient:
         *,
         timeout: float | None = None,
         checkpoint: str | Checkpoint | None = None,
+        volumes: Mapping[str, str | tuple[str, bool]] | None = None,
     ) -> RemoteSandbox:
         """A ready sandbox of `template`. `timeout` bounds the wait for a free one (default: the
         client's timeout); past it the server answers `PoolExhausted`. Retries reuse one
         idempotency key, so a lost answer never creates a second sandbox. With `checkpoint` (one
-        of this key's, or its id) the sandbox is made from it, of its template."""
+        of this key's, or its id) the sandbox is made from it, of its template. `volumes` maps
+        paths in the sandbox to this key's volumes (id or name, or `(volume, read_only)`)."""
         wait = float(timeout) if timeout is not None else self.timeout
         req = pb.CreateRequest(
             template=template or "default",
@@ -217,9 +220,32 @@ class AsyncSandboxClient:
             idempotency_key=idempotency_key or uuid.uuid4().hex,
             timeout_s=wait,
             checkpoint_id=checkpoint.id if isinstance(checkpoint, Checkpoint) else (checkpoint or ""),
+            volumes=[
+                pb.VolumeMount(path=path, volume=ref[0], read_only=ref[1])
+                if isinstance(ref, tuple)
+                else pb.VolumeMount(path=path, volume=ref)
+                for path, ref in (volumes or {}).items()
+            ],
         )
         msg = await self._call("Create", req, timeout=wait + _NETWORK_MARGIN_S, retry=True)
         return RemoteSandbox(self, msg)
+
+    async def create_volume(self, name: str, *, size_bytes: int = 0, inodes: int = 0) -> Volume:
+        """A new volume of this key's (`size_bytes` / `inodes` 0: the server's defaults)."""
+        req = pb.CreateVolumeRequest(name=name, size_bytes=size_bytes, inodes=inodes)
+        return _volume(await self._call("CreateVolume", req))
+
+    async def volumes(self) -> list[Volume]:
+        """This API key's volumes, oldest first."""
+        msg = await self._call("ListVolumes", pb.ListVolumesRequest(), retry=True)
+        return [_volume(v) for v in msg.volumes]
+
+    async def get_volume(self, volume: str) -> Volume:
+        return _volume(await self._call("GetVolume", pb.GetVolumeRequest(volume=volume), retry=True))
+
+    async def delete_volume(self, volume: str) -> None:
+        """Deletes one of this key's volumes (its data goes once no sandbox mounts it)."""
+        await self._call("DeleteVolume", pb.DeleteVolumeRequest(volume=volume))
 
     async def checkpoints(self) -> list[Checkpoint]:
         """This API key's checkpoints, oldest first."""
@@ -317,6 +343,12 @@ def _checkpoint(msg: pb.Checkpoint) -> Checkpoint:
         bytes=msg.size_bytes,
         created_at=msg.created_at,
         expires_at=msg.expires_at or None,
+    )
+
+
+def _volume(msg: pb.Volume) -> Volume:
+    return Volume(
+        id=msg.id, name=msg.name, size_bytes=msg.size_bytes, inodes=msg.inodes, created_at=msg.created_at
     )
 
 

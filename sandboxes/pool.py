@@ -40,8 +40,8 @@ from .judging import TestReport
 from .sandbox import Data, Sandbox
 from .templates import Template, validate_env
 from .types import Limits
-from .volumes import DEFAULT_INODES, Volume, VolumeStore
 from .volumes import DEFAULT_SIZE_BYTES as DEFAULT_VOLUME_BYTES
+from .volumes import Volume, VolumeStore
 
 __all__ = ["Pool"]
 
@@ -347,8 +347,9 @@ class Pool:
         if checkpoint is None and not volumes:
             return await self._claim(self._tp(template), env, files, labels, timeout)
         mounts = await asyncio.to_thread(self._resolve_volumes, volumes or {}, owner)
+        layers: tuple[str, ...] = ()
         if checkpoint is None:
-            base, layers = self._tp(template).name, ()
+            base = self._tp(template).name
         else:
             if isinstance(checkpoint, Checkpoint):
                 checkpoint = self.checkpoints.get(checkpoint.id, checkpoint.owner if owner is None else owner)
@@ -643,7 +644,7 @@ class Pool:
         *,
         owner: str = "",
         size_bytes: int = DEFAULT_VOLUME_BYTES,
-        inodes: int = DEFAULT_INODES,
+        inodes: int | None = None,
     ) -> Volume:
         """A new empty volume of `owner`'s (`VolumeStore.create`), mounted with `claim(volumes=...)`."""
         return await asyncio.to_thread(

@@ -175,12 +175,12 @@ class Template:
         for p in self.layers:
             if not isinstance(p, str) or not p.startswith("/"):
                 raise InvalidRequest(f"layers entries must be absolute paths, got {p!r}")
-        for v in self.volumes:
-            ok = len(v) == 3 and all(isinstance(x, str) and x.startswith("/") for x in v[:2])
-            if not ok or not isinstance(v[2], bool) or ":" in v[0] + v[1]:
+        for vol in self.volumes:
+            ok = len(vol) == 3 and all(isinstance(x, str) and x.startswith("/") for x in vol[:2])
+            if not ok or not isinstance(vol[2], bool) or ":" in vol[0] + vol[1]:
                 raise InvalidRequest(
                     f"volumes entries must be (host dir, path in the sandbox, read_only) with "
-                    f"absolute paths without ':', got {v!r}"
+                    f"absolute paths without ':', got {vol!r}"
                 )
         validate_env(self.env)
         for k, v in self.labels.items():

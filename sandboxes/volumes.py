@@ -53,7 +53,9 @@ VOLUME_DIR_ENV = "SANDBOXES_VOLUME_DIR"
 DEFAULT_SIZE_BYTES = 1 << 30
 MIN_SIZE_BYTES = 4 << 20
 MAX_SIZE_BYTES = 1 << 40
-DEFAULT_INODES = 65536
+BYTES_PER_INODE = 16384  # a volume's inodes when none are asked for: one per 16 KiB
+DEFAULT_INODES = DEFAULT_SIZE_BYTES // BYTES_PER_INODE
+INODE_BYTES = 256  # what each inode takes of the image (ext4's inode size)
 MIN_INODES = 64
 MAX_INODES = 1 << 26
 # Below this size the image has no journal (ext4 needs room for one).
@@ -135,7 +137,7 @@ class VolumeStore:
         return self.root / "mnt" / volume_id
 
     def _records(self) -> list[Volume]:
-        out = []
+        out: builtins.list[Volume] = []
         if not self.root.is_dir():
             return out
         for p in self.root.glob("vol-*.json"):
@@ -174,14 +176,18 @@ class VolumeStore:
         *,
         owner: str = "",
         size_bytes: int = DEFAULT_SIZE_BYTES,
-        inodes: int = DEFAULT_INODES,
+        inodes: int | None = None,
         labels: dict[str, str] | None = None,
     ) -> Volume:
-        """A new empty volume of `owner`'s; `InvalidRequest` for a bad bound or a name taken."""
+        """A new empty volume of `owner`'s with room for `inodes` files and directories (None:
+        one per 16 KiB); `InvalidRequest` for a bad bound or a name taken."""
         if not isinstance(name, str) or not _NAME_RE.match(name):
             raise InvalidRequest(f"volume name {name!r} must match {_NAME_RE.pattern}")
         _check_int("size_bytes", size_bytes, MIN_SIZE_BYTES, MAX_SIZE_BYTES)
-        _check_int("inodes", inodes, MIN_INODES, MAX_INODES)
+        if inodes is None:
+            inodes = max(MIN_INODES, size_bytes // BYTES_PER_INODE)
+        # The inode table must leave most of the image to data.
+        _check_int("inodes", inodes, MIN_INODES, min(MAX_INODES, size_bytes // (4 * INODE_BYTES)))
         if shutil.which("mkfs.ext4") is None or os.geteuid() != 0:
             raise VolumeError("volumes need root and mkfs.ext4 (e2fsprogs) on this host")
         with self._lock:

@@ -8,7 +8,7 @@ from typing import ClassVar as _ClassVar, Optional as _Optional, Union as _Union
 DESCRIPTOR: _descriptor.FileDescriptor
 
 class CreateRequest(_message.Message):
-    __slots__ = ("template", "labels", "env", "files", "ttl_s", "idempotency_key", "timeout_s", "checkpoint_id")
+    __slots__ = ("template", "labels", "env", "files", "ttl_s", "idempotency_key", "timeout_s", "checkpoint_id", "volumes")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -31,6 +31,7 @@ class CreateRequest(_message.Message):
     IDEMPOTENCY_KEY_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
     CHECKPOINT_ID_FIELD_NUMBER: _ClassVar[int]
+    VOLUMES_FIELD_NUMBER: _ClassVar[int]
     template: str
     labels: _containers.ScalarMap[str, str]
     env: _containers.ScalarMap[str, str]
@@ -39,7 +40,18 @@ class CreateRequest(_message.Message):
     idempotency_key: str
     timeout_s: float
     checkpoint_id: str
-    def __init__(self, template: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., env: _Optional[_Mapping[str, str]] = ..., files: _Optional[_Iterable[_Union[_common_pb2.FileEntry, _Mapping]]] = ..., ttl_s: _Optional[float] = ..., idempotency_key: _Optional[str] = ..., timeout_s: _Optional[float] = ..., checkpoint_id: _Optional[str] = ...) -> None: ...
+    volumes: _containers.RepeatedCompositeFieldContainer[VolumeMount]
+    def __init__(self, template: _Optional[str] = ..., labels: _Optional[_Mapping[str, str]] = ..., env: _Optional[_Mapping[str, str]] = ..., files: _Optional[_Iterable[_Union[_common_pb2.FileEntry, _Mapping]]] = ..., ttl_s: _Optional[float] = ..., idempotency_key: _Optional[str] = ..., timeout_s: _Optional[float] = ..., checkpoint_id: _Optional[str] = ..., volumes: _Optional[_Iterable[_Union[VolumeMount, _Mapping]]] = ...) -> None: ...
+
+class VolumeMount(_message.Message):
+    __slots__ = ("volume", "path", "read_only")
+    VOLUME_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    READ_ONLY_FIELD_NUMBER: _ClassVar[int]
+    volume: str
+    path: str
+    read_only: bool
+    def __init__(self, volume: _Optional[str] = ..., path: _Optional[str] = ..., read_only: _Optional[bool] = ...) -> None: ...
 
 class Sandbox(_message.Message):
     __slots__ = ("id", "template", "labels", "created_at", "expires_at", "state")
@@ -372,6 +384,56 @@ class Checkpoint(_message.Message):
     created_at: float
     expires_at: float
     def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., template: _Optional[str] = ..., source_sandbox_id: _Optional[str] = ..., size_bytes: _Optional[int] = ..., layers: _Optional[int] = ..., created_at: _Optional[float] = ..., expires_at: _Optional[float] = ...) -> None: ...
+
+class Volume(_message.Message):
+    __slots__ = ("id", "name", "size_bytes", "inodes", "created_at")
+    ID_FIELD_NUMBER: _ClassVar[int]
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    INODES_FIELD_NUMBER: _ClassVar[int]
+    CREATED_AT_FIELD_NUMBER: _ClassVar[int]
+    id: str
+    name: str
+    size_bytes: int
+    inodes: int
+    created_at: float
+    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., size_bytes: _Optional[int] = ..., inodes: _Optional[int] = ..., created_at: _Optional[float] = ...) -> None: ...
+
+class CreateVolumeRequest(_message.Message):
+    __slots__ = ("name", "size_bytes", "inodes")
+    NAME_FIELD_NUMBER: _ClassVar[int]
+    SIZE_BYTES_FIELD_NUMBER: _ClassVar[int]
+    INODES_FIELD_NUMBER: _ClassVar[int]
+    name: str
+    size_bytes: int
+    inodes: int
+    def __init__(self, name: _Optional[str] = ..., size_bytes: _Optional[int] = ..., inodes: _Optional[int] = ...) -> None: ...
+
+class GetVolumeRequest(_message.Message):
+    __slots__ = ("volume",)
+    VOLUME_FIELD_NUMBER: _ClassVar[int]
+    volume: str
+    def __init__(self, volume: _Optional[str] = ...) -> None: ...
+
+class ListVolumesRequest(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
+
+class ListVolumesResponse(_message.Message):
+    __slots__ = ("volumes",)
+    VOLUMES_FIELD_NUMBER: _ClassVar[int]
+    volumes: _containers.RepeatedCompositeFieldContainer[Volume]
+    def __init__(self, volumes: _Optional[_Iterable[_Union[Volume, _Mapping]]] = ...) -> None: ...
+
+class DeleteVolumeRequest(_message.Message):
+    __slots__ = ("volume",)
+    VOLUME_FIELD_NUMBER: _ClassVar[int]
+    volume: str
+    def __init__(self, volume: _Optional[str] = ...) -> None: ...
+
+class DeleteVolumeResponse(_message.Message):
+    __slots__ = ()
+    def __init__(self) -> None: ...
 
 class GetCheckpointRequest(_message.Message):
     __slots__ = ("checkpoint_id",)

@@ -145,6 +145,26 @@ class SandboxesStub:
                 request_serializer=service__pb2.ResumeRequest.SerializeToString,
                 response_deserializer=service__pb2.ResumeResponse.FromString,
                 _registered_method=True)
+        self.CreateVolume = channel.unary_unary(
+                '/sandboxes.v1.Sandboxes/CreateVolume',
+                request_serializer=service__pb2.CreateVolumeRequest.SerializeToString,
+                response_deserializer=service__pb2.Volume.FromString,
+                _registered_method=True)
+        self.GetVolume = channel.unary_unary(
+                '/sandboxes.v1.Sandboxes/GetVolume',
+                request_serializer=service__pb2.GetVolumeRequest.SerializeToString,
+                response_deserializer=service__pb2.Volume.FromString,
+                _registered_method=True)
+        self.ListVolumes = channel.unary_unary(
+                '/sandboxes.v1.Sandboxes/ListVolumes',
+                request_serializer=service__pb2.ListVolumesRequest.SerializeToString,
+                response_deserializer=service__pb2.ListVolumesResponse.FromString,
+                _registered_method=True)
+        self.DeleteVolume = channel.unary_unary(
+                '/sandboxes.v1.Sandboxes/DeleteVolume',
+                request_serializer=service__pb2.DeleteVolumeRequest.SerializeToString,
+                response_deserializer=service__pb2.DeleteVolumeResponse.FromString,
+                _registered_method=True)
 
 
 class SandboxesServicer:
@@ -305,6 +325,34 @@ class SandboxesServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def CreateVolume(self, request, context):
+        """Named, bounded (bytes and inodes), persistent file systems of the caller's, mounted by
+        sandboxes at create (`CreateRequest.volumes`); shared by every sandbox that mounts one. A
+        program that fills one gets ENOSPC. Deleted at once for the caller; its data once no sandbox
+        mounts it.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetVolume(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def ListVolumes(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def DeleteVolume(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
 
 def add_SandboxesServicer_to_server(servicer, server):
     rpc_method_handlers = {
@@ -417,6 +465,26 @@ def add_SandboxesServicer_to_server(servicer, server):
                     servicer.Resume,
                     request_deserializer=service__pb2.ResumeRequest.FromString,
                     response_serializer=service__pb2.ResumeResponse.SerializeToString,
+            ),
+            'CreateVolume': grpc.unary_unary_rpc_method_handler(
+                    servicer.CreateVolume,
+                    request_deserializer=service__pb2.CreateVolumeRequest.FromString,
+                    response_serializer=service__pb2.Volume.SerializeToString,
+            ),
+            'GetVolume': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetVolume,
+                    request_deserializer=service__pb2.GetVolumeRequest.FromString,
+                    response_serializer=service__pb2.Volume.SerializeToString,
+            ),
+            'ListVolumes': grpc.unary_unary_rpc_method_handler(
+                    servicer.ListVolumes,
+                    request_deserializer=service__pb2.ListVolumesRequest.FromString,
+                    response_serializer=service__pb2.ListVolumesResponse.SerializeToString,
+            ),
+            'DeleteVolume': grpc.unary_unary_rpc_method_handler(
+                    servicer.DeleteVolume,
+                    request_deserializer=service__pb2.DeleteVolumeRequest.FromString,
+                    response_serializer=service__pb2.DeleteVolumeResponse.SerializeToString,
             ),
     }
     generic_handler = grpc.method_handlers_generic_handler(
@@ -1013,6 +1081,114 @@ class Sandboxes:
             '/sandboxes.v1.Sandboxes/Resume',
             service__pb2.ResumeRequest.SerializeToString,
             service__pb2.ResumeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def CreateVolume(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sandboxes.v1.Sandboxes/CreateVolume',
+            service__pb2.CreateVolumeRequest.SerializeToString,
+            service__pb2.Volume.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetVolume(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sandboxes.v1.Sandboxes/GetVolume',
+            service__pb2.GetVolumeRequest.SerializeToString,
+            service__pb2.Volume.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def ListVolumes(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sandboxes.v1.Sandboxes/ListVolumes',
+            service__pb2.ListVolumesRequest.SerializeToString,
+            service__pb2.ListVolumesResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def DeleteVolume(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sandboxes.v1.Sandboxes/DeleteVolume',
+            service__pb2.DeleteVolumeRequest.SerializeToString,
+            service__pb2.DeleteVolumeResponse.FromString,
             options,
             channel_credentials,
             insecure,

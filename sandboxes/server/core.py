@@ -31,6 +31,7 @@ from sandboxes.server.quota import Quotas
 from sandboxes.server.registry import Record, Registry
 from sandboxes.server.replicated import Codec, SharedRecords
 from sandboxes.server.validation import Bounds, Validator
+from sandboxes.volumes import DEFAULT_SIZE_BYTES as DEFAULT_VOLUME_BYTES
 
 __all__ = ["DRAIN_QUIET_S", "ServerCore"]
 
@@ -185,10 +186,11 @@ class ServerCore:
         labels: dict[str, str] | None = None,
         timeout: float | None = None,
         checkpoint: Any = None,
+        volumes: dict[str, tuple[str, bool]] | None = None,
     ) -> Any:
         """A sandbox of `template` from the pool (made from `checkpoint`, one of `owner`'s, when
-        given), holding one unit of `owner`'s sandbox quota (released here if the claim fails;
-        the caller's to release after)."""
+        given; with `owner`'s `volumes` mounted), holding one unit of `owner`'s sandbox quota
+        (released here if the claim fails; the caller's to release after)."""
         self.quotas.acquire_sandbox(owner)
         try:
             # The pool writes the files and merges the env before handing the sandbox out; a
@@ -196,6 +198,8 @@ class ServerCore:
             kwargs: dict[str, Any] = (
                 {"checkpoint": checkpoint, "owner": owner} if checkpoint is not None else {}
             )
+            if volumes:
+                kwargs.update(volumes=volumes, owner=owner)
             return await self.pool.claim(
                 template=template,
                 env=env or None,
@@ -242,12 +246,14 @@ class ServerCore:
         idempotency_key: str | None = None,
         attrs: dict[str, Any] | None = None,
         checkpoint: str | None = None,
+        volumes: dict[str, tuple[str, bool]] | None = None,
     ) -> Record:
         """Claim a sandbox of `template` for `owner` and register it: the one way every API
         creates a sandbox that outlives its call (quota, idempotency across retries, TTL).
         Arguments are validated by the caller's surface; `attrs` is what that surface keeps with
         the record. With `checkpoint` (the id of one of `owner`'s checkpoints) the sandbox is made
-        from it, and `template` is the checkpoint's."""
+        from it, and `template` is the checkpoint's. `volumes` maps paths in the sandbox to
+        `owner`'s volumes (id or name, read-only) mounted there."""
         if checkpoint is not None:
             template = self.checkpoint_of(owner, checkpoint).template
         self._admit(template)
@@ -262,7 +268,17 @@ class ServerCore:
                 return _same_template(rec, template)
 
         coro = self._claim(
-            owner, template, labels or {}, env or {}, files or [], ttl_s, timeout, key, attrs, checkpoint
+            owner,
+            template,
+            labels or {},
+            env or {},
+            files or [],
+            ttl_s,
+            timeout,
+            key,
+            attrs,
+            checkpoint,
+            volumes,
         )
         if key is None:
             # Without a key nobody can pick the sandbox up later: a cancelled call cancels the claim.
@@ -273,7 +289,18 @@ class ServerCore:
         return await asyncio.shield(task)
 
     async def _claim(
-        self, owner, template, labels, env, files, ttl_s, timeout, key, attrs=None, checkpoint=None
+        self,
+        owner,
+        template,
+        labels,
+        env,
+        files,
+        ttl_s,
+        timeout,
+        key,
+        attrs=None,
+        checkpoint=None,
+        volumes=None,
     ) -> Record:
         """Claim from the pool and register; owns one unit of `owner`'s sandbox quota."""
         started = time.perf_counter()
@@ -285,6 +312,7 @@ class ServerCore:
             labels=labels,
             timeout=timeout,
             checkpoint=checkpoint,
+            volumes=volumes,
         )
         return await self._register(sb, owner, template, labels, env, ttl_s, timeout, key, attrs, started)
 
@@ -400,6 +428,33 @@ class ServerCore:
             )
             for sb in forks
         ]
+
+    # -- volumes -------------------------------------------------------------------------------
+
+    def volume_of(self, owner: str, ref: str) -> Any:
+        """`owner`'s volume by id or name; `NotFound` for an unknown or another owner's."""
+        if not isinstance(ref, str) or not 0 < len(ref) <= 128:
+            raise E.InvalidRequest("a volume is named by an id or name of at most 128 characters")
+        return self.pool.volumes.get(ref, owner)
+
+    async def create_volume(
+        self, owner: str, name: str, *, size_bytes: int | None = None, inodes: int | None = None
+    ) -> Any:
+        """A new volume of `owner`'s, counted in its quotas."""
+        size = DEFAULT_VOLUME_BYTES if size_bytes is None else size_bytes
+        count, used = self.pool.volumes.usage(owner)
+        self.quotas.check_volumes(owner, count, used, size if isinstance(size, int) else 0)
+        vol = await self.pool.create_volume(name, owner=owner, size_bytes=size, inodes=inodes)
+        log.info("volume created", extra={"volume_id": vol.id, "owner": owner, "size_bytes": size})
+        return vol
+
+    def volumes(self, owner: str) -> list[Any]:
+        return list(self.pool.volumes.list(owner))
+
+    async def delete_volume(self, owner: str, ref: str) -> Any:
+        """Deletes `owner`'s volume; its data goes once no sandbox mounts it."""
+        self.volume_of(owner, ref)
+        return await self.pool.delete_volume(ref, owner=owner)
 
     # -- pause and resume --------------------------------------------------------------------
 

@@ -25,6 +25,8 @@ class QuotaLimits:
     max_execs: int | None = None
     max_checkpoints: int | None = None
     max_checkpoint_bytes: int | None = None
+    max_volumes: int | None = None
+    max_volume_bytes: int | None = None  # the sum of the volumes' sizes (each one's bound)
 
 
 class Quotas:
@@ -73,6 +75,22 @@ class Quotas:
             raise QuotaExceeded(
                 f"checkpoint quota of this API key is used up: {size} of {limits.max_checkpoint_bytes} "
                 "bytes of checkpoints kept; delete one first"
+            )
+
+    # -- volumes ---------------------------------------------------------------------------
+
+    def check_volumes(self, owner: str, count: int, size: int, more: int) -> None:
+        """Refuses one more volume of `more` bytes to `owner`, who has `count` of `size` bytes."""
+        limits = self.limits_of(owner)
+        if limits.max_volumes is not None and count >= limits.max_volumes:
+            raise QuotaExceeded(
+                f"volume quota of this API key is used up: {count} of {limits.max_volumes} volumes; "
+                "delete one first"
+            )
+        if limits.max_volume_bytes is not None and size + more > limits.max_volume_bytes:
+            raise QuotaExceeded(
+                f"volume quota of this API key is used up: {size} of {limits.max_volume_bytes} bytes "
+                f"of volumes, {more} more asked; delete one first"
             )
 
     # -- execs -----------------------------------------------------------------------------

@@ -135,6 +135,14 @@ class SandboxService:
             "Fork": c.unary("Fork", self.fork, pb.ForkRequest, pb.ForkResponse),
             "Pause": c.unary("Pause", self.pause, pb.PauseRequest, pb.PauseResponse),
             "Resume": c.unary("Resume", self.resume, pb.ResumeRequest, pb.ResumeResponse),
+            "CreateVolume": c.unary("CreateVolume", self.create_volume, pb.CreateVolumeRequest, pb.Volume),
+            "GetVolume": c.unary("GetVolume", self.get_volume, pb.GetVolumeRequest, pb.Volume),
+            "ListVolumes": c.unary(
+                "ListVolumes", self.list_volumes, pb.ListVolumesRequest, pb.ListVolumesResponse
+            ),
+            "DeleteVolume": c.unary(
+                "DeleteVolume", self.delete_volume, pb.DeleteVolumeRequest, pb.DeleteVolumeResponse
+            ),
         }
         return grpc.method_handlers_generic_handler(SERVICE_NAME, handlers)
 
@@ -163,8 +171,46 @@ class SandboxService:
             timeout=self.validate.seconds("timeout_s", req.timeout_s, b.max_claim_timeout_s),
             idempotency_key=req.idempotency_key or None,
             checkpoint=req.checkpoint_id or None,
+            volumes=self._mounts(req.volumes),
         )
         return self._sandbox_pb(rec)
+
+    # -- volumes -----------------------------------------------------------------------------
+
+    @staticmethod
+    def _mounts(mounts: Any) -> dict[str, tuple[str, bool]] | None:
+        out: dict[str, tuple[str, bool]] = {}
+        for m in mounts:
+            if m.path in out:
+                raise E.InvalidRequest(f"two volumes at {m.path!r}")
+            out[m.path] = (m.volume, m.read_only)
+        return out or None
+
+    @staticmethod
+    def _volume_pb(v: Any) -> pb.Volume:
+        return pb.Volume(
+            id=v.id, name=v.name, size_bytes=v.size_bytes, inodes=v.inodes, created_at=v.created_at
+        )
+
+    async def create_volume(self, req: pb.CreateVolumeRequest, context: Any, owner: str) -> pb.Volume:
+        vol = await self.core.create_volume(
+            owner, req.name, size_bytes=req.size_bytes or None, inodes=req.inodes or None
+        )
+        return self._volume_pb(vol)
+
+    async def get_volume(self, req: pb.GetVolumeRequest, context: Any, owner: str) -> pb.Volume:
+        return self._volume_pb(self.core.volume_of(owner, req.volume))
+
+    async def list_volumes(
+        self, req: pb.ListVolumesRequest, context: Any, owner: str
+    ) -> pb.ListVolumesResponse:
+        return pb.ListVolumesResponse(volumes=[self._volume_pb(v) for v in self.core.volumes(owner)])
+
+    async def delete_volume(
+        self, req: pb.DeleteVolumeRequest, context: Any, owner: str
+    ) -> pb.DeleteVolumeResponse:
+        await self.core.delete_volume(owner, req.volume)
+        return pb.DeleteVolumeResponse()
 
     # -- checkpoints -------------------------------------------------------------------------
 
