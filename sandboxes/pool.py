@@ -301,6 +301,11 @@ class Pool:
             self._destroy_soon(tp, sb)
         while self._destroy_tasks:
             await asyncio.gather(*list(self._destroy_tasks), return_exceptions=True)
+        for tp in [tp for tp in self._tps.values() if tp.base]:  # checkpoints' and volumes' pools
+            del self._tps[tp.name]
+            self._templates.pop(tp.name, None)
+            self.checkpoints.release(tp.layers)
+            await asyncio.to_thread(self._unmount, tp.volumes)
         for b in self._backends.values():
             try:
                 await b.close()

@@ -7,6 +7,7 @@ that it left nothing behind: no `sandbox-agent` process it started, no cgroup, n
 from __future__ import annotations
 
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -89,12 +90,19 @@ def own_checkpoints(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("SANDBOXES_VOLUME_DIR", str(tmp_path / "volumes"))
 
 
+def volume_mounts() -> set[str]:
+    """Mount points of volumes (`sandboxes.volumes`: `<dir>/mnt/vol-<id>`) on this host."""
+    lines = Path("/proc/self/mountinfo").read_text().splitlines()
+    return {p for line in lines if re.search(r"/mnt/vol-[0-9a-f]{16}$", p := line.split()[4])}
+
+
 @pytest.fixture(scope="session", autouse=True)
 def no_leaks() -> Any:
     """Fails the session when an agent process, cgroup, run dir or container it created is left behind."""
     become_subreaper()
     before = agent_pids()
     containers_before = sandbox_containers(RUN_ROOT)
+    mounts_before = volume_mounts()
     log = LaunchLog()
     mod = None
     original = None
@@ -136,6 +144,7 @@ def no_leaks() -> Any:
         if RUN_ROOT.exists():
             found += [f"run dir {p}" for p in RUN_ROOT.iterdir()]
         found += [f"container {c}" for c in sorted(sandbox_containers(RUN_ROOT) - containers_before)]
+        found += [f"volume mount {m}" for m in sorted(volume_mounts() - mounts_before)]
         return found
 
     deadline = time.monotonic() + 10.0  # bound for the kernel to finish tearing namespaces down
@@ -153,6 +162,8 @@ def no_leaks() -> Any:
                 subprocess.run(["find", str(d), "-depth", "-type", "d", "-delete"], check=False)
     for c in sandbox_containers(RUN_ROOT) - containers_before:
         subprocess.run(["docker", "rm", "-f", c], capture_output=True, check=False)
+    for m in volume_mounts() - mounts_before:
+        subprocess.run(["umount", "-l", m], capture_output=True, check=False)
     shutil.rmtree(RUN_ROOT, ignore_errors=True)
     shutil.rmtree(IMAGE_CACHE, ignore_errors=True)
     shutil.rmtree(CHECKPOINT_DIR, ignore_errors=True)

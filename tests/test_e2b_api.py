@@ -10,7 +10,7 @@ from typing import Any
 
 import aiohttp
 import pytest
-from server_helpers import KEY_A, KEY_B, run_scenario
+from server_helpers import KEY_A, KEY_B, KEYS, run_scenario
 
 pytestmark = pytest.mark.asyncio
 
@@ -26,7 +26,12 @@ def url(server: Any) -> str:
 
 
 async def scenario(server: Any, name: str, arg: str | None = None, *, key: str = KEY_A) -> dict[str, Any]:
-    env = {"E2B_API_URL": url(server), "E2B_SANDBOX_URL": url(server), "E2B_API_KEY": key}
+    env = {
+        "E2B_API_URL": url(server),
+        "E2B_SANDBOX_URL": url(server),
+        "E2B_VOLUME_API_URL": url(server),
+        "E2B_API_KEY": key,
+    }
     return await run_scenario(VENV, "e2b_scenarios.py", [name, *([arg] if arg else [])], env)
 
 
@@ -271,4 +276,29 @@ async def test_pause_and_resume(make_server) -> None:
     assert (o["fs_paused"], o["fs_state"], o["fs_file"], o["fs_processes"]) == (True, "paused", "kept", "")
     assert (o["reboot_file"], o["reboot_processes"]) == ("after a restart", "")
     assert o["killed"] is True and o["pause_gone"]["error"] == "SandboxNotFoundException"
+    assert len(server.service.registry) == 0
+
+
+async def test_volumes(make_server) -> None:
+    """e2b's `Volume`: created, written and read through the volume content API, mounted by
+    sandboxes (by the object and by name) that see and add files, a symlink a sandbox planted
+    neither followed nor resolved on the host, destroyed; another key's volume is missing to it."""
+    server = await e2b_server(make_server)
+    o = await scenario(server, "volumes")
+    assert o["created"] == {"name": "data", "token": True, "id": True}
+    assert o["duplicate"]["error"] == "VolumeException" and "409" in o["duplicate"]["message"]
+    assert o["listed"] == ["data"] and o["written"] == 0o640 and o["made"] == "directory"
+    assert o["stat"] == len("seeded")
+    assert o["in_sandbox"] == "seededdir\nseed.txt\n"
+    assert o["read_back"] == "from-sandbox\n" and o["second"] == "from-sandbox\n"
+    assert "error" in o["through_link"] and o["link"] == "symlink"
+    assert o["entries"] == ["dir", "link", "out.txt", "seed.txt"]
+    assert o["exists_after"] is False
+    assert "404" in o["missing_volume"]["message"]
+    assert (o["destroyed"], o["destroyed_again"]) == (True, False)
+    assert o["info_gone"]["error"] == "VolumeNotFoundException"
+    alices = await server.service.core.create_volume(KEYS[KEY_A], "alices", size_bytes=8 << 20)
+    theirs = await scenario(server, "volume_other", alices.id, key=KEY_B)
+    assert theirs == {"info": theirs["info"], "listed": []}
+    assert theirs["info"]["error"] == "VolumeNotFoundException"
     assert len(server.service.registry) == 0

@@ -32,7 +32,11 @@ async def out(sb: sandboxes.SandboxBase, cmd: str) -> str:
 
 def mounted(volume_dir: Path) -> list[str]:
     """Mount points under `volume_dir` in this host's mount table."""
-    return [line.split()[4] for line in Path("/proc/self/mountinfo").read_text().splitlines() if str(volume_dir) in line]
+    return [
+        line.split()[4]
+        for line in Path("/proc/self/mountinfo").read_text().splitlines()
+        if str(volume_dir) in line
+    ]
 
 
 async def test_a_volume_is_shared_kept_and_bounded(make_pool, tmp_path: Path) -> None:

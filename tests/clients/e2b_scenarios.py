@@ -19,7 +19,7 @@ import time
 from typing import Any
 
 import e2b_code_interpreter
-from e2b import AsyncSandbox, CommandExitException, Sandbox, SandboxQuery, SandboxState
+from e2b import AsyncSandbox, CommandExitException, Sandbox, SandboxQuery, SandboxState, Volume
 
 
 def err(e: BaseException) -> dict[str, Any]:
@@ -451,6 +451,43 @@ def pause(_: str | None) -> dict[str, Any]:
     return o
 
 
+def volumes(_: str | None) -> dict[str, Any]:
+    """A volume made, written through the content API, mounted by two sandboxes in turn (by the
+    `Volume` and by its name), read back, listed, removed from, destroyed."""
+    o: dict[str, Any] = {}
+    vol = Volume.create("data")
+    o["created"] = {"name": vol.name, "token": bool(vol.token), "id": vol.volume_id.startswith("vol-")}
+    o["duplicate"] = attempt(Volume.create, "data")
+    o["listed"] = [v.name for v in Volume.list()]
+    o["written"] = vol.write_file("/seed.txt", "seeded", mode=0o640).mode
+    o["made"] = vol.make_dir("/dir/sub", force=True).type.value
+    o["stat"] = vol.get_info("/seed.txt").size
+    sb = Sandbox.create(volume_mounts={"/mnt/data": vol}, timeout=120)
+    o["in_sandbox"] = sb.commands.run("cat /mnt/data/seed.txt; ls /mnt/data").stdout
+    sb.commands.run("echo from-sandbox > /mnt/data/out.txt; ln -s /etc/passwd /mnt/data/link")
+    sb.kill()
+    o["read_back"] = vol.read_file("/out.txt")
+    o["through_link"] = attempt(vol.read_file, "/link/x")
+    o["link"] = vol.get_info("/link").type.value
+    again = Sandbox.create(volume_mounts={"/v": "data"}, timeout=120)
+    o["second"] = again.commands.run("cat /v/out.txt").stdout
+    again.kill()
+    o["entries"] = sorted(e.name for e in vol.list("/"))
+    vol.remove("/dir")
+    o["exists_after"] = vol.exists("/dir")
+    o["missing_volume"] = attempt(Sandbox.create, volume_mounts={"/v": "no-such-volume"})
+    o["other_key_id"] = vol.volume_id
+    o["destroyed"] = Volume.destroy(vol.volume_id)
+    o["destroyed_again"] = Volume.destroy(vol.volume_id)
+    o["info_gone"] = attempt(Volume.get_info, vol.volume_id)
+    return o
+
+
+def volume_other(volume_id: str | None) -> dict[str, Any]:
+    """Another key's volume: missing to this key."""
+    return {"info": attempt(Volume.get_info, volume_id), "listed": [v.name for v in Volume.list()]}
+
+
 def snapshot_other(snapshot_id: str | None) -> dict[str, Any]:
     """Another key's snapshot: missing to this key."""
     return {
@@ -476,6 +513,8 @@ SCENARIOS = {
     "snapshots": snapshots,
     "snapshot_other": snapshot_other,
     "pause": pause,
+    "volumes": volumes,
+    "volume_other": volume_other,
 }
 
 

@@ -28,6 +28,7 @@ from sandboxes.server.http.e2b.filesystem import Filesystem
 from sandboxes.server.http.e2b.interpreter import Interpreter
 from sandboxes.server.http.e2b.process import TARGET, Process
 from sandboxes.server.http.e2b.state import E2bSandbox
+from sandboxes.server.http.e2b.volumes import VolumeContent
 from sandboxes.server.http.endpoint import code_body
 from sandboxes.server.replicated import dataclass_codec
 
@@ -49,7 +50,8 @@ class E2bApi:
         core.share_attr("e2b", dataclass_codec(E2bSandbox, exclude=("_digest",), on_load=_end_at))
 
     def routes(self) -> list[Any]:
-        return self.control.routes()
+        content = VolumeContent(self.core, self.control.volumes.tokens)
+        return [*self.control.routes(), *content.routes()]
 
     def owner(self, request: Request) -> str:
         key = request.headers.get("x-api-key")

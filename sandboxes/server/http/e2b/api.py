@@ -13,6 +13,8 @@ POST   /sandboxes/{id}/resume         201 Sandbox (409: not paused); connect res
 network updates: 501
 ```
 
+Volumes (`volumes.py`): the key's volumes, mounted by `create` with `volumeMounts`.
+
 A pause keeps the processes where the sandbox runs (`memory` true, the default); one longer
 than the server's bound, or a `memory: false` pause, keeps only its files (the processes end and
 the sandbox restarts from them on resume, the platform's cold boot; `on_resume="reboot"` asks
@@ -40,6 +42,7 @@ from starlette.routing import Route
 from sandboxes import errors as E
 from sandboxes.server.http.e2b.snapshots import Snapshots
 from sandboxes.server.http.e2b.state import E2bSandbox
+from sandboxes.server.http.e2b.volumes import Volumes
 from sandboxes.server.http.endpoint import Envelope, Refused, code_body
 from sandboxes.server.image_templates import template_for_image
 
@@ -69,6 +72,7 @@ class ControlPlane:
     def __init__(self, e2b: Any) -> None:
         self.e2b = e2b
         self.core = e2b.core
+        self.volumes = Volumes(self)
 
     def routes(self) -> list[Route]:
         r = self._route
@@ -84,6 +88,7 @@ class ControlPlane:
             r("/sandboxes/{sandbox_id}/pause", self.pause, "POST"),
             r("/sandboxes/{sandbox_id}/resume", self.resume, "POST"),
             *(r(path, fn, method) for path, fn, method in Snapshots(self).routes()),
+            *(r(path, fn, method) for path, fn, method in self.volumes.routes()),
             r("/sandboxes/{sandbox_id}/network", unsupported("changing a sandbox's network"), "PUT"),
         ]
 
@@ -123,7 +128,6 @@ class ControlPlane:
             "pausing a sandbox at its timeout": bool(body.get("autoPause")),
             "resuming a paused sandbox": isinstance(resume, dict) and bool(resume.get("enabled")),
             "the MCP gateway": bool(body.get("mcp")),
-            "volumes": bool(body.get("volumeMounts")),
         }
         for what, wanted in asked.items():
             if wanted:
@@ -134,6 +138,12 @@ class ControlPlane:
                 "network rules are not supported by this server's E2B API: sandboxes have their "
                 "template's network policy (none by default)",
             )
+        volumes = _volume_mounts(body.get("volumeMounts"))
+        for ref, _ in (volumes or {}).values():
+            try:
+                self.core.volume_of(owner, ref)
+            except E.NotFound:
+                raise Refused(404, f"volume {ref!r} not found") from None
         checkpoint = None
         if template_id.startswith("cp-"):  # a snapshot of this key's (`snapshots.py`)
             try:
@@ -161,6 +171,7 @@ class ControlPlane:
                 ttl_s=float(timeout),
                 idempotency_key=f"e2b:{idem}" if idem else None,
                 checkpoint=checkpoint.id if checkpoint is not None else None,
+                volumes=volumes,
             )
         except E.LaunchError as e:
             if e.step != "image":
@@ -315,6 +326,21 @@ def _timeout(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= MAX_TIMEOUT_S:
         raise Refused(400, f"timeout must be a number of seconds in (0, {MAX_TIMEOUT_S}]")
     return math.ceil(value)
+
+
+def _volume_mounts(value: Any) -> dict[str, tuple[str, bool]] | None:
+    """`volumeMounts: [{name, path}]` as the core's mounts (path -> (volume, read-only))."""
+    if not value:
+        return None
+    if not isinstance(value, list) or not all(
+        isinstance(m, dict) and isinstance(m.get("name"), str) and isinstance(m.get("path"), str)
+        for m in value
+    ):
+        raise Refused(400, "volumeMounts must be a list of {name, path}")
+    mounts = {m["path"]: (m["name"], False) for m in value}
+    if len(mounts) != len(value):
+        raise Refused(400, "two volumes are mounted at one path")
+    return mounts
 
 
 def _str_map(value: Any, name: str) -> dict[str, str]:
