@@ -51,7 +51,6 @@ def check_lifecycle(o: dict[str, Any]) -> None:
     assert o["metadata_filter"]
     assert o["metrics"] == {"ok": []}
     assert o["snapshot"]["error"] == "SandboxException" and o["snapshot"]["message"].startswith("501: ")
-    assert o["auto_pause"]["error"] == "SandboxException" and o["auto_pause"]["message"].startswith("400: ")
     assert o["running"] and o["kill"] is True and o["kill_again"] is False and o["running_after"] is False
     assert o["info_after"]["error"] == o["connect_after"]["error"] == "SandboxNotFoundException"
     assert o["command_after"]["error"] == o["file_after"]["error"] == "SandboxNotRunningException"
@@ -265,7 +264,9 @@ async def test_pause_and_resume(make_server) -> None:
     """e2b's `pause` stops every process where the sandbox runs (no tick is written while paused;
     the same process goes on after `connect` resumes it; files kept); a second pause is False;
     the sandbox lists as paused and refuses commands meanwhile. A `mode="filesystem"` pause and a
-    resume with `on_resume="reboot"` keep the files and end the processes."""
+    resume with `on_resume="reboot"` keep the files and end the processes. A sandbox created with
+    `lifecycle={"on_timeout": "pause"}` is paused at its timeout; with `auto_resume` a command
+    resumes it, without it `connect` does."""
     server = await e2b_server(make_server)
     o = await scenario(server, "pause")
     assert (o["paused"], o["paused_again"], o["state"]) == (True, False, "paused"), o
@@ -276,6 +277,10 @@ async def test_pause_and_resume(make_server) -> None:
     assert (o["fs_paused"], o["fs_state"], o["fs_file"], o["fs_processes"]) == (True, "paused", "kept", "")
     assert (o["reboot_file"], o["reboot_processes"]) == ("after a restart", "")
     assert o["killed"] is True and o["pause_gone"]["error"] == "SandboxNotFoundException"
+    assert o["auto_states"] == ["paused", "paused"]
+    assert o["auto_lifecycle"] == {"on_timeout": "pause", "auto_resume": True}, o["auto_lifecycle"]
+    assert (o["auto_command"], o["auto_after"]) == ("auto", "running")
+    assert "error" in o["manual_command"] and o["manual_connect"] == "back\n"
     assert len(server.service.registry) == 0
 
 

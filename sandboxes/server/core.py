@@ -591,16 +591,20 @@ class ServerCore:
         return True
 
     async def _expire(self, rec: Record) -> None:
-        """A TTL passed: deleted; a sandbox paused with its processes past `max_paused_s` is
-        evicted to its files instead, where its backend can checkpoint."""
-        if rec.state == "paused" and not rec.evicted and self.pool.can_checkpoint(rec.sandbox):
-            try:
+        """A TTL passed: deleted, or paused when the record asks (`on_ttl`); a sandbox paused
+        with its processes past `max_paused_s` is evicted to its files instead, where its
+        backend can checkpoint."""
+        try:
+            if rec.state == "running" and rec.on_ttl == "pause":
+                await self.pause(rec, memory=rec.pause_memory)
+                return
+            if rec.state == "paused" and not rec.evicted and self.pool.can_checkpoint(rec.sandbox):
                 async with self._pausing(rec):
                     if not rec.evicted:
                         await self._evict(rec)
                 return
-            except E.SandboxError as e:
-                log.warning("evicting paused sandbox %s failed (%s); deleting it", rec.id, e)
+        except E.SandboxError as e:
+            log.warning("pausing or evicting sandbox %s at its TTL failed (%s); deleting it", rec.id, e)
         await self.delete_record(rec, "ttl")
 
     # -- execution ---------------------------------------------------------------------------

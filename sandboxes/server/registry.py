@@ -45,6 +45,10 @@ class Record:
     # Paused to a filesystem checkpoint (its id): the sandbox is gone, its files are kept, and
     # resuming makes a new one from them.
     evicted: str | None = None
+    # What its TTL does: "delete" it, or "pause" it (with its memory unless `pause_memory` is
+    # False), as E2B's auto-pause asks.
+    on_ttl: str = "delete"
+    pause_memory: bool = True
 
     @property
     def state(self) -> str:

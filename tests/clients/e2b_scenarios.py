@@ -80,7 +80,6 @@ def lifecycle(_: str | None) -> dict[str, Any]:
     o["extended"] = round((a.get_info().end_at - a.get_info().started_at).total_seconds()) >= 590
     o["metrics"] = attempt(lambda: a.get_metrics())
     o["snapshot"] = attempt(a.create_snapshot)
-    o["auto_pause"] = attempt(Sandbox.create, lifecycle={"on_timeout": "pause"})
     other = attempt(Sandbox.create, template="no-such-image:latest")
     o["unknown_template"] = other if "error" in other else {"ok": other["ok"].kill()}
     o["running"] = a.is_running()
@@ -448,6 +447,19 @@ def pause(_: str | None) -> dict[str, Any]:
     o["reboot_processes"] = rebooted.commands.run("pgrep -f [t]icks || true").stdout
     o["killed"] = rebooted.kill()
     o["pause_gone"] = attempt(Sandbox.pause, sb.sandbox_id)
+    # Paused at its timeout instead of killed; a command resumes it (auto-resume), or connect.
+    auto = Sandbox.create(timeout=2, lifecycle={"on_timeout": "pause", "auto_resume": True})
+    manual = Sandbox.create(timeout=2, lifecycle={"on_timeout": "pause"})
+    auto.files.write("kept.txt", "auto")
+    time.sleep(4)
+    o["auto_states"] = [s.get_info().state.value for s in (auto, manual)]
+    o["auto_lifecycle"] = auto.get_info().lifecycle
+    o["auto_command"] = auto.commands.run("cat kept.txt").stdout
+    o["auto_after"] = auto.get_info().state.value
+    o["manual_command"] = attempt(lambda: manual.commands.run("true", timeout=5))
+    o["manual_connect"] = Sandbox.connect(manual.sandbox_id, timeout=60).commands.run("echo back").stdout
+    auto.kill()
+    manual.kill()
     return o
 
 

@@ -22,6 +22,7 @@ from typing import Any
 from starlette.requests import Request
 from starlette.routing import Router
 
+from sandboxes import errors as E
 from sandboxes.server.http.e2b.api import ControlPlane
 from sandboxes.server.http.e2b.envd import envd_app
 from sandboxes.server.http.e2b.filesystem import Filesystem
@@ -78,6 +79,15 @@ class E2bApi:
         if not sb.token_ok(token.decode("latin-1") if token else None):
             await _answer(send, 401, "missing or invalid access token of this sandbox (X-Access-Token)")
             return True
+        if rec.state == "paused":
+            if not sb.auto_resume:
+                await _answer(send, 502, f"The sandbox {sid} is paused")
+                return True
+            try:
+                await self.control._resume(rec, sb, {})
+            except E.SandboxError as e:
+                await _answer(send, 502, f"The sandbox {sid} could not be resumed: {e.message}")
+                return True
         if port == ENVD_PORT:
             app = self.envd
         elif port == INTERPRETER_PORT:

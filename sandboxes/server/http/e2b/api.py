@@ -123,10 +123,8 @@ class ControlPlane:
         env = _str_map(body.get("envVars"), "envVars")
         if len(metadata) > MAX_METADATA:
             raise Refused(400, f"at most {MAX_METADATA} metadata entries")
-        resume = body.get("autoResume")
+        auto_pause, pause_memory, auto_resume = _lifecycle(body)
         asked = {
-            "pausing a sandbox at its timeout": bool(body.get("autoPause")),
-            "resuming a paused sandbox": isinstance(resume, dict) and bool(resume.get("enabled")),
             "the MCP gateway": bool(body.get("mcp")),
         }
         for what, wanted in asked.items():
@@ -182,6 +180,10 @@ class ControlPlane:
         sb = rec.attrs.get("e2b")
         if sb is None:
             sb = self._attach(rec, template_id, metadata, env, tp, has_network)
+            sb.timeout_s = float(timeout)
+            if auto_pause:
+                rec.on_ttl, rec.pause_memory = "pause", pause_memory
+                sb.on_timeout, sb.auto_resume = "pause", auto_resume
             await self.core.save(rec)  # any replica of a cluster serves it from now on
         return JSONResponse(sb.created_json(), status_code=201)
 
@@ -211,7 +213,7 @@ class ControlPlane:
         rec = await self.core.registry.find(sandbox_id, owner)
         if rec is None or "e2b" not in rec.attrs:
             raise E.NotFound(f"sandbox {sandbox_id} not found")
-        return rec, rec.attrs["e2b"]
+        return rec, _view(rec)
 
     async def pause(self, request: Request, owner: str) -> Response:
         rec, sb = await self.live(owner, request.path_params["sandbox_id"])
@@ -221,7 +223,6 @@ class ControlPlane:
             raise Refused(400, "memory must be a boolean")
         if not await self.core.pause(rec, memory=memory):
             raise Refused(409, f"sandbox {sb.id} is already paused")
-        sb.state, sb.end_at = "paused", rec.expires_at or 0.0
         return Response(status_code=204)
 
     async def resume(self, request: Request, owner: str) -> Response:
@@ -238,10 +239,9 @@ class ControlPlane:
         memory = body.get("memory", True)
         if not isinstance(memory, bool):
             raise Refused(400, "memory must be a boolean")
-        ttl = float(_timeout(body["timeout"])) if "timeout" in body else None
+        ttl = float(_timeout(body["timeout"])) if "timeout" in body else sb.timeout_s
         resumed = await self.core.resume(rec, ttl, memory=memory)
         if resumed:
-            sb.state, sb.end_at = "running", rec.expires_at or 0.0
             await self.core.save(rec)
         return resumed
 
@@ -293,7 +293,7 @@ class ControlPlane:
         template = q.get("template")
         chosen = sorted(
             (
-                r.attrs["e2b"]
+                _view(r)
                 for r in self.core.registry.select(owner)
                 if "e2b" in r.attrs
                 and r.state in states
@@ -326,6 +326,33 @@ def _timeout(value: Any) -> int:
     if isinstance(value, bool) or not isinstance(value, int | float) or not 0 < value <= MAX_TIMEOUT_S:
         raise Refused(400, f"timeout must be a number of seconds in (0, {MAX_TIMEOUT_S}]")
     return math.ceil(value)
+
+
+def _view(rec: Any) -> E2bSandbox:
+    """The API's view of `rec`, with its state and end as the record has them now (a TTL may
+    have paused it, a resume moved its end)."""
+    sb: E2bSandbox = rec.attrs["e2b"]
+    sb.state, sb.end_at = rec.state, rec.expires_at or 0.0
+    return sb
+
+
+def _lifecycle(body: dict[str, Any]) -> tuple[bool, bool, bool]:
+    """`autoPause`, `autoPauseMemory` (default true) and `autoResume.enabled` of a create."""
+    auto_pause, memory, resume = (
+        body.get("autoPause", False),
+        body.get("autoPauseMemory", True),
+        body.get("autoResume"),
+    )
+    if not isinstance(auto_pause, bool) or not isinstance(memory, bool):
+        raise Refused(400, "autoPause and autoPauseMemory must be booleans")
+    enabled = resume.get("enabled", False) if isinstance(resume, dict) else resume
+    if enabled is None:
+        enabled = False
+    if not isinstance(enabled, bool):
+        raise Refused(400, "autoResume must be {enabled: boolean}")
+    if enabled and not auto_pause:
+        raise Refused(400, "autoResume needs autoPause")
+    return auto_pause, memory, enabled
 
 
 def _volume_mounts(value: Any) -> dict[str, tuple[str, bool]] | None:

@@ -39,6 +39,9 @@ class E2bSandbox:
     started_at: float = field(default_factory=time.time)
     end_at: float = 0.0
     state: str = "running"  # or "paused"
+    timeout_s: float = 300.0  # asked at create: what a resume's timeout is unless it asks
+    on_timeout: str = "kill"  # or "pause" (autoPause)
+    auto_resume: bool = False  # a call to a paused sandbox resumes it (autoResume)
     # The envd access token (`X-Access-Token`) and the traffic token of the code interpreter's
     # calls (`E2B-Traffic-Access-Token`): handed out once, kept as digests.
     access_token: str = field(default_factory=lambda: secrets.token_urlsafe(32))
@@ -95,5 +98,5 @@ class E2bSandbox:
             **self.listed_json(),
             "domain": None,
             "allowInternetAccess": self.allow_internet_access,
-            "lifecycle": {"onTimeout": "kill", "autoResume": False},
+            "lifecycle": {"onTimeout": self.on_timeout, "autoResume": self.auto_resume},
         }
