@@ -1,4 +1,5 @@
-"""The `sandboxes` command: serve, exec, ls, rm, checkpoint, fork, health, eval, bench.
+"""The `sandboxes` command: serve, exec, ls, rm, checkpoint, fork, volume, pause, resume, health,
+eval, bench.
 
 ```
 sandboxes serve --port 50051 --warm 8 --api-keys-file keys.txt --metrics-port 9464
@@ -8,6 +9,8 @@ sandboxes exec --address host:50051 -- python3 -V       # remote (key from --api
 sandboxes ls --address host:50051 --label run=42
 sandboxes rm --address host:50051 --label run=42
 sandboxes checkpoint create SANDBOX_ID --address host:50051 # then: exec --checkpoint ID, fork
+sandboxes volume create cache --address host:50051          # then: exec --volume /cache=cache
+sandboxes pause SANDBOX_ID --address host:50051             # and: resume
 sandboxes eval humaneval --solutions canonical --workers 4 --output report.json
 ```
 
@@ -26,7 +29,7 @@ import sys
 from collections.abc import Callable, Coroutine, Sequence
 from typing import Any
 
-from sandboxes import cli_checkpoints
+from sandboxes import cli_checkpoints, cli_volumes
 
 __all__ = ["build_parser", "load_templates", "main"]
 
@@ -209,6 +212,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return 0
 
 
+def _volumes(args: argparse.Namespace) -> dict[str, str | tuple[str, bool]] | None:
+    """`--volume PATH=VOLUME[:ro]` as mounts."""
+    out: dict[str, str | tuple[str, bool]] = {}
+    for spec in args.volume or ():
+        path, _, ref = spec.partition("=")
+        ro = ref.endswith(":ro")
+        out[path] = (ref.removesuffix(":ro"), True) if ro else ref
+    return out or None
+
+
 async def _exec_embedded(args: argparse.Namespace, argv: Any, env: dict, files: dict, stdin: bytes) -> Any:
     from sandboxes.pool import Pool
 
@@ -218,7 +231,11 @@ async def _exec_embedded(args: argparse.Namespace, argv: Any, env: dict, files: 
     async with Pool(backend=args.backend, warm=0, **pool_kwargs) as pool:
         with _status("starting a sandbox…"):
             sb = await pool.claim(
-                args.template, env=env or None, files=files or None, checkpoint=args.checkpoint
+                args.template,
+                env=env or None,
+                files=files or None,
+                checkpoint=args.checkpoint,
+                volumes=_volumes(args),
             )
         try:
             return await sb.exec(argv, timeout=args.timeout, stdin=stdin, cwd=args.cwd)
@@ -232,7 +249,11 @@ async def _exec_remote(args: argparse.Namespace, argv: Any, env: dict, files: di
     async with AsyncSandboxClient(args.address, args.api_key) as client:
         with _status("creating a sandbox…"):
             sb = await client.create(
-                args.template or "default", env=env or None, files=files or None, checkpoint=args.checkpoint
+                args.template or "default",
+                env=env or None,
+                files=files or None,
+                checkpoint=args.checkpoint,
+                volumes=_volumes(args),
             )
         try:
             return await sb.exec(argv, timeout=args.timeout, stdin=stdin, cwd=args.cwd)
@@ -479,6 +500,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--file", "-f", action="append", metavar="LOCAL[:REMOTE]", help="copy a file in first")
     p.add_argument("--cwd", default=None)
     p.add_argument("--checkpoint", default=None, metavar="ID", help="make the sandbox from this checkpoint")
+    p.add_argument(
+        "--volume", action="append", metavar="PATH=VOLUME[:ro]", help="mount a volume of yours at PATH"
+    )
     p.add_argument("--stdin", action="store_true", help="pass this process's stdin to the program")
     p.add_argument("-c", dest="shell", default=None, metavar="COMMAND", help="run COMMAND with /bin/sh -c")
     p.add_argument("command", nargs=argparse.REMAINDER, help="program and arguments (after --)")
@@ -497,6 +521,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.set_defaults(fn=cmd_rm)
 
     cli_checkpoints.add_parsers(sub, _remote_args)
+    cli_volumes.add_parsers(sub, _remote_args)
 
     p = sub.add_parser("health", help="a server's health and pool sizes")
     _remote_args(p)

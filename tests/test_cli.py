@@ -234,3 +234,30 @@ async def test_checkpoint_create_ls_exec_fork_rm(server) -> None:
         rc, out, err = await run_cli("checkpoint", "rm", cid, "cp-missing", **addr)
         assert rc == 1 and out.decode().split() == [cid] and b"cp-missing" in err
         await sb.close()
+
+
+async def test_volume_pause_resume(server) -> None:
+    """`sandboxes volume`, `exec --volume`, `pause` and `resume` against a real server."""
+    addr = {"SANDBOXES_ADDRESS": server.address, "SANDBOXES_API_KEY": KEY_A}
+    rc, out, err = await run_cli("volume", "create", "cli-vol", "--size", str(8 << 20), **addr)
+    assert rc == 0, err
+    vid = out.decode().strip()
+    rc, out, err = await run_cli(
+        "exec", "--volume", "/v=cli-vol", "--", "sh", "-c", "echo kept > /v/f", **addr
+    )
+    assert rc == 0, err
+    rc, out, err = await run_cli("exec", "--volume", "/v=cli-vol:ro", "--", "cat", "/v/f", **addr)
+    assert (rc, out) == (0, b"kept\n"), err
+    rc, out, err = await run_cli("volume", "ls", "--json", **addr)
+    assert rc == 0 and [r["id"] for r in json.loads(out)] == [vid], err
+    async with AsyncSandboxClient(server.address, KEY_A) as client:
+        sb = await client.create()
+        rc, out, err = await run_cli("pause", sb.id, **addr)
+        assert (rc, out) == (0, b"paused\n"), err
+        assert (await client.get(sb.id)).template == "default"
+        rc, out, err = await run_cli("resume", sb.id, **addr)
+        assert (rc, out) == (0, b"resumed\n"), err
+        assert (await sb.exec(["echo", "ok"])).stdout == b"ok\n"
+        await sb.close()
+    rc, out, err = await run_cli("volume", "rm", "cli-vol", "no-such", **addr)
+    assert rc == 1 and out.decode().split() == ["cli-vol"] and b"no-such" in err
