@@ -101,7 +101,10 @@ impl LaunchConfig {
     ) -> PyResult<Self> {
         let layers = layers.unwrap_or_default();
         let volumes = volumes.unwrap_or_default();
-        if let Some(v) = volumes.iter().find(|v| !v.starts_with('/') || !v.contains(":/")) {
+        if let Some(v) = volumes
+            .iter()
+            .find(|v| !v.starts_with('/') || !v.contains(":/"))
+        {
             return Err(err(
                 Kind::InvalidRequest,
                 format!("volumes must be SRC:DST[:ro] with absolute paths, got {v}"),

@@ -38,7 +38,10 @@ impl std::str::FromStr for Volume {
         if !src.is_absolute() {
             return Err(format!("volume source {src:?} is not an absolute path"));
         }
-        let plain = dst.components().skip(1).all(|c| matches!(c, Component::Normal(_)));
+        let plain = dst
+            .components()
+            .skip(1)
+            .all(|c| matches!(c, Component::Normal(_)));
         if !dst.is_absolute() || !plain || dst == Path::new("/") {
             return Err(format!(
                 "volume path {dst:?} must be absolute, below /, without . or .. components"
