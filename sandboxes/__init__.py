@@ -28,6 +28,7 @@ from .errors import (
     Step,
     TooLarge,
 )
+from .egress import EgressPolicy
 from .grading import GradeStream, Grading
 from .judging import CaseResult, TestCase, TestReport, Verdict
 from .pool import Pool
@@ -44,6 +45,7 @@ __all__ = [
     "CaseResult",
     "Checkpoint",
     "DirEntry",
+    "EgressPolicy",
     "ExecEvent",
     "ExecResult",
     "ExecStream",

@@ -205,6 +205,8 @@ class AgentClient:
     async def info(self) -> AgentInfo: ...
     async def renew_lease(self, ttl_s: float) -> float:
         """Extend the agent's lease; returns seconds until it expires."""
+    async def set_egress(self, rules: list[str], deny: bool = False) -> None:
+        """Replace the sandbox's egress policy (InvalidRequest: started without one)."""
     async def run_tests(
         self,
         language: str,
@@ -257,7 +259,7 @@ class LaunchConfig:
     image_root: str
     layers: list[str]
     volumes: list[str]
-    egress_allow: list[str]
+    egress_allow: list[str] | None
 
     def __new__(
         cls,
@@ -283,7 +285,7 @@ class LaunchConfig:
         id_base: int = 0,  # root: first host id of the sandbox's user namespace
         root_size_bytes: int = 0,  # root: size of the writable root
         image_root: str = ...,  # an unpacked image to build the root on (default "": host /usr view)
-        egress_allow: list[str] | None = None,  # allow-list rules (see Template.network)
+        egress_allow: list[str] | None = None,  # an allow-list, possibly empty (see Template.network)
         layers: list[str] | None = None,  # checkpoint layers, bottom first (see Template.layers)
         volumes: list[str] | None = None,  # "SRC:DST[:ro]" host directories bound in the sandbox
     ) -> Self: ...

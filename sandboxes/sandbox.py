@@ -18,6 +18,7 @@ from typing import TYPE_CHECKING, Any, Self
 
 from . import _bridge
 from .checkpoints import DEFAULT_TTL_S, Checkpoint
+from .egress import EgressPolicy
 from .errors import InvalidRequest, SandboxLost, SandboxPaused, SandboxTimeout
 from .grading import MAX_BATCH, GradeStream, Grading, batch_deadline, build_batch
 from .judging import RunTestsRequest, TestCase, TestReport, build_run_tests_request
@@ -489,6 +490,7 @@ class Sandbox(SandboxBase):
         self._closed = False
         self._paused = False  # every process stopped (`pause`); calls are refused meanwhile
         self._pool: Pool | None = None  # set by the pool that made it
+        self.egress: EgressPolicy | None = None  # set by `set_network`; None: its template's
 
     async def checkpoint(self, *, name: str = "", ttl_s: float | None = DEFAULT_TTL_S) -> Checkpoint:
         """This sandbox's file system now, as a checkpoint (`Pool.checkpoint`): kept `ttl_s`
@@ -623,6 +625,20 @@ class Sandbox(SandboxBase):
     async def info(self) -> AgentInfo:
         """The agent's version, capabilities and usage (also a health check)."""
         return _bridge.to_agent_info(await self._call(self._client.info))
+
+    async def set_network(
+        self, *, allow: Sequence[str] | None = None, deny: Sequence[str] | None = None
+    ) -> EgressPolicy:
+        """Replace the egress policy of a sandbox whose template's network is a list (an
+        allow-list, even an empty one): `allow` is what it may reach from now on, or `deny` what
+        it may not (every other public destination stays open; `deny=[]`: the public internet).
+        Every connection opened after this returns obeys the new policy; connections already
+        open stay open. A sandbox whose network is none or the host's cannot change it
+        (InvalidRequest). Checkpoints and forks of this sandbox start with its template's."""
+        policy = EgressPolicy.of(allow, deny)
+        await self._call(self._client.set_egress, list(policy.rules), policy.deny)
+        self.egress = policy
+        return policy
 
     async def _renew_lease(self, ttl_s: float) -> float:
         """Extend the agent's lease (the pool's renewer calls this)."""

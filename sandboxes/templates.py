@@ -9,7 +9,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from ._native import egress_rules
+from .egress import MAX_EGRESS_RULES, check_rules
 from .errors import InvalidRequest
 from .types import Limits
 
@@ -23,7 +23,6 @@ USERS = ("sandbox", "root")
 # asks more of the cluster (docs/kubernetes.md), so there a server's default template opts in.
 IMAGE_ROOT_BACKENDS = ("local", "docker")
 EGRESS_BACKENDS = ("local", "docker", "kubernetes")  # the backends that enforce an allow-list `network`
-MAX_EGRESS_RULES = 256
 
 # The bounds of every template that names none (documented in docs/sandbox.md).
 DEFAULT_MEMORY_BYTES = 1 << 30
@@ -72,7 +71,9 @@ class Template:
     networks (`10.0.0.0/8`), each with an optional `:port`. An allow-list sandbox's ways out are
     its agent's proxy (the proxy variables are in every program's environment) and, for names,
     its DNS, whose answers the agent forwards; a name must resolve to a public address unless a
-    rule names the address (docs/sandbox.md). Kubernetes adds a NetworkPolicy per list.
+    rule names the address (docs/sandbox.md). Kubernetes adds a NetworkPolicy per list. A
+    list sandbox's policy can be replaced while it runs (`Sandbox.set_network`: another
+    allow-list, or a deny-list); an empty list starts it with nothing allowed.
 
     `python_zygote` is when the agent starts its prewarmed Python interpreter, from which Python
     executions and test cases are forked: `"lazy"` on the second Python execution (the first,
@@ -201,6 +202,12 @@ class Template:
         """The allow-list rules of a sandbox whose network is one (else empty)."""
         return self.network if isinstance(self.network, tuple) else ()
 
+    @property
+    def has_egress(self) -> bool:
+        """Whether the sandbox's network is an egress policy (a list, even an empty one): its
+        agent's proxy, DNS and helper serve it, and it can change while the sandbox runs."""
+        return isinstance(self.network, tuple)
+
 
 def _check_network(network: Any) -> None:
     if isinstance(network, bool):
@@ -210,20 +217,7 @@ def _check_network(network: Any) -> None:
             f"network must be False (none), True (the host's) or a list of at most {MAX_EGRESS_RULES} "
             f"allow-list rules, got {network!r}"
         )
-    for rule in network:
-        if (
-            not isinstance(rule, str)
-            or not rule
-            or len(rule) > 260
-            or any(c.isspace() or c == "\0" for c in rule)
-        ):
-            raise InvalidRequest(
-                f"an allow-list rule is a host, *.domain, address or network with an optional :port, got {rule!r}"
-            )
-    try:
-        egress_rules(list(network))  # the agent's own parser: its reason for a bad rule
-    except ValueError as e:
-        raise InvalidRequest(str(e)) from None
+    check_rules(network)
 
 
 def _check_int(name: str, value: Any, lo: int, hi: int) -> None:

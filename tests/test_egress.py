@@ -227,6 +227,86 @@ async def test_the_full_network_resolves_names_as_the_outside_does(backend, make
         assert nameservers(r.stdout.decode()) == [], r
 
 
+GET_SCRIPT = """
+import sys, urllib.request, urllib.error
+for url in sys.argv[1:]:
+    try:
+        print(urllib.request.urlopen(url, timeout=20).read().decode())
+    except urllib.error.HTTPError as e:
+        print(e.code)
+    except Exception as e:
+        print(type(e).__name__)
+"""
+
+# Opens a tunnel through the proxy, says so, waits for a line on stdin, then uses the tunnel.
+TUNNEL_SCRIPT = """
+import socket, sys
+target = sys.argv[1]
+s = socket.create_connection(("127.0.0.1", 3128), timeout=20)
+s.sendall(("CONNECT %s HTTP/1.1\\r\\nHost: %s\\r\\n\\r\\n" % (target, target)).encode())
+print(s.recv(200).split(b"\\r\\n")[0].decode(), flush=True)
+sys.stdin.readline()
+s.sendall(b"GET /late HTTP/1.1\\r\\nHost: x\\r\\n\\r\\n")
+print(s.recv(200).split(b"\\r\\n\\r\\n")[-1].decode(), flush=True)
+"""
+
+
+async def test_the_policy_changes_while_the_sandbox_runs(backend, servers, make_pool) -> None:
+    """A sandbox started with an empty allow-list reaches nothing; after `set_network` it
+    reaches what the new allow-list names and nothing else; a narrower policy refuses new
+    connections at once while a tunnel opened before it stays open; a deny-list opens the public
+    internet but never the host's loopback. A bad policy is refused and changes nothing; a
+    sandbox whose network is none cannot change it."""
+    allowed, other = servers
+    a_url, o_url = f"http://{HOST}:{allowed.port}/", f"http://{HOST}:{other.port}/"
+    t = Template(name="changing", backend=backend, user="root", network=[])
+    none = Template(name="none", backend=backend)
+    pool = await make_pool(backend=backend, warm=0, templates={"changing": t, "none": none})
+
+    async def get(sb: sandboxes.Sandbox, *urls: str) -> list[str]:
+        r = await sb.exec(["python3", "-c", GET_SCRIPT, *urls], limits=sandboxes.Limits(wall_time_s=60))
+        assert r.exit_code == 0, r
+        return r.stdout.decode().split()
+
+    async with pool.sandbox(template="changing") as sb:
+        assert await get(sb, a_url, o_url) == ["403", "403"]
+        policy = await sb.set_network(allow=[f"{HOST}:{allowed.port}"])
+        assert policy == sandboxes.EgressPolicy((f"{HOST}:{allowed.port}",)) and sb.egress == policy
+        assert await get(sb, a_url, o_url) == ["allowed", "403"]
+
+        # Narrowed while a tunnel is open: the tunnel stays, a new connection is refused.
+        async with sb.exec_stream(["python3", "-c", TUNNEL_SCRIPT, f"{HOST}:{allowed.port}"]) as stream:
+            lines: list[str] = []
+            async for ev in stream:
+                if ev.kind != "stdout":
+                    continue
+                lines += ev.data.decode().split("\n")
+                if lines[0] == "HTTP/1.1 200 Connection established" and len(lines) == 2:
+                    await sb.set_network(allow=[])
+                    assert await get(sb, a_url) == ["403"]
+                    await stream.send_stdin(b"go\n")
+        assert stream.result is not None and stream.result.exit_code == 0, stream.result
+        assert "allowed" in lines, lines
+        assert allowed.lines[-1] == "GET /late HTTP/1.1"
+
+        # A deny-list reaches public destinations only: never the host's loopback.
+        await sb.set_network(deny=[])
+        assert await get(sb, a_url, o_url) == ["403", "403"]
+
+        for bad in ({"allow": ["has space"]}, {"allow": ["x"], "deny": []}, {}, {"deny": "pypi.org"}):
+            with pytest.raises(sandboxes.InvalidRequest):
+                await sb.set_network(**bad)
+        await sb.set_network(allow=[f"{HOST}:{other.port}"])
+        assert await get(sb, a_url, o_url) == ["403", "other"]
+        info = await sb.info()
+        assert info.egress_allowed >= 3 and info.egress_refused >= 6, info
+
+    async with pool.sandbox(template="none") as sb:
+        with pytest.raises(sandboxes.InvalidRequest, match="without an egress policy"):
+            await sb.set_network(allow=[f"{HOST}:{allowed.port}"])
+        assert (await sb.exec("echo still")).stdout == b"still\n"
+
+
 async def test_bad_rules_and_conflicts_are_refused() -> None:
     with pytest.raises(sandboxes.InvalidRequest):
         Template(network=["has space"])

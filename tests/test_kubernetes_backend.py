@@ -226,7 +226,7 @@ def test_an_allow_list_pod_and_its_network_policy() -> None:
     t = Template(backend="kubernetes", network=rules)
     pod = be.pod_manifest(t, "sb-1", "sb-1", "t" * 32)
     c = pod["spec"]["containers"][0]
-    assert [c["args"][i + 1] for i, a in enumerate(c["args"]) if a == "--egress-allow"] == list(rules)
+    assert [c["args"][i + 1] for i, a in enumerate(c["args"]) if a == "--egress-rule"] == list(rules)
     assert c["securityContext"]["capabilities"]["add"] == [*AGENT_CAPABILITIES, *EGRESS_CAPABILITIES]
     labels = pod["metadata"]["labels"]
     assert labels["sandboxes.io/egress"] == "allow-list"  # not the chart's `allowed` (the internet)

@@ -148,7 +148,7 @@ class LocalBackend(Backend):
             work_size_bytes=template.work_size_bytes,
             tmp_size_bytes=template.tmp_size_bytes,
             network=template.network is True,
-            egress_allow=list(template.egress_allow) or None,
+            egress_allow=list(template.egress_allow) if template.has_egress else None,
             seccomp=template.seccomp,
             cgroups=template.cgroups,
             ro_binds=list(template.ro_binds) or None,

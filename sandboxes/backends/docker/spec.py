@@ -80,10 +80,10 @@ def container_spec(t: Template, p: Placement) -> dict[str, Any]:
         agent_args.append("--no-cgroups")
     for k, v in t.env.items():
         agent_args += ["--env", f"{k}={v}"]
+    if t.has_egress:  # the engine names no host in the host's network namespace
+        agent_args += ["--egress", "allow", "--hostname", "sandbox"]
     for rule in t.egress_allow:
-        agent_args += ["--egress-allow", rule]
-    if t.egress_allow:  # the engine names no host in the host's network namespace
-        agent_args += ["--hostname", "sandbox"]
+        agent_args += ["--egress-rule", rule]
     if t.network is True:  # the bridge's resolver, which the engine gave the container
         agent_args.append("--outside-dns")
     binds = {
@@ -108,7 +108,7 @@ def container_spec(t: Template, p: Placement) -> dict[str, Any]:
         "read_only": True,
         "network_mode": network_mode(t),
         "cap_drop": ["ALL"],
-        "cap_add": sorted({*AGENT_CAPABILITIES, *(EGRESS_CAPABILITIES if t.egress_allow else ())}),
+        "cap_add": sorted({*AGENT_CAPABILITIES, *(EGRESS_CAPABILITIES if t.has_egress else ())}),
         "security_opt": list(SECURITY_OPTS),
         "cgroupns": "private",
         "pids_limit": t.max_pids or DEFAULT_PIDS_LIMIT,
@@ -134,7 +134,7 @@ def container_spec(t: Template, p: Placement) -> dict[str, Any]:
         "entrypoint": ["/bin/sh", "-c", ENTRYPOINT, "sandbox-agent", AGENT_IN_IMAGE, *agent_args],
         "user": "0:0",
         "working_dir": "/",
-        "hostname": None if t.egress_allow else "sandbox",
+        "hostname": None if t.has_egress else "sandbox",
         "labels": labels,
         "host_config": host_config,
     }
@@ -144,6 +144,6 @@ def network_mode(t: Template) -> str:
     """`none`; the bridge for `network=True`; for an allow-list the host's namespace, which only
     the agent's egress helper keeps (programs are in a namespace with only lo): connections are
     opened where the local backend opens them, and the allow-list is the only way out."""
-    if t.egress_allow:
+    if t.has_egress:
         return "host"
     return "bridge" if t.network else "none"

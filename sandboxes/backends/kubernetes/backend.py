@@ -151,7 +151,7 @@ class KubernetesBackend(Backend):
         if self.records is not None:
             await self.records.join()
         await self.pods.ensure()
-        if template.egress_allow:
+        if template.has_egress:
             await self._ensure_egress_policy(template.egress_allow)
         loop = asyncio.get_running_loop()
         starting = _Starting(loop.create_future())

@@ -114,8 +114,10 @@ def pod_manifest(
         args.append("--no-cgroups")
     for k, v in sorted(t.env.items()):
         args += ["--env", f"{k}={v}"]
+    if t.has_egress:
+        args += ["--egress", "allow"]
     for rule in t.egress_allow:
-        args += ["--egress-allow", rule]
+        args += ["--egress-rule", rule]
     if t.user == "root":
         # The sandbox's root: an overlay of the pod's own `/` and a disk of the sandbox's, built
         # by the agent in the pod's tmp emptyDir (--build-dir); the agent then takes an id no
@@ -177,7 +179,7 @@ def pod_manifest(
         )
     capabilities = list(AGENT_CAPABILITIES)
     for extra in (
-        *(EGRESS_CAPABILITIES if t.egress_allow else ()),
+        *(EGRESS_CAPABILITIES if t.has_egress else ()),
         *(ROOT_CAPABILITIES if t.user == "root" else ()),
     ):
         if extra not in capabilities:
@@ -219,7 +221,7 @@ def pod_manifest(
     }
     if t.network is True:
         labels[LABEL_EGRESS] = "allowed"
-    elif t.egress_allow:  # selected by the list's own NetworkPolicy (`egress.policy_manifest`)
+    elif t.has_egress:  # selected by the list's own NetworkPolicy (`egress.policy_manifest`)
         labels[LABEL_EGRESS] = "allow-list"
         labels[LABEL_EGRESS_POLICY] = policy_digest(t.egress_allow)
     annotations = {**cfg.annotations, ANN_SANDBOX: sandbox_id}

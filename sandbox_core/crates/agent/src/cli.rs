@@ -117,11 +117,17 @@ pub struct Args {
     /// Environment given to every user program: KEY=VALUE, repeatable.
     #[arg(long = "env")]
     pub env: Vec<String>,
-    /// An egress allow-list rule (repeatable; `egress::policy` has the forms): the sandbox's
-    /// network is then a namespace with only `lo`, whose one way out is the agent's proxy at
-    /// `egress::PROXY_ADDR` (programs get the proxy variables).
-    #[arg(long = "egress-allow")]
-    pub egress_allow: Vec<String>,
+    /// A rule of the sandbox's egress policy (repeatable; `egress::policy` has the forms): the
+    /// sandbox's network is then a namespace with only `lo`, whose one way out is the agent's
+    /// proxy at `egress::PROXY_ADDR` (programs get the proxy variables).
+    #[arg(long = "egress-rule", alias = "egress-allow")]
+    pub egress_rules: Vec<String>,
+    /// The egress policy's kind: `allow` (the rules are all that is reached; the default with
+    /// rules) or `deny` (every public destination but the rules). Given without rules, the
+    /// policy starts empty: nothing (`allow`) or the public internet (`deny`). Either way the
+    /// policy can be replaced while the sandbox runs (SetEgress).
+    #[arg(long, value_parser = ["allow", "deny"])]
+    pub egress: Option<String>,
     /// The network namespace the proxy's connections are opened in (e.g. /proc/PID/ns/net,
     /// opened at start-up). Without it: the agent's own at start-up, after which the agent and
     /// its programs move to a fresh one with only `lo`.
@@ -130,4 +136,11 @@ pub struct Args {
     /// Namespaces this agent runs in, reported by Info (the launcher knows them).
     #[arg(long, value_delimiter = ',')]
     pub namespaces: Vec<String>,
+}
+
+impl Args {
+    /// Whether the sandbox's network is an egress policy (the proxy, DNS and helper serve it).
+    pub fn has_egress(&self) -> bool {
+        self.egress.is_some() || !self.egress_rules.is_empty()
+    }
 }

@@ -75,7 +75,7 @@ fn base_env(args: &cli::Args) -> Result<std::collections::BTreeMap<String, Strin
     .into_iter()
     .map(|(k, v)| (k.to_string(), v.to_string()))
     .collect();
-    if !args.egress_allow.is_empty() {
+    if args.has_egress() {
         // The sandbox's one way out; its own loopback stays direct.
         let proxy = format!("http://{}", egress::PROXY_ADDR);
         for k in ["http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY"] {
@@ -193,7 +193,9 @@ type Egress = (
 /// still in the outside network namespace and file system); then, unless the outside namespace
 /// was named, the agent moves to a fresh network namespace with only `lo`.
 fn start_egress(args: &cli::Args) -> Result<Egress, StartError> {
-    let policy = egress::policy::Policy::parse(&args.egress_allow).map_err(StartError::Egress)?;
+    let deny = args.egress.as_deref() == Some("deny");
+    let policy = egress::policy::Policy::parse_as(&args.egress_rules, deny)
+        .map_err(StartError::Egress)?;
     let netns = args
         .egress_netns
         .as_ref()
@@ -292,10 +294,10 @@ fn start(args: cli::Args) -> Result<i32, StartError> {
             })
         })
         .transpose()?;
-    let egress = if args.egress_allow.is_empty() {
-        None
-    } else {
+    let egress = if args.has_egress() {
         Some(start_egress(&args)?)
+    } else {
+        None
     };
     if args.new_root {
         let (_layers_held, layers) = setup::layers::hold(&args.layers)?;
@@ -457,12 +459,11 @@ async fn serve(
                 source,
             })?;
         let proxy = Arc::new(egress::Proxy {
-            policy,
+            policy: std::sync::RwLock::new(Arc::new(policy)),
             helper,
             counters: Default::default(),
             names: Default::default(),
         });
-        let counters = proxy.counters.clone();
         tokio::spawn(proxy.clone().serve_dns(dns));
         for ip in nameservers {
             match std::net::UdpSocket::bind((ip, 53))
@@ -475,8 +476,8 @@ async fn serve(
                 Err(e) => eprintln!("sandbox-agent: egress DNS on {ip}:53: {e}"),
             }
         }
-        tokio::spawn(proxy.serve(listener));
-        Ok::<_, StartError>(counters)
+        tokio::spawn(proxy.clone().serve(listener));
+        Ok::<_, StartError>(proxy)
     });
     let egress = egress.transpose()?;
     let listener = match (bound, args.listen_fd) {

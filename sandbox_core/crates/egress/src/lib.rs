@@ -1,4 +1,6 @@
-//! An egress allow-list: which hosts a sandbox's programs may reach through its proxy.
+//! An egress policy: which hosts a sandbox's programs may reach through its proxy. An allow-list
+//! lets out only what its rules name; a deny-list lets out every public destination but what its
+//! rules name (an empty deny-list: the whole public internet).
 //!
 //! A rule is a host name (`pypi.org`), a wildcard for its subdomains (`*.pythonhosted.org`), an
 //! address (`10.1.2.3`, `[::1]`) or a network (`10.0.0.0/8`, `fd00::/8`), each optionally with
@@ -30,6 +32,8 @@ pub struct Rule {
 #[derive(Debug, Clone, Default)]
 pub struct Policy {
     rules: Vec<Rule>,
+    /// The rules are what is refused (a deny-list), not what is allowed.
+    deny: bool,
 }
 
 /// The ports a name may be reached on.
@@ -164,6 +168,23 @@ impl Rule {
     }
 }
 
+/// The rule in the form `Rule::parse` reads back.
+impl std::fmt::Display for Rule {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let host = match &self.target {
+            Target::Name { name, wildcard } => {
+                format!("{}{name}", if *wildcard { "*." } else { "" })
+            }
+            Target::Net { addr, prefix } => format!("{addr}/{prefix}"),
+        };
+        match (self.port, &self.target) {
+            (None, _) => f.write_str(&host),
+            (Some(p), Target::Net { addr, .. }) if addr.is_ipv6() => write!(f, "[{host}]:{p}"),
+            (Some(p), _) => write!(f, "{host}:{p}"),
+        }
+    }
+}
+
 /// The network address of `addr/prefix` (its host bits cleared).
 fn network_of(addr: IpAddr, prefix: u8) -> IpAddr {
     match addr {
@@ -240,12 +261,19 @@ pub enum Reach {
 }
 
 impl Policy {
+    /// An allow-list.
     pub fn parse(rules: &[String]) -> Result<Policy, String> {
+        Self::parse_as(rules, false)
+    }
+
+    /// An allow-list, or with `deny` a deny-list.
+    pub fn parse_as(rules: &[String], deny: bool) -> Result<Policy, String> {
         Ok(Policy {
             rules: rules
                 .iter()
                 .map(|r| Rule::parse(r))
                 .collect::<Result<_, _>>()?,
+            deny,
         })
     }
 
@@ -253,23 +281,31 @@ impl Policy {
         &self.rules
     }
 
+    /// Whether the rules are a deny-list.
+    pub fn is_deny(&self) -> bool {
+        self.deny
+    }
+
     /// The verdict on `host:port` as asked for (a name or an address), before any resolution.
+    /// A deny-list allows a name no rule holds, and a public address no rule holds.
     pub fn check(&self, host: &str, port: u16) -> Verdict {
         let host = host.trim_start_matches('[').trim_end_matches(']');
-        if let Ok(ip) = host.parse::<IpAddr>() {
-            return if self.address_listed(ip, port) {
-                Verdict::Allowed
+        let allowed = if let Ok(ip) = host.parse::<IpAddr>() {
+            if self.deny {
+                is_public(ip) && !self.address_listed(ip, port)
             } else {
-                Verdict::Refused
-            };
-        }
-        let host = host.to_ascii_lowercase();
-        let host = host.trim_end_matches('.');
-        if self
-            .rules
-            .iter()
-            .any(|r| r.port_ok(port) && r.holds_name(host))
-        {
+                self.address_listed(ip, port)
+            }
+        } else {
+            let host = host.to_ascii_lowercase();
+            let host = host.trim_end_matches('.');
+            let held = self
+                .rules
+                .iter()
+                .any(|r| r.port_ok(port) && r.holds_name(host));
+            held != self.deny
+        };
+        if allowed {
             Verdict::Allowed
         } else {
             Verdict::Refused
@@ -277,8 +313,16 @@ impl Policy {
     }
 
     /// The ports a name rule lets `host` (a name, lower case, no trailing dot) be reached on;
-    /// `None` when no rule holds the name.
+    /// `None` when no rule holds the name (a deny-list: when a rule without a port holds it;
+    /// one with a port refuses that port when a connection is opened).
     pub fn name_ports(&self, host: &str) -> Option<Ports> {
+        if self.deny {
+            let refused = self
+                .rules
+                .iter()
+                .any(|r| r.port.is_none() && r.holds_name(host));
+            return (!refused).then_some(Ports::Any);
+        }
         let mut listed = Vec::new();
         let mut any = false;
         for r in self.rules.iter().filter(|r| r.holds_name(host)) {
@@ -302,9 +346,14 @@ impl Policy {
         })
     }
 
-    /// Whether a name that `check` allowed may be reached at `ip`, one of its addresses.
+    /// Whether a name that `check` allowed may be reached at `ip`, one of its addresses: a
+    /// public one (not refused by a deny-list), or one an allow-list names.
     pub fn address_ok(&self, ip: IpAddr, port: u16) -> bool {
-        is_public(ip) || self.address_listed(ip, port)
+        if self.deny {
+            is_public(ip) && !self.address_listed(ip, port)
+        } else {
+            is_public(ip) || self.address_listed(ip, port)
+        }
     }
 }
 
@@ -448,5 +497,43 @@ mod tests {
         ] {
             assert!(Rule::parse(r).is_err(), "{r:?}");
         }
+    }
+
+    #[test]
+    fn rules_read_back() {
+        for r in ["pypi.org", "*.x.org:443", "10.0.0.0/8", "1.2.3.4:80", "fd00::/8", "[::1]:22"] {
+            let rule = Rule::parse(r).unwrap();
+            assert_eq!(Rule::parse(&rule.to_string()).unwrap(), rule, "{r}");
+        }
+    }
+
+    #[test]
+    fn deny_lists() {
+        let deny = |rules: &[&str]| {
+            Policy::parse_as(&rules.iter().map(|s| s.to_string()).collect::<Vec<_>>(), true)
+                .unwrap()
+        };
+        let open = deny(&[]);
+        assert!(open.is_deny());
+        assert_eq!(open.check("pypi.org", 443), Verdict::Allowed);
+        assert_eq!(open.check("1.1.1.1", 53), Verdict::Allowed);
+        // Only the public internet: no address of the host's loopback or a private network.
+        assert_eq!(open.check("127.0.0.1", 80), Verdict::Refused);
+        assert_eq!(open.check("10.0.0.1", 80), Verdict::Refused);
+        assert!(!open.address_ok("169.254.169.254".parse().unwrap(), 80));
+        assert!(open.address_ok("8.8.8.8".parse().unwrap(), 443));
+        assert_eq!(open.name_ports("example.com"), Some(Ports::Any));
+
+        let p = deny(&["evil.com", "*.tracker.net:443", "8.8.8.0/24"]);
+        assert_eq!(p.check("evil.com", 80), Verdict::Refused);
+        assert_eq!(p.check("EVIL.com.", 443), Verdict::Refused);
+        assert_eq!(p.check("good.com", 443), Verdict::Allowed);
+        assert_eq!(p.check("a.tracker.net", 443), Verdict::Refused);
+        assert_eq!(p.check("a.tracker.net", 80), Verdict::Allowed);
+        assert_eq!(p.check("8.8.8.8", 53), Verdict::Refused);
+        assert!(!p.address_ok("8.8.8.9".parse().unwrap(), 443));
+        assert!(p.address_ok("8.8.4.4".parse().unwrap(), 443));
+        assert_eq!(p.name_ports("evil.com"), None);
+        assert_eq!(p.name_ports("a.tracker.net"), Some(Ports::Any));
     }
 }

@@ -488,6 +488,24 @@ impl AgentClient {
         })
     }
 
+    /// Replaces the sandbox's egress policy (an allow-list, or with `deny` a deny-list); once
+    /// this returns, new connections obey it. FAILED_PRECONDITION (InvalidRequest) for a
+    /// sandbox started without one.
+    #[pyo3(signature = (rules, deny=false))]
+    fn set_egress<'py>(
+        &self,
+        py: Python<'py>,
+        rules: Vec<String>,
+        deny: bool,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        self.call(py, Some(DEFAULT_CALL_TIMEOUT_S), move |mut c| async move {
+            c.set_egress(pb::SetEgressRequest { rules, deny })
+                .await
+                .map_err(from_status)?;
+            Ok(())
+        })
+    }
+
     /// Judge `source` against `tests`, a list of (input, expected_output, check) triples.
     /// `compare` is "exact", "whitespace" (default) or "float".
     #[pyo3(signature = (language, source, tests, limits=None, stop_on_first_failure=false, compare="whitespace", float_tolerance=0.0, excerpt_bytes=0, timeout_s=None))]

@@ -62,10 +62,11 @@ pub struct LaunchConfig {
     layers: Vec<String>,
     /// Volumes bound in the sandbox, the agent's `--volume SRC:DST[:ro]`.
     volumes: Vec<String>,
-    /// Egress allow-list rules (the agent's `--egress-allow`): the sandbox gets a network
-    /// namespace of its own whose one way out is the agent's proxy, which opens connections in
-    /// this process's network namespace. Empty: `network` decides (none, or the host's).
-    egress_allow: Vec<String>,
+    /// An egress allow-list (the agent's `--egress=allow --egress-rule`, possibly empty): the
+    /// sandbox gets a network namespace of its own whose one way out is the agent's proxy,
+    /// which opens connections in this process's network namespace, and whose policy can be
+    /// replaced while it runs. None: `network` decides (none, or the host's).
+    egress_allow: Option<Vec<String>>,
 }
 
 #[pymethods]
@@ -116,8 +117,7 @@ impl LaunchConfig {
                 format!("layers must be absolute paths, got {l}"),
             ));
         }
-        let egress_allow = egress_allow.unwrap_or_default();
-        if network && !egress_allow.is_empty() {
+        if network && egress_allow.is_some() {
             return Err(err(
                 Kind::InvalidRequest,
                 "network (the host's) and an egress allow-list exclude each other",
@@ -440,14 +440,15 @@ fn agent_argv(c: &LaunchConfig, namespaces: &[&str]) -> Vec<String> {
     for v in &c.volumes {
         a.push(format!("--volume={v}"));
     }
-    if !c.egress_allow.is_empty() {
+    if let Some(rules) = &c.egress_allow {
         // The agent opens this process's namespace while the launcher is still there to be seen.
         a.push(format!(
             "--egress-netns=/proc/{}/ns/net",
             std::process::id()
         ));
-        for r in &c.egress_allow {
-            a.push(format!("--egress-allow={r}"));
+        a.push("--egress=allow".into());
+        for r in rules {
+            a.push(format!("--egress-rule={r}"));
         }
     }
     if c.user == "root" {

@@ -15,7 +15,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from sandboxes.errors import InvalidRequest
-from sandboxes.templates import MAX_EGRESS_RULES
+from sandboxes.egress import MAX_EGRESS_RULES
 
 __all__ = ["CreateArgs", "egress_rules", "parse_create", "parse_ids", "parse_policy"]
 

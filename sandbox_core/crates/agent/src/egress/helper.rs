@@ -8,12 +8,14 @@
 //! agent over socket pairs made before the fork. For each `host port` it checks the policy again, resolves the name with the
 //! outside's resolver (its `/etc`, never the sandbox's, which root inside may rewrite), refuses
 //! addresses the policy does not allow a name to reach, connects (10 s) and sends the connected
-//! socket back (SCM_RIGHTS). It dies with the agent (PR_SET_PDEATHSIG, and end of file on every
+//! socket back (SCM_RIGHTS). A policy the agent is given later reaches it on a channel too
+//! (`set_policy`), before the agent's own: the helper never opens what the policy in force
+//! refuses. It dies with the agent (PR_SET_PDEATHSIG, and end of file on every
 //! channel). Programs cannot reach it: the channels are close-on-exec fds of the agent only.
 
 use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs};
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd};
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
 
 use sandbox_exec::fdpass;
@@ -24,6 +26,11 @@ use super::policy::{Policy, Verdict};
 const CHANNELS: usize = 8;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 const MAX_REQUEST: usize = 512;
+/// The largest policy message: its rules, one per line (the manager holds a policy to 256
+/// rules of at most 260 bytes).
+const MAX_POLICY: usize = 128 << 10;
+/// The first byte of a policy message (a connection request starts with a host name).
+const POLICY: u8 = 0x01;
 /// The helper's uid and gid where the sandbox's programs have ids of their own (a host range).
 pub const NOBODY: u32 = 65534;
 
@@ -156,7 +163,7 @@ fn serve(
         let _ = libc::setresuid(id, id, id);
     }
     drop(netns);
-    let policy = policy.clone();
+    let policy = Arc::new(RwLock::new(policy.clone()));
     let threads: Vec<_> = channels
         .into_iter()
         .map(|ch| {
@@ -170,8 +177,27 @@ fn serve(
     Ok(())
 }
 
-fn channel_loop(policy: &Policy, ch: OwnedFd) {
-    let mut buf = [0u8; MAX_REQUEST];
+/// A policy message: `POLICY`, `a` or `d` (allow- or deny-list), then the rules, one per line.
+fn policy_message(policy: &Policy) -> Vec<u8> {
+    let mut msg = vec![POLICY, if policy.is_deny() { b'd' } else { b'a' }];
+    let rules: Vec<String> = policy.rules().iter().map(ToString::to_string).collect();
+    msg.extend_from_slice(rules.join("\n").as_bytes());
+    msg
+}
+
+fn parse_policy_message(msg: &[u8]) -> Result<Policy, String> {
+    let text = std::str::from_utf8(msg.get(2..).unwrap_or_default())
+        .map_err(|_| "a policy message is not UTF-8".to_string())?;
+    let rules: Vec<String> = text
+        .split('\n')
+        .filter(|r| !r.is_empty())
+        .map(str::to_string)
+        .collect();
+    Policy::parse_as(&rules, msg.get(1) == Some(&b'd'))
+}
+
+fn channel_loop(policy: &RwLock<Policy>, ch: OwnedFd) {
+    let mut buf = vec![0u8; MAX_POLICY];
     loop {
         let n = match fdpass::recv_with_fd(&ch, &mut buf) {
             Ok((0, _)) | Err(_) => {
@@ -181,12 +207,25 @@ fn channel_loop(policy: &Policy, ch: OwnedFd) {
             }
             Ok((n, _)) => n,
         };
+        if buf.first() == Some(&POLICY) {
+            let reply = match parse_policy_message(&buf[..n]) {
+                Ok(p) => {
+                    *policy.write().unwrap_or_else(|e| e.into_inner()) = p;
+                    b"O".to_vec()
+                }
+                Err(e) => [b"F", e.as_bytes()].concat(),
+            };
+            // SAFETY: our channel; no fd is sent.
+            unsafe { fdpass::send_with_fd(ch.as_raw_fd(), &reply, -1) };
+            continue;
+        }
+        let policy = policy.read().unwrap_or_else(|e| e.into_inner()).clone();
         let reply = match std::str::from_utf8(&buf[..n])
             .ok()
             .and_then(|s| s.split_once('\0'))
             .and_then(|(h, p)| Some((h.to_string(), p.parse::<u16>().ok()?)))
         {
-            Some((host, port)) => open(policy, &host, port),
+            Some((host, port)) => open(&policy, &host, port),
             None => Reply::Failed("malformed request".into()),
         };
         let (status, text, fd) = match reply {
@@ -208,7 +247,9 @@ fn channel_loop(policy: &Policy, ch: OwnedFd) {
 
 fn open(policy: &Policy, host: &str, port: u16) -> Reply {
     if policy.check(host, port) == Verdict::Refused {
-        return Reply::Refused(format!("{host}:{port} is not on the sandbox's allow-list"));
+        return Reply::Refused(format!(
+            "{host}:{port} is refused by the sandbox's egress policy"
+        ));
     }
     let bare = host.trim_start_matches('[').trim_end_matches(']');
     let addrs: Vec<SocketAddr> = match bare.parse::<IpAddr>() {
@@ -223,7 +264,7 @@ fn open(policy: &Policy, host: &str, port: u16) -> Reply {
                     .collect();
                 if ok.is_empty() && !all.is_empty() {
                     return Reply::Refused(format!(
-                        "{host} resolves only to addresses the allow-list does not name ({})",
+                        "{host} resolves only to addresses the egress policy refuses ({})",
                         all[0].ip()
                     ));
                 }
@@ -243,10 +284,13 @@ fn open(policy: &Policy, host: &str, port: u16) -> Reply {
 }
 
 impl Helper {
-    /// Asks the helper for a connection to `host:port` (blocking work off the runtime thread).
-    pub async fn connect(&self, host: &str, port: u16) -> Reply {
+    /// Takes a free channel (waiting for one) and runs `f` on it off the runtime thread.
+    async fn on_channel<T: Send + 'static>(
+        &self,
+        f: impl FnOnce(&OwnedFd) -> T + Send + 'static,
+    ) -> Result<T, String> {
         let Ok(_permit) = self.permits.acquire().await else {
-            return Reply::Failed("egress helper closed".into());
+            return Err("egress helper closed".into());
         };
         let Some(ch) = self
             .channels
@@ -254,24 +298,49 @@ impl Helper {
             .unwrap_or_else(|e| e.into_inner())
             .pop()
         else {
-            return Reply::Failed("no egress channel free".into());
+            return Err("no egress channel free".into());
         };
-        let request = format!("{host}\0{port}");
-        let done = tokio::task::spawn_blocking(move || {
-            let reply = ask(&ch, request.as_bytes());
-            (ch, reply)
+        let (ch, out) = tokio::task::spawn_blocking(move || {
+            let out = f(&ch);
+            (ch, out)
         })
-        .await;
-        match done {
-            Ok((ch, reply)) => {
-                self.channels
-                    .lock()
-                    .unwrap_or_else(|e| e.into_inner())
-                    .push(ch);
-                reply
-            }
-            Err(e) => Reply::Failed(format!("egress request: {e}")),
+        .await
+        .map_err(|e| format!("egress request: {e}"))?;
+        self.channels
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .push(ch);
+        Ok(out)
+    }
+
+    /// Gives the helper a new policy; it holds for every connection asked for after this.
+    pub async fn set_policy(&self, policy: &Policy) -> Result<(), String> {
+        let msg = policy_message(policy);
+        if msg.len() > MAX_POLICY {
+            return Err(format!("an egress policy is at most {MAX_POLICY} bytes"));
         }
+        self.on_channel(move |ch| {
+            // SAFETY: our channel; no fd is sent.
+            if unsafe { fdpass::send_with_fd(ch.as_raw_fd(), &msg, -1) } < 0 {
+                return Err(os("egress helper is gone"));
+            }
+            let mut buf = [0u8; MAX_REQUEST];
+            match fdpass::recv_with_fd(ch, &mut buf) {
+                Ok((n, _)) if n > 0 && buf[0] == b'O' => Ok(()),
+                Ok((n, _)) if n > 0 => Err(String::from_utf8_lossy(&buf[1..n]).into_owned()),
+                Ok(_) => Err("egress helper is gone".into()),
+                Err(e) => Err(format!("egress helper: {e}")),
+            }
+        })
+        .await?
+    }
+
+    /// Asks the helper for a connection to `host:port` (blocking work off the runtime thread).
+    pub async fn connect(&self, host: &str, port: u16) -> Reply {
+        let request = format!("{host}\0{port}");
+        self.on_channel(move |ch| ask(ch, request.as_bytes()))
+            .await
+            .unwrap_or_else(Reply::Failed)
     }
 }
 

@@ -13,4 +13,4 @@ pub use sandbox_egress as policy;
 pub mod proxy;
 
 pub use dns::{DNS_ADDR, DNS_HOST};
-pub use proxy::{Counters, Proxy, PROXY_ADDR};
+pub use proxy::{Proxy, PROXY_ADDR};

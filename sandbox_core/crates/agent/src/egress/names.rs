@@ -77,7 +77,7 @@ impl Proxy {
     /// The sandbox's address of `name` (lower case, no trailing dot), listening on its ports
     /// from the first lookup on.
     pub fn lookup(self: &Arc<Self>, name: &str) -> Lookup {
-        let Some(ports) = self.policy.name_ports(name) else {
+        let Some(ports) = self.policy().name_ports(name) else {
             return Lookup::Refused;
         };
         let mut table = self.names.table.lock().unwrap_or_else(|e| e.into_inner());

@@ -10,7 +10,7 @@
 //! not answer is `502`. Every decision is counted (`Counters`, reported by Info).
 
 use std::sync::atomic::{AtomicU64, Ordering};
-use std::sync::Arc;
+use std::sync::{Arc, RwLock};
 
 use tokio::io::{AsyncReadExt, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
@@ -30,7 +30,9 @@ pub struct Counters {
 }
 
 pub struct Proxy {
-    pub policy: Policy,
+    /// The policy now: replaced whole by `set_policy` (a connection is judged by the one in
+    /// force when it is opened).
+    pub policy: RwLock<Arc<Policy>>,
     pub helper: Helper,
     pub counters: Arc<Counters>,
     /// The allowed names programs looked up, and their forwarders (`names`).
@@ -47,12 +49,28 @@ pub enum Opened {
 }
 
 impl Proxy {
+    /// The policy in force.
+    pub fn policy(&self) -> Arc<Policy> {
+        self.policy
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Replaces the policy: the helper's first (it opens every connection), then the agent's,
+    /// so that once this returns no new connection is opened under the old one.
+    pub async fn set_policy(&self, policy: Policy) -> Result<(), String> {
+        self.helper.set_policy(&policy).await?;
+        *self.policy.write().unwrap_or_else(|e| e.into_inner()) = Arc::new(policy);
+        Ok(())
+    }
+
     /// Opens `host:port` for a program: checked against the policy here and by the helper,
     /// which connects outside; every decision counted.
     pub(super) async fn open(&self, host: &str, port: u16) -> Opened {
-        if self.policy.check(host, port) == Verdict::Refused {
+        if self.policy().check(host, port) == Verdict::Refused {
             self.counters.refused.fetch_add(1, Ordering::Relaxed);
-            return Opened::Refused(format!("{host}:{port} is not on the sandbox's allow-list"));
+            return Opened::Refused(format!("{host}:{port} is refused by the sandbox's egress policy"));
         }
         match self.helper.connect(host, port).await {
             Reply::Connected(s) => {

@@ -33,8 +33,8 @@ pub struct AgentService {
     pub namespaces: Vec<String>,
     pub started: Instant,
     pub total_execs: AtomicU64,
-    /// The egress proxy's counts (a sandbox whose network is an allow-list).
-    pub egress: Option<Arc<crate::egress::Counters>>,
+    /// The egress proxy, its policy and counts (a sandbox whose network is an egress policy).
+    pub egress: Option<Arc<crate::egress::Proxy>>,
 }
 
 pub(crate) type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
@@ -244,11 +244,11 @@ impl Agent for AgentService {
                 egress_allowed: self
                     .egress
                     .as_ref()
-                    .map_or(0, |c| c.allowed.load(Ordering::Relaxed)),
+                    .map_or(0, |p| p.counters.allowed.load(Ordering::Relaxed)),
                 egress_refused: self
                     .egress
                     .as_ref()
-                    .map_or(0, |c| c.refused.load(Ordering::Relaxed)),
+                    .map_or(0, |p| p.counters.refused.load(Ordering::Relaxed)),
             }),
             work_dir: self.roots.work_dir().display().to_string(),
             default_limits: Some(exec::limits_message(&self.executor.config().default_limits)),
@@ -270,6 +270,26 @@ impl Agent for AgentService {
         Ok(Response::new(pb::RenewLeaseResponse {
             expires_in_s: granted.as_secs_f64(),
         }))
+    }
+
+    async fn set_egress(
+        &self,
+        request: Request<pb::SetEgressRequest>,
+    ) -> Result<Response<pb::SetEgressResponse>, Status> {
+        let Some(proxy) = &self.egress else {
+            return Err(Status::failed_precondition(
+                "this sandbox was started without an egress policy (its network is none or the \
+                 outside's): its egress cannot change",
+            ));
+        };
+        let req = request.into_inner();
+        let policy = crate::egress::policy::Policy::parse_as(&req.rules, req.deny)
+            .map_err(Status::invalid_argument)?;
+        proxy
+            .set_policy(policy)
+            .await
+            .map_err(Status::unavailable)?;
+        Ok(Response::new(pb::SetEgressResponse {}))
     }
 
     async fn run_tests(
