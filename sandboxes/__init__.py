@@ -11,6 +11,7 @@ from typing import Any
 
 from . import errors
 from .checkpoints import Checkpoint
+from .egress import EgressPolicy
 from .errors import (
     AuthError,
     BackendUnavailable,
@@ -28,7 +29,6 @@ from .errors import (
     Step,
     TooLarge,
 )
-from .egress import EgressPolicy
 from .grading import GradeStream, Grading
 from .judging import CaseResult, TestCase, TestReport, Verdict
 from .pool import Pool

@@ -23,7 +23,7 @@ import builtins
 import os
 import random
 import uuid
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import Awaitable, Callable, Mapping, Sequence
 from typing import Any, Self
 
 import grpc
@@ -42,6 +42,7 @@ from sandboxes._proto.convert import (
 )
 from sandboxes.checkpoints import DEFAULT_TTL_S as DEFAULT_CHECKPOINT_TTL_S
 from sandboxes.checkpoints import Checkpoint
+from sandboxes.egress import EgressPolicy
 from sandboxes.grading import GradeStream, batch_deadline
 from sandboxes.judging import RunTestsRequest, TestReport
 from sandboxes.sandbox import Data, ExecRequest, ExecStream, SandboxBase, as_bytes
@@ -483,6 +484,26 @@ class RemoteSandbox(SandboxBase):
         msg = await self._client._call("Resume", req, retry=True)
         self.expires_at = msg.sandbox.expires_at or None
         return msg.changed
+
+    async def set_network(
+        self, *, allow: Sequence[str] | None = None, deny: Sequence[str] | None = None
+    ) -> EgressPolicy:
+        """Replace the sandbox's egress policy (`Sandbox.set_network`): `allow` is all it may
+        reach from now on, or `deny` what it may not (every other public destination open)."""
+        policy = EgressPolicy.of(allow, deny)
+        net = pb.Network(rules=list(policy.rules), deny=policy.deny)
+        await self._client._call(
+            "SetNetwork", pb.SetNetworkRequest(sandbox_id=self.id, network=net), retry=True
+        )
+        return policy
+
+    async def network(self) -> EgressPolicy | bool:
+        """The sandbox's egress policy now; False (none) or True (the outside's) for a sandbox
+        whose network cannot change."""
+        msg = await self._client._call("GetNetwork", pb.GetRequest(sandbox_id=self.id), retry=True)
+        if msg.mode == "policy":
+            return EgressPolicy(tuple(msg.rules), deny=msg.deny)
+        return msg.mode == "outside"
 
     async def close(self) -> None:
         """Delete the sandbox on the server. Idempotent (an already deleted one is fine)."""

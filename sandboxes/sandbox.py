@@ -636,9 +636,13 @@ class Sandbox(SandboxBase):
         open stay open. A sandbox whose network is none or the host's cannot change it
         (InvalidRequest). Checkpoints and forks of this sandbox start with its template's."""
         policy = EgressPolicy.of(allow, deny)
+        await self.set_egress_policy(policy)
+        return policy
+
+    async def set_egress_policy(self, policy: EgressPolicy) -> None:
+        """`set_network` with a policy made already."""
         await self._call(self._client.set_egress, list(policy.rules), policy.deny)
         self.egress = policy
-        return policy
 
     async def _renew_lease(self, ttl_s: float) -> float:
         """Extend the agent's lease (the pool's renewer calls this)."""

@@ -10,6 +10,7 @@ from typing import Any
 
 import aiohttp
 import pytest
+from helpers import http_answering
 from server_helpers import KEY_A, KEY_B, KEYS, run_scenario
 
 pytestmark = pytest.mark.asyncio
@@ -281,6 +282,30 @@ async def test_pause_and_resume(make_server) -> None:
     assert o["auto_lifecycle"] == {"on_timeout": "pause", "auto_resume": True}, o["auto_lifecycle"]
     assert (o["auto_command"], o["auto_after"]) == ("auto", "running")
     assert "error" in o["manual_command"] and o["manual_connect"] == "back\n"
+    assert len(server.service.registry) == 0
+
+
+async def test_network(make_server) -> None:
+    """e2b's `update_network` and `network=` at create: the sandbox's egress policy replaced while
+    it runs (the agent's proxy enforces it when the call returns): the test's server on this
+    host's loopback reached through an allow-list naming it, its neighbour not; an update that
+    clears the rules opens the public internet, never the host's loopback; transform rules and
+    bad rules are 400, a paused sandbox 409, a killed one 404."""
+    async with http_answering(b"e2b-allowed") as (port, seen):
+        server = await e2b_server(make_server)
+        o = await scenario(server, "network", str(port))
+    assert o["before"] != 0
+    assert o["info"] == {"allow_out": [f"127.0.0.2:{port}"], "deny_out": ["0.0.0.0/0"]}, o["info"]
+    assert (o["allowed"]["stdout"], o["allowed"]["exit_code"]) == ("e2b-allowed\n", 0), o["allowed"]
+    assert o["other"]["exit_code"] != 0 and "403" in o["other"]["stderr"]
+    assert o["cleared"]["exit_code"] != 0 and "403" in o["cleared"]["stderr"]
+    assert o["cleared_info"] == {"allow_out": [], "deny_out": []}
+    assert o["transform"]["message"].startswith("400: per-host transform rules"), o["transform"]
+    assert o["bad"]["message"].startswith("400: "), o["bad"]
+    assert "409" in o["paused"]["message"] or o["paused"]["error"] == "ConflictException", o["paused"]
+    assert o["gone"]["error"] == "SandboxNotFoundException"
+    assert o["at_create"]["stdout"] == "e2b-allowed\n", o["at_create"]
+    assert len(seen) == 2
     assert len(server.service.registry) == 0
 
 

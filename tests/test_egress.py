@@ -307,6 +307,53 @@ async def test_the_policy_changes_while_the_sandbox_runs(backend, servers, make_
         assert (await sb.exec("echo still")).stdout == b"still\n"
 
 
+async def test_the_policy_changes_through_the_grpc_api(make_server, servers) -> None:
+    """SetNetwork / GetNetwork through the remote client: the new policy is enforced when the
+    call returns and read back; a bad rule is INVALID_ARGUMENT and changes nothing; a sandbox
+    with no network cannot change it; another key's sandbox is missing."""
+    from server_helpers import KEY_A, KEY_B
+
+    allowed, _ = servers
+    server = await make_server(
+        warm=0,
+        templates={
+            "default": Template(name="default"),
+            "changing": Template(name="changing", user="root", network=[]),
+        },
+    )
+    async with (
+        sandboxes.AsyncSandboxClient(server.address, KEY_A, timeout=60.0) as client,
+        sandboxes.AsyncSandboxClient(server.address, KEY_B, timeout=60.0) as other,
+    ):
+        sb = await client.create(template="changing")
+        try:
+            assert await sb.network() == sandboxes.EgressPolicy(())
+            url = f"http://{HOST}:{allowed.port}/"
+            rule = f"{HOST}:{allowed.port}"
+            assert await sb.set_network(allow=[rule]) == sandboxes.EgressPolicy((rule,))
+            r = await sb.exec(["python3", "-c", GET_SCRIPT, url])
+            assert r.stdout == b"allowed\n", r
+            with pytest.raises(sandboxes.InvalidRequest):
+                await sb.set_network(allow=["a:b:c:d/99"])
+            with pytest.raises(sandboxes.InvalidRequest):
+                await sb.set_network(allow=[rule], deny=[])
+            assert await sb.network() == sandboxes.EgressPolicy((rule,))
+            await sb.set_network(deny=["pypi.org"])
+            assert await sb.network() == sandboxes.EgressPolicy(("pypi.org",), deny=True)
+            assert (await sb.exec(["python3", "-c", GET_SCRIPT, url])).stdout == b"403\n"
+            with pytest.raises(sandboxes.NotFound):
+                await (await other.get(sb.id)).set_network(allow=[])
+        finally:
+            await sb.close()
+        plain = await client.create()
+        try:
+            assert await plain.network() is False
+            with pytest.raises(sandboxes.InvalidRequest, match="without an egress policy"):
+                await plain.set_network(allow=[])
+        finally:
+            await plain.close()
+
+
 async def test_bad_rules_and_conflicts_are_refused() -> None:
     with pytest.raises(sandboxes.InvalidRequest):
         Template(network=["has space"])

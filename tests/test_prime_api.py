@@ -177,20 +177,34 @@ async def test_keys_see_only_their_sandboxes(make_server, tmp_path) -> None:
 
 
 async def test_network_policy(make_server) -> None:
-    """An allow-list given at create is the sandbox's egress (the local backend's proxy): the
-    test's server on this host's loopback is reached through it, its neighbour is not."""
+    """A policy set while the sandbox runs, or given at create, is its egress (the local
+    backend's proxy): the test's server on this host's loopback is reached through an
+    allow-list naming it, its neighbour is not, and the public internet (`allow=["*"]`) never
+    includes the host's loopback. Every change is applied when its call returns."""
     async with http_answering(b"prime-allowed") as (port, seen):
         server = await prime_server(make_server)
         o = await scenario(server, CURRENT, "network", str(port))
-    assert o["deny_all"] == {"ok": True}
-    assert o["allow_later"]["error"] == "APIError" and "created with" in o["allow_later"]["message"]
-    assert o["get"] == {"ok": []}
     assert o["direct"]["exit_code"] != 0  # no network by default
+    assert o["deny_all"] == {
+        "ok": {"policy": {"allowlist": [], "denylist": None}, "applied": True, "generation": 2}
+    }
+    want = {
+        "policy": {"allowlist": [f"127.0.0.2:{port}"], "denylist": None},
+        "applied": True,
+        "generation": 3,
+    }
+    assert o["allow_later"] == o["get"] == {"ok": want}
+    assert o["later_fetch"] == {"stdout": "prime-allowed\n", "stderr": "", "exit_code": 0}, o["later_fetch"]
+    assert o["later_fetch_other"]["exit_code"] != 0 and "403" in o["later_fetch_other"]["stderr"]
+    assert o["open"]["ok"]["policy"] == {"allowlist": None, "denylist": []}
+    assert o["open_fetch"]["exit_code"] != 0 and "403" in o["open_fetch"]["stderr"]
+    assert o["shown_later"] == []
+    assert o["bad_later"]["error"] == "APIError" and "422" in o["bad_later"]["message"]
     assert o["shown"] == [f"127.0.0.2:{port}"] and o["policy"] == [f"127.0.0.2:{port}"]
     assert o["fetch"] == {"stdout": "prime-allowed\n", "stderr": "", "exit_code": 0}, o["fetch"]
     assert o["fetch_other"]["exit_code"] != 0 and "403" in o["fetch_other"]["stderr"]
     assert o["range"]["error"] == "APIError" and "port ranges" in o["range"]["message"]
-    assert len(seen) == 1
+    assert len(seen) == 2
 
 
 async def test_a_client_gone_mid_command_has_its_program_killed(make_server, tmp_path) -> None:

@@ -112,6 +112,26 @@ class ResumeResponse(_message.Message):
     sandbox: Sandbox
     def __init__(self, changed: _Optional[bool] = ..., sandbox: _Optional[_Union[Sandbox, _Mapping]] = ...) -> None: ...
 
+class SetNetworkRequest(_message.Message):
+    __slots__ = ("sandbox_id", "network")
+    SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    NETWORK_FIELD_NUMBER: _ClassVar[int]
+    sandbox_id: str
+    network: Network
+    def __init__(self, sandbox_id: _Optional[str] = ..., network: _Optional[_Union[Network, _Mapping]] = ...) -> None: ...
+
+class Network(_message.Message):
+    __slots__ = ("rules", "deny", "changeable", "mode")
+    RULES_FIELD_NUMBER: _ClassVar[int]
+    DENY_FIELD_NUMBER: _ClassVar[int]
+    CHANGEABLE_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    rules: _containers.RepeatedScalarFieldContainer[str]
+    deny: bool
+    changeable: bool
+    mode: str
+    def __init__(self, rules: _Optional[_Iterable[str]] = ..., deny: _Optional[bool] = ..., changeable: _Optional[bool] = ..., mode: _Optional[str] = ...) -> None: ...
+
 class ListRequest(_message.Message):
     __slots__ = ("labels",)
     class LabelsEntry(_message.Message):

@@ -145,6 +145,16 @@ class SandboxesStub:
                 request_serializer=service__pb2.ResumeRequest.SerializeToString,
                 response_deserializer=service__pb2.ResumeResponse.FromString,
                 _registered_method=True)
+        self.SetNetwork = channel.unary_unary(
+                '/sandboxes.v1.Sandboxes/SetNetwork',
+                request_serializer=service__pb2.SetNetworkRequest.SerializeToString,
+                response_deserializer=service__pb2.Network.FromString,
+                _registered_method=True)
+        self.GetNetwork = channel.unary_unary(
+                '/sandboxes.v1.Sandboxes/GetNetwork',
+                request_serializer=service__pb2.GetRequest.SerializeToString,
+                response_deserializer=service__pb2.Network.FromString,
+                _registered_method=True)
         self.CreateVolume = channel.unary_unary(
                 '/sandboxes.v1.Sandboxes/CreateVolume',
                 request_serializer=service__pb2.CreateVolumeRequest.SerializeToString,
@@ -325,6 +335,22 @@ class SandboxesServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def SetNetwork(self, request, context):
+        """Replaces the egress policy of a sandbox whose template's network is a list: an allow-list,
+        or a deny-list (every public destination but its rules). Connections opened after it
+        returns obey it; connections already open stay. FAILED_PRECONDITION for a sandbox whose
+        network is none or the outside's, or a paused one; INVALID_ARGUMENT for a bad rule.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def GetNetwork(self, request, context):
+        """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def CreateVolume(self, request, context):
         """Named, bounded (bytes and inodes), persistent file systems of the caller's, mounted by
         sandboxes at create (`CreateRequest.volumes`); shared by every sandbox that mounts one. A
@@ -465,6 +491,16 @@ def add_SandboxesServicer_to_server(servicer, server):
                     servicer.Resume,
                     request_deserializer=service__pb2.ResumeRequest.FromString,
                     response_serializer=service__pb2.ResumeResponse.SerializeToString,
+            ),
+            'SetNetwork': grpc.unary_unary_rpc_method_handler(
+                    servicer.SetNetwork,
+                    request_deserializer=service__pb2.SetNetworkRequest.FromString,
+                    response_serializer=service__pb2.Network.SerializeToString,
+            ),
+            'GetNetwork': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetNetwork,
+                    request_deserializer=service__pb2.GetRequest.FromString,
+                    response_serializer=service__pb2.Network.SerializeToString,
             ),
             'CreateVolume': grpc.unary_unary_rpc_method_handler(
                     servicer.CreateVolume,
@@ -1081,6 +1117,60 @@ class Sandboxes:
             '/sandboxes.v1.Sandboxes/Resume',
             service__pb2.ResumeRequest.SerializeToString,
             service__pb2.ResumeResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def SetNetwork(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sandboxes.v1.Sandboxes/SetNetwork',
+            service__pb2.SetNetworkRequest.SerializeToString,
+            service__pb2.Network.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetNetwork(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sandboxes.v1.Sandboxes/GetNetwork',
+            service__pb2.GetRequest.SerializeToString,
+            service__pb2.Network.FromString,
             options,
             channel_credentials,
             insecure,

@@ -21,11 +21,12 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Iterator
+from collections.abc import AsyncIterator, Callable, Iterator, Sequence
 from typing import Any
 
 from sandboxes import errors as E
 from sandboxes.checkpoints import DEFAULT_TTL_S as DEFAULT_CHECKPOINT_TTL_S
+from sandboxes.egress import EgressPolicy
 from sandboxes.server.metrics import Metrics
 from sandboxes.server.quota import Quotas
 from sandboxes.server.registry import Record, Registry
@@ -498,6 +499,36 @@ class ServerCore:
         log.info("sandbox resumed", extra={"sandbox_id": rec.id, "owner": rec.owner})
         return True
 
+    # -- network -----------------------------------------------------------------------------
+
+    def network_of(self, rec: Record) -> EgressPolicy | bool:
+        """`rec`'s egress policy now: its last replacement or its template's list, or the
+        template's False (none) / True (the outside's), which cannot change."""
+        if rec.egress is not None:
+            return rec.egress
+        network = self.pool.templates[rec.template].network
+        return EgressPolicy(network) if isinstance(network, tuple) else network
+
+    async def set_network(
+        self, rec: Record, *, allow: Sequence[str] | None = None, deny: Sequence[str] | None = None
+    ) -> EgressPolicy:
+        """Replaces `rec`'s egress policy (`Sandbox.set_network`): a template whose network is a
+        list lets its owner ask for any policy; one whose network is none or the outside's
+        lets none be asked for. A paused sandbox is refused (`SandboxPaused`)."""
+        policy = EgressPolicy.of(allow, deny)
+        if not isinstance(self.network_of(rec), EgressPolicy):
+            raise E.InvalidRequest(
+                f"sandbox {rec.id} was started without an egress policy (its template's network is "
+                "none or the outside's): its egress cannot change"
+            )
+        async with self._pausing(rec):
+            if rec.state == "paused":
+                raise E.SandboxPaused(f"sandbox {rec.id} is paused: resume it first")
+            await rec.sandbox.set_egress_policy(policy)
+            rec.egress = policy
+        log.info("sandbox egress set", extra={"sandbox_id": rec.id, "owner": rec.owner, "deny": policy.deny})
+        return policy
+
     def _pausing(self, rec: Record) -> asyncio.Lock:
         lock = rec.attrs.get(_PAUSE_LOCK)
         if lock is None:
@@ -527,6 +558,8 @@ class ServerCore:
         )
         rec.sandbox, rec.evicted = sb, None
         self._forget_evicted(rec.owner, cp)
+        if rec.egress is not None:
+            await sb.set_egress_policy(rec.egress)
 
     def _forget_evicted(self, owner: str, checkpoint_id: str) -> None:
         with contextlib.suppress(E.NotFound):

@@ -42,7 +42,8 @@ def default_templates(backend: str) -> dict[str, Any] | None:
 
     return {
         "default": Template(backend=backend),
-        AGENT_TEMPLATE: Template(name=AGENT_TEMPLATE, backend=backend, user="root"),
+        # Its egress is a policy (empty: nothing reached) that the APIs' callers can change.
+        AGENT_TEMPLATE: Template(name=AGENT_TEMPLATE, backend=backend, user="root", network=()),
     }
 
 
@@ -56,7 +57,8 @@ async def template_for_image(pool: Any, image: str | None) -> tuple[str, str]:
         for name, tp in templates.items():
             if getattr(tp, "image", None) == image:
                 return name, f"template whose image is {image}"
-        base = templates.get(default)
+        # Like the agent template where there is one (its network a policy that can change).
+        base = templates.get(AGENT_TEMPLATE, templates.get(default))
         if base is not None and base.backend != "local":
             name = IMAGE_TEMPLATE_PREFIX + hashlib.sha256(image.encode()).hexdigest()[:12]
             if sum(n.startswith(IMAGE_TEMPLATE_PREFIX) for n in templates) >= MAX_IMAGE_TEMPLATES:
@@ -88,7 +90,7 @@ async def template_with_egress(pool: Any, template: str, rules: tuple[str, ...])
         raise InvalidRequest(
             f"an egress allow-list is not available on the {base.backend} backend of this server"
         )
-    if base.egress_allow == rules:
+    if base.has_egress and base.egress_allow == rules:
         return template
     digest = hashlib.sha256("\0".join((template, *rules)).encode()).hexdigest()[:12]
     name = EGRESS_TEMPLATE_PREFIX + digest

@@ -29,6 +29,7 @@ from sandboxes._proto.convert import (
 )
 from sandboxes.checkpoints import DEFAULT_TTL_S as DEFAULT_CHECKPOINT_TTL_S
 from sandboxes.checkpoints import MAX_TTL_S as MAX_CHECKPOINT_TTL_S
+from sandboxes.egress import EgressPolicy
 from sandboxes.server.auth import ApiKeys
 from sandboxes.server.core import ServerCore, file_map
 from sandboxes.server.metrics import Metrics
@@ -134,6 +135,8 @@ class SandboxService:
             ),
             "Fork": c.unary("Fork", self.fork, pb.ForkRequest, pb.ForkResponse),
             "Pause": c.unary("Pause", self.pause, pb.PauseRequest, pb.PauseResponse),
+            "SetNetwork": c.unary("SetNetwork", self.set_network, pb.SetNetworkRequest, pb.Network),
+            "GetNetwork": c.unary("GetNetwork", self.get_network, pb.GetRequest, pb.Network),
             "Resume": c.unary("Resume", self.resume, pb.ResumeRequest, pb.ResumeResponse),
             "CreateVolume": c.unary("CreateVolume", self.create_volume, pb.CreateVolumeRequest, pb.Volume),
             "GetVolume": c.unary("GetVolume", self.get_volume, pb.GetVolumeRequest, pb.Volume),
@@ -275,6 +278,24 @@ class SandboxService:
         ttl = self.validate.seconds("ttl_s", req.ttl_s, self.config.bounds.max_ttl_s)
         changed = await self.core.resume(rec, ttl_s=ttl or None)
         return pb.ResumeResponse(changed=changed, sandbox=self._sandbox_pb(rec))
+
+    async def set_network(self, req: pb.SetNetworkRequest, context: Any, owner: str) -> pb.Network:
+        rec = await self.core.record(req.sandbox_id, owner)
+        rules = list(req.network.rules)
+        if req.network.deny:
+            await self.core.set_network(rec, deny=rules)
+        else:
+            await self.core.set_network(rec, allow=rules)
+        return self._network_pb(rec)
+
+    async def get_network(self, req: pb.GetRequest, context: Any, owner: str) -> pb.Network:
+        return self._network_pb(await self.core.record(req.sandbox_id, owner))
+
+    def _network_pb(self, rec: Record) -> pb.Network:
+        net = self.core.network_of(rec)
+        if isinstance(net, EgressPolicy):
+            return pb.Network(rules=list(net.rules), deny=net.deny, changeable=True, mode="policy")
+        return pb.Network(mode="outside" if net else "none")
 
     async def get(self, req: pb.GetRequest, context: Any, owner: str) -> pb.Sandbox:
         return self._sandbox_pb(await self.core.record(req.sandbox_id, owner))

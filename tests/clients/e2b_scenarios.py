@@ -495,6 +495,46 @@ def volumes(_: str | None) -> dict[str, Any]:
     return o
 
 
+def network(port: str | None) -> dict[str, Any]:
+    """Egress: none by default; `update_network` replaces it while the sandbox runs (the test's
+    server on 127.0.0.2:`port` allowed and nothing else; cleared: the public internet, never the
+    host's loopback); `network=` at create; rules it cannot serve refused."""
+    from e2b import ALL_TRAFFIC
+
+    fetch = 'python3 -c "import sys, urllib.request as u; print(u.urlopen(sys.argv[1], timeout=20).read().decode())" '
+
+    def get(sb: Any, p: object) -> dict[str, Any]:
+        try:
+            return result(sb.commands.run(fetch + f"http://127.0.0.2:{p}/", timeout=60))
+        except CommandExitException as e:
+            return {"stdout": e.stdout, "stderr": e.stderr[-200:], "exit_code": e.exit_code}
+
+    o: dict[str, Any] = {}
+    sb = Sandbox.create(timeout=120)
+    o["before"] = get(sb, port)["exit_code"]
+    sb.update_network({"allow_out": [f"127.0.0.2:{port}"], "deny_out": [ALL_TRAFFIC]})
+    o["info"] = sb.get_info().network
+    o["allowed"] = get(sb, port)
+    o["other"] = get(sb, int(str(port)) + 1)
+    sb.update_network({})
+    o["cleared"] = get(sb, port)
+    o["cleared_info"] = sb.get_info().network
+    o["transform"] = attempt(
+        sb.update_network, {"rules": {"x.example": [{"transform": {"headers": {"a": "b"}}}]}}
+    )
+    o["bad"] = attempt(sb.update_network, {"allow_out": ["not a rule"], "deny_out": [ALL_TRAFFIC]})
+    sb.pause()
+    o["paused"] = attempt(sb.update_network, {"deny_out": [ALL_TRAFFIC]})
+    sb.kill()
+    o["gone"] = attempt(sb.update_network, {})
+    made = Sandbox.create(
+        timeout=120, network={"allow_out": [f"127.0.0.2:{port}"], "deny_out": [ALL_TRAFFIC]}
+    )
+    o["at_create"] = get(made, port)
+    made.kill()
+    return o
+
+
 def volume_other(volume_id: str | None) -> dict[str, Any]:
     """Another key's volume: missing to this key."""
     return {"info": attempt(Volume.get_info, volume_id), "listed": [v.name for v in Volume.list()]}
@@ -527,6 +567,7 @@ SCENARIOS = {
     "pause": pause,
     "volumes": volumes,
     "volume_other": volume_other,
+    "network": network,
 }
 
 

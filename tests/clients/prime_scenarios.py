@@ -293,33 +293,45 @@ def auth(other_id: str | None) -> dict[str, Any]:
 
 
 def network(port: str | None) -> dict[str, Any]:
-    """Egress policies: none by default (deny-all is a no-op), an allow-list at create that
-    reaches the test's server on 127.0.0.2:`port` and nothing else, fixed once created."""
+    """Egress policies: none by default; `set_network` replaces one while the sandbox runs (an
+    allow-list reaching the test's server on 127.0.0.2:`port` and nothing else, `allow=["*"]`
+    the public internet only, `deny=["*"]` nothing), each applied when its call returns; an
+    allow-list given at create."""
     c = SandboxClient(APIClient())
     sb = c.create(request())
     c.wait_for_creation(sb.id)
     out: dict[str, Any] = {}
-    if hasattr(c, "set_network"):
-        out["deny_all"] = attempt(lambda: c.set_network(sb.id, deny=["*"]).applied)
-        out["allow_later"] = attempt(lambda: c.set_network(sb.id, allow=["pypi.org"]).applied)
-        out["get"] = attempt(lambda: c.get_network(sb.id).policy.allowlist)
+
+    def fetch(p: object) -> str:
+        return f"python3 -c \"import urllib.request as u; print(u.urlopen('http://127.0.0.2:{p}/', timeout=20).read().decode())\""
+
+    def status(s: Any) -> dict[str, Any]:
+        return {"policy": s.policy.model_dump(), "applied": s.applied, "generation": s.generation}
+
     out["direct"] = cmd(
         c.execute_command(
             sb.id,
             f"python3 -c \"import socket; socket.create_connection(('127.0.0.2', {port}), timeout=2)\"",
         )
     )
+    out["deny_all"] = attempt(lambda: status(c.set_network(sb.id, deny=["*"])))
+    out["allow_later"] = attempt(lambda: status(c.set_network(sb.id, allow=[f"127.0.0.2:{port}"])))
+    out["get"] = attempt(lambda: status(c.get_network(sb.id)))
+    out["later_fetch"] = cmd(c.execute_command(sb.id, fetch(port), timeout=60))
+    out["later_fetch_other"] = cmd(c.execute_command(sb.id, fetch(int(str(port)) + 1), timeout=60))
+    out["open"] = attempt(lambda: status(c.set_network(sb.id, allow=["*"])))
+    out["open_fetch"] = cmd(c.execute_command(sb.id, fetch(port), timeout=60))
+    out["shown_later"] = c.get(sb.id).network_denylist
     allowed = c.create(request(network_allowlist=[f"127.0.0.2:{port}"]))
     c.wait_for_creation(allowed.id)
     out["shown"] = c.get(allowed.id).network_allowlist
     out["policy"] = c.get_network(allowed.id).policy.allowlist
-
-    def fetch(p: object) -> str:
-        return f"python3 -c \"import urllib.request as u; print(u.urlopen('http://127.0.0.2:{p}/', timeout=20).read().decode())\""
-
     out["fetch"] = cmd(c.execute_command(allowed.id, fetch(port), timeout=60))
     out["fetch_other"] = cmd(c.execute_command(allowed.id, fetch(int(str(port)) + 1), timeout=60))
     out["range"] = attempt(lambda: c.create(request(network_allowlist=["10.0.0.0/8:1000-2000"])).id)
+    out["bad_later"] = attempt(
+        lambda: c.client.request("PUT", f"/sandbox/{sb.id}/egress-policy", json={"allowlist": ["a b"]})
+    )
     c.delete(sb.id)
     c.delete(allowed.id)
     return out

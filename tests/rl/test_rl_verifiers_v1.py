@@ -11,6 +11,7 @@ import socket
 from typing import Any
 
 import pytest
+from helpers import http_answering
 from sandboxes_code.taskset import use_runtime
 from sandboxes_rl.fake_llm import FakeChatServer, fenced
 from sandboxes_rl.problems import problem_rows
@@ -62,6 +63,39 @@ async def test_a_prime_runtime_session(make_server, prime_env, request, backend)
     finally:
         await rt.teardown()
     assert server.service.registry.get(rt.info.id) is None
+
+
+@pytest.mark.parametrize("backend", ["local", "docker"])
+async def test_a_prime_runtime_with_a_restricted_policy(make_server, prime_env, request, backend) -> None:
+    """`PrimeConfig(allow=[...])`: set-up runs, then `prepare_execution` replaces the sandbox's
+    policy (`set_network`, polled with `get_network` until applied) with the routes' hosts and
+    the allow-list; the runtime then reaches the allowed server on this host's loopback
+    (127.0.0.2) and is refused another (127.0.0.3)."""
+    from verifiers.v1.runtimes.prime import PrimeConfig, PrimeRuntime
+
+    image = request.getfixturevalue("images") if backend == "docker" else "python:3.11-slim"
+    fetch = "import sys, urllib.request as u; print(u.urlopen(sys.argv[1], timeout=20).read().decode())"
+    async with (
+        http_answering(b"allowed", "127.0.0.2") as (port, seen),
+        http_answering(b"other", "127.0.0.3") as (other_port, other_seen),
+    ):
+        server = await make_server(http_port=0, warm=1, backend=backend)
+        prime_env(server)
+        rt = PrimeRuntime(PrimeConfig(image=image, allow=["127.0.0.2"]), name="restricted")
+        assert rt.network_restricted
+        await rt.start()
+        try:
+            await rt.prepare_setup()
+            await rt.prepare_execution([f"http://127.0.0.4:{port}/v1"])
+            rec = server.service.registry.get(rt.info.id)
+            assert server.service.core.network_of(rec).rules == ("127.0.0.4", "127.0.0.2")
+            r = await rt.run(["python3", "-c", fetch, f"http://127.0.0.2:{port}/"], {})
+            assert (r.exit_code, r.stdout) == (0, "allowed\n"), r
+            r = await rt.run(["python3", "-c", fetch, f"http://127.0.0.3:{other_port}/"], {})
+            assert r.exit_code != 0 and "403" in r.stderr, r
+        finally:
+            await rt.teardown()
+    assert len(seen) == 1 and not other_seen
 
 
 @pytest.mark.timeout(600)

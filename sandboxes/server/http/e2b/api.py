@@ -10,7 +10,7 @@ POST   /sandboxes/{id}/timeout        204: the sandbox ends `timeout` seconds fr
 GET    /sandboxes/{id}/metrics        [] (no usage samples are collected)
 POST   /sandboxes/{id}/pause          204 (409: paused already); `memory: false` keeps only files
 POST   /sandboxes/{id}/resume         201 Sandbox (409: not paused); connect resumes too (201)
-network updates: 501
+PUT    /sandboxes/{id}/network    204: its egress rules replaced (`network.py`); 409 paused
 ```
 
 Volumes (`volumes.py`): the key's volumes, mounted by `create` with `volumeMounts`.
@@ -40,11 +40,13 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from sandboxes import errors as E
+from sandboxes.egress import EgressPolicy
+from sandboxes.server.http.e2b.network import network_json, parse_network
 from sandboxes.server.http.e2b.snapshots import Snapshots
 from sandboxes.server.http.e2b.state import E2bSandbox
 from sandboxes.server.http.e2b.volumes import Volumes
 from sandboxes.server.http.endpoint import Envelope, Refused, code_body
-from sandboxes.server.image_templates import template_for_image
+from sandboxes.server.image_templates import template_for_image, template_with_egress
 
 __all__ = ["E2B_TEMPLATES", "ControlPlane"]
 
@@ -76,7 +78,6 @@ class ControlPlane:
 
     def routes(self) -> list[Route]:
         r = self._route
-        unsupported = self._unsupported
         return [
             r("/v2/sandboxes", self.create, "POST"),
             r("/v2/sandboxes", self.list, "GET"),
@@ -89,21 +90,12 @@ class ControlPlane:
             r("/sandboxes/{sandbox_id}/resume", self.resume, "POST"),
             *(r(path, fn, method) for path, fn, method in Snapshots(self).routes()),
             *(r(path, fn, method) for path, fn, method in self.volumes.routes()),
-            r("/sandboxes/{sandbox_id}/network", unsupported("changing a sandbox's network"), "PUT"),
+            r("/sandboxes/{sandbox_id}/network", self.set_network, "PUT"),
         ]
 
     def _route(self, path: str, fn: Handler, method: str) -> Route:
         endpoint = ENVELOPE.keyed(fn, owner=self.e2b.owner, draining=lambda: self.core.draining)
         return Route(path, endpoint, methods=[method])
-
-    @staticmethod
-    def _unsupported(what: str) -> Handler:
-        async def refuse(request: Request, owner: str) -> Response:
-            raise Refused(
-                501, f"{what} is not supported by this server: sandboxes run until killed or timed out"
-            )
-
-        return refuse
 
     async def _body(self, request: Request) -> dict[str, Any]:
         body = await ENVELOPE.json(request, MAX_BODY_BYTES)
@@ -130,12 +122,7 @@ class ControlPlane:
         for what, wanted in asked.items():
             if wanted:
                 raise Refused(400, f"{what} is not supported by this server")
-        if body.get("network"):
-            raise Refused(
-                400,
-                "network rules are not supported by this server's E2B API: sandboxes have their "
-                "template's network policy (none by default)",
-            )
+        policy = parse_network(body.get("network"), body.get("allow_internet_access"))
         volumes = _volume_mounts(body.get("volumeMounts"))
         for ref, _ in (volumes or {}).values():
             try:
@@ -152,14 +139,15 @@ class ControlPlane:
         else:
             image = None if template_id in E2B_TEMPLATES else template_id
             template, _ = await template_for_image(self.core.pool, image)
-        tp = self.core.pool.templates.get(template)
-        has_network = tp is not None and tp.network is True
-        if body.get("allow_internet_access") and not has_network:
-            raise Refused(
-                400,
-                f"template {template_id!r} runs without internet access on this server "
-                "(create with allow_internet_access=False, or use a template with network)",
-            )
+        tp = self.core.pool.templates[template]
+        if policy == EgressPolicy() and tp.network is False:
+            policy = None  # what it has already
+        if policy is not None and not tp.has_egress:
+            try:
+                template = await template_with_egress(self.core.pool, template, ())
+            except E.InvalidRequest as e:
+                raise Refused(400, f"network rules are not available here: {e.message}") from None
+            tp = self.core.pool.templates[template]
         idem = request.headers.get("idempotency-key")
         try:
             rec = await self.core.claim(
@@ -179,7 +167,13 @@ class ControlPlane:
         # A retry with the same idempotency key gets the same record, already attached.
         sb = rec.attrs.get("e2b")
         if sb is None:
-            sb = self._attach(rec, template_id, metadata, env, tp, has_network)
+            if policy is not None:
+                try:
+                    await self._apply(rec, policy)
+                except E.SandboxError:
+                    await self.core.delete_record(rec, "create failed")
+                    raise
+            sb = self._attach(rec, template_id, metadata, env, tp, tp.network is True)
             sb.timeout_s = float(timeout)
             if auto_pause:
                 rec.on_ttl, rec.pause_memory = "pause", pause_memory
@@ -225,6 +219,26 @@ class ControlPlane:
             raise Refused(409, f"sandbox {sb.id} is already paused")
         return Response(status_code=204)
 
+    async def set_network(self, request: Request, owner: str) -> Response:
+        """Replaces the sandbox's egress rules whole (an update that names none opens the public
+        internet, as the platform's clears every rule); 409 while it is paused."""
+        rec, _ = await self.live(owner, request.path_params["sandbox_id"])
+        body = await self._body(request)
+        policy = parse_network(body, body.get("allow_internet_access")) or EgressPolicy(deny=True)
+        try:
+            await self._apply(rec, policy)
+        except E.SandboxPaused as e:
+            raise Refused(409, e.message) from None
+        except E.InvalidRequest as e:
+            raise Refused(400, e.message) from None
+        return Response(status_code=204)
+
+    async def _apply(self, rec: Any, policy: EgressPolicy) -> None:
+        if policy.deny:
+            await self.core.set_network(rec, deny=policy.rules)
+        else:
+            await self.core.set_network(rec, allow=policy.rules)
+
     async def resume(self, request: Request, owner: str) -> Response:
         rec, sb = await self.live(owner, request.path_params["sandbox_id"])
         body = await self._body(request)
@@ -258,8 +272,13 @@ class ControlPlane:
         return JSONResponse(sb.created_json(), status_code=200)
 
     async def get(self, request: Request, owner: str) -> Response:
-        _, sb = await self.live(owner, request.path_params["sandbox_id"])
-        return JSONResponse(sb.detail_json())
+        rec, sb = await self.live(owner, request.path_params["sandbox_id"])
+        detail = sb.detail_json()
+        policy = self.core.network_of(rec)
+        if isinstance(policy, EgressPolicy):
+            detail["network"] = network_json(policy)
+            detail["allowInternetAccess"] = policy.deny
+        return JSONResponse(detail)
 
     async def kill(self, request: Request, owner: str) -> Response:
         rec, _ = await self.live(owner, request.path_params["sandbox_id"])

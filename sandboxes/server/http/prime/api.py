@@ -30,7 +30,13 @@ from sandboxes import errors as E
 from sandboxes.server.http.endpoint import Envelope, detail_body
 from sandboxes.server.http.prime import jobs
 from sandboxes.server.http.prime.checkpoints import IMAGE_LABEL, Checkpoints
-from sandboxes.server.http.prime.requests import CreateArgs, parse_create, parse_ids, parse_policy
+from sandboxes.server.http.prime.requests import (
+    CreateArgs,
+    PrimePolicy,
+    parse_create,
+    parse_ids,
+    parse_policy,
+)
 from sandboxes.server.http.prime.state import START_LOG, PrimeSandbox
 from sandboxes.server.image_templates import template_for_image, template_with_egress
 from sandboxes.types import Limits
@@ -95,9 +101,9 @@ class ControlPlane:
             template, why = cp.template, f"restored from checkpoint {cp.id}"
         else:
             template, why = await template_for_image(self.core.pool, args.docker_image)
-        if args.egress:
-            template = await template_with_egress(self.core.pool, template, args.egress)
-            why += f", with the allow-list {', '.join(args.network_allowlist or [])}"
+        if args.network is not None and not self.core.pool.templates[template].has_egress:
+            # A sandbox whose egress can be given (and changed): the template with an empty list.
+            template = await template_with_egress(self.core.pool, template, ())
         tp = self.core.pool.templates.get(template)
         try:
             rec = await self.core.claim(
@@ -119,6 +125,12 @@ class ControlPlane:
         # does not await, so the first of concurrent retries attaches it for all).
         sb = rec.attrs.get("prime")
         if sb is None:
+            if args.network is not None:
+                try:
+                    await self._set_network(rec, args.network)
+                except E.SandboxError:
+                    await self.core.delete_record(rec, "create failed")
+                    raise
             sb = self._attach(rec, args, tp, why)
             await self._start_command(rec, sb, args)
         auth = await self.prime.gateway_auth(request, rec, sb)
@@ -181,7 +193,8 @@ class ControlPlane:
             secrets=args.secrets,
             vm=args.vm,
             start_command=args.start_command,
-            network_allowlist=args.network_allowlist,
+            network_allowlist=args.network.allowlist if args.network else None,
+            network_denylist=args.network.denylist if args.network else None,
             user="root" if root else "sandbox",
         )
 
@@ -318,15 +331,20 @@ class ControlPlane:
         return JSONResponse(_policy(sb))
 
     async def set_policy(self, request: Request, owner: str) -> Any:
-        _, sb = await self._live(owner, request.path_params["sandbox_id"])
-        allow = parse_policy(await self._body(request))
-        if (allow or None) != sb.network_allowlist:
-            raise E.InvalidRequest(
-                "the egress policy of a sandbox is the one it was created with on this server "
-                f"(allowlist {sb.network_allowlist or []}): create a sandbox with network_allowlist "
-                "for another"
-            )
+        rec, sb = await self._live(owner, request.path_params["sandbox_id"])
+        policy = parse_policy(await self._body(request))
+        await self._set_network(rec, policy)
+        sb.network_allowlist, sb.network_denylist = policy.allowlist, policy.denylist
+        sb.policy_generation += 1
         return JSONResponse(_policy(sb))
+
+    async def _set_network(self, rec: Any, policy: PrimePolicy) -> None:
+        """The agent enforces `policy` before this returns: it is applied at once."""
+        p = policy.egress
+        if p.deny:
+            await self.core.set_network(rec, deny=p.rules)
+        else:
+            await self.core.set_network(rec, allow=p.rules)
 
     async def job_statuses(self, request: Request, owner: str) -> Any:
         body = await self._body(request)
@@ -363,9 +381,11 @@ class ControlPlane:
 
 
 def _policy(sb: PrimeSandbox) -> dict[str, Any]:
+    """The policy as the SDK's `EgressPolicyStatus` reads it; every change is applied before its
+    call returns, so the applied generation is always the desired one."""
     return {
-        "policy": {"allowlist": list(sb.network_allowlist or []), "denylist": None},
-        "generation": 1,
-        "applied_generation": 1,
+        "policy": {"allowlist": sb.network_allowlist, "denylist": sb.network_denylist},
+        "generation": sb.policy_generation,
+        "applied_generation": sb.policy_generation,
         "applied": True,
     }

@@ -14,10 +14,10 @@ import shlex
 from dataclasses import dataclass
 from typing import Any
 
+from sandboxes.egress import MAX_EGRESS_RULES, EgressPolicy
 from sandboxes.errors import InvalidRequest
-from sandboxes.egress import MAX_EGRESS_RULES
 
-__all__ = ["CreateArgs", "egress_rules", "parse_create", "parse_ids", "parse_policy"]
+__all__ = ["CreateArgs", "PrimePolicy", "egress_rules", "parse_create", "parse_ids", "parse_policy"]
 
 MAX_LABELS = 64
 MAX_LABEL = 256
@@ -63,9 +63,17 @@ class CreateArgs:
     start_shell: str | None  # what runs at start, through /bin/bash -c
     idempotency_key: str | None
     checkpoint_id: str | None = None  # restored from this checkpoint (its template and image)
-    # The egress allow-list as asked for (None: no network), and as the agent's rules.
-    network_allowlist: list[str] | None = None
-    egress: tuple[str, ...] = ()
+    # The egress policy asked for (None: none was, and the sandbox reaches nothing until one is).
+    network: PrimePolicy | None = None
+
+
+@dataclass(frozen=True)
+class PrimePolicy:
+    """An egress policy as the API shows it (at most one list set) and as the agent's."""
+
+    allowlist: list[str] | None
+    denylist: list[str] | None
+    egress: EgressPolicy
 
 
 def _number(body: dict, key: str, default: float, lo: float, hi: float) -> float:
@@ -150,9 +158,8 @@ def parse_create(body: Any) -> CreateArgs:
         raise InvalidRequest("volumes are not supported by this server")
     if body.get("arch") not in (None, "amd64"):
         raise InvalidRequest("only amd64 sandboxes are available on this server")
-    allowlist = parse_policy(
-        {"allowlist": body.get("network_allowlist"), "denylist": body.get("network_denylist")}
-    )
+    allow, deny = body.get("network_allowlist"), body.get("network_denylist")
+    network = None if allow is None and deny is None else parse_policy({"allowlist": allow, "denylist": deny})
     timeout = _int(body, "timeout_minutes", 60)
     if timeout is None or timeout > MAX_TIMEOUT_MINUTES:
         raise InvalidRequest(f"timeout_minutes must be at most {MAX_TIMEOUT_MINUTES} (<= 0: no limit)")
@@ -182,8 +189,7 @@ def parse_create(body: Any) -> CreateArgs:
         start_shell=start_shell,
         idempotency_key=key,
         checkpoint_id=checkpoint or None,
-        network_allowlist=allowlist or None,
-        egress=egress_rules(allowlist or []),
+        network=network,
     )
 
 
@@ -202,28 +208,37 @@ def parse_ids(body: Any, key: str = "sandbox_ids") -> list[str]:
     return ids
 
 
-def parse_policy(body: Any) -> list[str]:
-    """The allow-list of an egress policy this server can apply: [] denies everything (no
-    allow-list, `allowlist: []` or `denylist: ["*"]`); a non-empty allow-list lets only what it
-    names out (`egress_rules`). Other deny-lists are refused with a clear message."""
+def parse_policy(body: Any) -> PrimePolicy:
+    """An egress policy of the API (`{"allowlist": [...]}` or `{"denylist": [...]}`): an
+    allow-list lets only what it names out (`egress_rules`; `[]`: nothing, as the SDK's
+    `deny=["*"]`); a deny-list lets every public destination out but what it names (`[]`: the
+    public internet, as the SDK's `allow=["*"]`). Neither: the public internet too."""
     if not isinstance(body, dict):
         raise InvalidRequest("the body must be a JSON object")
     allow, deny = body.get("allowlist"), body.get("denylist")
     for name, v in (("allowlist", allow), ("denylist", deny)):
         if v is not None and (not isinstance(v, list) or not all(isinstance(e, str) for e in v)):
             raise InvalidRequest(f"{name} must be a list of strings")
+        if v is not None and len(v) > MAX_EGRESS_ENTRIES:
+            raise InvalidRequest(f"{name} supports at most {MAX_EGRESS_ENTRIES} entries")
     if allow is not None and deny is not None:
         raise InvalidRequest("allowlist and denylist are mutually exclusive; provide at most one")
-    if deny is not None and deny != ["*"]:
-        raise InvalidRequest(
-            "a deny-list is not available on this server: its sandboxes reach nothing but what an "
-            'allow-list names (deny everything with ["*"], or give an allowlist)'
-        )
-    allow = [e.strip() for e in allow or []]
-    if len(allow) > MAX_EGRESS_ENTRIES:
-        raise InvalidRequest(f"allowlist supports at most {MAX_EGRESS_ENTRIES} entries")
-    egress_rules(allow)  # refuses what the proxy cannot hold
-    return allow
+    if allow is not None:
+        allow = [e.strip() for e in allow]
+        return PrimePolicy(allow, None, EgressPolicy.of(allow=egress_rules(allow)))
+    deny = [e.strip() for e in deny or []]
+    return PrimePolicy(None, deny, EgressPolicy.of(deny=_entries(deny)))
+
+
+def _entries(entries: list[str]) -> tuple[str, ...]:
+    """Entries the agent's rules hold as they are: refuses what the proxy cannot hold."""
+    for entry in entries:
+        if not entry or any(c.isspace() for c in entry) or "://" in entry or "@" in entry:
+            raise InvalidRequest(f"'{entry}' is not a host name, *.domain, IPv4 address or CIDR")
+        _, sep, port = entry.rpartition(":")
+        if sep and "-" in port:
+            raise InvalidRequest(f"'{entry}': port ranges are not available on this server; name each port")
+    return tuple(entries)
 
 
 def egress_rules(allowlist: list[str]) -> tuple[str, ...]:
@@ -231,12 +246,8 @@ def egress_rules(allowlist: list[str]) -> tuple[str, ...]:
     matched on 80 and 443, as on the platform; an address or network without one on every port.
     A port range is refused (the proxy takes one port per rule)."""
     rules: list[str] = []
-    for entry in allowlist:
-        if not entry or any(c.isspace() for c in entry) or "://" in entry or "@" in entry:
-            raise InvalidRequest(f"'{entry}' is not a host name, *.domain, IPv4 address or CIDR")
-        host, sep, port = entry.rpartition(":")
-        if sep and "-" in port:
-            raise InvalidRequest(f"'{entry}': port ranges are not available on this server; name each port")
+    for entry in _entries(allowlist):
+        host, sep, _ = entry.rpartition(":")
         bare = host if sep else entry
         is_address = bool(_IPV4_OR_CIDR.fullmatch(bare))
         if sep or is_address:

@@ -43,7 +43,10 @@ class PrimeSandbox:
     vm: bool
     start_command: dict[str, Any] | None
     user: str  # who runs programs: "root" or the template's unprivileged user
-    network_allowlist: list[str] | None = None  # as created with (None: no network)
+    # The egress policy as last given (both None: none was, and the sandbox reaches nothing).
+    network_allowlist: list[str] | None = None
+    network_denylist: list[str] | None = None
+    policy_generation: int = 1
     created_at: float = field(default_factory=time.time)
     status: str = "RUNNING"
     terminated_at: float | None = None
@@ -104,7 +107,7 @@ class PrimeSandbox:
             "gpuType": None,
             "vm": self.vm,
             "networkAllowlist": self.network_allowlist,
-            "networkDenylist": None,
+            "networkDenylist": self.network_denylist,
             "status": self.status,
             "timeoutMinutes": self.timeout_minutes,
             "idleTimeoutMinutes": self.idle_timeout_minutes,
