@@ -8,7 +8,11 @@ response to a server on this host's loopback that the list names, made
 - directly on the host, by the same interpreter (the baseline).
 
 Each is timed inside the program that makes it (one program per way, `ROUNDS` connections,
-alternated in blocks), so no exec or RPC is counted. The name's lookup alone is reported too."""
+alternated in blocks), so no exec or RPC is counted. The name's lookup alone is reported too.
+
+A policy change (`Sandbox.set_network`, which returns once the agent and its helper enforce the
+new policy) is timed from the manager against the cheapest call to the same agent (`info`),
+alternated, `POLICY_ROUNDS` each."""
 
 from __future__ import annotations
 
@@ -20,6 +24,7 @@ import textwrap
 from bench.common import Report, Stats
 
 ROUNDS = 300
+POLICY_ROUNDS = 200
 BLOCKS = 3
 HOST = "127.0.0.1"
 
@@ -59,6 +64,8 @@ async def _echo(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> N
 
 
 async def measure() -> dict[str, dict[str, list[float]]]:
+    import time
+
     import sandboxes
 
     server = await asyncio.start_server(_echo, HOST, 0)
@@ -67,6 +74,7 @@ async def measure() -> dict[str, dict[str, list[float]]]:
     got: dict[str, dict[str, list[float]]] = {
         w: {"connect": [], "lookup": []} for w in ("dns", "proxy", "direct")
     }
+    got["policy"] = {"set_network": [], "info": []}
     try:
         async with (
             sandboxes.Pool(warm=0, templates={"egress": t}) as pool,
@@ -85,6 +93,14 @@ async def measure() -> dict[str, dict[str, list[float]]]:
                         stdout = r.stdout
                     for k, v in json.loads(stdout).items():
                         got[way][k] += v
+            rules = [[f"localhost:{port}", f"{HOST}:{port}"], [f"{HOST}:{port}"]]
+            for i in range(POLICY_ROUNDS):
+                t0 = time.perf_counter()
+                await sb.set_network(allow=rules[i % 2])
+                t1 = time.perf_counter()
+                await sb.info()
+                got["policy"]["set_network"].append(t1 - t0)
+                got["policy"]["info"].append(time.perf_counter() - t1)
     finally:
         server.close()
         await server.wait_closed()
@@ -112,4 +128,10 @@ def run() -> Report:
     )
     rep.headline("allow-list sandbox: connection through the proxy", proxy, direct, "proxy / direct (median)")
     rep.extra["lookup median ms"] = round(lookup.median_ms, 3)
+    call = rep.add(Stats.of("an agent call from the manager: info (baseline)", got["policy"]["info"]))
+    change = rep.add(
+        Stats.of("egress policy change, enforced when it returns: set_network", got["policy"]["set_network"])
+    )
+    rep.ratios["policy change / info (median)"] = change.median_ms / call.median_ms
+    rep.headline("egress policy change until applied (set_network)", change, call, "policy change / info (median)")
     return rep

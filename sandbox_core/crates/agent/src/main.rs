@@ -194,8 +194,8 @@ type Egress = (
 /// was named, the agent moves to a fresh network namespace with only `lo`.
 fn start_egress(args: &cli::Args) -> Result<Egress, StartError> {
     let deny = args.egress.as_deref() == Some("deny");
-    let policy = egress::policy::Policy::parse_as(&args.egress_rules, deny)
-        .map_err(StartError::Egress)?;
+    let policy =
+        egress::policy::Policy::parse_as(&args.egress_rules, deny).map_err(StartError::Egress)?;
     let netns = args
         .egress_netns
         .as_ref()

@@ -501,7 +501,14 @@ mod tests {
 
     #[test]
     fn rules_read_back() {
-        for r in ["pypi.org", "*.x.org:443", "10.0.0.0/8", "1.2.3.4:80", "fd00::/8", "[::1]:22"] {
+        for r in [
+            "pypi.org",
+            "*.x.org:443",
+            "10.0.0.0/8",
+            "1.2.3.4:80",
+            "fd00::/8",
+            "[::1]:22",
+        ] {
             let rule = Rule::parse(r).unwrap();
             assert_eq!(Rule::parse(&rule.to_string()).unwrap(), rule, "{r}");
         }
@@ -510,8 +517,11 @@ mod tests {
     #[test]
     fn deny_lists() {
         let deny = |rules: &[&str]| {
-            Policy::parse_as(&rules.iter().map(|s| s.to_string()).collect::<Vec<_>>(), true)
-                .unwrap()
+            Policy::parse_as(
+                &rules.iter().map(|s| s.to_string()).collect::<Vec<_>>(),
+                true,
+            )
+            .unwrap()
         };
         let open = deny(&[]);
         assert!(open.is_deny());

@@ -70,7 +70,9 @@ impl Proxy {
     pub(super) async fn open(&self, host: &str, port: u16) -> Opened {
         if self.policy().check(host, port) == Verdict::Refused {
             self.counters.refused.fetch_add(1, Ordering::Relaxed);
-            return Opened::Refused(format!("{host}:{port} is refused by the sandbox's egress policy"));
+            return Opened::Refused(format!(
+                "{host}:{port} is refused by the sandbox's egress policy"
+            ));
         }
         match self.helper.connect(host, port).await {
             Reply::Connected(s) => {
