@@ -201,6 +201,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         grace_s=args.grace,
         http_port=args.http_port,
         http_insecure=args.http_insecure,
+        ports_port=args.ports_port,
     )
     try:
         _run(lambda: serve(**kwargs))
@@ -475,6 +476,13 @@ def build_parser() -> argparse.ArgumentParser:
         type=int,
         default=None,
         help="also serve a SandboxFusion-compatible HTTP API (POST /run_code) on this port",
+    )
+    p.add_argument(
+        "--ports-port",
+        type=int,
+        default=None,
+        help="also carry connections to ports programs listen on inside sandboxes, on this port "
+        "(by Host {port}-{id}.domain, or by path /ports/{id}/{port}/{token}/)",
     )
     p.add_argument(
         "--http-insecure",

@@ -497,6 +497,23 @@ class RemoteSandbox(SandboxBase):
         )
         return policy
 
+    async def port_url(self, port: int) -> str:
+        """A URL that reaches `port` of the sandbox from outside (what a program listens on
+        there, HTTP or WebSocket): the server's ports listener, the sandbox's token in its path.
+        Anyone with the URL reaches the port while the sandbox lives."""
+        msg = await self._client._call(
+            "GetPort", pb.GetPortRequest(sandbox_id=self.id, port=port), retry=True
+        )
+        return str(msg.url)
+
+    async def port_host(self, port: int) -> tuple[str, str]:
+        """(host name, token): the `Host` that routes to `port` of the sandbox, and the token to
+        send in `X-Sandbox-Token`."""
+        msg = await self._client._call(
+            "GetPort", pb.GetPortRequest(sandbox_id=self.id, port=port), retry=True
+        )
+        return str(msg.host), str(msg.token)
+
     async def network(self) -> EgressPolicy | bool:
         """The sandbox's egress policy now; False (none) or True (the outside's) for a sandbox
         whose network cannot change."""

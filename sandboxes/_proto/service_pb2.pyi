@@ -112,6 +112,24 @@ class ResumeResponse(_message.Message):
     sandbox: Sandbox
     def __init__(self, changed: _Optional[bool] = ..., sandbox: _Optional[_Union[Sandbox, _Mapping]] = ...) -> None: ...
 
+class GetPortRequest(_message.Message):
+    __slots__ = ("sandbox_id", "port")
+    SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    PORT_FIELD_NUMBER: _ClassVar[int]
+    sandbox_id: str
+    port: int
+    def __init__(self, sandbox_id: _Optional[str] = ..., port: _Optional[int] = ...) -> None: ...
+
+class Port(_message.Message):
+    __slots__ = ("url", "host", "token")
+    URL_FIELD_NUMBER: _ClassVar[int]
+    HOST_FIELD_NUMBER: _ClassVar[int]
+    TOKEN_FIELD_NUMBER: _ClassVar[int]
+    url: str
+    host: str
+    token: str
+    def __init__(self, url: _Optional[str] = ..., host: _Optional[str] = ..., token: _Optional[str] = ...) -> None: ...
+
 class SetNetworkRequest(_message.Message):
     __slots__ = ("sandbox_id", "network")
     SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]

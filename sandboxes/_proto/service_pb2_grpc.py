@@ -155,6 +155,11 @@ class SandboxesStub:
                 request_serializer=service__pb2.GetRequest.SerializeToString,
                 response_deserializer=service__pb2.Network.FromString,
                 _registered_method=True)
+        self.GetPort = channel.unary_unary(
+                '/sandboxes.v1.Sandboxes/GetPort',
+                request_serializer=service__pb2.GetPortRequest.SerializeToString,
+                response_deserializer=service__pb2.Port.FromString,
+                _registered_method=True)
         self.CreateVolume = channel.unary_unary(
                 '/sandboxes.v1.Sandboxes/CreateVolume',
                 request_serializer=service__pb2.CreateVolumeRequest.SerializeToString,
@@ -351,6 +356,15 @@ class SandboxesServicer:
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
 
+    def GetPort(self, request, context):
+        """How a port a program listens on inside the sandbox is reached from outside: through the
+        server's ports listener (`serve --ports-port`), never on the host. FAILED_PRECONDITION
+        where the server does not serve ports.
+        """
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
     def CreateVolume(self, request, context):
         """Named, bounded (bytes and inodes), persistent file systems of the caller's, mounted by
         sandboxes at create (`CreateRequest.volumes`); shared by every sandbox that mounts one. A
@@ -501,6 +515,11 @@ def add_SandboxesServicer_to_server(servicer, server):
                     servicer.GetNetwork,
                     request_deserializer=service__pb2.GetRequest.FromString,
                     response_serializer=service__pb2.Network.SerializeToString,
+            ),
+            'GetPort': grpc.unary_unary_rpc_method_handler(
+                    servicer.GetPort,
+                    request_deserializer=service__pb2.GetPortRequest.FromString,
+                    response_serializer=service__pb2.Port.SerializeToString,
             ),
             'CreateVolume': grpc.unary_unary_rpc_method_handler(
                     servicer.CreateVolume,
@@ -1171,6 +1190,33 @@ class Sandboxes:
             '/sandboxes.v1.Sandboxes/GetNetwork',
             service__pb2.GetRequest.SerializeToString,
             service__pb2.Network.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def GetPort(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sandboxes.v1.Sandboxes/GetPort',
+            service__pb2.GetPortRequest.SerializeToString,
+            service__pb2.Port.FromString,
             options,
             channel_credentials,
             insecure,

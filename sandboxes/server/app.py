@@ -71,6 +71,7 @@ class Server:
         grace_s: float = 10.0,
         http_port: int | None = None,
         http_insecure: bool = False,
+        ports_port: int | None = None,
     ) -> None:
         # Fail on a missing key configuration before building anything.
         self.auth = auth or ApiKeys.from_sources(api_keys_file, insecure=insecure)
@@ -102,6 +103,10 @@ class Server:
         self.http: Any = None
         self.prime: Any = None
         self.http_port: int | None = None
+        # Sandboxes' ports reached from outside (`ports.py`), when asked.
+        self.ports_port_requested = ports_port
+        self.ports: Any = None
+        self.ports_port: int | None = None
 
     @property
     def address(self) -> str:
@@ -154,6 +159,13 @@ class Server:
                 raise OSError(f"cannot bind {self.host}:{self.requested_port}")
             await self.grpc.start()
             self.core.start()
+            if self.ports_port_requested is not None:
+                from sandboxes.server.ports import PortProxy
+
+                self.ports = PortProxy(self.core)
+                self.ports_port = await self.ports.start(self.host, self.ports_port_requested)
+                host = self.host if self.host not in ("0.0.0.0", "::", "[::]") else "127.0.0.1"
+                self.core.ports_base = f"{host}:{self.ports_port}"
             if self.http_port_requested is not None:
                 from sandboxes.server.http import HttpServer
                 from sandboxes.server.http.e2b import E2bApi
@@ -179,6 +191,7 @@ class Server:
                 "backend": self.backend,
                 "metrics_port": self.metrics_port,
                 "http_port": self.http_port,
+                "ports_port": self.ports_port,
                 "auth": "api-key" if self.auth.enabled else "insecure",
             },
         )
@@ -201,6 +214,11 @@ class Server:
                 log.exception("stopping the HTTP endpoint failed")
         if self.prime is not None:
             await self.prime.close()
+        if self.ports is not None:
+            try:
+                await self.ports.stop()
+            except Exception:
+                log.exception("stopping the ports listener failed")
         if self.grpc is not None:
             try:
                 if self.core is not None:

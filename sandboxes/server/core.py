@@ -70,6 +70,8 @@ class ServerCore:
         self.default_claim_timeout_s = default_claim_timeout_s
         self.registry = Registry(self._expire)
         self.draining = False
+        # Where sandboxes' ports are reached (`host:port` of the ports listener; None: not served).
+        self.ports_base: str | None = None
         self._active = 0  # calls being served (a draining server waits for them)
         self._idle = asyncio.Event()
         self._idle.set()
@@ -528,6 +530,24 @@ class ServerCore:
             rec.egress = policy
         log.info("sandbox egress set", extra={"sandbox_id": rec.id, "owner": rec.owner, "deny": policy.deny})
         return policy
+
+    # -- ports -------------------------------------------------------------------------------
+
+    def port_access(self, rec: Record, port: int) -> tuple[str, str, str]:
+        """(URL by path, host name, token) that reach `port` of `rec`'s sandbox from outside
+        (`ports.py`); InvalidRequest where this server does not serve ports."""
+        from sandboxes.server.ports import port_token
+
+        if self.ports_base is None:
+            raise E.InvalidRequest("this server does not serve sandboxes' ports (serve --ports-port)")
+        if not isinstance(port, int) or not 0 < port < 65536:
+            raise E.InvalidRequest(f"port must be 1..65535, got {port!r}")
+        token = port_token(rec)
+        return (
+            f"http://{self.ports_base}/ports/{rec.id}/{port}/{token}/",
+            f"{port}-{rec.id}.{self.ports_base}",
+            token,
+        )
 
     def _pausing(self, rec: Record) -> asyncio.Lock:
         lock = rec.attrs.get(_PAUSE_LOCK)

@@ -137,6 +137,7 @@ class SandboxService:
             "Pause": c.unary("Pause", self.pause, pb.PauseRequest, pb.PauseResponse),
             "SetNetwork": c.unary("SetNetwork", self.set_network, pb.SetNetworkRequest, pb.Network),
             "GetNetwork": c.unary("GetNetwork", self.get_network, pb.GetRequest, pb.Network),
+            "GetPort": c.unary("GetPort", self.get_port, pb.GetPortRequest, pb.Port),
             "Resume": c.unary("Resume", self.resume, pb.ResumeRequest, pb.ResumeResponse),
             "CreateVolume": c.unary("CreateVolume", self.create_volume, pb.CreateVolumeRequest, pb.Volume),
             "GetVolume": c.unary("GetVolume", self.get_volume, pb.GetVolumeRequest, pb.Volume),
@@ -290,6 +291,11 @@ class SandboxService:
 
     async def get_network(self, req: pb.GetRequest, context: Any, owner: str) -> pb.Network:
         return self._network_pb(await self.core.record(req.sandbox_id, owner))
+
+    async def get_port(self, req: pb.GetPortRequest, context: Any, owner: str) -> pb.Port:
+        rec = await self.core.record(req.sandbox_id, owner)
+        url, host, token = self.core.port_access(rec, req.port)
+        return pb.Port(url=url, host=host, token=token)
 
     def _network_pb(self, rec: Record) -> pb.Network:
         net = self.core.network_of(rec)

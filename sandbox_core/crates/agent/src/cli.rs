@@ -128,6 +128,10 @@ pub struct Args {
     /// policy can be replaced while the sandbox runs (SetEgress).
     #[arg(long, value_parser = ["allow", "deny"])]
     pub egress: Option<String>,
+    /// Refuse `Forward`: the agent shares the outside's network namespace (a local sandbox with
+    /// the host's network), so its loopback is the host's, not the sandbox's.
+    #[arg(long)]
+    pub no_ports: bool,
     /// The network namespace the proxy's connections are opened in (e.g. /proc/PID/ns/net,
     /// opened at start-up). Without it: the agent's own at start-up, after which the agent and
     /// its programs move to a fresh one with only `lo`.

@@ -529,6 +529,8 @@ async fn serve(
         namespaces: args.namespaces.clone(),
         started: Instant::now(),
         total_execs: Default::default(),
+        forwards: (!args.no_ports)
+            .then(|| Arc::new(tokio::sync::Semaphore::new(server::forward::MAX_FORWARDS))),
         egress,
     };
     let check = auth::TokenCheck::new(&token);

@@ -288,6 +288,21 @@ impl AgentClient {
         })
     }
 
+    /// Splices `fd` (a connected TCP socket, whose ownership passes here) to `port` of the
+    /// sandbox's loopback, `head` sent first; resolves when the port's side ends. Fails, the fd
+    /// closed, when nothing answers on the port (NotFound) or the sandbox shares the host's
+    /// network (InvalidRequest).
+    fn forward<'py>(
+        &self,
+        py: Python<'py>,
+        port: u16,
+        fd: i32,
+        head: Vec<u8>,
+    ) -> PyResult<Bound<'py, PyAny>> {
+        runtime::check_pid()?;
+        crate::forward::splice(py, self.client.clone(), port, fd, head)
+    }
+
     #[pyo3(signature = (argv, env=None, cwd=None, limits=None, clear_env=false, keep_descendants=false))]
     #[allow(clippy::too_many_arguments)]
     fn exec_stream<'py>(

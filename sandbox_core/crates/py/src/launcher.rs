@@ -412,7 +412,9 @@ fn agent_argv(c: &LaunchConfig, namespaces: &[&str]) -> Vec<String> {
         format!("--python-zygote={}", c.python_zygote),
     ];
     if c.network {
+        // The host's network namespace: its loopback is the host's, never forwarded.
         a.push("--outside-dns".into());
+        a.push("--no-ports".into());
     } else {
         a.push("--loopback".into());
     }

@@ -10,6 +10,7 @@ mod client;
 mod completion;
 mod egress;
 mod errors;
+mod forward;
 mod languages;
 mod launch_child;
 mod launcher;

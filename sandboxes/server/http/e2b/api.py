@@ -174,6 +174,7 @@ class ControlPlane:
                     await self.core.delete_record(rec, "create failed")
                     raise
             sb = self._attach(rec, template_id, metadata, env, tp, tp.network is True)
+            sb.domain = self.core.ports_base
             sb.timeout_s = float(timeout)
             if auto_pause:
                 rec.on_ttl, rec.pause_memory = "pause", pause_memory

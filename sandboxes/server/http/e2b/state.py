@@ -42,6 +42,9 @@ class E2bSandbox:
     timeout_s: float = 300.0  # asked at create: what a resume's timeout is unless it asks
     on_timeout: str = "kill"  # or "pause" (autoPause)
     auto_resume: bool = False  # a call to a paused sandbox resumes it (autoResume)
+    # Where its ports are reached (`get_host`: `{port}-{id}.{domain}`): the server's ports
+    # listener, None where it serves none.
+    domain: str | None = None
     # The envd access token (`X-Access-Token`) and the traffic token of the code interpreter's
     # calls (`E2B-Traffic-Access-Token`): handed out once, kept as digests.
     access_token: str = field(default_factory=lambda: secrets.token_urlsafe(32))
@@ -72,7 +75,7 @@ class E2bSandbox:
             "envdVersion": ENVD_VERSION,
             "envdAccessToken": self.access_token,
             "trafficAccessToken": self.access_token,
-            "domain": None,
+            "domain": self.domain,
         }
 
     def listed_json(self) -> dict[str, Any]:
@@ -96,7 +99,7 @@ class E2bSandbox:
         """The `SandboxDetail` object of get info."""
         return {
             **self.listed_json(),
-            "domain": None,
+            "domain": self.domain,
             "allowInternetAccess": self.allow_internet_access,
             "lifecycle": {"onTimeout": self.on_timeout, "autoResume": self.auto_resume},
         }

@@ -2,6 +2,7 @@
 
 mod exec;
 mod files;
+pub mod forward;
 mod run_tests;
 mod stream;
 
@@ -33,6 +34,8 @@ pub struct AgentService {
     pub namespaces: Vec<String>,
     pub started: Instant,
     pub total_execs: AtomicU64,
+    /// Permits of `Forward` (None: refused, the agent shares the outside's network namespace).
+    pub forwards: Option<Arc<tokio::sync::Semaphore>>,
     /// The egress proxy, its policy and counts (a sandbox whose network is an egress policy).
     pub egress: Option<Arc<crate::egress::Proxy>>,
 }
@@ -270,6 +273,23 @@ impl Agent for AgentService {
         Ok(Response::new(pb::RenewLeaseResponse {
             expires_in_s: granted.as_secs_f64(),
         }))
+    }
+
+    type ForwardStream = BoxStream<pb::ForwardOutput>;
+
+    async fn forward(
+        &self,
+        request: Request<Streaming<pb::ForwardInput>>,
+    ) -> Result<Response<Self::ForwardStream>, Status> {
+        let Some(permits) = &self.forwards else {
+            return Err(Status::failed_precondition(
+                "this sandbox shares the host's network: its ports are the host's and are not \
+                 forwarded",
+            ));
+        };
+        let (tx, rx) = mpsc::channel(4);
+        forward::start(permits.clone(), request.into_inner(), tx).await?;
+        Ok(Response::new(Box::pin(ReceiverStream::new(rx))))
     }
 
     async fn set_egress(

@@ -1,0 +1,200 @@
+"""Ports of sandboxes reached from outside (`serve --ports-port`): a listener of the server's
+that carries each connection to a port a program listens on inside a sandbox, through that
+sandbox's agent (`Forward`: the agent connects from inside the sandbox's network namespace).
+Nothing is published on the host for a sandbox; a sandbox whose egress is off still serves its
+ports (inbound is not egress).
+
+A connection is routed by its first request's head:
+
+- by host name, `Host: {port}-{sandbox id}.{anything}` (as e2b's `get_host` forms it), with the
+  sandbox's port token in `X-Sandbox-Token` (or its E2B traffic token in
+  `E2B-Traffic-Access-Token`);
+- by path, for clients without wildcard DNS: `/ports/{sandbox id}/{port}/{token}/rest`, sent on
+  as `/rest` with `Connection: close` (each request then opens a connection of its own, so every
+  request is routed; a WebSocket upgrade keeps its connection).
+
+Once routed, the bytes go both ways in the native module (`AgentClient.forward`), streamed, never
+buffered whole: HTTP/1.1, WebSocket or anything else over TCP. A missing or wrong token is 401,
+an unknown (or another key's: tokens are per sandbox) sandbox 404, a paused one 409, a port
+nothing listens on 502.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import hmac
+import logging
+import os
+import re
+import secrets
+import socket
+from typing import Any
+
+from sandboxes import errors as E
+
+__all__ = ["MAX_CONNECTIONS", "PortProxy", "port_token"]
+
+log = logging.getLogger(__name__)
+
+MAX_HEAD = 16 << 10
+HEAD_TIMEOUT_S = 30.0
+MAX_CONNECTIONS = 4096
+TOKEN_ATTR = "port_token"
+_HOST = re.compile(r"^(\d{1,5})-([A-Za-z0-9_.-]+?)\.")
+_PATH = re.compile(r"^/ports/([A-Za-z0-9_.-]+)/(\d{1,5})/([A-Za-z0-9_-]+)(/[^ ]*)?$")
+
+
+def port_token(rec: Any) -> str:
+    """The token that opens `rec`'s ports (made on first use, kept with the record)."""
+    token = rec.attrs.get(TOKEN_ATTR)
+    if token is None:
+        token = rec.attrs[TOKEN_ATTR] = secrets.token_urlsafe(24)
+    return str(token)
+
+
+class Refusal(Exception):
+    def __init__(self, status: int, reason: str, message: str) -> None:
+        super().__init__(message)
+        self.status, self.reason, self.message = status, reason, message
+
+
+class PortProxy:
+    def __init__(self, core: Any) -> None:
+        self.core = core
+        self.port: int | None = None
+        self._sock: socket.socket | None = None
+        self._accepting: asyncio.Task | None = None
+        self._conns: set[asyncio.Task] = set()
+
+    async def start(self, host: str, port: int) -> int:
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        sock.bind((host, port))
+        sock.listen(1024)
+        sock.setblocking(False)
+        self._sock = sock
+        self.port = sock.getsockname()[1]
+        self._accepting = asyncio.create_task(self._accept(), name="sandboxes-ports")
+        return self.port
+
+    async def stop(self) -> None:
+        if self._accepting is not None:
+            self._accepting.cancel()
+            await asyncio.gather(self._accepting, return_exceptions=True)
+        for t in list(self._conns):
+            t.cancel()
+        await asyncio.gather(*self._conns, return_exceptions=True)
+        if self._sock is not None:
+            self._sock.close()
+
+    async def _accept(self) -> None:
+        loop = asyncio.get_running_loop()
+        assert self._sock is not None
+        while True:
+            conn, _ = await loop.sock_accept(self._sock)
+            if len(self._conns) >= MAX_CONNECTIONS:
+                conn.close()
+                continue
+            conn.setblocking(False)
+            task = asyncio.create_task(self._serve(conn))
+            self._conns.add(task)
+            task.add_done_callback(self._conns.discard)
+
+    async def _serve(self, conn: socket.socket) -> None:
+        loop = asyncio.get_running_loop()
+        try:
+            try:
+                async with asyncio.timeout(HEAD_TIMEOUT_S):
+                    head, rest = await _read_head(loop, conn)
+                rec, port, head = await self._route(head)
+            except Refusal as r:
+                await _answer(loop, conn, r.status, r.reason, r.message)
+                return
+            except (TimeoutError, ConnectionError, OSError):
+                return
+            fd = os.dup(conn.fileno())
+            try:
+                await rec.sandbox._client.forward(port, fd, head + rest)
+            except E.NotFound as e:
+                await _answer(loop, conn, 502, "Bad Gateway", e.message)
+            except E.SandboxError as e:
+                await _answer(loop, conn, 502, "Bad Gateway", f"port {port}: {e.message}")
+        except Exception:
+            log.exception("a forwarded connection failed")
+        finally:
+            conn.close()
+
+    async def _route(self, head: bytes) -> tuple[Any, int, bytes]:
+        """The record and port a request head names, and the head to send on."""
+        lines = head.decode("latin-1").split("\r\n")
+        parts = lines[0].split(" ")
+        if len(parts) != 3:
+            raise Refusal(400, "Bad Request", "not an HTTP/1.x request")
+        headers = {}
+        for line in lines[1:]:
+            name, sep, value = line.partition(":")
+            if sep:
+                headers[name.strip().lower()] = value.strip()
+        host = _HOST.match(headers.get("host", ""))
+        path = _PATH.match(parts[1])
+        if host is not None:
+            port, sid = int(host.group(1)), host.group(2)
+            token = headers.get("x-sandbox-token") or headers.get("e2b-traffic-access-token") or ""
+        elif path is not None:
+            sid, port, token = path.group(1), int(path.group(2)), path.group(3)
+            parts[1] = path.group(4) or "/"
+            lines[0] = " ".join(parts)
+            if headers.get("upgrade") is None:
+                lines = [ln for ln in lines if not ln.lower().startswith("connection:")]
+                lines.insert(1, "Connection: close")
+            head = "\r\n".join(lines).encode("latin-1")
+        else:
+            raise Refusal(
+                404,
+                "Not Found",
+                "name a sandbox's port: Host {port}-{id}.domain, or /ports/{id}/{port}/{token}/",
+            )
+        if not 0 < port < 65536:
+            raise Refusal(400, "Bad Request", f"port must be 1..65535, got {port}")
+        rec = await self.core.registry.find(sid)
+        if rec is None:
+            raise Refusal(404, "Not Found", f"no sandbox {sid}")
+        if not _token_ok(rec, token):
+            raise Refusal(401, "Unauthorized", f"a token of sandbox {sid} is required")
+        if rec.state == "paused":
+            raise Refusal(409, "Conflict", f"sandbox {sid} is paused")
+        return rec, port, head
+
+
+def _token_ok(rec: Any, token: str) -> bool:
+    if not token:
+        return False
+    if hmac.compare_digest(token.encode(), port_token(rec).encode()):
+        return True
+    e2b = rec.attrs.get("e2b")
+    return bool(e2b is not None and e2b.token_ok(token))
+
+
+async def _read_head(loop: asyncio.AbstractEventLoop, conn: socket.socket) -> tuple[bytes, bytes]:
+    buf = b""
+    while True:
+        end = buf.find(b"\r\n\r\n")
+        if end >= 0:
+            return buf[:end], buf[end:]
+        if len(buf) > MAX_HEAD:
+            raise Refusal(431, "Request Header Fields Too Large", "the request head is too large")
+        chunk = await loop.sock_recv(conn, 4096)
+        if not chunk:
+            raise ConnectionError("closed before its request head")
+        buf += chunk
+
+
+async def _answer(
+    loop: asyncio.AbstractEventLoop, conn: socket.socket, status: int, reason: str, message: str
+) -> None:
+    body = (message + "\n").encode()
+    head = f"HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
+    with contextlib.suppress(OSError):
+        await loop.sock_sendall(conn, head.encode() + body)
