@@ -24,6 +24,7 @@ BENCHMARKS = {
     "verifiers_v1": "bench.verifiers_v1",
     "checkpoints": "bench.checkpoints",
     "rollouts": "bench.rollouts",
+    "ports": "bench.ports",
 }
 
 

@@ -133,5 +133,7 @@ def run() -> Report:
         Stats.of("egress policy change, enforced when it returns: set_network", got["policy"]["set_network"])
     )
     rep.ratios["policy change / info (median)"] = change.median_ms / call.median_ms
-    rep.headline("egress policy change until applied (set_network)", change, call, "policy change / info (median)")
+    rep.headline(
+        "egress policy change until applied (set_network)", change, call, "policy change / info (median)"
+    )
     return rep

@@ -22,7 +22,6 @@ README_ROWS = {
     "docker": 2,
     "reward": 2,
     "e2b_api": 2,
-    "languages": 2,
     "prime_api": 2,
     "checkpoints": 2,
 }

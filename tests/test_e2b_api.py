@@ -309,6 +309,18 @@ async def test_network(make_server) -> None:
     assert len(server.service.registry) == 0
 
 
+async def test_ports_through_get_host(make_server) -> None:
+    """e2b's `get_host(port)` names the server's ports listener (the create's `domain`); an
+    ordinary HTTP client with the sandbox's traffic token reaches `python3 -m http.server`
+    inside through it, and nothing is published on the host for the sandbox."""
+    server = await e2b_server(make_server, ports_port=0)
+    o = await scenario(server, "ports", "38519")
+    assert o["host"].startswith("38519-") and o["host"].endswith(f".127.0.0.1:{server.ports_port}"), o
+    assert o["fetched"] == [200, "served from inside\n"], o
+    assert o["no_token"] == 401
+    assert len(server.service.registry) == 0
+
+
 async def test_volumes(make_server) -> None:
     """e2b's `Volume`: created, written and read through the volume content API, mounted by
     sandboxes (by the object and by name) that see and add files, a symlink a sandbox planted

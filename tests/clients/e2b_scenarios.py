@@ -535,6 +535,35 @@ def network(port: str | None) -> dict[str, Any]:
     return o
 
 
+def ports(port: str | None) -> dict[str, Any]:
+    """`get_host`: `python3 -m http.server` started inside (a background command), fetched by an
+    ordinary HTTP client through the host name the SDK forms, with the sandbox's traffic token;
+    without it refused."""
+    import http.client
+
+    o: dict[str, Any] = {}
+    sb = Sandbox.create(timeout=120)
+    sb.files.write("page.txt", "served from inside\n")
+    sb.commands.run(f"python3 -m http.server {port} --bind 127.0.0.1", background=True)
+    sb.commands.run(
+        f"for i in $(seq 100); do python3 -c \"import socket; socket.create_connection(('127.0.0.1', {port}))\" && exit 0; sleep 0.1; done; exit 1"
+    )
+    host = sb.get_host(int(str(port)))
+    o["host"] = host
+    address = host.split(".", 1)[1]  # the server's ports listener, as the domain names it
+
+    def get(headers: dict[str, str]) -> tuple[int, str]:
+        conn = http.client.HTTPConnection(address, timeout=30)
+        conn.request("GET", "/page.txt", headers={"Host": host, **headers})
+        r = conn.getresponse()
+        return r.status, r.read().decode()
+
+    o["fetched"] = get({"e2b-traffic-access-token": sb.traffic_access_token or ""})
+    o["no_token"] = get({})[0]
+    sb.kill()
+    return o
+
+
 def volume_other(volume_id: str | None) -> dict[str, Any]:
     """Another key's volume: missing to this key."""
     return {"info": attempt(Volume.get_info, volume_id), "listed": [v.name for v in Volume.list()]}
@@ -568,6 +597,7 @@ SCENARIOS = {
     "volumes": volumes,
     "volume_other": volume_other,
     "network": network,
+    "ports": ports,
 }
 
 

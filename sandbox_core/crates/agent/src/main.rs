@@ -551,8 +551,12 @@ async fn serve(
             _ = term.recv() => {}
         }
     };
+    // HTTP/2 receive windows of 1 MiB per stream: an upload to a forwarded port or a file is
+    // not paced by 64 KiB round trips.
     let router = tonic::transport::Server::builder()
         .http2_keepalive_interval(Some(Duration::from_secs(30)))
+        .initial_stream_window_size(Some(1 << 20))
+        .initial_connection_window_size(Some(8 << 20))
         .add_service(svc);
     let served = async {
         match listener {

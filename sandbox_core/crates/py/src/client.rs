@@ -47,13 +47,20 @@ pub struct AgentClient {
     client: Client,
 }
 
+/// HTTP/2 receive windows: a stream of bytes (a download from a forwarded port, a file read)
+/// runs at the speed of the link, not of a 64 KiB window's round trips.
+const STREAM_WINDOW: u32 = 1 << 20;
+const CONNECTION_WINDOW: u32 = 8 << 20;
+
 fn channel(endpoint: &str, connect_timeout: Duration) -> PyResult<Channel> {
     let _guard = runtime::handle().enter();
     if let Some(path) = endpoint.strip_prefix("unix://") {
         let path = path.to_string();
         let ep = Endpoint::try_from("http://agent.sandbox")
             .map_err(|e| err(Kind::InvalidRequest, e.to_string()))?
-            .connect_timeout(connect_timeout);
+            .connect_timeout(connect_timeout)
+            .initial_stream_window_size(STREAM_WINDOW)
+            .initial_connection_window_size(CONNECTION_WINDOW);
         // Unix sockets: a dead agent resets its connections at once, no pings needed.
         Ok(
             ep.connect_with_connector_lazy(tower::service_fn(move |_: Uri| {
@@ -74,6 +81,8 @@ fn channel(endpoint: &str, connect_timeout: Duration) -> PyResult<Channel> {
                 )
             })?
             .connect_timeout(connect_timeout)
+            .initial_stream_window_size(STREAM_WINDOW)
+            .initial_connection_window_size(CONNECTION_WINDOW)
             .tcp_nodelay(true)
             .http2_keep_alive_interval(KEEPALIVE_INTERVAL)
             .keep_alive_timeout(KEEPALIVE_TIMEOUT)

@@ -14,7 +14,7 @@ use crate::client::Client;
 use crate::errors::{err, from_status, Kind};
 use crate::runtime;
 
-const CHUNK: usize = 64 << 10;
+const CHUNK: usize = 256 << 10;
 
 /// Opens the call to `port`; once the agent has connected, carries `head` and then everything
 /// `fd` (a connected TCP socket, owned from here on) sends, and writes back everything the port

@@ -14,7 +14,7 @@ use tokio::net::TcpStream;
 use tokio::sync::{mpsc, Semaphore};
 use tonic::{Status, Streaming};
 
-const CHUNK: usize = 64 << 10;
+const CHUNK: usize = 256 << 10;
 const CONNECT_TIMEOUT: Duration = Duration::from_secs(10);
 /// Connections carried at once; one more is RESOURCE_EXHAUSTED.
 pub const MAX_FORWARDS: usize = 4096;
