@@ -101,29 +101,23 @@ async def _wait_port(sb, port: int) -> None:
     raise RuntimeError(f"nothing listens on {port}")
 
 
-async def measure(workdir: str) -> dict:
+SMALL = b"x" * 1024
+BIG_BYTES = DOWNLOAD_MB << 20
+
+
+async def measure() -> dict:
+    """Against `python3 -m http.server` on the host's PORT (started by `run`)."""
     import sandboxes
     from sandboxes.server.app import Server
 
-    small, big = b"x" * 1024, os.urandom(1 << 20) * DOWNLOAD_MB
-    with open(os.path.join(workdir, "small.txt"), "wb") as f:
-        f.write(small)
-    with open(os.path.join(workdir, "big.bin"), "wb") as f:
-        f.write(big)
-    host_server = subprocess.Popen(
-        [sys.executable, "-m", "http.server", str(PORT), "--bind", "127.0.0.1"],
-        cwd=workdir,
-        stdout=subprocess.DEVNULL,
-        stderr=subprocess.DEVNULL,
-    )
     server = Server(insecure=True, port=0, warm=0, ports_port=0)
     await server.start()
     got: dict = {"ours": [], "direct": []}
     try:
         async with sandboxes.AsyncSandboxClient(server.address, "", timeout=120.0) as client:
             sb = await client.create()
-            await sb.write_file("small.txt", small)
-            await sb.exec(["/bin/sh", "-c", f"head -c {len(big)} /dev/urandom > /work/big.bin"])
+            await sb.write_file("small.txt", SMALL)
+            await sb.exec(["/bin/sh", "-c", f"head -c {BIG_BYTES} /dev/urandom > /work/big.bin"])
             await sb.exec(
                 [
                     "/bin/sh",
@@ -170,15 +164,27 @@ async def measure(workdir: str) -> dict:
                     await b.close()
     finally:
         await server.stop(grace=0)
-        host_server.terminate()
-        host_server.wait()
     return got
 
 
 def run() -> Report:
     rep = Report("ports")
     with tempfile.TemporaryDirectory() as d:
-        got = asyncio.run(measure(d))
+        with open(os.path.join(d, "small.txt"), "wb") as f:
+            f.write(SMALL)
+        with open(os.path.join(d, "big.bin"), "wb") as f:
+            f.write(os.urandom(BIG_BYTES))
+        host_server = subprocess.Popen(
+            [sys.executable, "-m", "http.server", str(PORT), "--bind", "127.0.0.1"],
+            cwd=d,
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.DEVNULL,
+        )
+        try:
+            got = asyncio.run(measure())
+        finally:
+            host_server.terminate()
+            host_server.wait()
     direct = rep.add(
         Stats.of("GET of 1 KiB from python3 -m http.server on the host, directly (baseline)", got["direct"])
     )
