@@ -207,6 +207,9 @@ class AgentClient:
         """Extend the agent's lease; returns seconds until it expires."""
     async def set_egress(self, rules: list[str], deny: bool = False) -> None:
         """Replace the sandbox's egress policy (InvalidRequest: started without one)."""
+    async def forward(self, port: int, fd: int, head: bytes) -> None:
+        """Splice `fd` (a connected TCP socket, owned from here on) to `port` of the sandbox's
+        loopback, `head` first; NotFound when nothing answers there."""
     async def run_tests(
         self,
         language: str,

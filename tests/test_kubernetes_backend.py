@@ -322,6 +322,45 @@ async def test_an_allow_list_is_enforced_in_the_pod(cluster: Cluster) -> None:
     assert all(p is not None and match_selector(selector, p["metadata"]["labels"]) for p in pods)
 
 
+@pytest.mark.skipif(os.geteuid() != 0, reason="the agent's egress set-up needs a kubelet that is root")
+async def test_the_policy_narrows_while_the_pod_runs(cluster: Cluster) -> None:
+    """On the emulated cluster, a pod's policy replaced while it runs (`set_network`, the pod's
+    agent's SetEgress): a narrower allow-list refuses at once what it no longer names, within the
+    NetworkPolicy of the list the pod was made with (a real cluster's fence, which a change
+    cannot widen)."""
+
+    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
+        await reader.readuntil(b"\r\n\r\n")
+        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
+        await writer.drain()
+        writer.close()
+
+    a = await asyncio.start_server(serve, "127.0.0.2", 0)
+    b = await asyncio.start_server(serve, "127.0.0.2", 0)
+    pa, pb = (srv.sockets[0].getsockname()[1] for srv in (a, b))
+    script = (
+        "import sys, urllib.request, urllib.error\n"
+        "for u in sys.argv[1:]:\n"
+        "    try:\n"
+        "        print(urllib.request.urlopen(u, timeout=20).read().decode())\n"
+        "    except urllib.error.HTTPError as e:\n"
+        "        print(e.code)\n"
+    )
+    urls = [f"http://127.0.0.2:{pa}/", f"http://127.0.0.2:{pb}/"]
+    try:
+        t = Template(name="egress", backend="kubernetes", network=(f"127.0.0.2:{pa}", f"127.0.0.2:{pb}"))
+        pool = await cluster.pool(cluster.backend(), templates={"egress": t}, warm=0)
+        async with pool.sandbox("egress") as sb:
+            r = await sb.exec(["python3", "-c", script, *urls], timeout=60)
+            assert r.stdout == b"ok\nok\n", r
+            await sb.set_network(allow=[f"127.0.0.2:{pa}"])
+            r = await sb.exec(["python3", "-c", script, *urls], timeout=60)
+            assert r.stdout == b"ok\n403\n", r
+    finally:
+        a.close()
+        b.close()
+
+
 def test_invalid_backend_config_is_refused() -> None:
     with pytest.raises(InvalidRequest, match="quantity"):
         KubeConfig(resources={"limits": {"memory": "lots"}}).validate()

@@ -167,14 +167,14 @@ class ControlPlane:
         # A retry with the same idempotency key gets the same record, already attached.
         sb = rec.attrs.get("e2b")
         if sb is None:
+            sb = self._attach(rec, template_id, metadata, env, tp, tp.network is True)
+            sb.domain = self.core.ports_base
             if policy is not None:
                 try:
                     await self._apply(rec, policy)
                 except E.SandboxError:
                     await self.core.delete_record(rec, "create failed")
                     raise
-            sb = self._attach(rec, template_id, metadata, env, tp, tp.network is True)
-            sb.domain = self.core.ports_base
             sb.timeout_s = float(timeout)
             if auto_pause:
                 rec.on_ttl, rec.pause_memory = "pause", pause_memory

@@ -125,13 +125,13 @@ class ControlPlane:
         # does not await, so the first of concurrent retries attaches it for all).
         sb = rec.attrs.get("prime")
         if sb is None:
+            sb = self._attach(rec, args, tp, why)
             if args.network is not None:
                 try:
                     await self._set_network(rec, args.network)
                 except E.SandboxError:
                     await self.core.delete_record(rec, "create failed")
                     raise
-            sb = self._attach(rec, args, tp, why)
             await self._start_command(rec, sb, args)
         auth = await self.prime.gateway_auth(request, rec, sb)
         return JSONResponse({**sb.to_json(), "gatewayAuth": auth})
