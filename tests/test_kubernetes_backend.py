@@ -660,6 +660,50 @@ async def test_api_server_down_is_backend_unavailable(native: Any) -> None:
         await be.close()
 
 
+async def test_ports_of_a_pod_through_the_server(cluster: Cluster) -> None:
+    """`serve --ports-port` on the emulated cluster: a server inside the pod reached through the
+    ports listener and the pod's agent (`Forward`), with no Service and no API server call for
+    the bytes. (The emulator's pods share this host's network namespace, so that nothing of a
+    pod's listens on the host is a real cluster's property, not tested here.)"""
+    import urllib.request
+
+    from sandboxes.server.app import Server
+
+    server = Server(
+        backend=cluster.backend(),
+        warm=0,
+        port=0,
+        insecure=True,
+        ports_port=0,
+        templates={"default": KT},
+        pool_kwargs={"claim_timeout": 60},
+    )
+    await server.start()
+    port = 38521
+    try:
+        async with sandboxes.AsyncSandboxClient(server.address) as client:
+            sb = await client.create(timeout=60)
+            await sb.write_file("page.txt", b"from the pod\n")
+            work = (await sb.info()).work_dir
+            serve = f"(cd {work} && exec python3 -m http.server {port} --bind 127.0.0.1) >/dev/null 2>&1 &"
+            await sb.exec(["sh", "-c", serve], keep_descendants=True)
+            probe = f"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=1)"
+            for _ in range(100):
+                if (await sb.exec(["python3", "-c", probe])).exit_code == 0:
+                    break
+                await asyncio.sleep(0.1)
+            url = await sb.port_url(port) + "page.txt"
+            body = await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=30).read())
+            assert body == b"from the pod\n"
+            assert cluster.api.objects_of("services") == []
+            await sb.close()
+    finally:
+        # The emulator's pods are processes of this host, and a program left running outlives
+        # its pod there (a real pod's end ends them all).
+        await (await asyncio.create_subprocess_exec("pkill", "-f", f"http.server {port}")).wait()
+        await server.stop(grace=1)
+
+
 async def test_api_server_on_the_kubernetes_backend(cluster: Cluster) -> None:
     """`sandboxes serve --backend kubernetes`, in process: a remote client creates and execs."""
     from sandboxes.server.app import Server
