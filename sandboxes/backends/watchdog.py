@@ -63,11 +63,20 @@ def start(backend: str, pool_dir: Path, *args: str) -> subprocess.Popen[bytes] |
         return None
 
 
+STOP_WAIT_S = 5.0
+
+
 def stop(proc: subprocess.Popen[bytes] | None) -> None:
-    """Stop a watchdog whose pool closed (blocking: run it in a thread)."""
+    """Stop a watchdog whose pool closed (blocking: run it in a thread). A SIGTERM that reaches
+    it while it starts can be lost (seen once: a watchdog stopped right after its start waited on
+    for ever): after `STOP_WAIT_S` it is killed, which is safe while its owner lives."""
     if proc is not None:
         proc.terminate()
-        proc.wait()
+        try:
+            proc.wait(timeout=STOP_WAIT_S)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
 
 
 def main(argv: list[str]) -> int:
