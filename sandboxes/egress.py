@@ -45,10 +45,13 @@ class EgressPolicy:
     deny: bool = False
 
     @classmethod
+    def checked(cls, rules: Any, deny: bool = False) -> EgressPolicy:
+        """The policy of `rules`, checked (InvalidRequest with the agent's reason)."""
+        return cls(check_rules(rules, "a deny-list" if deny else "an allow-list"), deny=deny)
+
+    @classmethod
     def of(cls, allow: Sequence[str] | None = None, deny: Sequence[str] | None = None) -> EgressPolicy:
         """The policy of exactly one of `allow` and `deny`."""
         if (allow is None) == (deny is None):
             raise InvalidRequest("give exactly one of allow (an allow-list) and deny (a deny-list)")
-        if deny is not None:
-            return cls(check_rules(deny, "a deny-list"), deny=True)
-        return cls(check_rules(allow, "an allow-list"))
+        return cls.checked(deny, deny=True) if deny is not None else cls.checked(allow)

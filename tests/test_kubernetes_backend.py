@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-from helpers import pid_running, wait_until
+from helpers import http_answering, pid_running, wait_until
 
 import sandboxes
 from sandboxes import Pool, Template, TestCase
@@ -328,16 +328,6 @@ async def test_the_policy_narrows_while_the_pod_runs(cluster: Cluster) -> None:
     agent's SetEgress): a narrower allow-list refuses at once what it no longer names, within the
     NetworkPolicy of the list the pod was made with (a real cluster's fence, which a change
     cannot widen)."""
-
-    async def serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
-        await reader.readuntil(b"\r\n\r\n")
-        writer.write(b"HTTP/1.1 200 OK\r\nContent-Length: 2\r\nConnection: close\r\n\r\nok")
-        await writer.drain()
-        writer.close()
-
-    a = await asyncio.start_server(serve, "127.0.0.2", 0)
-    b = await asyncio.start_server(serve, "127.0.0.2", 0)
-    pa, pb = (srv.sockets[0].getsockname()[1] for srv in (a, b))
     script = (
         "import sys, urllib.request, urllib.error\n"
         "for u in sys.argv[1:]:\n"
@@ -346,8 +336,8 @@ async def test_the_policy_narrows_while_the_pod_runs(cluster: Cluster) -> None:
         "    except urllib.error.HTTPError as e:\n"
         "        print(e.code)\n"
     )
-    urls = [f"http://127.0.0.2:{pa}/", f"http://127.0.0.2:{pb}/"]
-    try:
+    async with http_answering(b"ok") as (pa, _), http_answering(b"ok") as (pb, _):
+        urls = [f"http://127.0.0.2:{pa}/", f"http://127.0.0.2:{pb}/"]
         t = Template(name="egress", backend="kubernetes", network=(f"127.0.0.2:{pa}", f"127.0.0.2:{pb}"))
         pool = await cluster.pool(cluster.backend(), templates={"egress": t}, warm=0)
         async with pool.sandbox("egress") as sb:
@@ -356,9 +346,6 @@ async def test_the_policy_narrows_while_the_pod_runs(cluster: Cluster) -> None:
             await sb.set_network(allow=[f"127.0.0.2:{pa}"])
             r = await sb.exec(["python3", "-c", script, *urls], timeout=60)
             assert r.stdout == b"ok\n403\n", r
-    finally:
-        a.close()
-        b.close()
 
 
 def test_invalid_backend_config_is_refused() -> None:

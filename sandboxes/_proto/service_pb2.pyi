@@ -139,16 +139,14 @@ class SetNetworkRequest(_message.Message):
     def __init__(self, sandbox_id: _Optional[str] = ..., network: _Optional[_Union[Network, _Mapping]] = ...) -> None: ...
 
 class Network(_message.Message):
-    __slots__ = ("rules", "deny", "changeable", "mode")
+    __slots__ = ("rules", "deny", "mode")
     RULES_FIELD_NUMBER: _ClassVar[int]
     DENY_FIELD_NUMBER: _ClassVar[int]
-    CHANGEABLE_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
     rules: _containers.RepeatedScalarFieldContainer[str]
     deny: bool
-    changeable: bool
     mode: str
-    def __init__(self, rules: _Optional[_Iterable[str]] = ..., deny: _Optional[bool] = ..., changeable: _Optional[bool] = ..., mode: _Optional[str] = ...) -> None: ...
+    def __init__(self, rules: _Optional[_Iterable[str]] = ..., deny: _Optional[bool] = ..., mode: _Optional[str] = ...) -> None: ...
 
 class ListRequest(_message.Message):
     __slots__ = ("labels",)

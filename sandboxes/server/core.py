@@ -21,13 +21,14 @@ import asyncio
 import contextlib
 import logging
 import time
-from collections.abc import AsyncIterator, Callable, Iterator, Sequence
+from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 from sandboxes import errors as E
 from sandboxes.checkpoints import DEFAULT_TTL_S as DEFAULT_CHECKPOINT_TTL_S
 from sandboxes.egress import EgressPolicy
 from sandboxes.server.metrics import Metrics
+from sandboxes.server.ports import port_token
 from sandboxes.server.quota import Quotas
 from sandboxes.server.registry import Record, Registry
 from sandboxes.server.replicated import Codec, SharedRecords
@@ -506,18 +507,16 @@ class ServerCore:
     def network_of(self, rec: Record) -> EgressPolicy | bool:
         """`rec`'s egress policy now: its last replacement or its template's list, or the
         template's False (none) / True (the outside's), which cannot change."""
-        if rec.egress is not None:
-            return rec.egress
+        replaced = getattr(rec.sandbox, "egress", None)
+        if replaced is not None:
+            return replaced
         network = self.pool.templates[rec.template].network
         return EgressPolicy(network) if isinstance(network, tuple) else network
 
-    async def set_network(
-        self, rec: Record, *, allow: Sequence[str] | None = None, deny: Sequence[str] | None = None
-    ) -> EgressPolicy:
+    async def set_network(self, rec: Record, policy: EgressPolicy) -> None:
         """Replaces `rec`'s egress policy (`Sandbox.set_network`): a template whose network is a
         list lets its owner ask for any policy; one whose network is none or the outside's
         lets none be asked for. A paused sandbox is refused (`SandboxPaused`)."""
-        policy = EgressPolicy.of(allow, deny)
         if not isinstance(self.network_of(rec), EgressPolicy):
             raise E.InvalidRequest(
                 f"sandbox {rec.id} was started without an egress policy (its template's network is "
@@ -527,17 +526,13 @@ class ServerCore:
             if rec.state == "paused":
                 raise E.SandboxPaused(f"sandbox {rec.id} is paused: resume it first")
             await rec.sandbox.set_egress_policy(policy)
-            rec.egress = policy
         log.info("sandbox egress set", extra={"sandbox_id": rec.id, "owner": rec.owner, "deny": policy.deny})
-        return policy
 
     # -- ports -------------------------------------------------------------------------------
 
     def port_access(self, rec: Record, port: int) -> tuple[str, str, str]:
         """(URL by path, host name, token) that reach `port` of `rec`'s sandbox from outside
         (`ports.py`); InvalidRequest where this server does not serve ports."""
-        from sandboxes.server.ports import port_token
-
         if self.ports_base is None:
             raise E.InvalidRequest("this server does not serve sandboxes' ports (serve --ports-port)")
         if not isinstance(port, int) or not 0 < port < 65536:
@@ -578,8 +573,8 @@ class ServerCore:
         )
         rec.sandbox, rec.evicted = sb, None
         self._forget_evicted(rec.owner, cp)
-        if rec.egress is not None:
-            await sb.set_egress_policy(rec.egress)
+        if old.egress is not None:  # the policy it was given, not its template's
+            await sb.set_egress_policy(old.egress)
 
     def _forget_evicted(self, owner: str, checkpoint_id: str) -> None:
         with contextlib.suppress(E.NotFound):

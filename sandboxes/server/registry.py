@@ -49,9 +49,6 @@ class Record:
     # False), as E2B's auto-pause asks.
     on_ttl: str = "delete"
     pause_memory: bool = True
-    # Its egress policy as last replaced (None: its template's); a sandbox restored from an
-    # eviction gets it again.
-    egress: Any = None
 
     @property
     def state(self) -> str:

@@ -282,11 +282,7 @@ class SandboxService:
 
     async def set_network(self, req: pb.SetNetworkRequest, context: Any, owner: str) -> pb.Network:
         rec = await self.core.record(req.sandbox_id, owner)
-        rules = list(req.network.rules)
-        if req.network.deny:
-            await self.core.set_network(rec, deny=rules)
-        else:
-            await self.core.set_network(rec, allow=rules)
+        await self.core.set_network(rec, EgressPolicy.checked(list(req.network.rules), req.network.deny))
         return self._network_pb(rec)
 
     async def get_network(self, req: pb.GetRequest, context: Any, owner: str) -> pb.Network:
@@ -300,7 +296,7 @@ class SandboxService:
     def _network_pb(self, rec: Record) -> pb.Network:
         net = self.core.network_of(rec)
         if isinstance(net, EgressPolicy):
-            return pb.Network(rules=list(net.rules), deny=net.deny, changeable=True, mode="policy")
+            return pb.Network(rules=list(net.rules), deny=net.deny, mode="policy")
         return pb.Network(mode="outside" if net else "none")
 
     async def get(self, req: pb.GetRequest, context: Any, owner: str) -> pb.Sandbox:

@@ -171,7 +171,7 @@ class ControlPlane:
             sb.domain = self.core.ports_base
             if policy is not None:
                 try:
-                    await self._apply(rec, policy)
+                    await self.core.set_network(rec, policy)
                 except E.SandboxError:
                     await self.core.delete_record(rec, "create failed")
                     raise
@@ -227,18 +227,12 @@ class ControlPlane:
         body = await self._body(request)
         policy = parse_network(body, body.get("allow_internet_access")) or EgressPolicy(deny=True)
         try:
-            await self._apply(rec, policy)
+            await self.core.set_network(rec, policy)
         except E.SandboxPaused as e:
             raise Refused(409, e.message) from None
         except E.InvalidRequest as e:
             raise Refused(400, e.message) from None
         return Response(status_code=204)
-
-    async def _apply(self, rec: Any, policy: EgressPolicy) -> None:
-        if policy.deny:
-            await self.core.set_network(rec, deny=policy.rules)
-        else:
-            await self.core.set_network(rec, allow=policy.rules)
 
     async def resume(self, request: Request, owner: str) -> Response:
         rec, sb = await self.live(owner, request.path_params["sandbox_id"])

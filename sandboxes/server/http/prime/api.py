@@ -32,7 +32,6 @@ from sandboxes.server.http.prime import jobs
 from sandboxes.server.http.prime.checkpoints import IMAGE_LABEL, Checkpoints
 from sandboxes.server.http.prime.requests import (
     CreateArgs,
-    PrimePolicy,
     parse_create,
     parse_ids,
     parse_policy,
@@ -128,7 +127,7 @@ class ControlPlane:
             sb = self._attach(rec, args, tp, why)
             if args.network is not None:
                 try:
-                    await self._set_network(rec, args.network)
+                    await self.core.set_network(rec, args.network.egress)
                 except E.SandboxError:
                     await self.core.delete_record(rec, "create failed")
                     raise
@@ -333,18 +332,10 @@ class ControlPlane:
     async def set_policy(self, request: Request, owner: str) -> Any:
         rec, sb = await self._live(owner, request.path_params["sandbox_id"])
         policy = parse_policy(await self._body(request))
-        await self._set_network(rec, policy)
+        await self.core.set_network(rec, policy.egress)  # applied when it returns
         sb.network_allowlist, sb.network_denylist = policy.allowlist, policy.denylist
         sb.policy_generation += 1
         return JSONResponse(_policy(sb))
-
-    async def _set_network(self, rec: Any, policy: PrimePolicy) -> None:
-        """The agent enforces `policy` before this returns: it is applied at once."""
-        p = policy.egress
-        if p.deny:
-            await self.core.set_network(rec, deny=p.rules)
-        else:
-            await self.core.set_network(rec, allow=p.rules)
 
     async def job_statuses(self, request: Request, owner: str) -> Any:
         body = await self._body(request)
