@@ -124,6 +124,8 @@ class Step(str, enum.Enum):
     POD = "pod"
     CONFLICT = "conflict"
     CLOSED = "closed"
+    # A program's start, continued.
+    TERMINAL = "terminal"
 
     def __str__(self) -> str:
         return self.value

@@ -376,6 +376,7 @@ async fn warm_up(executor: &Executor) {
         write_within: None,
         keep_descendants: false,
         zygote_entry: None,
+        terminal: None,
     };
     match executor.run(cmd, Default::default()).await {
         Ok(o) if o.exit_code == Some(0) => {}

@@ -15,6 +15,7 @@ pub mod error;
 pub mod fdpass;
 pub mod landlock;
 pub mod limits;
+pub mod pty;
 pub mod readiness;
 pub mod reaper;
 pub mod run;
@@ -29,4 +30,5 @@ mod zygote;
 
 pub use error::{SetupError, SpawnError, Step};
 pub use limits::Limits;
+pub use pty::TerminalSize;
 pub use run::{Capabilities, Command, Event, Executor, ExecutorConfig, Outcome, Running};

@@ -93,6 +93,10 @@ pub struct Command {
     /// running that file; a spawn runs the argv as it is. For a program the agent itself writes
     /// (the judge's check runner), so that each fork does not read and compile it again.
     pub zygote_entry: Option<&'static str>,
+    /// Run on a pseudo-terminal of this size instead of pipes (see `pty`): its output, stdout
+    /// and stderr merged as a terminal shows them, comes as `Event::Stdout`; its input goes
+    /// through the terminal's line discipline (Ctrl-C is SIGINT); `Running::resize` changes it.
+    pub terminal: Option<crate::pty::TerminalSize>,
 }
 
 /// What a running program reports, in order: output chunks (already capped), then one `Exit`.
@@ -137,6 +141,8 @@ pub struct Running {
     /// Output events, then exactly one `Event::Exit`.
     pub events: mpsc::Receiver<Event>,
     tree: Arc<Tree>,
+    /// The master of its terminal (`Command::terminal`).
+    terminal: Option<OwnedFd>,
 }
 
 impl Running {
@@ -147,6 +153,16 @@ impl Running {
     /// Kill the whole process tree now (process group + cgroup + descendants).
     pub fn kill(&self) {
         self.tree.kill()
+    }
+    /// Give the program's terminal a new size (its foreground process group sees SIGWINCH).
+    /// ENOTTY for a program started without one.
+    pub fn resize(&self, size: crate::pty::TerminalSize) -> std::io::Result<()> {
+        match &self.terminal {
+            Some(master) => {
+                crate::pty::resize(master, size.validate().map_err(std::io::Error::other)?)
+            }
+            None => Err(std::io::Error::from_raw_os_error(libc::ENOTTY)),
+        }
     }
 }
 
@@ -468,6 +484,7 @@ impl Executor {
             write_within: None,
             keep_descendants: false,
             zygote_entry: None,
+            terminal: None,
         }
     }
 
@@ -481,6 +498,8 @@ impl Executor {
         let fast = match launch {
             // A zygote worker is reaped with its group killed, as every worker is.
             Launch::User if cmd.keep_descendants => None,
+            // A terminal is made for a spawn: a zygote's workers inherit the zygote's stdio.
+            Launch::User if cmd.terminal.is_some() => None,
             // The zygote's environment is the base one (`zygote_command` adds nothing to it).
             Launch::User => self.zygote().and_then(|z| {
                 let req = z.plan(
@@ -523,6 +542,10 @@ impl Executor {
             },
             landlock: landlock.as_ref().map(std::os::fd::AsRawFd::as_raw_fd),
             keep_group: cmd.keep_descendants,
+            terminal: match cmd.terminal {
+                Some(size) => Some(size.validate().map_err(SpawnError::Invalid)?),
+                None => None,
+            },
         };
         // On error the cgroup is dropped here, which removes it.
         let forked = match fast {
@@ -591,6 +614,7 @@ impl Executor {
             stdin,
             events: rx,
             tree,
+            terminal: spawned.terminal,
         })
     }
 

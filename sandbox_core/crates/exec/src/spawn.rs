@@ -33,6 +33,7 @@ use tokio::sync::oneshot;
 use crate::cgroup::ExecCgroup;
 use crate::error::{SpawnError, Step};
 use crate::limits::Limits;
+use crate::pty::TerminalSize;
 use crate::reaper::{ExitInfo, Reaper};
 use crate::run::{Command, ExecutorConfig};
 use crate::seccomp::Filter;
@@ -70,6 +71,8 @@ pub struct Isolation<'a> {
     pub landlock: Option<RawFd>,
     /// Its process group is not killed when it is reaped (`Command::keep_descendants`).
     pub keep_group: bool,
+    /// A pseudo-terminal of this size for its stdio instead of pipes (`Command::terminal`).
+    pub terminal: Option<TerminalSize>,
 }
 
 /// A started program: its pid, its exit status to come, and the agent's ends of its pipes.
@@ -79,9 +82,12 @@ pub struct Spawned {
     /// Readable once the program has exited (see `Reaper::try_reap`); `None` on old kernels.
     pub pidfd: Option<OwnedFd>,
     pub stdin: OwnedFd,
-    /// Read ends of the program's output pipes, already non-blocking.
+    /// Read ends of the program's output pipes, already non-blocking. With a terminal, `stdout`
+    /// is its master (both streams of the program) and `stderr` is at its end.
     pub stdout: OwnedFd,
     pub stderr: OwnedFd,
+    /// The master of the program's terminal, to resize it.
+    pub terminal: Option<OwnedFd>,
 }
 
 /// A command checked and converted to what `execve` takes.
@@ -197,6 +203,8 @@ struct ChildPlan<'a> {
     identity: Identity,
     seccomp: Option<&'a libc::sock_fprog>,
     stdio: [RawFd; 3],
+    /// `stdio` is a terminal, to become the controlling terminal of the child's session.
+    terminal: bool,
     /// Dup'ed to fd 3 (inheritable) when not -1.
     fd3: RawFd,
     /// Landlock ruleset to enforce when not -1.
@@ -251,21 +259,10 @@ pub fn spawn(
         .chain(std::iter::once(std::ptr::null()))
         .collect();
 
-    let pipe_err = |e| SpawnError::Isolation {
-        step: Step::Pipe,
-        source: e,
-    };
-    let (stdin_r, stdin_w) = pipe().map_err(pipe_err)?;
-    let (stdout_r, stdout_w) = pipe().map_err(pipe_err)?;
-    let (stderr_r, stderr_w) = pipe().map_err(pipe_err)?;
-    // The agent reads output without blocking (see `Spawned`).
-    nonblocking(&stdout_r).map_err(pipe_err)?;
-    nonblocking(&stderr_r).map_err(pipe_err)?;
-    // The child's ends must not already sit on 0..=2 (an agent started with those closed), or a
-    // dup2 could clobber another one.
-    let stdin_r = above_stdio(stdin_r).map_err(pipe_err)?;
-    let stdout_w = above_stdio(stdout_w).map_err(pipe_err)?;
-    let stderr_w = above_stdio(stderr_w).map_err(pipe_err)?;
+    let ends = match iso.terminal {
+        None => Stdio::pipes(),
+        Some(size) => Stdio::terminal(size),
+    }?;
 
     // Where the clone happens: here, unpinned, when this thread wears the filter itself (see
     // `Executor::wear_seccomp_on_this_thread`): the child inherits it without a hand-over; else
@@ -293,11 +290,8 @@ pub fn spawn(
         cwd: prep.cwd.as_ptr(),
         identity: iso.identity,
         seccomp: seccomp.as_ref().filter(|_| spawner.is_none() && !worn),
-        stdio: [
-            stdin_r.as_raw_fd(),
-            stdout_w.as_raw_fd(),
-            stderr_w.as_raw_fd(),
-        ],
+        stdio: ends.child.each_ref().map(AsRawFd::as_raw_fd),
+        terminal: iso.terminal.is_some(),
         fd3: iso.fd3.unwrap_or(-1),
         landlock: iso.landlock.unwrap_or(-1),
         report: &mut report,
@@ -325,15 +319,23 @@ pub fn spawn(
         step: Step::Fork,
         source: e,
     })?;
-    drop((stdin_r, stdout_w, stderr_w));
+    let Stdio {
+        child: child_ends,
+        stdin,
+        stdout,
+        stderr,
+        terminal,
+    } = ends;
+    drop(child_ends);
     match (failed.step != 0).then(|| (step_from_u8(failed.step), failed.errno)) {
         None => Ok(Spawned {
             pid: child.pid,
             exit: child.exit,
             pidfd: child.pidfd,
-            stdin: stdin_w,
-            stdout: stdout_r,
-            stderr: stderr_r,
+            stdin,
+            stdout,
+            stderr,
+            terminal,
         }),
         Some((step, errno)) => {
             // The child is in `_exit(127)`; reap it so no zombie and no cgroup member remains.
@@ -353,6 +355,67 @@ pub fn spawn(
             }
             Err(SpawnError::Isolation { step, source })
         }
+    }
+}
+
+/// A program's stdio: the ends its child takes (as fds 0, 1, 2) and the agent's.
+struct Stdio {
+    child: [OwnedFd; 3],
+    stdin: OwnedFd,
+    stdout: OwnedFd,
+    stderr: OwnedFd,
+    terminal: Option<OwnedFd>,
+}
+
+impl Stdio {
+    fn pipes() -> Result<Self, SpawnError> {
+        let err = |e| SpawnError::Isolation {
+            step: Step::Pipe,
+            source: e,
+        };
+        let (stdin_r, stdin_w) = pipe().map_err(err)?;
+        let (stdout_r, stdout_w) = pipe().map_err(err)?;
+        let (stderr_r, stderr_w) = pipe().map_err(err)?;
+        // The agent reads output without blocking (see `Spawned`).
+        nonblocking(&stdout_r).map_err(err)?;
+        nonblocking(&stderr_r).map_err(err)?;
+        // The child's ends must not already sit on 0..=2 (an agent started with those closed),
+        // or a dup2 could clobber another one.
+        Ok(Stdio {
+            child: [
+                above_stdio(stdin_r).map_err(err)?,
+                above_stdio(stdout_w).map_err(err)?,
+                above_stdio(stderr_w).map_err(err)?,
+            ],
+            stdin: stdin_w,
+            stdout: stdout_r,
+            stderr: stderr_r,
+            terminal: None,
+        })
+    }
+
+    /// The three of the child on one terminal; the agent writes input to its master and reads
+    /// both output streams from it. `stderr` is a pipe already at its end.
+    fn terminal(size: TerminalSize) -> Result<Self, SpawnError> {
+        let err = |e| SpawnError::Isolation {
+            step: Step::Terminal,
+            source: e,
+        };
+        let pair = crate::pty::open(size).map_err(err)?;
+        let program = above_stdio(pair.program).map_err(err)?;
+        let (stderr, _closed) = pipe().map_err(err)?;
+        nonblocking(&stderr).map_err(err)?;
+        Ok(Stdio {
+            child: [
+                program.try_clone().map_err(err)?,
+                program.try_clone().map_err(err)?,
+                program,
+            ],
+            stdin: pair.master.try_clone().map_err(err)?,
+            terminal: Some(pair.master.try_clone().map_err(err)?),
+            stdout: pair.master,
+            stderr,
+        })
     }
 }
 
@@ -633,6 +696,10 @@ unsafe fn child_main(p: &ChildPlan<'_>) -> ! {
             fail(p.report, Step::Dup2);
         }
     }
+    // The session made by `setsid` above has no controlling terminal yet: this one becomes it.
+    if p.terminal && libc::ioctl(0, libc::TIOCSCTTY, 0 as libc::c_int) != 0 {
+        fail(p.report, Step::Terminal);
+    }
     let mut first_closed = 3;
     if p.fd3 >= 0 {
         // dup2 onto itself keeps close-on-exec set: clear it by hand then.
@@ -703,6 +770,7 @@ mod tests {
             write_within: None,
             keep_descendants: false,
             zygote_entry: None,
+            terminal: None,
         }
     }
 

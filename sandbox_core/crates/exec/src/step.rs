@@ -137,6 +137,10 @@ steps! {
     Conflict = 56 => "conflict",
     /// The backend closed while the sandbox started.
     Closed = 57 => "closed",
+
+    // --- a program's start, continued ---
+    /// Opening a program's pseudo-terminal or making it the program's controlling terminal.
+    Terminal = 58 => "terminal",
 }
 
 impl Step {

@@ -545,6 +545,7 @@ fn request(
         stdin: stdin_w,
         stdout: stdout_r,
         stderr: stderr_r,
+        terminal: None,
     })
 }
 

@@ -308,6 +308,7 @@ pub async fn run_tests(
             write_within: None,
             keep_descendants: false,
             zygote_entry: None,
+            terminal: None,
         };
         let t = Instant::now();
         let outcome = executor.run(cmd, bytes::Bytes::new()).await;

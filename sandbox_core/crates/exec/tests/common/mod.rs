@@ -41,6 +41,7 @@ pub fn cmd(argv: &[&str]) -> Command {
         write_within: None,
         keep_descendants: false,
         zygote_entry: None,
+        terminal: None,
     }
 }
 
