@@ -375,6 +375,8 @@ class RemoteSandbox(SandboxBase):
             stdin=stdin,
             keep_descendants=req.keep_descendants,
         )
+        if req.terminal is not None:
+            msg.terminal.rows, msg.terminal.cols = req.terminal
         limits = limits_to_pb(req.limits)
         if limits is not None:
             msg.limits.CopyFrom(limits)
@@ -386,7 +388,7 @@ class RemoteSandbox(SandboxBase):
 
     def _exec_stream(self, req: ExecRequest, stdin: bytes | None) -> ExecStream:
         source = _RemoteStream(self._client, self._exec_pb(req), self._deadline(req))
-        return ExecStream(source, stdin=stdin)
+        return ExecStream(source, stdin=stdin, terminal=req.terminal is not None)
 
     async def _run_tests(self, req: RunTestsRequest) -> TestReport:
         # `run_tests` (shared with the embedded Sandbox) validated the request and derived its
@@ -666,6 +668,9 @@ class _RemoteStream:
 
     async def signal(self, signo: int) -> None:
         await self._write(pb.ExecInput(signal=signo))
+
+    async def resize(self, rows: int, cols: int) -> None:
+        await self._write(pb.ExecInput(resize=cpb.TerminalSize(rows=rows, cols=cols)))
 
     def cancel(self) -> None:
         self._cancelled = True

@@ -79,6 +79,15 @@ class ExecRequest:
     limits: Limits
     deadline_s: float | None
     keep_descendants: bool = False
+    terminal: tuple[int, int] | None = None  # (rows, cols) of a pseudo-terminal
+
+
+def check_terminal(rows: object, cols: object) -> tuple[int, int]:
+    """`(rows, cols)` of a terminal, each 1-65535; `InvalidRequest` otherwise."""
+    for name, v in (("rows", rows), ("cols", cols)):
+        if isinstance(v, bool) or not isinstance(v, int) or not 1 <= v <= 65535:
+            raise InvalidRequest(f"terminal {name} must be an int from 1 to 65535, got {v!r}")
+    return int(rows), int(cols)  # type: ignore[call-overload]
 
 
 class ExecStream:
@@ -99,8 +108,10 @@ class ExecStream:
         *,
         convert: Callable[[Any], ExecEvent] = lambda e: e,
         stdin: bytes | None = None,
+        terminal: bool = False,
     ) -> None:
         self._source = source
+        self._terminal = terminal
         self._convert = convert
         self._stdin = stdin
         self._feeder: asyncio.Task[None] | None = None
@@ -150,6 +161,14 @@ class ExecStream:
     async def signal(self, signo: int) -> None:
         """Send a signal to the program's process group."""
         await self._source.signal(int(signo))
+
+    async def resize(self, rows: int, cols: int) -> None:
+        """Give the program's terminal a new size (a stream started with `terminal=`): its
+        foreground process group sees SIGWINCH."""
+        size = check_terminal(rows, cols)
+        if not self._terminal:
+            raise InvalidRequest("this program runs without a terminal: start it with terminal=")
+        await self._source.resize(*size)
 
     def cancel(self) -> None:
         """Kill the program (no-op once it exited)."""
@@ -286,14 +305,25 @@ class SandboxBase(abc.ABC):
         cwd: str | None = None,
         limits: Limits | None = None,
         keep_descendants: bool = False,
+        terminal: tuple[int, int] | None = None,
     ) -> ExecStream:
         """Start a program interactively; iterate the returned `ExecStream` for its events.
 
         With `stdin` given, it is written and stdin closed; without, stdin stays open for
         `send_stdin` / `close_stdin`. Breaking out of the loop does not kill the program:
         use `async with sb.exec_stream(...) as s:` or `s.cancel()`.
+
+        `terminal=(rows, cols)` runs it on a pseudo-terminal instead of pipes, as a terminal
+        emulator would (`bash -i` gets job control): its output, both streams as a terminal
+        shows them, comes as `stdout` events of raw terminal bytes; `send_stdin` types (echoed by
+        the terminal; `"\x03"` is Ctrl-C, `"\x04"` at a line's start is end-of-file);
+        `resize(rows, cols)` changes the size.
         """
         req = self._request(argv, timeout, env, cwd, limits, keep_descendants)
+        if terminal is not None:
+            if not isinstance(terminal, tuple) or len(terminal) != 2:
+                raise InvalidRequest(f"terminal must be (rows, cols), got {terminal!r}")
+            req = dataclasses.replace(req, terminal=check_terminal(*terminal))
         data = None if stdin is None else as_bytes(stdin, "stdin")
         return self._exec_stream(req, data)
 
@@ -605,8 +635,11 @@ class Sandbox(SandboxBase):
             cwd=req.cwd,
             limits=_bridge.to_native_limits(req.limits),
             keep_descendants=req.keep_descendants,
+            terminal=req.terminal,
         )
-        return ExecStream(source, convert=_bridge.to_exec_event, stdin=stdin)
+        return ExecStream(
+            source, convert=_bridge.to_exec_event, stdin=stdin, terminal=req.terminal is not None
+        )
 
     async def _write_files(self, files: list[tuple[str, bytes, int]]) -> None:
         await self._call(self._client.write_files, files)

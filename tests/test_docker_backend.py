@@ -24,6 +24,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 from helpers import BASE_IMAGE, wait_until
+from terminals import drive_bash
 
 import sandboxes
 from sandboxes import Pool, TestCase
@@ -114,6 +115,13 @@ async def test_create_claim_exec_files_delete(docker_api: Any, docker_pool: Make
     assert not ds.run_dir.exists()
     with pytest.raises(sandboxes.SandboxLost):
         await sb.exec(["true"])
+
+
+async def test_a_shell_on_a_terminal_in_a_container(docker_pool: MakePool) -> None:
+    """`bash -i` on a pseudo-terminal of the container's own devpts, through its agent."""
+    pool = await docker_pool(warm=0)
+    async with pool.sandbox() as sb:
+        await drive_bash(sb)
 
 
 async def test_container_is_locked_down(docker_api: Any, docker_pool: MakePool) -> None:

@@ -321,6 +321,20 @@ async def test_ports_through_get_host(make_server) -> None:
     assert len(server.service.registry) == 0
 
 
+async def test_pty(make_server) -> None:
+    """e2b's `pty`: `bash -i -l` on a real pseudo-terminal of the sandbox's agent, typed into,
+    resized (`stty size` sees it), Ctrl-C interrupting `sleep` and not the shell, watched by a
+    second `connect`, its exit status through `wait`; `kill` ends another; a command without a
+    terminal cannot be resized."""
+    server = await e2b_server(make_server)
+    o = await scenario(server, "pty")
+    assert o["size"] and o["resized"] and o["interrupted"] and o["connected"], o
+    assert o["exit"] == 3, o
+    assert o["killed"] is True and o["killed_wait"]["error"] == "CommandExitException", o
+    assert o["resize_plain"]["error"] == "InvalidArgumentException", o
+    assert len(server.service.registry) == 0
+
+
 async def test_volumes(make_server) -> None:
     """e2b's `Volume`: created, written and read through the volume content API, mounted by
     sandboxes (by the object and by name) that see and add files, a symlink a sandbox planted

@@ -24,47 +24,49 @@ _sym_db = _symbol_database.Default()
 
 
 
-DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0c\x63ommon.proto\x12\x13sandboxes.common.v1\"\xc6\x01\n\x06Limits\x12\x13\n\x0bwall_time_s\x18\x01 \x01(\x01\x12\x12\n\ncpu_time_s\x18\x02 \x01(\x01\x12\x14\n\x0cmemory_bytes\x18\x03 \x01(\x04\x12\x10\n\x08max_pids\x18\x04 \x01(\r\x12\x18\n\x10max_output_bytes\x18\x05 \x01(\x04\x12\x1b\n\x13max_file_size_bytes\x18\x06 \x01(\x04\x12\x16\n\x0emax_open_files\x18\x07 \x01(\r\x12\x1c\n\x14kill_on_output_limit\x18\x08 \x01(\x08\"\xe1\x02\n\nExecResult\x12\x11\n\texit_code\x18\x01 \x01(\x05\x12\x0e\n\x06signal\x18\x02 \x01(\x05\x12\x0e\n\x06stdout\x18\x03 \x01(\x0c\x12\x0e\n\x06stderr\x18\x04 \x01(\x0c\x12\x11\n\ttimed_out\x18\x05 \x01(\x08\x12\x12\n\noom_killed\x18\x06 \x01(\x08\x12\x18\n\x10stdout_truncated\x18\x07 \x01(\x08\x12\x18\n\x10stderr_truncated\x18\x08 \x01(\x08\x12\x13\n\x0bwall_time_s\x18\t \x01(\x01\x12\x12\n\ncpu_time_s\x18\n \x01(\x01\x12\x19\n\x11peak_memory_bytes\x18\x0b \x01(\x04\x12\x13\n\x0b\x63pu_limited\x18\x0c \x01(\x08\x12\x14\n\x0cpids_limited\x18\r \x01(\x08\x12\x19\n\x11\x66ile_size_limited\x18\x0e \x01(\x08\x12+\n\x04path\x18\x0f \x01(\x0e\x32\x1d.sandboxes.common.v1.ExecPath\"\x87\x02\n\tExecEvent\x12\x39\n\x07started\x18\x01 \x01(\x0b\x32&.sandboxes.common.v1.ExecEvent.StartedH\x00\x12\x10\n\x06stdout\x18\x02 \x01(\x0cH\x00\x12\x10\n\x06stderr\x18\x03 \x01(\x0cH\x00\x12/\n\x04\x65xit\x18\x04 \x01(\x0b\x32\x1f.sandboxes.common.v1.ExecResultH\x00\x12=\n\tkeepalive\x18\x05 \x01(\x0b\x32(.sandboxes.common.v1.ExecEvent.KeepaliveH\x00\x1a\x16\n\x07Started\x12\x0b\n\x03pid\x18\x01 \x01(\r\x1a\x0b\n\tKeepaliveB\x06\n\x04kind\"5\n\tFileEntry\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\x12\x0c\n\x04mode\x18\x03 \x01(\r\"+\n\x12WriteFilesResponse\x12\x15\n\rbytes_written\x18\x01 \x01(\x04\"=\n\tFileChunk\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\x0e\n\x06offset\x18\x02 \x01(\x04\x12\x12\n\ntotal_size\x18\x03 \x01(\x04\"X\n\x08\x44irEntry\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06is_dir\x18\x02 \x01(\x08\x12\x0c\n\x04size\x18\x03 \x01(\x04\x12\x0c\n\x04mode\x18\x04 \x01(\r\x12\x12\n\nis_symlink\x18\x05 \x01(\x08\"A\n\x0fListDirResponse\x12.\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x1d.sandboxes.common.v1.DirEntry\"\x10\n\x0eRemoveResponse\"A\n\x08TestCase\x12\r\n\x05input\x18\x01 \x01(\x0c\x12\x17\n\x0f\x65xpected_output\x18\x02 \x01(\x0c\x12\r\n\x05\x63heck\x18\x03 \x01(\t\"\x80\x02\n\nCaseResult\x12-\n\x07verdict\x18\x01 \x01(\x0e\x32\x1c.sandboxes.common.v1.Verdict\x12\x11\n\texit_code\x18\x02 \x01(\x05\x12\x0e\n\x06signal\x18\x03 \x01(\x05\x12\x13\n\x0bwall_time_s\x18\x04 \x01(\x01\x12\x12\n\ncpu_time_s\x18\x05 \x01(\x01\x12\x19\n\x11peak_memory_bytes\x18\x06 \x01(\x04\x12\x0e\n\x06stdout\x18\x07 \x01(\x0c\x12\x0e\n\x06stderr\x18\x08 \x01(\x0c\x12\x0f\n\x07message\x18\t \x01(\t\x12+\n\x04path\x18\n \x01(\x0e\x32\x1d.sandboxes.common.v1.ExecPath\"Y\n\x13RunTestsBatchResult\x12\r\n\x05index\x18\x01 \x01(\r\x12\x33\n\x06report\x18\x02 \x01(\x0b\x32#.sandboxes.common.v1.RunTestsReport\"\xb6\x01\n\x0eRunTestsReport\x12.\n\x05\x63\x61ses\x18\x01 \x03(\x0b\x32\x1f.sandboxes.common.v1.CaseResult\x12\x0e\n\x06passed\x18\x02 \x01(\r\x12\r\n\x05total\x18\x03 \x01(\r\x12\x10\n\x08\x63ompiled\x18\x04 \x01(\x08\x12\x16\n\x0e\x63ompile_output\x18\x05 \x01(\x0c\x12\x16\n\x0e\x63ompile_time_s\x18\x06 \x01(\x01\x12\x13\n\x0bwall_time_s\x18\x07 \x01(\x01*P\n\x08\x45xecPath\x12\x19\n\x15\x45XEC_PATH_UNSPECIFIED\x10\x00\x12\x13\n\x0f\x45XEC_PATH_SPAWN\x10\x01\x12\x14\n\x10\x45XEC_PATH_ZYGOTE\x10\x02*`\n\x07\x43ompare\x12\x17\n\x13\x43OMPARE_UNSPECIFIED\x10\x00\x12\x11\n\rCOMPARE_EXACT\x10\x01\x12\x16\n\x12\x43OMPARE_WHITESPACE\x10\x02\x12\x11\n\rCOMPARE_FLOAT\x10\x03*\xbc\x01\n\x07Verdict\x12\x17\n\x13VERDICT_UNSPECIFIED\x10\x00\x12\x0c\n\x08\x41\x43\x43\x45PTED\x10\x01\x12\x10\n\x0cWRONG_ANSWER\x10\x02\x12\x0e\n\nTIME_LIMIT\x10\x03\x12\x10\n\x0cMEMORY_LIMIT\x10\x04\x12\x11\n\rRUNTIME_ERROR\x10\x05\x12\x11\n\rCOMPILE_ERROR\x10\x06\x12\x10\n\x0cOUTPUT_LIMIT\x10\x07\x12\x11\n\rSANDBOX_ERROR\x10\x08\x12\x0b\n\x07SKIPPED\x10\tb\x06proto3')
+DESCRIPTOR = _descriptor_pool.Default().AddSerializedFile(b'\n\x0c\x63ommon.proto\x12\x13sandboxes.common.v1\"\xc6\x01\n\x06Limits\x12\x13\n\x0bwall_time_s\x18\x01 \x01(\x01\x12\x12\n\ncpu_time_s\x18\x02 \x01(\x01\x12\x14\n\x0cmemory_bytes\x18\x03 \x01(\x04\x12\x10\n\x08max_pids\x18\x04 \x01(\r\x12\x18\n\x10max_output_bytes\x18\x05 \x01(\x04\x12\x1b\n\x13max_file_size_bytes\x18\x06 \x01(\x04\x12\x16\n\x0emax_open_files\x18\x07 \x01(\r\x12\x1c\n\x14kill_on_output_limit\x18\x08 \x01(\x08\"*\n\x0cTerminalSize\x12\x0c\n\x04rows\x18\x01 \x01(\r\x12\x0c\n\x04\x63ols\x18\x02 \x01(\r\"\xe1\x02\n\nExecResult\x12\x11\n\texit_code\x18\x01 \x01(\x05\x12\x0e\n\x06signal\x18\x02 \x01(\x05\x12\x0e\n\x06stdout\x18\x03 \x01(\x0c\x12\x0e\n\x06stderr\x18\x04 \x01(\x0c\x12\x11\n\ttimed_out\x18\x05 \x01(\x08\x12\x12\n\noom_killed\x18\x06 \x01(\x08\x12\x18\n\x10stdout_truncated\x18\x07 \x01(\x08\x12\x18\n\x10stderr_truncated\x18\x08 \x01(\x08\x12\x13\n\x0bwall_time_s\x18\t \x01(\x01\x12\x12\n\ncpu_time_s\x18\n \x01(\x01\x12\x19\n\x11peak_memory_bytes\x18\x0b \x01(\x04\x12\x13\n\x0b\x63pu_limited\x18\x0c \x01(\x08\x12\x14\n\x0cpids_limited\x18\r \x01(\x08\x12\x19\n\x11\x66ile_size_limited\x18\x0e \x01(\x08\x12+\n\x04path\x18\x0f \x01(\x0e\x32\x1d.sandboxes.common.v1.ExecPath\"\x87\x02\n\tExecEvent\x12\x39\n\x07started\x18\x01 \x01(\x0b\x32&.sandboxes.common.v1.ExecEvent.StartedH\x00\x12\x10\n\x06stdout\x18\x02 \x01(\x0cH\x00\x12\x10\n\x06stderr\x18\x03 \x01(\x0cH\x00\x12/\n\x04\x65xit\x18\x04 \x01(\x0b\x32\x1f.sandboxes.common.v1.ExecResultH\x00\x12=\n\tkeepalive\x18\x05 \x01(\x0b\x32(.sandboxes.common.v1.ExecEvent.KeepaliveH\x00\x1a\x16\n\x07Started\x12\x0b\n\x03pid\x18\x01 \x01(\r\x1a\x0b\n\tKeepaliveB\x06\n\x04kind\"5\n\tFileEntry\x12\x0c\n\x04path\x18\x01 \x01(\t\x12\x0c\n\x04\x64\x61ta\x18\x02 \x01(\x0c\x12\x0c\n\x04mode\x18\x03 \x01(\r\"+\n\x12WriteFilesResponse\x12\x15\n\rbytes_written\x18\x01 \x01(\x04\"=\n\tFileChunk\x12\x0c\n\x04\x64\x61ta\x18\x01 \x01(\x0c\x12\x0e\n\x06offset\x18\x02 \x01(\x04\x12\x12\n\ntotal_size\x18\x03 \x01(\x04\"X\n\x08\x44irEntry\x12\x0c\n\x04name\x18\x01 \x01(\t\x12\x0e\n\x06is_dir\x18\x02 \x01(\x08\x12\x0c\n\x04size\x18\x03 \x01(\x04\x12\x0c\n\x04mode\x18\x04 \x01(\r\x12\x12\n\nis_symlink\x18\x05 \x01(\x08\"A\n\x0fListDirResponse\x12.\n\x07\x65ntries\x18\x01 \x03(\x0b\x32\x1d.sandboxes.common.v1.DirEntry\"\x10\n\x0eRemoveResponse\"A\n\x08TestCase\x12\r\n\x05input\x18\x01 \x01(\x0c\x12\x17\n\x0f\x65xpected_output\x18\x02 \x01(\x0c\x12\r\n\x05\x63heck\x18\x03 \x01(\t\"\x80\x02\n\nCaseResult\x12-\n\x07verdict\x18\x01 \x01(\x0e\x32\x1c.sandboxes.common.v1.Verdict\x12\x11\n\texit_code\x18\x02 \x01(\x05\x12\x0e\n\x06signal\x18\x03 \x01(\x05\x12\x13\n\x0bwall_time_s\x18\x04 \x01(\x01\x12\x12\n\ncpu_time_s\x18\x05 \x01(\x01\x12\x19\n\x11peak_memory_bytes\x18\x06 \x01(\x04\x12\x0e\n\x06stdout\x18\x07 \x01(\x0c\x12\x0e\n\x06stderr\x18\x08 \x01(\x0c\x12\x0f\n\x07message\x18\t \x01(\t\x12+\n\x04path\x18\n \x01(\x0e\x32\x1d.sandboxes.common.v1.ExecPath\"Y\n\x13RunTestsBatchResult\x12\r\n\x05index\x18\x01 \x01(\r\x12\x33\n\x06report\x18\x02 \x01(\x0b\x32#.sandboxes.common.v1.RunTestsReport\"\xb6\x01\n\x0eRunTestsReport\x12.\n\x05\x63\x61ses\x18\x01 \x03(\x0b\x32\x1f.sandboxes.common.v1.CaseResult\x12\x0e\n\x06passed\x18\x02 \x01(\r\x12\r\n\x05total\x18\x03 \x01(\r\x12\x10\n\x08\x63ompiled\x18\x04 \x01(\x08\x12\x16\n\x0e\x63ompile_output\x18\x05 \x01(\x0c\x12\x16\n\x0e\x63ompile_time_s\x18\x06 \x01(\x01\x12\x13\n\x0bwall_time_s\x18\x07 \x01(\x01*P\n\x08\x45xecPath\x12\x19\n\x15\x45XEC_PATH_UNSPECIFIED\x10\x00\x12\x13\n\x0f\x45XEC_PATH_SPAWN\x10\x01\x12\x14\n\x10\x45XEC_PATH_ZYGOTE\x10\x02*`\n\x07\x43ompare\x12\x17\n\x13\x43OMPARE_UNSPECIFIED\x10\x00\x12\x11\n\rCOMPARE_EXACT\x10\x01\x12\x16\n\x12\x43OMPARE_WHITESPACE\x10\x02\x12\x11\n\rCOMPARE_FLOAT\x10\x03*\xbc\x01\n\x07Verdict\x12\x17\n\x13VERDICT_UNSPECIFIED\x10\x00\x12\x0c\n\x08\x41\x43\x43\x45PTED\x10\x01\x12\x10\n\x0cWRONG_ANSWER\x10\x02\x12\x0e\n\nTIME_LIMIT\x10\x03\x12\x10\n\x0cMEMORY_LIMIT\x10\x04\x12\x11\n\rRUNTIME_ERROR\x10\x05\x12\x11\n\rCOMPILE_ERROR\x10\x06\x12\x10\n\x0cOUTPUT_LIMIT\x10\x07\x12\x11\n\rSANDBOX_ERROR\x10\x08\x12\x0b\n\x07SKIPPED\x10\tb\x06proto3')
 
 _globals = globals()
 _builder.BuildMessageAndEnumDescriptors(DESCRIPTOR, _globals)
 _builder.BuildTopDescriptorsAndMessages(DESCRIPTOR, 'common_pb2', _globals)
 if not _descriptor._USE_C_DESCRIPTORS:
   DESCRIPTOR._loaded_options = None
-  _globals['_EXECPATH']._serialized_start=1800
-  _globals['_EXECPATH']._serialized_end=1880
-  _globals['_COMPARE']._serialized_start=1882
-  _globals['_COMPARE']._serialized_end=1978
-  _globals['_VERDICT']._serialized_start=1981
-  _globals['_VERDICT']._serialized_end=2169
+  _globals['_EXECPATH']._serialized_start=1844
+  _globals['_EXECPATH']._serialized_end=1924
+  _globals['_COMPARE']._serialized_start=1926
+  _globals['_COMPARE']._serialized_end=2022
+  _globals['_VERDICT']._serialized_start=2025
+  _globals['_VERDICT']._serialized_end=2213
   _globals['_LIMITS']._serialized_start=38
   _globals['_LIMITS']._serialized_end=236
-  _globals['_EXECRESULT']._serialized_start=239
-  _globals['_EXECRESULT']._serialized_end=592
-  _globals['_EXECEVENT']._serialized_start=595
-  _globals['_EXECEVENT']._serialized_end=858
-  _globals['_EXECEVENT_STARTED']._serialized_start=815
-  _globals['_EXECEVENT_STARTED']._serialized_end=837
-  _globals['_EXECEVENT_KEEPALIVE']._serialized_start=839
-  _globals['_EXECEVENT_KEEPALIVE']._serialized_end=850
-  _globals['_FILEENTRY']._serialized_start=860
-  _globals['_FILEENTRY']._serialized_end=913
-  _globals['_WRITEFILESRESPONSE']._serialized_start=915
-  _globals['_WRITEFILESRESPONSE']._serialized_end=958
-  _globals['_FILECHUNK']._serialized_start=960
-  _globals['_FILECHUNK']._serialized_end=1021
-  _globals['_DIRENTRY']._serialized_start=1023
-  _globals['_DIRENTRY']._serialized_end=1111
-  _globals['_LISTDIRRESPONSE']._serialized_start=1113
-  _globals['_LISTDIRRESPONSE']._serialized_end=1178
-  _globals['_REMOVERESPONSE']._serialized_start=1180
-  _globals['_REMOVERESPONSE']._serialized_end=1196
-  _globals['_TESTCASE']._serialized_start=1198
-  _globals['_TESTCASE']._serialized_end=1263
-  _globals['_CASERESULT']._serialized_start=1266
-  _globals['_CASERESULT']._serialized_end=1522
-  _globals['_RUNTESTSBATCHRESULT']._serialized_start=1524
-  _globals['_RUNTESTSBATCHRESULT']._serialized_end=1613
-  _globals['_RUNTESTSREPORT']._serialized_start=1616
-  _globals['_RUNTESTSREPORT']._serialized_end=1798
+  _globals['_TERMINALSIZE']._serialized_start=238
+  _globals['_TERMINALSIZE']._serialized_end=280
+  _globals['_EXECRESULT']._serialized_start=283
+  _globals['_EXECRESULT']._serialized_end=636
+  _globals['_EXECEVENT']._serialized_start=639
+  _globals['_EXECEVENT']._serialized_end=902
+  _globals['_EXECEVENT_STARTED']._serialized_start=859
+  _globals['_EXECEVENT_STARTED']._serialized_end=881
+  _globals['_EXECEVENT_KEEPALIVE']._serialized_start=883
+  _globals['_EXECEVENT_KEEPALIVE']._serialized_end=894
+  _globals['_FILEENTRY']._serialized_start=904
+  _globals['_FILEENTRY']._serialized_end=957
+  _globals['_WRITEFILESRESPONSE']._serialized_start=959
+  _globals['_WRITEFILESRESPONSE']._serialized_end=1002
+  _globals['_FILECHUNK']._serialized_start=1004
+  _globals['_FILECHUNK']._serialized_end=1065
+  _globals['_DIRENTRY']._serialized_start=1067
+  _globals['_DIRENTRY']._serialized_end=1155
+  _globals['_LISTDIRRESPONSE']._serialized_start=1157
+  _globals['_LISTDIRRESPONSE']._serialized_end=1222
+  _globals['_REMOVERESPONSE']._serialized_start=1224
+  _globals['_REMOVERESPONSE']._serialized_end=1240
+  _globals['_TESTCASE']._serialized_start=1242
+  _globals['_TESTCASE']._serialized_end=1307
+  _globals['_CASERESULT']._serialized_start=1310
+  _globals['_CASERESULT']._serialized_end=1566
+  _globals['_RUNTESTSBATCHRESULT']._serialized_start=1568
+  _globals['_RUNTESTSBATCHRESULT']._serialized_end=1657
+  _globals['_RUNTESTSREPORT']._serialized_start=1660
+  _globals['_RUNTESTSREPORT']._serialized_end=1842
 # @@protoc_insertion_point(module_scope)

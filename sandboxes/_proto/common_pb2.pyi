@@ -70,6 +70,14 @@ class Limits(_message.Message):
     kill_on_output_limit: bool
     def __init__(self, wall_time_s: _Optional[float] = ..., cpu_time_s: _Optional[float] = ..., memory_bytes: _Optional[int] = ..., max_pids: _Optional[int] = ..., max_output_bytes: _Optional[int] = ..., max_file_size_bytes: _Optional[int] = ..., max_open_files: _Optional[int] = ..., kill_on_output_limit: _Optional[bool] = ...) -> None: ...
 
+class TerminalSize(_message.Message):
+    __slots__ = ("rows", "cols")
+    ROWS_FIELD_NUMBER: _ClassVar[int]
+    COLS_FIELD_NUMBER: _ClassVar[int]
+    rows: int
+    cols: int
+    def __init__(self, rows: _Optional[int] = ..., cols: _Optional[int] = ...) -> None: ...
+
 class ExecResult(_message.Message):
     __slots__ = ("exit_code", "signal", "stdout", "stderr", "timed_out", "oom_killed", "stdout_truncated", "stderr_truncated", "wall_time_s", "cpu_time_s", "peak_memory_bytes", "cpu_limited", "pids_limited", "file_size_limited", "path")
     EXIT_CODE_FIELD_NUMBER: _ClassVar[int]

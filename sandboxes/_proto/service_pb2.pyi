@@ -199,7 +199,7 @@ class BulkDeleteResponse(_message.Message):
     def __init__(self, deleted_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ExecRequest(_message.Message):
-    __slots__ = ("sandbox_id", "argv", "env", "cwd", "stdin", "limits", "timeout_s", "keep_descendants")
+    __slots__ = ("sandbox_id", "argv", "env", "cwd", "stdin", "limits", "timeout_s", "keep_descendants", "terminal")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -215,6 +215,7 @@ class ExecRequest(_message.Message):
     LIMITS_FIELD_NUMBER: _ClassVar[int]
     TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
     KEEP_DESCENDANTS_FIELD_NUMBER: _ClassVar[int]
+    TERMINAL_FIELD_NUMBER: _ClassVar[int]
     sandbox_id: str
     argv: _containers.RepeatedScalarFieldContainer[str]
     env: _containers.ScalarMap[str, str]
@@ -223,19 +224,22 @@ class ExecRequest(_message.Message):
     limits: _common_pb2.Limits
     timeout_s: float
     keep_descendants: bool
-    def __init__(self, sandbox_id: _Optional[str] = ..., argv: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., cwd: _Optional[str] = ..., stdin: _Optional[bytes] = ..., limits: _Optional[_Union[_common_pb2.Limits, _Mapping]] = ..., timeout_s: _Optional[float] = ..., keep_descendants: _Optional[bool] = ...) -> None: ...
+    terminal: _common_pb2.TerminalSize
+    def __init__(self, sandbox_id: _Optional[str] = ..., argv: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., cwd: _Optional[str] = ..., stdin: _Optional[bytes] = ..., limits: _Optional[_Union[_common_pb2.Limits, _Mapping]] = ..., timeout_s: _Optional[float] = ..., keep_descendants: _Optional[bool] = ..., terminal: _Optional[_Union[_common_pb2.TerminalSize, _Mapping]] = ...) -> None: ...
 
 class ExecInput(_message.Message):
-    __slots__ = ("start", "stdin", "close_stdin", "signal")
+    __slots__ = ("start", "stdin", "close_stdin", "signal", "resize")
     START_FIELD_NUMBER: _ClassVar[int]
     STDIN_FIELD_NUMBER: _ClassVar[int]
     CLOSE_STDIN_FIELD_NUMBER: _ClassVar[int]
     SIGNAL_FIELD_NUMBER: _ClassVar[int]
+    RESIZE_FIELD_NUMBER: _ClassVar[int]
     start: ExecRequest
     stdin: bytes
     close_stdin: bool
     signal: int
-    def __init__(self, start: _Optional[_Union[ExecRequest, _Mapping]] = ..., stdin: _Optional[bytes] = ..., close_stdin: _Optional[bool] = ..., signal: _Optional[int] = ...) -> None: ...
+    resize: _common_pb2.TerminalSize
+    def __init__(self, start: _Optional[_Union[ExecRequest, _Mapping]] = ..., stdin: _Optional[bytes] = ..., close_stdin: _Optional[bool] = ..., signal: _Optional[int] = ..., resize: _Optional[_Union[_common_pb2.TerminalSize, _Mapping]] = ...) -> None: ...
 
 class WriteFilesRequest(_message.Message):
     __slots__ = ("sandbox_id", "files")

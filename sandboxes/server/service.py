@@ -30,6 +30,7 @@ from sandboxes._proto.convert import (
 from sandboxes.checkpoints import DEFAULT_TTL_S as DEFAULT_CHECKPOINT_TTL_S
 from sandboxes.checkpoints import MAX_TTL_S as MAX_CHECKPOINT_TTL_S
 from sandboxes.egress import EgressPolicy
+from sandboxes.sandbox import check_terminal
 from sandboxes.server.auth import ApiKeys
 from sandboxes.server.core import ServerCore, file_map
 from sandboxes.server.metrics import Metrics
@@ -343,10 +344,14 @@ class SandboxService:
             "limits": self.validate.limits(req.limits) if req.HasField("limits") else None,
             "keep_descendants": req.keep_descendants,
         }
+        if req.HasField("terminal"):
+            kwargs["terminal"] = check_terminal(req.terminal.rows, req.terminal.cols)
         return argv, kwargs
 
     async def exec(self, req: pb.ExecRequest, context: Any, owner: str) -> cpb.ExecResult:
         argv, kwargs = self._exec_args(req)
+        if "terminal" in kwargs:
+            raise E.InvalidRequest("a terminal is interactive: start it with ExecStream")
         rec = await self.core.record(req.sandbox_id, owner)
         with self.core.exec_slot(owner, "Exec"):
             result = await rec.sandbox.exec(argv, stdin=req.stdin, **kwargs)
@@ -469,6 +474,8 @@ class SandboxService:
                 if not 0 < msg.signal < 65:
                     raise E.InvalidRequest(f"signal {msg.signal} is not a signal number (1-64)")
                 forward = stream.signal(msg.signal)
+            elif kind == "resize":
+                forward = stream.resize(*check_terminal(msg.resize.rows, msg.resize.cols))
             elif kind == "start":
                 raise E.InvalidRequest("ExecStream got a second `start` message")
             else:
@@ -540,6 +547,8 @@ class SandboxService:
 async def _forward(call: Awaitable[Any], what: str) -> None:
     try:
         await call
+    except E.InvalidRequest:
+        raise  # the caller's mistake (a resize of a program without a terminal): fails the call
     except E.SandboxError as e:
         log.debug("exec stream %s not delivered: %s", what, e)
 

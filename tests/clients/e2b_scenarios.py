@@ -564,6 +564,59 @@ def ports(port: str | None) -> dict[str, Any]:
     return o
 
 
+async def pty(_: str | None) -> dict[str, Any]:
+    """`pty.create` (`bash -i -l` on a 24x80 terminal): a command, `resize` seen by `stty size`,
+    Ctrl-C interrupting `sleep`, a second listener through `pty.connect`, the exit status through
+    `wait`; `kill`; a resize of a command without a terminal. Expected text is computed by the
+    shell, so the terminal's echo of what was typed never matches it."""
+    from e2b import PtySize
+
+    o: dict[str, Any] = {}
+    sb = await AsyncSandbox.create(timeout=120)
+    shown = bytearray()
+    h = await sb.pty.create(PtySize(rows=24, cols=80), on_data=shown.extend)
+
+    async def until(buf: bytearray, text: str) -> bool:
+        for _ in range(600):
+            if text.encode() in buf:
+                return True
+            await asyncio.sleep(0.05)
+        return False
+
+    async def typed(data: str) -> None:
+        await sb.pty.send_stdin(h.pid, data.encode())
+
+    await typed("stty size\n")
+    o["size"] = await until(shown, "24 80\r\n")
+    await sb.pty.resize(h.pid, PtySize(rows=40, cols=120))
+    await typed("stty size\n")
+    o["resized"] = await until(shown, "40 120\r\n")
+    await typed("sleep 600; echo not-$((1+1))-interrupted\n")
+    await asyncio.sleep(0.5)
+    await typed("\x03")
+    await typed("echo alive-$((40+2))\n")
+    o["interrupted"] = await until(shown, "alive-42\r\n") and b"not-2-interrupted" not in shown
+    again = bytearray()
+    h2 = await sb.pty.connect(h.pid, on_data=again.extend)
+    await typed("echo twice-$((3*3))\n")
+    o["connected"] = await until(again, "twice-9\r\n") and await until(shown, "twice-9\r\n")
+    await h2.disconnect()
+    await typed("exit 3\n")
+    try:
+        await h.wait()
+        o["exit"] = 0
+    except CommandExitException as e:
+        o["exit"] = e.exit_code
+    other = await sb.pty.create(PtySize(rows=24, cols=80), on_data=lambda _: None)
+    o["killed"] = await sb.pty.kill(other.pid)
+    o["killed_wait"] = await aattempt(other.wait())
+    plain = await sb.commands.run("sleep 30", background=True)
+    o["resize_plain"] = await aattempt(sb.pty.resize(plain.pid, PtySize(rows=10, cols=10)))
+    await plain.kill()
+    await sb.kill()
+    return o
+
+
 def volume_other(volume_id: str | None) -> dict[str, Any]:
     """Another key's volume: missing to this key."""
     return {"info": attempt(Volume.get_info, volume_id), "listed": [v.name for v in Volume.list()]}
@@ -598,6 +651,7 @@ SCENARIOS = {
     "volume_other": volume_other,
     "network": network,
     "ports": ports,
+    "pty": pty,
 }
 
 

@@ -39,6 +39,9 @@ MAX_SESSIONS_PER_SANDBOX = 1024
 # A command is bounded by its deadline (wall time), not by CPU time: what it leaves running (a
 # background job) inherits its CPU rlimit, so that one is as high as the longest deadline.
 COMMAND_LIMITS = Limits(cpu_time_s=DEFAULT_TIMEOUT_S)
+# A terminal session is streamed to whoever watches it, never kept whole: its output is bounded
+# only by the agent's ceiling (an interactive shell may run for hours).
+TERMINAL_LIMITS = Limits(cpu_time_s=DEFAULT_TIMEOUT_S, max_output_bytes=1 << 30)
 _SEEN_KEYS = 4096
 
 
@@ -49,6 +52,7 @@ class Session:
     stream: Any  # sandboxes.ExecStream
     name: str | None
     spec: Any  # the request's program message (compared when a name is started again)
+    terminal: bool = False  # on a pseudo-terminal: its output is `pty` data
     pid: int = 0
     end: Any = None  # the EndEvent once exited
     ended_at: float | None = None
@@ -145,8 +149,10 @@ class Programs:
         stdin: bool,
         timeout_s: float,
         name: str | None,
+        terminal: tuple[int, int] | None = None,
     ) -> Session:
-        """Starts `argv` in `rec`'s sandbox as a session (its stdin open when `stdin`)."""
+        """Starts `argv` in `rec`'s sandbox as a session (its stdin open when `stdin`), on a
+        pseudo-terminal of `terminal` = (rows, cols) when given."""
         sessions = self.of(rec)
         if len(sessions.live) >= MAX_SESSIONS_PER_SANDBOX:
             raise ConnectError(
@@ -164,8 +170,9 @@ class Programs:
                 cwd=cwd,
                 timeout=timeout_s,
                 stdin=None if stdin else b"",
-                limits=COMMAND_LIMITS,
+                limits=COMMAND_LIMITS if terminal is None else TERMINAL_LIMITS,
                 keep_descendants=True,
+                terminal=terminal,
             )
             first = await stream.__anext__()
         except BaseException as e:
@@ -177,7 +184,7 @@ class Programs:
             if isinstance(e, E.SandboxError):
                 raise ConnectError(Code.UNAVAILABLE, f"{e.kind.value}: {e.message}") from None
             raise
-        s = Session(stream=stream, name=name, spec=spec, slot=slot)
+        s = Session(stream=stream, name=name, spec=spec, slot=slot, terminal=terminal is not None)
         if first.kind == "started":
             s.pid = first.pid or 0
         sessions.live.add(s)
@@ -199,7 +206,8 @@ class Programs:
                     if ev.kind == "exit":
                         result = ev.result
                     elif ev.kind in ("stdout", "stderr"):
-                        msg = self.event(data=self.event.DataEvent(**{ev.kind: ev.data}))
+                        field = "pty" if s.terminal else ev.kind
+                        msg = self.event(data=self.event.DataEvent(**{field: ev.data}))
                         for q in list(s.listeners):
                             q.put_nowait(msg)
                 try:
@@ -269,6 +277,15 @@ class Programs:
             await s.stream.send_stdin(data)
         except E.SandboxError as e:
             raise ConnectError(Code.FAILED_PRECONDITION, f"stdin is closed: {e.message}") from None
+
+    @staticmethod
+    async def resize(s: Session, rows: int, cols: int) -> None:
+        try:
+            await s.stream.resize(rows, cols)
+        except E.InvalidRequest as e:
+            raise ConnectError(Code.INVALID_ARGUMENT, e.message) from None
+        except E.SandboxError as e:
+            raise ConnectError(Code.FAILED_PRECONDITION, f"cannot resize: {e.message}") from None
 
     @staticmethod
     async def signal(s: Session, signo: int) -> None:

@@ -391,6 +391,7 @@ pub async fn run_tests(
             keep_descendants: false,
             // Through the zygote, the check runner is already compiled there.
             zygote_entry: check.as_ref().and(lang.zygote_entry()),
+            terminal: None,
         };
         let outcome = executor.run(cmd, case.input.clone()).await;
         let _ = std::fs::remove_dir_all(&cwd);

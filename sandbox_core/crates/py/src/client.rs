@@ -141,6 +141,7 @@ pub fn exec_request(
         limits: limits.map(Limits::to_proto),
         clear_env,
         keep_descendants,
+        terminal: None,
     })
 }
 
@@ -312,7 +313,8 @@ impl AgentClient {
         crate::forward::splice(py, self.client.clone(), port, fd, head)
     }
 
-    #[pyo3(signature = (argv, env=None, cwd=None, limits=None, clear_env=false, keep_descendants=false))]
+    /// `terminal`: `(rows, cols)` of a pseudo-terminal the program runs on instead of pipes.
+    #[pyo3(signature = (argv, env=None, cwd=None, limits=None, clear_env=false, keep_descendants=false, terminal=None))]
     #[allow(clippy::too_many_arguments)]
     fn exec_stream<'py>(
         &self,
@@ -323,10 +325,11 @@ impl AgentClient {
         limits: Option<PyRef<'py, Limits>>,
         clear_env: bool,
         keep_descendants: bool,
+        terminal: Option<(u32, u32)>,
     ) -> PyResult<ExecStream> {
         runtime::check_pid()?;
         let empty = PyString::new(py, "");
-        let req = exec_request(
+        let mut req = exec_request(
             argv,
             env,
             cwd.unwrap_or(empty.as_any()),
@@ -335,6 +338,7 @@ impl AgentClient {
             clear_env,
             keep_descendants,
         )?;
+        req.terminal = terminal.map(|(rows, cols)| pb::TerminalSize { rows, cols });
         Ok(ExecStream::open(self.client.clone(), req))
     }
 

@@ -128,6 +128,14 @@ impl ExecStream {
         self.send(py, pb::exec_input::Kind::Signal(signo))
     }
 
+    /// Gives the program's terminal `rows` x `cols` (a stream started with a terminal).
+    fn resize<'py>(&self, py: Python<'py>, rows: u32, cols: u32) -> PyResult<Bound<'py, PyAny>> {
+        self.send(
+            py,
+            pb::exec_input::Kind::Resize(pb::TerminalSize { rows, cols }),
+        )
+    }
+
     fn cancel(&self) {
         self.input.lock().unwrap_or_else(|e| e.into_inner()).take();
         self.task.abort();

@@ -8,7 +8,12 @@ killed and the call ends with `deadline_exceeded` (the SDK's `TimeoutException`)
 outlives its stream (`handle.disconnect()`, a background command whose client went away), as
 under the platform's daemon, until it exits, is killed or the sandbox ends. Who runs it comes in
 `Authorization: Basic <user>:`; the sandbox's one user is accepted, any other is refused.
-Pseudo-terminals are not served (`unimplemented`).
+
+`Start` with `pty` (the SDK's `pty.create`) runs the program on a pseudo-terminal of that size:
+its output comes as `pty` data (raw terminal bytes, both streams), `SendInput` / `StreamInput`
+with `pty` input types into it (`\x03` is Ctrl-C), `Update` with `pty.size` resizes it (the
+program sees SIGWINCH). Pty input or a resize of a process without a terminal is refused
+(`invalid_argument`), as stdin input of one with a terminal is accepted and typed.
 """
 
 from __future__ import annotations
@@ -103,8 +108,7 @@ class Process:
     async def start(self, req: Any, ctx: Any) -> AsyncIterator[Any]:
         rec, sb, sessions = self._sessions()
         request_user(ctx, sb)
-        if req.HasField("pty"):
-            raise ConnectError(Code.UNIMPLEMENTED, "pseudo-terminals are not supported by this server")
+        terminal = _terminal_size(req.pty) if req.HasField("pty") else None
         spec = req.process
         if not spec.cmd:
             raise ConnectError(Code.INVALID_ARGUMENT, "process.cmd is required")
@@ -122,6 +126,7 @@ class Process:
             stdin=req.stdin if req.HasField("stdin") else True,
             timeout_s=self.programs.timeout_s(ctx),
             name=name,
+            terminal=terminal,
         )
         async for msg in self.programs.follow(s, pp.StartResponse, own=True):
             yield msg
@@ -146,9 +151,7 @@ class Process:
     async def send_input(self, req: Any, ctx: Any) -> Any:
         _, _, sessions = self._sessions()
         s = sessions.running(req.process)
-        if req.input.WhichOneof("input") != "stdin":
-            raise ConnectError(Code.UNIMPLEMENTED, "pseudo-terminals are not supported by this server")
-        await self.programs.send_stdin(s, req.input.stdin)
+        await self.programs.send_stdin(s, _input_of(s, req.input))
         return pp.SendInputResponse()
 
     async def stream_input(self, reqs: AsyncIterator[Any], ctx: Any) -> Any:
@@ -161,11 +164,7 @@ class Process:
             elif kind == "data":
                 if s is None:
                     raise ConnectError(Code.INVALID_ARGUMENT, "the first message must be `start`")
-                if req.data.input.WhichOneof("input") != "stdin":
-                    raise ConnectError(
-                        Code.UNIMPLEMENTED, "pseudo-terminals are not supported by this server"
-                    )
-                await self.programs.send_stdin(s, req.data.input.stdin)
+                await self.programs.send_stdin(s, _input_of(s, req.data.input))
         return pp.StreamInputResponse()
 
     async def close_stdin(self, req: Any, ctx: Any) -> Any:
@@ -186,7 +185,33 @@ class Process:
         return pp.SendSignalResponse()
 
     async def update(self, req: Any, ctx: Any) -> Any:
-        raise ConnectError(Code.UNIMPLEMENTED, "pseudo-terminals are not supported by this server")
+        _, _, sessions = self._sessions()
+        s = sessions.running(req.process)
+        if req.HasField("pty"):
+            if not s.terminal:
+                raise ConnectError(Code.INVALID_ARGUMENT, "the process has no pseudo-terminal to resize")
+            await self.programs.resize(s, *_terminal_size(req.pty))
+        return pp.UpdateResponse()
+
+
+def _terminal_size(pty: Any) -> tuple[int, int]:
+    """(rows, cols) of a `PTY` message; a size of zero or past 65535 is refused."""
+    rows, cols = pty.size.rows, pty.size.cols
+    if not (0 < rows <= 65535 and 0 < cols <= 65535):
+        raise ConnectError(Code.INVALID_ARGUMENT, f"invalid pty size {cols}x{rows} (cols x rows)")
+    return rows, cols
+
+
+def _input_of(s: Any, msg: Any) -> bytes:
+    """The bytes of a `ProcessInput`: `stdin` for any process, `pty` for one with a terminal."""
+    kind = msg.WhichOneof("input")
+    if kind == "pty":
+        if not s.terminal:
+            raise ConnectError(Code.INVALID_ARGUMENT, "the process has no pseudo-terminal")
+        return bytes(msg.pty)
+    if kind == "stdin":
+        return bytes(msg.stdin)
+    raise ConnectError(Code.INVALID_ARGUMENT, "input carries neither stdin nor pty")
 
 
 def connect_app(service: Process) -> Any:

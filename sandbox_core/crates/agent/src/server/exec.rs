@@ -4,7 +4,7 @@ use std::collections::BTreeMap;
 use std::path::PathBuf;
 use std::time::Duration;
 
-use sandbox_exec::{Command, Limits, Outcome, SpawnError, Step};
+use sandbox_exec::{Command, Limits, Outcome, SpawnError, Step, TerminalSize};
 use sandbox_proto as pb;
 
 use crate::error::AgentError;
@@ -105,6 +105,23 @@ pub fn command(
         write_within: None,
         keep_descendants: req.keep_descendants,
         zygote_entry: None,
+        terminal: req.terminal.as_ref().map(terminal_size).transpose()?,
+    })
+}
+
+/// A terminal size of the protocol, checked.
+pub fn terminal_size(t: &pb::TerminalSize) -> Result<TerminalSize, AgentError> {
+    let side = |v: u32| u16::try_from(v).unwrap_or(0);
+    TerminalSize {
+        rows: side(t.rows),
+        cols: side(t.cols),
+    }
+    .validate()
+    .map_err(|_| {
+        AgentError::Invalid(format!(
+            "a terminal needs 1 to 65535 rows and columns, got {}x{}",
+            t.rows, t.cols
+        ))
     })
 }
 

@@ -73,6 +73,11 @@ impl Agent for AgentService {
         request: Request<pb::ExecRequest>,
     ) -> Result<Response<pb::ExecResult>, Status> {
         let req = request.into_inner();
+        if req.terminal.is_some() {
+            return Err(Status::invalid_argument(
+                "a terminal is interactive: start it with ExecStream",
+            ));
+        }
         let cmd = exec::command(
             &req,
             &self.executor.config().default_limits,

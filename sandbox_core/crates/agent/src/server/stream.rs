@@ -95,6 +95,17 @@ pub async fn start(
                             }
                             let _ = running.signal(signo);
                         }
+                        pb::exec_input::Kind::Resize(size) => {
+                            let resized = exec::terminal_size(&size)
+                                .map_err(Status::from)
+                                .and_then(|size| running.resize(size).map_err(|e| {
+                                    Status::failed_precondition(format!("cannot resize: {e} (a terminal is asked for at start)"))
+                                }));
+                            if let Err(status) = resized {
+                                let _ = tx.send(Err(status)).await;
+                                break;
+                            }
+                        }
                         pb::exec_input::Kind::Start(_) => {
                             let _ = tx.send(Err(Status::invalid_argument("`start` may only be the first message"))).await;
                             break;

@@ -310,7 +310,36 @@ fn dev(root: &Path) -> Result<(), SetupError> {
             }
         })?;
     }
+    devpts(&dev);
     tmpfs(&dev.join("shm"), 64 << 20, "1777", "")
+}
+
+/// The sandbox's own devpts instance, for the terminals of its programs (`ExecInput.terminal`):
+/// none of the host's terminals is visible in it. Best effort: without it a terminal is refused
+/// when asked for (step `terminal`), and nothing else needs it.
+fn devpts(dev: &Path) {
+    let pts = dev.join("pts");
+    let made = mkdirs(&pts)
+        .and_then(|()| {
+            mount(
+                None,
+                &pts,
+                Some("devpts"),
+                libc::MS_NOSUID | libc::MS_NOEXEC,
+                Some("newinstance,ptmxmode=0666,mode=0620"),
+            )
+        })
+        .and_then(|()| {
+            std::os::unix::fs::symlink("pts/ptmx", dev.join("ptmx")).map_err(|source| {
+                SetupError::Create {
+                    path: "/dev/ptmx".into(),
+                    source,
+                }
+            })
+        });
+    if let Err(e) = made {
+        eprintln!("sandbox-agent: {e}; its programs get no terminal");
+    }
 }
 
 fn proc_fs(root: &Path) -> Result<(), SetupError> {
