@@ -18,6 +18,7 @@ from typing import Any
 import pytest
 import pytest_asyncio
 from helpers import http_answering, pid_running, wait_until
+from terminals import drive_bash
 
 import sandboxes
 from sandboxes import Pool, Template, TestCase
@@ -433,6 +434,14 @@ async def test_bulk_prewarm_claim_exec_files_and_tests(cluster: Cluster) -> None
     await wait_until(lambda: pod not in cluster.kubelet.agents, what="agent stopped")
     assert not any(s["metadata"]["name"] == f"{pod}-token" for s in cluster.api.objects_of("secrets"))
     await wait_until(lambda: warm(pool) == 6, timeout=60, what="refill")
+
+
+async def test_a_shell_on_a_terminal_in_a_pod(cluster: Cluster) -> None:
+    """`bash -i` on a pseudo-terminal of the pod's agent (emulated cluster: the emulator's
+    kubelet runs the pod's agent on this host), straight to the agent with no API call."""
+    pool = await cluster.pool(warm=1)
+    async with pool.sandbox() as sb:
+        await drive_bash(sb)
 
 
 async def test_delete_ends_the_agent(cluster: Cluster) -> None:
