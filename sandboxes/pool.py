@@ -25,6 +25,7 @@ from typing import Any, Self
 from . import _bridge
 from .backends import Backend, SandboxHandle, get_backend
 from .checkpoints import DEFAULT_TTL_S, Checkpoint, CheckpointStore
+from .egress import EgressPolicy
 from .errors import (
     Cancelled,
     InvalidRequest,
@@ -598,6 +599,13 @@ class Pool:
             return forks
         finally:
             self._retire_if_idle(tp)
+
+    async def fence_egress(self, sb: Sandbox, policy: EgressPolicy) -> None:
+        """The backend's own fence of `sb`'s egress (kubernetes: its pod's NetworkPolicy) set to
+        `policy`, before its agent enforces it (`Sandbox.set_egress_policy`)."""
+        tp = self._tps.get(sb.template)
+        if tp is not None:
+            await tp.backend.set_egress(sb.handle, policy)
 
     # --- pause and resume ------------------------------------------------------------------------
 

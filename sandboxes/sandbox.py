@@ -674,6 +674,8 @@ class Sandbox(SandboxBase):
 
     async def set_egress_policy(self, policy: EgressPolicy) -> None:
         """`set_network` with a policy made already."""
+        if self._pool is not None:
+            await self._pool.fence_egress(self, policy)
         await self._call(self._client.set_egress, list(policy.rules), policy.deny)
         self.egress = policy
 

@@ -258,6 +258,13 @@ def test_an_allow_list_pod_and_its_network_policy() -> None:
     kv.validate(pod, "1.33.0", strict=True)
     # A name rule without a port opens every port of the public internet.
     assert "ports" not in egress_policy_manifest(cfg, ("pypi.org",))["spec"]["egress"][0]
+    # A deny-list's pods may reach the public internet on every port (the agent refuses what the
+    # list names) and the cluster's DNS; its policy is not the allow-list's of the same rules.
+    deny = egress_policy_manifest(cfg, ("pypi.org:443",), deny=True)
+    assert deny["metadata"]["name"] != egress_policy_manifest(cfg, ("pypi.org:443",))["metadata"]["name"]
+    public, dns = deny["spec"]["egress"]
+    assert "ports" not in public and public["to"] == to_public["to"] and dns == to_dns
+    kv.validate(deny, "1.33.0", strict=True)
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the agent's egress set-up needs a kubelet that is root")
@@ -324,11 +331,14 @@ async def test_an_allow_list_is_enforced_in_the_pod(cluster: Cluster) -> None:
 
 
 @pytest.mark.skipif(os.geteuid() != 0, reason="the agent's egress set-up needs a kubelet that is root")
-async def test_the_policy_narrows_while_the_pod_runs(cluster: Cluster) -> None:
+async def test_the_policy_changes_while_the_pod_runs(cluster: Cluster) -> None:
     """On the emulated cluster, a pod's policy replaced while it runs (`set_network`, the pod's
-    agent's SetEgress): a narrower allow-list refuses at once what it no longer names, within the
-    NetworkPolicy of the list the pod was made with (a real cluster's fence, which a change
-    cannot widen)."""
+    agent's SetEgress): a narrower allow-list refuses at once what it no longer names, a
+    deny-list opens the public internet (never this host's loopback), the first list again
+    reaches both servers; each time the pod is moved under the NetworkPolicy of its
+    new list first (made then, selecting the pod by its label), so that a real cluster's fence
+    never refuses what the agent lets out. (The emulator keeps NetworkPolicies but does not
+    enforce them: the agent's proxy does here.)"""
     script = (
         "import sys, urllib.request, urllib.error\n"
         "for u in sys.argv[1:]:\n"
@@ -337,16 +347,45 @@ async def test_the_policy_narrows_while_the_pod_runs(cluster: Cluster) -> None:
         "    except urllib.error.HTTPError as e:\n"
         "        print(e.code)\n"
     )
+
+    def fenced_by(sandbox_id: str, rules: tuple[str, ...], deny: bool) -> bool:
+        """The pod's labels are selected by the NetworkPolicy of `rules` (which exists)."""
+        want = egress_policy_manifest(be.cfg, rules, deny)
+        made = [
+            p
+            for p in cluster.api.objects_of("networkpolicies")
+            if p["metadata"]["name"] == want["metadata"]["name"]
+        ]
+        pod = cluster.pod(sandbox_id)
+        selector = ",".join(f"{k}={v}" for k, v in want["spec"]["podSelector"]["matchLabels"].items())
+        return len(made) == 1 and pod is not None and match_selector(selector, pod["metadata"]["labels"])
+
     async with http_answering(b"ok") as (pa, _), http_answering(b"ok") as (pb, _):
         urls = [f"http://127.0.0.2:{pa}/", f"http://127.0.0.2:{pb}/"]
         t = Template(name="egress", backend="kubernetes", network=(f"127.0.0.2:{pa}", f"127.0.0.2:{pb}"))
-        pool = await cluster.pool(cluster.backend(), templates={"egress": t}, warm=0)
+        be = cluster.backend()
+        pool = await cluster.pool(be, templates={"egress": t}, warm=0)
         async with pool.sandbox("egress") as sb:
             r = await sb.exec(["python3", "-c", script, *urls], timeout=60)
             assert r.stdout == b"ok\nok\n", r
-            await sb.set_network(allow=[f"127.0.0.2:{pa}"])
+            narrow = await sb.set_network(allow=[f"127.0.0.2:{pa}"])
             r = await sb.exec(["python3", "-c", script, *urls], timeout=60)
             assert r.stdout == b"ok\n403\n", r
+            assert fenced_by(sb.id, narrow.rules, False)
+            wide = await sb.set_network(deny=["blocked.example"])
+            assert fenced_by(sb.id, wide.rules, True)
+            # A deny-list opens public destinations only: this host's loopback stays refused.
+            r = await sb.exec(["python3", "-c", script, *urls], timeout=60)
+            assert r.stdout == b"403\n403\n", r
+            await sb.set_network(allow=[f"127.0.0.2:{pa}", f"127.0.0.2:{pb}"])
+            r = await sb.exec(["python3", "-c", script, *urls], timeout=60)
+            assert r.stdout == b"ok\nok\n", r
+            assert fenced_by(sb.id, t.egress_allow, False)
+        names = {p["metadata"]["name"] for p in cluster.api.objects_of("networkpolicies")}
+        assert names == {
+            egress_policy_manifest(be.cfg, rules, deny)["metadata"]["name"]
+            for rules, deny in [(t.egress_allow, False), (narrow.rules, False), (wide.rules, True)]
+        }
 
 
 def test_invalid_backend_config_is_refused() -> None:

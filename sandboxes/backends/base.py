@@ -16,6 +16,7 @@ from typing import TYPE_CHECKING, Any, ClassVar
 from ..templates import Template
 
 if TYPE_CHECKING:
+    from ..egress import EgressPolicy
     from .kubernetes.claims import ClusterRecords
 
 __all__ = ["Backend", "LostListener", "SandboxHandle"]
@@ -93,6 +94,11 @@ class Backend(abc.ABC):
     async def resume(self, handle: SandboxHandle) -> None:
         """Continue every process of a paused sandbox. Only called when `pauses`."""
         raise NotImplementedError(f"the {self.name} backend cannot resume a sandbox")
+
+    async def set_egress(self, handle: SandboxHandle, policy: EgressPolicy) -> None:
+        """Give the cluster's own fence of the sandbox's egress the policy its agent is about to
+        enforce (kubernetes: the NetworkPolicy its pod is under). Default: none (the agent's
+        policy is the only one)."""
 
     def set_lost_listener(self, fn: LostListener | None) -> None:
         """Push notice of lost sandboxes to `fn`. Default: none (the pool finds a lost sandbox

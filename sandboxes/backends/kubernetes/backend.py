@@ -14,6 +14,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 from ... import _bridge
+from ...egress import EgressPolicy
 from ...errors import BackendUnavailable, InvalidRequest, LaunchError, SandboxError, SandboxLost
 from ...templates import Template
 from ..base import Backend, LostListener, SandboxHandle
@@ -32,6 +33,7 @@ from .config import (
     KubeConfig,
     _label_value,
 )
+from .egress import LABEL_EGRESS_POLICY, policy_digest
 from .egress import policy_manifest as egress_policy_manifest
 from .pod_cache import PodCache
 from .pods import PodRef, _Starting, pod_readiness
@@ -117,10 +119,10 @@ class KubernetesBackend(Backend):
         """API requests this backend sent so far (the watch counts once per (re)connection)."""
         return self.api.requests
 
-    async def _ensure_egress_policy(self, rules: tuple[str, ...]) -> None:
-        """The NetworkPolicy of allow-list `rules` exists (made once; named by the list, so one
-        another replica made is the same)."""
-        manifest = egress_policy_manifest(self.cfg, rules)
+    async def _ensure_egress_policy(self, rules: tuple[str, ...], deny: bool = False) -> None:
+        """The NetworkPolicy of allow- (or deny-) list `rules` exists (made once; named by the
+        list, so one another replica made is the same)."""
+        manifest = egress_policy_manifest(self.cfg, rules, deny)
         name = manifest["metadata"]["name"]
         if name in self._egress_policies:
             return
@@ -134,6 +136,22 @@ class KubernetesBackend(Backend):
             if e.status != 409:
                 raise _api_failure(e, f"creating the NetworkPolicy {name}") from e
         self._egress_policies.add(name)
+
+    async def set_egress(self, handle: SandboxHandle, policy: EgressPolicy) -> None:
+        """Moves the pod under the NetworkPolicy of `policy` (made if missing): its label names
+        the policy's list. Made before the agent's own policy changes, so that what the agent
+        lets out is never fenced off by the cluster; the NetworkPolicy of the old list stays
+        for the other pods that have it (policies are few: one per list)."""
+        await self._ensure_egress_policy(policy.rules, policy.deny)
+        ref = handle.backend_data
+        name = ref.name if isinstance(ref, PodRef) else handle.id.lower()
+        body = {"metadata": {"labels": {LABEL_EGRESS_POLICY: policy_digest(policy.rules, policy.deny)}}}
+        try:
+            await self.api.request(
+                "PATCH", f"{self.pods.path}/{name}", body=body, content_type="application/merge-patch+json"
+            )
+        except _ApiError as e:
+            raise _api_failure(e, f"labelling the pod {name} with its egress policy") from e
 
     def live_pods(self) -> list[str]:
         return sorted(self.pods.live)

@@ -25,15 +25,17 @@ LABEL_EGRESS_POLICY = "sandboxes.io/egress-policy"
 EGRESS_CAPABILITIES = ("SYS_ADMIN", "NET_ADMIN", "NET_BIND_SERVICE")
 
 
-def policy_digest(rules: tuple[str, ...]) -> str:
-    """Names an allow-list: the same list, the same NetworkPolicy, whichever replica made it."""
-    return hashlib.sha256("\0".join(rules).encode()).hexdigest()[:16]
+def policy_digest(rules: tuple[str, ...], deny: bool = False) -> str:
+    """Names an allow- or deny-list: the same list, the same NetworkPolicy, whichever replica
+    made it."""
+    key = ("deny\0" if deny else "") + "\0".join(rules)
+    return hashlib.sha256(key.encode()).hexdigest()[:16]
 
 
-def policy_name(cfg: KubeConfig, rules: tuple[str, ...]) -> str:
+def policy_name(cfg: KubeConfig, rules: tuple[str, ...], deny: bool = False) -> str:
     """A DNS-1123 name: the pool's label value made one, and the list's digest."""
     pool = re.sub(r"[^a-z0-9-]+", "-", cfg.pool.lower())[:40].strip("-") or "sandboxes"
-    return f"{pool}-egress-{policy_digest(rules)}"
+    return f"{pool}-egress-{policy_digest(rules, deny)}"
 
 
 def _ports(ports: list[int | None]) -> list[dict[str, Any]] | None:
@@ -43,10 +45,14 @@ def _ports(ports: list[int | None]) -> list[dict[str, Any]] | None:
     return [{"port": p, "protocol": "TCP"} for p in sorted({p for p in ports if p is not None})]
 
 
-def policy_manifest(cfg: KubeConfig, rules: tuple[str, ...]) -> dict[str, Any]:
-    """The NetworkPolicy of the pods of allow-list `rules` (pure: no API call)."""
+def policy_manifest(cfg: KubeConfig, rules: tuple[str, ...], deny: bool = False) -> dict[str, Any]:
+    """The NetworkPolicy of the pods of allow-list `rules`, or of deny-list `rules` (`deny`:
+    every public destination on every port, the agent refusing what the rules name; a
+    NetworkPolicy can only add what a pod may reach) (pure: no API call)."""
     parsed = egress_rules(list(rules))
     egress: list[dict[str, Any]] = []
+    if deny:
+        parsed = [("name", "*", None)]
     for kind, target, port in parsed:
         if kind == "net":
             rule: dict[str, Any] = {"to": [{"ipBlock": {"cidr": target}}]}
@@ -80,12 +86,14 @@ def policy_manifest(cfg: KubeConfig, rules: tuple[str, ...]) -> dict[str, Any]:
         "apiVersion": "networking.k8s.io/v1",
         "kind": "NetworkPolicy",
         "metadata": {
-            "name": policy_name(cfg, rules),
+            "name": policy_name(cfg, rules, deny),
             "namespace": cfg.namespace,
             "labels": {LABEL_NAME: "sandboxes", LABEL_COMPONENT: "sandbox-egress", LABEL_POOL: cfg.pool},
         },
         "spec": {
-            "podSelector": {"matchLabels": {LABEL_POOL: cfg.pool, LABEL_EGRESS_POLICY: policy_digest(rules)}},
+            "podSelector": {
+                "matchLabels": {LABEL_POOL: cfg.pool, LABEL_EGRESS_POLICY: policy_digest(rules, deny)}
+            },
             "policyTypes": ["Egress"],
             "egress": egress,
         },
