@@ -93,6 +93,7 @@ class Replica:
     proc: Any  # asyncio subprocess (of `sandboxes serve`, or of `docker run`)
     container: str | None = None
     http_port: int | None = None
+    ports_port: int | None = None
     log: list[str] = field(default_factory=list)
     drain: asyncio.Task[None] | None = None
     client: AsyncSandboxClient | None = None
@@ -159,14 +160,14 @@ class Release:
                 "--warm",
                 str(self.warm),
             ]
-            argv += ["--http-port", "0", "--grace", "5"]
+            argv += ["--http-port", "0", "--ports-port", "0", "--grace", "5"]
         else:
             assert self.deployment is not None
             spec = self.deployment["spec"]["template"]["spec"]["containers"][0]
             # Every replica shares this host's network: ports the kernel picks, no metrics port.
-            fixed = ("--port=", "--metrics-port=", "--http-port=", "--warm=", "--grace=")
+            fixed = ("--port=", "--metrics-port=", "--http-port=", "--ports-port=", "--warm=", "--grace=")
             args = [a for a in spec["args"] if not a.startswith(fixed)]
-            args += ["--port=0", "--http-port=0", f"--warm={self.warm}", "--grace=5"]
+            args += ["--port=0", "--http-port=0", "--ports-port=0", f"--warm={self.warm}", "--grace=5"]
             container = f"sandboxes-replica-{name}-{os.getpid()}"
             argv = ["docker", "run", "--rm", "--name", container, "--network", "host", "--read-only"]
             argv += ["--cap-drop", "ALL", "--security-opt", "no-new-privileges", "--user", "65532:65532"]
@@ -195,6 +196,7 @@ class Release:
             started = _started(line.decode(errors="replace"))
             if started is not None:
                 rep.address, rep.http_port = str(started["address"]), started.get("http_port")
+                rep.ports_port = started.get("ports_port")
                 break
         rep.drain = asyncio.create_task(self._read(rep))
         rep.client = AsyncSandboxClient(rep.address, api_key=KEY)

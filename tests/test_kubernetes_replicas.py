@@ -90,6 +90,42 @@ async def test_any_replica_serves_any_sandbox(rel: Release) -> None:
     assert made.id.lower() not in {p["metadata"]["name"] for p in rel.pods()}
 
 
+async def test_a_port_of_a_sandbox_is_reached_through_any_replica(rel: Release) -> None:
+    """A server inside a pod created through replica A is reached through replica B's ports
+    listener with the token A handed out: B finds the record (and its token) in the cluster and
+    forwards through the pod's agent; a wrong token is refused there too."""
+    await _serving(rel)
+    a, b = rel.client("replica-a"), rel.client("replica-b")
+    ports_a, ports_b = (rel.replicas[n].ports_port for n in ("replica-a", "replica-b"))
+    assert ports_a and ports_b
+    port = 38623
+    sb = await a.create(timeout=60)
+    try:
+        await sb.write_files({"page.txt": b"from the pod\n"})
+        work = (await sb.info()).work_dir
+        serve = f"(cd {work} && exec python3 -m http.server {port} --bind 127.0.0.1) >/dev/null 2>&1 &"
+        await sb.exec(["sh", "-c", serve], keep_descendants=True)
+        probe = f"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=1)"
+        for _ in range(100):
+            if (await sb.exec(["python3", "-c", probe])).exit_code == 0:
+                break
+            await asyncio.sleep(0.1)
+        url = await sb.port_url(port)
+        assert f":{ports_a}/" in url
+        through_b = url.replace(f":{ports_a}/", f":{ports_b}/")
+        async with aiohttp.ClientSession() as http:
+            async with http.get(through_b + "page.txt") as r:
+                assert (r.status, await r.read()) == (200, b"from the pod\n")
+            forged = through_b.replace(f"/{port}/", f"/{port}/x")
+            async with http.get(forged + "page.txt") as r:
+                assert r.status == 401
+        await b.delete(sb.id)
+    finally:
+        # The emulator's pods are processes of this host: a program left running outlives its
+        # pod there (a real pod's end ends them all).
+        await (await asyncio.create_subprocess_exec("pkill", "-f", f"http.server {port}")).wait()
+
+
 async def test_the_exec_path_makes_no_api_request_with_two_replicas(rel: Release) -> None:
     await _serving(rel)
     made = [await rel.client().create(timeout=60) for _ in range(6)]

@@ -28,7 +28,7 @@ from sandboxes import errors as E
 from sandboxes.checkpoints import DEFAULT_TTL_S as DEFAULT_CHECKPOINT_TTL_S
 from sandboxes.egress import EgressPolicy
 from sandboxes.server.metrics import Metrics
-from sandboxes.server.ports import port_token
+from sandboxes.server.ports import TOKEN_ATTR, port_token
 from sandboxes.server.quota import Quotas
 from sandboxes.server.registry import Record, Registry
 from sandboxes.server.replicated import Codec, SharedRecords
@@ -81,7 +81,7 @@ class ServerCore:
         # The registry shared with the other replicas of a cluster (`join_cluster`).
         self.shared: SharedRecords | None = None
         # How the surfaces' state of a record (`Record.attrs[name]`) crosses replicas.
-        self.attr_codecs: dict[str, Codec] = {}
+        self.attr_codecs: dict[str, Codec] = {TOKEN_ATTR: Codec(str, str)}
         # Called with (record, reason) as a sandbox leaves the registry (delete, ttl, shutdown...).
         self.on_delete: list[Callable[[Record, str], None]] = []
 
@@ -334,6 +334,9 @@ class ServerCore:
             idempotency_key=key,
             attrs=dict(attrs or {}),
         )
+        # Made now, so that it is in the cluster's record of a shared registry: any replica's
+        # ports listener checks the same token.
+        port_token(rec)
         if self.shared is not None:
             try:
                 won = await self._share(rec, env, ttl_s, timeout)

@@ -33,7 +33,7 @@ from typing import Any
 
 from sandboxes import errors as E
 
-__all__ = ["MAX_CONNECTIONS", "PortProxy", "port_token"]
+__all__ = ["MAX_CONNECTIONS", "TOKEN_ATTR", "PortProxy", "port_token"]
 
 log = logging.getLogger(__name__)
 
