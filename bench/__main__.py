@@ -24,6 +24,8 @@ BENCHMARKS = {
     "verifiers_v1": "bench.verifiers_v1",
     "checkpoints": "bench.checkpoints",
     "rollouts": "bench.rollouts",
+    "first_command": "bench.first_command",
+    "sandbox_cost": "bench.sandbox_cost",
     "ports": "bench.ports",
 }
 

@@ -1,6 +1,10 @@
-"""Timings of the unmodified `prime-sandboxes` SDK against a server (run by `bench/prime_api.py` in
-the SDK's client virtualenv, with PRIME_API_BASE_URL / PRIME_API_KEY set): prints one JSON object
-of sample lists in seconds."""
+"""Timings of the unmodified `prime-sandboxes` SDK against a server (run by `bench/prime_api.py` and
+`bench/first_command.py` in the SDK's client virtualenv, with PRIME_API_BASE_URL / PRIME_API_KEY
+set): prints one JSON object of sample lists in seconds.
+
+    python prime_driver.py CREATES EXECS JOBS
+    python prime_driver.py first_commands SEQUENTIAL,BURST,...
+"""
 
 from __future__ import annotations
 
@@ -38,6 +42,33 @@ async def main(creates: int, execs: int, jobs: int) -> dict[str, list[float]]:
     return out
 
 
+async def first_commands(shape: str) -> dict[str, list[float]]:
+    """Seconds from `create` to `execute_command("true")` done (`wait_for_creation` between, as
+    the SDK's users do), one at a time, then in each burst; each sandbox deleted after."""
+    sequential, *bursts = (int(n) for n in shape.split(","))
+    c = AsyncSandboxClient()
+
+    async def one() -> float:
+        t = time.perf_counter()
+        sb = await c.create(CreateSandboxRequest(name="bench", docker_image="python:3.11-slim"))
+        await c.wait_for_creation(sb.id)
+        r = await c.execute_command(sb.id, "true")
+        d = time.perf_counter() - t
+        assert r.exit_code == 0, r
+        await c.delete(sb.id)
+        return d
+
+    out = {"sequential": [await one() for _ in range(sequential)]}
+    for n in bursts:
+        await asyncio.sleep(2.0)
+        out[str(n)] = list(await asyncio.gather(*(one() for _ in range(n))))
+    await c.aclose()
+    return out
+
+
 if __name__ == "__main__":
-    n = [int(a) for a in sys.argv[1:4]]
-    print(json.dumps(asyncio.run(main(*n))))
+    if sys.argv[1] == "first_commands":
+        print(json.dumps(asyncio.run(first_commands(sys.argv[2]))))
+    else:
+        n = [int(a) for a in sys.argv[1:4]]
+        print(json.dumps(asyncio.run(main(*n))))

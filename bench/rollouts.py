@@ -8,10 +8,9 @@ instead, in the same run.
   process's own rusage would miss). Baseline: a fresh `python3` of a clean venv per problem
   (program + check as a file), as many at once as the machine has cores: no isolation at all.
   The tuned row: the same with `python_zygote="eager"` (each sandbox starts its interpreter at
-  once, whether it runs Python or not);
-- time to first command (a sandbox created, then `/bin/true` in it): one at a time, and in a
-  burst of 100 at once, through the embedded pool (`warm=8`, the default) and through the gRPC
-  server (`AsyncSandboxClient`, a server with the defaults on loopback), p50 and p99.
+  once, whether it runs Python or not).
+
+Time to first command, one at a time and in bursts, through every way in: `bench/first_command.py`.
 """
 
 from __future__ import annotations
@@ -24,7 +23,6 @@ from bench.common import Report, Stats
 from bench.reward import clean_python, fresh_python, humaneval_submissions
 
 IN_FLIGHT = 64
-BURST = 100
 TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -75,42 +73,6 @@ async def per_rollout(subs, **template: object) -> tuple[float, float, int]:
     return time.perf_counter() - t, machine_cpu_s() - c, accepted
 
 
-async def first_commands(n: int, burst: int, remote: bool) -> tuple[list[float], list[float]]:
-    """Time to first command, `n` one at a time and `burst` at once (embedded pool, or a
-    gRPC server with the defaults)."""
-    import sandboxes
-    from sandboxes.client import AsyncSandboxClient
-    from sandboxes.server.app import Server
-
-    async def measure(create, close) -> float:
-        t = time.perf_counter()
-        sb = await create()
-        r = await sb.exec(["/bin/true"])
-        d = time.perf_counter() - t
-        assert r.exit_code == 0, r
-        await close(sb)
-        return d
-
-    if remote:
-        server = await Server(port=0, insecure=True, warm=8).start()
-        try:
-            async with AsyncSandboxClient(server.address, "", timeout=120) as client:
-                seq = [await measure(client.create, lambda s: s.close()) for _ in range(n)]
-                await asyncio.sleep(1.0)  # the warm set back
-                many = await asyncio.gather(
-                    *(measure(client.create, lambda s: s.close()) for _ in range(burst))
-                )
-        finally:
-            await server.stop(grace=0)
-        return seq, list(many)
-    async with sandboxes.Pool() as pool:
-        await asyncio.sleep(1.0)
-        seq = [await measure(pool.claim, lambda s: s.close()) for _ in range(n)]
-        await asyncio.sleep(1.0)
-        many = await asyncio.gather(*(measure(pool.claim, lambda s: s.close()) for _ in range(burst)))
-    return seq, list(many)
-
-
 def run() -> Report:
     rep = Report("rollouts")
     subs = humaneval_submissions()[:164]  # the canonical programs (the broken ones follow)
@@ -147,11 +109,6 @@ def run() -> Report:
         fresh,
         "rollouts: fresh python3 / ours (wall, target >= 2)",
     )
-    for remote, label in ((False, "embedded pool"), (True, "gRPC server")):
-        seq, many = asyncio.run(first_commands(30, BURST, remote))
-        s = rep.add(Stats.of(f"time to first command, {label}, one at a time", seq))
-        b = rep.add(Stats.of(f"time to first command, {label}, burst of {BURST}", many))
-        rep.headline(f"time to first command, {label}: one at a time vs a burst of {BURST}", s, b)
     return rep
 
 

@@ -14,15 +14,28 @@ from bench.common import RESULTS
 
 START, END = "<!-- bench-table -->", "<!-- /bench-table -->"
 # The order of the rows: the data path first, then pools, kinds, peers, rewards.
-ORDER = ["exec_true", "pool", "kinds", "density", "burst", "docker", "k8s", "overlap", "rollouts", "reward"]
+ORDER = [
+    "exec_true",
+    "pool",
+    "kinds",
+    "density",
+    "burst",
+    "docker",
+    "k8s",
+    "overlap",
+    "rollouts",
+    "sandbox_cost",
+    "first_command",
+    "reward",
+]
 # How many of a report's headlines (its most telling first) README.md shows; 1 where unnamed.
 README_ROWS = {
     "exec_true": 2,
-    "pool": 3,
+    "pool": 2,
     "docker": 2,
     "reward": 2,
     "e2b_api": 2,
-    "prime_api": 2,
+    "prime_api": 1,
     "checkpoints": 2,
 }
 MAX_README_ROWS = 25

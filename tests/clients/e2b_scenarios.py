@@ -362,6 +362,26 @@ def bench(arg: str | None) -> dict[str, Any]:
     return out
 
 
+async def first_commands(shape: str | None) -> dict[str, list[float]]:
+    """Seconds from `AsyncSandbox.create` to `commands.run("true")` done, one at a time, then in
+    each burst (`SEQUENTIAL,BURST,...`); each sandbox killed after (bench/first_command.py)."""
+    sequential, *bursts = (int(n) for n in str(shape or "10").split(","))
+
+    async def one() -> float:
+        t = time.perf_counter()
+        sb = await AsyncSandbox.create()
+        await sb.commands.run("true")
+        d = time.perf_counter() - t
+        await sb.kill()
+        return d
+
+    out = {"sequential": [await one() for _ in range(sequential)]}
+    for n in bursts:
+        await asyncio.sleep(2.0)
+        out[str(n)] = list(await asyncio.gather(*(one() for _ in range(n))))
+    return out
+
+
 def snapshots(keep: str | None) -> dict[str, Any]:
     """A filesystem snapshot, sandboxes made from it (each with writes of its own), list, delete;
     the full snapshot (the SDK's default) and fork, which carry processes, are refused."""
@@ -644,6 +664,7 @@ SCENARIOS = {
     "wrong_key": wrong_key,
     "executions": executions,
     "bench": bench,
+    "first_commands": first_commands,
     "snapshots": snapshots,
     "snapshot_other": snapshot_other,
     "pause": pause,
