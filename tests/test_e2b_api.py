@@ -5,6 +5,7 @@ here, the SDKs in a subprocess (`clients/e2b_scenarios.py`) pointed at it by `E2
 
 from __future__ import annotations
 
+import asyncio
 import json
 from typing import Any
 
@@ -332,6 +333,35 @@ async def test_pty(make_server) -> None:
     assert o["exit"] == 3, o
     assert o["killed"] is True and o["killed_wait"]["error"] == "CommandExitException", o
     assert o["resize_plain"]["error"] == "InvalidArgumentException", o
+    assert len(server.service.registry) == 0
+
+
+async def test_pty_with_a_slow_reader(make_server) -> None:
+    """A fast producer on a terminal read slowly by the unmodified SDK (an async `on_data` that
+    sleeps on each chunk): 1.5 million lines of `seq`, more than the sockets between hold, all
+    arrive in order, and the server never holds more than `LISTENER_CHUNKS` chunks for the
+    reader (it stops reading the program's output meanwhile, so the program waits)."""
+    from sandboxes.server.http.sessions import LISTENER_CHUNKS
+
+    server = await e2b_server(make_server)
+    deepest = 0
+
+    async def watch() -> None:
+        nonlocal deepest
+        while True:
+            for rec in list(server.service.registry):
+                sessions = rec.attrs.get("e2b_processes")
+                for s in list(sessions.live) if sessions else ():
+                    deepest = max([deepest, *(q.qsize() for q in s.listeners)])
+            await asyncio.sleep(0.005)
+
+    watcher = asyncio.create_task(watch())
+    try:
+        o = await scenario(server, "pty_slow_reader", "1500000")
+    finally:
+        watcher.cancel()
+    assert o == {"exit": 0, "in_order": True, "count": 1500000}, o
+    assert 0 < deepest <= LISTENER_CHUNKS, deepest
     assert len(server.service.registry) == 0
 
 

@@ -14,6 +14,7 @@ import asyncio
 import hashlib
 import json
 import os
+import re
 import sys
 import time
 from typing import Any
@@ -637,6 +638,37 @@ async def pty(_: str | None) -> dict[str, Any]:
     return o
 
 
+async def pty_slow_reader(lines: str | None) -> dict[str, Any]:
+    """A terminal whose reader is slow (an `on_data` that sleeps on every chunk) while `seq`
+    prints `lines` lines: everything arrives, in order."""
+    from e2b import PtySize
+
+    n = int(lines or "100000")
+    sb = await AsyncSandbox.create(timeout=300)
+    shown = bytearray()
+
+    async def slow(data: bytes) -> None:
+        shown.extend(data)
+        await asyncio.sleep(0.002)
+
+    h = await sb.pty.create(PtySize(rows=24, cols=80), on_data=slow, timeout=240)
+    await sb.pty.send_stdin(h.pid, f"seq 1 {n}; exit 0\n".encode())
+    try:
+        await h.wait()
+        exit_code = 0
+    except CommandExitException as e:
+        exit_code = e.exit_code
+    # The shell's bracketed-paste switches and CRs of the terminal are not lines of `seq`.
+    text = re.sub(r"\x1b\[\?2004[hl]|\r", "", shown.decode(errors="replace"))
+    numbers = [line for line in text.split("\n") if line.isdigit()]
+    await sb.kill()
+    return {
+        "exit": exit_code,
+        "in_order": numbers == [str(i) for i in range(1, n + 1)],
+        "count": len(numbers),
+    }
+
+
 def volume_other(volume_id: str | None) -> dict[str, Any]:
     """Another key's volume: missing to this key."""
     return {"info": attempt(Volume.get_info, volume_id), "listed": [v.name for v in Volume.list()]}
@@ -673,6 +705,7 @@ SCENARIOS = {
     "network": network,
     "ports": ports,
     "pty": pty,
+    "pty_slow_reader": pty_slow_reader,
 }
 
 

@@ -42,6 +42,10 @@ COMMAND_LIMITS = Limits(cpu_time_s=DEFAULT_TIMEOUT_S)
 # A terminal session is streamed to whoever watches it, never kept whole: its output is bounded
 # only by the agent's ceiling (an interactive shell may run for hours).
 TERMINAL_LIMITS = Limits(cpu_time_s=DEFAULT_TIMEOUT_S, max_output_bytes=1 << 30)
+# Output chunks (at most 64 KiB each) a listener may have unread: past it the session stops
+# reading the program's output until the listener catches up (the program then waits, as on a
+# terminal whose reader is slow), so a slow client never makes the server hold its output.
+LISTENER_CHUNKS = 256
 _SEEN_KEYS = 4096
 
 
@@ -209,7 +213,7 @@ class Programs:
                         field = "pty" if s.terminal else ev.kind
                         msg = self.event(data=self.event.DataEvent(**{field: ev.data}))
                         for q in list(s.listeners):
-                            q.put_nowait(msg)
+                            await q.put(msg)  # a full queue holds the program back
                 try:
                     events = [await s.stream.__anext__()]
                 except StopAsyncIteration:
@@ -226,13 +230,15 @@ class Programs:
             if s.name is None and sessions.by_pid.get(s.pid) is s:
                 del sessions.by_pid[s.pid]  # only named sessions are kept after their end
             for q in list(s.listeners):
-                q.put_nowait(self.event(end=s.end))
+                # A full queue gets no end: its listener sees `s.end` once it has read the rest.
+                with contextlib.suppress(asyncio.QueueFull):
+                    q.put_nowait(self.event(end=s.end))
 
     async def follow(self, s: Session, response: type, *, own: bool) -> AsyncIterator[Any]:
         """Events of `s` for one stream: start, output from now on, the end. `own`: the stream
         that started the session (whose end kills an unnamed one where `kill_orphans`)."""
         ev = self.event
-        q: asyncio.Queue = asyncio.Queue()
+        q: asyncio.Queue = asyncio.Queue(LISTENER_CHUNKS)
         ended = s.end is not None
         if not ended:
             # Listening before the first yield (no await in between since the pump was started):
@@ -246,11 +252,14 @@ class Programs:
                 yield response(event=ev(end=s.end))
                 return
             while True:
-                try:
-                    msg = await asyncio.wait_for(q.get(), KEEPALIVE_S)
-                except TimeoutError:
-                    yield response(event=ev(keepalive=ev.KeepAlive()))
-                    continue
+                if s.end is not None and q.empty():
+                    msg = ev(end=s.end)  # its queue was full when the program ended
+                else:
+                    try:
+                        msg = await asyncio.wait_for(q.get(), KEEPALIVE_S)
+                    except TimeoutError:
+                        yield response(event=ev(keepalive=ev.KeepAlive()))
+                        continue
                 if msg.WhichOneof("event") == "end":
                     finished = True
                     if s.timed_out():
@@ -262,6 +271,8 @@ class Programs:
                 yield response(event=msg)
         finally:
             s.listeners.discard(q)
+            while not q.empty():  # a pump waiting for room in it goes on
+                q.get_nowait()
             if own and not finished and s.name is None and self.kill_orphans:
                 s.stream.cancel()
 
