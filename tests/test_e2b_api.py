@@ -82,6 +82,7 @@ def check_commands(o: dict[str, Any]) -> None:
     assert o["kill"] is True and o["kill_gone"] is False and o["empty"] == []
     assert o["killed_wait"]["error"] == "CommandExitException" and "code -1" in o["killed_wait"]["message"]
     assert o["connect"] == "late\n" and o["survived"] == "done\n"
+    assert o["big"] == [3 << 20, ["x"]], str(o["big"])[:200]
 
 
 async def test_commands(make_server) -> None:

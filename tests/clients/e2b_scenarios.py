@@ -149,6 +149,9 @@ def commands(_: str | None) -> dict[str, Any]:
         h.disconnect()
         time.sleep(2)
         o["survived"] = sb.files.read("/tmp/survived")
+        # The platform's daemon caps no output: 3 MiB come back whole.
+        big = sb.commands.run("head -c 3145728 /dev/zero | tr '\\0' x").stdout
+        o["big"] = (len(big), sorted(set(big)))
     return o
 
 

@@ -39,9 +39,10 @@ MAX_SESSIONS_PER_SANDBOX = 1024
 # A command is bounded by its deadline (wall time), not by CPU time: what it leaves running (a
 # background job) inherits its CPU rlimit, so that one is as high as the longest deadline.
 COMMAND_LIMITS = Limits(cpu_time_s=DEFAULT_TIMEOUT_S)
-# A terminal session is streamed to whoever watches it, never kept whole: its output is bounded
-# only by the agent's ceiling (an interactive shell may run for hours).
-TERMINAL_LIMITS = Limits(cpu_time_s=DEFAULT_TIMEOUT_S, max_output_bytes=1 << 30)
+# For a service whose sessions are only streamed to whoever watches them, never kept whole (E2B's
+# daemon caps no output; an interactive shell may run for hours): output is bounded only by the
+# agent's ceiling, and flow control (`LISTENER_CHUNKS`) keeps the server from holding it.
+STREAMED_LIMITS = Limits(cpu_time_s=DEFAULT_TIMEOUT_S, max_output_bytes=1 << 30)
 # Output chunks (at most 64 KiB each) a listener may have unread: past it the session stops
 # reading the program's output until the listener catches up (the program then waits, as on a
 # terminal whose reader is slow), so a slow client never makes the server hold its output.
@@ -132,12 +133,14 @@ class Programs:
         core: Any,
         kill_orphans: bool,
         attr: str,
+        limits: Limits = COMMAND_LIMITS,
     ) -> None:
         self.event = event
         self.end_of = end_of
         self.core = core  # the server's core: a running session holds one of its exec slots
         self.kill_orphans = kill_orphans
         self.attr = attr  # where a record keeps its SandboxSessions
+        self.limits = limits  # of every program it starts
 
     def of(self, rec: Any) -> SandboxSessions:
         return rec.attrs.setdefault(self.attr, SandboxSessions())
@@ -174,7 +177,7 @@ class Programs:
                 cwd=cwd,
                 timeout=timeout_s,
                 stdin=None if stdin else b"",
-                limits=COMMAND_LIMITS if terminal is None else TERMINAL_LIMITS,
+                limits=self.limits,
                 keep_descendants=True,
                 terminal=terminal,
             )

@@ -30,7 +30,7 @@ from connectrpc.errors import ConnectError
 
 from sandboxes._proto import envd_process_pb2 as pp
 from sandboxes.server.http.connect import Rpc, service_app
-from sandboxes.server.http.sessions import Programs, SandboxSessions
+from sandboxes.server.http.sessions import STREAMED_LIMITS, Programs, SandboxSessions
 
 __all__ = ["SERVICE", "TARGET", "Process", "connect_app", "request_user"]
 
@@ -98,7 +98,12 @@ class Process:
 
     def __init__(self, core: Any) -> None:
         self.programs = Programs(
-            pp.ProcessEvent, _end_event, core=core, kill_orphans=False, attr="e2b_processes"
+            pp.ProcessEvent,
+            _end_event,
+            core=core,
+            kill_orphans=False,
+            attr="e2b_processes",
+            limits=STREAMED_LIMITS,
         )
 
     def _sessions(self) -> tuple[Any, Any, SandboxSessions]:
