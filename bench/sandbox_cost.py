@@ -55,7 +55,7 @@ async def lives(pool: Any, template: str, argv: list[str] | None) -> tuple[float
     }
 
 
-async def kind(name: str, **pool_kwargs: Any) -> dict[str, tuple[float, dict[str, float]]]:
+async def kind(**pool_kwargs: Any) -> dict[str, tuple[float, dict[str, float]]]:
     import sandboxes
 
     templates = pool_kwargs.pop("templates", None)
@@ -104,7 +104,7 @@ def run() -> Report:
     }
     if _docker():
         kinds["docker"] = {"backend": "docker"}
-    results = {name: asyncio.run(kind(name, **kw)) for name, kw in kinds.items()}
+    results = {name: asyncio.run(kind(**kw)) for name, kw in kinds.items()}
     base = {
         "true": asyncio.run(fresh(["true"])),
         "python": asyncio.run(fresh([clean_python(), "-c", "pass"])),

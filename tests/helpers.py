@@ -10,6 +10,7 @@ import subprocess
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
+from typing import Any
 
 from sandboxes.backends.local import _cgroup_dirs
 
@@ -203,3 +204,15 @@ async def http_answering(body: bytes, host: str = "127.0.0.2") -> AsyncIterator[
     finally:
         server.close()
         await server.wait_closed()
+
+
+async def start_server_inside(sb: Any, argv: str, port: int) -> None:
+    """Starts `argv` in the background inside `sb` and waits until `port` answers there."""
+    r = await sb.exec(["/bin/sh", "-c", f"({argv}) >/dev/null 2>&1 &"], keep_descendants=True)
+    assert r.exit_code == 0, r
+    probe = f"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=1)"
+    for _ in range(100):
+        if (await sb.exec(["python3", "-c", probe])).exit_code == 0:
+            return
+        await asyncio.sleep(0.1)
+    raise AssertionError(f"nothing listens on {port} inside the sandbox")

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 import pytest_asyncio
-from helpers import http_answering, pid_running, wait_until
+from helpers import http_answering, pid_running, start_server_inside, wait_until
 from terminals import drive_bash
 
 import sandboxes
@@ -720,13 +720,9 @@ async def test_ports_of_a_pod_through_the_server(cluster: Cluster) -> None:
             sb = await client.create(timeout=60)
             await sb.write_file("page.txt", b"from the pod\n")
             work = (await sb.info()).work_dir
-            serve = f"(cd {work} && exec python3 -m http.server {port} --bind 127.0.0.1) >/dev/null 2>&1 &"
-            await sb.exec(["sh", "-c", serve], keep_descendants=True)
-            probe = f"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=1)"
-            for _ in range(100):
-                if (await sb.exec(["python3", "-c", probe])).exit_code == 0:
-                    break
-                await asyncio.sleep(0.1)
+            await start_server_inside(
+                sb, f"cd {work} && exec python3 -m http.server {port} --bind 127.0.0.1", port
+            )
             url = await sb.port_url(port) + "page.txt"
             body = await asyncio.to_thread(lambda: urllib.request.urlopen(url, timeout=30).read())
             assert body == b"from the pod\n"

@@ -20,7 +20,7 @@ import aiohttp
 import pytest
 import pytest_asyncio
 from helm_chart import by_kind, render
-from helpers import wait_until
+from helpers import start_server_inside, wait_until
 from kube_release import KEY, Release, release
 from server_helpers import run_scenario
 
@@ -103,13 +103,9 @@ async def test_a_port_of_a_sandbox_is_reached_through_any_replica(rel: Release) 
     try:
         await sb.write_files({"page.txt": b"from the pod\n"})
         work = (await sb.info()).work_dir
-        serve = f"(cd {work} && exec python3 -m http.server {port} --bind 127.0.0.1) >/dev/null 2>&1 &"
-        await sb.exec(["sh", "-c", serve], keep_descendants=True)
-        probe = f"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=1)"
-        for _ in range(100):
-            if (await sb.exec(["python3", "-c", probe])).exit_code == 0:
-                break
-            await asyncio.sleep(0.1)
+        await start_server_inside(
+            sb, f"cd {work} && exec python3 -m http.server {port} --bind 127.0.0.1", port
+        )
         url = await sb.port_url(port)
         assert f":{ports_a}/" in url
         through_b = url.replace(f":{ports_a}/", f":{ports_b}/")

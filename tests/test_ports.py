@@ -13,10 +13,10 @@ import socket
 import textwrap
 import urllib.error
 import urllib.request
-from typing import Any
 
 import aiohttp
 import pytest
+from helpers import start_server_inside
 from server_helpers import KEY_A
 
 import sandboxes
@@ -62,18 +62,6 @@ WS_SERVER = textwrap.dedent("""
 """)
 
 
-async def start_server(sb: Any, argv: str, port: int = PORT) -> None:
-    """Starts `argv` in the background inside `sb` and waits until `port` answers there."""
-    r = await sb.exec(["/bin/sh", "-c", f"({argv}) >/dev/null 2>&1 &"], keep_descendants=True)
-    assert r.exit_code == 0, r
-    probe = f"import socket; socket.create_connection(('127.0.0.1', {port}), timeout=1)"
-    for _ in range(100):
-        if (await sb.exec(["python3", "-c", probe])).exit_code == 0:
-            return
-        await asyncio.sleep(0.1)
-    raise AssertionError(f"nothing listens on {port} inside the sandbox")
-
-
 def fetch(url: str, headers: dict[str, str] | None = None) -> tuple[int, bytes]:
     req = urllib.request.Request(url, headers=headers or {})
     try:
@@ -110,7 +98,9 @@ async def test_an_http_server_inside_is_reached_from_the_host(make_server, reque
             await sb.write_file("hello.txt", b"hello from inside\n")
             big = bytes(range(256)) * (20 << 12)  # 20 MiB
             await sb.write_file("big.bin", big)
-            await start_server(sb, f"cd /work && exec python3 -m http.server {PORT} --bind 127.0.0.1")
+            await start_server_inside(
+                sb, f"cd /work && exec python3 -m http.server {PORT} --bind 127.0.0.1", PORT
+            )
             assert host_refuses(PORT)  # nothing of the sandbox's on the host
             url = await sb.port_url(PORT)
             assert url.startswith(f"http://127.0.0.1:{server.ports_port}/ports/{sb.id}/{PORT}/")
@@ -159,7 +149,7 @@ async def test_a_websocket_server_inside_is_reached_from_the_host(make_server) -
         sb = await client.create()
         try:
             await sb.write_file("ws.py", WS_SERVER.encode())
-            await start_server(sb, f"exec python3 /work/ws.py {PORT}")
+            await start_server_inside(sb, f"exec python3 /work/ws.py {PORT}", PORT)
             url = (await sb.port_url(PORT)).replace("http://", "ws://") + "echo"
             async with aiohttp.ClientSession() as http, http.ws_connect(url) as ws:
                 await ws.send_str("hi")

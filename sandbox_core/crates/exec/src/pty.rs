@@ -79,21 +79,3 @@ pub fn resize(master: &impl AsRawFd, size: TerminalSize) -> io::Result<()> {
     }
     Ok(())
 }
-
-/// The size of the terminal of `fd` (either end).
-pub fn size(fd: &impl AsRawFd) -> io::Result<TerminalSize> {
-    let mut ws = libc::winsize {
-        ws_row: 0,
-        ws_col: 0,
-        ws_xpixel: 0,
-        ws_ypixel: 0,
-    };
-    // SAFETY: TIOCGWINSZ writes a `winsize` that lives across the call.
-    if unsafe { libc::ioctl(fd.as_raw_fd(), libc::TIOCGWINSZ, &mut ws) } != 0 {
-        return Err(io::Error::last_os_error());
-    }
-    Ok(TerminalSize {
-        rows: ws.ws_row,
-        cols: ws.ws_col,
-    })
-}

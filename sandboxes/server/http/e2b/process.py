@@ -113,7 +113,7 @@ class Process:
     async def start(self, req: Any, ctx: Any) -> AsyncIterator[Any]:
         rec, sb, sessions = self._sessions()
         request_user(ctx, sb)
-        terminal = _terminal_size(req.pty) if req.HasField("pty") else None
+        terminal = (req.pty.size.rows, req.pty.size.cols) if req.HasField("pty") else None
         spec = req.process
         if not spec.cmd:
             raise ConnectError(Code.INVALID_ARGUMENT, "process.cmd is required")
@@ -195,16 +195,8 @@ class Process:
         if req.HasField("pty"):
             if not s.terminal:
                 raise ConnectError(Code.INVALID_ARGUMENT, "the process has no pseudo-terminal to resize")
-            await self.programs.resize(s, *_terminal_size(req.pty))
+            await self.programs.resize(s, req.pty.size.rows, req.pty.size.cols)
         return pp.UpdateResponse()
-
-
-def _terminal_size(pty: Any) -> tuple[int, int]:
-    """(rows, cols) of a `PTY` message; a size of zero or past 65535 is refused."""
-    rows, cols = pty.size.rows, pty.size.cols
-    if not (0 < rows <= 65535 and 0 < cols <= 65535):
-        raise ConnectError(Code.INVALID_ARGUMENT, f"invalid pty size {cols}x{rows} (cols x rows)")
-    return rows, cols
 
 
 def _input_of(s: Any, msg: Any) -> bytes:
