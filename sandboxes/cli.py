@@ -202,6 +202,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         http_port=args.http_port,
         http_insecure=args.http_insecure,
         ports_port=args.ports_port,
+        image_metadata_key=args.image_metadata_key,
     )
     try:
         _run(lambda: serve(**kwargs))
@@ -483,6 +484,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=None,
         help="also carry connections to ports programs listen on inside sandboxes, on this port "
         "(by Host {port}-{id}.domain, or by path /ports/{id}/{port}/{token}/)",
+    )
+    p.add_argument(
+        "--image-metadata-key",
+        default=None,
+        metavar="KEY",
+        help="E2B API: a create whose metadata has KEY runs the image or template its value names",
     )
     p.add_argument(
         "--http-insecure",

@@ -72,6 +72,7 @@ class Server:
         http_port: int | None = None,
         http_insecure: bool = False,
         ports_port: int | None = None,
+        image_metadata_key: str | None = None,
     ) -> None:
         # Fail on a missing key configuration before building anything.
         self.auth = auth or ApiKeys.from_sources(api_keys_file, insecure=insecure)
@@ -100,6 +101,8 @@ class Server:
         # The HTTP-compatible APIs (`http/`: SandboxFusion, Piston, Prime, E2B), on the same host, when asked.
         self.http_port_requested = http_port
         self.http_insecure = http_insecure
+        # A metadata key whose value, at an E2B create, names the image or template to run.
+        self.image_metadata_key = image_metadata_key
         self.http: Any = None
         self.prime: Any = None
         self.http_port: int | None = None
@@ -177,7 +180,7 @@ class Server:
                 fusion = FusionApi(core, self.auth, insecure=self.http_insecure)
                 piston = PistonApi(core, self.auth, insecure=self.http_insecure)
                 self.prime = PrimeApi(core, self.auth)
-                e2b = E2bApi(core, self.auth)
+                e2b = E2bApi(core, self.auth, image_key=self.image_metadata_key)
                 routes = fusion.routes() + piston.routes() + self.prime.routes() + e2b.routes()
                 self.http = HttpServer(routes, front=[e2b.traffic], grace_s=self.grace_s)
                 self.http_port = await self.http.start(self.host, self.http_port_requested)

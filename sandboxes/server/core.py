@@ -27,11 +27,13 @@ from typing import Any
 from sandboxes import errors as E
 from sandboxes.checkpoints import DEFAULT_TTL_S as DEFAULT_CHECKPOINT_TTL_S
 from sandboxes.egress import EgressPolicy
+from sandboxes.server.built_templates import BuiltTemplates
 from sandboxes.server.metrics import Metrics
 from sandboxes.server.ports import TOKEN_ATTR, port_token
 from sandboxes.server.quota import Quotas
 from sandboxes.server.registry import Record, Registry
 from sandboxes.server.replicated import Codec, SharedRecords
+from sandboxes.server.template_build import TEMPLATE_LABEL, Builder
 from sandboxes.server.validation import Bounds, Validator
 from sandboxes.volumes import DEFAULT_SIZE_BYTES as DEFAULT_VOLUME_BYTES
 
@@ -84,6 +86,9 @@ class ServerCore:
         self.attr_codecs: dict[str, Codec] = {TOKEN_ATTR: Codec(str, str)}
         # Called with (record, reason) as a sandbox leaves the registry (delete, ttl, shutdown...).
         self.on_delete: list[Callable[[Record, str], None]] = []
+        # Templates built through the APIs (`built_templates.py`), beside the pool's checkpoints.
+        self.built = BuiltTemplates(pool.checkpoints.root / "templates")
+        self.builder = Builder(self, self.built)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -106,6 +111,7 @@ class ServerCore:
         """Stop the reaper and destroy every claimed sandbox (the pool closes after this). A
         replica of a cluster whose other replicas live leaves its claimed sandboxes to them."""
         self.draining = True
+        await self.builder.close()
         await self.registry.stop()
         records = list(self.registry)
         if self.shared is not None:
@@ -397,12 +403,23 @@ class ServerCore:
         return cp
 
     def checkpoints(self, owner: str) -> list[Any]:
-        return list(self.pool.checkpoints.list(owner))
+        """`owner`'s checkpoints (not those that hold built templates: they are the templates')."""
+        return [cp for cp in self.pool.checkpoints.list(owner) if TEMPLATE_LABEL not in cp.labels]
 
     def delete_checkpoint(self, owner: str, checkpoint_id: str) -> Any:
         """Deletes `owner`'s checkpoint; its layers stay while sandboxes made from it run."""
-        self.checkpoint_of(owner, checkpoint_id)
+        if TEMPLATE_LABEL in self.checkpoint_of(owner, checkpoint_id).labels:
+            raise E.NotFound(f"no checkpoint {checkpoint_id!r}")
         return self.pool.checkpoints.delete(checkpoint_id, owner)
+
+    def delete_built_template(self, owner: str, ref: str) -> Any:
+        """Deletes `owner`'s built template and its builds' checkpoints."""
+        t = self.built.delete(owner, ref)
+        for b in t.builds.values():
+            if b.checkpoint:
+                with contextlib.suppress(E.NotFound):
+                    self.pool.checkpoints.delete(b.checkpoint, owner)
+        return t
 
     async def fork(
         self,

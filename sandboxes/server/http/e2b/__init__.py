@@ -40,9 +40,11 @@ INTERPRETER_PORT = b"49999"
 
 
 class E2bApi:
-    def __init__(self, core: Any, auth: Any) -> None:
+    def __init__(self, core: Any, auth: Any, image_key: str | None = None) -> None:
         self.core = core
         self.auth = auth
+        # A metadata key whose value, at create, names the image or template to run.
+        self.image_key = image_key
         self.control = ControlPlane(self)
         self.envd = envd_app(Process(core), Filesystem(core))
         self.interpreter = Router(routes=Interpreter(core).routes())
@@ -52,7 +54,7 @@ class E2bApi:
 
     def routes(self) -> list[Any]:
         content = VolumeContent(self.core, self.control.volumes.tokens)
-        return [*self.control.routes(), *content.routes()]
+        return [*self.control.routes(), self.control.templates.upload_route(), *content.routes()]
 
     def owner(self, request: Request) -> str:
         key = request.headers.get("x-api-key")

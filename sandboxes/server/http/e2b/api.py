@@ -44,9 +44,11 @@ from sandboxes.egress import EgressPolicy
 from sandboxes.server.http.e2b.network import network_json, parse_network
 from sandboxes.server.http.e2b.snapshots import Snapshots
 from sandboxes.server.http.e2b.state import E2bSandbox
+from sandboxes.server.http.e2b.templates import Templates
 from sandboxes.server.http.e2b.volumes import Volumes
 from sandboxes.server.http.endpoint import Envelope, Refused, code_body
 from sandboxes.server.image_templates import template_for_image, template_with_egress
+from sandboxes.server.template_build import start_and_wait
 
 __all__ = ["E2B_TEMPLATES", "ControlPlane"]
 
@@ -75,6 +77,8 @@ class ControlPlane:
         self.e2b = e2b
         self.core = e2b.core
         self.volumes = Volumes(self)
+        self.snapshots = Snapshots(self)
+        self.templates = Templates(self)
 
     def routes(self) -> list[Route]:
         r = self._route
@@ -88,7 +92,8 @@ class ControlPlane:
             r("/sandboxes/{sandbox_id}/metrics", self.metrics, "GET"),
             r("/sandboxes/{sandbox_id}/pause", self.pause, "POST"),
             r("/sandboxes/{sandbox_id}/resume", self.resume, "POST"),
-            *(r(path, fn, method) for path, fn, method in Snapshots(self).routes()),
+            *(r(path, fn, method) for path, fn, method in self.templates.routes()),
+            *(r(path, fn, method) for path, fn, method in self.snapshots.routes()),
             *(r(path, fn, method) for path, fn, method in self.volumes.routes()),
             r("/sandboxes/{sandbox_id}/network", self.set_network, "PUT"),
         ]
@@ -129,15 +134,24 @@ class ControlPlane:
                 self.core.volume_of(owner, ref)
             except E.NotFound:
                 raise Refused(404, f"volume {ref!r} not found") from None
+        # The server's option: a metadata entry that names the image or template to run.
+        ref = metadata.get(self.e2b.image_key) if self.e2b.image_key else None
+        ref = ref or template_id
         checkpoint = None
-        if template_id.startswith("cp-"):  # a snapshot of this key's (`snapshots.py`)
+        built = self.core.built.ready_build(owner, ref)  # a template built here (`templates.py`)
+        if built is not None:
+            checkpoint = self.core.checkpoint_of(owner, built[1].checkpoint)
+            template = checkpoint.template
+        elif self.core.built.find(owner, ref) is not None:
+            raise Refused(404, f"template {ref!r} has no ready build of that tag")
+        elif ref.startswith("cp-"):  # a snapshot of this key's (`snapshots.py`)
             try:
-                checkpoint = self.core.checkpoint_of(owner, template_id)
+                checkpoint = self.core.checkpoint_of(owner, ref)
             except E.NotFound:
-                raise Refused(404, f"template {template_id!r} not found") from None
+                raise Refused(404, f"template {ref!r} not found") from None
             template = checkpoint.template
         else:
-            image = None if template_id in E2B_TEMPLATES else template_id
+            image = None if ref in E2B_TEMPLATES else ref
             template, _ = await template_for_image(self.core.pool, image)
         tp = self.core.pool.templates[template]
         if policy == EgressPolicy() and tp.network is False:
@@ -169,6 +183,8 @@ class ControlPlane:
         if sb is None:
             sb = self._attach(rec, template_id, metadata, env, tp, tp.network is True)
             sb.domain = self.core.ports_base
+            if built is not None:
+                await self._from_build(rec, sb, *built)
             if policy is not None:
                 try:
                     await self.core.set_network(rec, policy)
@@ -181,6 +197,17 @@ class ControlPlane:
                 sb.on_timeout, sb.auto_resume = "pause", auto_resume
             await self.core.save(rec)  # any replica of a cluster serves it from now on
         return JSONResponse(sb.created_json(), status_code=201)
+
+    async def _from_build(self, rec: Any, sb: E2bSandbox, t: Any, build: Any) -> None:
+        """A sandbox of a built template starts where its build ended: its work dir, its start
+        command running and ready."""
+        sb.work_dir = build.work_dir or sb.work_dir
+        self.core.built.spawned(t)
+        if build.start_cmd:
+            error = await start_and_wait(rec.sandbox, build.start_cmd, build.ready_cmd, sb.work_dir, sb.env)
+            if error:
+                await self.core.delete_record(rec, "create failed")
+                raise Refused(500, f"template {t.name!r}: {error}")
 
     @staticmethod
     def _attach(

@@ -6,7 +6,7 @@ POST   /sandboxes/{id}/snapshots   {memory: false}  201 {snapshotID, names}: a f
 POST   /sandboxes/{id}/snapshots   (memory unset or true: the SDK's default "full")   501
 POST   /sandboxes/{id}/fork                                                            501
 GET    /snapshots?sandboxID=&name=&limit=                                              [SnapshotInfo]
-DELETE /templates/{snapshotID}                                                         204 / 404
+DELETE /templates/{snapshotID}  (routed by `templates.py`)                             204 / 404
 ```
 
 A full snapshot and a fork carry the sandbox's running processes and memory; this server takes
@@ -59,7 +59,6 @@ class Snapshots:
             ("/sandboxes/{sandbox_id}/snapshots", self.create, "POST"),
             ("/sandboxes/{sandbox_id}/fork", self.fork, "POST"),
             ("/snapshots", self.list, "GET"),
-            ("/templates/{template_id}", self.delete, "DELETE"),
         ]
 
     async def create(self, request: Request, owner: str) -> Response:

@@ -1,0 +1,313 @@
+"""Templates built on this server: named, versioned stacks of checkpoint layers.
+
+A built template belongs to one key (`owner`). It has a name, an id, and builds; each build is
+the steps of one request run in a sandbox of its base (`template_build.py`), and a ready build is
+a kept checkpoint (`sandboxes.checkpoints`): its layers are the base's plus what the steps
+changed, shared by every sandbox made from it. Tags name builds (`default` unless a request names
+others); a new build that becomes ready takes its tags from the builds that had them, and a build
+left with no tag is dropped (its layers stay while sandboxes made from it run).
+
+A build remembers what its sandboxes start with beyond files: the work dir and user its steps
+ended on, and a start command with the ready command that says it is up.
+
+Files a build copies in are uploaded first, one archive per content digest, kept with the
+template (`<root>/templates/<id>.files/<digest>`) until it is deleted. Records are
+`<root>/templates/<id>.json`, written whole and renamed, so templates outlive the process as their
+checkpoints do; a build that was running when the process ended is an error on load.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import hmac
+import json
+import os
+import re
+import secrets
+import shutil
+import tempfile
+import time
+import uuid
+from dataclasses import asdict, dataclass, field
+from pathlib import Path
+from typing import Any
+
+from sandboxes.errors import InvalidRequest, NotFound, QuotaExceeded
+
+__all__ = ["DEFAULT_TAG", "Build", "BuiltTemplate", "BuiltTemplates", "split_ref"]
+
+DEFAULT_TAG = "default"
+MAX_TEMPLATES_PER_KEY = 64
+MAX_LOG_ENTRIES = 10_000
+_NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,127}")
+_TAG = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
+_DIGEST = re.compile(r"[0-9a-f]{64}")
+
+
+def split_ref(ref: str) -> tuple[str, str | None]:
+    """`name[:tag]` (a `namespace/` prefix, the platform's team, dropped): (name, tag or None)."""
+    if not isinstance(ref, str) or not ref or len(ref) > 300:
+        raise InvalidRequest("a template name is a non-empty string")
+    name, _, tag = ref.rsplit("/", 1)[-1].partition(":")
+    return name, (tag or None)
+
+
+def check_name(name: str) -> str:
+    if not _NAME.fullmatch(name):
+        raise InvalidRequest(
+            f"template name {name!r} must be lowercase letters, digits, '.', '_' or '-' (at most 128)"
+        )
+    return name
+
+
+def check_tag(tag: str) -> str:
+    if not isinstance(tag, str) or not _TAG.fullmatch(tag):
+        raise InvalidRequest(f"tag {tag!r} must be letters, digits, '.', '_' or '-' (at most 128)")
+    return tag
+
+
+@dataclass
+class Build:
+    """One build of a template: its state, its log, and (once ready) its checkpoint."""
+
+    id: str
+    template_id: str
+    created_at: float
+    status: str = "waiting"  # building, ready, error
+    tags: list[str] = field(default_factory=list)  # what it is tagged with once ready
+    digest: str = ""  # of its base and steps: the same digest is the same build
+    checkpoint: str = ""
+    work_dir: str = ""
+    user: str = ""
+    start_cmd: str = ""
+    ready_cmd: str = ""
+    cached: bool = False
+    finished_at: float = 0.0
+    logs: list[dict[str, Any]] = field(default_factory=list)  # {timestamp, level, message, step}
+    reason: dict[str, Any] | None = None  # {message, step}: why it failed
+
+    def log(self, message: str, level: str = "info", step: str | None = None) -> None:
+        if len(self.logs) >= MAX_LOG_ENTRIES:
+            if len(self.logs) == MAX_LOG_ENTRIES:
+                self.logs.append(_entry("log truncated: at most 10,000 entries are kept", "warn", step))
+            return
+        self.logs.append(_entry(message, level, step))
+
+    def fail(self, message: str, step: str | None) -> None:
+        self.log(message, "error", step)
+        self.status, self.finished_at = "error", time.time()
+        self.reason = {"message": message, "step": step}
+
+    @property
+    def done(self) -> bool:
+        return self.status in ("ready", "error")
+
+
+def _entry(message: str, level: str, step: str | None) -> dict[str, Any]:
+    e: dict[str, Any] = {"timestamp": time.time(), "level": level, "message": message}
+    if step is not None:
+        e["step"] = step
+    return e
+
+
+@dataclass
+class BuiltTemplate:
+    """A named template of one key, its builds and the tags naming them."""
+
+    id: str
+    owner: str
+    name: str
+    created_at: float
+    updated_at: float
+    cpu_count: int = 0
+    memory_mb: int = 0
+    builds: dict[str, Build] = field(default_factory=dict)
+    tag_map: dict[str, str] = field(default_factory=dict)  # tag -> build id
+    tagged_at: dict[str, float] = field(default_factory=dict)
+    spawn_count: int = 0
+    last_spawned_at: float = 0.0
+
+    def build_of(self, tag: str | None) -> Build | None:
+        """The build `tag` names (None: the default tag)."""
+        build_id = self.tag_map.get(tag or DEFAULT_TAG)
+        return self.builds.get(build_id) if build_id else None
+
+    def latest(self) -> Build | None:
+        return max(self.builds.values(), key=lambda b: b.created_at, default=None)
+
+    def to_json(self) -> dict[str, Any]:
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, d: dict[str, Any]) -> BuiltTemplate:
+        builds = {k: Build(**v) for k, v in d.pop("builds").items()}
+        t = cls(**d, builds=builds)
+        for b in builds.values():
+            if not b.done:  # the process that ran it ended
+                b.fail("the server stopped during this build", None)
+        return t
+
+
+class BuiltTemplates:
+    """The built templates of this server (see the module's doc), kept under `root`."""
+
+    def __init__(self, root: Path) -> None:
+        self.root = Path(root)
+        self._by_id: dict[str, BuiltTemplate] | None = None
+        # Upload links carry a token made from this process's secret (the uploader sends no key).
+        self._secret = secrets.token_bytes(32)
+
+    def _all(self) -> dict[str, BuiltTemplate]:
+        if self._by_id is None:
+            self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
+            loaded: dict[str, BuiltTemplate] = {}
+            for p in self.root.glob("*.json"):
+                with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
+                    t = BuiltTemplate.from_json(json.loads(p.read_text()))
+                    loaded[t.id] = t
+            self._by_id = loaded
+        return self._by_id
+
+    def save(self, t: BuiltTemplate) -> None:
+        self._all()
+        fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".", suffix=".tmp")
+        with os.fdopen(fd, "w") as f:
+            json.dump(t.to_json(), f)
+        os.replace(tmp, self.root / f"{t.id}.json")
+
+    # --- lookup ----------------------------------------------------------------------------------
+
+    def of(self, owner: str) -> list[BuiltTemplate]:
+        return sorted((t for t in self._all().values() if t.owner == owner), key=lambda t: t.created_at)
+
+    def get(self, owner: str, ref: str) -> BuiltTemplate:
+        """`owner`'s template by id or name (a tag, if any, is ignored); NotFound otherwise."""
+        t = self.find(owner, ref)
+        if t is None:
+            raise NotFound(f"template {ref!r} not found")
+        return t
+
+    def find(self, owner: str, ref: str) -> BuiltTemplate | None:
+        if not isinstance(ref, str) or not ref:
+            return None
+        t = self._all().get(ref)
+        if t is not None and t.owner == owner:
+            return t
+        name, _ = split_ref(ref)
+        return next((t for t in self._all().values() if t.owner == owner and t.name == name), None)
+
+    def ready_build(self, owner: str, ref: str) -> tuple[BuiltTemplate, Build] | None:
+        """The ready build `ref` (`name`, `name:tag` or an id) names, or None if it names none."""
+        t = self.find(owner, ref)
+        if t is None:
+            return None
+        _, tag = split_ref(ref) if ref != t.id else (None, None)
+        b = t.build_of(tag)
+        return (t, b) if b is not None and b.status == "ready" else None
+
+    def cached(self, owner: str, digest: str) -> Build | None:
+        """A ready build of `owner`'s with this digest."""
+        for t in self.of(owner):
+            for b in t.builds.values():
+                if b.status == "ready" and b.digest == digest and b.checkpoint:
+                    return b
+        return None
+
+    # --- changes ---------------------------------------------------------------------------------
+
+    def request(
+        self, owner: str, ref: str, tags: list[str], cpu_count: int, memory_mb: int
+    ) -> tuple[BuiltTemplate, Build]:
+        """A new build (waiting) of `owner`'s template named by `ref` (made if new)."""
+        name, tag = split_ref(ref)
+        check_name(name)
+        wanted = list(dict.fromkeys([*([tag] if tag else []), *tags])) or [DEFAULT_TAG]
+        for t in wanted:
+            check_tag(t)
+        now = time.time()
+        t = self.find(owner, name)
+        if t is None:
+            if len(self.of(owner)) >= MAX_TEMPLATES_PER_KEY:
+                raise QuotaExceeded(f"at most {MAX_TEMPLATES_PER_KEY} templates per key")
+            t = BuiltTemplate(
+                id=f"tpl-{uuid.uuid4().hex[:16]}", owner=owner, name=name, created_at=now, updated_at=now
+            )
+            self._all()[t.id] = t
+        t.cpu_count, t.memory_mb, t.updated_at = cpu_count, memory_mb, now
+        b = Build(id=str(uuid.uuid4()), template_id=t.id, created_at=now, tags=wanted)
+        t.builds[b.id] = b
+        self.save(t)
+        return t, b
+
+    def finish(self, t: BuiltTemplate, b: Build) -> list[str]:
+        """Records a finished build: a ready one takes its tags; returns the checkpoints of the
+        builds left without a tag (the caller deletes them)."""
+        t.updated_at = time.time()
+        dropped: list[str] = []
+        if b.status == "ready":
+            for tag in b.tags:
+                t.tag_map[tag], t.tagged_at[tag] = b.id, t.updated_at
+            dropped = self._untagged(t, keep=b.id)
+        self.save(t)
+        return dropped
+
+    def _untagged(self, t: BuiltTemplate, keep: str) -> list[str]:
+        named = set(t.tag_map.values()) | {keep}
+        gone = [bid for bid, b in t.builds.items() if b.done and bid not in named and b.status == "ready"]
+        return [t.builds.pop(bid).checkpoint for bid in gone]
+
+    def assign_tags(self, owner: str, target: str, tags: list[str]) -> Build:
+        """Tags the build `target` (`name:tag`) names with `tags` too."""
+        t = self.get(owner, target)
+        name, tag = split_ref(target)
+        b = t.build_of(tag)
+        if b is None or b.status != "ready":
+            raise NotFound(f"template {target!r} has no such build")
+        for tag in tags:
+            check_tag(tag)
+            t.tag_map[tag], t.tagged_at[tag] = b.id, time.time()
+        self.save(t)
+        return b
+
+    def remove_tags(self, owner: str, ref: str, tags: list[str]) -> list[str]:
+        """Removes tags; returns the checkpoints of builds left without one."""
+        t = self.get(owner, ref)
+        missing = [tag for tag in tags if tag not in t.tag_map]
+        if missing:
+            raise NotFound(f"template {t.name!r} has no tag {missing[0]!r}")
+        for tag in tags:
+            t.tag_map.pop(tag)
+            t.tagged_at.pop(tag, None)
+        dropped = self._untagged(t, keep="")
+        self.save(t)
+        return dropped
+
+    def delete(self, owner: str, ref: str) -> BuiltTemplate:
+        """Removes a template (its record and uploads); the caller deletes its checkpoints."""
+        t = self.get(owner, ref)
+        self._all().pop(t.id, None)
+        with contextlib.suppress(FileNotFoundError):
+            (self.root / f"{t.id}.json").unlink()
+        shutil.rmtree(self.files_dir(t.id), ignore_errors=True)
+        return t
+
+    def spawned(self, t: BuiltTemplate) -> None:
+        t.spawn_count += 1
+        t.last_spawned_at = time.time()
+
+    # --- uploaded files --------------------------------------------------------------------------
+
+    def files_dir(self, template_id: str) -> Path:
+        return self.root / f"{template_id}.files"
+
+    def upload_path(self, template_id: str, digest: str) -> Path:
+        if not _DIGEST.fullmatch(digest or ""):
+            raise InvalidRequest("a files hash is 64 lowercase hex digits")
+        return self.files_dir(template_id) / digest
+
+    def upload_token(self, template_id: str, digest: str) -> str:
+        return hmac.new(self._secret, f"{template_id}/{digest}".encode(), hashlib.sha256).hexdigest()
+
+    def upload_ok(self, template_id: str, digest: str, token: str | None) -> bool:
+        return bool(token) and hmac.compare_digest(self.upload_token(template_id, digest), token or "")

@@ -1,0 +1,384 @@
+"""Running a template build: its steps in a sandbox of its base, saved as a kept checkpoint.
+
+The sandbox is one of the server's templates (the base image's, `image_templates.py`), made from
+the checkpoint of the built template it starts from if any, claimed for the build's key (its
+quotas apply) and deleted when the build ends. Steps run in order: `run` a shell command (as the
+sandbox's user; its output is the build's log), `copy` an uploaded archive's files to a path,
+`env` variables for the later steps (build-time only), `workdir` the directory of the later steps
+and of the template's sandboxes (made if missing), `user` who runs them (the sandbox's one user).
+A start command then runs in the background, and the ready command is retried until it succeeds;
+the file system is then checkpointed. A failed step fails the build with its output and leaves no
+template behind.
+
+A build is named by the digest of its base and steps (copied files by their content digest): the
+same build asked for again is a cache hit, a new record on the same layers, made in milliseconds,
+unless the request forces a rebuild. Builds of one key run `BUILDS_PER_KEY` at a time; the rest
+wait. The build's sandbox reaches the public internet (never this host or its networks) unless
+its template has no network at all.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import collections
+import fnmatch
+import hashlib
+import json
+import logging
+import posixpath
+import shlex
+import tarfile
+import time
+from collections import defaultdict
+from dataclasses import dataclass
+from typing import Any
+
+from sandboxes import errors as E
+from sandboxes.egress import EgressPolicy
+from sandboxes.server.built_templates import Build, BuiltTemplate, BuiltTemplates
+from sandboxes.types import Limits
+
+__all__ = ["BUILDS_PER_KEY", "BuildSpec", "Builder", "Step", "TEMPLATE_LABEL"]
+
+log = logging.getLogger("sandboxes.server")
+
+BUILDS_PER_KEY = 2
+# A step's wall time; a build's sandbox lives at most as long as all of them.
+STEP_TIMEOUT_S = 3600.0
+BUILD_TTL_S = 6 * 3600.0
+READY_TIMEOUT_S = 120.0
+READY_INTERVAL_S = 0.2
+TAIL_LINES = 5  # of a failed command's output, in the build's error
+MAX_COPY_BYTES = 1 << 30  # unpacked, per copy step
+WRITE_BATCH_BYTES = 8 << 20
+STEP_LIMITS = Limits(wall_time_s=STEP_TIMEOUT_S, cpu_time_s=STEP_TIMEOUT_S, max_output_bytes=64 << 20)
+# Marks a checkpoint that holds a build (the snapshot and checkpoint APIs do not list it).
+TEMPLATE_LABEL = "sandboxes.template"
+STEP_KINDS = ("run", "copy", "env", "workdir", "user")
+
+
+@dataclass(frozen=True)
+class Step:
+    kind: str  # one of STEP_KINDS
+    args: tuple[str, ...]
+    files: str = ""  # copy: the content digest of its uploaded archive
+    force: bool = False
+
+
+@dataclass(frozen=True)
+class BuildSpec:
+    """What to build: on `template` (the server's), from `checkpoint` (a built template's) if set."""
+
+    template: str
+    base: str  # what the base is, for the digest (an image, or a build's digest)
+    steps: tuple[Step, ...]
+    user: str  # who runs the sandbox's programs, as the surface names it
+    checkpoint: str | None = None
+    work_dir: str = ""
+    start_cmd: str = ""
+    ready_cmd: str = ""
+    force: bool = False
+
+    def digest(self) -> str:
+        doc = [
+            self.template,
+            self.base,
+            [[s.kind, list(s.args), s.files] for s in self.steps],
+            self.start_cmd,
+            self.ready_cmd,
+        ]
+        return hashlib.sha256(json.dumps(doc, separators=(",", ":")).encode()).hexdigest()
+
+
+class Builder:
+    """Runs builds for a server core (`core`) and records them in `store`."""
+
+    def __init__(self, core: Any, store: BuiltTemplates) -> None:
+        self.core = core
+        self.store = store
+        self._slots: defaultdict[str, asyncio.Semaphore] = defaultdict(lambda: asyncio.Semaphore(BUILDS_PER_KEY))
+        self._tasks: set[asyncio.Task[None]] = set()
+
+    def start(self, t: BuiltTemplate, b: Build, spec: BuildSpec) -> None:
+        """Runs the build in the background (its state is `b`'s)."""
+        task = asyncio.ensure_future(self._run(t, b, spec))
+        self._tasks.add(task)
+        task.add_done_callback(self._tasks.discard)
+
+    async def close(self) -> None:
+        for task in list(self._tasks):
+            task.cancel()
+        await asyncio.gather(*self._tasks, return_exceptions=True)
+
+    async def _run(self, t: BuiltTemplate, b: Build, spec: BuildSpec) -> None:
+        b.digest = spec.digest()
+        try:
+            hit = None if spec.force or any(s.force for s in spec.steps) else self.store.cached(t.owner, b.digest)
+            if hit is not None:
+                self._reuse(t, b, hit)
+            else:
+                async with self._slots[t.owner]:
+                    b.status = "building"
+                    await self._build(t, b, spec)
+        except asyncio.CancelledError:
+            b.fail("the server stopped during this build", None)
+            raise
+        except E.SandboxError as e:
+            b.fail(f"{type(e).__name__}: {e.message}", None)
+        except Exception as e:  # a build's failure is its own, never the server's
+            log.exception("template build failed", extra={"template": t.id, "build": b.id})
+            b.fail(f"the build failed: {e}", None)
+        finally:
+            for cp in self.store.finish(t, b):
+                self._drop_checkpoint(t.owner, cp)
+
+    def _reuse(self, t: BuiltTemplate, b: Build, hit: Build) -> None:
+        cp = self.core.checkpoint_of(t.owner, hit.checkpoint)
+        mine = self.core.pool.checkpoints.add(
+            template=cp.template,
+            layers=cp.layers,
+            owner=t.owner,
+            name=t.name,
+            size=cp.bytes,
+            ttl_s=None,
+            labels={TEMPLATE_LABEL: t.id},
+        )
+        b.checkpoint, b.work_dir, b.user = mine.id, hit.work_dir, hit.user
+        b.start_cmd, b.ready_cmd, b.cached = hit.start_cmd, hit.ready_cmd, True
+        b.log(f"CACHED: the same base and steps as build {hit.id}")
+        b.status, b.finished_at = "ready", time.time()
+
+    async def _build(self, t: BuiltTemplate, b: Build, spec: BuildSpec) -> None:
+        started = time.monotonic()
+        b.log(f"[base] {spec.base} (template {spec.template})", step="base")
+        rec = await self.core.claim(t.owner, spec.template, ttl_s=BUILD_TTL_S, checkpoint=spec.checkpoint)
+        try:
+            if self.core.pool.templates[rec.template].has_egress:
+                await self.core.set_network(rec, EgressPolicy(deny=True))
+            run = _Run(self, t, b, rec.sandbox, spec)
+            if not await run.steps():
+                return
+            if spec.start_cmd and not await run.start(spec.start_cmd, spec.ready_cmd):
+                return
+            cp = await self.core.checkpoint(rec, name=t.name, ttl_s=None, labels={TEMPLATE_LABEL: t.id})
+            b.checkpoint, b.work_dir, b.user = cp.id, run.work_dir, spec.user
+            b.start_cmd, b.ready_cmd = spec.start_cmd, spec.ready_cmd
+            b.log(f"[finalize] saved {cp.bytes} bytes of changes as layer {cp.layers[-1][:12]}", step="finalize")
+            b.log(f"build finished in {time.monotonic() - started:.1f} s")
+            b.status, b.finished_at = "ready", time.time()
+        finally:
+            await self.core.delete_record(rec, "build ended")
+
+    def _drop_checkpoint(self, owner: str, checkpoint_id: str) -> None:
+        try:
+            self.core.pool.checkpoints.delete(checkpoint_id, owner)
+        except E.NotFound:
+            pass
+
+
+class _Run:
+    """One build's steps in its sandbox (`sb`)."""
+
+    def __init__(self, builder: Builder, t: BuiltTemplate, b: Build, sb: Any, spec: BuildSpec) -> None:
+        self.store = builder.store
+        self.t, self.b, self.sb, self.spec = t, b, sb, spec
+        self.env: dict[str, str] = {}
+        self.work_dir = spec.work_dir
+        self.tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)  # of the last command
+
+    async def steps(self) -> bool:
+        for i, s in enumerate(self.spec.steps, start=1):
+            step = str(i)
+            self.b.log(f"[builder {i}/{len(self.spec.steps)}] {s.kind.upper()} {' '.join(s.args)}", step=step)
+            try:
+                ok = await getattr(self, f"_{s.kind}")(s, step)
+            except E.InvalidRequest as e:
+                self.b.fail(f"step {i} ({s.kind}): {e.message}", step)
+                return False
+            if not ok:
+                return False
+        return True
+
+    async def _run(self, s: Step, step: str) -> bool:
+        self._check_user(s.args[1] if len(s.args) > 1 else "")
+        code = await self._shell(s.args[0], step)
+        if code != 0:
+            tail = " / ".join(self.tail)
+            self.b.fail(f"step {step} (run {s.args[0]!r}) failed with exit code {code}: {tail}", step)
+            return False
+        return True
+
+    async def _env(self, s: Step, step: str) -> bool:
+        if len(s.args) % 2:
+            raise E.InvalidRequest("env takes name, value pairs")
+        self.env.update(zip(s.args[::2], s.args[1::2], strict=True))
+        return True
+
+    async def _workdir(self, s: Step, step: str) -> bool:
+        path = posixpath.normpath(posixpath.join(self.work_dir or "/", s.args[0]))
+        code = await self._shell(f"mkdir -p {shlex.quote(path)}", step)
+        if code != 0:
+            self.b.fail(f"step {step}: cannot make the work dir {path}", step)
+            return False
+        self.work_dir = path
+        return True
+
+    async def _user(self, s: Step, step: str) -> bool:
+        self._check_user(s.args[0])
+        return True
+
+    def _check_user(self, user: str) -> None:
+        if user and user != self.spec.user:
+            raise E.InvalidRequest(f"user {user!r} does not exist in this sandbox: programs run as {self.spec.user!r}")
+
+    async def _copy(self, s: Step, step: str) -> bool:
+        src, dest = s.args[0], s.args[1]
+        user = s.args[2] if len(s.args) > 2 else ""
+        mode = int(s.args[3], 8) if len(s.args) > 3 and s.args[3] else None
+        self._check_user(user)
+        path = self.store.upload_path(self.t.id, s.files)
+        if not path.exists():
+            self.b.fail(f"step {step}: the files of {src!r} were not uploaded", step)
+            return False
+        dest = posixpath.normpath(posixpath.join(self.work_dir or "/", dest)) + ("/" if dest.endswith("/") else "")
+        files, links, dirs = await asyncio.to_thread(_unpack, path, src, dest, mode)
+        if not files and not links and not dirs:
+            self.b.fail(f"step {step}: {src!r} matches no uploaded file", step)
+            return False
+        batch: dict[str, tuple[bytes, int]] = {}
+        size = 0
+        for target, (data, m) in files.items():
+            batch[target] = (data, m)
+            size += len(data)
+            if size >= WRITE_BATCH_BYTES:
+                await self.sb.write_files(batch)
+                batch, size = {}, 0
+        if batch:
+            await self.sb.write_files(batch)
+        extra = [f"mkdir -p {shlex.quote(d)}" for d in dirs]
+        extra += [f"ln -sfn {shlex.quote(to)} {shlex.quote(at)}" for at, to in links.items()]
+        if extra and await self._shell(" && ".join(extra), step) != 0:
+            self.b.fail(f"step {step}: cannot make the directories and links of {src!r}", step)
+            return False
+        n = len(files)
+        self.b.log(f"copied {n} file{'' if n == 1 else 's'} to {dest}", step=step)
+        return True
+
+    async def start(self, start_cmd: str, ready_cmd: str) -> bool:
+        """Starts the template's start command and waits until its ready command succeeds."""
+        self.b.log(f"[start] {start_cmd}", step="finalize")
+        error = await start_and_wait(self.sb, start_cmd, ready_cmd, self.work_dir, self.env)
+        if error:
+            self.b.fail(error, "finalize")
+            return False
+        self.b.log("ready", step="finalize")
+        return True
+
+    async def _shell(self, command: str, step: str) -> int:
+        """Runs `command` with `sh -c`, its output the build's log; its exit status."""
+        stream = self.sb.exec_stream(
+            ["/bin/sh", "-c", command],
+            env=self.env,
+            cwd=self.work_dir or None,
+            limits=STEP_LIMITS,
+            stdin=b"",
+        )
+        pending = {"stdout": b"", "stderr": b""}
+        result = None
+        self.tail.clear()
+        async with stream:
+            async for ev in stream:
+                if ev.kind in pending:
+                    lines = (pending[ev.kind] + ev.data).split(b"\n")
+                    pending[ev.kind] = lines.pop()
+                    for line in lines:
+                        self._line(line, ev.kind, step)
+                elif ev.kind == "exit":
+                    result = ev.result
+        for kind, rest in pending.items():
+            if rest:
+                self._line(rest, kind, step)
+        if result is None:
+            return -1
+        if result.timed_out:
+            self.b.log(f"timed out after {STEP_TIMEOUT_S:.0f} s", "error", step)
+        return result.exit_code if not result.signal else 128 + result.signal
+
+    def _line(self, line: bytes, kind: str, step: str) -> None:
+        text = line.decode(errors="replace").rstrip("\r")
+        self.tail.append(text)
+        self.b.log(text, "info" if kind == "stdout" else "warn", step)
+
+
+async def start_and_wait(sb: Any, start_cmd: str, ready_cmd: str, cwd: str, env: dict[str, str]) -> str:
+    """Starts `start_cmd` in the background of `sb` and retries `ready_cmd` until it succeeds;
+    an error message, or "" once ready."""
+    launched = await sb.exec(
+        ["/bin/sh", "-c", f"nohup /bin/sh -c {shlex.quote(start_cmd)} >/dev/null 2>&1 &"],
+        env=env,
+        cwd=cwd or None,
+        keep_descendants=True,
+        timeout=30,
+    )
+    if launched.exit_code != 0:
+        return f"the start command could not start: {launched.stderr.decode(errors='replace')}"
+    if not ready_cmd:
+        return ""
+    deadline = time.monotonic() + READY_TIMEOUT_S
+    while time.monotonic() < deadline:
+        r = await sb.exec(["/bin/sh", "-c", ready_cmd], env=env, cwd=cwd or None, timeout=READY_TIMEOUT_S)
+        if r.exit_code == 0 and not r.timed_out:
+            return ""
+        await asyncio.sleep(READY_INTERVAL_S)
+    return f"the ready command {ready_cmd!r} did not succeed within {READY_TIMEOUT_S:.0f} s"
+
+
+def _unpack(
+    archive: Any, src: str, dest: str, mode: int | None
+) -> tuple[dict[str, tuple[bytes, int]], dict[str, str], list[str]]:
+    """The files (path -> (data, mode)), symlinks (path -> target) and directories an uploaded
+    archive puts at `dest` for the copy of `src`, as Docker's COPY places them: a file into a
+    directory `dest` ending in `/` (or when several match), a directory's contents under `dest`.
+    Paths that leave the archive are refused."""
+    pattern = posixpath.normpath(src.lstrip("/")) if src not in ("", ".") else "."
+    globbed = any(c in pattern for c in "*?[")
+    base = posixpath.dirname(pattern) if globbed else pattern
+    files: dict[str, tuple[bytes, int]] = {}
+    links: dict[str, str] = {}
+    dirs: list[str] = []
+    total = 0
+    with tarfile.open(archive, mode="r:*") as tar:
+        members = tar.getmembers()
+        matched = [m for m in members if _matches(posixpath.normpath(m.name), pattern, globbed)]
+        single_file = len(matched) == 1 and matched[0].isfile() and not dest.endswith("/")
+        for m in matched:
+            name = posixpath.normpath(m.name)
+            if name.startswith(("/", "../")) or name == "..":
+                raise E.InvalidRequest(f"the archive holds a path outside it: {m.name!r}")
+            if name == pattern and (single_file or m.isdir()):
+                target = dest  # the file itself, or the directory whose contents go to dest
+            elif name == pattern or (globbed and fnmatch.fnmatchcase(name, pattern)):
+                target = posixpath.join(dest, posixpath.basename(name))
+            else:
+                target = posixpath.join(dest, posixpath.relpath(name, base if base != "." else ""))
+            target = posixpath.normpath(target)
+            if m.isfile():
+                total += m.size
+                if total > MAX_COPY_BYTES:
+                    raise E.InvalidRequest(f"a copy unpacks to more than {MAX_COPY_BYTES >> 20} MiB")
+                f = tar.extractfile(m)
+                files[target] = (f.read() if f else b"", mode if mode is not None else m.mode & 0o7777)
+            elif m.issym():
+                links[target] = m.linkname
+            elif m.isdir():
+                dirs.append(target)
+    return files, links, dirs
+
+
+def _matches(name: str, pattern: str, globbed: bool) -> bool:
+    if pattern == ".":
+        return True
+    if globbed:
+        top = name.split("/")[: pattern.count("/") + 1]
+        return fnmatch.fnmatchcase("/".join(top), pattern)
+    return name == pattern or name.startswith(pattern + "/")

@@ -1,0 +1,82 @@
+"""The E2B template API, proven by the unmodified `e2b` SDK (tests/clients/e2b.txt) against a
+real server: `Template` builds from an image with env, run, work dir and copy steps and a start
+command, the same build again is a cache hit, sandboxes are made from the template (by name and
+by tag) and from a template built on it, tags move, a failing step fails the build and leaves no
+template, another key sees none of it, and a delete removes it and its layers."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from server_helpers import KEY_B, run_scenario
+from test_e2b_api import e2b_server, url
+
+pytestmark = pytest.mark.asyncio
+
+
+async def scenario(server: Any, name: str, arg: str | None = None, *, key: str | None = None) -> dict[str, Any]:
+    from server_helpers import KEY_A
+
+    env = {"E2B_API_URL": url(server), "E2B_SANDBOX_URL": url(server), "E2B_API_KEY": key or KEY_A}
+    return await run_scenario("e2b", "e2b_template_scenarios.py", [name, *([arg] if arg else [])], env)
+
+
+def layers(server: Any) -> set[str]:
+    d = server.pool.checkpoints.layers_dir
+    return {p.name for p in d.iterdir()} if d.exists() else set()
+
+
+async def test_templates(make_server) -> None:
+    server = await e2b_server(make_server)
+    before = layers(server)
+    o = await scenario(server, "templates")
+    assert o["exists_before"] is False and o["exists"] is True and o["exists_missing"] is False
+    assert o["info"]["name"] == "scn-app" and o["info"]["tags"] == ["default"]
+    assert "built-line" in o["logs"] and "copied 2 files to /srv/app/code" in o["logs"]
+    assert o["again_same_template"] and any(m.startswith("CACHED") for m in o["logs_again"])
+    assert o["inside"] == (
+        "hello from the build\n/srv/app\ndata from the context\nmain of app\nX = 42\ntool ran\n"
+        "main of app\nstarted\nenv:unset\n"
+    )
+    assert o["isolated"] is False
+    assert o["child"] == "hello from the build\nchild\n/srv/app\n"
+    assert o["assigned"] == ["stable"] and o["tags"] == ["default", "stable"]
+    assert o["by_tag"] == "hello from the build\n"
+    assert o["tags_after"] == ["default"]
+    assert o["missing_tag"]["error"] == "SandboxException" and o["missing_tag"]["message"].startswith("404: ")
+    assert o["failed"]["error"] == "BuildException"
+    assert o["failed"]["message"].endswith("failed with exit code 3: about-to-fail")
+    assert o["failed_exists"] is False
+    assert o["bad_user"]["error"] == "BuildException" and "nobody-here" in o["bad_user"]["message"]
+    assert o["bad_name"]["error"] == "BuildException" and "400" in o["bad_name"]["message"]
+    assert o["no_parent"]["error"] == "BuildException" and "scn-nope" in o["no_parent"]["message"]
+    assert o["deleted_status"] == 204 and o["exists_after_delete"] is False
+    # A deleted name is no template of this key: a create asks for an image of that name, which
+    # the local backend runs on its agent template.
+    assert o["create_after_delete"] == {"ok": "scn-app"}
+    assert len(server.service.registry) == 0
+    # The child template keeps its layers (the parent's beneath its own); the rest are gone.
+    remaining = {cp.id for cp in server.pool.checkpoints.list()}
+    assert len(remaining) == 1
+    cp = server.pool.checkpoints.list()[0]
+    assert layers(server) - before == set(cp.layers)
+
+
+async def test_templates_belong_to_a_key(make_server) -> None:
+    server = await e2b_server(make_server)
+    o = await scenario(server, "build_one", "scn-mine")
+    assert o["stdout"] == "one\n"
+    other = await scenario(server, "other_key", "scn-mine", key=KEY_B)
+    assert other["exists"] is False
+    # Another key's name is no template of its own: its create runs the image of that name.
+    assert other["create"] == {"ok": "scn-mine"}
+    mine = await scenario(server, "other_key", "scn-mine")
+    assert mine["exists"] is True
+
+
+async def test_the_image_named_by_metadata(make_server) -> None:
+    server = await e2b_server(make_server, image_metadata_key="task-image")
+    await scenario(server, "build_one", "scn-meta")
+    o = await scenario(server, "by_metadata", "scn-meta")
+    assert o["stdout"] == "one\n"
