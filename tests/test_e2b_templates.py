@@ -15,7 +15,9 @@ from test_e2b_api import e2b_server, url
 pytestmark = pytest.mark.asyncio
 
 
-async def scenario(server: Any, name: str, arg: str | None = None, *, key: str | None = None) -> dict[str, Any]:
+async def scenario(
+    server: Any, name: str, arg: str | None = None, *, key: str | None = None
+) -> dict[str, Any]:
     from server_helpers import KEY_A
 
     env = {"E2B_API_URL": url(server), "E2B_SANDBOX_URL": url(server), "E2B_API_KEY": key or KEY_A}

@@ -223,8 +223,8 @@ class BuiltTemplates:
         name, tag = split_ref(ref)
         check_name(name)
         wanted = list(dict.fromkeys([*([tag] if tag else []), *tags])) or [DEFAULT_TAG]
-        for t in wanted:
-            check_tag(t)
+        for tag_ in wanted:
+            check_tag(tag_)
         now = time.time()
         t = self.find(owner, name)
         if t is None:
@@ -260,8 +260,7 @@ class BuiltTemplates:
     def assign_tags(self, owner: str, target: str, tags: list[str]) -> Build:
         """Tags the build `target` (`name:tag`) names with `tags` too."""
         t = self.get(owner, target)
-        name, tag = split_ref(target)
-        b = t.build_of(tag)
+        b = t.build_of(split_ref(target)[1])
         if b is None or b.status != "ready":
             raise NotFound(f"template {target!r} has no such build")
         for tag in tags:

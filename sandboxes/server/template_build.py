@@ -38,7 +38,7 @@ from sandboxes.egress import EgressPolicy
 from sandboxes.server.built_templates import Build, BuiltTemplate, BuiltTemplates
 from sandboxes.types import Limits
 
-__all__ = ["BUILDS_PER_KEY", "BuildSpec", "Builder", "Step", "TEMPLATE_LABEL"]
+__all__ = ["BUILDS_PER_KEY", "TEMPLATE_LABEL", "BuildSpec", "Builder", "Step"]
 
 log = logging.getLogger("sandboxes.server")
 
@@ -96,7 +96,9 @@ class Builder:
     def __init__(self, core: Any, store: BuiltTemplates) -> None:
         self.core = core
         self.store = store
-        self._slots: defaultdict[str, asyncio.Semaphore] = defaultdict(lambda: asyncio.Semaphore(BUILDS_PER_KEY))
+        self._slots: defaultdict[str, asyncio.Semaphore] = defaultdict(
+            lambda: asyncio.Semaphore(BUILDS_PER_KEY)
+        )
         self._tasks: set[asyncio.Task[None]] = set()
 
     def start(self, t: BuiltTemplate, b: Build, spec: BuildSpec) -> None:
@@ -113,7 +115,11 @@ class Builder:
     async def _run(self, t: BuiltTemplate, b: Build, spec: BuildSpec) -> None:
         b.digest = spec.digest()
         try:
-            hit = None if spec.force or any(s.force for s in spec.steps) else self.store.cached(t.owner, b.digest)
+            hit = (
+                None
+                if spec.force or any(s.force for s in spec.steps)
+                else self.store.cached(t.owner, b.digest)
+            )
             if hit is not None:
                 self._reuse(t, b, hit)
             else:
@@ -163,7 +169,9 @@ class Builder:
             cp = await self.core.checkpoint(rec, name=t.name, ttl_s=None, labels={TEMPLATE_LABEL: t.id})
             b.checkpoint, b.work_dir, b.user = cp.id, run.work_dir, spec.user
             b.start_cmd, b.ready_cmd = spec.start_cmd, spec.ready_cmd
-            b.log(f"[finalize] saved {cp.bytes} bytes of changes as layer {cp.layers[-1][:12]}", step="finalize")
+            b.log(
+                f"[finalize] saved {cp.bytes} bytes of changes as layer {cp.layers[-1][:12]}", step="finalize"
+            )
             b.log(f"build finished in {time.monotonic() - started:.1f} s")
             b.status, b.finished_at = "ready", time.time()
         finally:
@@ -229,7 +237,9 @@ class _Run:
 
     def _check_user(self, user: str) -> None:
         if user and user != self.spec.user:
-            raise E.InvalidRequest(f"user {user!r} does not exist in this sandbox: programs run as {self.spec.user!r}")
+            raise E.InvalidRequest(
+                f"user {user!r} does not exist in this sandbox: programs run as {self.spec.user!r}"
+            )
 
     async def _copy(self, s: Step, step: str) -> bool:
         src, dest = s.args[0], s.args[1]
@@ -240,7 +250,9 @@ class _Run:
         if not path.exists():
             self.b.fail(f"step {step}: the files of {src!r} were not uploaded", step)
             return False
-        dest = posixpath.normpath(posixpath.join(self.work_dir or "/", dest)) + ("/" if dest.endswith("/") else "")
+        dest = posixpath.normpath(posixpath.join(self.work_dir or "/", dest)) + (
+            "/" if dest.endswith("/") else ""
+        )
         files, links, dirs = await asyncio.to_thread(_unpack, path, src, dest, mode)
         if not files and not links and not dirs:
             self.b.fail(f"step {step}: {src!r} matches no uploaded file", step)

@@ -59,7 +59,7 @@ def app_template(ctx: str) -> Any:
         Template(file_context_path=ctx)
         .from_image("python:3.11-slim")
         .set_envs({"GREETING": "hello from the build"})
-        .run_cmd("mkdir -p /opt/tool && echo \"$GREETING\" > /opt/tool/greeting && echo built-line")
+        .run_cmd('mkdir -p /opt/tool && echo "$GREETING" > /opt/tool/greeting && echo built-line')
         .set_workdir("/srv/app")
         .copy("data.txt", "/srv/app/")
         .copy("app", "/srv/app/code")
@@ -75,7 +75,9 @@ async def templates(_: str | None) -> dict[str, Any]:
     out["exists_before"] = await AsyncTemplate.exists("scn-app")
     logs: list[Any] = []
     t0 = time.monotonic()
-    info = await AsyncTemplate.build(app_template(ctx), "scn-app", cpu_count=2, memory_mb=1024, on_build_logs=logs.append)
+    info = await AsyncTemplate.build(
+        app_template(ctx), "scn-app", cpu_count=2, memory_mb=1024, on_build_logs=logs.append
+    )
     out["first_s"] = time.monotonic() - t0
     out["info"] = {"template_id": info.template_id, "name": info.name, "tags": info.tags}
     out["logs"] = [str(e.message) for e in logs]
@@ -92,7 +94,7 @@ async def templates(_: str | None) -> dict[str, Any]:
     sb = await AsyncSandbox.create("scn-app")
     r = await sb.commands.run(
         "cat /opt/tool/greeting; pwd; cat data.txt; python3 code/main.py; cat code/lib/util.py; tool; "
-        "cat ran.txt; cat /tmp/started; echo \"env:${GREETING:-unset}\"",
+        'cat ran.txt; cat /tmp/started; echo "env:${GREETING:-unset}"',
         user="root",
     )
     out["inside"] = r.stdout
@@ -127,7 +129,9 @@ async def templates(_: str | None) -> dict[str, Any]:
     out["bad_user"] = await aattempt(
         AsyncTemplate.build(Template().from_image("python:3.11-slim").set_user("nobody-here"), "scn-bad")
     )
-    out["bad_name"] = await aattempt(AsyncTemplate.build(Template().from_image("python:3.11-slim"), "Bad Name!"))
+    out["bad_name"] = await aattempt(
+        AsyncTemplate.build(Template().from_image("python:3.11-slim"), "Bad Name!")
+    )
     out["no_parent"] = await aattempt(AsyncTemplate.build(Template().from_template("scn-nope"), "scn-bad"))
 
     # Deleted (the SDK's own API client: `Template` has no delete of its own).
@@ -150,7 +154,9 @@ async def other_key(name: str | None) -> dict[str, Any]:
 
 async def build_one(name: str | None) -> dict[str, Any]:
     """Builds `name` from the image and a step, and creates one sandbox of it."""
-    info = await AsyncTemplate.build(Template().from_image("python:3.11-slim").run_cmd("echo one > /one"), name or "")
+    info = await AsyncTemplate.build(
+        Template().from_image("python:3.11-slim").run_cmd("echo one > /one"), name or ""
+    )
     sb = await AsyncSandbox.create(name or "", metadata={"run": "x"})
     r = await sb.commands.run("cat /one")
     await sb.kill()

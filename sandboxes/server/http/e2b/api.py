@@ -129,14 +129,13 @@ class ControlPlane:
                 raise Refused(400, f"{what} is not supported by this server")
         policy = parse_network(body.get("network"), body.get("allow_internet_access"))
         volumes = _volume_mounts(body.get("volumeMounts"))
-        for ref, _ in (volumes or {}).values():
+        for volume, _ in (volumes or {}).values():
             try:
-                self.core.volume_of(owner, ref)
+                self.core.volume_of(owner, volume)
             except E.NotFound:
-                raise Refused(404, f"volume {ref!r} not found") from None
+                raise Refused(404, f"volume {volume!r} not found") from None
         # The server's option: a metadata entry that names the image or template to run.
-        ref = metadata.get(self.e2b.image_key) if self.e2b.image_key else None
-        ref = ref or template_id
+        ref = (metadata.get(self.e2b.image_key) if self.e2b.image_key else None) or template_id
         checkpoint = None
         built = self.core.built.ready_build(owner, ref)  # a template built here (`templates.py`)
         if built is not None:

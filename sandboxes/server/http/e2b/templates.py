@@ -81,7 +81,10 @@ class Templates:
     def upload_route(self) -> Route:
         """The archive upload: authorized by the link's token (the SDK sends it without a key)."""
         return Route(
-            "/templates/{template_id}/files/{files_hash}/upload", self.upload, methods=["PUT"], name=UPLOAD_ROUTE
+            "/templates/{template_id}/files/{files_hash}/upload",
+            self.upload,
+            methods=["PUT"],
+            name=UPLOAD_ROUTE,
         )
 
     # -- builds ----------------------------------------------------------------------------------
@@ -118,7 +121,11 @@ class Templates:
         if path.exists():
             return JSONResponse({"present": True}, status_code=201)
         token = self.store.upload_token(t.id, digest)
-        url = str(request.url_for(UPLOAD_ROUTE, template_id=t.id, files_hash=digest).include_query_params(token=token))
+        url = str(
+            request.url_for(UPLOAD_ROUTE, template_id=t.id, files_hash=digest).include_query_params(
+                token=token
+            )
+        )
         return JSONResponse({"present": False, "url": url}, status_code=201)
 
     async def upload(self, request: Request) -> Response:
@@ -299,7 +306,9 @@ def _step(s: Any) -> Step:
     files = s.get("filesHash") or ""
     if kind == "copy" and (not isinstance(files, str) or not files):
         raise Refused(400, "a COPY step needs the filesHash of its upload")
-    return Step(kind=kind, args=tuple(args), files=files if kind == "copy" else "", force=bool(s.get("force")))
+    return Step(
+        kind=kind, args=tuple(args), files=files if kind == "copy" else "", force=bool(s.get("force"))
+    )
 
 
 def _str(value: Any, what: str) -> str:
