@@ -27,6 +27,7 @@ BENCHMARKS = {
     "first_command": "bench.first_command",
     "sandbox_cost": "bench.sandbox_cost",
     "ports": "bench.ports",
+    "templates": "bench.templates",
 }
 
 

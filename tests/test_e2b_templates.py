@@ -49,7 +49,9 @@ async def test_templates(make_server) -> None:
     assert o["missing_tag"]["error"] == "SandboxException" and o["missing_tag"]["message"].startswith("404: ")
     assert o["failed"]["error"] == "BuildException"
     assert o["failed"]["message"].endswith("failed with exit code 3: about-to-fail")
-    assert o["failed_exists"] is False
+    # As on the platform, a name exists from its first build request; its tag only once built.
+    assert o["failed_exists"] == [True, False]
+    assert o["failed_create"]["error"] == "SandboxException" and o["failed_create"]["message"].startswith("404: ")
     assert o["bad_user"]["error"] == "BuildException" and "nobody-here" in o["bad_user"]["message"]
     assert o["bad_name"]["error"] == "BuildException" and "400" in o["bad_name"]["message"]
     assert o["no_parent"]["error"] == "BuildException" and "scn-nope" in o["no_parent"]["message"]
@@ -82,3 +84,48 @@ async def test_the_image_named_by_metadata(make_server) -> None:
     await scenario(server, "build_one", "scn-meta")
     o = await scenario(server, "by_metadata", "scn-meta")
     assert o["stdout"] == "one\n"
+
+
+async def test_a_built_template_through_the_prime_api(make_server) -> None:
+    """A template built through the E2B API is the `docker_image` of a Prime sandbox (the
+    prime-sandboxes SDK), for its key only."""
+    from test_prime_api import CURRENT
+    from test_prime_api import scenario as prime_scenario
+
+    server = await e2b_server(make_server)
+    await scenario(server, "build_one", "scn-prime")
+    o = await prime_scenario(server, CURRENT, "built", "scn-prime")
+    assert o["one"] == {"stdout": "one\n", "stderr": "", "exit_code": 0}
+    other = await prime_scenario(server, CURRENT, "built", "scn-prime", key=KEY_B)
+    assert other["one"]["exit_code"] != 0  # the image of that name: no /one in it
+    assert len(server.service.registry) == 0
+
+
+@pytest.mark.parametrize("backend", ["local", "docker"])
+async def test_verifiers_e2b_runtime(make_server, request, backend, tmp_path) -> None:
+    """verifiers 0.4's `E2BRuntime` (tests/clients/verifiers-e2b.txt, on e2b 2.56) provisions two
+    rollouts: the first builds its `vf-<digest>` template from the image, the second finds it; each
+    runs commands as root in /app, a durable program, a live process, and writes and reads files.
+    On docker the template's sandboxes run the image asked for."""
+    from server_helpers import KEY_A
+
+    image = request.getfixturevalue("images") if backend == "docker" else "python:3.11-slim"
+    server = await make_server(http_port=0, warm=1, backend=backend)
+    env = {
+        "E2B_API_URL": url(server),
+        "E2B_SANDBOX_URL": url(server),
+        "E2B_API_KEY": KEY_A,
+        "HOME": str(tmp_path),  # its template locks
+        "VF_RUN_ID": "sandboxes-tests",
+    }
+    o = await run_scenario("verifiers-e2b", "verifiers_e2b_scenarios.py", ["session", image], env)
+    assert o["template_0"] == o["template_1"] and o["template_0"].startswith("vf-")
+    for i in range(2):
+        assert o[f"run_{i}"] == [0, "/app 0\n", ""]
+        assert o[f"exit_{i}"] == [4, "from-env\n"]
+        assert o[f"read_{i}"] == f"written by rollout {i}\n"
+        assert o[f"program_{i}"] == [2, "program-out\n", "program-err\n"]
+        assert o[f"process_{i}"] == [0, "HELLO PROCESS\n\n"]
+    (t,) = server.core.built.of("alice")
+    assert len(t.builds) == 1  # built once, found the second time
+    assert len(server.service.registry) == 0

@@ -33,7 +33,7 @@ from sandboxes.server.ports import TOKEN_ATTR, port_token
 from sandboxes.server.quota import Quotas
 from sandboxes.server.registry import Record, Registry
 from sandboxes.server.replicated import Codec, SharedRecords
-from sandboxes.server.template_build import TEMPLATE_LABEL, Builder
+from sandboxes.server.template_build import TEMPLATE_LABEL, Builder, start_and_wait
 from sandboxes.server.validation import Bounds, Validator
 from sandboxes.volumes import DEFAULT_SIZE_BYTES as DEFAULT_VOLUME_BYTES
 
@@ -411,6 +411,18 @@ class ServerCore:
         if TEMPLATE_LABEL in self.checkpoint_of(owner, checkpoint_id).labels:
             raise E.NotFound(f"no checkpoint {checkpoint_id!r}")
         return self.pool.checkpoints.delete(checkpoint_id, owner)
+
+    async def start_built(self, rec: Record, t: Any, build: Any) -> None:
+        """A sandbox of a built template, made from its checkpoint, starts as its build ended:
+        the template's start command running and its ready command succeeding (else the sandbox
+        is deleted and the create fails)."""
+        self.built.spawned(t)
+        if not build.start_cmd:
+            return
+        error = await start_and_wait(rec.sandbox, build.start_cmd, build.ready_cmd, build.work_dir, {})
+        if error:
+            await self.delete_record(rec, "create failed")
+            raise E.LaunchError(f"template {t.name!r}: {error}")
 
     def delete_built_template(self, owner: str, ref: str) -> Any:
         """Deletes `owner`'s built template and its builds' checkpoints."""

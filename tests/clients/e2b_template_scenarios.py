@@ -125,7 +125,8 @@ async def templates(_: str | None) -> dict[str, Any]:
     # A failing step: a failed build with the step's output, no template made.
     bad = Template().from_image("python:3.11-slim").run_cmd("echo about-to-fail; exit 3")
     out["failed"] = await aattempt(AsyncTemplate.build(bad, "scn-bad"))
-    out["failed_exists"] = await AsyncTemplate.exists("scn-bad")
+    out["failed_exists"] = [await AsyncTemplate.exists("scn-bad"), await AsyncTemplate.exists("scn-bad:default")]
+    out["failed_create"] = await aattempt(create_and_kill("scn-bad"))
     out["bad_user"] = await aattempt(
         AsyncTemplate.build(Template().from_image("python:3.11-slim").set_user("nobody-here"), "scn-bad")
     )
@@ -171,7 +172,40 @@ async def by_metadata(name: str | None) -> dict[str, Any]:
     return {"stdout": r.stdout}
 
 
+async def bench(spec: str | None) -> dict[str, Any]:
+    """bench/templates.py's driver: a build of `from_image` + a copied wheel installed with pip + a
+    copied file, the same build again, and `n` first commands from the template and its base."""
+    o = json.loads(spec or "{}")
+    t = (
+        Template(file_context_path=o["ctx"])
+        .from_image(o["image"])
+        .set_user("root")
+        .copy(o["wheel"], "/tmp/")
+        .run_cmd(o["pip"])
+        .copy("data.txt", "/srv/")
+        .run_cmd("python3 -c 'import benchpkg; assert benchpkg.VALUE == 42'")
+    )
+    out: dict[str, Any] = {}
+    for label in ("build_s", "cached_s"):
+        t0 = time.perf_counter()
+        info = await AsyncTemplate.build(t, "bench-template")
+        out[label] = time.perf_counter() - t0
+    for label, name in (("built", "bench-template"), ("base", o["image"])):
+        times = []
+        for _ in range(o["n"] + 2):
+            t0 = time.perf_counter()
+            sb = await AsyncSandbox.create(name)
+            await sb.commands.run("true")
+            times.append(time.perf_counter() - t0)
+            await sb.kill()
+        out[label] = times[2:]  # the first two warm the server's pool of that template
+    client = get_api_client(ConnectionConfig())
+    await delete_templates_template_id.asyncio_detailed(template_id=info.template_id, client=client)
+    return out
+
+
 SCENARIOS = {
+    "bench": bench,
     "templates": templates,
     "other_key": other_key,
     "build_one": build_one,

@@ -351,6 +351,16 @@ def images(image: str | None) -> dict[str, Any]:
     return out
 
 
+def built(name: str | None) -> dict[str, Any]:
+    """`docker_image` naming a template built on the server (through the E2B template API)."""
+    c = SandboxClient(APIClient())
+    sb = c.create(CreateSandboxRequest(name="built", docker_image=name))
+    c.wait_for_creation(sb.id)
+    out = {"one": cmd(c.execute_command(sb.id, "cat /one"))}
+    c.delete(sb.id)
+    return out
+
+
 def hold(marker: str | None) -> dict[str, Any]:
     """Starts a long command and never returns: the test kills this process mid-command."""
     c = SandboxClient(APIClient())
@@ -447,6 +457,7 @@ SCENARIOS = {
         auth,
         network,
         images,
+        built,
         hold,
         make,
         use,

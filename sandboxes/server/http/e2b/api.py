@@ -48,7 +48,6 @@ from sandboxes.server.http.e2b.templates import Templates
 from sandboxes.server.http.e2b.volumes import Volumes
 from sandboxes.server.http.endpoint import Envelope, Refused, code_body
 from sandboxes.server.image_templates import template_for_image, template_with_egress
-from sandboxes.server.template_build import start_and_wait
 
 __all__ = ["E2B_TEMPLATES", "ControlPlane"]
 
@@ -201,12 +200,7 @@ class ControlPlane:
         """A sandbox of a built template starts where its build ended: its work dir, its start
         command running and ready."""
         sb.work_dir = build.work_dir or sb.work_dir
-        self.core.built.spawned(t)
-        if build.start_cmd:
-            error = await start_and_wait(rec.sandbox, build.start_cmd, build.ready_cmd, sb.work_dir, sb.env)
-            if error:
-                await self.core.delete_record(rec, "create failed")
-                raise Refused(500, f"template {t.name!r}: {error}")
+        await self.core.start_built(rec, t, build)
 
     @staticmethod
     def _attach(

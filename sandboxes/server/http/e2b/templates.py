@@ -8,7 +8,7 @@ PUT    /templates/{id}/files/{hash}/upload?token= 200 (the link's token, not the
 POST   /v2/templates/{id}/builds/{buildID}        202: the build runs (steps, fromImage|fromTemplate)
 GET    /templates/{id}/builds/{buildID}/status    200 {status, logEntries, logs, reason}
 GET    /templates/{id}/builds/{buildID}/logs      200 {logs}
-GET    /templates/aliases/{name}                  200 {templateID, public} / 404 (`exists`)
+GET    /templates/aliases/{name[:tag]}            200 {templateID, public} / 404 (`exists`)
 GET    /templates                                 [Template]
 GET    /templates/{id}                            TemplateWithBuilds
 DELETE /templates/{id}                            204 (a snapshot's id deletes the snapshot)
@@ -241,9 +241,12 @@ class Templates:
     # -- templates -------------------------------------------------------------------------------
 
     async def alias(self, request: Request, owner: str) -> Response:
-        t = self.store.find(owner, request.path_params["alias"])
-        if t is None or t.build_of(None) is None:
-            raise Refused(404, f"template {request.path_params['alias']!r} not found")
+        # A name is registered with its first build request; a tag only once it names a ready build.
+        ref = request.path_params["alias"]
+        t = self.store.find(owner, ref)
+        tag = split_ref(ref)[1]
+        if t is None or (tag is not None and self.store.ready_build(owner, ref) is None):
+            raise Refused(404, f"template {ref!r} not found")
         return JSONResponse({"templateID": t.id, "public": False})
 
     async def list(self, request: Request, owner: str) -> Response:

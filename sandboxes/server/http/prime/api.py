@@ -94,10 +94,16 @@ class ControlPlane:
 
     async def create(self, request: Request, owner: str) -> Any:
         args = parse_create(await self._body(request))
+        checkpoint = args.checkpoint_id
+        built = self.core.built.ready_build(owner, args.docker_image) if args.docker_image else None
         if args.checkpoint_id:
             cp = self.core.checkpoint_of(owner, args.checkpoint_id)
             args = dataclasses.replace(args, docker_image=cp.labels.get(IMAGE_LABEL, cp.template))
             template, why = cp.template, f"restored from checkpoint {cp.id}"
+        elif built is not None:  # a template built through the E2B API (`built_templates.py`)
+            checkpoint = built[1].checkpoint
+            template = self.core.checkpoint_of(owner, checkpoint).template
+            why = f"template {built[0].name!r} built on this server"
         else:
             template, why = await template_for_image(self.core.pool, args.docker_image)
         if args.network is not None and not self.core.pool.templates[template].has_egress:
@@ -111,7 +117,7 @@ class ControlPlane:
                 env={**args.environment_vars, **args.secrets},
                 ttl_s=args.timeout_minutes * 60.0 if args.timeout_minutes > 0 else None,
                 idempotency_key=f"prime:{args.idempotency_key}" if args.idempotency_key else None,
-                checkpoint=args.checkpoint_id,
+                checkpoint=checkpoint,
             )
         except E.LaunchError as e:
             if e.step != "image":
@@ -131,6 +137,8 @@ class ControlPlane:
                 except E.SandboxError:
                     await self.core.delete_record(rec, "create failed")
                     raise
+            if built is not None:
+                await self.core.start_built(rec, *built)
             await self._start_command(rec, sb, args)
         auth = await self.prime.gateway_auth(request, rec, sb)
         return JSONResponse({**sb.to_json(), "gatewayAuth": auth})
