@@ -30,7 +30,7 @@ ORDER = [
 ]
 # How many of a report's headlines (its most telling first) README.md shows; 1 where unnamed.
 README_ROWS = {
-    "exec_true": 2,
+    "exec_true": 1,
     "pool": 2,
     "docker": 2,
     "reward": 2,

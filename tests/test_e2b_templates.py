@@ -9,8 +9,11 @@ from __future__ import annotations
 from typing import Any
 
 import pytest
-from server_helpers import KEY_B, run_scenario
+from server_helpers import KEY_A, KEY_B, run_scenario
 from test_e2b_api import e2b_server, url
+
+from sandboxes import errors as E
+from sandboxes.client import AsyncSandboxClient
 
 pytestmark = pytest.mark.asyncio
 
@@ -18,8 +21,6 @@ pytestmark = pytest.mark.asyncio
 async def scenario(
     server: Any, name: str, arg: str | None = None, *, key: str | None = None
 ) -> dict[str, Any]:
-    from server_helpers import KEY_A
-
     env = {"E2B_API_URL": url(server), "E2B_SANDBOX_URL": url(server), "E2B_API_KEY": key or KEY_A}
     return await run_scenario("e2b", "e2b_template_scenarios.py", [name, *([arg] if arg else [])], env)
 
@@ -51,7 +52,9 @@ async def test_templates(make_server) -> None:
     assert o["failed"]["message"].endswith("failed with exit code 3: about-to-fail")
     # As on the platform, a name exists from its first build request; its tag only once built.
     assert o["failed_exists"] == [True, False]
-    assert o["failed_create"]["error"] == "SandboxException" and o["failed_create"]["message"].startswith("404: ")
+    assert o["failed_create"]["error"] == "SandboxException" and o["failed_create"]["message"].startswith(
+        "404: "
+    )
     assert o["bad_user"]["error"] == "BuildException" and "nobody-here" in o["bad_user"]["message"]
     assert o["bad_name"]["error"] == "BuildException" and "400" in o["bad_name"]["message"]
     assert o["no_parent"]["error"] == "BuildException" and "scn-nope" in o["no_parent"]["message"]
@@ -107,8 +110,6 @@ async def test_verifiers_e2b_runtime(make_server, request, backend, tmp_path) ->
     rollouts: the first builds its `vf-<digest>` template from the image, the second finds it; each
     runs commands as root in /app, a durable program, a live process, and writes and reads files.
     On docker the template's sandboxes run the image asked for."""
-    from server_helpers import KEY_A
-
     image = request.getfixturevalue("images") if backend == "docker" else "python:3.11-slim"
     server = await make_server(http_port=0, warm=1, backend=backend)
     env = {
@@ -129,3 +130,23 @@ async def test_verifiers_e2b_runtime(make_server, request, backend, tmp_path) ->
     (t,) = server.core.built.of("alice")
     assert len(t.builds) == 1  # built once, found the second time
     assert len(server.service.registry) == 0
+
+
+async def test_built_templates_outlive_the_server_and_serve_grpc(make_server) -> None:
+    """A built template is kept on disk: a new server on the same directory serves it, and our
+    own client (gRPC) creates from it by name, `name:tag` and id; another key cannot."""
+    server = await e2b_server(make_server)
+    built = await scenario(server, "build_one", "scn-kept")
+    await server.stop(grace=0)
+    again = await e2b_server(make_server)
+    async with AsyncSandboxClient(again.address, KEY_A) as c:
+        for name in ("scn-kept", "scn-kept:default", built["template_id"]):
+            async with c.sandbox(template=name) as sb:
+                r = await sb.exec(["cat", "/one"])
+                assert (r.exit_code, r.stdout) == (0, b"one\n")
+        with pytest.raises(E.NotFound):
+            await c.create(template="scn-kept:nope")
+    async with AsyncSandboxClient(again.address, KEY_B) as c:
+        with pytest.raises(E.NotFound):
+            await c.create(template="scn-kept")
+    assert len(again.service.registry) == 0

@@ -243,6 +243,8 @@ class BuiltTemplates:
     def finish(self, t: BuiltTemplate, b: Build) -> list[str]:
         """Records a finished build: a ready one takes its tags; returns the checkpoints of the
         builds left without a tag (the caller deletes them)."""
+        if t.id not in self._all():  # deleted while it was building
+            return [b.checkpoint] if b.checkpoint else []
         t.updated_at = time.time()
         dropped: list[str] = []
         if b.status == "ready":

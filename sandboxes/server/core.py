@@ -262,8 +262,15 @@ class ServerCore:
         creates a sandbox that outlives its call (quota, idempotency across retries, TTL).
         Arguments are validated by the caller's surface; `attrs` is what that surface keeps with
         the record. With `checkpoint` (the id of one of `owner`'s checkpoints) the sandbox is made
-        from it, and `template` is the checkpoint's. `volumes` maps paths in the sandbox to
-        `owner`'s volumes (id or name, read-only) mounted there."""
+        from it, and `template` is the checkpoint's. A `template` that names none of the server's
+        but one `owner` built (`name`, `name:tag` or its id) is made from that build, its start
+        command running (`start_built`). `volumes` maps paths in the sandbox to `owner`'s volumes
+        (id or name, read-only) mounted there."""
+        built = None
+        if checkpoint is None and template not in self.pool.templates:
+            built = self.built.ready_build(owner, template)
+            if built is not None:
+                checkpoint = built[1].checkpoint
         if checkpoint is not None:
             template = self.checkpoint_of(owner, checkpoint).template
         self._admit(template)
@@ -289,6 +296,7 @@ class ServerCore:
             attrs,
             checkpoint,
             volumes,
+            built,
         )
         if key is None:
             # Without a key nobody can pick the sandbox up later: a cancelled call cancels the claim.
@@ -311,6 +319,7 @@ class ServerCore:
         attrs=None,
         checkpoint=None,
         volumes=None,
+        built=None,
     ) -> Record:
         """Claim from the pool and register; owns one unit of `owner`'s sandbox quota."""
         started = time.perf_counter()
@@ -324,7 +333,10 @@ class ServerCore:
             checkpoint=checkpoint,
             volumes=volumes,
         )
-        return await self._register(sb, owner, template, labels, env, ttl_s, timeout, key, attrs, started)
+        rec = await self._register(sb, owner, template, labels, env, ttl_s, timeout, key, attrs, started)
+        if built is not None:
+            await self.start_built(rec, *built, env)
+        return rec
 
     async def _register(
         self, sb, owner, template, labels, env, ttl_s, timeout, key=None, attrs=None, started=None
@@ -412,14 +424,14 @@ class ServerCore:
             raise E.NotFound(f"no checkpoint {checkpoint_id!r}")
         return self.pool.checkpoints.delete(checkpoint_id, owner)
 
-    async def start_built(self, rec: Record, t: Any, build: Any) -> None:
+    async def start_built(self, rec: Record, t: Any, build: Any, env: dict[str, str] | None = None) -> None:
         """A sandbox of a built template, made from its checkpoint, starts as its build ended:
         the template's start command running and its ready command succeeding (else the sandbox
         is deleted and the create fails)."""
         self.built.spawned(t)
         if not build.start_cmd:
             return
-        error = await start_and_wait(rec.sandbox, build.start_cmd, build.ready_cmd, build.work_dir, {})
+        error = await start_and_wait(rec.sandbox, build.start_cmd, build.ready_cmd, build.work_dir, env or {})
         if error:
             await self.delete_record(rec, "create failed")
             raise E.LaunchError(f"template {t.name!r}: {error}")

@@ -140,6 +140,7 @@ class Builder:
 
     def _reuse(self, t: BuiltTemplate, b: Build, hit: Build) -> None:
         cp = self.core.checkpoint_of(t.owner, hit.checkpoint)
+        self.core.quotas.check_checkpoints(t.owner, *self.core.pool.checkpoints.usage(t.owner))
         mine = self.core.pool.checkpoints.add(
             template=cp.template,
             layers=cp.layers,

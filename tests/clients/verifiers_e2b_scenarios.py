@@ -34,7 +34,9 @@ async def session(image: str) -> dict[str, Any]:
             out[f"read_{i}"] = (await rt.read("notes/a.txt")).decode()
             p = await rt.run_program(["sh", "-c", "echo program-out; echo program-err >&2; exit 2"], {})
             out[f"program_{i}"] = [p.exit_code, p.stdout, p.stderr]
-            proc = await rt.open_process(["python3", "-c", "import sys; print(sys.stdin.readline().upper())"], {})
+            proc = await rt.open_process(
+                ["python3", "-c", "import sys; print(sys.stdin.readline().upper())"], {}
+            )
             await proc.write(b"hello process\n")
             chunks = [c async for c in proc.stdout]
             out[f"process_{i}"] = [await proc.wait(), b"".join(chunks).decode()]

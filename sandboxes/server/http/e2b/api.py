@@ -200,7 +200,7 @@ class ControlPlane:
         """A sandbox of a built template starts where its build ended: its work dir, its start
         command running and ready."""
         sb.work_dir = build.work_dir or sb.work_dir
-        await self.core.start_built(rec, t, build)
+        await self.core.start_built(rec, t, build, sb.env)
 
     @staticmethod
     def _attach(

@@ -138,7 +138,7 @@ class ControlPlane:
                     await self.core.delete_record(rec, "create failed")
                     raise
             if built is not None:
-                await self.core.start_built(rec, *built)
+                await self.core.start_built(rec, *built, {**args.environment_vars, **args.secrets})
             await self._start_command(rec, sb, args)
         auth = await self.prime.gateway_auth(request, rec, sb)
         return JSONResponse({**sb.to_json(), "gatewayAuth": auth})
