@@ -30,10 +30,13 @@ def layers(server: Any) -> set[str]:
     return {p.name for p in d.iterdir()} if d.exists() else set()
 
 
-async def test_templates(make_server) -> None:
-    server = await e2b_server(make_server)
+@pytest.mark.parametrize("backend", ["local", "docker"])
+async def test_templates(make_server, request, backend) -> None:
+    """On docker the build and the template's sandboxes are containers of the image asked for."""
+    image = request.getfixturevalue("dev_image") if backend == "docker" else "python:3.11-slim"
+    server = await e2b_server(make_server, backend=backend)
     before = layers(server)
-    o = await scenario(server, "templates")
+    o = await scenario(server, "templates", image)
     assert o["exists_before"] is False and o["exists"] is True and o["exists_missing"] is False
     assert o["info"]["name"] == "scn-app" and o["info"]["tags"] == ["default"]
     assert "built-line" in o["logs"] and "copied 2 files to /srv/app/code" in o["logs"]
@@ -60,8 +63,11 @@ async def test_templates(make_server) -> None:
     assert o["no_parent"]["error"] == "BuildException" and "scn-nope" in o["no_parent"]["message"]
     assert o["deleted_status"] == 204 and o["exists_after_delete"] is False
     # A deleted name is no template of this key: a create asks for an image of that name, which
-    # the local backend runs on its agent template.
-    assert o["create_after_delete"] == {"ok": "scn-app"}
+    # the local backend runs on its agent template and the docker engine does not have.
+    if backend == "local":
+        assert o["create_after_delete"] == {"ok": "scn-app"}
+    else:
+        assert o["create_after_delete"]["message"].startswith("404: ")
     assert len(server.service.registry) == 0
     # The child template keeps its layers (the parent's beneath its own); the rest are gone.
     remaining = {cp.id for cp in server.pool.checkpoints.list()}

@@ -54,10 +54,10 @@ def context() -> str:
     return str(root)
 
 
-def app_template(ctx: str) -> Any:
+def app_template(ctx: str, image: str) -> Any:
     return (
         Template(file_context_path=ctx)
-        .from_image("python:3.11-slim")
+        .from_image(image)
         .set_envs({"GREETING": "hello from the build"})
         .run_cmd('mkdir -p /opt/tool && echo "$GREETING" > /opt/tool/greeting && echo built-line')
         .set_workdir("/srv/app")
@@ -69,14 +69,16 @@ def app_template(ctx: str) -> Any:
     )
 
 
-async def templates(_: str | None) -> dict[str, Any]:
+async def templates(image: str | None) -> dict[str, Any]:
+    """Everything a user does with templates, on `image`."""
+    image = image or "python:3.11-slim"
     out: dict[str, Any] = {}
     ctx = context()
     out["exists_before"] = await AsyncTemplate.exists("scn-app")
     logs: list[Any] = []
     t0 = time.monotonic()
     info = await AsyncTemplate.build(
-        app_template(ctx), "scn-app", cpu_count=2, memory_mb=1024, on_build_logs=logs.append
+        app_template(ctx, image), "scn-app", cpu_count=2, memory_mb=1024, on_build_logs=logs.append
     )
     out["first_s"] = time.monotonic() - t0
     out["info"] = {"template_id": info.template_id, "name": info.name, "tags": info.tags}
@@ -86,7 +88,7 @@ async def templates(_: str | None) -> dict[str, Any]:
 
     logs2: list[Any] = []
     t0 = time.monotonic()
-    again = await AsyncTemplate.build(app_template(ctx), "scn-app", on_build_logs=logs2.append)
+    again = await AsyncTemplate.build(app_template(ctx, image), "scn-app", on_build_logs=logs2.append)
     out["cached_s"] = time.monotonic() - t0
     out["again_same_template"] = again.template_id == info.template_id
     out["logs_again"] = [str(e.message) for e in logs2]
@@ -123,7 +125,7 @@ async def templates(_: str | None) -> dict[str, Any]:
     out["missing_tag"] = await aattempt(create_and_kill("scn-app:stable"))
 
     # A failing step: a failed build with the step's output, no template made.
-    bad = Template().from_image("python:3.11-slim").run_cmd("echo about-to-fail; exit 3")
+    bad = Template().from_image(image).run_cmd("echo about-to-fail; exit 3")
     out["failed"] = await aattempt(AsyncTemplate.build(bad, "scn-bad"))
     out["failed_exists"] = [
         await AsyncTemplate.exists("scn-bad"),
@@ -131,11 +133,9 @@ async def templates(_: str | None) -> dict[str, Any]:
     ]
     out["failed_create"] = await aattempt(create_and_kill("scn-bad"))
     out["bad_user"] = await aattempt(
-        AsyncTemplate.build(Template().from_image("python:3.11-slim").set_user("nobody-here"), "scn-bad")
+        AsyncTemplate.build(Template().from_image(image).set_user("nobody-here"), "scn-bad")
     )
-    out["bad_name"] = await aattempt(
-        AsyncTemplate.build(Template().from_image("python:3.11-slim"), "Bad Name!")
-    )
+    out["bad_name"] = await aattempt(AsyncTemplate.build(Template().from_image(image), "Bad Name!"))
     out["no_parent"] = await aattempt(AsyncTemplate.build(Template().from_template("scn-nope"), "scn-bad"))
 
     # Deleted (the SDK's own API client: `Template` has no delete of its own).
