@@ -380,7 +380,7 @@ def _unpack(
                 if total > MAX_COPY_BYTES:
                     raise E.InvalidRequest(f"a copy unpacks to more than {MAX_COPY_BYTES >> 20} MiB")
                 f = tar.extractfile(m)
-                files[target] = (f.read() if f else b"", mode if mode is not None else m.mode & 0o7777)
+                files[target] = (f.read() if f else b"", mode if mode is not None else m.mode & 0o777)
             elif m.issym():
                 links[target] = m.linkname
             elif m.isdir():
