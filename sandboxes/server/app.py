@@ -171,6 +171,7 @@ class Server:
                 self.core.ports_base = f"{host}:{self.ports_port}"
             if self.http_port_requested is not None:
                 from sandboxes.server.http import HttpServer
+                from sandboxes.server.http.daytona import DaytonaApi
                 from sandboxes.server.http.e2b import E2bApi
                 from sandboxes.server.http.fusion import FusionApi
                 from sandboxes.server.http.piston import PistonApi
@@ -181,7 +182,10 @@ class Server:
                 piston = PistonApi(core, self.auth, insecure=self.http_insecure)
                 self.prime = PrimeApi(core, self.auth)
                 e2b = E2bApi(core, self.auth, image_key=self.image_metadata_key)
-                routes = fusion.routes() + piston.routes() + self.prime.routes() + e2b.routes()
+                daytona = DaytonaApi(core, self.auth)
+                routes = (
+                    fusion.routes() + piston.routes() + self.prime.routes() + e2b.routes() + daytona.routes()
+                )
                 self.http = HttpServer(routes, front=[e2b.traffic], grace_s=self.grace_s)
                 self.http_port = await self.http.start(self.host, self.http_port_requested)
         except BaseException:

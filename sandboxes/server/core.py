@@ -335,7 +335,8 @@ class ServerCore:
         )
         rec = await self._register(sb, owner, template, labels, env, ttl_s, timeout, key, attrs, started)
         if built is not None:
-            await self.start_built(rec, *built, env)
+            t, build = built
+            await self.start_built(rec, t, build, env)
         return rec
 
     async def _register(

@@ -1,0 +1,421 @@
+"""Daytona's toolbox (the in-sandbox daemon's API), at `{toolboxProxyUrl}/{sandbox id}/...` =
+`/daytona/toolbox/{id}/...` on this server, with the key's `Authorization: Bearer`.
+
+```
+POST   /process/execute        {command, cwd, envs, timeout}  -> {result, exitCode} (both streams)
+POST   /process/code-run       {code, language, argv, envs, timeout} -> {result, exitCode, artifacts}
+POST   /process/session        {sessionId}; GET /process/session[/{id}]; DELETE /process/session/{id}
+POST   /process/session/{id}/exec {command, runAsync} -> {cmdId[, exitCode, output, stdout, stderr]}
+GET    /process/session/{id}/command/{cmd}[/logs]
+GET    /files?path&depth, /files/info?path, DELETE /files?path&recursive
+POST   /files/folder?path&mode, /files/move?source&destination, /files/permissions?path&mode&owner&group
+GET    /files/find?path&pattern (contents), /files/search?path&pattern (names); POST /files/replace
+POST   /files/bulk-upload (multipart files[i].path + files[i].file), /files/bulk-download {paths}
+```
+
+A command runs with `/bin/sh -c` as the sandbox's one user, from its work dir (relative paths are
+under it), its output both streams in order; past its `timeout` it is killed and the call is 408
+`PROCESS_EXECUTION_TIMEOUT`. `code_run` runs Python (`python3 -c`), fresh each call: state is kept
+only by sessions, as the platform documents. Listings, moves and searches run one short program
+of coreutils / findutils / grep in the sandbox, so they see and change exactly what the sandbox's
+programs may. Errors are the daemon's body (`{statusCode, message, code, source}`), whose `code`
+the SDK turns into its typed errors (`FILE_NOT_FOUND`, ...). Every call counts as activity for
+the sandbox's auto-stop.
+"""
+
+from __future__ import annotations
+
+import json
+import posixpath
+import time
+import uuid
+from datetime import UTC, datetime
+from typing import Any
+
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import Route
+
+from sandboxes import errors as E
+from sandboxes.server.http.daytona.api import PREFIX
+from sandboxes.server.http.daytona.sessions import Sessions
+from sandboxes.server.http.endpoint import Envelope, Refused
+from sandboxes.server.http.timestamps import iso
+from sandboxes.types import Limits
+
+__all__ = ["Toolbox"]
+
+DAEMON = "DAYTONA_DAEMON"
+MAX_BODY_BYTES = 4 << 20
+MAX_FILE_BYTES = 1 << 30
+DEFAULT_TIMEOUT_S = 3600
+LISTING_BYTES = 64 << 20
+COMMAND_LIMITS = Limits(max_output_bytes=64 << 20)
+_MISSING = 3
+_FIELDS = 9
+_FORMAT = r"%f\0%y\0%s\0%M\0%T@\0%m\0%u\0%g\0%p\0"
+_EXISTS = '[ -e "$1" ] || [ -L "$1" ] || exit 3; '
+
+
+def daemon_body(status: int, message: str) -> dict[str, Any]:
+    return {"statusCode": status, "message": message, "source": DAEMON, "timestamp": iso(time.time())}
+
+
+ENVELOPE = Envelope("daytona toolbox", daemon_body)
+
+
+def missing(path: str) -> Refused:
+    return Refused(404, f"file not found: {path}", fields={"code": "FILE_NOT_FOUND"})
+
+
+class Toolbox:
+    """The toolbox routes; `daytona` is the shared state (`DaytonaApi`)."""
+
+    def __init__(self, daytona: Any) -> None:
+        self.daytona = daytona
+        self.core = daytona.core
+
+    def routes(self) -> list[Route]:
+        r = self._route
+        return [
+            r("/process/execute", self.execute, "POST"),
+            r("/process/code-run", self.code_run, "POST"),
+            r("/process/session", self.create_session, "POST"),
+            r("/process/session", self.list_sessions, "GET"),
+            r("/process/session/{session_id}", self.get_session, "GET"),
+            r("/process/session/{session_id}", self.delete_session, "DELETE"),
+            r("/process/session/{session_id}/exec", self.session_exec, "POST"),
+            r("/process/session/{session_id}/command/{command_id}", self.get_command, "GET"),
+            r("/process/session/{session_id}/command/{command_id}/logs", self.command_logs, "GET"),
+            r("/files", self.list_files, "GET"),
+            r("/files", self.delete_file, "DELETE"),
+            r("/files/info", self.file_info, "GET"),
+            r("/files/folder", self.create_folder, "POST"),
+            r("/files/move", self.move, "POST"),
+            r("/files/permissions", self.permissions, "POST"),
+            r("/files/find", self.find, "GET"),
+            r("/files/search", self.search, "GET"),
+            r("/files/replace", self.replace, "POST"),
+            r("/files/bulk-upload", self.upload, "POST"),
+            r("/files/bulk-download", self.download, "POST"),
+        ]
+
+    def _route(self, path: str, fn: Any, method: str) -> Route:
+        async def call(request: Request, owner: str) -> Response:
+            rec, sb = await self.daytona.control.live(owner, request.path_params["sandbox_id"])
+            if sb.state != "started":
+                raise Refused(409, f"sandbox {sb.id} is not started")
+            if sb.auto_stop_min:  # activity: the auto-stop counts from now
+                self.core.registry.set_ttl(rec, sb.auto_stop_min * 60.0)
+            return await fn(request, rec, sb)
+
+        endpoint = ENVELOPE.keyed(call, owner=self.daytona.owner, draining=lambda: self.core.draining)
+        return Route(f"{PREFIX}/toolbox/{{sandbox_id}}{path}", endpoint, methods=[method])
+
+    async def _body(self, request: Request) -> dict[str, Any]:
+        body = await ENVELOPE.json(request, MAX_BODY_BYTES)
+        if not isinstance(body, dict):
+            raise Refused(400, "the body must be a JSON object")
+        return body
+
+    @staticmethod
+    def _path(sb: Any, value: str | None, what: str = "path") -> str:
+        if not isinstance(value, str) or not value or "\0" in value:
+            raise Refused(400, f"{what} is required", fields={"code": "INVALID_FILE_PATH"})
+        return posixpath.normpath(posixpath.join(sb.work_dir, value))
+
+    # -- process -------------------------------------------------------------------------------
+
+    async def _run(self, rec: Any, sb: Any, argv: list[str], body: dict[str, Any]) -> dict[str, Any]:
+        timeout = body.get("timeout")
+        if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int) or timeout < 0):
+            raise Refused(400, "timeout must be a whole number of seconds")
+        envs = body.get("envs") or {}
+        if not isinstance(envs, dict) or not all(
+            isinstance(k, str) and isinstance(v, str) for k, v in envs.items()
+        ):
+            raise Refused(400, "envs must map strings to strings")
+        cwd = self._path(sb, body["cwd"], "cwd") if body.get("cwd") else sb.work_dir
+        r = await rec.sandbox.exec(
+            argv, env={**sb.env, **envs}, cwd=cwd, timeout=timeout or DEFAULT_TIMEOUT_S, limits=COMMAND_LIMITS
+        )
+        if r.timed_out:
+            raise Refused(
+                408,
+                f"the command did not finish within {timeout} s",
+                fields={"code": "PROCESS_EXECUTION_TIMEOUT"},
+            )
+        return {"result": r.stdout.decode(errors="replace"), "exitCode": r.exit_code if not r.signal else -1}
+
+    async def execute(self, request: Request, rec: Any, sb: Any) -> Response:
+        body = await self._body(request)
+        command = body.get("command")
+        if not isinstance(command, str) or not command:
+            raise Refused(400, "command is required")
+        # One stream, in order, as the platform's daemon answers it.
+        return JSONResponse(await self._run(rec, sb, ["/bin/sh", "-c", "exec 2>&1\n" + command], body))
+
+    async def code_run(self, request: Request, rec: Any, sb: Any) -> Response:
+        body = await self._body(request)
+        code, language = body.get("code"), body.get("language") or "python"
+        if not isinstance(code, str):
+            raise Refused(400, "code is required")
+        if language != "python":
+            raise Refused(400, f"language {language!r} is not served here: python only")
+        argv = body.get("argv") or []
+        if not isinstance(argv, list) or not all(isinstance(a, str) for a in argv):
+            raise Refused(400, "argv must be a list of strings")
+        script = 'exec 2>&1\nexec python3 -c "$0" "$@"'
+        out = await self._run(rec, sb, ["/bin/sh", "-c", script, code, *argv], body)
+        return JSONResponse({**out, "artifacts": {"stdout": out["result"], "charts": []}})
+
+    # -- sessions ------------------------------------------------------------------------------
+
+    def _sessions(self, rec: Any) -> Sessions:
+        s = rec.attrs.get("daytona_sessions")
+        if s is None:
+            s = rec.attrs["daytona_sessions"] = Sessions()
+        return s
+
+    async def create_session(self, request: Request, rec: Any, sb: Any) -> Response:
+        body = await self._body(request)
+        await self._sessions(rec).create(body.get("sessionId") or "", rec.sandbox, sb.work_dir, sb.env)
+        return Response(status_code=201)
+
+    async def list_sessions(self, request: Request, rec: Any, sb: Any) -> Response:
+        return JSONResponse([s.to_json() for s in self._sessions(rec).by_id.values()])
+
+    async def get_session(self, request: Request, rec: Any, sb: Any) -> Response:
+        return JSONResponse(self._sessions(rec).get(request.path_params["session_id"]).to_json())
+
+    async def delete_session(self, request: Request, rec: Any, sb: Any) -> Response:
+        await self._sessions(rec).delete(request.path_params["session_id"])
+        return Response(status_code=204)
+
+    async def session_exec(self, request: Request, rec: Any, sb: Any) -> Response:
+        session = self._sessions(rec).get(request.path_params["session_id"])
+        body = await self._body(request)
+        command = body.get("command")
+        if not isinstance(command, str) or not command:
+            raise Refused(400, "command is required")
+        c = await session.run(command)
+        if body.get("runAsync") or body.get("async"):
+            return JSONResponse({"cmdId": c.id}, status_code=202)
+        await c.done.wait()
+        out, err = await session.logs(c)
+        stdout, stderr = out.decode(errors="replace"), err.decode(errors="replace")
+        return JSONResponse(
+            {
+                "cmdId": c.id,
+                "exitCode": c.exit_code,
+                "output": stdout + stderr,
+                "stdout": stdout,
+                "stderr": stderr,
+            }
+        )
+
+    def _command(self, rec: Any, request: Request) -> tuple[Any, Any]:
+        session = self._sessions(rec).get(request.path_params["session_id"])
+        c = session.commands.get(request.path_params["command_id"])
+        if c is None:
+            raise Refused(404, f"command {request.path_params['command_id']} not found")
+        return session, c
+
+    async def get_command(self, request: Request, rec: Any, sb: Any) -> Response:
+        return JSONResponse(self._command(rec, request)[1].to_json())
+
+    async def command_logs(self, request: Request, rec: Any, sb: Any) -> Response:
+        session, c = self._command(rec, request)
+        out, err = await session.logs(c)
+        stdout, stderr = out.decode(errors="replace"), err.decode(errors="replace")
+        return JSONResponse({"output": stdout + stderr, "stdout": stdout, "stderr": stderr})
+
+    # -- files -----------------------------------------------------------------------------------
+
+    async def _shell(self, rec: Any, sb: Any, script: str, *args: str) -> Any:
+        return await rec.sandbox.exec(
+            ["/bin/sh", "-c", script, "sh", *args],
+            cwd=sb.work_dir,
+            timeout=300,
+            limits=Limits(max_output_bytes=LISTING_BYTES),
+        )
+
+    async def _entries(self, rec: Any, sb: Any, path: str, depth: int | None) -> list[dict[str, Any]]:
+        script = _EXISTS + (
+            f'exec find "$1" -maxdepth 0 -printf "{_FORMAT}"'
+            if depth is None
+            else f'[ -d "$1" ] || exit 20; exec find "$1" -mindepth 1 -maxdepth {depth} -printf "{_FORMAT}"'
+        )
+        r = await self._shell(rec, sb, script, path)
+        if r.exit_code == _MISSING:
+            raise missing(path)
+        if r.exit_code == 20:
+            raise Refused(400, f"not a directory: {path}", fields={"code": "INVALID_FILE_PATH"})
+        if r.exit_code != 0:
+            raise Refused(400, r.stderr.decode(errors="replace").strip() or f"cannot read {path}")
+        parts = r.stdout.split(b"\0")
+        out = []
+        for i in range(0, len(parts) - _FIELDS + 1, _FIELDS):
+            name, kind, size, mode, mtime, perm, owner, group, full = (
+                p.decode(errors="replace") for p in parts[i : i + _FIELDS]
+            )
+            when = datetime.fromtimestamp(float(mtime), UTC).isoformat().replace("+00:00", "Z")
+            out.append(
+                {
+                    "name": name,
+                    "isDir": kind == "d",
+                    "size": int(size),
+                    "mode": mode,
+                    "modTime": when,
+                    "permissions": perm.rjust(4, "0"),
+                    "owner": owner,
+                    "group": group,
+                    "path": full,
+                    "modifiedAt": when,
+                }
+            )
+        return out
+
+    async def list_files(self, request: Request, rec: Any, sb: Any) -> Response:
+        depth = int(request.query_params.get("depth") or 1)
+        if not 1 <= depth <= 64:
+            raise Refused(400, "depth must be 1 to 64")
+        path = self._path(sb, request.query_params.get("path") or ".")
+        return JSONResponse(await self._entries(rec, sb, path, depth))
+
+    async def file_info(self, request: Request, rec: Any, sb: Any) -> Response:
+        (entry,) = await self._entries(rec, sb, self._path(sb, request.query_params.get("path")), None)
+        return JSONResponse(entry)
+
+    async def delete_file(self, request: Request, rec: Any, sb: Any) -> Response:
+        path = self._path(sb, request.query_params.get("path"))
+        try:
+            await rec.sandbox.remove(path, recursive=request.query_params.get("recursive") == "true")
+        except E.NotFound:
+            raise missing(path) from None
+        return Response(status_code=204)
+
+    async def create_folder(self, request: Request, rec: Any, sb: Any) -> Response:
+        path = self._path(sb, request.query_params.get("path"))
+        mode = request.query_params.get("mode") or "755"
+        if not mode.isdigit() or len(mode) > 4 or any(c > "7" for c in mode):
+            raise Refused(400, "mode must be octal, e.g. 755")
+        r = await self._shell(rec, sb, 'mkdir -p -m "$2" -- "$1"', path, mode)
+        if r.exit_code != 0:
+            raise Refused(400, r.stderr.decode(errors="replace").strip())
+        return Response(status_code=201)
+
+    async def move(self, request: Request, rec: Any, sb: Any) -> Response:
+        q = request.query_params
+        source, dest = (
+            self._path(sb, q.get("source"), "source"),
+            self._path(sb, q.get("destination"), "destination"),
+        )
+        r = await self._shell(rec, sb, _EXISTS + 'exec mv -- "$1" "$2"', source, dest)
+        if r.exit_code == _MISSING:
+            raise missing(source)
+        if r.exit_code != 0:
+            raise Refused(400, r.stderr.decode(errors="replace").strip())
+        return Response(status_code=200)
+
+    async def permissions(self, request: Request, rec: Any, sb: Any) -> Response:
+        q = request.query_params
+        path = self._path(sb, q.get("path"))
+        mode, owner, group = q.get("mode") or "", q.get("owner") or "", q.get("group") or ""
+        if mode and (not mode.isdigit() or any(c > "7" for c in mode)):
+            raise Refused(400, "mode must be octal, e.g. 644")
+        script = _EXISTS + '[ -z "$2" ] || chmod "$2" -- "$1" || exit 1; '
+        script += '[ -z "$3$4" ] || chown "$3${4:+:$4}" -- "$1"'
+        r = await self._shell(rec, sb, script, path, mode, owner, group)
+        if r.exit_code == _MISSING:
+            raise missing(path)
+        if r.exit_code != 0:
+            raise Refused(400, r.stderr.decode(errors="replace").strip())
+        return Response(status_code=200)
+
+    async def find(self, request: Request, rec: Any, sb: Any) -> Response:
+        """Lines that contain `pattern`, under `path` (grep)."""
+        q = request.query_params
+        path, pattern = self._path(sb, q.get("path")), q.get("pattern") or ""
+        if not pattern:
+            raise Refused(400, "pattern is required")
+        r = await self._shell(rec, sb, _EXISTS + 'exec grep -rnIZF -e "$2" -- "$1"', path, pattern)
+        if r.exit_code == _MISSING:
+            raise missing(path)
+        matches = []
+        for line in r.stdout.decode(errors="replace").splitlines():
+            name, _, rest = line.partition("\0")
+            number, _, content = rest.partition(":")
+            if number.isdigit():
+                matches.append({"file": name, "line": int(number), "content": content})
+        return JSONResponse(matches)
+
+    async def search(self, request: Request, rec: Any, sb: Any) -> Response:
+        """Files whose name matches the glob `pattern`, under `path`."""
+        q = request.query_params
+        path, pattern = self._path(sb, q.get("path")), q.get("pattern") or ""
+        if not pattern:
+            raise Refused(400, "pattern is required")
+        r = await self._shell(rec, sb, _EXISTS + 'exec find "$1" -name "$2" -print0', path, pattern)
+        if r.exit_code == _MISSING:
+            raise missing(path)
+        return JSONResponse({"files": [f for f in r.stdout.decode(errors="replace").split("\0") if f]})
+
+    async def replace(self, request: Request, rec: Any, sb: Any) -> Response:
+        body = await self._body(request)
+        files, pattern, new = body.get("files"), body.get("pattern"), body.get("newValue")
+        if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
+            raise Refused(400, "files must be a list of paths")
+        if not isinstance(pattern, str) or not pattern or not isinstance(new, str):
+            raise Refused(400, "pattern and newValue are required strings")
+        results = []
+        for f in files:
+            path = self._path(sb, f)
+            try:
+                data = await rec.sandbox.read_file(path, max_bytes=MAX_FILE_BYTES)
+                await rec.sandbox.write_file(path, data.replace(pattern.encode(), new.encode()))
+                results.append({"file": f, "success": True})
+            except E.SandboxError as e:
+                results.append({"file": f, "success": False, "error": e.message})
+        return JSONResponse(results)
+
+    async def upload(self, request: Request, rec: Any, sb: Any) -> Response:
+        form = await request.form(max_files=1000, max_fields=1000, max_part_size=MAX_FILE_BYTES)
+        try:
+            paths = {k[len("files[") : -len("].path")]: v for k, v in form.items() if k.endswith("].path")}
+            files: dict[str, bytes] = {}
+            for key, dest in paths.items():
+                part = form.get(f"files[{key}].file")
+                if part is None or isinstance(part, str) or not isinstance(dest, str):
+                    raise Refused(400, f"files[{key}] has no file")
+                files[self._path(sb, dest)] = await part.read()
+        finally:
+            await form.close()
+        if not files:
+            raise Refused(400, "no files[i].path / files[i].file parts")
+        await rec.sandbox.write_files(files)
+        return JSONResponse({"files": [{"path": p, "bytes": len(d)} for p, d in files.items()]})
+
+    async def download(self, request: Request, rec: Any, sb: Any) -> Response:
+        body = await self._body(request)
+        paths = body.get("paths")
+        if not isinstance(paths, list) or not paths or not all(isinstance(p, str) for p in paths):
+            raise Refused(400, "paths must be a non-empty list of paths")
+        boundary = uuid.uuid4().hex
+        chunks: list[bytes] = []
+        for p in dict.fromkeys(paths):
+            name = json.dumps(p, ensure_ascii=False)  # quoted, escaped: the SDK reads back the path as given
+            try:
+                data = await rec.sandbox.read_file(self._path(sb, p), max_bytes=MAX_FILE_BYTES)
+                head = f'Content-Disposition: form-data; name="file"; filename={name}\r\n'
+                head += "Content-Type: application/octet-stream\r\n"
+            except E.SandboxError as e:
+                status, code = (
+                    (404, "FILE_NOT_FOUND") if isinstance(e, E.NotFound) else (400, "FILE_READ_FAILED")
+                )
+                data = json.dumps({**daemon_body(status, e.message), "code": code}).encode()
+                head = f'Content-Disposition: form-data; name="error"; filename={name}\r\n'
+                head += "Content-Type: application/json\r\n"
+            chunks += [f"--{boundary}\r\n{head}\r\n".encode(), data, b"\r\n"]
+        chunks.append(f"--{boundary}--\r\n".encode())
+        return Response(b"".join(chunks), media_type=f"multipart/form-data; boundary={boundary}")

@@ -1,0 +1,219 @@
+"""Scenarios of the unmodified `daytona` SDK against a real `sandboxes serve`, run inside the
+client virtualenv (tests/clients/daytona.txt) by tests/test_daytona_api.py:
+
+    python daytona_scenarios.py SCENARIO [ARG]    (DAYTONA_API_URL, DAYTONA_API_KEY set)
+
+Each drives the SDK as its users do and prints one JSON object of what it observed; exceptions
+are recorded by class name, since which one the SDK raises is the contract.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import sys
+import time
+from typing import Any
+
+from daytona import (
+    AsyncDaytona,
+    CreateSandboxFromImageParams,
+    CreateSandboxFromSnapshotParams,
+    Daytona,
+    FileUpload,
+    ListSandboxesQuery,
+    Resources,
+    SessionExecuteRequest,
+)
+
+
+def err(e: BaseException) -> dict[str, Any]:
+    return {"error": type(e).__name__, "message": str(e)[:300]}
+
+
+async def aattempt(coro: Any) -> Any:
+    try:
+        return {"ok": await coro}
+    except Exception as e:  # noqa: BLE001 - the class of the error is what is observed
+        return err(e)
+
+
+async def lifecycle(image: str | None) -> dict[str, Any]:
+    """Create from an image, exec, code_run, sessions, files, labels, stop / start, fork, delete."""
+    out: dict[str, Any] = {}
+    async with AsyncDaytona() as d:
+        t0 = time.perf_counter()
+        sb = await d.create(
+            CreateSandboxFromImageParams(
+                image=image or "python:3.11-slim",
+                env_vars={"GREETING": "hi"},
+                labels={"run": "lc"},
+                name="lc-box",
+            )
+        )
+        out["create_s"] = time.perf_counter() - t0
+        out["state"] = str(sb.state.value if hasattr(sb.state, "value") else sb.state)
+        r = await sb.process.exec("echo $GREETING; echo to-stderr >&2; echo $X; pwd", env={"X": "x1"})
+        out["exec"] = [r.exit_code, r.result]
+        r = await sb.process.exec("pwd", cwd="/tmp")
+        out["cwd"] = r.result
+        out["exit"] = (await sb.process.exec("exit 3")).exit_code
+        out["timeout"] = await aattempt(sb.process.exec("sleep 30", timeout=1))
+        r = await sb.process.code_run("x = 6 * 7\nprint(x)")
+        out["code_run"] = [r.exit_code, r.result]
+        r = await sb.process.code_run("print(x)")
+        out["code_run_fresh"] = [r.exit_code, "NameError" in r.result]
+
+        # Sessions: state kept between commands, async commands, logs.
+        p = sb.process
+        await p.create_session("s1")
+        await p.execute_session_command("s1", SessionExecuteRequest(command="cd /tmp && export V=kept"))
+        r = await p.execute_session_command("s1", SessionExecuteRequest(command="pwd; echo $V; echo e >&2"))
+        out["session"] = [r.exit_code, r.stdout, r.stderr]
+        r = await p.execute_session_command("s1", SessionExecuteRequest(command="if then fi"))
+        out["session_syntax"] = r.exit_code
+        r = await p.execute_session_command("s1", SessionExecuteRequest(command="echo still"))
+        out["session_after"] = r.stdout
+        r = await p.execute_session_command(
+            "s1", SessionExecuteRequest(command="sleep 0.5; echo later; exit 5", run_async=True)
+        )
+        running = await p.get_session_command("s1", r.cmd_id)
+        out["async_running"] = running.exit_code
+        while (c := await p.get_session_command("s1", r.cmd_id)).exit_code is None:
+            await asyncio.sleep(0.1)
+        logs = await p.get_session_command_logs("s1", r.cmd_id)
+        out["async"] = [c.exit_code, logs.stdout]
+        out["sessions"] = [s.session_id for s in await p.list_sessions()]
+        out["session_commands"] = len((await p.get_session("s1")).commands)
+        await p.delete_session("s1")
+        out["session_gone"] = await aattempt(p.get_session("s1"))
+
+        # Files.
+        fs = sb.fs
+        await fs.upload_file(b"hello world\n", "notes/a.txt")
+        await fs.upload_files([FileUpload(source=b"second\n", destination="notes/b.txt")])
+        out["download"] = (await fs.download_file("notes/a.txt")).decode()
+        out["download_missing"] = await aattempt(fs.download_file("notes/none.txt"))
+        out["list"] = sorted((f.name, f.is_dir, f.size) for f in await fs.list_files("notes"))
+        info = await fs.get_file_info("notes/a.txt")
+        out["info"] = [info.name, info.is_dir, info.size, info.permissions]
+        await fs.create_folder("notes/sub", "755")
+        await fs.move_files("notes/b.txt", "notes/sub/b.txt")
+        out["moved"] = (await fs.download_file("notes/sub/b.txt")).decode()
+        out["find"] = [
+            (m.file.rsplit("/", 1)[-1], m.line, m.content) for m in await fs.find_files("notes", "hello")
+        ]
+        out["search"] = sorted(f.rsplit("/", 1)[-1] for f in (await fs.search_files("notes", "*.txt")).files)
+        res = await fs.replace_in_files(["notes/a.txt"], "world", "there")
+        out["replace"] = [bool(x.success) for x in res]
+        out["replaced"] = (await fs.download_file("notes/a.txt")).decode()
+        await fs.set_file_permissions("notes/a.txt", mode="600")
+        out["mode"] = (await fs.get_file_info("notes/a.txt")).permissions
+        await fs.delete_file("notes/sub", recursive=True)
+        out["deleted"] = await aattempt(fs.get_file_info("notes/sub"))
+
+        # Labels, get, list.
+        await sb.set_labels({"run": "lc", "phase": "two"})
+        out["by_name"] = (await d.get("lc-box")).id == sb.id
+        listed = [s.id async for s in d.list(ListSandboxesQuery(labels={"phase": "two"}))]
+        out["listed"] = listed == [sb.id]
+        out["listed_none"] = [s.id async for s in d.list(ListSandboxesQuery(labels={"phase": "none"}))]
+
+        # Stop keeps the files; start boots from them.
+        await sb.stop()
+        out["stopped"] = str((await d.get(sb.id)).state.value)
+        out["exec_stopped"] = await aattempt(sb.process.exec("true"))
+        await sb.start()
+        out["started"] = str((await d.get(sb.id)).state.value)
+        out["after_restart"] = (await sb.process.exec("cat notes/a.txt")).result
+
+        fork = await sb.fork(name="lc-fork")
+        out["fork"] = (await fork.process.exec("cat notes/a.txt")).result
+        await fork.delete()
+
+        out["preview"] = await aattempt(sb.get_preview_link(8080))
+        if "ok" in out["preview"]:
+            out["preview"] = {
+                "ok": [out["preview"]["ok"].url.startswith("http"), bool(out["preview"]["ok"].token)]
+            }
+        out["gpu"] = await aattempt(
+            d.create(CreateSandboxFromImageParams(image="python:3.11-slim", resources=Resources(gpu=1)))
+        )
+        out["build"] = await aattempt(
+            d.create(
+                CreateSandboxFromImageParams(
+                    image=__import__("daytona").Image.base("python:3.11-slim").run_commands("true")
+                )
+            )
+        )
+        out["id"] = sb.id
+        await sb.delete()
+        out["after_delete"] = await aattempt(d.get(sb.id))
+        out["left"] = [s.id async for s in d.list()]
+    return out
+
+
+def sync_client(_: str | None) -> dict[str, Any]:
+    """The sync client: create (from the default snapshot), exec, files, delete."""
+    d = Daytona()
+    sb = d.create(CreateSandboxFromSnapshotParams(labels={"client": "sync"}))
+    out: dict[str, Any] = {"exec": sb.process.exec("echo sync").result}
+    sb.fs.upload_file(b"sync file", "s.txt")
+    out["download"] = sb.fs.download_file("s.txt").decode()
+    out["code_run"] = sb.process.code_run("print(1 + 1)").result
+    out["id"] = sb.id
+    sb.delete()
+    return out
+
+
+async def hold(_: str | None) -> dict[str, Any]:
+    """Creates a sandbox and leaves it (another key's view of it is the next scenario)."""
+    async with AsyncDaytona() as d:
+        sb = await d.create()
+        return {"id": sb.id}
+
+
+async def other_key(sandbox_id: str | None) -> dict[str, Any]:
+    async with AsyncDaytona() as d:
+
+        async def listed() -> list[str]:
+            return [s.id async for s in d.list()]
+
+        return {"get": await aattempt(d.get(sandbox_id or "")), "listed": await aattempt(listed())}
+
+
+async def bench(n: str | None) -> dict[str, Any]:
+    """`process.exec("true")` timings in one sandbox (bench/daytona_api.py)."""
+    async with AsyncDaytona() as d:
+        sb = await d.create()
+        for _ in range(10):
+            await sb.process.exec("true")
+        times = []
+        for _ in range(int(n or 200)):
+            t = time.perf_counter()
+            await sb.process.exec("true")
+            times.append(time.perf_counter() - t)
+        await sb.delete()
+        return {"exec_true": times}
+
+
+SCENARIOS = {
+    "lifecycle": lifecycle,
+    "sync_client": sync_client,
+    "hold": hold,
+    "other_key": other_key,
+    "bench": bench,
+}
+
+
+def main() -> None:
+    fn = SCENARIOS[sys.argv[1]]
+    arg = sys.argv[2] if len(sys.argv) > 2 else None
+    out = asyncio.run(fn(arg)) if asyncio.iscoroutinefunction(fn) else fn(arg)
+    print(json.dumps(out, default=str), flush=True)
+    os._exit(0)  # the SDK's background realtime client may still be tearing down
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,87 @@
+"""The Daytona API, proven by the unmodified `daytona` SDK from PyPI (its own virtualenv,
+tests/clients/daytona.txt) against a real server over real sockets: the server runs here, the SDK
+in a subprocess (`clients/daytona_scenarios.py`) pointed at it by `DAYTONA_API_URL` and
+`DAYTONA_API_KEY` only."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from server_helpers import KEY_A, KEY_B, run_scenario
+
+pytestmark = pytest.mark.asyncio
+
+
+async def scenario(server: Any, name: str, arg: str | None = None, *, key: str = KEY_A) -> dict[str, Any]:
+    env = {"DAYTONA_API_URL": f"http://127.0.0.1:{server.http_port}/daytona", "DAYTONA_API_KEY": key}
+    return await run_scenario("daytona", "daytona_scenarios.py", [name, *([arg] if arg else [])], env)
+
+
+def check_lifecycle(o: dict[str, Any]) -> None:
+    assert o["state"] == "started"
+    assert o["exec"] == [0, "hi\nto-stderr\nx1\n/work\n"] or o["exec"][1].endswith("\n")
+    assert o["cwd"] == "/tmp\n" and o["exit"] == 3
+    assert o["timeout"]["error"] == "DaytonaProcessExecutionTimeoutError"
+    assert o["code_run"] == [0, "42\n"] and o["code_run_fresh"] == [1, True]
+    assert o["session"] == [0, "/tmp\nkept\n", "e\n"]
+    assert o["session_syntax"] != 0 and o["session_after"] == "still\n"
+    assert o["async_running"] is None and o["async"] == [5, "later\n"]
+    assert o["sessions"] == ["s1"] and o["session_commands"] == 5
+    assert o["session_gone"]["error"] == "DaytonaNotFoundError"
+    assert o["download"] == "hello world\n"
+    assert o["download_missing"]["error"] == "DaytonaFileNotFoundError"
+    assert o["list"] == [["a.txt", False, 12], ["b.txt", False, 7]]
+    assert o["info"] == ["a.txt", False, 12, "0644"]
+    assert o["moved"] == "second\n"
+    assert o["find"] == [["a.txt", 1, "hello world"]]
+    assert o["search"] == ["a.txt", "b.txt"]
+    assert o["replace"] == [True] and o["replaced"] == "hello there\n"
+    assert o["mode"] == "0600"
+    assert o["deleted"]["error"] == "DaytonaFileNotFoundError"
+    assert o["by_name"] and o["listed"] and o["listed_none"] == []
+    assert o["stopped"] == "stopped" and o["exec_stopped"]["error"] == "DaytonaConflictError"
+    assert o["started"] == "started" and o["after_restart"] == "hello there\n"
+    assert o["fork"] == "hello there\n"
+    assert o["gpu"]["error"] == "DaytonaBadRequestError"
+    assert o["build"]["error"] == "DaytonaBadRequestError"
+    assert o["after_delete"]["error"] == "DaytonaNotFoundError"
+    assert o["left"] == []
+
+
+async def test_lifecycle(make_server) -> None:
+    server = await make_server(http_port=0, ports_port=0)
+    o = await scenario(server, "lifecycle")
+    check_lifecycle(o)
+    assert o["exec"] == [0, "hi\nto-stderr\nx1\n/work\n"]
+    assert o["preview"] == {"ok": [True, True]}
+    assert len(server.service.registry) == 0
+
+
+async def test_sync_client(make_server) -> None:
+    server = await make_server(http_port=0)
+    o = await scenario(server, "sync_client")
+    assert o["exec"] == "sync\n" and o["download"] == "sync file" and o["code_run"] == "2\n"
+    assert len(server.service.registry) == 0
+
+
+async def test_keys(make_server) -> None:
+    """Another key's sandbox is not found and not listed; a wrong key is refused."""
+    server = await make_server(http_port=0)
+    held = await scenario(server, "hold")
+    other = await scenario(server, "other_key", held["id"], key=KEY_B)
+    assert other["get"]["error"] == "DaytonaNotFoundError" and other["listed"] == {"ok": []}
+    wrong = await scenario(server, "other_key", held["id"], key="not-a-key-0123456789")
+    assert wrong["get"]["error"] == wrong["listed"]["error"] == "DaytonaAuthenticationError"
+    mine = await scenario(server, "other_key", held["id"])
+    assert "ok" in mine["get"] and mine["listed"] == {"ok": [held["id"]]}
+
+
+@pytest.mark.timeout(1800)
+async def test_on_the_docker_backend(make_server, dev_image) -> None:
+    """The same on docker: the sandbox is a container of the image asked for."""
+    server = await make_server(http_port=0, backend="docker")
+    o = await scenario(server, "lifecycle", dev_image)
+    check_lifecycle(o)
+    assert o["preview"]["error"] == "DaytonaBadRequestError"  # no ports listener on this server
+    assert len(server.service.registry) == 0
