@@ -28,6 +28,7 @@ BENCHMARKS = {
     "sandbox_cost": "bench.sandbox_cost",
     "ports": "bench.ports",
     "templates": "bench.templates",
+    "daytona_api": "bench.daytona_api",
 }
 
 

@@ -34,7 +34,7 @@ README_ROWS = {
     "pool": 2,
     "docker": 2,
     "reward": 2,
-    "e2b_api": 2,
+    "e2b_api": 1,
     "prime_api": 1,
     "checkpoints": 2,
 }
