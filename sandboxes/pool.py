@@ -697,7 +697,9 @@ class Pool:
     ) -> _TemplatePool:
         """`_layered`, mounting the volumes off the event loop first."""
         name = self._derived_name(base, layers, volumes)
-        if name in self._tps or not volumes:
+        if name in self._tps:
+            return self._tps[name]
+        if not volumes:
             return self._layered(base, layers)
         hosts = await asyncio.to_thread(self._mount, volumes)
         if name in self._tps:  # made by another claim meanwhile

@@ -58,6 +58,22 @@ async def test_lifecycle(make_server) -> None:
     assert len(server.service.registry) == 0
 
 
+async def test_snapshots_and_volumes(make_server) -> None:
+    """A snapshot of an image (built: pending, then active), one of a sandbox's files (what it
+    wrote before, not after), listed and deleted; a volume two sandboxes share."""
+    server = await make_server(http_port=0)
+    o = await scenario(server, "images")
+    assert o["snap_state"] == "active"
+    assert o["from_sandbox"] == "made\n"
+    assert o["listed"] == ["snap-img", "snap-sb"]
+    assert o["memory"]["error"] == "DaytonaNotFoundError"
+    assert o["volume_get"] and o["volume"] == "shared\n" and o["volumes"] == ["vol-a"]
+    assert o["missing_volume"]["error"] == "DaytonaNotFoundError"
+    assert o["snapshots_after"] == [] and o["volumes_after"] == []
+    assert len(server.service.registry) == 0
+    assert server.pool.checkpoints.list() == []
+
+
 async def test_sync_client(make_server) -> None:
     server = await make_server(http_port=0)
     o = await scenario(server, "sync_client")

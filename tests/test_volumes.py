@@ -69,6 +69,22 @@ async def test_a_volume_is_shared_kept_and_bounded(make_pool, tmp_path: Path) ->
     assert again.volumes.list() == [] and list(vdir.glob("vol-*")) == []
 
 
+async def test_sandboxes_of_one_mount_at_once_all_have_it(make_pool, tmp_path: Path) -> None:
+    """Three sandboxes alive together, of one template with the same volume at the same path
+    (one template pool of theirs): each has it mounted and sees the others' writes."""
+    pool = await make_pool(warm=0, templates=TEMPLATES, volume_dir=tmp_path / "vols")
+    await pool.create_volume("data", size_bytes=8 * MB)
+    async with (
+        pool.sandbox("root", volumes={"/mnt/data": "data"}) as a,
+        pool.sandbox("root", volumes={"/mnt/data": "data"}) as b,
+        pool.sandbox("root", volumes={"/mnt/data": "data"}) as c,
+    ):
+        await out(a, "echo from-a > /mnt/data/a")
+        assert await out(b, "cat /mnt/data/a; echo from-b > /mnt/data/b") == "from-a\n"
+        assert await out(c, "cat /mnt/data/a /mnt/data/b") == "from-a\nfrom-b\n"
+    await pool.delete_volume("data")
+
+
 async def test_a_volume_is_its_owners_alone_and_deleting_one_in_use_waits(make_pool, tmp_path: Path) -> None:
     vdir = tmp_path / "vols"
     pool = await make_pool(warm=0, volume_dir=vdir)

@@ -20,11 +20,13 @@ from daytona import (
     AsyncDaytona,
     CreateSandboxFromImageParams,
     CreateSandboxFromSnapshotParams,
+    CreateSnapshotParams,
     Daytona,
     FileUpload,
     ListSandboxesQuery,
     Resources,
     SessionExecuteRequest,
+    VolumeMount,
 )
 
 
@@ -154,6 +156,45 @@ async def lifecycle(image: str | None) -> dict[str, Any]:
     return out
 
 
+async def images(image: str | None) -> dict[str, Any]:
+    """Snapshots (of an image, of a sandbox's files) and volumes shared by sandboxes."""
+    out: dict[str, Any] = {}
+    async with AsyncDaytona() as d:
+        snap = await d.snapshot.create(
+            CreateSnapshotParams(name="snap-img", image=image or "python:3.11-slim")
+        )
+        out["snap_state"] = str(snap.state.value if hasattr(snap.state, "value") else snap.state)
+        sb = await d.create(CreateSandboxFromSnapshotParams(snapshot="snap-img"))
+        await sb.process.exec("mkdir -p /opt/state && echo made > /opt/state/made.txt")
+        await sb.create_snapshot("snap-sb")
+        await sb.process.exec("echo later > /opt/state/later.txt")
+        again = await d.create(CreateSandboxFromSnapshotParams(snapshot="snap-sb"))
+        out["from_sandbox"] = (await again.process.exec("cat /opt/state/*")).result
+        out["listed"] = sorted(s.name for s in (await d.snapshot.list()).items)
+        out["memory"] = await aattempt(d.snapshot.get("snap-none"))
+        vol = await d.volume.create("vol-a")
+        out["volume_get"] = (await d.volume.get("vol-a")).id == vol.id
+        mount = [VolumeMount(volume_id=vol.id, mount_path="/mnt/data")]
+        one = await d.create(CreateSandboxFromSnapshotParams(volumes=mount))
+        two = await d.create(CreateSandboxFromSnapshotParams(volumes=mount))
+        await one.process.exec("echo shared > /mnt/data/f")
+        out["volume"] = (await two.process.exec("cat /mnt/data/f")).result
+        out["volumes"] = [v.name for v in await d.volume.list()]
+        out["missing_volume"] = await aattempt(
+            d.create(
+                CreateSandboxFromSnapshotParams(volumes=[VolumeMount(volume_id="nope", mount_path="/x")])
+            )
+        )
+        for s in (sb, again, one, two):
+            await s.delete()
+        await d.volume.delete(vol)
+        for name in ("snap-img", "snap-sb"):
+            await d.snapshot.delete(await d.snapshot.get(name))
+        out["snapshots_after"] = (await d.snapshot.list()).items
+        out["volumes_after"] = await d.volume.list()
+    return out
+
+
 def sync_client(_: str | None) -> dict[str, Any]:
     """The sync client: create (from the default snapshot), exec, files, delete."""
     d = Daytona()
@@ -200,6 +241,7 @@ async def bench(n: str | None) -> dict[str, Any]:
 
 SCENARIOS = {
     "lifecycle": lifecycle,
+    "images": images,
     "sync_client": sync_client,
     "hold": hold,
     "other_key": other_key,

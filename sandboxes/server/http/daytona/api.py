@@ -14,14 +14,17 @@ GET    /sandbox/{id}/toolbox-proxy-url  {url}
 GET    /sandbox/{id}/ports/{port}/preview-url   {sandboxId, url, token} (serve --ports-port)
 ```
 
+Snapshots and volumes are `images.py`'s.
+
 A create names a snapshot (a server template, a template built on this server, or an image) or
 an image (`buildInfo` of a one-line `FROM image` Dockerfile), chosen as for the other APIs
 (`image_templates.py`). Resources are granted within the template's bounds, and the sandbox
 reports what it got. `autoStopInterval` (15 minutes unless given, 0 never) stops a sandbox idle
 that long (its files kept, as `stop`); with `autoDeleteInterval` 0 (an ephemeral sandbox) it is
-deleted instead. Refused with the platform's error shapes (`{statusCode, message, error}`): GPUs,
-declarative image builds (Dockerfiles beyond `FROM`), volumes, another `user` than the
-template's. A key sees only its own sandboxes; another key's is 404.
+deleted instead. `volumes` mount the key's volumes (by id or name). Refused with the platform's
+error shapes (`{statusCode, message, error}`): GPUs, declarative image builds (Dockerfiles beyond
+`FROM`), volume subpaths, another `user` than the template's. A key sees only its own sandboxes;
+another key's is 404.
 """
 
 from __future__ import annotations
@@ -38,6 +41,8 @@ from starlette.routing import Route
 
 from sandboxes import errors as E
 from sandboxes.egress import EgressPolicy
+from sandboxes.server.http.daytona.fields import image_of, int_of
+from sandboxes.server.http.daytona.images import Images
 from sandboxes.server.http.daytona.state import DaytonaSandbox
 from sandboxes.server.http.endpoint import Envelope, Refused
 from sandboxes.server.image_templates import template_for_image, template_with_egress
@@ -85,6 +90,7 @@ class ControlPlane:
             r("/sandbox/{sandbox_id}/fork", self.fork, "POST"),
             r("/sandbox/{sandbox_id}/toolbox-proxy-url", self.toolbox_url, "GET"),
             r("/sandbox/{sandbox_id}/ports/{port}/preview-url", self.preview_url, "GET"),
+            *(r(path, fn, method) for path, fn, method in Images(self).routes()),
         ]
 
     def _route(self, path: str, fn: Handler, method: str) -> Route:
@@ -130,11 +136,18 @@ class ControlPlane:
 
     async def create(self, request: Request, owner: str) -> Response:
         body = await self._body(request)
-        if _int(body.get("gpu"), "gpu") or body.get("gpuType"):
+        if int_of(body.get("gpu"), "gpu") or body.get("gpuType"):
             raise Refused(400, "GPUs are not available on this server")
-        if body.get("volumes"):
-            raise Refused(400, "volumes are not served by this server's Daytona API")
-        image = _image(body)
+        volumes = _mounts(body.get("volumes"))
+        for ref, _ in (volumes or {}).values():
+            try:
+                self.core.volume_of(owner, ref)
+            except E.NotFound:
+                raise Refused(404, f"Volume {ref} not found") from None
+        image = image_of(body)
+        built = self.core.built.ready_build(owner, image) if image else None
+        if built is None and image and self.core.built.find(owner, image) is not None:
+            raise Refused(400, f"Snapshot {image} is not active")
         name = body.get("name")
         if name is not None and (not isinstance(name, str) or not 0 < len(name) <= 128):
             raise Refused(400, "name must be a string of 1 to 128 characters")
@@ -145,11 +158,15 @@ class ControlPlane:
         env, labels = _str_map(body.get("env"), "env"), _str_map(body.get("labels"), "labels")
         if len(labels) > MAX_LABELS:
             raise Refused(400, f"at most {MAX_LABELS} labels")
-        stop_min = _int(body.get("autoStopInterval", 15), "autoStopInterval")
-        delete_min = _int(body.get("autoDeleteInterval", -1), "autoDeleteInterval", low=-1)
-        archive_min = _int(body.get("autoArchiveInterval", 7 * 24 * 60), "autoArchiveInterval")
+        stop_min = int_of(body.get("autoStopInterval", 15), "autoStopInterval")
+        delete_min = int_of(body.get("autoDeleteInterval", -1), "autoDeleteInterval", low=-1)
+        archive_min = int_of(body.get("autoArchiveInterval", 7 * 24 * 60), "autoArchiveInterval")
         policy = _policy(body)
-        template, _ = await template_for_image(self.core.pool, image)
+        checkpoint = built[1].checkpoint if built is not None else None
+        if checkpoint is not None:
+            template = self.core.checkpoint_of(owner, checkpoint).template
+        else:
+            template, _ = await template_for_image(self.core.pool, image)
         if policy is not None and not self.core.pool.templates[template].has_egress:
             template = await template_with_egress(self.core.pool, template, ())
         tp = self.core.pool.templates[template]
@@ -158,7 +175,13 @@ class ControlPlane:
             raise Refused(400, f"user {body['user']!r} does not exist here: programs run as {user!r}")
         try:
             rec = await self.core.claim(
-                owner, template, env=env, labels=labels, ttl_s=stop_min * 60.0 if stop_min else None
+                owner,
+                template,
+                env=env,
+                labels=labels,
+                ttl_s=stop_min * 60.0 if stop_min else None,
+                checkpoint=checkpoint,
+                volumes=volumes,
             )
         except E.LaunchError as e:
             if e.step != "image":
@@ -167,6 +190,8 @@ class ControlPlane:
         try:
             if policy is not None:
                 await self.core.set_network(rec, policy)
+            if built is not None:
+                await self.core.start_built(rec, *built, env)
         except E.SandboxError:
             await self.core.delete_record(rec, "create failed")
             raise
@@ -177,7 +202,7 @@ class ControlPlane:
             template=template,
             snapshot=image or template,
             user=user,
-            work_dir=tp.work_dir or "/work",
+            work_dir=(built[1].work_dir if built is not None else "") or tp.work_dir or "/work",
             env=env,
             labels=labels,
             cpu=max(1, math.ceil(tp.cpu_quota)) if tp.cpu_quota else 1,
@@ -209,9 +234,9 @@ class ControlPlane:
             if not isinstance(labels, dict):
                 raise Refused(400, "labels must be a JSON object")
         states = set(q.getlist("states"))
-        limit = _int(q.get("limit") or LIST_LIMIT, "limit", low=1)
+        limit = int_of(q.get("limit") or LIST_LIMIT, "limit", low=1)
         limit = min(limit, MAX_LIST_LIMIT)
-        start = _int(q.get("cursor") or 0, "cursor")
+        start = int_of(q.get("cursor") or 0, "cursor")
         views = []
         for rec in self.core.registry.select(owner):
             if "daytona" not in rec.attrs:
@@ -268,7 +293,7 @@ class ControlPlane:
 
     async def auto_stop(self, request: Request, owner: str) -> Response:
         rec, sb = await self.live(owner, request.path_params["sandbox_id"])
-        sb.auto_stop_min = _int(request.path_params["minutes"], "autoStopInterval")
+        sb.auto_stop_min = int_of(request.path_params["minutes"], "autoStopInterval")
         if sb.state == "started":
             if sb.auto_stop_min:
                 self.core.registry.set_ttl(rec, sb.auto_stop_min * 60.0)
@@ -279,13 +304,13 @@ class ControlPlane:
 
     async def auto_archive(self, request: Request, owner: str) -> Response:
         _, sb = await self.live(owner, request.path_params["sandbox_id"])
-        sb.auto_archive_min = _int(request.path_params["minutes"], "autoArchiveInterval")
+        sb.auto_archive_min = int_of(request.path_params["minutes"], "autoArchiveInterval")
         sb.touch()
         return self._answer(request, sb)
 
     async def auto_delete(self, request: Request, owner: str) -> Response:
         rec, sb = await self.live(owner, request.path_params["sandbox_id"])
-        sb.auto_delete_min = _int(request.path_params["minutes"], "autoDeleteInterval", low=-1)
+        sb.auto_delete_min = int_of(request.path_params["minutes"], "autoDeleteInterval", low=-1)
         rec.on_ttl, rec.pause_memory = ("delete", True) if sb.auto_delete_min == 0 else ("pause", False)
         sb.touch()
         return self._answer(request, sb)
@@ -310,30 +335,26 @@ class ControlPlane:
 
     async def preview_url(self, request: Request, owner: str) -> Response:
         rec, sb = await self.live(owner, request.path_params["sandbox_id"])
-        port = _int(request.path_params["port"], "port", low=1)
+        port = int_of(request.path_params["port"], "port", low=1)
         url, _, token = self.core.port_access(rec, port)
         return JSONResponse({"sandboxId": sb.id, "url": url, "token": token})
 
 
-def _image(body: dict[str, Any]) -> str | None:
-    """The image or snapshot a create names (None: the default)."""
-    snapshot = body.get("snapshot")
-    build = body.get("buildInfo")
-    if build is not None:
-        text = build.get("dockerfileContent") if isinstance(build, dict) else None
-        lines = [
-            ln.strip() for ln in (text or "").splitlines() if ln.strip() and not ln.strip().startswith("#")
-        ]
-        if len(lines) != 1 or not lines[0].upper().startswith("FROM "):
-            raise Refused(
-                400,
-                "declarative image builds are not supported by this server: create from an image name "
-                "or a snapshot (build templates through the E2B template API)",
-            )
-        return lines[0].split()[1]
-    if snapshot is not None and (not isinstance(snapshot, str) or not snapshot):
-        raise Refused(400, "snapshot must be a name")
-    return snapshot or None
+def _mounts(value: Any) -> dict[str, tuple[str, bool]] | None:
+    """`volumes: [{volumeId, mountPath}]` as the core's mounts (path -> (volume, read-only))."""
+    if not value:
+        return None
+    if not isinstance(value, list) or not all(
+        isinstance(m, dict) and isinstance(m.get("volumeId"), str) and isinstance(m.get("mountPath"), str)
+        for m in value
+    ):
+        raise Refused(400, "volumes must be a list of {volumeId, mountPath}")
+    if any(m.get("subpath") for m in value):
+        raise Refused(400, "volume subpaths are not supported by this server")
+    mounts = {m["mountPath"]: (m["volumeId"], False) for m in value}
+    if len(mounts) != len(value):
+        raise Refused(400, "two volumes are mounted at one path")
+    return mounts
 
 
 def _policy(body: dict[str, Any]) -> EgressPolicy | None:
@@ -348,18 +369,6 @@ def _policy(body: dict[str, Any]) -> EgressPolicy | None:
         return EgressPolicy.of(allow=[a.strip() for a in allow.split(",") if a.strip()])
     except E.InvalidRequest as e:
         raise Refused(400, e.message) from None
-
-
-def _int(value: Any, name: str, low: int = 0) -> int:
-    if value is None:
-        return 0
-    try:
-        n = int(value) if isinstance(value, str) else value
-    except ValueError:
-        raise Refused(400, f"{name} must be an integer") from None
-    if isinstance(n, bool) or not isinstance(n, int) or n < low:
-        raise Refused(400, f"{name} must be an integer of at least {low}")
-    return n
 
 
 def _str_map(value: Any, name: str) -> dict[str, str]:
