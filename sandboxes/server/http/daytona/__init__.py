@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any
 
 from starlette.requests import Request
+from starlette.websockets import WebSocket
 
 from sandboxes.server.http.daytona.api import PREFIX, ControlPlane
 from sandboxes.server.http.daytona.state import DaytonaSandbox
@@ -29,9 +30,9 @@ class DaytonaApi:
         core.share_attr("daytona", dataclass_codec(DaytonaSandbox))
 
     def routes(self) -> list[Any]:
-        return self.control.routes() + self.toolbox.routes()
+        return self.control.routes() + self.toolbox.routes() + self.toolbox.websocket_routes()
 
-    def owner(self, request: Request) -> str:
+    def owner(self, request: Request | WebSocket) -> str:
         return self.auth.authenticate_header(request.headers.get("authorization"))
 
     @staticmethod

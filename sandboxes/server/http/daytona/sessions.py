@@ -120,13 +120,15 @@ class Session:
 
     async def logs(self, c: Command) -> tuple[bytes, bytes]:
         """What `c` printed so far: (stdout, stderr)."""
-        out = []
-        for suffix in (".out", ".err"):
-            try:
-                out.append(await self.sb.read_file(f"{self.dir}/{c.id}{suffix}", max_bytes=MAX_LOG_BYTES))
-            except E.NotFound:
-                out.append(b"")
-        return out[0], out[1]
+        return await self.read(c, "stdout"), await self.read(c, "stderr")
+
+    async def read(self, c: Command, stream: str, offset: int = 0) -> bytes:
+        """What `c` printed on `stream` ("stdout" or "stderr") from `offset` on."""
+        path = f"{self.dir}/{c.id}{'.out' if stream == 'stdout' else '.err'}"
+        try:
+            return await self.sb.read_file(path, offset=offset, max_bytes=MAX_LOG_BYTES)
+        except E.NotFound:
+            return b""
 
     def to_json(self) -> dict[str, Any]:
         return {"sessionId": self.id, "commands": [c.to_json() for c in self.commands.values()]}

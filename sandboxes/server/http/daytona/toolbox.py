@@ -6,7 +6,7 @@ POST   /process/execute        {command, cwd, envs, timeout}  -> {result, exitCo
 POST   /process/code-run       {code, language, argv, envs, timeout} -> {result, exitCode, artifacts}
 POST   /process/session        {sessionId}; GET /process/session[/{id}]; DELETE /process/session/{id}
 POST   /process/session/{id}/exec {command, runAsync} -> {cmdId[, exitCode, output, stdout, stderr]}
-GET    /process/session/{id}/command/{cmd}[/logs]
+GET    /process/session/{id}/command/{cmd}[/logs]   (/logs?follow=true: a WebSocket)
 GET    /files?path&depth, /files/info?path, DELETE /files?path&recursive
 POST   /files/folder?path&mode, /files/move?source&destination, /files/permissions?path&mode&owner&group
 GET    /files/find?path&pattern (contents), /files/search?path&pattern (names); POST /files/replace
@@ -25,6 +25,8 @@ the sandbox's auto-stop.
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import json
 import posixpath
 import time
@@ -34,7 +36,8 @@ from typing import Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
-from starlette.routing import Route
+from starlette.routing import Route, WebSocketRoute
+from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from sandboxes import errors as E
 from sandboxes.server.http.daytona.api import PREFIX
@@ -50,6 +53,7 @@ MAX_BODY_BYTES = 4 << 20
 MAX_FILE_BYTES = 1 << 30
 DEFAULT_TIMEOUT_S = 3600
 LISTING_BYTES = 64 << 20
+FOLLOW_POLL_S = 0.1  # how often a followed command's output is read while it runs
 COMMAND_LIMITS = Limits(max_output_bytes=64 << 20)
 _MISSING = 3
 _FIELDS = 9
@@ -214,7 +218,7 @@ class Toolbox:
             }
         )
 
-    def _command(self, rec: Any, request: Request) -> tuple[Any, Any]:
+    def _command(self, rec: Any, request: Request | WebSocket) -> tuple[Any, Any]:
         session = self._sessions(rec).get(request.path_params["session_id"])
         c = session.commands.get(request.path_params["command_id"])
         if c is None:
@@ -223,6 +227,39 @@ class Toolbox:
 
     async def get_command(self, request: Request, rec: Any, sb: Any) -> Response:
         return JSONResponse(self._command(rec, request)[1].to_json())
+
+    def websocket_routes(self) -> list[WebSocketRoute]:
+        path = f"{PREFIX}/toolbox/{{sandbox_id}}/process/session/{{session_id}}/command/{{command_id}}/logs"
+        return [WebSocketRoute(path, self.follow_logs)]
+
+    async def follow_logs(self, ws: WebSocket) -> None:
+        """`logs?follow=true` as a WebSocket: what the command prints, each chunk behind its
+        stream's marker (`\\x01\\x01\\x01` stdout, `\\x02\\x02\\x02` stderr), closed (1000) once
+        it has ended and everything it printed is sent."""
+        try:
+            owner = self.daytona.owner(ws)
+            rec, _ = await self.daytona.control.live(owner, ws.path_params["sandbox_id"])
+            session, c = self._command(rec, ws)
+        except (E.SandboxError, Refused):
+            await ws.close(code=1008)  # before the handshake: the upgrade is refused (403)
+            return
+        await ws.accept()
+        offsets = {"stdout": 0, "stderr": 0}
+        try:
+            while True:
+                ended = c.done.is_set()
+                for stream, marker in (("stdout", b"\x01\x01\x01"), ("stderr", b"\x02\x02\x02")):
+                    data = await session.read(c, stream, offsets[stream])
+                    if data:
+                        offsets[stream] += len(data)
+                        await ws.send_bytes(marker + data)
+                if ended:
+                    break
+                with contextlib.suppress(TimeoutError):
+                    await asyncio.wait_for(c.done.wait(), FOLLOW_POLL_S)
+            await ws.close(code=1000)
+        except (WebSocketDisconnect, RuntimeError, E.SandboxError):
+            pass  # the client went away, or the sandbox did
 
     async def command_logs(self, request: Request, rec: Any, sb: Any) -> Response:
         session, c = self._command(rec, request)
