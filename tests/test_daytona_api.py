@@ -46,7 +46,8 @@ def check_lifecycle(o: dict[str, Any]) -> None:
     assert o["started"] == "started" and o["after_restart"] == "hello there\n"
     assert o["fork"] == "hello there\n"
     assert o["gpu"]["error"] == "DaytonaBadRequestError"
-    assert o["build"]["error"] == "DaytonaBadRequestError"
+    assert o["declarative"] == "built\n/opt/img\nv 1\n"
+    assert o["copy"]["error"] == "DaytonaBadRequestError" and "ADD" in o["copy"]["message"]
     assert o["after_delete"]["error"] == "DaytonaNotFoundError"
     assert o["left"] == []
 
@@ -57,6 +58,9 @@ async def test_lifecycle(make_server) -> None:
     check_lifecycle(o)
     assert o["exec"] == [0, "hi\nto-stderr\nx1\n/work\n"]
     assert o["preview"] == {"ok": [True, True]}
+    # The declarative image was built once: the second create found its template.
+    (t,) = server.core.built.of("alice")
+    assert t.name.startswith("image-") and len(t.builds) == 1
     assert len(server.service.registry) == 0
 
 

@@ -82,6 +82,7 @@ class Build:
     user: str = ""
     start_cmd: str = ""
     ready_cmd: str = ""
+    env: dict[str, str] = field(default_factory=dict)  # what its sandboxes start with (Dockerfile ENV)
     cached: bool = False
     finished_at: float = 0.0
     logs: list[dict[str, Any]] = field(default_factory=list)  # {timestamp, level, message, step}

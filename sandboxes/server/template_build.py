@@ -78,6 +78,9 @@ class BuildSpec:
     start_cmd: str = ""
     ready_cmd: str = ""
     force: bool = False
+    # Whether `env` steps also set the environment of the template's sandboxes (a Dockerfile's
+    # ENV), not only of the later steps (E2B's `set_envs`).
+    keep_env: bool = False
 
     def digest(self) -> str:
         doc = [
@@ -86,6 +89,7 @@ class BuildSpec:
             [[s.kind, list(s.args), s.files] for s in self.steps],
             self.start_cmd,
             self.ready_cmd,
+            self.keep_env,
         ]
         return hashlib.sha256(json.dumps(doc, separators=(",", ":")).encode()).hexdigest()
 
@@ -106,6 +110,10 @@ class Builder:
         task = asyncio.ensure_future(self._run(t, b, spec))
         self._tasks.add(task)
         task.add_done_callback(self._tasks.discard)
+
+    async def run(self, t: BuiltTemplate, b: Build, spec: BuildSpec) -> None:
+        """Runs the build and returns when it has ended (its state is `b`'s)."""
+        await self._run(t, b, spec)
 
     async def close(self) -> None:
         for task in list(self._tasks):
@@ -151,7 +159,7 @@ class Builder:
             labels={TEMPLATE_LABEL: t.id},
         )
         b.checkpoint, b.work_dir, b.user = mine.id, hit.work_dir, hit.user
-        b.start_cmd, b.ready_cmd, b.cached = hit.start_cmd, hit.ready_cmd, True
+        b.start_cmd, b.ready_cmd, b.env, b.cached = hit.start_cmd, hit.ready_cmd, dict(hit.env), True
         b.log(f"CACHED: the same base and steps as build {hit.id}")
         b.status, b.finished_at = "ready", time.time()
 
@@ -170,6 +178,7 @@ class Builder:
             cp = await self.core.checkpoint(rec, name=t.name, ttl_s=None, labels={TEMPLATE_LABEL: t.id})
             b.checkpoint, b.work_dir, b.user = cp.id, run.work_dir, spec.user
             b.start_cmd, b.ready_cmd = spec.start_cmd, spec.ready_cmd
+            b.env = dict(run.env) if spec.keep_env else {}
             b.log(
                 f"[finalize] saved {cp.bytes} bytes of changes as layer {cp.layers[-1][:12]}", step="finalize"
             )

@@ -23,6 +23,7 @@ from daytona import (
     CreateSnapshotParams,
     Daytona,
     FileUpload,
+    Image,
     ListSandboxesQuery,
     Resources,
     SessionExecuteRequest,
@@ -151,13 +152,26 @@ async def lifecycle(image: str | None) -> dict[str, Any]:
         out["gpu"] = await aattempt(
             d.create(CreateSandboxFromImageParams(image="python:3.11-slim", resources=Resources(gpu=1)))
         )
-        out["build"] = await aattempt(
-            d.create(
-                CreateSandboxFromImageParams(
-                    image=__import__("daytona").Image.base("python:3.11-slim").run_commands("true")
-                )
-            )
+        # A declarative image: built into a template first (the same Dockerfile again: that
+        # template), its ENV and WORKDIR the sandbox's.
+        img = (
+            Image.base(image or "python:3.11-slim")
+            .run_commands("mkdir -p /opt/img && echo built > /opt/img/x")
+            .env({"IMGVAR": "v 1"})
+            .workdir("/opt/img")
         )
+        built = []
+        for _ in range(2):
+            t0 = time.perf_counter()
+            s2 = await d.create(CreateSandboxFromImageParams(image=img))
+            built.append(time.perf_counter() - t0)
+            out["declarative"] = (await s2.process.exec("cat x; pwd; echo $IMGVAR")).result
+            await s2.delete()
+        out["declarative_s"] = built
+        out["copy"] = await aattempt(
+            d.create(CreateSandboxFromImageParams(image=Image.base("x").dockerfile_commands(["ADD a /b"])))
+        )
+
         out["id"] = sb.id
         await sb.delete()
         out["after_delete"] = await aattempt(d.get(sb.id))

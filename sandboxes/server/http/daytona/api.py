@@ -17,13 +17,14 @@ GET    /sandbox/{id}/ports/{port}/preview-url   {sandboxId, url, token} (serve -
 Snapshots and volumes are `images.py`'s.
 
 A create names a snapshot (a server template, a template built on this server, or an image) or
-an image (`buildInfo` of a one-line `FROM image` Dockerfile), chosen as for the other APIs
-(`image_templates.py`). Resources are granted within the template's bounds, and the sandbox
+an image, chosen as for the other APIs (`image_templates.py`); a declarative image (`buildInfo`:
+a Dockerfile of `RUN`, `ENV`, `WORKDIR`, ... after its `FROM`, `dockerfile.py`) is built into a
+template of the key's first (`template_build.py`; the same Dockerfile again is that template). Resources are granted within the template's bounds, and the sandbox
 reports what it got. `autoStopInterval` (15 minutes unless given, 0 never) stops a sandbox idle
 that long (its files kept, as `stop`); with `autoDeleteInterval` 0 (an ephemeral sandbox) it is
 deleted instead. `volumes` mount the key's volumes (by id or name). Refused with the platform's
-error shapes (`{statusCode, message, error}`): GPUs, declarative image builds (Dockerfiles beyond
-`FROM`), volume subpaths, another `user` than the template's. A key sees only its own sandboxes;
+error shapes (`{statusCode, message, error}`): GPUs, `COPY` in a declarative image, volume
+subpaths, another `user` than the template's. A key sees only its own sandboxes;
 another key's is 404.
 """
 
@@ -41,11 +42,13 @@ from starlette.routing import Route
 
 from sandboxes import errors as E
 from sandboxes.egress import EgressPolicy
+from sandboxes.server.http.daytona.dockerfile import declared
 from sandboxes.server.http.daytona.fields import image_of, int_of
 from sandboxes.server.http.daytona.images import Images
 from sandboxes.server.http.daytona.state import DaytonaSandbox
 from sandboxes.server.http.endpoint import Envelope, Refused
 from sandboxes.server.image_templates import template_for_image, template_with_egress
+from sandboxes.server.template_build import BuildSpec
 
 __all__ = ["ENVELOPE", "PREFIX", "ControlPlane", "error_body"]
 
@@ -145,9 +148,12 @@ class ControlPlane:
             except E.NotFound:
                 raise Refused(404, f"Volume {ref} not found") from None
         image = image_of(body)
-        built = self.core.built.ready_build(owner, image) if image else None
-        if built is None and image and self.core.built.find(owner, image) is not None:
-            raise Refused(400, f"Snapshot {image} is not active")
+        if body.get("buildInfo") is not None:
+            built = await self._declared(owner, body["buildInfo"])
+        else:
+            built = self.core.built.ready_build(owner, image) if image else None
+            if built is None and image and self.core.built.find(owner, image) is not None:
+                raise Refused(400, f"Snapshot {image} is not active")
         name = body.get("name")
         if name is not None and (not isinstance(name, str) or not 0 < len(name) <= 128):
             raise Refused(400, "name must be a string of 1 to 128 characters")
@@ -156,6 +162,8 @@ class ControlPlane:
         ):
             raise Refused(409, f"Sandbox with name {name} already exists")
         env, labels = _str_map(body.get("env"), "env"), _str_map(body.get("labels"), "labels")
+        if built is not None:
+            env = {**built[1].env, **env}  # a Dockerfile's ENV, under the create's own
         if len(labels) > MAX_LABELS:
             raise Refused(400, f"at most {MAX_LABELS} labels")
         stop_min = int_of(body.get("autoStopInterval", 15), "autoStopInterval")
@@ -218,6 +226,32 @@ class ControlPlane:
         rec.attrs["daytona"] = sb
         await self.core.save(rec)
         return self._answer(request, sb)
+
+    async def _declared(self, owner: str, build_info: Any) -> tuple[Any, Any] | None:
+        """The ready build of a declarative image (made now unless the key has it: the same
+        Dockerfile is a cache hit), or None for a bare `FROM`."""
+        d = declared(build_info)
+        if not d.steps and not d.start_cmd:
+            return None
+        template, _ = await template_for_image(self.core.pool, d.image)
+        user = "root" if self.core.pool.templates[template].user == "root" else "daytona"
+        spec = BuildSpec(
+            template=template,
+            base=f"image:{d.image}",
+            steps=d.steps,
+            user=user,
+            start_cmd=d.start_cmd,
+            keep_env=True,
+        )
+        name = f"image-{spec.digest()[:20]}"
+        found = self.core.built.ready_build(owner, name)
+        if found is not None:
+            return found
+        t, b = self.core.built.request(owner, name, [], 0, 0)
+        await self.core.builder.run(t, b, spec)
+        if b.status != "ready":
+            raise Refused(400, f"the image's build failed: {(b.reason or {}).get('message', 'no reason')}")
+        return t, b
 
     async def get(self, request: Request, owner: str) -> Response:
         _, sb = await self.live(owner, request.path_params["sandbox_id"])

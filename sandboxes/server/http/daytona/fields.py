@@ -5,27 +5,19 @@ from __future__ import annotations
 
 from typing import Any
 
+from sandboxes.server.http.daytona.dockerfile import declared
 from sandboxes.server.http.endpoint import Refused
 
 __all__ = ["image_of", "int_of"]
 
 
 def image_of(body: dict[str, Any]) -> str | None:
-    """The image or snapshot a create names (None: the default)."""
-    snapshot = body.get("snapshot")
+    """The image or snapshot a create names (None: the default); of a declarative image, the
+    image its Dockerfile starts `FROM` (its other steps are `dockerfile.py`'s)."""
     build = body.get("buildInfo")
     if build is not None:
-        text = build.get("dockerfileContent") if isinstance(build, dict) else None
-        lines = [
-            ln.strip() for ln in (text or "").splitlines() if ln.strip() and not ln.strip().startswith("#")
-        ]
-        if len(lines) != 1 or not lines[0].upper().startswith("FROM "):
-            raise Refused(
-                400,
-                "declarative image builds are not supported by this server: create from an image name "
-                "or a snapshot (build templates through the E2B template API)",
-            )
-        return lines[0].split()[1]
+        return declared(build).image
+    snapshot = body.get("snapshot")
     if snapshot is not None and (not isinstance(snapshot, str) or not snapshot):
         raise Refused(400, "snapshot must be a name")
     return snapshot or None
