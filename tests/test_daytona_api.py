@@ -44,6 +44,7 @@ def check_lifecycle(o: dict[str, Any]) -> None:
     assert o["by_name"] and o["listed"] and o["listed_none"] == []
     assert o["stopped"] == "stopped" and o["exec_stopped"]["error"] == "DaytonaConflictError"
     assert o["started"] == "started" and o["after_restart"] == "hello there\n"
+    assert o["session_after_restart"]["error"] == "DaytonaNotFoundError"  # it ended with the stop
     assert o["fork"] == "hello there\n"
     assert o["gpu"]["error"] == "DaytonaBadRequestError"
     assert o["declarative"] == "built\n/opt/img\nv 1\n"

@@ -133,12 +133,14 @@ async def lifecycle(image: str | None) -> dict[str, Any]:
         out["listed_none"] = [s.id async for s in d.list(ListSandboxesQuery(labels={"phase": "none"}))]
 
         # Stop keeps the files; start boots from them.
+        await sb.process.create_session("before-stop")
         await sb.stop()
         out["stopped"] = str((await d.get(sb.id)).state.value)
         out["exec_stopped"] = await aattempt(sb.process.exec("true"))
         await sb.start()
         out["started"] = str((await d.get(sb.id)).state.value)
         out["after_restart"] = (await sb.process.exec("cat notes/a.txt")).result
+        out["session_after_restart"] = await aattempt(sb.process.get_session("before-stop"))
 
         fork = await sb.fork(name="lc-fork")
         out["fork"] = (await fork.process.exec("cat notes/a.txt")).result

@@ -143,19 +143,20 @@ class Session:
 
 
 class Sessions:
-    """The sessions of one sandbox (kept as the record's `daytona_sessions`)."""
+    """The sessions of one sandbox (`sandbox`; kept as the record's `daytona_sessions`)."""
 
-    def __init__(self) -> None:
+    def __init__(self, sandbox: Any) -> None:
+        self.sandbox = sandbox
         self.by_id: dict[str, Session] = {}
 
-    async def create(self, session_id: str, sb: Any, cwd: str, env: dict[str, str]) -> Session:
+    async def create(self, session_id: str, cwd: str, env: dict[str, str]) -> Session:
         if not isinstance(session_id, str) or not _ID.fullmatch(session_id):
             raise E.InvalidRequest("sessionId must be 1 to 128 letters, digits, '.', '_' or '-'")
         if session_id in self.by_id:
             raise E.InvalidRequest(f"session {session_id} already exists")
         if len(self.by_id) >= MAX_SESSIONS:
             raise E.QuotaExceeded(f"a sandbox has at most {MAX_SESSIONS} sessions")
-        s = Session(session_id, sb, cwd, env)
+        s = Session(session_id, self.sandbox, cwd, env)
         self.by_id[session_id] = s
         await s.start()
         return s

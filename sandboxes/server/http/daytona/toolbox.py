@@ -176,14 +176,18 @@ class Toolbox:
     # -- sessions ------------------------------------------------------------------------------
 
     def _sessions(self, rec: Any) -> Sessions:
+        """`rec`'s sessions; none once its sandbox was stopped (the shells ended with it)."""
         s = rec.attrs.get("daytona_sessions")
+        if s is not None and s.sandbox is not rec.sandbox:
+            s.close()
+            s = None
         if s is None:
-            s = rec.attrs["daytona_sessions"] = Sessions()
+            s = rec.attrs["daytona_sessions"] = Sessions(rec.sandbox)
         return s
 
     async def create_session(self, request: Request, rec: Any, sb: Any) -> Response:
         body = await self._body(request)
-        await self._sessions(rec).create(body.get("sessionId") or "", rec.sandbox, sb.work_dir, sb.env)
+        await self._sessions(rec).create(body.get("sessionId") or "", sb.work_dir, sb.env)
         return Response(status_code=201)
 
     async def list_sessions(self, request: Request, rec: Any, sb: Any) -> Response:
