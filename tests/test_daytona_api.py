@@ -24,6 +24,12 @@ def check_lifecycle(o: dict[str, Any]) -> None:
     assert o["cwd"] == "/tmp\n" and o["exit"] == 3
     assert o["timeout"]["error"] == "DaytonaProcessExecutionTimeoutError"
     assert o["code_run"] == [0, "42\n"] and o["code_run_fresh"] == [1, True]
+    assert o["interp"] == ["counter 42\n4.0\n", "counter 42\n4.0\n", None]
+    assert o["interp_error"] == ["ZeroDivisionError", "division by zero"]
+    assert o["interp_isolated"] == "False\n" and o["interp_contexts"] == [True]
+    assert o["interp_timeout"]["error"] == "DaytonaTimeoutError"
+    assert o["interp_after_timeout"] == "42\n"  # interrupted, its state kept
+    assert "not found" in o["interp_deleted"]["ok"]  # an error of the run: its context is gone
     assert o["session"] == [0, "/tmp\nkept\n", "e\n"]
     assert o["session_syntax"] != 0 and o["session_after"] == "still\n"
     assert o["async_running"] is None and o["async"] == [5, "later\n"]

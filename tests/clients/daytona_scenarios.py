@@ -68,6 +68,26 @@ async def lifecycle(image: str | None) -> dict[str, Any]:
         r = await sb.process.code_run("print(x)")
         out["code_run_fresh"] = [r.exit_code, "NameError" in r.result]
 
+        # The code interpreter: state kept in a context, streamed output, errors, timeouts.
+        ci = sb.code_interpreter
+        await ci.run_code("import math\ncounter = 41")
+        streamed: list[str] = []
+        r = await ci.run_code(
+            "counter += 1\nprint('counter', counter)\nprint(math.sqrt(16))",
+            on_stdout=lambda m: streamed.append(m.output),
+        )
+        out["interp"] = [r.stdout, "".join(streamed), r.error]
+        r = await ci.run_code("1/0")
+        out["interp_error"] = [r.error.name, r.error.value] if r.error else None
+        ctx = await ci.create_context()
+        r = await ci.run_code("print('counter' in globals())", context=ctx)
+        out["interp_isolated"] = r.stdout
+        out["interp_contexts"] = [c.id == ctx.id for c in await ci.list_contexts()]
+        out["interp_timeout"] = await aattempt(ci.run_code("import time\ntime.sleep(30)", timeout=1))
+        out["interp_after_timeout"] = (await ci.run_code("print(counter)")).stdout
+        await ci.delete_context(ctx)
+        out["interp_deleted"] = await aattempt(ci.run_code("print(1)", context=ctx))
+
         # Sessions: state kept between commands, async commands, logs.
         p = sb.process
         await p.create_session("s1")

@@ -14,6 +14,7 @@ from starlette.websockets import WebSocket
 from sandboxes.server.http.daytona.api import PREFIX, ControlPlane
 from sandboxes.server.http.daytona.state import DaytonaSandbox
 from sandboxes.server.http.daytona.toolbox import Toolbox
+from sandboxes.server.http.kernels import ATTR as KERNELS_ATTR
 from sandboxes.server.replicated import dataclass_codec
 
 __all__ = ["DaytonaApi"]
@@ -44,6 +45,9 @@ class DaytonaApi:
         sb = rec.attrs.get("daytona")
         if sb is not None:
             sb.touch("destroyed")
+        kernels = rec.attrs.get(KERNELS_ATTR)
+        if kernels is not None:
+            kernels.close()
         sessions = rec.attrs.get("daytona_sessions")
         if sessions is not None:
             sessions.close()

@@ -11,6 +11,7 @@ GET    /files?path&depth, /files/info?path, DELETE /files?path&recursive
 POST   /files/folder?path&mode, /files/move?source&destination, /files/permissions?path&mode&owner&group
 GET    /files/find?path&pattern (contents), /files/search?path&pattern (names); POST /files/replace
 POST   /files/bulk-upload (multipart files[i].path + files[i].file), /files/bulk-download {paths}
+/process/interpreter/...   the code interpreter (`interpreter.py`)
 ```
 
 A command runs with `/bin/sh -c` as the sandbox's one user, from its work dir (relative paths are
@@ -41,6 +42,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 
 from sandboxes import errors as E
 from sandboxes.server.http.daytona.api import PREFIX
+from sandboxes.server.http.daytona.interpreter import CodeInterpreter
 from sandboxes.server.http.daytona.sessions import Sessions
 from sandboxes.server.http.endpoint import Envelope, Refused
 from sandboxes.server.http.timestamps import iso
@@ -78,6 +80,7 @@ class Toolbox:
     def __init__(self, daytona: Any) -> None:
         self.daytona = daytona
         self.core = daytona.core
+        self.interpreter = CodeInterpreter(self)
 
     def routes(self) -> list[Route]:
         r = self._route
@@ -102,15 +105,22 @@ class Toolbox:
             r("/files/replace", self.replace, "POST"),
             r("/files/bulk-upload", self.upload, "POST"),
             r("/files/bulk-download", self.download, "POST"),
+            *(r(path, fn, method) for path, fn, method in self.interpreter.routes()),
         ]
+
+    async def target(self, conn: Request | WebSocket, owner: str | None = None) -> tuple[Any, Any]:
+        """The started sandbox a call is for (its key's own); the call is its activity."""
+        owner = self.daytona.owner(conn) if owner is None else owner
+        rec, sb = await self.daytona.control.live(owner, conn.path_params["sandbox_id"])
+        if sb.state != "started":
+            raise Refused(409, f"sandbox {sb.id} is not started")
+        if sb.auto_stop_min:  # activity: the auto-stop counts from now
+            self.core.registry.set_ttl(rec, sb.auto_stop_min * 60.0)
+        return rec, sb
 
     def _route(self, path: str, fn: Any, method: str) -> Route:
         async def call(request: Request, owner: str) -> Response:
-            rec, sb = await self.daytona.control.live(owner, request.path_params["sandbox_id"])
-            if sb.state != "started":
-                raise Refused(409, f"sandbox {sb.id} is not started")
-            if sb.auto_stop_min:  # activity: the auto-stop counts from now
-                self.core.registry.set_ttl(rec, sb.auto_stop_min * 60.0)
+            rec, sb = await self.target(request, owner)
             return await fn(request, rec, sb)
 
         endpoint = ENVELOPE.keyed(call, owner=self.daytona.owner, draining=lambda: self.core.draining)
@@ -234,15 +244,14 @@ class Toolbox:
 
     def websocket_routes(self) -> list[WebSocketRoute]:
         path = f"{PREFIX}/toolbox/{{sandbox_id}}/process/session/{{session_id}}/command/{{command_id}}/logs"
-        return [WebSocketRoute(path, self.follow_logs)]
+        return [WebSocketRoute(path, self.follow_logs), *self.interpreter.websocket_routes()]
 
     async def follow_logs(self, ws: WebSocket) -> None:
         """`logs?follow=true` as a WebSocket: what the command prints, each chunk behind its
         stream's marker (`\\x01\\x01\\x01` stdout, `\\x02\\x02\\x02` stderr), closed (1000) once
         it has ended and everything it printed is sent."""
         try:
-            owner = self.daytona.owner(ws)
-            rec, _ = await self.daytona.control.live(owner, ws.path_params["sandbox_id"])
+            rec, _ = await self.target(ws)
             session, c = self._command(rec, ws)
         except (E.SandboxError, Refused):
             await ws.close(code=1008)  # before the handshake: the upgrade is refused (403)

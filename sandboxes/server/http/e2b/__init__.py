@@ -31,6 +31,7 @@ from sandboxes.server.http.e2b.process import TARGET, Process
 from sandboxes.server.http.e2b.state import E2bSandbox
 from sandboxes.server.http.e2b.volumes import VolumeContent
 from sandboxes.server.http.endpoint import code_body
+from sandboxes.server.http.kernels import ATTR as KERNELS_ATTR
 from sandboxes.server.replicated import dataclass_codec
 
 __all__ = ["E2bApi"]
@@ -105,7 +106,7 @@ class E2bApi:
         return True
 
     def _ended(self, rec: Any, reason: str) -> None:
-        for attr in ("e2b_processes", "e2b_contexts"):
+        for attr in ("e2b_processes", KERNELS_ATTR):
             held = rec.attrs.get(attr)
             if held is not None:
                 held.close()
