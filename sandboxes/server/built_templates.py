@@ -179,6 +179,9 @@ class BuiltTemplates:
 
     # --- lookup ----------------------------------------------------------------------------------
 
+    def exists(self, template_id: str) -> bool:
+        return template_id in self._all()
+
     def of(self, owner: str) -> list[BuiltTemplate]:
         return sorted((t for t in self._all().values() if t.owner == owner), key=lambda t: t.created_at)
 

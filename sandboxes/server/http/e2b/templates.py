@@ -132,6 +132,10 @@ class Templates:
         template_id, digest = request.path_params["template_id"], request.path_params["files_hash"]
         if not self.store.upload_ok(template_id, digest, request.query_params.get("token")):
             return JSONResponse({"code": 403, "message": "this upload link is not valid"}, status_code=403)
+        if not self.store.exists(template_id):  # deleted since the link was handed out
+            return JSONResponse(
+                {"code": 404, "message": f"template {template_id} not found"}, status_code=404
+            )
         try:
             path = self.store.upload_path(template_id, digest)
         except E.InvalidRequest as e:
