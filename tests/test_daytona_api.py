@@ -30,6 +30,8 @@ def check_lifecycle(o: dict[str, Any]) -> None:
     assert o["interp_timeout"]["error"] == "DaytonaTimeoutError"
     assert o["interp_after_timeout"] == "42\n"  # interrupted, its state kept
     assert "not found" in o["interp_deleted"]["ok"]  # an error of the run: its context is gone
+    assert o["pty"] == [True, True] and o["pty_resized"] is True and o["pty_listed"] == ["t1"]
+    assert o["pty_exit"] == 7 and o["pty_killed"] != 0
     assert o["session"] == [0, "/tmp\nkept\n", "e\n"]
     assert o["session_syntax"] != 0 and o["session_after"] == "still\n"
     assert o["async_running"] is None and o["async"] == [5, "later\n"]

@@ -25,6 +25,7 @@ from daytona import (
     FileUpload,
     Image,
     ListSandboxesQuery,
+    PtySize,
     Resources,
     SessionExecuteRequest,
     VolumeMount,
@@ -87,6 +88,31 @@ async def lifecycle(image: str | None) -> dict[str, Any]:
         out["interp_after_timeout"] = (await ci.run_code("print(counter)")).stdout
         await ci.delete_context(ctx)
         out["interp_deleted"] = await aattempt(ci.run_code("print(1)", context=ctx))
+
+        # A terminal: a shell typed into, resized, exited with a status; another one killed.
+        seen = bytearray()
+        term = await sb.process.create_pty_session(
+            "t1", on_data=seen.extend, pty_size=PtySize(rows=30, cols=100), envs={"TERMVAR": "tv"}
+        )
+
+        async def until(text: bytes) -> bool:
+            for _ in range(100):
+                if text in seen:
+                    return True
+                await asyncio.sleep(0.05)
+            return False
+
+        await term.send_input("stty size; echo hi-$((6*7)) $TERMVAR\n")
+        out["pty"] = [await until(b"30 100"), await until(b"hi-42 tv")]
+        await term.resize(PtySize(rows=40, cols=120))
+        await term.send_input("stty size\n")
+        out["pty_resized"] = await until(b"40 120")
+        out["pty_listed"] = [s.id for s in await sb.process.list_pty_sessions()]
+        await term.send_input("exit 7\n")
+        out["pty_exit"] = (await term.wait()).exit_code
+        other = await sb.process.create_pty_session("t2", on_data=lambda _: None)
+        await other.kill()
+        out["pty_killed"] = (await other.wait()).exit_code
 
         # Sessions: state kept between commands, async commands, logs.
         p = sb.process

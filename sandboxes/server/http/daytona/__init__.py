@@ -48,6 +48,8 @@ class DaytonaApi:
         kernels = rec.attrs.get(KERNELS_ATTR)
         if kernels is not None:
             kernels.close()
+        for pty in rec.attrs.get("daytona_ptys", {}).values():
+            pty.kill()
         sessions = rec.attrs.get("daytona_sessions")
         if sessions is not None:
             sessions.close()

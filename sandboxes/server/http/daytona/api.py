@@ -303,6 +303,8 @@ class ControlPlane:
 
     async def stop(self, request: Request, owner: str) -> Response:
         rec, sb = await self.live(owner, request.path_params["sandbox_id"])
+        for pty in rec.attrs.pop("daytona_ptys", {}).values():  # its terminals end with it
+            pty.kill()
         if sb.state == "started":
             await self.core.pause(rec, memory=False)
         sb.touch("stopped")

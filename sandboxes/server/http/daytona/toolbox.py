@@ -12,6 +12,7 @@ POST   /files/folder?path&mode, /files/move?source&destination, /files/permissio
 GET    /files/find?path&pattern (contents), /files/search?path&pattern (names); POST /files/replace
 POST   /files/bulk-upload (multipart files[i].path + files[i].file), /files/bulk-download {paths}
 /process/interpreter/...   the code interpreter (`interpreter.py`)
+/process/pty/...           pseudo-terminal sessions (`pty.py`)
 ```
 
 A command runs with `/bin/sh -c` as the sandbox's one user, from its work dir (relative paths are
@@ -43,6 +44,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from sandboxes import errors as E
 from sandboxes.server.http.daytona.api import PREFIX
 from sandboxes.server.http.daytona.interpreter import CodeInterpreter
+from sandboxes.server.http.daytona.pty import Ptys
 from sandboxes.server.http.daytona.sessions import Sessions
 from sandboxes.server.http.endpoint import Envelope, Refused
 from sandboxes.server.http.timestamps import iso
@@ -81,6 +83,7 @@ class Toolbox:
         self.daytona = daytona
         self.core = daytona.core
         self.interpreter = CodeInterpreter(self)
+        self.ptys = Ptys(self)
 
     def routes(self) -> list[Route]:
         r = self._route
@@ -106,6 +109,7 @@ class Toolbox:
             r("/files/bulk-upload", self.upload, "POST"),
             r("/files/bulk-download", self.download, "POST"),
             *(r(path, fn, method) for path, fn, method in self.interpreter.routes()),
+            *(r(path, fn, method) for path, fn, method in self.ptys.routes()),
         ]
 
     async def target(self, conn: Request | WebSocket, owner: str | None = None) -> tuple[Any, Any]:
@@ -244,7 +248,11 @@ class Toolbox:
 
     def websocket_routes(self) -> list[WebSocketRoute]:
         path = f"{PREFIX}/toolbox/{{sandbox_id}}/process/session/{{session_id}}/command/{{command_id}}/logs"
-        return [WebSocketRoute(path, self.follow_logs), *self.interpreter.websocket_routes()]
+        return [
+            WebSocketRoute(path, self.follow_logs),
+            *self.interpreter.websocket_routes(),
+            *self.ptys.websocket_routes(),
+        ]
 
     async def follow_logs(self, ws: WebSocket) -> None:
         """`logs?follow=true` as a WebSocket: what the command prints, each chunk behind its
