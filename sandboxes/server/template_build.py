@@ -49,7 +49,8 @@ BUILD_TTL_S = 6 * 3600.0
 READY_TIMEOUT_S = 120.0
 READY_INTERVAL_S = 0.2
 TAIL_LINES = 5  # of a failed command's output, in the build's error
-MAX_COPY_BYTES = 1 << 30  # unpacked, per copy step
+MAX_COPY_BYTES = 256 << 20  # unpacked, per copy step (held in the server's memory while written)
+MAX_LOG_LINE = 4096  # characters of one line of a step's output kept in the build's log
 WRITE_BATCH_BYTES = 8 << 20
 STEP_LIMITS = Limits(wall_time_s=STEP_TIMEOUT_S, cpu_time_s=STEP_TIMEOUT_S, max_output_bytes=64 << 20)
 # Marks a checkpoint that holds a build (the snapshot and checkpoint APIs do not list it).
@@ -327,7 +328,7 @@ class _Run:
         return result.exit_code if not result.signal else 128 + result.signal
 
     def _line(self, line: bytes, kind: str, step: str) -> None:
-        text = line.decode(errors="replace").rstrip("\r")
+        text = line[: MAX_LOG_LINE * 4].decode(errors="replace").rstrip("\r")[:MAX_LOG_LINE]
         self.tail.append(text)
         self.b.log(text, "info" if kind == "stdout" else "warn", step)
 
