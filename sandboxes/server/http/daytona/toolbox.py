@@ -438,21 +438,26 @@ class Toolbox:
         return JSONResponse(results)
 
     async def upload(self, request: Request, rec: Any, sb: Any) -> Response:
-        form = await request.form(max_files=1000, max_fields=1000, max_part_size=MAX_FILE_BYTES)
+        # Parts are spooled to disk by the form parser; each file is read and written on its own.
+        form = await request.form(max_files=1000, max_fields=1000)
+        written = []
         try:
             paths = {k[len("files[") : -len("].path")]: v for k, v in form.items() if k.endswith("].path")}
-            files: dict[str, bytes] = {}
+            if not paths:
+                raise Refused(400, "no files[i].path / files[i].file parts")
             for key, dest in paths.items():
                 part = form.get(f"files[{key}].file")
                 if part is None or isinstance(part, str) or not isinstance(dest, str):
                     raise Refused(400, f"files[{key}] has no file")
-                files[self._path(sb, dest)] = await part.read()
+                if (part.size or 0) > MAX_FILE_BYTES:
+                    raise Refused(413, f"a file is at most {MAX_FILE_BYTES >> 20} MiB")
+                path = self._path(sb, dest)
+                data = await part.read()
+                await rec.sandbox.write_files({path: data})
+                written.append({"path": path, "bytes": len(data)})
         finally:
             await form.close()
-        if not files:
-            raise Refused(400, "no files[i].path / files[i].file parts")
-        await rec.sandbox.write_files(files)
-        return JSONResponse({"files": [{"path": p, "bytes": len(d)} for p, d in files.items()]})
+        return JSONResponse({"files": written})
 
     async def download(self, request: Request, rec: Any, sb: Any) -> Response:
         body = await self._body(request)
