@@ -33,11 +33,12 @@ import json
 import posixpath
 import time
 import uuid
+from collections.abc import AsyncIterator
 from datetime import UTC, datetime
 from typing import Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse, Response
+from starlette.responses import JSONResponse, Response, StreamingResponse
 from starlette.routing import Route, WebSocketRoute
 from starlette.websockets import WebSocket, WebSocketDisconnect
 
@@ -465,20 +466,27 @@ class Toolbox:
         if not isinstance(paths, list) or not paths or not all(isinstance(p, str) for p in paths):
             raise Refused(400, "paths must be a non-empty list of paths")
         boundary = uuid.uuid4().hex
-        chunks: list[bytes] = []
-        for p in dict.fromkeys(paths):
+        # One part per file, each read when its turn comes (one file in memory at a time).
+        return StreamingResponse(
+            self._parts(rec, sb, list(dict.fromkeys(paths)), boundary),
+            media_type=f"multipart/form-data; boundary={boundary}",
+        )
+
+    async def _parts(self, rec: Any, sb: Any, paths: list[str], boundary: str) -> AsyncIterator[bytes]:
+        for p in paths:
             name = json.dumps(p, ensure_ascii=False)  # quoted, escaped: the SDK reads back the path as given
             try:
                 data = await rec.sandbox.read_file(self._path(sb, p), max_bytes=MAX_FILE_BYTES)
                 head = f'Content-Disposition: form-data; name="file"; filename={name}\r\n'
                 head += "Content-Type: application/octet-stream\r\n"
-            except E.SandboxError as e:
+            except (E.SandboxError, Refused) as e:
                 status, code = (
                     (404, "FILE_NOT_FOUND") if isinstance(e, E.NotFound) else (400, "FILE_READ_FAILED")
                 )
                 data = json.dumps({**daemon_body(status, e.message), "code": code}).encode()
                 head = f'Content-Disposition: form-data; name="error"; filename={name}\r\n'
                 head += "Content-Type: application/json\r\n"
-            chunks += [f"--{boundary}\r\n{head}\r\n".encode(), data, b"\r\n"]
-        chunks.append(f"--{boundary}--\r\n".encode())
-        return Response(b"".join(chunks), media_type=f"multipart/form-data; boundary={boundary}")
+            yield f"--{boundary}\r\n{head}\r\n".encode()
+            yield data
+            yield b"\r\n"
+        yield f"--{boundary}--\r\n".encode()
