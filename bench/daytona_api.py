@@ -7,7 +7,6 @@ sandbox of the same template). The server is a `sandboxes serve` process with it
 from __future__ import annotations
 
 import asyncio
-import json
 from pathlib import Path
 
 from bench.common import Report, Stats
@@ -20,19 +19,13 @@ CALLS = 300
 
 
 async def measure() -> tuple[dict, dict]:
-    from bench.served import served
+    from bench.served import run_driver, served
 
     if not CLIENT.exists():
         raise SystemExit(f"{CLIENT} is missing: run `make clients`")
     async with served() as server:
         env = {"DAYTONA_API_URL": server.http_url + "/daytona", "DAYTONA_API_KEY": server.key}
-        proc = await asyncio.create_subprocess_exec(
-            str(CLIENT), str(SCENARIOS), "bench", str(CALLS), env=env, stdout=asyncio.subprocess.PIPE
-        )
-        out, _ = await proc.communicate()
-        if proc.returncode:
-            raise SystemExit(f"the SDK driver failed ({proc.returncode})")
-        sdk = json.loads(out.decode().strip().splitlines()[-1])
+        sdk = await run_driver([str(CLIENT), str(SCENARIOS), "bench", str(CALLS)], env)
         ours = await native(server.address, server.key)
     return sdk, ours
 

@@ -8,7 +8,6 @@ caller without a kernel pays). The server is a `sandboxes serve` process with it
 from __future__ import annotations
 
 import asyncio
-import json
 import sys
 import time
 from pathlib import Path
@@ -40,19 +39,13 @@ async def native(address: str, key: str) -> dict[str, list[float]]:
 
 
 async def measure() -> tuple[dict, dict]:
-    from bench.served import served
+    from bench.served import run_driver, served
 
     if not CLIENT.exists():
         raise SystemExit(f"{CLIENT} is missing: run `make clients`")
     async with served() as server:
         env = {"E2B_API_URL": server.http_url, "E2B_SANDBOX_URL": server.http_url, "E2B_API_KEY": server.key}
-        proc = await asyncio.create_subprocess_exec(
-            str(CLIENT), str(SCENARIOS), "bench", str(CALLS), env=env, stdout=asyncio.subprocess.PIPE
-        )
-        out, _ = await proc.communicate()
-        if proc.returncode:
-            raise SystemExit(f"the SDK driver failed ({proc.returncode})")
-        sdk = json.loads(out.decode().strip().splitlines()[-1])
+        sdk = await run_driver([str(CLIENT), str(SCENARIOS), "bench", str(CALLS)], env)
         ours = await native(server.address, server.key)
     return sdk, ours
 

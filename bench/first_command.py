@@ -11,7 +11,6 @@ burst with our gRPC client's on the same server (what the SDK adds)."""
 from __future__ import annotations
 
 import asyncio
-import json
 import os
 import tempfile
 import time
@@ -72,16 +71,8 @@ async def grpc(address: str, key: str) -> dict[str, list[float]]:
         return await _shapes(one)
 
 
-async def sdk(argv: list[str], env: dict[str, str]) -> dict[str, list[float]]:
-    proc = await asyncio.create_subprocess_exec(*argv, env=env, stdout=asyncio.subprocess.PIPE)
-    out, _ = await proc.communicate()
-    if proc.returncode:
-        raise SystemExit(f"{argv[1]} failed ({proc.returncode})")
-    return json.loads(out.decode().strip().splitlines()[-1])
-
-
 async def measure() -> dict[str, dict[str, list[float]]]:
-    from bench.served import served
+    from bench.served import run_driver, served
 
     for client in (E2B, PRIME):
         if not client.exists():
@@ -92,11 +83,11 @@ async def measure() -> dict[str, dict[str, list[float]]]:
         results["gRPC client"] = await grpc(server.address, server.key)
         with tempfile.TemporaryDirectory() as home:
             env = {"PATH": os.environ["PATH"], "HOME": home}
-            results["Prime SDK"] = await sdk(
+            results["Prime SDK"] = await run_driver(
                 [str(PRIME), str(PRIME_DRIVER), "first_commands", shape],
                 {**env, "PRIME_API_KEY": server.key, "PRIME_API_BASE_URL": server.http_url},
             )
-            results["e2b SDK"] = await sdk(
+            results["e2b SDK"] = await run_driver(
                 [str(E2B), str(SCENARIOS), "first_commands", shape],
                 {
                     **env,

@@ -11,8 +11,9 @@ import os
 import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from typing import Any
 
-__all__ = ["Served", "served"]
+__all__ = ["Served", "run_driver", "served"]
 
 
 @dataclass(frozen=True)
@@ -64,3 +65,13 @@ async def served(*args: str, key: str = "bench-key-0123456789") -> AsyncIterator
 async def _drain(stream: asyncio.StreamReader) -> None:
     while await stream.readline():
         pass
+
+
+async def run_driver(argv: list[str], env: dict[str, str]) -> Any:
+    """Runs an SDK's driver (its client virtualenv's python and a scenario script); the JSON
+    its last line prints."""
+    proc = await asyncio.create_subprocess_exec(*argv, env=env, stdout=asyncio.subprocess.PIPE)
+    out, _ = await proc.communicate()
+    if proc.returncode:
+        raise SystemExit(f"{argv[1]} failed ({proc.returncode})")
+    return json.loads(out.decode().strip().splitlines()[-1])

@@ -75,7 +75,7 @@ def docker_builds(ctx: Path, image: str) -> tuple[list[float], list[float]]:
 
 
 async def sdk(served_args: tuple[str, ...], image: str, ctx: Path) -> dict[str, Any]:
-    from bench.served import served
+    from bench.served import run_driver, served
 
     async with served(*served_args) as server:
         env = {"E2B_API_URL": server.http_url, "E2B_SANDBOX_URL": server.http_url, "E2B_API_KEY": server.key}
@@ -89,13 +89,7 @@ async def sdk(served_args: tuple[str, ...], image: str, ctx: Path) -> dict[str, 
                 "builds": BUILDS,
             }
         )
-        proc = await asyncio.create_subprocess_exec(
-            str(CLIENT), str(SCENARIOS), "bench", spec, env=env, stdout=asyncio.subprocess.PIPE
-        )
-        out, _ = await proc.communicate()
-        if proc.returncode:
-            raise SystemExit(f"the SDK driver failed ({proc.returncode})")
-        return json.loads(out.decode().strip().splitlines()[-1])
+        return await run_driver([str(CLIENT), str(SCENARIOS), "bench", spec], env)
 
 
 def _docker_ready() -> bool:

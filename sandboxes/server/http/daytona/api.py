@@ -47,6 +47,7 @@ from sandboxes.server.http.daytona.fields import image_of, int_of
 from sandboxes.server.http.daytona.images import Images
 from sandboxes.server.http.daytona.state import DaytonaSandbox
 from sandboxes.server.http.endpoint import Envelope, Refused
+from sandboxes.server.http.fields import str_map, volume_mounts
 from sandboxes.server.image_templates import template_for_image, template_with_egress
 from sandboxes.server.template_build import BuildSpec
 
@@ -131,9 +132,7 @@ class ControlPlane:
             )
         if rec is None:
             raise Refused(404, f"Sandbox with ID or name {ref} not found")
-        sb: DaytonaSandbox = rec.attrs["daytona"]
-        sb.state = "stopped" if rec.state == "paused" else "started"
-        return rec, sb
+        return rec, _view(rec)
 
     # -- lifecycle ---------------------------------------------------------------------------
 
@@ -141,12 +140,11 @@ class ControlPlane:
         body = await self._body(request)
         if int_of(body.get("gpu"), "gpu") or body.get("gpuType"):
             raise Refused(400, "GPUs are not available on this server")
-        volumes = _mounts(body.get("volumes"))
-        for ref, _ in (volumes or {}).values():
-            try:
-                self.core.volume_of(owner, ref)
-            except E.NotFound:
-                raise Refused(404, f"Volume {ref} not found") from None
+        if any(isinstance(m, dict) and m.get("subpath") for m in body.get("volumes") or []):
+            raise Refused(400, "volume subpaths are not supported by this server")
+        volumes = volume_mounts(
+            self.core, owner, body.get("volumes"), volume="volumeId", path="mountPath", what="volumes"
+        )
         image = image_of(body)
         if body.get("buildInfo") is not None:
             built = await self._declared(owner, body["buildInfo"])
@@ -161,7 +159,7 @@ class ControlPlane:
             r.attrs["daytona"].name == name for r in self.core.registry.select(owner) if "daytona" in r.attrs
         ):
             raise Refused(409, f"Sandbox with name {name} already exists")
-        env, labels = _str_map(body.get("env"), "env"), _str_map(body.get("labels"), "labels")
+        env, labels = str_map(body.get("env"), "env"), str_map(body.get("labels"), "labels")
         if built is not None:
             env = {**built[1].env, **env}  # a Dockerfile's ENV, under the create's own
         if len(labels) > MAX_LABELS:
@@ -275,7 +273,7 @@ class ControlPlane:
         for rec in self.core.registry.select(owner):
             if "daytona" not in rec.attrs:
                 continue
-            _, sb = await self.live(owner, rec.id)
+            sb = _view(rec)
             if any(sb.labels.get(k) != v for k, v in labels.items()):
                 continue
             if states and sb.state not in states:
@@ -320,7 +318,7 @@ class ControlPlane:
 
     async def set_labels(self, request: Request, owner: str) -> Response:
         _, sb = await self.live(owner, request.path_params["sandbox_id"])
-        labels = _str_map((await self._body(request)).get("labels"), "labels")
+        labels = str_map((await self._body(request)).get("labels"), "labels")
         if len(labels) > MAX_LABELS:
             raise Refused(400, f"at most {MAX_LABELS} labels")
         sb.labels = labels
@@ -376,21 +374,11 @@ class ControlPlane:
         return JSONResponse({"sandboxId": sb.id, "url": url, "token": token})
 
 
-def _mounts(value: Any) -> dict[str, tuple[str, bool]] | None:
-    """`volumes: [{volumeId, mountPath}]` as the core's mounts (path -> (volume, read-only))."""
-    if not value:
-        return None
-    if not isinstance(value, list) or not all(
-        isinstance(m, dict) and isinstance(m.get("volumeId"), str) and isinstance(m.get("mountPath"), str)
-        for m in value
-    ):
-        raise Refused(400, "volumes must be a list of {volumeId, mountPath}")
-    if any(m.get("subpath") for m in value):
-        raise Refused(400, "volume subpaths are not supported by this server")
-    mounts = {m["mountPath"]: (m["volumeId"], False) for m in value}
-    if len(mounts) != len(value):
-        raise Refused(400, "two volumes are mounted at one path")
-    return mounts
+def _view(rec: Any) -> DaytonaSandbox:
+    """The API's view of `rec`, with its state as the record has it now (an auto-stop pauses it)."""
+    sb: DaytonaSandbox = rec.attrs["daytona"]
+    sb.state = "stopped" if rec.state == "paused" else "started"
+    return sb
 
 
 def _policy(body: dict[str, Any]) -> EgressPolicy | None:
@@ -405,13 +393,3 @@ def _policy(body: dict[str, Any]) -> EgressPolicy | None:
         return EgressPolicy.of(allow=[a.strip() for a in allow.split(",") if a.strip()])
     except E.InvalidRequest as e:
         raise Refused(400, e.message) from None
-
-
-def _str_map(value: Any, name: str) -> dict[str, str]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
-    ):
-        raise Refused(400, f"{name} must map strings to strings")
-    return dict(value)

@@ -29,6 +29,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from sandboxes import errors as E
 from sandboxes.server.http.daytona.api import PREFIX
 from sandboxes.server.http.endpoint import Refused
+from sandboxes.server.http.fields import str_map
 from sandboxes.server.http.kernels import Kernels, language_of
 from sandboxes.server.http.timestamps import iso
 
@@ -90,19 +91,14 @@ class CodeInterpreter:
                 raise Refused(400, "the first message must be {code, contextId?, envs?, timeout?}")
             if len(request["code"]) > MAX_CODE_BYTES:
                 raise Refused(400, "the code is too large")
-            envs, timeout = request.get("envs"), request.get("timeout")
-            if envs is not None and not (
-                isinstance(envs, dict)
-                and all(isinstance(k, str) and isinstance(v, str) for k, v in envs.items())
-            ):
-                raise Refused(400, "envs must map strings to strings")
+            envs, timeout = str_map(request.get("envs"), "envs"), request.get("timeout")
             if timeout is not None and (
                 isinstance(timeout, bool) or not isinstance(timeout, int) or timeout < 0
             ):
                 raise Refused(400, "timeout must be a whole number of seconds")
             with self.toolbox.core.exec_slot(rec.owner, "daytona.run_code"):
                 ctx = await self.kernels.context(rec, sb.work_dir, request.get("contextId"), None)
-                restarted = await self.kernels.begin(rec, ctx, request["code"], {**sb.env, **(envs or {})})
+                restarted = await self.kernels.begin(rec, ctx, request["code"], {**sb.env, **envs})
                 code = await self._relay(ws, self.kernels.events(rec, ctx, restarted), timeout or None)
             await ws.close(code=code)
         except (ValueError, Refused, E.SandboxError) as e:

@@ -35,6 +35,7 @@ from starlette.websockets import WebSocket, WebSocketDisconnect
 from sandboxes import errors as E
 from sandboxes.server.http.daytona.api import PREFIX
 from sandboxes.server.http.endpoint import Refused
+from sandboxes.server.http.fields import str_map
 from sandboxes.server.http.timestamps import iso
 from sandboxes.types import Limits
 
@@ -235,9 +236,5 @@ def _envs(subprotocols: list[str]) -> dict[str, str]:
                 envs = json.loads(base64.urlsafe_b64decode(raw + "=" * (-len(raw) % 4)))
             except (binascii.Error, ValueError):
                 raise Refused(400, "the PTY's environment is not base64url JSON") from None
-            if not isinstance(envs, dict) or not all(
-                isinstance(k, str) and isinstance(v, str) for k, v in envs.items()
-            ):
-                raise Refused(400, "the PTY's environment must map strings to strings")
-            return envs
+            return str_map(envs, "the PTY's environment")
     return {}

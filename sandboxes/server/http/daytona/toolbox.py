@@ -48,6 +48,7 @@ from sandboxes.server.http.daytona.interpreter import CodeInterpreter
 from sandboxes.server.http.daytona.pty import Ptys
 from sandboxes.server.http.daytona.sessions import Sessions
 from sandboxes.server.http.endpoint import Envelope, Refused
+from sandboxes.server.http.fields import str_map
 from sandboxes.server.http.timestamps import iso
 from sandboxes.types import Limits
 
@@ -149,11 +150,7 @@ class Toolbox:
         timeout = body.get("timeout")
         if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int) or timeout < 0):
             raise Refused(400, "timeout must be a whole number of seconds")
-        envs = body.get("envs") or {}
-        if not isinstance(envs, dict) or not all(
-            isinstance(k, str) and isinstance(v, str) for k, v in envs.items()
-        ):
-            raise Refused(400, "envs must map strings to strings")
+        envs = str_map(body.get("envs"), "envs")
         cwd = self._path(sb, body["cwd"], "cwd") if body.get("cwd") else sb.work_dir
         r = await rec.sandbox.exec(
             argv, env={**sb.env, **envs}, cwd=cwd, timeout=timeout or DEFAULT_TIMEOUT_S, limits=COMMAND_LIMITS

@@ -47,6 +47,7 @@ from sandboxes.server.http.e2b.state import E2bSandbox
 from sandboxes.server.http.e2b.templates import Templates
 from sandboxes.server.http.e2b.volumes import Volumes
 from sandboxes.server.http.endpoint import Envelope, Refused, code_body
+from sandboxes.server.http.fields import str_map, volume_mounts
 from sandboxes.server.image_templates import template_for_image, template_with_egress
 
 __all__ = ["E2B_TEMPLATES", "ControlPlane"]
@@ -115,8 +116,8 @@ class ControlPlane:
         if not isinstance(template_id, str) or not template_id:
             raise Refused(400, "templateID is required")
         timeout = _timeout(body.get("timeout", DEFAULT_TIMEOUT_S))
-        metadata = _str_map(body.get("metadata"), "metadata")
-        env = _str_map(body.get("envVars"), "envVars")
+        metadata = str_map(body.get("metadata"), "metadata")
+        env = str_map(body.get("envVars"), "envVars")
         if len(metadata) > MAX_METADATA:
             raise Refused(400, f"at most {MAX_METADATA} metadata entries")
         auto_pause, pause_memory, auto_resume = _lifecycle(body)
@@ -127,12 +128,9 @@ class ControlPlane:
             if wanted:
                 raise Refused(400, f"{what} is not supported by this server")
         policy = parse_network(body.get("network"), body.get("allow_internet_access"))
-        volumes = _volume_mounts(body.get("volumeMounts"))
-        for volume, _ in (volumes or {}).values():
-            try:
-                self.core.volume_of(owner, volume)
-            except E.NotFound:
-                raise Refused(404, f"volume {volume!r} not found") from None
+        volumes = volume_mounts(
+            self.core, owner, body.get("volumeMounts"), volume="name", path="path", what="volumeMounts"
+        )
         # The server's option: a metadata entry that names the image or template to run.
         ref = (metadata.get(self.e2b.image_key) if self.e2b.image_key else None) or template_id
         checkpoint = None
@@ -387,31 +385,6 @@ def _lifecycle(body: dict[str, Any]) -> tuple[bool, bool, bool]:
     if enabled and not auto_pause:
         raise Refused(400, "autoResume needs autoPause")
     return auto_pause, memory, enabled
-
-
-def _volume_mounts(value: Any) -> dict[str, tuple[str, bool]] | None:
-    """`volumeMounts: [{name, path}]` as the core's mounts (path -> (volume, read-only))."""
-    if not value:
-        return None
-    if not isinstance(value, list) or not all(
-        isinstance(m, dict) and isinstance(m.get("name"), str) and isinstance(m.get("path"), str)
-        for m in value
-    ):
-        raise Refused(400, "volumeMounts must be a list of {name, path}")
-    mounts = {m["path"]: (m["name"], False) for m in value}
-    if len(mounts) != len(value):
-        raise Refused(400, "two volumes are mounted at one path")
-    return mounts
-
-
-def _str_map(value: Any, name: str) -> dict[str, str]:
-    if value is None:
-        return {}
-    if not isinstance(value, dict) or not all(
-        isinstance(k, str) and isinstance(v, str) for k, v in value.items()
-    ):
-        raise Refused(400, f"{name} must map strings to strings")
-    return dict(value)
 
 
 def _metadata_query(raw: str | None) -> dict[str, str]:
