@@ -29,7 +29,7 @@ import shutil
 import tempfile
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -99,6 +99,9 @@ class CheckpointStore:
         self.tmp_dir = self.root / "tmp"
         self._in_use: collections.Counter[str] = collections.Counter()
         self._records: dict[str, Checkpoint] | None = None
+        # Called with each checkpoint deleted or expired, before its layers are collected (the
+        # pool stops keeping warm sandboxes of it).
+        self.on_drop: list[Callable[[Checkpoint], object]] = []
 
     # --- records ---------------------------------------------------------------------------------
 
@@ -177,6 +180,8 @@ class CheckpointStore:
         self._load().pop(cp.id, None)
         with contextlib.suppress(FileNotFoundError):
             (self.records_dir / f"{cp.id}.json").unlink()
+        for fn in self.on_drop:
+            fn(cp)
         self.collect(cp.layers)
 
     def expire(self) -> int:

@@ -54,6 +54,9 @@ MAX_VOLUMES = 16  # volumes of one sandbox
 PAUSED_LEASE_S = 7 * 24 * 3600.0  # a paused agent's lease: the longest the agent grants
 BACKOFF_INITIAL_S = 0.1
 BACKOFF_MAX_S = 10.0
+# A checkpoint's (or a built template's) sandboxes are served warm, one ahead, while claims of it
+# keep coming: at most this long after the last one (`Pool._linger`).
+LINGER_S = 60.0
 CLAIM_WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
 
 
@@ -113,6 +116,9 @@ class _TemplatePool:
     base: str = ""
     layers: tuple[str, ...] = ()
     volumes: tuple[tuple[str, str, bool], ...] = ()
+    last_claim: float = 0.0
+    linger: asyncio.TimerHandle | None = None
+    destroy_tasks: set[asyncio.Task[None]] = field(default_factory=set)
 
     @property
     def name(self) -> str:
@@ -203,6 +209,7 @@ class Pool:
         self._start_lock: asyncio.Lock | None = None
         self._close_task: asyncio.Task[None] | None = None
         self.checkpoints = CheckpointStore(None if checkpoint_dir is None else Path(checkpoint_dir))
+        self.checkpoints.on_drop.append(self._checkpoint_dropped)
         self.volumes = VolumeStore(None if volume_dir is None else Path(volume_dir))
 
     # --- lifecycle -------------------------------------------------------------------------------
@@ -332,6 +339,7 @@ class Pool:
         checkpoint: str | Checkpoint | None = None,
         owner: str | None = None,
         volumes: Mapping[str, str | tuple[str, bool]] | None = None,
+        warm_ahead: bool = True,
     ) -> Sandbox:
         """A ready sandbox of `template` (default: the pool's default template).
 
@@ -340,8 +348,9 @@ class Pool:
         this sandbox client-side; `files` are written with one call. Release with `sb.close()`.
 
         With `checkpoint` (a `Checkpoint` or the id of one of `owner`'s, None: anyone's), the
-        sandbox is made from it (its template, with the checkpoint's files): created for the
-        claim, never warm.
+        sandbox is made from it (its template, with the checkpoint's files). The first is created
+        for the claim; with `warm_ahead` (and a template that keeps any warm), one more is then
+        kept ready for the next claim of it, while they keep coming (`LINGER_S`).
 
         With `volumes` (a path in the sandbox -> the id or name of one of `owner`'s volumes, or
         `(volume, read_only)`), each volume is mounted at its path: made for the claim too.
@@ -363,6 +372,8 @@ class Pool:
                 checkpoint = self.checkpoints.get(checkpoint, owner)
             base, layers = checkpoint.template, checkpoint.layers
         tp = await self._derived(base, layers, mounts)
+        if checkpoint is not None and not mounts and warm_ahead:
+            self._linger(tp)
         try:
             return await self._claim(tp, env, files, labels, timeout)
         finally:
@@ -454,7 +465,9 @@ class Pool:
                 tp.claimed[sb.id] = sb
                 fut.set_result(sb)
                 return
-        if front:
+        if tp.base and len(tp.warm) >= tp.warm_target:  # a checkpoint's, past its warm set
+            self._destroy_soon(tp, sb)
+        elif front:
             tp.warm.appendleft(sb)
         else:
             tp.warm.append(sb)
@@ -471,6 +484,9 @@ class Pool:
             sb._mark_closed()
             return
         await asyncio.shield(self._destroy_soon(tp, sb))
+        if tp.base and not tp.warm_target and tp.destroy_tasks:
+            # A checkpoint no longer kept warm: its layers are let go once this returns.
+            await asyncio.shield(asyncio.gather(*tp.destroy_tasks, return_exceptions=True))
 
     def attach(
         self,
@@ -762,12 +778,67 @@ class Pool:
             return
         del self._tps[tp.name]
         self._templates.pop(tp.name, None)
+        if tp.linger is not None:
+            tp.linger.cancel()
         for task in tp.tasks:
             task.cancel()
             with contextlib.suppress(ValueError):
                 self._tasks.remove(task)
         self.checkpoints.release(tp.layers)
         self._unmount(tp.volumes)  # a volume's last user unmounts it: milliseconds
+
+    def _linger(self, tp: _TemplatePool) -> None:
+        """A claim of a checkpoint's sandboxes: one is kept warm ahead (if its template keeps
+        any) until `LINGER_S` pass without another claim, so that a template built once and
+        used again, or a group of rollouts from one checkpoint, starts as fast as the image's."""
+        loop = asyncio.get_running_loop()
+        tp.last_claim = loop.time()
+        base = self._tps.get(tp.base)
+        if tp.linger is None and base is not None and base.warm_target > 0:
+            tp.warm_target = 1
+            tp.wake.set()
+            tp.linger = loop.call_later(LINGER_S, self._linger_check, tp)
+
+    def _linger_check(self, tp: _TemplatePool) -> None:
+        tp.linger = None
+        if self._closing or self._tps.get(tp.name) is not tp:
+            return
+        left = tp.last_claim + LINGER_S - asyncio.get_running_loop().time()
+        if left > 0:
+            tp.linger = asyncio.get_running_loop().call_later(left, self._linger_check, tp)
+        else:
+            self._cool(tp)
+
+    def _cool(self, tp: _TemplatePool) -> list[asyncio.Task[None]]:
+        """No more warm sandboxes of a checkpoint: those ready are destroyed (the tasks), and the
+        pool retires once its claimed ones end."""
+        if tp.linger is not None:
+            tp.linger.cancel()
+            tp.linger = None
+        tp.warm_target = 0
+        done = []
+        while tp.warm:
+            done.append(self._destroy_soon(tp, tp.warm.popleft()))
+        self._retire_if_idle(tp)
+        return done
+
+    def _checkpoint_dropped(self, cp: Checkpoint) -> list[asyncio.Task[None]]:
+        """A deleted or expired checkpoint's sandboxes are kept warm no longer."""
+        done = []
+        for tp in list(self._tps.values()):
+            if tp.base and tp.layers == tuple(cp.layers) and tp.warm_target:
+                done += self._cool(tp)
+        return done
+
+    async def delete_checkpoint(self, checkpoint_id: str, owner: str | None = None) -> Checkpoint:
+        """Deletes a checkpoint (`CheckpointStore.delete`); returns once its warm sandboxes are
+        gone, so that its layers go now unless sandboxes made from it still run."""
+        cp = self.checkpoints.get(checkpoint_id, owner)
+        done = self._checkpoint_dropped(cp)
+        self.checkpoints.delete(cp.id, owner)
+        if done:
+            await asyncio.gather(*done, return_exceptions=True)
+        return cp
 
     def grade(
         self,
@@ -960,8 +1031,9 @@ class Pool:
         sb._mark_closed()
         tp.destroying += 1
         task = asyncio.ensure_future(self._destroy(tp, sb))
-        self._destroy_tasks.add(task)
-        task.add_done_callback(self._destroy_tasks.discard)
+        for tasks in (self._destroy_tasks, tp.destroy_tasks):
+            tasks.add(task)
+            task.add_done_callback(tasks.discard)
         return task
 
     async def _destroy(self, tp: _TemplatePool, sb: Sandbox) -> None:

@@ -163,6 +163,37 @@ async def test_checkpoints_survive_their_pool_and_belong_to_their_owner(make_poo
     assert not again.checkpoints.layer_path(cp.layers[0]).exists()
 
 
+async def test_a_checkpoint_in_use_is_served_warm_until_its_claims_stop(pool, monkeypatch) -> None:
+    """Claims of one checkpoint keep one of its sandboxes ready ahead (the next claim takes it);
+    it goes when its claims stop for `LINGER_S`, or at once with the checkpoint."""
+    async with pool.sandbox() as sb:
+        await out(sb, "echo kept > /work/k")
+        cp = await sb.checkpoint()
+    monkeypatch.setattr(sandboxes.pool, "LINGER_S", 0.5)
+    for _ in range(3):
+        async with pool.sandbox(checkpoint=cp) as made:
+            assert await out(made, "cat /work/k; echo mine >> /work/k") == "kept\n"
+            derived = next(n for n in pool.stats() if n not in TEMPLATES)
+            while pool.stats()[derived]["warm"] < 1:  # the next one is made while this one works
+                await asyncio.sleep(0.01)
+    stats = pool.stats()[derived]
+    assert stats["created_total"] == 4 and stats["warm"] == 1
+    # Claims stopped: the ready one goes, and with it the checkpoint's pool.
+    while derived in pool.stats():
+        await asyncio.sleep(0.05)
+    async with pool.sandbox(checkpoint=cp) as made:
+        assert await out(made, "cat /work/k") == "kept\n"
+    # Deleted: no sandbox of it is kept, its layer goes now.
+    monkeypatch.setattr(sandboxes.pool, "LINGER_S", 60.0)
+    async with pool.sandbox(checkpoint=cp) as made:
+        while pool.stats()[derived]["warm"] < 1:
+            await asyncio.sleep(0.01)
+        await pool.delete_checkpoint(cp.id)
+        assert pool.checkpoints.layer_path(cp.layers[0]).is_dir()
+    assert set(pool.stats()) == set(TEMPLATES)
+    assert not pool.checkpoints.layer_path(cp.layers[0]).exists()
+
+
 async def test_a_checkpoint_expires_after_its_ttl(tmp_path: Path) -> None:
     store = CheckpointStore(tmp_path)
     cp = store.add(template="default", layers=["abc"], ttl_s=0.001)

@@ -88,6 +88,18 @@ async def test_templates_belong_to_a_key(make_server) -> None:
     assert mine["exists"] is True
 
 
+async def test_a_key_s_uploads_are_bounded(make_server) -> None:
+    """A build whose upload would pass the key's bound on uploaded files fails with the server's
+    413 (the SDK's FileUploadException); deleting a template makes room again."""
+    server = await e2b_server(make_server)
+    server.core.built.upload_quota = 3 << 20
+    o = await scenario(server, "upload_quota", str(2 << 20))
+    assert "ok" in o["scn-q1"]
+    assert o["scn-q2"]["error"] == "FileUploadException" and "413" in o["scn-q2"]["message"]
+    assert o["deleted"] == 204 and o["size"] == str(2 << 20)
+    assert server.core.built.upload_bytes("alice") <= 3 << 20
+
+
 async def test_the_image_named_by_metadata(make_server) -> None:
     server = await e2b_server(make_server, image_metadata_key="task-image")
     await scenario(server, "build_one", "scn-meta")

@@ -18,6 +18,7 @@ checkpoints do; a build that was running when the process ended is an error on l
 
 from __future__ import annotations
 
+import collections
 import contextlib
 import hashlib
 import hmac
@@ -29,6 +30,7 @@ import shutil
 import tempfile
 import time
 import uuid
+from collections.abc import Callable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -40,6 +42,9 @@ __all__ = ["DEFAULT_TAG", "Build", "BuiltTemplate", "BuiltTemplates", "split_ref
 DEFAULT_TAG = "default"
 MAX_TEMPLATES_PER_KEY = 64
 MAX_LOG_ENTRIES = 10_000
+# What one key's uploaded archives may hold on this server's disk, all its templates together
+# (kept until their template is deleted).
+MAX_UPLOAD_BYTES_PER_KEY = 8 << 30
 _NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,127}")
 _TAG = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _DIGEST = re.compile(r"[0-9a-f]{64}")
@@ -158,6 +163,8 @@ class BuiltTemplates:
         self._by_id: dict[str, BuiltTemplate] | None = None
         # Upload links carry a token made from this process's secret (the uploader sends no key).
         self._secret = secrets.token_bytes(32)
+        self.upload_quota = MAX_UPLOAD_BYTES_PER_KEY
+        self._uploading: collections.Counter[str] = collections.Counter()  # owner -> bytes in flight
 
     def _all(self) -> dict[str, BuiltTemplate]:
         if self._by_id is None:
@@ -316,3 +323,39 @@ class BuiltTemplates:
 
     def upload_ok(self, template_id: str, digest: str, token: str | None) -> bool:
         return bool(token) and hmac.compare_digest(self.upload_token(template_id, digest), token or "")
+
+    def upload_bytes(self, owner: str) -> int:
+        """What `owner`'s uploads hold: on disk, and being written."""
+        held = self._uploading[owner]
+        for t in self.of(owner):
+            with contextlib.suppress(FileNotFoundError):
+                held += sum(
+                    p.stat().st_size for p in self.files_dir(t.id).iterdir() if not p.name.startswith(".")
+                )
+        return held
+
+    @contextlib.contextmanager
+    def uploading(self, template_id: str) -> Iterator[Callable[[int], None]]:
+        """One upload to `template_id`: the function it gets is told each chunk's size and raises
+        `QuotaExceeded` once the key's uploads would pass `upload_quota`."""
+        owner = self._all()[template_id].owner
+        mine = 0
+
+        def add(n: int) -> None:
+            nonlocal mine
+            before = mine
+            mine += n
+            self._uploading[owner] += n
+            checked = before == 0 or before >> 20 != mine >> 20  # at the start and at each MiB
+            if checked and self.upload_bytes(owner) > self.upload_quota:
+                raise QuotaExceeded(
+                    f"this key's uploaded files are at most {self.upload_quota >> 20} MiB on this "
+                    "server: delete templates to make room"
+                )
+
+        try:
+            yield add
+        finally:
+            self._uploading[owner] -= mine
+            if self._uploading[owner] <= 0:
+                del self._uploading[owner]

@@ -419,11 +419,11 @@ class ServerCore:
         """`owner`'s checkpoints (not those that hold built templates: they are the templates')."""
         return [cp for cp in self.pool.checkpoints.list(owner) if TEMPLATE_LABEL not in cp.labels]
 
-    def delete_checkpoint(self, owner: str, checkpoint_id: str) -> Any:
+    async def delete_checkpoint(self, owner: str, checkpoint_id: str) -> Any:
         """Deletes `owner`'s checkpoint; its layers stay while sandboxes made from it run."""
         if TEMPLATE_LABEL in self.checkpoint_of(owner, checkpoint_id).labels:
             raise E.NotFound(f"no checkpoint {checkpoint_id!r}")
-        return self.pool.checkpoints.delete(checkpoint_id, owner)
+        return await self.pool.delete_checkpoint(checkpoint_id, owner)
 
     async def start_built(self, rec: Record, t: Any, build: Any, env: dict[str, str] | None = None) -> None:
         """A sandbox of a built template, made from its checkpoint, starts as its build ended:
@@ -437,13 +437,13 @@ class ServerCore:
             await self.delete_record(rec, "create failed")
             raise E.LaunchError(f"template {t.name!r}: {error}")
 
-    def delete_built_template(self, owner: str, ref: str) -> Any:
+    async def delete_built_template(self, owner: str, ref: str) -> Any:
         """Deletes `owner`'s built template and its builds' checkpoints."""
         t = self.built.delete(owner, ref)
         for b in t.builds.values():
             if b.checkpoint:
                 with contextlib.suppress(E.NotFound):
-                    self.pool.checkpoints.delete(b.checkpoint, owner)
+                    await self.pool.delete_checkpoint(b.checkpoint, owner)
         return t
 
     async def fork(
@@ -614,7 +614,7 @@ class ServerCore:
         old, cp = rec.sandbox, rec.evicted
         assert cp is not None
         sb = await self.pool.claim(
-            checkpoint=cp, owner=_evicted_owner(rec.owner), env=old.env, labels=old.labels
+            checkpoint=cp, owner=_evicted_owner(rec.owner), env=old.env, labels=old.labels, warm_ahead=False
         )
         rec.sandbox, rec.evicted = sb, None
         self._forget_evicted(rec.owner, cp)

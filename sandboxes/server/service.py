@@ -257,7 +257,7 @@ class SandboxService:
     async def delete_checkpoint(
         self, req: pb.DeleteCheckpointRequest, context: Any, owner: str
     ) -> pb.DeleteCheckpointResponse:
-        self.core.delete_checkpoint(owner, req.checkpoint_id)
+        await self.core.delete_checkpoint(owner, req.checkpoint_id)
         return pb.DeleteCheckpointResponse()
 
     async def fork(self, req: pb.ForkRequest, context: Any, owner: str) -> pb.ForkResponse:

@@ -184,9 +184,11 @@ class Builder:
                 f"[finalize] saved {cp.bytes} bytes of changes as layer {cp.layers[-1][:12]}", step="finalize"
             )
             b.log(f"build finished in {time.monotonic() - started:.1f} s")
-            b.status, b.finished_at = "ready", time.time()
         finally:
             await self.core.delete_record(rec, "build ended")
+        # Ready only now, with no await before `_run` gives it its tags: a client that sees it
+        # ready finds it by its tags.
+        b.status, b.finished_at = "ready", time.time()
 
     def _drop_checkpoint(self, owner: str, checkpoint_id: str) -> None:
         try:

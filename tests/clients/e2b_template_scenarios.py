@@ -167,6 +167,27 @@ async def build_one(name: str | None) -> dict[str, Any]:
     return {"template_id": info.template_id, "stdout": r.stdout}
 
 
+async def upload_quota(size: str | None) -> dict[str, Any]:
+    """Two builds copying a file of `size` bytes each (different content): the server's per-key
+    bound on uploads is between one and two; after the first template is deleted the second
+    builds."""
+    ctx = Path(tempfile.mkdtemp(prefix="e2b-quota-"))
+    out: dict[str, Any] = {}
+    for name in ("scn-q1", "scn-q2"):
+        (ctx / "blob").write_bytes(os.urandom(int(size or 0)))
+        t = Template(file_context_path=str(ctx)).from_image("python:3.11-slim").copy("blob", "/blob")
+        out[name] = await aattempt(AsyncTemplate.build(t, name))
+    client = get_api_client(ConnectionConfig())
+    gone = await delete_templates_template_id.asyncio_detailed(template_id="scn-q1", client=client)
+    out["deleted"] = gone.status_code
+    t = Template(file_context_path=str(ctx)).from_image("python:3.11-slim").copy("blob", "/blob")
+    built = await AsyncTemplate.build(t, "scn-q2")
+    sb = await AsyncSandbox.create(built.template_id)
+    out["size"] = (await sb.commands.run("stat -c %s /blob")).stdout.strip()
+    await sb.kill()
+    return out
+
+
 async def by_metadata(name: str | None) -> dict[str, Any]:
     """A create whose metadata names what to run (the server's --image-metadata-key)."""
     sb = await AsyncSandbox.create(metadata={"task-image": name or ""})
@@ -224,6 +245,7 @@ SCENARIOS = {
     "other_key": other_key,
     "build_one": build_one,
     "by_metadata": by_metadata,
+    "upload_quota": upload_quota,
 }
 
 

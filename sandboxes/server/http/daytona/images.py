@@ -138,7 +138,7 @@ class Images:
     async def delete(self, request: Request, owner: str) -> Response:
         if self.store.find(owner, request.path_params["ref"]) is None:
             raise Refused(404, f"Snapshot {request.path_params['ref']} not found")
-        self.core.delete_built_template(owner, request.path_params["ref"])
+        await self.core.delete_built_template(owner, request.path_params["ref"])
         return Response(status_code=200)
 
     async def of_sandbox(self, request: Request, owner: str) -> Response:

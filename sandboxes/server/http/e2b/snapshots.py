@@ -97,7 +97,7 @@ class Snapshots:
 
     async def delete(self, request: Request, owner: str) -> Response:
         try:
-            self.core.delete_checkpoint(owner, request.path_params["template_id"])
+            await self.core.delete_checkpoint(owner, request.path_params["template_id"])
         except E.NotFound:
             raise Refused(404, f"template {request.path_params['template_id']!r} not found") from None
         return Response(status_code=204)

@@ -144,14 +144,17 @@ class Templates:
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".", suffix=".part")
         size = 0
         try:
-            with os.fdopen(fd, "wb") as f:
+            with os.fdopen(fd, "wb") as f, self.store.uploading(template_id) as add:
                 async for chunk in request.stream():
                     size += len(chunk)
                     if size > MAX_UPLOAD_BYTES:
                         msg = f"an archive is at most {MAX_UPLOAD_BYTES >> 20} MiB"
                         return JSONResponse({"code": 413, "message": msg}, status_code=413)
+                    add(len(chunk))
                     f.write(chunk)
-            os.replace(tmp, path)
+                os.replace(tmp, path)
+        except E.QuotaExceeded as e:
+            return JSONResponse({"code": 413, "message": e.message}, status_code=413)
         finally:
             if os.path.exists(tmp):
                 os.unlink(tmp)
@@ -265,7 +268,7 @@ class Templates:
         ref = request.path_params["template_id"]
         if self.store.find(owner, ref) is None:
             return await self.control.snapshots.delete(request, owner)
-        self.core.delete_built_template(owner, ref)
+        await self.core.delete_built_template(owner, ref)
         return Response(status_code=204)
 
     # -- tags ------------------------------------------------------------------------------------

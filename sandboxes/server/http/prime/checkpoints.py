@@ -74,7 +74,7 @@ class Checkpoints:
         )
 
     async def delete(self, request: Request, owner: str) -> Any:
-        self.core.delete_checkpoint(owner, request.path_params["checkpoint_id"])
+        await self.core.delete_checkpoint(owner, request.path_params["checkpoint_id"])
         return JSONResponse({})
 
     def _of_sandbox(self, owner: str, sandbox_id: str) -> list[Any]:
@@ -89,7 +89,7 @@ class Checkpoints:
     async def delete_all(self, request: Request, owner: str) -> Any:
         deleted = []
         for cp in self._of_sandbox(owner, request.path_params["sandbox_id"]):
-            self.core.delete_checkpoint(owner, cp.id)
+            await self.core.delete_checkpoint(owner, cp.id)
             deleted.append(cp.id)
         return JSONResponse({"deleted": deleted, "errors": []})
 
