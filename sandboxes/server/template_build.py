@@ -47,6 +47,9 @@ BUILDS_PER_KEY = 2
 STEP_TIMEOUT_S = 3600.0
 BUILD_TTL_S = 6 * 3600.0
 READY_TIMEOUT_S = 120.0
+# How long a build waits for its sandbox: the engine's first container of an image can take
+# minutes (each create is bounded by its template's `create_timeout_s`, and fails fast).
+BASE_CLAIM_TIMEOUT_S = 600.0
 READY_INTERVAL_S = 0.2
 TAIL_LINES = 5  # of a failed command's output, in the build's error
 MAX_COPY_BYTES = 256 << 20  # unpacked, per copy step (held in the server's memory while written)
@@ -167,7 +170,13 @@ class Builder:
     async def _build(self, t: BuiltTemplate, b: Build, spec: BuildSpec) -> None:
         started = time.monotonic()
         b.log(f"[base] {spec.base} (template {spec.template})", step="base")
-        rec = await self.core.claim(t.owner, spec.template, ttl_s=BUILD_TTL_S, checkpoint=spec.checkpoint)
+        rec = await self.core.claim(
+            t.owner,
+            spec.template,
+            ttl_s=BUILD_TTL_S,
+            checkpoint=spec.checkpoint,
+            timeout=BASE_CLAIM_TIMEOUT_S,
+        )
         try:
             if self.core.pool.templates[rec.template].has_egress:
                 await self.core.set_network(rec, EgressPolicy(deny=True))
