@@ -29,6 +29,8 @@ BENCHMARKS = {
     "ports": "bench.ports",
     "templates": "bench.templates",
     "daytona_api": "bench.daytona_api",
+    "pause": "bench.pause",
+    "volumes": "bench.volumes",
 }
 
 
