@@ -15,7 +15,7 @@ PYTEST_ARGS ?=
 CLIENT_VENVS ?= .venv-clients
 CLIENTS := $(patsubst tests/clients/%.txt,$(CLIENT_VENVS)/%/.ok,$(wildcard tests/clients/*.txt))
 
-.PHONY: help install clients build build-agent build-dev build-rl build-testing serve test test-rust test-python helm-test lint bench bench-table proto clean images toolchains
+.PHONY: help install clients build build-agent build-dev build-rl build-testing serve test test-rust test-python test-tools helm-test lint bench bench-table proto clean images toolchains
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | sort
@@ -67,7 +67,10 @@ helm-test: $(VENV)/.deps ## lint, render and schema-validate the Helm chart (def
 toolchains: ## the host's Debian toolchains of the judge's languages (installed when root, else listed)
 	bash deploy/toolchains.sh
 
-test-python: build clients toolchains ## pytest against the real agent binary
+test-tools: ## host programs the tests use (a container registry on loopback; installed when root, else listed)
+	bash deploy/test_tools.sh
+
+test-python: build clients toolchains test-tools ## pytest against the real agent binary
 	$(PY) -m pytest -q $(PYTEST_ARGS)
 
 test: build test-rust test-python ## build everything and run every test

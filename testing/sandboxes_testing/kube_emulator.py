@@ -28,7 +28,8 @@ Nothing here is a real cluster. Two pieces:
   such a pod instead (`userns_pod`: its image, unpacked from the local Docker engine, as its
   root file system, idmapped into a user namespace of a host id range of its own; its command
   as the pod's root there; its volumes at their paths; a masked /proc unless `procMount:
-  Unmasked`). Only `--listen` and `--ready-fd` are rewritten then.
+  Unmasked`). Only `--listen` and `--ready-fd` are rewritten then. An image of a registry
+  (`host:port/...`) the local engine lacks is pulled first, as a node does.
 
   For scale (benchmarks), `shared_agents=N` points every pod at one of N real agents started with
   one `shared_token` (the backend then needs the same fixed token) instead of one agent per pod.
@@ -732,6 +733,7 @@ class FakeKubelet:
         spec, container = pod["spec"], pod["spec"]["containers"][0]
         d = os.path.join(self.root, name)
         os.makedirs(d, exist_ok=True)
+        await asyncio.to_thread(_pull, container["image"])
         image = await asyncio.to_thread(images.resolve, container["image"])
         base = ids.claim(f"emulated-pod-{name}")
         try:
@@ -857,6 +859,25 @@ class FakeKubelet:
                 await agent.proc.wait()
         agent.exited.set()
         _forget(agent)
+
+
+def _pull(image: str) -> None:
+    """An image of a registry (`host:port/...`) the local engine lacks is pulled, as a node pulls
+    a pod's image (IfNotPresent); others are the engine's own already."""
+    first = image.split("/", 1)[0]
+    if "/" not in image or not (":" in first or "." in first):
+        return
+    import docker
+    import docker.errors
+
+    client = docker.from_env(timeout=600)
+    try:
+        try:
+            client.images.get(image)
+        except docker.errors.ImageNotFound:
+            client.images.pull(image)
+    finally:
+        client.close()
 
 
 def _forget(agent: _Agent) -> None:

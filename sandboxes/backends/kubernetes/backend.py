@@ -35,6 +35,7 @@ from .config import (
 )
 from .egress import LABEL_EGRESS_POLICY, policy_digest
 from .egress import policy_manifest as egress_policy_manifest
+from .layered import LayeredImages
 from .pod_cache import PodCache
 from .pods import PodRef, _Starting, pod_readiness
 
@@ -100,6 +101,9 @@ class KubernetesBackend(Backend):
         self.records = ClusterRecords(self.api, cfg, self.pods, who) if cfg.shared else None
         self._bg: set[asyncio.Task[Any]] = set()
         self._lost_listener: LostListener | None = None
+        # Checkpoints, when the cluster has a registry: their layers on the template's image.
+        self.layered = LayeredImages(cfg.registry_url) if cfg.registry_url else None
+        self.checkpoints = self.layered is not None
 
     def __repr__(self) -> str:
         return f"kubernetes(namespace={self.cfg.namespace}, owner={self.owner})"
@@ -164,6 +168,13 @@ class KubernetesBackend(Backend):
         pod_name = sandbox_id.lower()
         if len(pod_name) > 63 or not _DNS_LABEL.match(pod_name):
             raise InvalidRequest(f"sandbox id {sandbox_id!r} is not a valid pod name")
+        if template.layers:
+            if self.layered is None:
+                raise InvalidRequest("sandboxes from checkpoints need the cluster's registry (registry_url)")
+            manifests.check_template(self.cfg, template)
+            base = template.image or self.cfg.image or ""
+            image = await self.layered.image_for(base, template.layers, template.work_dir)
+            template = template.replace(image=image)
         token = self._token_factory()
         manifest = self.pod_manifest(template, pod_name, sandbox_id, token)
         if self.records is not None:

@@ -129,6 +129,11 @@ class KubeConfig:
     `replica_lease_s` is how long a replica that stopped renewing its Lease counts as alive,
     after which another replica adopts its claimed sandboxes (`claims.py`, `docs/kubernetes.md`).
 
+    Checkpoints: `registry_url` (`http://host:port` for a registry on loopback or a trusted
+    network, else `https://`) is the cluster's registry, which holds the templates' images: a
+    sandbox made from a checkpoint (or a built template) runs that template's image with the
+    checkpoint's layers on top, pushed there once (`layered.py`). None: no checkpoints.
+
     `token_mode`: "secret" (default; a Secret per pod, mounted 0400 root) or "env" (the token in the
     pod spec's env: one API call fewer per sandbox, but readable by anyone who may read pods).
     """
@@ -170,6 +175,7 @@ class KubeConfig:
     port_from_annotation: bool = False
     shared: bool = False
     replica_lease_s: float = 10.0
+    registry_url: str | None = None
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> KubeConfig:
@@ -204,6 +210,11 @@ class KubeConfig:
             raise InvalidRequest(f"invalid namespace {self.namespace!r}")
         if self.image is not None and (not isinstance(self.image, str) or not _IMAGE.match(self.image)):
             raise InvalidRequest(f"invalid image {self.image!r}")
+        if self.registry_url is not None and (
+            not isinstance(self.registry_url, str)
+            or not re.fullmatch(r"https?://[A-Za-z0-9.-]+(:[0-9]+)?", self.registry_url)
+        ):
+            raise InvalidRequest(f"registry_url must be http(s)://host[:port], got {self.registry_url!r}")
         if self.image_pull_policy not in ("Always", "IfNotPresent", "Never"):
             raise InvalidRequest("image_pull_policy must be Always, IfNotPresent or Never")
         if not self.agent_command or not all(isinstance(a, str) and a for a in self.agent_command):

@@ -30,6 +30,7 @@ from .config import (
     _quantity_milli,
 )
 from .egress import EGRESS_CAPABILITIES, LABEL_EGRESS_POLICY, policy_digest
+from .layered import PLACES
 
 # What a root sandbox's agent needs beyond `AGENT_CAPABILITIES`: mounts (its root: an overlay, its
 # disk, /proc) and entering the programs' user namespace; mapping the pod's uid 0 into that
@@ -73,6 +74,11 @@ def check_template(cfg: KubeConfig, t: Template) -> str:
         )
     if t.work_dir in ("/", TOKEN_DIR, "/tmp") or t.work_dir.startswith(TOKEN_DIR + "/"):
         raise InvalidRequest(f"template {t.name!r}: work_dir {t.work_dir!r} cannot be used in a pod")
+    if t.layers and t.user != "root":
+        raise InvalidRequest(
+            f"template {t.name!r}: on kubernetes a sandbox is made from a checkpoint in a root template "
+            "(its agent builds the root a checkpoint is taken of)"
+        )
     return image
 
 
@@ -137,6 +143,10 @@ def pod_manifest(
             str(t.tmp_size_bytes),
             *(["--outside-dns"] if t.network is True else []),  # the cluster's DNS
         ]
+        if t.layers:
+            # Its image holds the checkpoint: the root at its paths, the places the agent mounts
+            # a disk of their own at (/tmp, the work dir) under PLACES (`layered.py`).
+            args += ["--places-layer", PLACES]
 
     resources: dict[str, dict[str, Any]] = {k: dict(v) for k, v in cfg.resources.items()}
     limits = resources.setdefault("limits", {})

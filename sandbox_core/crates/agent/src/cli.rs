@@ -70,6 +70,12 @@ pub struct Args {
     /// sandbox's own disk. Needs --new-root.
     #[arg(long = "layer")]
     pub layers: Vec<PathBuf>,
+    /// A directory whose parts are the lowest layer of the places the agent mounts a disk of its
+    /// own at (/tmp, /mnt, the work dir), and not of the root: a kubernetes pod made from a
+    /// checkpoint, whose image holds those places' files there (the root's at their paths).
+    /// Needs --new-root.
+    #[arg(long)]
+    pub places_layer: Option<PathBuf>,
     /// A directory of the host bound in the sandbox, `SRC:DST[:ro]` (repeatable): read-write
     /// unless `:ro`, its files' ids the programs' own (idmapped like an image). Needs --new-root.
     #[arg(long = "volume")]

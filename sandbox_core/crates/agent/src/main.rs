@@ -301,6 +301,7 @@ fn start(args: cli::Args) -> Result<i32, StartError> {
     };
     if args.new_root {
         let (_layers_held, layers) = setup::layers::hold(&args.layers)?;
+        let (_places_held, mut places_layer) = setup::layers::hold(args.places_layer.as_slice())?;
         let (_volumes_held, volumes) = setup::volumes::hold(&args.volumes)?;
         let spec = setup::rootfs::RootSpec {
             work_dir: args.work_dir.clone(),
@@ -317,6 +318,7 @@ fn start(args: cli::Args) -> Result<i32, StartError> {
             image: args.image_root.clone(),
             image_ids_inside: args.pod_ids,
             layers,
+            places_layer: places_layer.pop(),
             volumes,
             disk: args.build_dir.clone(),
             resolv_conf: if egress.is_some() {

@@ -68,6 +68,8 @@ pub struct RootSpec {
     pub disk: PathBuf,
     /// Checkpoint layers the sandbox is made from, bottom first (`setup::layers`).
     pub layers: Vec<PathBuf>,
+    /// The lowest layer of the places only (`--places-layer`).
+    pub places_layer: Option<PathBuf>,
     /// Volumes mounted in the sandbox (`setup::volumes`).
     pub volumes: Vec<super::volumes::Volume>,
 }
@@ -732,7 +734,10 @@ fn host_view(root: &Path, spec: &RootSpec) -> Result<(), SetupError> {
 /// The place at `path` (a tmpfs just mounted under `root`), stacked on its part of the layers.
 fn place(root: &Path, path: &Path, spec: &RootSpec) -> Result<Place, SetupError> {
     let rel = path.strip_prefix("/").unwrap_or(path);
-    let lowers = layers::parts(&spec.layers, rel);
+    let mut lowers = layers::parts(&spec.layers, rel);
+    if let Some(bottom) = &spec.places_layer {
+        lowers.extend(layers::parts(std::slice::from_ref(bottom), rel));
+    }
     Ok(Place {
         path: path.to_path_buf(),
         changes: layers::stack_on_tmpfs(&root.join(rel), &lowers, spec.layer_userns())?,

@@ -1,0 +1,102 @@
+"""Checkpoints, sandboxes made from them and forks on the kubernetes backend, through the cluster's
+registry: a checkpoint's layer goes from the pod's agent to the manager and, for the sandboxes
+made from it, on top of the template's image to the registry, whose image the nodes pull.
+
+The cluster is EMULATED (`sandboxes_testing.kube_emulator`: no real API server or kubelet can
+run here), in its user-namespace mode, whose pods run their image (pulled from the registry by
+the local Docker engine, as a node pulls it) as a container runtime runs a `hostUsers: false`
+pod; the registry is a real one (Debian's `docker-registry`) on loopback. The template's image is
+a small one of this host's agent and tools, pushed there first."""
+
+from __future__ import annotations
+
+import os
+
+import pytest
+from registry_helpers import REGISTRY_BIN, loopback_registry, push_small_image
+
+import sandboxes
+from sandboxes import Template
+
+pytestmark = [
+    pytest.mark.asyncio,
+    pytest.mark.timeout(300),
+    pytest.mark.skipif(os.geteuid() != 0, reason="root sandboxes need a manager that is root"),
+    pytest.mark.skipif(not os.path.exists(REGISTRY_BIN), reason="docker-registry is not installed"),
+]
+
+
+@pytest.fixture
+async def kube_pool(images, tmp_path):
+    from sandboxes_testing.kube_emulator import emulated_cluster
+
+    from sandboxes.backends.kubernetes import KubeConfig, KubernetesBackend
+
+    with loopback_registry() as host:
+        image = push_small_image(host)
+        async with emulated_cluster(user_namespaces=True) as (_api, _kubelet, url):
+            cfg = KubeConfig(
+                api_url=url,
+                identity="cp-test",
+                port_from_annotation=True,
+                image=image,
+                registry_url=f"http://{host}",
+            )
+            root = Template(name="root", user="root", backend="kubernetes")
+            pool = sandboxes.Pool(
+                backend=KubernetesBackend(cfg),
+                warm=0,
+                templates={"root": root},
+                claim_timeout=120.0,
+                checkpoint_dir=tmp_path / "checkpoints",
+            )
+            await pool.start()
+            try:
+                yield pool
+            finally:
+                await pool.close()
+
+
+async def out(sb: sandboxes.Sandbox, cmd: str) -> str:
+    r = await sb.exec(["/bin/sh", "-c", cmd])
+    assert r.exit_code == 0, r
+    return r.stdout.decode()
+
+
+async def test_a_checkpoint_made_on_kubernetes_is_what_its_sandboxes_start_from(kube_pool) -> None:
+    pool = kube_pool
+    async with pool.sandbox("root") as sb:
+        await out(
+            sb, "echo one > /work/a; echo g > /work/gone; mkdir -p /opt/x; echo y > /opt/x/y; rm /bin/touch"
+        )
+        cp = await sb.checkpoint()
+        await out(sb, "echo later > /work/b")
+        async with pool.sandbox(checkpoint=cp) as made:
+            assert await out(made, "cat /work/a /opt/x/y") == "one\ny\n"
+            assert await out(made, "test -e /work/b || echo no-b; test -e /bin/touch || echo no-touch") == (
+                "no-b\nno-touch\n"
+            )
+            await out(made, "echo two > /work/a; echo mine > /opt/mine; rm /work/gone; rm -r /opt/x; mkdir /opt/x; echo z > /opt/x/z")
+            second = await made.checkpoint()  # a checkpoint of a sandbox made from one: they stack
+        assert await out(sb, "cat /work/a; test -e /opt/mine || echo no-mine") == "one\nno-mine\n"
+    async with pool.sandbox(checkpoint=second) as again:
+        # A deleted file and a directory made again (an opaque one: nothing of the old beneath).
+        assert await out(again, "cat /work/a /opt/mine; ls /opt/x; test -e /work/gone || echo none") == (
+            "two\nmine\nz\nnone\n"
+        )
+
+
+async def test_forks_on_kubernetes_see_none_of_each_others_writes(kube_pool) -> None:
+    pool = kube_pool
+    async with pool.sandbox("root") as parent:
+        await out(parent, "echo base > /work/state")
+        forks = await parent.fork(2)
+        try:
+            for i, f in enumerate(forks):
+                assert await out(f, f"cat /work/state; echo {i} > /work/mine") == "base\n"
+            for i, f in enumerate(forks):
+                assert await out(f, "cat /work/mine") == f"{i}\n"
+            assert await out(parent, "test -e /work/mine || echo none") == "none\n"
+        finally:
+            for f in forks:
+                await f.close()
