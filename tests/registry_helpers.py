@@ -21,7 +21,22 @@ from pathlib import Path
 REGISTRY_BIN = "/usr/bin/docker-registry"
 AGENT = Path(__file__).resolve().parent.parent / "sandboxes" / "_bin" / "sandbox-agent"
 # The programs the tests run in a pod of the small image, with the libraries they load.
-PROGRAMS = ("sh", "cat", "ls", "mkdir", "rm", "id", "stat", "sleep", "echo", "test", "true", "env", "touch")
+PROGRAMS = (
+    "sh",
+    "bash",
+    "cat",
+    "ls",
+    "mkdir",
+    "rm",
+    "id",
+    "stat",
+    "sleep",
+    "echo",
+    "test",
+    "true",
+    "env",
+    "touch",
+)
 CONFIG = """version: 0.1
 log:
   level: error

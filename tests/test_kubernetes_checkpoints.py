@@ -10,10 +10,15 @@ a small one of this host's agent and tools, pushed there first."""
 
 from __future__ import annotations
 
+import contextlib
 import os
+from collections.abc import AsyncIterator
+from pathlib import Path
 
 import pytest
 from registry_helpers import REGISTRY_BIN, loopback_registry, push_small_image
+from server_helpers import run_scenario
+from test_e2b_api import KEY_A, url
 
 import sandboxes
 from sandboxes import Template
@@ -26,8 +31,10 @@ pytestmark = [
 ]
 
 
-@pytest.fixture
-async def kube_pool(images, tmp_path):
+@contextlib.asynccontextmanager
+async def cluster_pool(tmp_path: Path, name: str) -> AsyncIterator[sandboxes.Pool]:
+    """A pool of root template `name` (the small image of a registry on loopback) on the
+    emulated cluster, which pushes its checkpoints there."""
     from sandboxes_testing.kube_emulator import emulated_cluster
 
     from sandboxes.backends.kubernetes import KubeConfig, KubernetesBackend
@@ -42,19 +49,26 @@ async def kube_pool(images, tmp_path):
                 image=image,
                 registry_url=f"http://{host}",
             )
-            root = Template(name="root", user="root", backend="kubernetes")
+            root = Template(name=name, user="root", backend="kubernetes")
             pool = sandboxes.Pool(
                 backend=KubernetesBackend(cfg),
                 warm=0,
-                templates={"root": root},
+                templates={name: root},
                 claim_timeout=120.0,
                 checkpoint_dir=tmp_path / "checkpoints",
             )
             await pool.start()
+            pool.test_image = image
             try:
                 yield pool
             finally:
                 await pool.close()
+
+
+@pytest.fixture
+async def kube_pool(images, tmp_path):
+    async with cluster_pool(tmp_path, "root") as pool:
+        yield pool
 
 
 async def out(sb: sandboxes.Sandbox, cmd: str) -> str:
@@ -76,7 +90,10 @@ async def test_a_checkpoint_made_on_kubernetes_is_what_its_sandboxes_start_from(
             assert await out(made, "test -e /work/b || echo no-b; test -e /bin/touch || echo no-touch") == (
                 "no-b\nno-touch\n"
             )
-            await out(made, "echo two > /work/a; echo mine > /opt/mine; rm /work/gone; rm -r /opt/x; mkdir /opt/x; echo z > /opt/x/z")
+            await out(
+                made,
+                "echo two > /work/a; echo mine > /opt/mine; rm /work/gone; rm -r /opt/x; mkdir /opt/x; echo z > /opt/x/z",
+            )
             second = await made.checkpoint()  # a checkpoint of a sandbox made from one: they stack
         assert await out(sb, "cat /work/a; test -e /opt/mine || echo no-mine") == "one\nno-mine\n"
     async with pool.sandbox(checkpoint=second) as again:
@@ -100,3 +117,14 @@ async def test_forks_on_kubernetes_see_none_of_each_others_writes(kube_pool) -> 
         finally:
             for f in forks:
                 await f.close()
+
+
+async def test_a_template_built_through_the_e2b_api_on_kubernetes(images, tmp_path, make_server) -> None:
+    """The unmodified e2b SDK builds a template from the registry's image on a server whose
+    backend is the (emulated) cluster: the build's sandbox is a pod, its result pushed to the
+    registry, and the template's sandboxes are pods of that image."""
+    async with cluster_pool(tmp_path, "agent") as pool:
+        server = await make_server(pool=pool, own_pool=False, http_port=0)
+        env = {"E2B_API_URL": url(server), "E2B_SANDBOX_URL": url(server), "E2B_API_KEY": KEY_A}
+        o = await run_scenario("e2b", "e2b_template_scenarios.py", ["build_on", pool.test_image], env)
+        assert o == {"stdout": "one\ntwo\nthree\n", "deleted": 204}

@@ -167,6 +167,25 @@ async def build_one(name: str | None) -> dict[str, Any]:
     return {"template_id": info.template_id, "stdout": r.stdout}
 
 
+async def build_on(image: str | None) -> dict[str, Any]:
+    """Builds `scn-on` from `image` with run steps, creates a sandbox of it, reads what the steps
+    wrote, deletes the template."""
+    t = (
+        Template()
+        .from_image(image or "")
+        .run_cmd("echo one > /one && mkdir -p /srv && echo two > /srv/two")
+        .set_workdir("/srv")
+        .run_cmd("echo three > here")
+    )
+    info = await AsyncTemplate.build(t, "scn-on")
+    sb = await AsyncSandbox.create("scn-on")
+    r = await sb.commands.run("cat /one /srv/two here")
+    await sb.kill()
+    client = get_api_client(ConnectionConfig())
+    gone = await delete_templates_template_id.asyncio_detailed(template_id=info.template_id, client=client)
+    return {"stdout": r.stdout, "deleted": gone.status_code}
+
+
 async def upload_quota(size: str | None) -> dict[str, Any]:
     """Two builds copying a file of `size` bytes each (different content): the server's per-key
     bound on uploads is between one and two; after the first template is deleted the second
@@ -246,6 +265,7 @@ SCENARIOS = {
     "build_one": build_one,
     "by_metadata": by_metadata,
     "upload_quota": upload_quota,
+    "build_on": build_on,
 }
 
 
