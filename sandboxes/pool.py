@@ -314,6 +314,7 @@ class Pool:
             self._templates.pop(tp.name, None)
             self.checkpoints.release(tp.layers)
             await asyncio.to_thread(self._unmount, tp.volumes)
+        await asyncio.to_thread(self.volumes.close)  # the mounts kept for a next sandbox
         for b in self._backends.values():
             try:
                 await b.close()
@@ -785,7 +786,7 @@ class Pool:
             with contextlib.suppress(ValueError):
                 self._tasks.remove(task)
         self.checkpoints.release(tp.layers)
-        self._unmount(tp.volumes)  # a volume's last user unmounts it: milliseconds
+        self._unmount(tp.volumes)  # a volume's last user lets it go (`volumes.LINGER_S`)
 
     def _linger(self, tp: _TemplatePool) -> None:
         """A claim of a checkpoint's sandboxes: one is kept warm ahead (if its template keeps

@@ -6,6 +6,7 @@ the gRPC API and the docker backend."""
 
 from __future__ import annotations
 
+import asyncio
 from pathlib import Path
 
 import pytest
@@ -59,7 +60,9 @@ async def test_a_volume_is_shared_kept_and_bounded(make_pool, tmp_path: Path) ->
         many = await sh(user, "for i in $(seq 1 200); do touch /data/dir/f$i || exit 7; done")
         assert many.exit_code == 7 and b"No space left on device" in many.stderr
         assert await out(user, "cat /data/u; echo ok > /work/w; cat /work/w") == "from-user\nok\n"
-    assert mounted(vdir) == []  # unmounted with its last sandbox
+    assert len(mounted(vdir)) == 1  # kept mounted for a next sandbox (`volumes.LINGER_S`)
+    await pool.close()
+    assert mounted(vdir) == []  # unmounted with the pool
     # Another pool on the same directory (a restarted server) finds it and its files.
     again = await make_pool(warm=0, templates=TEMPLATES, volume_dir=vdir)
     async with again.sandbox(volumes={"/data": ("data", True)}) as ro:
@@ -83,6 +86,34 @@ async def test_sandboxes_of_one_mount_at_once_all_have_it(make_pool, tmp_path: P
         assert await out(b, "cat /mnt/data/a; echo from-b > /mnt/data/b") == "from-a\n"
         assert await out(c, "cat /mnt/data/a /mnt/data/b") == "from-a\nfrom-b\n"
     await pool.delete_volume("data")
+
+
+async def test_a_volume_stays_mounted_a_while_for_the_next_sandbox(
+    make_pool, tmp_path: Path, monkeypatch
+) -> None:
+    """A volume no sandbox uses stays mounted `LINGER_S` (the next sandbox skips the mount),
+    then is unmounted; a delete unmounts one that lingers at once."""
+    from sandboxes import volumes
+
+    vdir = tmp_path / "vols"
+    pool = await make_pool(warm=0, volume_dir=vdir)
+    await pool.create_volume("a", size_bytes=4 * MB)
+    await pool.create_volume("b", size_bytes=4 * MB)
+    monkeypatch.setattr(volumes, "LINGER_S", 0.3)
+    async with pool.sandbox(volumes={"/d": "a"}) as sb:
+        await out(sb, "echo one > /d/f")
+    (kept,) = mounted(vdir)
+    async with pool.sandbox(volumes={"/d": "a"}) as sb:
+        assert mounted(vdir) == [kept]
+        assert await out(sb, "cat /d/f") == "one\n"
+    while mounted(vdir):  # then unmounted
+        await asyncio.sleep(0.05)
+    monkeypatch.setattr(volumes, "LINGER_S", 60.0)
+    async with pool.sandbox(volumes={"/d": "b"}) as sb:
+        await out(sb, "echo two > /d/f")
+    assert len(mounted(vdir)) == 1
+    await pool.delete_volume("b")
+    assert mounted(vdir) == [] and len(list(vdir.glob("vol-*.img"))) == 1
 
 
 async def test_a_volume_is_its_owners_alone_and_deleting_one_in_use_waits(make_pool, tmp_path: Path) -> None:
