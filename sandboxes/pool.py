@@ -558,8 +558,7 @@ class Pool:
             raise NotFound(f"sandbox {sb.id} is not one of this pool's")
         if not tp.backend.checkpoints:
             raise InvalidRequest(
-                f"the {tp.backend.name} backend cannot checkpoint a sandbox (its layers would not be on "
-                "the host this pool runs on)"
+                f"the {tp.backend.name} backend cannot checkpoint a sandbox ({tp.backend.no_checkpoints_why})"
             )
         return tp, tp.base or tp.name, tp.layers
 
@@ -684,6 +683,11 @@ class Pool:
     async def delete_volume(self, ref: str, *, owner: str | None = None) -> Volume:
         """Deletes a volume (deferred while sandboxes mount it)."""
         return await asyncio.to_thread(self.volumes.delete, ref, owner)
+
+    def can_pause(self, sb: Sandbox) -> bool:
+        """Whether `sb` is one of this pool's, on a backend that pauses (keeps processes)."""
+        tp = self._tps.get(sb.template)
+        return tp is not None and tp.backend.pauses
 
     def can_checkpoint(self, sb: Sandbox) -> bool:
         """Whether `sb` is one of this pool's, on a backend that checkpoints."""

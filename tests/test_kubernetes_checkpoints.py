@@ -128,3 +128,17 @@ async def test_a_template_built_through_the_e2b_api_on_kubernetes(images, tmp_pa
         env = {"E2B_API_URL": url(server), "E2B_SANDBOX_URL": url(server), "E2B_API_KEY": KEY_A}
         o = await run_scenario("e2b", "e2b_template_scenarios.py", ["build_on", pool.test_image], env)
         assert o == {"stdout": "one\ntwo\nthree\n", "deleted": 204}
+
+
+async def test_a_pause_on_kubernetes_keeps_the_files(images, tmp_path, make_server) -> None:
+    """A pod cannot be frozen: on kubernetes an E2B pause (the unmodified SDK) keeps the sandbox's
+    files in a checkpoint and ends its pod; connect starts a pod from them under the same id."""
+    async with cluster_pool(tmp_path, "agent") as pool:
+        server = await make_server(pool=pool, own_pool=False, http_port=0)
+        env = {"E2B_API_URL": url(server), "E2B_SANDBOX_URL": url(server), "E2B_API_KEY": KEY_A}
+        o = await run_scenario("e2b", "e2b_scenarios.py", ["pause_files"], env)
+        assert o["paused"] is True and o["state"] == "paused" and o["state_after"] == "running"
+        assert o["command_while_paused"]["error"] == "SandboxUnreachableException"
+        assert o["file"] == "kept" and o["killed"] is True
+        # The background sleep ended with the pod (what runs is the command that looked).
+        assert "sleep" not in o["processes"] and "cat" in o["processes"]

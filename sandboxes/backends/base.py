@@ -54,6 +54,9 @@ class Backend(abc.ABC):
     (`Template.layers`: directories of the host the pool runs on); False: `Pool.checkpoint` and
     `Pool.fork` refuse its sandboxes."""
 
+    no_checkpoints_why: str = "its layers would not be on the host this pool runs on"
+    """Why it does not checkpoint, for the refusal (when `checkpoints` is False)."""
+
     volumes: bool = False
     """Whether its sandboxes can mount volumes (`Template.volumes`: directories of the host the
     pool runs on)."""

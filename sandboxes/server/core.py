@@ -510,8 +510,11 @@ class ServerCore:
     async def pause(self, rec: Record, *, memory: bool = True) -> bool:
         """Pause `rec`'s sandbox; its TTL stops. With `memory`, where it runs (`Pool.pause`:
         processes kept), evicted to a filesystem checkpoint after `Bounds.max_paused_s`; without,
+        or on a backend that checkpoints but cannot keep processes (kubernetes: the pod ends),
         evicted at once: its files are kept, its processes end, and resuming starts a new
         sandbox from the files. False when it was paused already."""
+        if memory and not self.pool.can_pause(rec.sandbox) and self.pool.can_checkpoint(rec.sandbox):
+            memory = False
         async with self._pausing(rec):
             if rec.state == "paused":
                 return False

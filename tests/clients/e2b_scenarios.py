@@ -487,6 +487,24 @@ def pause(_: str | None) -> dict[str, Any]:
     return o
 
 
+def pause_files(_: str | None) -> dict[str, Any]:
+    """Pause and connect where a pause keeps the files only (kubernetes: the pod ends): the files
+    are there after, a background process is not, and calls between are refused."""
+    o: dict[str, Any] = {}
+    sb = Sandbox.create(timeout=120)
+    sb.files.write("state.txt", "kept")
+    sb.commands.run("sleep 600", background=True)
+    o["paused"] = sb.pause()
+    o["state"] = sb.get_info().state.value
+    o["command_while_paused"] = attempt(lambda: sb.commands.run("true", timeout=5))
+    again = Sandbox.connect(sb.sandbox_id, timeout=60)
+    o["state_after"] = again.get_info().state.value
+    o["file"] = again.files.read("state.txt")
+    o["processes"] = again.commands.run("cat /proc/[0-9]*/comm").stdout.split()
+    o["killed"] = again.kill()
+    return o
+
+
 def volumes(_: str | None) -> dict[str, Any]:
     """A volume made, written through the content API, mounted by two sandboxes in turn (by the
     `Volume` and by its name), read back, listed, removed from, destroyed."""
@@ -703,6 +721,7 @@ SCENARIOS = {
     "snapshots": snapshots,
     "snapshot_other": snapshot_other,
     "pause": pause,
+    "pause_files": pause_files,
     "volumes": volumes,
     "volume_other": volume_other,
     "network": network,

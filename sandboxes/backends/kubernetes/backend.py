@@ -65,6 +65,9 @@ class KubernetesBackend(Backend):
     direct gRPC to pods."""
 
     name = "kubernetes"
+    no_checkpoints_why = (
+        "its checkpoints go through the cluster's registry, and none is configured: registry_url"
+    )
 
     def __init__(
         self,
