@@ -93,6 +93,7 @@ app.kubernetes.io/component: manager
   "replica_lease_s" .Values.manager.replicaLeaseSeconds
 -}}
 {{- if $s.runtimeClassName }}{{ $_ := set $c "runtime_class_name" $s.runtimeClassName }}{{ end -}}
+{{- if $s.registryUrl }}{{ $_ := set $c "registry_url" $s.registryUrl }}{{ end -}}
 {{- if $s.priorityClassName }}{{ $_ := set $c "priority_class_name" $s.priorityClassName }}{{ end -}}
 {{- if $s.affinity }}{{ $_ := set $c "affinity" $s.affinity }}{{ end -}}
 {{- if kindIs "invalid" $s.nodeLossTolerationSeconds }}{{ $_ := set $c "node_loss_toleration_s" nil }}{{ else }}{{ $_ := set $c "node_loss_toleration_s" (int $s.nodeLossTolerationSeconds) }}{{ end -}}
