@@ -675,14 +675,42 @@ class Pool:
         size_bytes: int = DEFAULT_VOLUME_BYTES,
         inodes: int | None = None,
     ) -> Volume:
-        """A new empty volume of `owner`'s (`VolumeStore.create`), mounted with `claim(volumes=...)`."""
-        return await asyncio.to_thread(
-            self.volumes.create, name, owner=owner, size_bytes=size_bytes, inodes=inodes
+        """A new empty volume of `owner`'s (`VolumeStore.create`), mounted with `claim(volumes=...)`.
+        A pool whose default template's backend keeps volumes as the cluster's claims
+        (kubernetes: a PersistentVolumeClaim each) makes one; else an image on this host."""
+        backend = self._volume_backend()
+        if backend is None:
+            return await asyncio.to_thread(
+                self.volumes.create, name, owner=owner, size_bytes=size_bytes, inodes=inodes
+            )
+        vol = await asyncio.to_thread(
+            self.volumes.create,
+            name,
+            owner=owner,
+            size_bytes=size_bytes,
+            inodes=inodes,
+            claim=backend.volume_claim_prefix,
         )
+        try:
+            await backend.create_volume_claim(vol)
+        except BaseException:
+            await asyncio.to_thread(self.volumes.delete, vol.id, owner)
+            raise
+        return vol
 
     async def delete_volume(self, ref: str, *, owner: str | None = None) -> Volume:
-        """Deletes a volume (deferred while sandboxes mount it)."""
-        return await asyncio.to_thread(self.volumes.delete, ref, owner)
+        """Deletes a volume (deferred while sandboxes mount it: the cluster defers a claim's)."""
+        vol = await asyncio.to_thread(self.volumes.delete, ref, owner)
+        backend = self._volume_backend()
+        if vol.claim and backend is not None:
+            await backend.delete_volume_claim(vol)
+        return vol
+
+    def _volume_backend(self) -> Backend | None:
+        """The backend whose claims hold this pool's volumes (its default template's), if any."""
+        t = self._templates.get(self.default_template)
+        backend = self._backends.get(t.backend) if t is not None else None
+        return backend if backend is not None and backend.volume_claims else None
 
     def can_pause(self, sb: Sandbox) -> bool:
         """Whether `sb` is one of this pool's, on a backend that pauses (keeps processes)."""
@@ -722,7 +750,9 @@ class Pool:
             return self._tps[name]
         if not volumes:
             return self._layered(base, layers)
-        hosts = await asyncio.to_thread(self._mount, volumes)
+        t = self._templates.get(base)
+        claims = t is not None and t.backend in self._backends and self._backends[t.backend].volume_claims
+        hosts = await asyncio.to_thread(self._mount, volumes, claims)
         if name in self._tps:  # made by another claim meanwhile
             await asyncio.to_thread(self._unmount, volumes)
             return self._tps[name]
@@ -732,12 +762,24 @@ class Pool:
             await asyncio.to_thread(self._unmount, volumes)
             raise
 
-    def _mount(self, volumes: tuple[tuple[str, str, bool], ...]) -> tuple[str, ...]:
-        """Each volume's host directory, mounted for one more template pool (all or none)."""
+    def _mount(self, volumes: tuple[tuple[str, str, bool], ...], claims: bool = False) -> tuple[str, ...]:
+        """Each volume's host directory, mounted for one more template pool (all or none); with
+        `claims` (a backend whose volumes are the cluster's claims) each one's claim."""
         hosts: list[str] = []
         try:
             for vid, _, _ in volumes:
-                hosts.append(self.volumes.acquire(vid))
+                claim = self.volumes.get(vid).claim
+                if claims != bool(claim):
+                    raise InvalidRequest(
+                        f"volume {vid} is "
+                        + (
+                            "a cluster's claim: only the kubernetes backend's"
+                            if claim
+                            else "on this host: not the"
+                        )
+                        + " sandboxes mount it"
+                    )
+                hosts.append(claim or self.volumes.acquire(vid))
         except BaseException:
             self._unmount(volumes[: len(hosts)])
             raise

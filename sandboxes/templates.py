@@ -17,6 +17,7 @@ __all__ = ["Template"]
 
 _NAME_RE = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,62}$")
 _ENV_KEY_RE = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_CLAIM = re.compile(r"[a-z0-9]([-a-z0-9]{0,251}[a-z0-9])?")  # a PersistentVolumeClaim's name
 PYTHON_ZYGOTE_MODES = ("lazy", "eager", "off")
 USERS = ("sandbox", "root")
 # Where the compatible APIs run a container image they are asked for as root: a kubernetes root pod
@@ -89,8 +90,9 @@ class Template:
     overlay on its part of them (docs/sandbox.md, "Checkpoints").
 
     `volumes` are directories of this host bound in each sandbox: (host dir, path in the
-    sandbox, read-only). The pool sets them on the template it serves a claim's volumes from
-    (`Pool.claim(volumes=...)`, `sandboxes.volumes`).
+    sandbox, read-only); on kubernetes (its `volume_claims`) the first of each is the name of a
+    PersistentVolumeClaim instead. The pool sets them on the template it serves a claim's
+    volumes from (`Pool.claim(volumes=...)`, `sandboxes.volumes`).
     """
 
     name: str = "default"
@@ -177,10 +179,18 @@ class Template:
             if not isinstance(p, str) or not p.startswith("/"):
                 raise InvalidRequest(f"layers entries must be absolute paths, got {p!r}")
         for vol in self.volumes:
-            ok = len(vol) == 3 and all(isinstance(x, str) and x.startswith("/") for x in vol[:2])
+            source_ok = (
+                len(vol) == 3
+                and isinstance(vol[0], str)
+                and (
+                    vol[0].startswith("/")
+                    or (self.backend == "kubernetes" and _CLAIM.fullmatch(vol[0]) is not None)
+                )
+            )
+            ok = source_ok and isinstance(vol[1], str) and vol[1].startswith("/")
             if not ok or not isinstance(vol[2], bool) or ":" in vol[0] + vol[1]:
                 raise InvalidRequest(
-                    f"volumes entries must be (host dir, path in the sandbox, read_only) with "
+                    f"volumes entries must be (host dir or claim, path in the sandbox, read_only) with "
                     f"absolute paths without ':', got {vol!r}"
                 )
         validate_env(self.env)

@@ -85,6 +85,8 @@ class Volume:
     inodes: int = DEFAULT_INODES
     created_at: float = 0.0
     labels: dict[str, str] = field(default_factory=dict)
+    # The cluster's claim that holds it (a kubernetes pool's volume: no image on this host).
+    claim: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         return asdict(self)
@@ -182,9 +184,12 @@ class VolumeStore:
         size_bytes: int = DEFAULT_SIZE_BYTES,
         inodes: int | None = None,
         labels: dict[str, str] | None = None,
+        claim: str | None = None,
     ) -> Volume:
         """A new empty volume of `owner`'s with room for `inodes` files and directories (None:
-        one per 16 KiB); `InvalidRequest` for a bad bound or a name taken."""
+        one per 16 KiB); `InvalidRequest` for a bad bound or a name taken. With `claim` (a name
+        prefix) it is the record of a cluster's claim of that name and its id, with no image here
+        (the caller makes the claim)."""
         if not isinstance(name, str) or not _NAME_RE.match(name):
             raise InvalidRequest(f"volume name {name!r} must match {_NAME_RE.pattern}")
         _check_int("size_bytes", size_bytes, MIN_SIZE_BYTES, MAX_SIZE_BYTES)
@@ -192,24 +197,27 @@ class VolumeStore:
             inodes = max(MIN_INODES, size_bytes // BYTES_PER_INODE)
         # The inode table must leave most of the image to data.
         _check_int("inodes", inodes, MIN_INODES, min(MAX_INODES, size_bytes // (4 * INODE_BYTES)))
-        if shutil.which("mkfs.ext4") is None or os.geteuid() != 0:
+        if claim is None and (shutil.which("mkfs.ext4") is None or os.geteuid() != 0):
             raise VolumeError("volumes need root and mkfs.ext4 (e2fsprogs) on this host")
         with self._lock:
             if any(v.name == name for v in self.list(owner)):
                 raise InvalidRequest(f"a volume named {name!r} exists already")
             self._ensure()
+            vid = f"vol-{uuid.uuid4().hex[:16]}"
             vol = Volume(
-                id=f"vol-{uuid.uuid4().hex[:16]}",
+                id=vid,
                 name=name,
                 owner=owner,
                 size_bytes=size_bytes,
                 inodes=inodes,
                 created_at=time.time(),
                 labels=dict(labels or {}),
+                claim=None if claim is None else f"{claim}{vid}",
             )
             image = self._image(vol.id)
             try:
-                self._format(image, vol)
+                if claim is None:
+                    self._format(image, vol)
                 self._write(vol)
             except BaseException:
                 image.unlink(missing_ok=True)
@@ -280,6 +288,11 @@ class VolumeStore:
     def acquire(self, volume_id: str) -> str:
         """The host directory of volume `volume_id`, mounted for one more sandbox."""
         image = self._image(volume_id)
+        if not image.is_file() and any(v.id == volume_id and v.claim for v in self._records()):
+            raise InvalidRequest(
+                f"volume {volume_id} is in the cluster's storage, not on this host: reach its files "
+                "from a sandbox that mounts it"
+            )
         mnt = self._mount_point(volume_id)
         with _MOUNTS_LOCK:
             m = _MOUNTS.get(str(image))

@@ -1,7 +1,8 @@
 """A container registry on loopback (Debian's `docker-registry`, the distribution project's
-server) and a small image in it that holds the agent, for the tests of what the kubernetes
-backend pushes to a cluster's registry. Everything made is removed on exit: the registry's
-storage, the images the local engine pulled from it and their unpacked copies."""
+server), a small image in it that holds the agent, and a pool of a root template of that image
+on the EMULATED cluster (`cluster_pool`), for the tests of what the kubernetes backend keeps in
+a cluster's registry and storage. Everything made is removed on exit: the registry's storage, the
+images the local engine pulled from it and their unpacked copies."""
 
 from __future__ import annotations
 
@@ -15,8 +16,9 @@ import tarfile
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 REGISTRY_BIN = "/usr/bin/docker-registry"
 AGENT = Path(__file__).resolve().parent.parent / "sandboxes" / "_bin" / "sandbox-agent"
@@ -132,3 +134,40 @@ def _remove_images(host: str) -> None:
             key = "docker-" + image_id.removeprefix("sha256:")
             shutil.rmtree(cache_root() / key, ignore_errors=True)
             (cache_root() / f".{key}.lock").unlink(missing_ok=True)
+
+
+@contextlib.asynccontextmanager
+async def cluster_pool(tmp_path: Path, name: str) -> AsyncIterator[Any]:
+    """A pool of root template `name` (the small image of a registry on loopback) on the
+    emulated cluster, which pushes its checkpoints there."""
+    from sandboxes_testing.kube_emulator import emulated_cluster
+
+    import sandboxes
+    from sandboxes import Template
+    from sandboxes.backends.kubernetes import KubeConfig, KubernetesBackend
+
+    with loopback_registry() as host:
+        image = push_small_image(host)
+        async with emulated_cluster(user_namespaces=True) as (api, _kubelet, url):
+            cfg = KubeConfig(
+                api_url=url,
+                identity="cp-test",
+                port_from_annotation=True,
+                image=image,
+                registry_url=f"http://{host}",
+            )
+            root = Template(name=name, user="root", backend="kubernetes")
+            pool = sandboxes.Pool(
+                backend=KubernetesBackend(cfg),
+                warm=0,
+                templates={name: root},
+                claim_timeout=120.0,
+                checkpoint_dir=tmp_path / "checkpoints",
+                volume_dir=tmp_path / "volumes",
+            )
+            await pool.start()
+            pool.test_image, pool.test_api = image, api
+            try:
+                yield pool
+            finally:
+                await pool.close()

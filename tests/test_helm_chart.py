@@ -78,7 +78,9 @@ def test_the_manager_accepts_what_the_chart_gives_it(values_file: Path | None, t
     assert args.backend == "kubernetes" and args.host == "0.0.0.0"
     cm = by_kind(docs, "ConfigMap")[0]["data"]
     cfg = KubeConfig.from_mapping(json.loads(cm["kube.json"]))
-    assert cfg.registry_url == (_values(values_file).get("sandbox", {}).get("registryUrl") or None)
+    sandbox = _values(values_file).get("sandbox", {})
+    assert cfg.registry_url == (sandbox.get("registryUrl") or None)
+    assert cfg.volume_storage_class == (sandbox.get("volumeStorageClass") or None)
     (tmp_path / "templates.json").write_text(cm["templates.json"])
     templates = load_templates(str(tmp_path / "templates.json"), "kubernetes")
     # Every template renders a pod that validates against the Kubernetes schema.
@@ -118,6 +120,7 @@ def test_secure_defaults() -> None:
         "secrets": {"get", "list", "watch", "create", "patch"},
         "leases": {"get", "list", "watch", "create", "patch", "delete"},
         "networkpolicies": {"create"},
+        "persistentvolumeclaims": {"create", "delete"},
     }
     assert not any("exec" in res or "proxy" in res for r in rules for res in r["resources"])
     # NetworkPolicies and a PDB by default; no ServiceMonitor unless asked.

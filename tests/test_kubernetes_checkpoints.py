@@ -10,18 +10,14 @@ a small one of this host's agent and tools, pushed there first."""
 
 from __future__ import annotations
 
-import contextlib
 import os
-from collections.abc import AsyncIterator
-from pathlib import Path
 
 import pytest
-from registry_helpers import REGISTRY_BIN, loopback_registry, push_small_image
+from registry_helpers import REGISTRY_BIN, cluster_pool
 from server_helpers import run_scenario
 from test_e2b_api import KEY_A, url
 
 import sandboxes
-from sandboxes import Template
 
 pytestmark = [
     pytest.mark.asyncio,
@@ -29,40 +25,6 @@ pytestmark = [
     pytest.mark.skipif(os.geteuid() != 0, reason="root sandboxes need a manager that is root"),
     pytest.mark.skipif(not os.path.exists(REGISTRY_BIN), reason="docker-registry is not installed"),
 ]
-
-
-@contextlib.asynccontextmanager
-async def cluster_pool(tmp_path: Path, name: str) -> AsyncIterator[sandboxes.Pool]:
-    """A pool of root template `name` (the small image of a registry on loopback) on the
-    emulated cluster, which pushes its checkpoints there."""
-    from sandboxes_testing.kube_emulator import emulated_cluster
-
-    from sandboxes.backends.kubernetes import KubeConfig, KubernetesBackend
-
-    with loopback_registry() as host:
-        image = push_small_image(host)
-        async with emulated_cluster(user_namespaces=True) as (_api, _kubelet, url):
-            cfg = KubeConfig(
-                api_url=url,
-                identity="cp-test",
-                port_from_annotation=True,
-                image=image,
-                registry_url=f"http://{host}",
-            )
-            root = Template(name=name, user="root", backend="kubernetes")
-            pool = sandboxes.Pool(
-                backend=KubernetesBackend(cfg),
-                warm=0,
-                templates={name: root},
-                claim_timeout=120.0,
-                checkpoint_dir=tmp_path / "checkpoints",
-            )
-            await pool.start()
-            pool.test_image = image
-            try:
-                yield pool
-            finally:
-                await pool.close()
 
 
 @pytest.fixture

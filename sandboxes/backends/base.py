@@ -59,7 +59,14 @@ class Backend(abc.ABC):
 
     volumes: bool = False
     """Whether its sandboxes can mount volumes (`Template.volumes`: directories of the host the
-    pool runs on)."""
+    pool runs on, or with `volume_claims` the cluster's claims)."""
+
+    volume_claims: bool = False
+    """Whether its volumes are the cluster's storage (`create_volume_claim`: a claim named by
+    `volume_claim_prefix` and the volume's id, mounted by its sandboxes) rather than images on
+    the pool's host."""
+
+    volume_claim_prefix: str = ""
 
     pauses: bool = False
     """Whether its sandboxes can be paused where they run (every process stopped, memory, files
@@ -102,6 +109,16 @@ class Backend(abc.ABC):
         """Give the cluster's own fence of the sandbox's egress the policy its agent is about to
         enforce (kubernetes: the NetworkPolicy its pod is under). Default: none (the agent's
         policy is the only one)."""
+
+    async def create_volume_claim(self, volume: Any) -> None:
+        """Makes the cluster's claim of a new volume (`volume.claim`, `volume.size_bytes`). Only
+        called when `volume_claims`."""
+        raise NotImplementedError(f"the {self.name} backend keeps no volumes in a cluster")
+
+    async def delete_volume_claim(self, volume: Any) -> None:
+        """Deletes a deleted volume's claim (the cluster keeps its storage while pods use it).
+        Only called when `volume_claims`."""
+        raise NotImplementedError(f"the {self.name} backend keeps no volumes in a cluster")
 
     def set_lost_listener(self, fn: LostListener | None) -> None:
         """Push notice of lost sandboxes to `fn`. Default: none (the pool finds a lost sandbox

@@ -393,6 +393,10 @@ class FakeKubelet:
         self._watching = 0
         self._watch_up = asyncio.Event()
         self.started_pods = 0
+        # The cluster's storage for PersistentVolumeClaims (user-namespace mode): an ext4 image
+        # per claim, of the size it asks for, made at its first use (as a provisioner binds one).
+        self._claims: dict[str, str] = {}  # claim name -> its mounted directory
+        self._claim_lock = asyncio.Lock()
 
     # --- lifecycle -----------------------------------------------------------------------------
 
@@ -417,7 +421,50 @@ class FakeKubelet:
         self._shared.clear()
         if self._session is not None:
             await self._session.close()
+        if self._claims:
+            await asyncio.to_thread(self._free_claims)
         shutil.rmtree(self.root, ignore_errors=True)
+
+    def _storage(self) -> Any:
+        from sandboxes.volumes import VolumeStore
+
+        return VolumeStore(Path(self.root, "claims"))
+
+    def _free_claims(self) -> None:
+        storage = self._storage()
+        for v in storage.list():
+            storage.release(v.id)
+        storage.close()
+        self._claims.clear()
+
+    async def _claim_dirs(self, pod: Mapping[str, Any]) -> dict[str, str]:
+        """The directory of each PersistentVolumeClaim the pod mounts, provisioned at its first
+        use: an ext4 image of the size the claim asks for (`sandboxes.volumes`: ENOSPC past it).
+        Plain binds, not idmapped as a runtime maps a user-namespaced pod's volumes: a file is
+        owned by the host id of the pod that made it, so another pod's root reads but cannot
+        change it (EMULATOR limitation)."""
+        out: dict[str, str] = {}
+        ns = pod["metadata"].get("namespace", "default")
+        for v in pod["spec"].get("volumes") or ():
+            name = (v.get("persistentVolumeClaim") or {}).get("claimName")
+            if not name:
+                continue
+            async with self._claim_lock:
+                if name not in self._claims:
+                    async with self._api(
+                        "GET", f"/api/v1/namespaces/{ns}/persistentvolumeclaims/{name}"
+                    ) as r:
+                        if r.status != 200:
+                            raise RuntimeError(f"persistentvolumeclaim {name!r} not found")
+                        claim = await r.json()
+                    size = int(claim["spec"]["resources"]["requests"]["storage"])
+                    storage = self._storage()
+                    vol = await asyncio.to_thread(storage.create, name, size_bytes=size)
+                    self._claims[name] = await asyncio.to_thread(storage.acquire, vol.id)
+                    for d in (storage.root, Path(self._claims[name]).parent):
+                        os.chmod(d, 0o755)  # reached by the pod's launcher in its user namespace
+            out[name] = self._claims[name]
+        return out
 
     async def __aenter__(self) -> Self:
         return await self.start()
@@ -737,7 +784,7 @@ class FakeKubelet:
         image = await asyncio.to_thread(images.resolve, container["image"])
         base = ids.claim(f"emulated-pod-{name}")
         try:
-            volumes = self._volumes(spec, container, d, base, token)
+            volumes = self._volumes(spec, container, d, base, token, await self._claim_dirs(pod))
             port = free_port()
             r, w = os.pipe()
             args = list(container.get("args") or [])
@@ -779,14 +826,24 @@ class FakeKubelet:
 
     @staticmethod
     def _volumes(
-        spec: Mapping[str, Any], container: Mapping[str, Any], d: str, base: int, token: str
+        spec: Mapping[str, Any],
+        container: Mapping[str, Any],
+        d: str,
+        base: int,
+        token: str,
+        claims: Mapping[str, str],
     ) -> list[tuple[str, str, bool]]:
         """The pod's emptyDirs and its token Secret as directories of this machine, owned by the
-        pod's root (as a user-namespaced pod's volumes are): (directory, mount path, read-only)."""
+        pod's root (as a user-namespaced pod's volumes are), and its claims' directories (`claims`):
+        (directory, mount path, read-only)."""
         by_name = {v["name"]: v for v in spec.get("volumes") or ()}
         out = []
         for m in container.get("volumeMounts") or ():
             v = by_name[m["name"]]
+            if "persistentVolumeClaim" in v:
+                ro = bool(m.get("readOnly") or v["persistentVolumeClaim"].get("readOnly"))
+                out.append((claims[v["persistentVolumeClaim"]["claimName"]], m["mountPath"], ro))
+                continue
             host = os.path.join(d, "volumes", m["name"])
             os.makedirs(host)
             if "secret" in v:

@@ -38,6 +38,7 @@ from .egress import policy_manifest as egress_policy_manifest
 from .layered import LayeredImages
 from .pod_cache import PodCache
 from .pods import PodRef, _Starting, pod_readiness
+from .volume_claims import CLAIM_PREFIX, claim_manifest
 
 log = logging.getLogger(__name__)
 
@@ -65,6 +66,9 @@ class KubernetesBackend(Backend):
     direct gRPC to pods."""
 
     name = "kubernetes"
+    volumes = True
+    volume_claims = True
+    volume_claim_prefix = CLAIM_PREFIX
     no_checkpoints_why = (
         "its checkpoints go through the cluster's registry, and none is configured: registry_url"
     )
@@ -320,6 +324,25 @@ class KubernetesBackend(Backend):
     def pod_manifest(self, t: Template, pod_name: str, sandbox_id: str, token: str) -> dict[str, Any]:
         """The pod of one sandbox of template `t` (pure: no API call; raises `InvalidRequest`)."""
         return manifests.pod_manifest(self.cfg, t, pod_name, sandbox_id, token, self._owner())
+
+    async def create_volume_claim(self, volume: Any) -> None:
+        try:
+            await self.api.request(
+                "POST",
+                f"/api/v1/namespaces/{self.cfg.namespace}/persistentvolumeclaims",
+                body=claim_manifest(self.cfg, volume),
+            )
+        except _ApiError as e:
+            raise _api_failure(e, f"creating the PersistentVolumeClaim {volume.claim}") from e
+
+    async def delete_volume_claim(self, volume: Any) -> None:
+        try:
+            await self.api.request(
+                "DELETE", f"/api/v1/namespaces/{self.cfg.namespace}/persistentvolumeclaims/{volume.claim}"
+            )
+        except _ApiError as e:
+            if e.status != 404:
+                raise _api_failure(e, f"deleting the PersistentVolumeClaim {volume.claim}") from e
 
     def _secret_manifest(self, pod_name: str, pod_uid: str, token: str) -> dict[str, Any]:
         return manifests.secret_manifest(self.cfg, pod_name, pod_uid, token, self._owner())

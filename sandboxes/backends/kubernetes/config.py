@@ -134,6 +134,9 @@ class KubeConfig:
     sandbox made from a checkpoint (or a built template) runs that template's image with the
     checkpoint's layers on top, pushed there once (`layered.py`). None: no checkpoints.
 
+    Volumes: a PersistentVolumeClaim each (`volume_claims.py`) of `volume_storage_class` (None:
+    the cluster's default) with `volume_access_mode`.
+
     `token_mode`: "secret" (default; a Secret per pod, mounted 0400 root) or "env" (the token in the
     pod spec's env: one API call fewer per sandbox, but readable by anyone who may read pods).
     """
@@ -176,6 +179,8 @@ class KubeConfig:
     shared: bool = False
     replica_lease_s: float = 10.0
     registry_url: str | None = None
+    volume_access_mode: str = "ReadWriteMany"
+    volume_storage_class: str | None = None
 
     @classmethod
     def from_mapping(cls, data: Mapping[str, Any]) -> KubeConfig:
@@ -215,6 +220,10 @@ class KubeConfig:
             or not re.fullmatch(r"https?://[A-Za-z0-9.-]+(:[0-9]+)?", self.registry_url)
         ):
             raise InvalidRequest(f"registry_url must be http(s)://host[:port], got {self.registry_url!r}")
+        if self.volume_access_mode not in ("ReadWriteMany", "ReadWriteOnce", "ReadWriteOncePod"):
+            raise InvalidRequest(
+                "volume_access_mode must be ReadWriteMany, ReadWriteOnce or ReadWriteOncePod"
+            )
         if self.image_pull_policy not in ("Always", "IfNotPresent", "Never"):
             raise InvalidRequest("image_pull_policy must be Always, IfNotPresent or Never")
         if not self.agent_command or not all(isinstance(a, str) and a for a in self.agent_command):

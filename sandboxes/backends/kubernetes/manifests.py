@@ -32,6 +32,10 @@ from .config import (
 from .egress import EGRESS_CAPABILITIES, LABEL_EGRESS_POLICY, policy_digest
 from .layered import PLACES
 
+# Where a root pod mounts its claims (`volume_claims.py`), for the agent to bind them in the root it
+# builds (the pod's own root is not what its programs see).
+VOLUMES_DIR = "/sandbox-volumes"
+
 # What a root sandbox's agent needs beyond `AGENT_CAPABILITIES`: mounts (its root: an overlay, its
 # disk, /proc) and entering the programs' user namespace; mapping the pod's uid 0 into that
 # namespace (the kernel asks for SETFCAP to map a namespace's root).
@@ -74,6 +78,9 @@ def check_template(cfg: KubeConfig, t: Template) -> str:
         )
     if t.work_dir in ("/", TOKEN_DIR, "/tmp") or t.work_dir.startswith(TOKEN_DIR + "/"):
         raise InvalidRequest(f"template {t.name!r}: work_dir {t.work_dir!r} cannot be used in a pod")
+    for _, path, _ in t.volumes:
+        if path in ("/", "/tmp", t.work_dir, TOKEN_DIR) or path.startswith((TOKEN_DIR + "/", VOLUMES_DIR)):
+            raise InvalidRequest(f"template {t.name!r}: a volume cannot be mounted at {path!r} in a pod")
     if t.layers and t.user != "root":
         raise InvalidRequest(
             f"template {t.name!r}: on kubernetes a sandbox is made from a checkpoint in a root template "
@@ -143,6 +150,9 @@ def pod_manifest(
             str(t.tmp_size_bytes),
             *(["--outside-dns"] if t.network is True else []),  # the cluster's DNS
         ]
+        for i, (_, path, ro) in enumerate(t.volumes):
+            # The agent binds the pod's mount of the claim into the root it builds.
+            args += ["--volume", f"{VOLUMES_DIR}/{i}:{path}{':ro' if ro else ''}"]
         if t.layers:
             # Its image holds the checkpoint: the root at its paths, the places the agent mounts
             # a disk of their own at (/tmp, the work dir) under PLACES (`layered.py`).
@@ -175,6 +185,10 @@ def pod_manifest(
         {"name": "work", "emptyDir": empty_dir(t.work_size_bytes, cfg.work_size_limit)},
         {"name": "tmp", "emptyDir": empty_dir(t.tmp_size_bytes, cfg.tmp_size_limit)},
     ]
+    for i, (claim, path, ro) in enumerate(t.volumes):  # the cluster's claims (`volume_claims.py`)
+        at = f"{VOLUMES_DIR}/{i}" if t.user == "root" else path
+        mounts.append({"name": f"volume-{i}", "mountPath": at, **({"readOnly": True} if ro else {})})
+        volumes.append({"name": f"volume-{i}", "persistentVolumeClaim": {"claimName": claim, "readOnly": ro}})
     if cfg.token_mode == "secret":
         mounts.append({"name": "token", "mountPath": TOKEN_DIR, "readOnly": True})
         volumes.append(

@@ -94,6 +94,8 @@ app.kubernetes.io/component: manager
 -}}
 {{- if $s.runtimeClassName }}{{ $_ := set $c "runtime_class_name" $s.runtimeClassName }}{{ end -}}
 {{- if $s.registryUrl }}{{ $_ := set $c "registry_url" $s.registryUrl }}{{ end -}}
+{{- if $s.volumeStorageClass }}{{ $_ := set $c "volume_storage_class" $s.volumeStorageClass }}{{ end -}}
+{{- $_ := set $c "volume_access_mode" $s.volumeAccessMode -}}
 {{- if $s.priorityClassName }}{{ $_ := set $c "priority_class_name" $s.priorityClassName }}{{ end -}}
 {{- if $s.affinity }}{{ $_ := set $c "affinity" $s.affinity }}{{ end -}}
 {{- if kindIs "invalid" $s.nodeLossTolerationSeconds }}{{ $_ := set $c "node_loss_toleration_s" nil }}{{ else }}{{ $_ := set $c "node_loss_toleration_s" (int $s.nodeLossTolerationSeconds) }}{{ end -}}
