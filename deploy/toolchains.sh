@@ -21,15 +21,6 @@ if [ "${1:-}" = --packages ]; then
   echo
   exit 0
 fi
-need=""
-for entry in "${TOOLS[@]}"; do
-  read -r path pkg <<<"$entry"
-  [ -e "$path" ] || need="$need $pkg"
-done
-[ -n "$need" ] || exit 0
-if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
-  export DEBIAN_FRONTEND=noninteractive
-  apt-get update -qq && apt-get install -y -qq --no-install-recommends $need >/dev/null
-else
-  echo "missing host toolchains (the local backend's languages):$need; install them with apt-get" >&2
-fi
+# shellcheck source=deploy/apt_missing.sh
+. "$(dirname "$0")/apt_missing.sh"
+install_missing "host toolchains (the local backend's languages)" "${TOOLS[@]}"
