@@ -871,6 +871,10 @@ class Pool:
 
     def _checkpoint_dropped(self, cp: Checkpoint) -> list[asyncio.Task[None]]:
         """A deleted or expired checkpoint's sandboxes are kept warm no longer."""
+        try:
+            asyncio.get_running_loop()
+        except RuntimeError:
+            return []  # dropped off the loop (a thread): its warm ones go when their linger ends
         done = []
         for tp in list(self._tps.values()):
             if tp.base and tp.layers == tuple(cp.layers) and tp.warm_target:
