@@ -19,7 +19,6 @@ from __future__ import annotations
 import asyncio
 import collections
 import hashlib
-import os
 import tempfile
 from collections.abc import Sequence
 from pathlib import Path
@@ -33,6 +32,8 @@ PLACES = "/.sandbox-places"
 
 
 class LayeredImages:
+    """The checkpoint images one backend made (or found made) in the registry at `registry_url`."""
+
     def __init__(self, registry_url: str) -> None:
         self.registry = Registry(registry_url)
         self._made: dict[str, str] = {}
@@ -55,7 +56,4 @@ class LayeredImages:
             blobs: list[LayerBlob] = [
                 write_layer(Path(p), Path(d, f"{i}.tar.gz"), relocate) for i, p in enumerate(layers)
             ]
-            name = self.registry.stack(image, blobs, tag, created_by="sandboxes checkpoint")
-            for b in blobs:
-                os.unlink(b.path)
-        return name
+            return self.registry.stack(image, blobs, tag, created_by="sandboxes checkpoint")
