@@ -13,6 +13,8 @@ import os
 
 import pytest
 from registry_helpers import REGISTRY_BIN, cluster_pool
+from server_helpers import run_scenario
+from test_e2b_api import KEY_A, url
 
 import sandboxes
 
@@ -59,3 +61,21 @@ async def test_a_volume_is_a_claim_its_sandboxes_share(images, tmp_path) -> None
             await pool.claim("root", volumes={"/tmp": "data"})
         await pool.delete_volume("data")
         assert claims(pool) == [] and pool.volumes.list() == []
+
+
+async def test_e2b_volumes_on_kubernetes(images, tmp_path, make_server) -> None:
+    """The unmodified e2b SDK's volumes on a server whose backend is the (emulated) cluster: a
+    claim mounted by two sandboxes at once; the content API (which works on the server's host)
+    refused for it."""
+    async with cluster_pool(tmp_path, "agent") as pool:
+        server = await make_server(pool=pool, own_pool=False, http_port=0)
+        env = {
+            "E2B_API_URL": url(server),
+            "E2B_SANDBOX_URL": url(server),
+            "E2B_VOLUME_API_URL": url(server),
+            "E2B_API_KEY": KEY_A,
+        }
+        o = await run_scenario("e2b", "e2b_scenarios.py", ["volumes_mounted"], env)
+        assert o["seen_by_b"] == "from-a\n" and o["destroyed"] is True
+        assert "error" in o["content_api"] and "cluster's storage" in o["content_api"]["message"]
+        assert claims(pool) == []

@@ -537,6 +537,23 @@ def volumes(_: str | None) -> dict[str, Any]:
     return o
 
 
+def volumes_mounted(_: str | None) -> dict[str, Any]:
+    """A volume made, mounted by two sandboxes at once (by the `Volume` and by its name), written
+    by one and read by the other, then destroyed; its content API refused where its files are
+    not on the server's host (a kubernetes claim)."""
+    o: dict[str, Any] = {}
+    vol = Volume.create("shared")
+    a = Sandbox.create(volume_mounts={"/mnt/data": vol}, timeout=120)
+    b = Sandbox.create(volume_mounts={"/v": "shared"}, timeout=120)
+    a.commands.run("echo from-a > /mnt/data/a.txt")
+    o["seen_by_b"] = b.commands.run("cat /v/a.txt").stdout
+    o["content_api"] = attempt(vol.read_file, "/a.txt")
+    a.kill()
+    b.kill()
+    o["destroyed"] = Volume.destroy(vol.volume_id)
+    return o
+
+
 def network(port: str | None) -> dict[str, Any]:
     """Egress: none by default; `update_network` replaces it while the sandbox runs (the test's
     server on 127.0.0.2:`port` allowed and nothing else; cleared: the public internet, never the
@@ -723,6 +740,7 @@ SCENARIOS = {
     "pause": pause,
     "pause_files": pause_files,
     "volumes": volumes,
+    "volumes_mounted": volumes_mounted,
     "volume_other": volume_other,
     "network": network,
     "ports": ports,
