@@ -104,3 +104,20 @@ async def test_a_pause_on_kubernetes_keeps_the_files(images, tmp_path, make_serv
         assert o["file"] == "kept" and o["killed"] is True
         # The background sleep ended with the pod (what runs is the command that looked).
         assert "sleep" not in o["processes"] and "cat" in o["processes"]
+
+
+async def test_e2b_snapshots_on_kubernetes(images, tmp_path, make_server) -> None:
+    """The unmodified e2b SDK's filesystem snapshots on the (emulated) cluster: sandboxes made
+    from one see its files, each its own writes, no process; the full snapshot and fork, which
+    carry processes, are refused as elsewhere."""
+    async with cluster_pool(tmp_path, "agent") as pool:
+        server = await make_server(pool=pool, own_pool=False, http_port=0)
+        env = {"E2B_API_URL": url(server), "E2B_SANDBOX_URL": url(server), "E2B_API_KEY": KEY_A}
+        o = await run_scenario("e2b", "e2b_scenarios.py", ["snapshots"], env)
+        assert o["made"] == ["mine", "before"] and o["parent"] == "after" and o["made_processes"] == ""
+        assert o["listed"] == [True] and o["by_name"] == [True]
+        for call in ("full", "fork"):
+            assert o[call]["message"].startswith("501: ") and "memory snapshots" in o[call]["message"], o[
+                call
+            ]
+        assert (o["deleted"], o["deleted_again"]) == (True, False)

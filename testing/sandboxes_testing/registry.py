@@ -33,6 +33,7 @@ PROGRAMS = (
     "head",
     "ls",
     "mkdir",
+    "pgrep",
     "rm",
     "id",
     "stat",
