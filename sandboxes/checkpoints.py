@@ -105,8 +105,10 @@ class CheckpointStore:
 
     # --- records ---------------------------------------------------------------------------------
 
-    def _load(self) -> dict[str, Checkpoint]:
-        if self._records is None:
+    def _load(self, fresh: bool = False) -> dict[str, Checkpoint]:
+        """The records, read from the directory when first needed or `fresh` (other processes
+        sharing the directory, the replicas of a cluster, add and delete records too)."""
+        if self._records is None or fresh:
             for d in (self.layers_dir, self.records_dir, self.tmp_dir):
                 d.mkdir(parents=True, exist_ok=True, mode=0o700)
             records: dict[str, Checkpoint] = {}
@@ -157,13 +159,14 @@ class CheckpointStore:
     def get(self, checkpoint_id: str, owner: str | None = None) -> Checkpoint:
         """The checkpoint `checkpoint_id` of `owner` (None: any owner's); `NotFound` otherwise."""
         self.expire()
-        cp = self._load().get(checkpoint_id)
+        cp = self._load().get(checkpoint_id) or self._load(fresh=True).get(checkpoint_id)
         if cp is None or (owner is not None and cp.owner != owner):
             raise NotFound(f"no checkpoint {checkpoint_id!r}")
         return cp
 
     def list(self, owner: str | None = None) -> builtins.list[Checkpoint]:
         """The live checkpoints of `owner` (None: everyone's), oldest first."""
+        self._load(fresh=True)
         self.expire()
         return sorted(
             (cp for cp in self._load().values() if owner is None or cp.owner == owner),

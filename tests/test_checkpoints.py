@@ -285,3 +285,21 @@ async def test_an_image_sandbox_checkpoints_its_changes_only(
         finally:
             for f in forks:
                 await f.close()
+
+
+async def test_stores_sharing_a_directory_see_each_others_records(tmp_path: Path) -> None:
+    """Two stores on one directory (the replicas of a cluster on one shared claim): what one
+    records or deletes, the other sees, though it had read the directory before."""
+    from sandboxes.server.built_templates import BuiltTemplates
+
+    a, b = CheckpointStore(tmp_path / "cp"), CheckpointStore(tmp_path / "cp")
+    assert b.list() == []
+    (a.layers_dir / "abc").mkdir()
+    cp = a.add(template="default", layers=["abc"], owner="k")
+    assert b.get(cp.id, "k").layers == ("abc",) and [c.id for c in b.list("k")] == [cp.id]
+    a.delete(cp.id, "k")
+    assert b.list("k") == []
+    ta, tb = BuiltTemplates(tmp_path / "cp" / "templates"), BuiltTemplates(tmp_path / "cp" / "templates")
+    assert tb.of("k") == []
+    t, _ = ta.request("k", "app", [], 1, 512)
+    assert tb.find("k", "app") is not None and [x.id for x in tb.of("k")] == [t.id]

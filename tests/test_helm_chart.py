@@ -78,6 +78,13 @@ def test_the_manager_accepts_what_the_chart_gives_it(values_file: Path | None, t
     assert args.backend == "kubernetes" and args.host == "0.0.0.0"
     cm = by_kind(docs, "ConfigMap")[0]["data"]
     cfg = KubeConfig.from_mapping(json.loads(cm["kube.json"]))
+    # Records that outlive sandboxes live on the state volume: each replica's, or one claim shared.
+    env = {e["name"]: e.get("value") for e in container["env"]}
+    assert env["SANDBOXES_CHECKPOINT_DIR"].startswith("/var/lib/sandboxes/")
+    assert {"name": "state", "mountPath": "/var/lib/sandboxes"} in container["volumeMounts"]
+    (state,) = [v for v in deploy["spec"]["template"]["spec"]["volumes"] if v["name"] == "state"]
+    claim = _values(values_file).get("manager", {}).get("state", {}).get("existingClaim")
+    assert state.get("persistentVolumeClaim", {}).get("claimName") == claim if claim else "emptyDir" in state
     sandbox = _values(values_file).get("sandbox", {})
     assert cfg.registry_url == (sandbox.get("registryUrl") or None)
     assert cfg.volume_storage_class == (sandbox.get("volumeStorageClass") or None)

@@ -169,13 +169,20 @@ class BuiltTemplates:
     def _all(self) -> dict[str, BuiltTemplate]:
         if self._by_id is None:
             self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
-            loaded: dict[str, BuiltTemplate] = {}
-            for p in self.root.glob("*.json"):
-                with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
-                    t = BuiltTemplate.from_json(json.loads(p.read_text()))
-                    loaded[t.id] = t
-            self._by_id = loaded
+            self._by_id = {}
+            self._merge()
         return self._by_id
+
+    def _merge(self) -> None:
+        """Adds the records on disk this process does not hold (made by another process that
+        shares the directory: a replica of a cluster); those it holds stay as they are here."""
+        assert self._by_id is not None
+        for p in self.root.glob("*.json"):
+            if p.stem in self._by_id:
+                continue
+            with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
+                t = BuiltTemplate.from_json(json.loads(p.read_text()))
+                self._by_id[t.id] = t
 
     def save(self, t: BuiltTemplate) -> None:
         self._all()
@@ -190,6 +197,8 @@ class BuiltTemplates:
         return template_id in self._all()
 
     def of(self, owner: str) -> list[BuiltTemplate]:
+        self._all()
+        self._merge()
         return sorted((t for t in self._all().values() if t.owner == owner), key=lambda t: t.created_at)
 
     def get(self, owner: str, ref: str) -> BuiltTemplate:
@@ -202,6 +211,13 @@ class BuiltTemplates:
     def find(self, owner: str, ref: str) -> BuiltTemplate | None:
         if not isinstance(ref, str) or not ref:
             return None
+        t = self._find(owner, ref)
+        if t is None:
+            self._merge()
+            t = self._find(owner, ref)
+        return t
+
+    def _find(self, owner: str, ref: str) -> BuiltTemplate | None:
         t = self._all().get(ref)
         if t is not None and t.owner == owner:
             return t
