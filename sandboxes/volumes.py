@@ -3,10 +3,10 @@
 A volume is a file system of its own: an ext4 image of `size_bytes` with `inodes` inodes, so a
 program that fills it gets ENOSPC from its own kernel (bytes or inodes) and nothing else is
 touched. While a sandbox of this process mounts it (and `LINGER_S` after the last), the image is
-mounted once on the host (`<root>/mnt/<id>`, loop device, no set-id bits or devices) and bound into each sandbox
-(`Template.volumes`), idmapped so its files keep the ids the programs see: it reads the same in
-every sandbox, whatever its host ids. Its root directory is world-writable with the sticky bit,
-as `/tmp` is, so every user of every sandbox can make files in it.
+mounted once on the host (`<root>/mnt/<id>`, loop device, no set-id bits or devices) and bound
+into each sandbox (`Template.volumes`), idmapped so its files keep the ids the programs see: it
+reads the same in every sandbox, whatever its host ids. Its root directory is world-writable
+with the sticky bit, as `/tmp` is, so every user of every sandbox can make files in it.
 
 On disk (`root`, `$SANDBOXES_VOLUME_DIR`, else `volumes` beside the image cache): `<id>.img` the
 image, `<id>.json` the record (written to a temporary file and renamed), `mnt/<id>` the mount
