@@ -86,7 +86,7 @@ class Registry:
         accept = f"{OCI_MANIFEST}, {DOCKER_MANIFEST}, {OCI_INDEX}, {DOCKER_LIST}"
         _, h, data = self._call("GET", f"/v2/{repo}/manifests/{ref}", headers={"Accept": accept})
         m = json.loads(data)
-        kind = m.get("mediaType") or h.get("Content-Type", "")
+        kind = m.get("mediaType") or h.get("Content-Type", "").split(";")[0].strip()
         if kind in (OCI_INDEX, DOCKER_LIST):
             picks = [
                 d for d in m.get("manifests", []) if (d.get("platform") or {}).get("architecture") == "amd64"
@@ -134,7 +134,8 @@ class Registry:
             self.push_blob(repo, b.digest, path=b.path)
             layers.append({"mediaType": LAYER_TYPE[kind], "size": b.size, "digest": b.digest})
             config.setdefault("rootfs", {"type": "layers", "diff_ids": []})["diff_ids"].append(b.diff_id)
-            config.setdefault("history", []).append({"created_by": created_by})
+            if "history" in config:  # one entry per layer, as the base's has them
+                config["history"].append({"created_by": created_by})
         raw = json.dumps(config, separators=(",", ":"), sort_keys=True).encode()
         config_digest = "sha256:" + hashlib.sha256(raw).hexdigest()
         self.push_blob(repo, config_digest, raw)
