@@ -36,59 +36,40 @@ WRITE = (
 )
 
 
-async def ours(tmp: Path) -> tuple[dict[str, list[float]], str]:
-    from sandboxes_testing.kube_emulator import emulated_cluster
-    from sandboxes_testing.registry import loopback_registry, push_small_image
-
-    import sandboxes
-    from sandboxes import Template
-    from sandboxes.backends.kubernetes import KubeConfig, KubernetesBackend
+async def ours(tmp: Path) -> dict[str, list[float]]:
+    from sandboxes_testing.registry import cluster_pool
 
     out: dict[str, list[float]] = {"ours": [], "docker": [], "from checkpoint": [], "from image": []}
-    with loopback_registry() as host:
-        image = push_small_image(host)
-        async with emulated_cluster(user_namespaces=True) as (_api, _kubelet, url):
-            cfg = KubeConfig(
-                api_url=url,
-                identity="bench",
-                port_from_annotation=True,
-                image=image,
-                registry_url=f"http://{host}",
-            )
-            backend = KubernetesBackend(cfg)
-            t = Template(name="root", user="root", backend="kubernetes", warm=0)
-            async with sandboxes.Pool(
-                backend=backend, templates={"root": t}, claim_timeout=120, checkpoint_dir=tmp / "cp"
-            ) as pool:
-                cp = None
-                for _ in range(RUNS):
-                    async with pool.sandbox("root") as sb:
-                        r = await sb.exec(["/bin/sh", "-c", WRITE], timeout=120)
-                        assert r.exit_code == 0 and r.stdout == f"{STATE_MB}\n".encode(), r
-                        t0 = time.perf_counter()
-                        cp = await sb.checkpoint()
-                        assert backend.layered is not None
-                        paths = pool.checkpoints.acquire(cp.layers)
-                        try:
-                            await backend.layered.image_for(image, paths, t.work_dir)
-                        finally:
-                            pool.checkpoints.release(cp.layers)
-                        out["ours"].append(time.perf_counter() - t0)
-                assert cp is not None
-                for label, kw in (("from checkpoint", {"checkpoint": cp}), ("from image", {})):
-                    for i in range(FIRST_COMMANDS + 1):
-                        t0 = time.perf_counter()
-                        async with pool.sandbox("root", **kw) as sb:
-                            r = await sb.exec(["true"])
-                            took = time.perf_counter() - t0
-                        assert r.exit_code == 0, r
-                        if i:  # the first pulls and unpacks the image
-                            out[label].append(took)
-        out["docker"] = [docker_commit_and_push(image, host, i) for i in range(RUNS)]
-    return out, image
+    async with cluster_pool(tmp, "root") as (pool, image, _):
+        (backend,) = pool.backends
+        cp = None
+        for _ in range(RUNS):
+            async with pool.sandbox("root") as sb:
+                r = await sb.exec(["/bin/sh", "-c", WRITE], timeout=120)
+                assert r.exit_code == 0 and r.stdout == f"{STATE_MB}\n".encode(), r
+                t0 = time.perf_counter()
+                cp = await sb.checkpoint()
+                paths = pool.checkpoints.acquire(cp.layers)
+                try:
+                    await backend.layered.image_for(image, paths, pool.templates["root"].work_dir)
+                finally:
+                    pool.checkpoints.release(cp.layers)
+                out["ours"].append(time.perf_counter() - t0)
+        assert cp is not None
+        for label, kw in (("from checkpoint", {"checkpoint": cp}), ("from image", {})):
+            for i in range(FIRST_COMMANDS + 1):
+                t0 = time.perf_counter()
+                async with pool.sandbox("root", **kw) as sb:
+                    r = await sb.exec(["true"])
+                    took = time.perf_counter() - t0
+                assert r.exit_code == 0, r
+                if i:  # the first pulls and unpacks the image
+                    out[label].append(took)
+        out["docker"] = [docker_commit_and_push(image, i) for i in range(RUNS)]
+    return out
 
 
-def docker_commit_and_push(image: str, host: str, i: int) -> float:
+def docker_commit_and_push(image: str, i: int) -> float:
     """`docker commit` of a container of `image` holding the same files, then `docker push`."""
     name = f"bench-k8s-cp-{i}"
     done = subprocess.run(
@@ -97,7 +78,7 @@ def docker_commit_and_push(image: str, host: str, i: int) -> float:
         capture_output=True,
     )
     assert done.stdout == f"{STATE_MB}\n".encode(), done
-    tag = f"{host}/sandboxes-small:committed-{i}"
+    tag = f"{image.rsplit(':', 1)[0]}:committed-{i}"
     try:
         t0 = time.perf_counter()
         subprocess.run(["docker", "commit", name, tag], check=True, capture_output=True)
@@ -111,7 +92,7 @@ def docker_commit_and_push(image: str, host: str, i: int) -> float:
 def run() -> Report:
     rep = Report("k8s_checkpoints")
     with tempfile.TemporaryDirectory() as d:
-        out, _ = asyncio.run(ours(Path(d)))
+        out = asyncio.run(ours(Path(d)))
     mine = rep.add(Stats.of(f"checkpoint of {STATE_MB} MB + its image pushed", out["ours"]))
     theirs = rep.add(Stats.of(f"docker commit + docker push of the same {STATE_MB} MB", out["docker"]))
     cp = rep.add(Stats.of("time to first command, from the checkpoint", out["from checkpoint"]))

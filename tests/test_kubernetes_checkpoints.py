@@ -13,7 +13,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from registry_helpers import REGISTRY_BIN, cluster_pool
+from sandboxes_testing.registry import REGISTRY_BIN, cluster_pool
 from server_helpers import run_scenario
 from test_e2b_api import KEY_A, url
 
@@ -29,7 +29,7 @@ pytestmark = [
 
 @pytest.fixture
 async def kube_pool(images, tmp_path):
-    async with cluster_pool(tmp_path, "root") as pool:
+    async with cluster_pool(tmp_path, "root") as (pool, _, _):
         yield pool
 
 
@@ -85,17 +85,17 @@ async def test_a_template_built_through_the_e2b_api_on_kubernetes(images, tmp_pa
     """The unmodified e2b SDK builds a template from the registry's image on a server whose
     backend is the (emulated) cluster: the build's sandbox is a pod, its result pushed to the
     registry, and the template's sandboxes are pods of that image."""
-    async with cluster_pool(tmp_path, "agent") as pool:
+    async with cluster_pool(tmp_path, "agent") as (pool, image, _):
         server = await make_server(pool=pool, own_pool=False, http_port=0)
         env = {"E2B_API_URL": url(server), "E2B_SANDBOX_URL": url(server), "E2B_API_KEY": KEY_A}
-        o = await run_scenario("e2b", "e2b_template_scenarios.py", ["build_on", pool.test_image], env)
+        o = await run_scenario("e2b", "e2b_template_scenarios.py", ["build_on", image], env)
         assert o == {"stdout": "one\ntwo\nthree\n", "deleted": 204}
 
 
 async def test_a_pause_on_kubernetes_keeps_the_files(images, tmp_path, make_server) -> None:
     """A pod cannot be frozen: on kubernetes an E2B pause (the unmodified SDK) keeps the sandbox's
     files in a checkpoint and ends its pod; connect starts a pod from them under the same id."""
-    async with cluster_pool(tmp_path, "agent") as pool:
+    async with cluster_pool(tmp_path, "agent") as (pool, _, _):
         server = await make_server(pool=pool, own_pool=False, http_port=0)
         env = {"E2B_API_URL": url(server), "E2B_SANDBOX_URL": url(server), "E2B_API_KEY": KEY_A}
         o = await run_scenario("e2b", "e2b_scenarios.py", ["pause_files"], env)
@@ -110,7 +110,7 @@ async def test_e2b_snapshots_on_kubernetes(images, tmp_path, make_server) -> Non
     """The unmodified e2b SDK's filesystem snapshots on the (emulated) cluster: sandboxes made
     from one see its files, each its own writes, no process; the full snapshot and fork, which
     carry processes, are refused as elsewhere."""
-    async with cluster_pool(tmp_path, "agent") as pool:
+    async with cluster_pool(tmp_path, "agent") as (pool, _, _):
         server = await make_server(pool=pool, own_pool=False, http_port=0)
         env = {"E2B_API_URL": url(server), "E2B_SANDBOX_URL": url(server), "E2B_API_KEY": KEY_A}
         o = await run_scenario("e2b", "e2b_scenarios.py", ["snapshots"], env)

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from registry_helpers import REGISTRY_BIN, cluster_pool
+from sandboxes_testing.registry import REGISTRY_BIN, cluster_pool
 from server_helpers import run_scenario
 from test_e2b_api import KEY_A, url
 
@@ -33,14 +33,14 @@ async def out(sb: sandboxes.Sandbox, cmd: str) -> str:
     return r.stdout.decode()
 
 
-def claims(pool) -> list[dict]:
-    return pool.test_api.objects_of("persistentvolumeclaims")
+def claims(api) -> list[dict]:
+    return api.objects_of("persistentvolumeclaims")
 
 
 async def test_a_volume_is_a_claim_its_sandboxes_share(images, tmp_path) -> None:
-    async with cluster_pool(tmp_path, "root") as pool:
+    async with cluster_pool(tmp_path, "root") as (pool, _, api):
         vol = await pool.create_volume("data", size_bytes=8 * MB)
-        (claim,) = claims(pool)
+        (claim,) = claims(api)
         assert claim["metadata"]["name"] == vol.claim == f"sandboxes-{vol.id}"
         assert claim["spec"]["resources"]["requests"]["storage"] == str(8 * MB)
         assert claim["spec"]["accessModes"] == ["ReadWriteMany"]
@@ -60,14 +60,14 @@ async def test_a_volume_is_a_claim_its_sandboxes_share(images, tmp_path) -> None
         with pytest.raises(sandboxes.errors.InvalidRequest):
             await pool.claim("root", volumes={"/tmp": "data"})
         await pool.delete_volume("data")
-        assert claims(pool) == [] and pool.volumes.list() == []
+        assert claims(api) == [] and pool.volumes.list() == []
 
 
 async def test_e2b_volumes_on_kubernetes(images, tmp_path, make_server) -> None:
     """The unmodified e2b SDK's volumes on a server whose backend is the (emulated) cluster: a
     claim mounted by two sandboxes at once; the content API (which works on the server's host)
     refused for it."""
-    async with cluster_pool(tmp_path, "agent") as pool:
+    async with cluster_pool(tmp_path, "agent") as (pool, _, api):
         server = await make_server(pool=pool, own_pool=False, http_port=0)
         env = {
             "E2B_API_URL": url(server),
@@ -78,4 +78,4 @@ async def test_e2b_volumes_on_kubernetes(images, tmp_path, make_server) -> None:
         o = await run_scenario("e2b", "e2b_scenarios.py", ["volumes_mounted"], env)
         assert o["seen_by_b"] == "from-a\n" and o["destroyed"] is True
         assert "error" in o["content_api"] and "cluster's storage" in o["content_api"]["message"]
-        assert claims(pool) == []
+        assert claims(api) == []

@@ -1,8 +1,9 @@
 """A container registry on loopback (Debian's `docker-registry`, the distribution project's
 server) and a small image in it that holds this machine's agent, a shell and a few tools: what
 the tests and benchmarks of the kubernetes backend use as a cluster's registry and its sandbox
-image. Everything made is removed on exit: the registry's storage, the images the local engine
-has of it and their unpacked copies in the image cache."""
+image, and a pool on the emulated cluster that uses both (`cluster_pool`). Everything made is
+removed on exit: the registry's storage, the images the local engine has of it and their
+unpacked copies in the image cache."""
 
 from __future__ import annotations
 
@@ -16,12 +17,13 @@ import tarfile
 import tempfile
 import time
 import urllib.request
-from collections.abc import Iterator
+from collections.abc import AsyncIterator, Iterator
 from pathlib import Path
+from typing import Any
 
 from sandboxes import _bridge
 
-__all__ = ["REGISTRY_BIN", "loopback_registry", "push_small_image"]
+__all__ = ["REGISTRY_BIN", "cluster_pool", "loopback_registry", "push_small_image"]
 
 REGISTRY_BIN = "/usr/bin/docker-registry"
 # The programs the tests run in a pod of the small image, with the libraries they load.
@@ -80,7 +82,8 @@ def loopback_registry() -> Iterator[str]:
                     break
             except OSError:
                 if proc.poll() is not None:
-                    raise RuntimeError(f"docker-registry exited: {proc.stderr.read()!r}") from None
+                    why = proc.stderr.read() if proc.stderr is not None else b""
+                    raise RuntimeError(f"docker-registry exited: {why!r}") from None
                 time.sleep(0.05)
         yield host
     finally:
@@ -140,3 +143,41 @@ def _remove_images(host: str) -> None:
             key = "docker-" + image_id.removeprefix("sha256:")
             shutil.rmtree(cache_root() / key, ignore_errors=True)
             (cache_root() / f".{key}.lock").unlink(missing_ok=True)
+
+
+@contextlib.asynccontextmanager
+async def cluster_pool(state: Path, name: str) -> AsyncIterator[tuple[Any, str, Any]]:
+    """A started pool of root template `name`, the small image of a registry on loopback, on the
+    EMULATED cluster (user-namespace mode), pushing its checkpoints to that registry; its
+    checkpoint and volume records under `state`. Yields (the pool, the image, the emulated API
+    server)."""
+    import sandboxes
+    from sandboxes import Template
+    from sandboxes.backends.kubernetes import KubeConfig, KubernetesBackend
+
+    from .kube_emulator import emulated_cluster
+
+    with loopback_registry() as host:
+        image = push_small_image(host)
+        async with emulated_cluster(user_namespaces=True) as (api, _kubelet, url):
+            cfg = KubeConfig(
+                api_url=url,
+                identity="registry-pool",
+                port_from_annotation=True,
+                image=image,
+                registry_url=f"http://{host}",
+            )
+            root = Template(name=name, user="root", backend="kubernetes")
+            pool = sandboxes.Pool(
+                backend=KubernetesBackend(cfg),
+                warm=0,
+                templates={name: root},
+                claim_timeout=120.0,
+                checkpoint_dir=state / "checkpoints",
+                volume_dir=state / "volumes",
+            )
+            await pool.start()
+            try:
+                yield pool, image, api
+            finally:
+                await pool.close()
