@@ -769,15 +769,13 @@ class Pool:
         try:
             for vid, _, _ in volumes:
                 claim = self.volumes.get(vid).claim
-                if claims != bool(claim):
+                if claim and not claims:
                     raise InvalidRequest(
-                        f"volume {vid} is "
-                        + (
-                            "a cluster's claim: only the kubernetes backend's"
-                            if claim
-                            else "on this host: not the"
-                        )
-                        + " sandboxes mount it"
+                        f"volume {vid} is a cluster's claim: only kubernetes sandboxes mount it"
+                    )
+                if claims and not claim:
+                    raise InvalidRequest(
+                        f"volume {vid} is on this host: kubernetes sandboxes cannot mount it"
                     )
                 hosts.append(claim or self.volumes.acquire(vid))
         except BaseException:

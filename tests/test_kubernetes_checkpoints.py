@@ -14,8 +14,8 @@ import os
 
 import pytest
 from sandboxes_testing.registry import REGISTRY_BIN, cluster_pool
-from server_helpers import run_scenario
-from test_e2b_api import KEY_A, url
+from test_e2b_api import scenario
+from test_e2b_templates import scenario as template_scenario
 
 import sandboxes
 
@@ -87,8 +87,7 @@ async def test_a_template_built_through_the_e2b_api_on_kubernetes(images, tmp_pa
     registry, and the template's sandboxes are pods of that image."""
     async with cluster_pool(tmp_path, "agent") as (pool, image, _):
         server = await make_server(pool=pool, own_pool=False, http_port=0)
-        env = {"E2B_API_URL": url(server), "E2B_SANDBOX_URL": url(server), "E2B_API_KEY": KEY_A}
-        o = await run_scenario("e2b", "e2b_template_scenarios.py", ["build_on", image], env)
+        o = await template_scenario(server, "build_on", image)
         assert o == {"stdout": "one\ntwo\nthree\n", "deleted": 204}
 
 
@@ -97,8 +96,7 @@ async def test_a_pause_on_kubernetes_keeps_the_files(images, tmp_path, make_serv
     files in a checkpoint and ends its pod; connect starts a pod from them under the same id."""
     async with cluster_pool(tmp_path, "agent") as (pool, _, _):
         server = await make_server(pool=pool, own_pool=False, http_port=0)
-        env = {"E2B_API_URL": url(server), "E2B_SANDBOX_URL": url(server), "E2B_API_KEY": KEY_A}
-        o = await run_scenario("e2b", "e2b_scenarios.py", ["pause_files"], env)
+        o = await scenario(server, "pause_files")
         assert o["paused"] is True and o["state"] == "paused" and o["state_after"] == "running"
         assert o["command_while_paused"]["error"] == "SandboxUnreachableException"
         assert o["file"] == "kept" and o["killed"] is True
@@ -112,8 +110,7 @@ async def test_e2b_snapshots_on_kubernetes(images, tmp_path, make_server) -> Non
     carry processes, are refused as elsewhere."""
     async with cluster_pool(tmp_path, "agent") as (pool, _, _):
         server = await make_server(pool=pool, own_pool=False, http_port=0)
-        env = {"E2B_API_URL": url(server), "E2B_SANDBOX_URL": url(server), "E2B_API_KEY": KEY_A}
-        o = await run_scenario("e2b", "e2b_scenarios.py", ["snapshots"], env)
+        o = await scenario(server, "snapshots")
         assert o["made"] == ["mine", "before"] and o["parent"] == "after" and o["made_processes"] == ""
         assert o["listed"] == [True] and o["by_name"] == [True]
         for call in ("full", "fork"):

@@ -13,8 +13,7 @@ import os
 
 import pytest
 from sandboxes_testing.registry import REGISTRY_BIN, cluster_pool
-from server_helpers import run_scenario
-from test_e2b_api import KEY_A, url
+from test_e2b_api import scenario
 
 import sandboxes
 
@@ -69,13 +68,7 @@ async def test_e2b_volumes_on_kubernetes(images, tmp_path, make_server) -> None:
     refused for it."""
     async with cluster_pool(tmp_path, "agent") as (pool, _, api):
         server = await make_server(pool=pool, own_pool=False, http_port=0)
-        env = {
-            "E2B_API_URL": url(server),
-            "E2B_SANDBOX_URL": url(server),
-            "E2B_VOLUME_API_URL": url(server),
-            "E2B_API_KEY": KEY_A,
-        }
-        o = await run_scenario("e2b", "e2b_scenarios.py", ["volumes_mounted"], env)
+        o = await scenario(server, "volumes_mounted")
         assert o["seen_by_b"] == "from-a\n" and o["destroyed"] is True
         assert "error" in o["content_api"] and "cluster's storage" in o["content_api"]["message"]
         assert claims(api) == []

@@ -167,22 +167,22 @@ class BuiltTemplates:
         self._uploading: collections.Counter[str] = collections.Counter()  # owner -> bytes in flight
 
     def _all(self) -> dict[str, BuiltTemplate]:
+        return self._by_id if self._by_id is not None else self._merge()
+
+    def _merge(self) -> dict[str, BuiltTemplate]:
+        """The records, with those on disk this process does not hold added (read at first use,
+        or made since by another process that shares the directory: a replica of a cluster);
+        those it holds stay as they are here (their builds run here)."""
         if self._by_id is None:
             self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
             self._by_id = {}
-            self._merge()
-        return self._by_id
-
-    def _merge(self) -> None:
-        """Adds the records on disk this process does not hold (made by another process that
-        shares the directory: a replica of a cluster); those it holds stay as they are here."""
-        assert self._by_id is not None
         for p in self.root.glob("*.json"):
             if p.stem in self._by_id:
                 continue
             with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
                 t = BuiltTemplate.from_json(json.loads(p.read_text()))
                 self._by_id[t.id] = t
+        return self._by_id
 
     def save(self, t: BuiltTemplate) -> None:
         self._all()
@@ -197,9 +197,7 @@ class BuiltTemplates:
         return template_id in self._all()
 
     def of(self, owner: str) -> list[BuiltTemplate]:
-        self._all()
-        self._merge()
-        return sorted((t for t in self._all().values() if t.owner == owner), key=lambda t: t.created_at)
+        return sorted((t for t in self._merge().values() if t.owner == owner), key=lambda t: t.created_at)
 
     def get(self, owner: str, ref: str) -> BuiltTemplate:
         """`owner`'s template by id or name (a tag, if any, is ignored); NotFound otherwise."""
