@@ -201,8 +201,9 @@ class AgentClient:
         """(path, data, mode) triples; mode 0 means 0o644. Returns bytes written."""
     async def read_file(self, path: str, offset: int, length: int, max_bytes: int) -> bytes: ...
     async def list_dir(self, path: str) -> list[DirEntry]: ...
-    async def checkpoint(self, dest: str, timeout_s: float | None = None) -> tuple[str, int, int]:
-        """The sandbox's changes unpacked into `dest` as a layer: (sha256, stream bytes, entries)."""
+    async def checkpoint(self, dest: str, timeout_s: float | None = None, volume: str = "") -> tuple[str, int, int]:
+        """The sandbox's changes (`volume`: those of its layered volume at that path) unpacked into
+        `dest` as a layer: (sha256, stream bytes, entries)."""
     async def remove(self, path: str, recursive: bool = False) -> None: ...
     async def info(self) -> AgentInfo: ...
     async def renew_lease(self, ttl_s: float) -> float:
@@ -264,6 +265,7 @@ class LaunchConfig:
     image_root: str
     layers: list[str]
     volumes: list[str]
+    layered_volumes: list[str]
     egress_allow: list[str] | None
 
     def __new__(
@@ -293,6 +295,7 @@ class LaunchConfig:
         egress_allow: list[str] | None = None,  # an allow-list, possibly empty (see Template.network)
         layers: list[str] | None = None,  # checkpoint layers, bottom first (see Template.layers)
         volumes: list[str] | None = None,  # "SRC:DST[:ro]" host directories bound in the sandbox
+        layered_volumes: list[str] | None = None,  # "rw|ro:DST[:LAYER...]" (see Template.layered_volumes)
     ) -> Self: ...
 
 @final

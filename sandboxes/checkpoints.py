@@ -205,13 +205,14 @@ class CheckpointStore:
     def layer_path(self, digest: str) -> Path:
         return self.layers_dir / digest
 
-    async def capture(self, client: Any) -> tuple[str, int, int]:
-        """Stores the changes of the sandbox `client` (a `_native.AgentClient`) reaches as a
-        layer: `(digest, bytes, entries)`. The same changes are the same layer."""
+    async def capture(self, client: Any, volume: str = "") -> tuple[str, int, int]:
+        """Stores the changes of the sandbox `client` (a `_native.AgentClient`) reaches (with
+        `volume`, those of its layered volume at that path) as a layer: `(digest, bytes,
+        entries)`. The same changes are the same layer."""
         self._load()
         tmp = Path(tempfile.mkdtemp(dir=self.tmp_dir))
         try:
-            digest, size, entries = await client.checkpoint(str(tmp), CAPTURE_TIMEOUT_S)
+            digest, size, entries = await client.checkpoint(str(tmp), CAPTURE_TIMEOUT_S, volume)
             dest = self.layer_path(digest)
             try:
                 os.rename(tmp, dest)

@@ -20,6 +20,7 @@ __all__ = [
     "AuthError",
     "BackendUnavailable",
     "Cancelled",
+    "Conflict",
     "Draining",
     "ErrorKind",
     "InvalidRequest",
@@ -169,6 +170,11 @@ class TooLarge(InvalidRequest):
 
 class SandboxPaused(InvalidRequest):
     """The sandbox is paused: its processes are stopped and it serves no call until resumed."""
+
+
+class Conflict(InvalidRequest):
+    """The request conflicts with what is there now: a name already taken, a version of a volume
+    that is no longer its newest, another change of the same thing in flight."""
 
 
 class NoSpace(SandboxError, OSError):

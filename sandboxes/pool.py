@@ -112,10 +112,12 @@ class _TemplatePool:
     claim_wait: _Histogram = field(default_factory=_Histogram)
     tasks: list[asyncio.Task[None]] = field(default_factory=list)
     # A checkpoint's or a volume's sandboxes (`Pool._layered`): the template they are made of,
-    # the layers and the volumes (volume id, path, read-only).
+    # the layers, the volumes (volume id, path, read-only) and the layered volumes (path,
+    # read-only, layer digests).
     base: str = ""
     layers: tuple[str, ...] = ()
     volumes: tuple[tuple[str, str, bool], ...] = ()
+    layered: tuple[tuple[str, bool, tuple[str, ...]], ...] = ()
     last_claim: float = 0.0
     linger: asyncio.TimerHandle | None = None
     destroy_tasks: set[asyncio.Task[None]] = field(default_factory=set)
@@ -312,7 +314,7 @@ class Pool:
         for tp in [tp for tp in self._tps.values() if tp.base]:  # checkpoints' and volumes' pools
             del self._tps[tp.name]
             self._templates.pop(tp.name, None)
-            self.checkpoints.release(tp.layers)
+            self._release_layers(tp)
             await asyncio.to_thread(self._unmount, tp.volumes)
         await asyncio.to_thread(self.volumes.close)  # the mounts kept for a next sandbox
         for b in self._backends.values():
@@ -341,6 +343,7 @@ class Pool:
         owner: str | None = None,
         volumes: Mapping[str, str | tuple[str, bool]] | None = None,
         warm_ahead: bool = True,
+        layered_volumes: Sequence[tuple[str, bool, Sequence[str]]] | None = None,
     ) -> Sandbox:
         """A ready sandbox of `template` (default: the pool's default template).
 
@@ -355,13 +358,18 @@ class Pool:
 
         With `volumes` (a path in the sandbox -> the id or name of one of `owner`'s volumes, or
         `(volume, read_only)`), each volume is mounted at its path: made for the claim too.
+
+        With `layered_volumes` ((path in the sandbox, read-only, layer digests of this pool's
+        checkpoint store, bottom first)), each is a directory of the sandbox's own made of those
+        layers (`Template.layered_volumes`), its writes a new layer by `capture_volume`.
         """
         if not self._started:
             await self.start()
         if self._closing:
             raise Cancelled("pool is closing")
-        if checkpoint is None and not volumes:
+        if checkpoint is None and not volumes and not layered_volumes:
             return await self._claim(self._tp(template), env, files, labels, timeout)
+        layered = tuple((path, ro, tuple(digests)) for path, ro, digests in layered_volumes or ())
         mounts = await asyncio.to_thread(self._resolve_volumes, volumes or {}, owner)
         layers: tuple[str, ...] = ()
         if checkpoint is None:
@@ -372,8 +380,8 @@ class Pool:
             else:
                 checkpoint = self.checkpoints.get(checkpoint, owner)
             base, layers = checkpoint.template, checkpoint.layers
-        tp = await self._derived(base, layers, mounts)
-        if checkpoint is not None and not mounts and warm_ahead:
+        tp = await self._derived(base, layers, mounts, layered)
+        if checkpoint is not None and not mounts and not layered and warm_ahead:
             self._linger(tp)
         try:
             return await self._claim(tp, env, files, labels, timeout)
@@ -586,6 +594,16 @@ class Pool:
             labels=labels,
         )
 
+    async def capture_volume(self, sb: Sandbox, path: str) -> tuple[str, int]:
+        """The writes of `sb` into its layered volume at `path` (`claim(layered_volumes=...)`) as a
+        layer of this pool's checkpoint store: `(digest, bytes)`. The volume's layers plus this
+        one are the volume as `sb` sees it now; `sb` keeps running, unaffected."""
+        tp, _, _ = self._chain(sb)
+        if not any(p == path for p, _, _ in tp.layered):
+            raise NotFound(f"sandbox {sb.id} has no layered volume at {path!r}")
+        digest, size, _ = await sb._call(self.checkpoints.capture, sb._client, volume=path)
+        return digest, size
+
     async def fork(
         self,
         sb: Sandbox,
@@ -737,19 +755,33 @@ class Pool:
         return lock
 
     @staticmethod
-    def _derived_name(base: str, layers: tuple[str, ...], volumes: tuple[tuple[str, str, bool], ...]) -> str:
-        parts = (base, *layers, *(f"{v}:{p}:{int(ro)}" for v, p, ro in volumes))
+    def _derived_name(
+        base: str,
+        layers: tuple[str, ...],
+        volumes: tuple[tuple[str, str, bool], ...],
+        layered: tuple[tuple[str, bool, tuple[str, ...]], ...] = (),
+    ) -> str:
+        parts = (
+            base,
+            *layers,
+            *(f"{v}:{p}:{int(ro)}" for v, p, ro in volumes),
+            *(f"layered:{p}:{int(ro)}:{','.join(ds)}" for p, ro, ds in layered),
+        )
         return "cp-" + hashlib.sha256("\0".join(parts).encode()).hexdigest()[:20]
 
     async def _derived(
-        self, base: str, layers: tuple[str, ...], volumes: tuple[tuple[str, str, bool], ...]
+        self,
+        base: str,
+        layers: tuple[str, ...],
+        volumes: tuple[tuple[str, str, bool], ...],
+        layered: tuple[tuple[str, bool, tuple[str, ...]], ...] = (),
     ) -> _TemplatePool:
         """`_layered`, mounting the volumes off the event loop first."""
-        name = self._derived_name(base, layers, volumes)
+        name = self._derived_name(base, layers, volumes, layered)
         if name in self._tps:
             return self._tps[name]
         if not volumes:
-            return self._layered(base, layers)
+            return self._layered(base, layers, layered=layered)
         t = self._templates.get(base)
         claims = t is not None and t.backend in self._backends and self._backends[t.backend].volume_claims
         hosts = await asyncio.to_thread(self._mount, volumes, claims)
@@ -757,7 +789,7 @@ class Pool:
             await asyncio.to_thread(self._unmount, volumes)
             return self._tps[name]
         try:
-            return self._layered(base, layers, volumes, hosts)
+            return self._layered(base, layers, volumes, hosts, layered)
         except BaseException:
             await asyncio.to_thread(self._unmount, volumes)
             raise
@@ -793,11 +825,13 @@ class Pool:
         layers: tuple[str, ...],
         volumes: tuple[tuple[str, str, bool], ...] = (),
         hosts: tuple[str, ...] = (),
+        layered: tuple[tuple[str, bool, tuple[str, ...]], ...] = (),
     ) -> _TemplatePool:
         """The template pool of sandboxes of template `base` made from `layers`, with `volumes`
-        mounted from their `hosts` directories (mounted for it: it unmounts them when retired),
-        served while it has sandboxes or claims; its layers are in use meanwhile."""
-        name = self._derived_name(base, layers, volumes)
+        mounted from their `hosts` directories (mounted for it: it unmounts them when retired)
+        and `layered` volumes, served while it has sandboxes or claims; its layers are in use
+        meanwhile."""
+        name = self._derived_name(base, layers, volumes, layered)
         tp = self._tps.get(name)
         if tp is not None:
             return tp
@@ -809,13 +843,29 @@ class Pool:
             raise InvalidRequest(f"the {t.backend} backend cannot make sandboxes from checkpoints")
         if volumes and not backend.volumes:
             raise InvalidRequest(f"the {t.backend} backend cannot mount volumes")
+        if layered and not backend.layered_volumes:
+            raise InvalidRequest(
+                f"the {t.backend} backend cannot mount versions of volumes (their layers would not "
+                "be on the host its sandboxes run on)"
+            )
         paths = self.checkpoints.acquire(layers)
+        try:
+            layered_dirs = tuple((p, ro, tuple(self.checkpoints.acquire(ds))) for p, ro, ds in layered)
+        except BaseException:
+            self.checkpoints.release(layers)
+            raise
         mounts = tuple((host, path, ro) for host, (_, path, ro) in zip(hosts, volumes, strict=True))
-        t = t.replace(name=name, layers=tuple(paths), volumes=mounts, warm=0)
+        t = t.replace(name=name, layers=tuple(paths), volumes=mounts, layered_volumes=layered_dirs, warm=0)
         self._templates[name] = t
         tp = self._serve_template(t)
-        tp.base, tp.layers, tp.volumes = base, layers, volumes
+        tp.base, tp.layers, tp.volumes, tp.layered = base, layers, volumes, layered
         return tp
+
+    def _release_layers(self, tp: _TemplatePool) -> None:
+        """A retired template pool's layers, its layered volumes' included, are let go."""
+        self.checkpoints.release(tp.layers)
+        for _, _, digests in tp.layered:
+            self.checkpoints.release(digests)
 
     def _retire_if_idle(self, tp: _TemplatePool) -> None:
         """Stops serving a checkpoint's template pool with no sandbox and no claim left."""
@@ -829,7 +879,7 @@ class Pool:
             task.cancel()
             with contextlib.suppress(ValueError):
                 self._tasks.remove(task)
-        self.checkpoints.release(tp.layers)
+        self._release_layers(tp)
         self._unmount(tp.volumes)  # a volume's last user lets it go (`volumes.LINGER_S`)
 
     def _linger(self, tp: _TemplatePool) -> None:

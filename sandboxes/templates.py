@@ -93,6 +93,12 @@ class Template:
     sandbox, read-only); on kubernetes (its `volume_claims`) the first of each is the name of a
     PersistentVolumeClaim instead. The pool sets them on the template it serves a claim's
     volumes from (`Pool.claim(volumes=...)`, `sandboxes.volumes`).
+
+    `layered_volumes` are directories of each sandbox's own made of checkpoint layers: (path in
+    the sandbox, read-only, layer directories of this host, bottom first). A sandbox's writes there
+    are private to it (bounded like its work dir) and a checkpoint of that path alone
+    (`Pool.capture_volume`) is a new layer of it: the versions of a volume
+    (`sandboxes.server.volume_versions`). The pool sets them (`Pool.claim(layered_volumes=...)`).
     """
 
     name: str = "default"
@@ -122,6 +128,7 @@ class Template:
     root_size_bytes: int = DEFAULT_ROOT_SIZE_BYTES
     layers: tuple[str, ...] = ()
     volumes: tuple[tuple[str, str, bool], ...] = ()
+    layered_volumes: tuple[tuple[str, bool, tuple[str, ...]], ...] = ()
 
     def __post_init__(self) -> None:
         # Frozen, but copy the mutable containers so callers cannot change a template later.
@@ -130,6 +137,9 @@ class Template:
         object.__setattr__(self, "ro_binds", tuple(self.ro_binds))
         object.__setattr__(self, "layers", tuple(self.layers))
         object.__setattr__(self, "volumes", tuple(tuple(v) for v in self.volumes))
+        object.__setattr__(
+            self, "layered_volumes", tuple((v[0], v[1], tuple(v[2])) for v in self.layered_volumes)
+        )
         if isinstance(self.network, (list, tuple)):
             object.__setattr__(self, "network", tuple(self.network))
         self.validate()
@@ -192,6 +202,15 @@ class Template:
                 raise InvalidRequest(
                     f"volumes entries must be (host dir or claim, path in the sandbox, read_only) with "
                     f"absolute paths without ':', got {vol!r}"
+                )
+        for path, read_only, layer_dirs in self.layered_volumes:
+            paths = (path, *layer_dirs)
+            if not isinstance(read_only, bool) or not all(
+                isinstance(p, str) and p.startswith("/") and ":" not in p for p in paths
+            ):
+                raise InvalidRequest(
+                    "layered_volumes entries must be (path in the sandbox, read_only, layer "
+                    f"directories) with absolute paths without ':', got {(path, read_only, layer_dirs)!r}"
                 )
         validate_env(self.env)
         for k, v in self.labels.items():

@@ -434,3 +434,58 @@ async def server_checkpoint(server: Any) -> str:
         r = await http.post(f"{base_url(server)}/api/v1/sandbox/{sid}/checkpoints")
         assert r.status == 200, await r.text()
         return (await r.json())["id"]
+
+
+def check_volumes(o: dict[str, Any]) -> None:
+    """What the `volumes` scenario observed, on any backend."""
+    assert o["created"] == {"name": "data", "head": None, "occupied": 0}
+    assert "409" in o["taken"]["message"], o["taken"]
+    assert o["empty"] == {"stdout": "", "stderr": "", "exit_code": 0}
+    assert o["published"]["state"] == "DURABLE" and o["published"]["by"] is True
+    assert o["head"] == {"is_publish": True, "occupied": True, "account": True}
+    assert o["checkpoint_get"] == "DURABLE"
+    assert o["in_sandbox_list"] == []  # a sandbox's checkpoints are of its root file system only
+    assert "422" in o["restore"]["message"], o["restore"]
+    assert o["reader"]["stdout"] == "v1\nx\n" and o["reader"]["exit_code"] != 0, o["reader"]
+    assert "Read-only" in o["reader"]["stderr"]
+    assert "422" in o["reader_publish"]["message"], o["reader_publish"]
+    assert o["late_sees"]["stdout"] == ""  # its copy is the volume as it was at its create
+    assert "409" in o["stale"]["message"], o["stale"]
+    assert o["forced_head"] is True
+    assert "404" in o["replaced"]["message"], o["replaced"]
+    assert o["fresh"]["stdout"] == "late\nf\n", o["fresh"]
+    assert "409" in o["writer_again"]["message"], o["writer_again"]
+    assert "404" in o["not_attached"]["message"], o["not_attached"]
+    assert "404" in o["unknown"]["message"], o["unknown"]
+    assert "409" in o["delete_attached"]["message"], o["delete_attached"]
+    assert o["list"] == {"total": 2, "names": ["data", "kept"]}
+    assert "404" in o["after_delete"]["message"], o["after_delete"]
+
+
+async def volumes_of_another_key(server: Any) -> None:
+    """KEY_A's volume `kept` is missing to KEY_B, which may name one of its own so; then KEY_A's
+    goes too, and no version of a volume is left."""
+    other = await scenario(server, CURRENT, "volume_other", "kept", key=KEY_B)
+    for call in ("get", "delete", "attach"):
+        assert "404" in other[call].get("message", ""), other[call]
+    assert other["own"] == "kept"
+    async with aiohttp.ClientSession(headers={"Authorization": f"Bearer {KEY_A}"}) as http:
+        r = await http.delete(f"{base_url(server)}/api/v1/sandbox/volumes/kept")
+        assert r.status == 200, await r.text()
+    assert server.service.pool.checkpoints.list() == []
+
+
+async def test_volumes_as_the_prime_cli_uses_them(make_server) -> None:
+    """Volumes kept as versions: created, attached (a private copy of the newest version each),
+    published (a DURABLE checkpoint, the new head), read-only, a stale publish 409 then forced,
+    a delete refused while attached; another key's is missing."""
+    server = await prime_server(make_server)
+    check_volumes(await scenario(server, CURRENT, "volumes"))
+    await volumes_of_another_key(server)
+
+
+@pytest.mark.timeout(1800)
+async def test_volumes_on_the_docker_backend(make_server, images) -> None:
+    server = await make_server(http_port=0, warm=1, backend="docker")
+    check_volumes(await scenario(server, CURRENT, "volumes", image=images))
+    await volumes_of_another_key(server)

@@ -68,6 +68,10 @@ class Backend(abc.ABC):
 
     volume_claim_prefix: str = ""
 
+    layered_volumes: bool = False
+    """Whether its sandboxes can mount layered volumes (`Template.layered_volumes`: checkpoint
+    layers of the host the pool runs on)."""
+
     pauses: bool = False
     """Whether its sandboxes can be paused where they run (every process stopped, memory, files
     and connections kept) and resumed (`pause` / `resume`); False: `Pool.pause` refuses its

@@ -66,6 +66,7 @@ class LocalBackend(Backend):
     checkpoints = True
     pauses = True  # the sandbox's cgroup freezer
     volumes = True
+    layered_volumes = True
 
     name = "local"
 
@@ -160,6 +161,11 @@ class LocalBackend(Backend):
             image_root=image_root,
             layers=list(template.layers) or None,
             volumes=[f"{src}:{dst}{':ro' if ro else ''}" for src, dst, ro in template.volumes] or None,
+            layered_volumes=[
+                ":".join(("ro" if ro else "rw", dst, *layer_dirs))
+                for dst, ro, layer_dirs in template.layered_volumes
+            ]
+            or None,
         )
         return await native.launch_local(config)
 

@@ -34,6 +34,7 @@ from sandboxes.server.quota import Quotas
 from sandboxes.server.registry import Record, Registry
 from sandboxes.server.replicated import Codec, SharedRecords
 from sandboxes.server.template_build import TEMPLATE_LABEL, Builder, start_and_wait
+from sandboxes.server.volume_versions import ATTACHMENTS_ATTR, VOLUME_LABEL, VolumeVersions, attachments_codec
 from sandboxes.server.validation import Bounds, Validator
 from sandboxes.volumes import DEFAULT_SIZE_BYTES as DEFAULT_VOLUME_BYTES
 
@@ -88,6 +89,9 @@ class ServerCore:
         self.on_delete: list[Callable[[Record, str], None]] = []
         # Templates built through the APIs (`built_templates.py`), beside the pool's checkpoints.
         self.built = BuiltTemplates(pool.checkpoints.root / "templates")
+        # Volumes kept as versions (`volume_versions.py`), beside them too.
+        self.volume_versions = VolumeVersions(pool.checkpoints.root / "volume-versions", pool)
+        self.attr_codecs[ATTACHMENTS_ATTR] = attachments_codec()
         self.builder = Builder(self, self.built)
 
     # -- lifecycle ---------------------------------------------------------------------------
@@ -197,10 +201,12 @@ class ServerCore:
         timeout: float | None = None,
         checkpoint: Any = None,
         volumes: dict[str, tuple[str, bool]] | None = None,
+        layered_volumes: list[tuple[str, bool, tuple[str, ...]]] | None = None,
     ) -> Any:
         """A sandbox of `template` from the pool (made from `checkpoint`, one of `owner`'s, when
-        given; with `owner`'s `volumes` mounted), holding one unit of `owner`'s sandbox quota
-        (released here if the claim fails; the caller's to release after)."""
+        given; with `owner`'s `volumes` mounted and `layered_volumes`, `Pool.claim`), holding one
+        unit of `owner`'s sandbox quota (released here if the claim fails; the caller's to
+        release after)."""
         self.quotas.acquire_sandbox(owner)
         try:
             # The pool writes the files and merges the env before handing the sandbox out; a
@@ -210,6 +216,8 @@ class ServerCore:
             )
             if volumes:
                 kwargs.update(volumes=volumes, owner=owner)
+            if layered_volumes:
+                kwargs.update(layered_volumes=layered_volumes)
             return await self.pool.claim(
                 template=template,
                 env=env or None,
@@ -257,6 +265,7 @@ class ServerCore:
         attrs: dict[str, Any] | None = None,
         checkpoint: str | None = None,
         volumes: dict[str, tuple[str, bool]] | None = None,
+        versioned_volumes: list[tuple[str, str, bool]] | None = None,
     ) -> Record:
         """Claim a sandbox of `template` for `owner` and register it: the one way every API
         creates a sandbox that outlives its call (quota, idempotency across retries, TTL).
@@ -265,15 +274,22 @@ class ServerCore:
         from it, and `template` is the checkpoint's. A `template` that names none of the server's
         but one `owner` built (`name`, `name:tag` or its id) is made from that build, its start
         command running (`start_built`). `volumes` maps paths in the sandbox to `owner`'s volumes
-        (id or name, read-only) mounted there."""
+        (id or name, read-only) mounted there; `versioned_volumes` (name, path, read-only) are
+        `owner`'s volumes kept as versions (`volume_versions.py`) attached at their paths, each as
+        its head is now (the record's `ATTACHMENTS_ATTR`)."""
         built = None
         if checkpoint is None and template not in self.pool.templates:
             built = self.built.ready_build(owner, template)
             if built is not None:
                 checkpoint = built[1].checkpoint
         if checkpoint is not None:
-            template = self.checkpoint_of(owner, checkpoint).template
+            template = self.restorable(owner, checkpoint).template
         self._admit(template)
+        layered = None
+        if versioned_volumes:
+            attachments = [self.volume_versions.attach(owner, *v) for v in versioned_volumes]
+            attrs = {**(attrs or {}), ATTACHMENTS_ATTR: attachments}
+            layered = [a.mount() for a in attachments]
         key = idempotency_key
         if key is not None:
             if len(key) > 256:
@@ -297,6 +313,7 @@ class ServerCore:
             checkpoint,
             volumes,
             built,
+            layered,
         )
         if key is None:
             # Without a key nobody can pick the sandbox up later: a cancelled call cancels the claim.
@@ -320,6 +337,7 @@ class ServerCore:
         checkpoint=None,
         volumes=None,
         built=None,
+        layered_volumes=None,
     ) -> Record:
         """Claim from the pool and register; owns one unit of `owner`'s sandbox quota."""
         started = time.perf_counter()
@@ -332,6 +350,7 @@ class ServerCore:
             timeout=timeout,
             checkpoint=checkpoint,
             volumes=volumes,
+            layered_volumes=layered_volumes,
         )
         rec = await self._register(sb, owner, template, labels, env, ttl_s, timeout, key, attrs, started)
         if built is not None:
@@ -398,6 +417,16 @@ class ServerCore:
             raise E.InvalidRequest("checkpoint id must be a non-empty string of at most 128 characters")
         return self.pool.checkpoints.get(checkpoint_id, owner)
 
+    def restorable(self, owner: str, checkpoint_id: str) -> Any:
+        """`owner`'s checkpoint `checkpoint_id` that sandboxes can be made from: a version of a
+        volume (`volume_versions`) is a directory's, not a sandbox's file system."""
+        cp = self.checkpoint_of(owner, checkpoint_id)
+        if VOLUME_LABEL in cp.labels:
+            raise E.InvalidRequest(
+                f"checkpoint {checkpoint_id} is a version of a volume: attach the volume instead"
+            )
+        return cp
+
     async def checkpoint(
         self,
         rec: Record,
@@ -416,12 +445,18 @@ class ServerCore:
         return cp
 
     def checkpoints(self, owner: str) -> list[Any]:
-        """`owner`'s checkpoints (not those that hold built templates: they are the templates')."""
-        return [cp for cp in self.pool.checkpoints.list(owner) if TEMPLATE_LABEL not in cp.labels]
+        """`owner`'s checkpoints (not those that hold built templates or volumes' versions: they are
+        the templates' and the volumes')."""
+        return [
+            cp
+            for cp in self.pool.checkpoints.list(owner)
+            if TEMPLATE_LABEL not in cp.labels and VOLUME_LABEL not in cp.labels
+        ]
 
     async def delete_checkpoint(self, owner: str, checkpoint_id: str) -> Any:
         """Deletes `owner`'s checkpoint; its layers stay while sandboxes made from it run."""
-        if TEMPLATE_LABEL in self.checkpoint_of(owner, checkpoint_id).labels:
+        labels = self.checkpoint_of(owner, checkpoint_id).labels
+        if TEMPLATE_LABEL in labels or VOLUME_LABEL in labels:
             raise E.NotFound(f"no checkpoint {checkpoint_id!r}")
         return await self.pool.delete_checkpoint(checkpoint_id, owner)
 
@@ -504,6 +539,38 @@ class ServerCore:
         """Deletes `owner`'s volume; its data goes once no sandbox mounts it."""
         self.volume_of(owner, ref)
         return await self.pool.delete_volume(ref, owner=owner)
+
+    # -- volumes kept as versions (`volume_versions.py`) ----------------------------------------
+
+    def create_volume_version(self, owner: str, name: str) -> Any:
+        """A new, never published, volume of `owner`'s kept as versions, counted in its volume
+        quota with its live volumes."""
+        count, used = self.pool.volumes.usage(owner)
+        self.quotas.check_volumes(owner, count + len(self.volume_versions.list(owner)), used, 0)
+        return self.volume_versions.create(owner, name)
+
+    async def delete_volume_version(self, owner: str, name: str) -> Any:
+        """Deletes `owner`'s volume kept as versions; refused (`Conflict`) while a live sandbox
+        has it attached."""
+        v = self.volume_versions.get(owner, name)
+        for rec in self.registry.select(owner):
+            if any(a.volume_id == v.id for a in rec.attrs.get(ATTACHMENTS_ATTR, ())):
+                raise E.Conflict(f"volume {name!r} is attached to sandbox {rec.id}: delete the sandbox first")
+        return await self.volume_versions.delete(owner, name)
+
+    async def publish_volume(self, rec: Record, name: str, *, force: bool = False, labels: dict[str, str] | None = None) -> Any:
+        """`rec`'s writes into its attached volume `name` as the volume's new head (a checkpoint
+        of `rec`'s owner, counted in its checkpoint quota)."""
+        att = next((a for a in rec.attrs.get(ATTACHMENTS_ATTR, ()) if a.name == name), None)
+        if att is None:
+            raise E.NotFound(f"volume {name!r} is not attached to sandbox {rec.id}")
+        if not att.read_only:
+            count, size = self.pool.checkpoints.usage(rec.owner)
+            self.quotas.check_checkpoints(rec.owner, count, size)
+        cp = await self.volume_versions.publish(rec.sandbox, rec.owner, att, force=force, labels=labels)
+        await self.save(rec)  # the attachment's head, for the other replicas
+        log.info("volume published", extra={"sandbox_id": rec.id, "checkpoint_id": cp.id, "owner": rec.owner})
+        return cp
 
     # -- pause and resume --------------------------------------------------------------------
 

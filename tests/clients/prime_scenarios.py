@@ -22,6 +22,11 @@ from typing import Any
 
 from prime_sandboxes import APIClient, AsyncSandboxClient, CreateSandboxRequest, SandboxClient
 
+try:
+    from prime_sandboxes import VolumeMount
+except ImportError:  # SDKs before 0.5 have no volumes
+    VolumeMount = None
+
 # The image sandboxes are asked for; a container backend runs exactly that image, so its tests name
 # one the engine has.
 IMAGE = os.environ.get("SCENARIO_IMAGE", "python:3.11-slim")
@@ -445,6 +450,75 @@ def checkpoint_other(checkpoint_id: str | None) -> dict[str, Any]:
     }
 
 
+def volumes(_: str | None) -> dict[str, Any]:
+    """The `prime sandbox volumes` calls: a volume created, attached writable by two sandboxes (a
+    private copy each), published by one (the new head), read by a third (read-only), the other's
+    stale publish refused then forced; deletes. Leaves a volume `kept` for `volume_other`."""
+    c = SandboxClient(APIClient())
+    out: dict[str, Any] = {}
+
+    def attached(name: str, path: str, ro: bool = False) -> Any:
+        sb = c.create(request(volumes=[VolumeMount(name=name, mount_path=path, read_only=ro)]))
+        c.wait_for_creation(sb.id)
+        return sb
+
+    v = c.volumes.create("data")
+    out["created"] = {"name": v.name, "head": v.head_checkpoint_id, "occupied": v.occupied_bytes}
+    out["taken"] = attempt(lambda: c.volumes.create("data").id)
+    writer, late = attached("data", "/data"), attached("data", "/mnt/v")
+    out["empty"] = cmd(c.execute_command(writer.id, "ls -A /data"))
+    c.execute_command(writer.id, "echo v1 > /data/f && mkdir -p /data/d && echo x > /data/d/g")
+    cp = c.volumes.publish(writer.id, "data")
+    out["published"] = {"state": cp.state, "by": cp.sandbox_id == writer.id, "image": cp.docker_image}
+    got = c.volumes.get("data")
+    out["head"] = {
+        "is_publish": got.head_checkpoint_id == cp.id,
+        "occupied": got.occupied_bytes > 0,
+        "account": got.account_storage_used_bytes == got.occupied_bytes,
+    }
+    out["checkpoint_get"] = c.get_checkpoint(cp.id).state
+    out["in_sandbox_list"] = [x.id for x in c.list_checkpoints(writer.id)]
+    out["restore"] = attempt(lambda: c.create(CreateSandboxRequest(name="r", checkpoint_id=cp.id)).id)
+    reader = attached("data", "/data", ro=True)
+    out["reader"] = cmd(c.execute_command(reader.id, "cat /data/f /data/d/g; touch /data/z"))
+    out["reader_publish"] = attempt(lambda: c.volumes.publish(reader.id, "data").id)
+    out["late_sees"] = cmd(c.execute_command(late.id, "ls -A /mnt/v"))
+    c.execute_command(late.id, "echo late > /mnt/v/f")
+    out["stale"] = attempt(lambda: c.volumes.publish(late.id, "data").id)
+    forced = c.volumes.publish(late.id, "data", force=True)
+    out["forced_head"] = c.volumes.get("data").head_checkpoint_id == forced.id
+    out["replaced"] = attempt(lambda: c.get_checkpoint(cp.id).state)
+    fresh = attached("data", "/data")
+    out["fresh"] = cmd(c.execute_command(fresh.id, "cat /data/f; ls -A /data"))
+    out["writer_again"] = attempt(lambda: c.volumes.publish(writer.id, "data").id)
+    out["not_attached"] = attempt(lambda: c.volumes.publish(fresh.id, "other").id)
+    out["unknown"] = attempt(lambda: attached("nope", "/x").id)
+    out["delete_attached"] = attempt(c.volumes.delete, "data")
+    c.volumes.create("kept")
+    listed = c.volumes.list()
+    out["list"] = {"total": listed.total, "names": [x.name for x in listed.volumes]}
+    for x in (writer, late, reader, fresh):
+        c.delete(x.id)
+    c.volumes.delete("data")
+    out["after_delete"] = attempt(lambda: c.volumes.get("data").id)
+    return out
+
+
+def volume_other(name: str | None) -> dict[str, Any]:
+    """Another key's volume `name`: missing to this key, whose own may have that name."""
+    c = SandboxClient(APIClient())
+    out = {
+        "get": attempt(lambda: c.volumes.get(name).id),
+        "delete": attempt(c.volumes.delete, name),
+        "attach": attempt(
+            lambda: c.create(request(volumes=[VolumeMount(name=name, mount_path="/data")])).id
+        ),
+        "own": c.volumes.create(name).name,
+    }
+    c.volumes.delete(name)
+    return out
+
+
 SCENARIOS = {
     f.__name__: f
     for f in (
@@ -464,6 +538,8 @@ SCENARIOS = {
         executions,
         checkpoints,
         checkpoint_other,
+        volumes,
+        volume_other,
     )
 }
 

@@ -64,6 +64,7 @@ class DockerBackend(Backend):
     checkpoints = True
     pauses = True  # the engine's pause (its cgroup freezer)
     volumes = True
+    layered_volumes = True
 
     name = "docker"
 

@@ -9,6 +9,7 @@ RUN_MOUNT = "/run/sandbox"
 IMAGE_MOUNT = "/run/sandbox-image"  # the unpacked image, read-only (the root's lower layer)
 BUILD_DIR = "/run/sandbox-disk"  # where the agent mounts the sandbox's disk and builds its root
 LAYERS_MOUNT = "/run/sandbox-layers"  # a checkpoint's layers, read-only: LAYERS_MOUNT/0 the bottom one
+VOLUME_LAYERS_MOUNT = "/run/sandbox-volume-layers"  # layered volumes' layers: VOLUME_LAYERS_MOUNT/J/I
 VOLUMES_MOUNT = "/run/sandbox-volumes"  # volumes' host mounts: VOLUMES_MOUNT/0, ... in Template.volumes order
 DEFAULT_PIDS_LIMIT = 1024  # per container when the template sets no max_pids
 

@@ -24,6 +24,7 @@ from .config import (
     LAYERS_MOUNT,
     RUN_MOUNT,
     SECURITY_OPTS,
+    VOLUME_LAYERS_MOUNT,
     VOLUMES_MOUNT,
 )
 
@@ -98,6 +99,12 @@ def container_spec(t: Template, p: Placement) -> dict[str, Any]:
     for i, (src, dst, ro) in enumerate(t.volumes):  # volumes' host mounts, into the root from there
         binds[src] = {"bind": f"{VOLUMES_MOUNT}/{i}", "mode": "ro" if ro else "rw"}
         agent_args += ["--volume", f"{VOLUMES_MOUNT}/{i}:{dst}{':ro' if ro else ''}"]
+    for j, (dst, ro, layer_dirs) in enumerate(t.layered_volumes):  # each layer bound once
+        inside = []
+        for i, layer in enumerate(layer_dirs):
+            binds.setdefault(layer, {"bind": f"{VOLUME_LAYERS_MOUNT}/{j}/{i}", "mode": "ro"})
+            inside.append(binds[layer]["bind"])
+        agent_args += ["--layered-volume", ":".join(("ro" if ro else "rw", dst, *inside))]
     for path in t.ro_binds:
         binds[path] = {"bind": path, "mode": "ro"}  # into the container, and from there into the root
         agent_args += ["--ro-bind", path]

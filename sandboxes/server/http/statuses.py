@@ -11,6 +11,7 @@ __all__ = ["http_status"]
 _STATUSES: tuple[tuple[type[E.SandboxError], int], ...] = (
     (E.TooLarge, 413),
     (E.NotFound, 404),
+    (E.Conflict, 409),
     (E.QuotaExceeded, 429),
     (E.SandboxLimitExceeded, 429),
     (E.NoSpace, 507),

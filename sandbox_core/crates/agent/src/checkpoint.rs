@@ -24,16 +24,38 @@ const OPAQUE: &str = ".wh..wh..opq";
 /// Ids of a user namespace (the programs' ids 0..65535 are the host's id base + the same).
 const IDS: u32 = 65536;
 
-/// Writes the tar of `changes` to `out` and returns how many entries it holds.
-pub fn write(changes: &Changes, out: impl Write) -> io::Result<u64> {
+/// Writes the tar of `changes` to `out` and returns how many entries it holds: the sandbox's own
+/// places, or with `volume` only the layered volume at that path, its names relative to it (a
+/// layer of the volume's directory, wherever it is mounted next). `NotFound` when no layered
+/// volume is there.
+pub fn write(changes: &Changes, volume: Option<&Path>, out: impl Write) -> io::Result<u64> {
+    let chosen: Vec<(&Path, &crate::setup::layers::Place)> = match volume {
+        Some(at) => changes
+            .places
+            .iter()
+            .filter(|p| p.volume && p.path == at)
+            .map(|p| (Path::new(""), p))
+            .collect(),
+        None => changes
+            .places
+            .iter()
+            .filter(|p| !p.volume)
+            .map(|p| (p.path.strip_prefix("/").unwrap_or(&p.path), p))
+            .collect(),
+    };
+    if let (Some(at), true) = (volume, chosen.is_empty()) {
+        return Err(io::Error::new(
+            io::ErrorKind::NotFound,
+            format!("no layered volume at {}", at.display()),
+        ));
+    }
     let mut w = Walk {
         tar: tar::Builder::new(out),
         id_base: changes.id_base,
         entries: 0,
         dev: 0,
     };
-    for place in &changes.places {
-        let rel = place.path.strip_prefix("/").unwrap_or(&place.path);
+    for (rel, place) in chosen {
         let dir = place.changes.as_raw_fd();
         let st = fstat(dir)?;
         w.dev = st.st_dev;
@@ -405,7 +427,7 @@ mod tests {
             id_base: 0,
         };
         let mut out = Vec::new();
-        let n = write(&changes, &mut out).unwrap();
+        let n = write(&changes, None, &mut out).unwrap();
         let got = entries(&out);
         assert_eq!(n as usize, got.len());
         let names: Vec<_> = got.iter().map(|(p, _)| p.as_str()).collect();
@@ -423,7 +445,7 @@ mod tests {
         assert_eq!(got[5].1, tar::EntryType::Symlink);
         // The same state is the same stream.
         let mut again = Vec::new();
-        write(&changes, &mut again).unwrap();
+        write(&changes, None, &mut again).unwrap();
         assert_eq!(out, again);
         std::fs::remove_dir_all(&dir).unwrap();
     }

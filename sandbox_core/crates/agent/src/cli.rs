@@ -80,6 +80,12 @@ pub struct Args {
     /// unless `:ro`, its files' ids the programs' own (idmapped like an image). Needs --new-root.
     #[arg(long = "volume")]
     pub volumes: Vec<crate::setup::volumes::Volume>,
+    /// A directory of the sandbox's own made of checkpoint layers, `rw|ro:DST[:LAYER...]`
+    /// (repeatable; layers bottom first, none: empty): writes there are private to the sandbox,
+    /// bounded like the work dir, and `Checkpoint` with its path streams them (a new version of
+    /// the volume). Needs --new-root.
+    #[arg(long = "layered-volume")]
+    pub layered_volumes: Vec<crate::setup::volumes::LayeredVolume>,
     #[arg(long)]
     pub no_seccomp: bool,
     #[arg(long)]

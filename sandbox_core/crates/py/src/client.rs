@@ -410,18 +410,23 @@ impl AgentClient {
         })
     }
 
-    /// The sandbox's changes unpacked into `dest` (an empty directory) as a checkpoint's layer
-    /// (the `sandbox-layer` crate): `(sha256 of the stream, its bytes, entries)`.
-    #[pyo3(signature = (dest, timeout_s=None))]
+    /// The sandbox's changes (with `volume`, only those of the layered volume at that path)
+    /// unpacked into `dest` (an empty directory) as a checkpoint's layer (the `sandbox-layer`
+    /// crate): `(sha256 of the stream, its bytes, entries)`.
+    #[pyo3(signature = (dest, timeout_s=None, volume=String::new()))]
     fn checkpoint<'py>(
         &self,
         py: Python<'py>,
         dest: String,
         timeout_s: Option<f64>,
+        volume: String,
     ) -> PyResult<Bound<'py, PyAny>> {
         self.call(py, timeout_s, move |mut c| async move {
             let mut stream = c
-                .checkpoint(pb::CheckpointRequest { chunk_size: 0 })
+                .checkpoint(pb::CheckpointRequest {
+                    chunk_size: 0,
+                    volume,
+                })
                 .await
                 .map_err(from_status)?
                 .into_inner();

@@ -62,6 +62,8 @@ pub struct LaunchConfig {
     layers: Vec<String>,
     /// Volumes bound in the sandbox, the agent's `--volume SRC:DST[:ro]`.
     volumes: Vec<String>,
+    /// Layered volumes, the agent's `--layered-volume rw|ro:DST[:LAYER...]`.
+    layered_volumes: Vec<String>,
     /// An egress allow-list (the agent's `--egress=allow --egress-rule`, possibly empty): the
     /// sandbox gets a network namespace of its own whose one way out is the agent's proxy,
     /// which opens connections in this process's network namespace, and whose policy can be
@@ -72,7 +74,7 @@ pub struct LaunchConfig {
 #[pymethods]
 impl LaunchConfig {
     #[new]
-    #[pyo3(signature = (agent_path, run_dir, *, uid=65534, gid=65534, lease_ttl_s=30.0, memory_bytes=0, max_pids=0, cpu_quota=0.0, work_dir="/work".to_string(), work_size_bytes=0, tmp_size_bytes=0, network=false, seccomp=true, cgroups=true, ro_binds=None, env=None, python_zygote="lazy".to_string(), user="sandbox".to_string(), id_base=0, root_size_bytes=0, image_root="".to_string(), egress_allow=None, layers=None, volumes=None))]
+    #[pyo3(signature = (agent_path, run_dir, *, uid=65534, gid=65534, lease_ttl_s=30.0, memory_bytes=0, max_pids=0, cpu_quota=0.0, work_dir="/work".to_string(), work_size_bytes=0, tmp_size_bytes=0, network=false, seccomp=true, cgroups=true, ro_binds=None, env=None, python_zygote="lazy".to_string(), user="sandbox".to_string(), id_base=0, root_size_bytes=0, image_root="".to_string(), egress_allow=None, layers=None, volumes=None, layered_volumes=None))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         agent_path: String,
@@ -99,9 +101,20 @@ impl LaunchConfig {
         egress_allow: Option<Vec<String>>,
         layers: Option<Vec<String>>,
         volumes: Option<Vec<String>>,
+        layered_volumes: Option<Vec<String>>,
     ) -> PyResult<Self> {
         let layers = layers.unwrap_or_default();
         let volumes = volumes.unwrap_or_default();
+        let layered_volumes = layered_volumes.unwrap_or_default();
+        if let Some(v) = layered_volumes
+            .iter()
+            .find(|v| !(v.starts_with("rw:/") || v.starts_with("ro:/")))
+        {
+            return Err(err(
+                Kind::InvalidRequest,
+                format!("layered volumes must be rw|ro:DST[:LAYER...] with absolute paths, got {v}"),
+            ));
+        }
         if let Some(v) = volumes
             .iter()
             .find(|v| !v.starts_with('/') || !v.contains(":/"))
@@ -193,6 +206,7 @@ impl LaunchConfig {
             image_root,
             layers,
             volumes,
+            layered_volumes,
             egress_allow,
         })
     }
@@ -441,6 +455,9 @@ fn agent_argv(c: &LaunchConfig, namespaces: &[&str]) -> Vec<String> {
     }
     for v in &c.volumes {
         a.push(format!("--volume={v}"));
+    }
+    for v in &c.layered_volumes {
+        a.push(format!("--layered-volume={v}"));
     }
     if let Some(rules) = &c.egress_allow {
         // The agent opens this process's namespace while the launcher is still there to be seen.

@@ -142,8 +142,8 @@ class ControlPlane:
             raise Refused(404, f"template {ref!r} has no ready build of that tag")
         elif ref.startswith("cp-"):  # a snapshot of this key's (`snapshots.py`)
             try:
-                checkpoint = self.core.checkpoint_of(owner, ref)
-            except E.NotFound:
+                checkpoint = self.core.restorable(owner, ref)
+            except (E.NotFound, E.InvalidRequest):
                 raise Refused(404, f"template {ref!r} not found") from None
             template = checkpoint.template
         else:

@@ -4,8 +4,8 @@ A user points the `prime-sandboxes` SDK here with `PRIME_API_BASE_URL=http://HOS
 `PRIME_API_KEY=<a server key>` (sent as `Authorization: Bearer`). Create claims a warm sandbox of
 the template the image maps to (`image_templates.py`) and answers RUNNING; commands, files and
 jobs then go to the sandbox's gateway (`gateway.py`) with the token of `POST .../auth`.
-Checkpoints (`checkpoints.py`) are routes of this plane too; `create` with a `checkpoint_id`
-restores one.
+Checkpoints (`checkpoints.py`) and volumes (`volumes.py`) are routes of this plane too; `create`
+with a `checkpoint_id` restores one, with `volumes` attaches them.
 
 Errors are `{"detail": ...}` with the status the SDK maps: 401 (UnauthorizedError), 404, 422
 (invalid request), 429 (quota), 503 (draining). A key sees only its own sandboxes; another key's
@@ -37,6 +37,7 @@ from sandboxes.server.http.prime.requests import (
     parse_policy,
 )
 from sandboxes.server.http.prime.state import START_LOG, PrimeSandbox
+from sandboxes.server.http.prime.volumes import Volumes
 from sandboxes.server.image_templates import template_for_image, template_with_egress
 from sandboxes.types import Limits
 
@@ -68,6 +69,7 @@ class ControlPlane:
         r = self._route
         return [
             *(r(path, fn, method) for path, fn, method in Checkpoints(self).routes()),
+            *(r(path, fn, method) for path, fn, method in Volumes(self).routes()),
             r("/api/v1/sandbox", self.create, "POST"),
             r("/api/v1/sandbox", self.list, "GET"),
             r("/api/v1/sandbox", self.bulk_delete, "DELETE"),
@@ -97,7 +99,7 @@ class ControlPlane:
         checkpoint = args.checkpoint_id
         built = self.core.built.ready_build(owner, args.docker_image) if args.docker_image else None
         if args.checkpoint_id:
-            cp = self.core.checkpoint_of(owner, args.checkpoint_id)
+            cp = self.core.restorable(owner, args.checkpoint_id)
             args = dataclasses.replace(args, docker_image=cp.labels.get(IMAGE_LABEL, cp.template))
             template, why = cp.template, f"restored from checkpoint {cp.id}"
         elif built is not None:  # a template built through the E2B API (`built_templates.py`)
@@ -110,6 +112,9 @@ class ControlPlane:
             # A sandbox whose egress can be given (and changed): the template with an empty list.
             template = await template_with_egress(self.core.pool, template, ())
         tp = self.core.pool.templates.get(template)
+        for m in args.volumes:
+            if tp is not None and (tp.work_dir + "/").startswith(m.mount_path + "/"):
+                raise E.InvalidRequest(f"mount_path {m.mount_path!r} holds the sandbox's work dir {tp.work_dir!r}")
         try:
             rec = await self.core.claim(
                 owner,
@@ -118,6 +123,7 @@ class ControlPlane:
                 ttl_s=args.timeout_minutes * 60.0 if args.timeout_minutes > 0 else None,
                 idempotency_key=f"prime:{args.idempotency_key}" if args.idempotency_key else None,
                 checkpoint=checkpoint,
+                versioned_volumes=[(m.name, m.mount_path, m.read_only) for m in args.volumes] or None,
             )
         except E.LaunchError as e:
             if e.step != "image":

@@ -16,8 +16,17 @@ from typing import Any
 
 from sandboxes.egress import MAX_EGRESS_RULES, EgressPolicy
 from sandboxes.errors import InvalidRequest
+from sandboxes.server.volume_versions import MAX_ATTACHMENTS
 
-__all__ = ["CreateArgs", "PrimePolicy", "egress_rules", "parse_create", "parse_ids", "parse_policy"]
+__all__ = [
+    "CreateArgs",
+    "PrimePolicy",
+    "VolumeMount",
+    "egress_rules",
+    "parse_create",
+    "parse_ids",
+    "parse_policy",
+]
 
 MAX_LABELS = 64
 MAX_LABEL = 256
@@ -33,6 +42,9 @@ MAX_TIMEOUT_MINUTES = 7 * 24 * 60
 MAX_BATCH = 100
 
 _ENV_KEY = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_MOUNT_PATH = re.compile(r"(/[A-Za-z0-9._@+-]+)+")
+# Where the sandbox's system lives (its agent refuses the rest of what it owns).
+_RESERVED_TOPS = {"proc", "dev", "sys", "etc", "judge", "tmp", "usr", "bin", "sbin", "lib", "lib64", "run"}
 
 _CREATE_FIELDS = {
     "name", "docker_image", "checkpoint_id", "arch", "start_command", "cpu_cores", "memory_gb",
@@ -65,6 +77,16 @@ class CreateArgs:
     checkpoint_id: str | None = None  # restored from this checkpoint (its template and image)
     # The egress policy asked for (None: none was, and the sandbox reaches nothing until one is).
     network: PrimePolicy | None = None
+    volumes: tuple[VolumeMount, ...] = ()
+
+
+@dataclass(frozen=True)
+class VolumeMount:
+    """A volume to attach at create (the SDK's `VolumeMount`)."""
+
+    name: str
+    mount_path: str
+    read_only: bool
 
 
 @dataclass(frozen=True)
@@ -154,8 +176,7 @@ def parse_create(body: Any) -> CreateArgs:
         raise InvalidRequest("docker_image is required unless checkpoint_id is set")
     if body.get("gpu_count") not in (None, 0) or body.get("gpu_type") is not None:
         raise InvalidRequest("GPUs are not available on this server")
-    if body.get("volumes"):
-        raise InvalidRequest("volumes are not supported by this server")
+    volumes = _volumes(body.get("volumes"))
     if body.get("arch") not in (None, "amd64"):
         raise InvalidRequest("only amd64 sandboxes are available on this server")
     allow, deny = body.get("network_allowlist"), body.get("network_denylist")
@@ -190,7 +211,39 @@ def parse_create(body: Any) -> CreateArgs:
         idempotency_key=key,
         checkpoint_id=checkpoint or None,
         network=network,
+        volumes=volumes,
     )
+
+
+def _volumes(value: Any) -> tuple[VolumeMount, ...]:
+    """`volumes`: at most MAX_ATTACHMENTS, each `{name, mount_path, read_only}` at an absolute
+    path of plain names of its own (no two at one path, nor one inside another)."""
+    if value is None:
+        return ()
+    if not isinstance(value, list) or len(value) > MAX_ATTACHMENTS:
+        raise InvalidRequest(f"volumes must be a list of at most {MAX_ATTACHMENTS} mounts")
+    mounts: list[VolumeMount] = []
+    for m in value:
+        if not isinstance(m, dict) or set(m) - {"name", "mount_path", "read_only"}:
+            raise InvalidRequest("each volume is {name, mount_path, read_only}")
+        name, path, ro = m.get("name"), m.get("mount_path"), m.get("read_only", False)
+        if not isinstance(name, str) or not name:
+            raise InvalidRequest("a volume's name is required")
+        if not isinstance(ro, bool):
+            raise InvalidRequest("a volume's read_only must be a boolean")
+        if not isinstance(path, str) or not _MOUNT_PATH.fullmatch(path) or any(
+            part in (".", "..") for part in path.split("/")
+        ):
+            raise InvalidRequest(f"mount_path {path!r} must be an absolute path below / without . or ..")
+        if path.split("/")[1] in _RESERVED_TOPS:
+            raise InvalidRequest(f"mount_path {path!r} is inside a directory the sandbox's system owns")
+        for other in mounts:
+            if other.name == name:
+                raise InvalidRequest(f"volume {name!r} is attached twice")
+            if (path + "/").startswith(other.mount_path + "/") or (other.mount_path + "/").startswith(path + "/"):
+                raise InvalidRequest(f"mount paths {other.mount_path!r} and {path!r} overlap")
+        mounts.append(VolumeMount(name, path, ro))
+    return tuple(mounts)
 
 
 def parse_ids(body: Any, key: str = "sandbox_ids") -> list[str]:

@@ -123,14 +123,24 @@ impl Agent for AgentService {
                 "this sandbox has no file system of its own to checkpoint (its agent runs without --new-root)",
             ));
         };
-        let chunk = match request.into_inner().chunk_size as usize {
+        let req = request.into_inner();
+        let chunk = match req.chunk_size as usize {
             0 => crate::checkpoint::DEFAULT_CHUNK,
             n => n.clamp(4096, files::MAX_CHUNK),
         };
+        let volume = (!req.volume.is_empty()).then(|| std::path::PathBuf::from(&req.volume));
+        if let Some(at) = &volume {
+            if !changes.places.iter().any(|p| p.volume && &p.path == at) {
+                return Err(Status::not_found(format!(
+                    "no layered volume at {}",
+                    at.display()
+                )));
+            }
+        }
         let (tx, rx) = mpsc::channel(4);
         tokio::task::spawn_blocking(move || {
             let mut out = crate::checkpoint::Chunks::new(tx.clone(), chunk);
-            let written = crate::checkpoint::write(changes, &mut out)
+            let written = crate::checkpoint::write(changes, volume.as_deref(), &mut out)
                 .and_then(|_| std::io::Write::flush(&mut out));
             if let Err(e) = written {
                 // A caller that went away needs no answer.

@@ -23,6 +23,8 @@ pub struct Place {
     pub path: PathBuf,
     /// A directory descriptor of its changes (an overlay's upper layer, or the place's own disk).
     pub changes: OwnedFd,
+    /// A layered volume's (`setup::volumes`): not part of the sandbox's file system.
+    pub volume: bool,
 }
 
 /// What a checkpoint walks: the sandbox's writable places and how its ids map to the programs'.

@@ -72,6 +72,8 @@ pub struct RootSpec {
     pub places_layer: Option<PathBuf>,
     /// Volumes mounted in the sandbox (`setup::volumes`).
     pub volumes: Vec<super::volumes::Volume>,
+    /// Layered volumes, directories of the sandbox's own (`setup::volumes`).
+    pub layered_volumes: Vec<super::volumes::LayeredVolume>,
 }
 
 impl RootSpec {
@@ -197,7 +199,7 @@ fn bind_ro(root: &Path, src: &Path) -> Result<(), SetupError> {
 pub const BYTES_PER_INODE: u64 = 8 << 10;
 const MIN_INODES: u64 = 1024;
 
-fn tmpfs(target: &Path, size: u64, mode: &str, extra: &str) -> Result<(), SetupError> {
+pub(super) fn tmpfs(target: &Path, size: u64, mode: &str, extra: &str) -> Result<(), SetupError> {
     mkdirs(target)?;
     let size = if size == 0 { DEFAULT_TMPFS } else { size };
     let inodes = (size / BYTES_PER_INODE).max(MIN_INODES);
@@ -471,6 +473,7 @@ fn writable_root(
     places.push(Place {
         path: PathBuf::from("/"),
         changes: layers::open_dir(&upper)?,
+        volume: false,
     });
     let layers = layers::parts(&spec.layers, Path::new(""));
     let root = if layers.is_empty() {
@@ -504,6 +507,7 @@ fn writable_root(
             places.push(Place {
                 path: PathBuf::from("/usr"),
                 changes: layers::open_dir(&changes)?,
+                volume: false,
             });
         }
         Err(e) => {
@@ -638,6 +642,7 @@ fn image_root(
     places.push(Place {
         path: PathBuf::from("/"),
         changes: layers::open_dir(&upper)?,
+        volume: false,
     });
     Ok(root)
 }
@@ -663,6 +668,17 @@ pub(super) fn overlay(
         Some("overlay"),
         libc::MS_NOSUID | libc::MS_NODEV,
         Some(&opts),
+    )
+}
+
+/// Makes the mount at `target` read-only (and without set-id bits or devices).
+pub(super) fn remount_ro(target: &Path) -> Result<(), SetupError> {
+    mount(
+        None,
+        target,
+        None,
+        libc::MS_REMOUNT | libc::MS_BIND | libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV,
+        None,
     )
 }
 
@@ -741,6 +757,7 @@ fn place(root: &Path, path: &Path, spec: &RootSpec) -> Result<Place, SetupError>
     Ok(Place {
         path: path.to_path_buf(),
         changes: layers::stack_on_tmpfs(&root.join(rel), &lowers, spec.layer_userns())?,
+        volume: false,
     })
 }
 
@@ -796,6 +813,15 @@ pub fn build(spec: &RootSpec) -> Result<(), SetupError> {
         &format!(",uid={},gid={}", spec.uid, spec.gid),
     )?;
     places.push(place(root, &spec.work_dir, spec)?);
+    let volumes = super::volumes::mount_layered(
+        root,
+        &spec.layered_volumes,
+        spec.work_size,
+        (spec.uid, spec.gid),
+        &places,
+        spec.layer_userns(),
+    )?;
+    places.extend(volumes);
     layers::record(Changes {
         places,
         id_base: spec.id_base(),
