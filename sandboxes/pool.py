@@ -540,6 +540,7 @@ class Pool:
         checkpoint: str | Checkpoint | None = None,
         owner: str | None = None,
         volumes: Mapping[str, str | tuple[str, bool]] | None = None,
+        layered_volumes: Sequence[tuple[str, bool, Sequence[str]]] | None = None,
     ) -> AsyncIterator[Sandbox]:
         """`async with pool.sandbox(...) as sb:` claims a sandbox and destroys it afterwards."""
         sb = await self.claim(
@@ -551,6 +552,7 @@ class Pool:
             checkpoint=checkpoint,
             owner=owner,
             volumes=volumes,
+            layered_volumes=layered_volumes,
         )
         try:
             yield sb

@@ -1,6 +1,7 @@
 """The `prime` CLI 0.18 (unmodified, from PyPI: tests/clients/prime-cli.txt) against a real
 server, through `PRIME_API_BASE_URL` and `PRIME_API_KEY` only: its sandbox checkpoint commands
-(create, list, get, delete), `checkpoint restore` and `fork`, each run as a user types it."""
+(create, list, get, delete), `checkpoint restore` and `fork`, and its `sandbox volumes` commands,
+each run as a user types it."""
 
 from __future__ import annotations
 
@@ -36,6 +37,11 @@ class Prime:
 
     async def json(self, *args: str) -> Any:
         out = await self(*args, "--output", "json")
+        return json.loads(out[out.index("{") :])
+
+    async def json_flag(self, *args: str) -> Any:
+        """The output of a command whose JSON is asked for with `--json`."""
+        out = await self(*args, "--json")
         return json.loads(out[out.index("{") :])
 
     def close(self) -> None:
@@ -85,6 +91,46 @@ async def test_checkpoints_restore_and_fork_through_the_prime_cli(make_server) -
         for sid in (src, restored, forked):
             await prime("sandbox", "delete", sid, "-y")
         assert len(server.service.registry) == 0
+    finally:
+        prime.close()
+        other.close()
+
+
+async def test_volumes_through_the_prime_cli(make_server) -> None:
+    """`prime sandbox volumes create / list / get / publish / delete` and `sandbox create
+    --volume NAME:/path[:ro]`: a sandbox's writes published as the volume's new version, seen by
+    a sandbox created after; a delete refused while a sandbox has the volume attached."""
+    server = await make_server(http_port=0, warm=1)
+    prime, other = Prime(server, KEY_A), Prime(server, KEY_B)
+    try:
+        assert "Head checkpoint: none (never published)" in await prime("sandbox", "volumes", "create", "data")
+        writer = made(
+            await prime("sandbox", "create", "python:3.11-slim", "--volume", "data:/data", "--yes"),
+            "created sandbox",
+        )
+        await prime("sandbox", "run", writer, "--", "sh", "-c", "echo v1 > /data/f")
+        published = await prime("sandbox", "volumes", "publish", "data", "--sandbox", writer)
+        assert "State: DURABLE" in published and "Published volume data" in published, published
+        head = re.search(r"Checkpoint ID: (cp-[0-9a-f]+)", published)
+        assert head, published
+        got = await prime("sandbox", "volumes", "get", "data")
+        assert f"Head checkpoint: {head.group(1)}" in got, got
+        assert "DURABLE" in await prime("sandbox", "checkpoint", "get", head.group(1))
+        listed = await prime.json_flag("sandbox", "volumes", "list")
+        assert [v["name"] for v in listed["volumes"]] == ["data"] and listed["volumes"][0]["occupied_bytes"] > 0
+        reader = made(
+            await prime("sandbox", "create", "python:3.11-slim", "--volume", "data:/data:ro", "--yes"),
+            "created sandbox",
+        )
+        assert "v1" in await prime("sandbox", "run", reader, "cat", "/data/f")
+        with pytest.raises(AssertionError):  # attached: the delete is refused
+            await prime("sandbox", "volumes", "delete", "data", "-y")
+        with pytest.raises(AssertionError):  # another key's volume is missing to it
+            await other("sandbox", "volumes", "get", "data")
+        for sid in (writer, reader):
+            await prime("sandbox", "delete", sid, "-y")
+        assert "Deleted volume data" in await prime("sandbox", "volumes", "delete", "data", "-y")
+        assert server.service.pool.checkpoints.list() == []
     finally:
         prime.close()
         other.close()

@@ -512,6 +512,11 @@ async fn serve(
         }
     }
     roots.extend(args.file_roots.iter().filter(|r| r.is_absolute()).cloned());
+    if args.new_root {
+        // Mounts of their own, which resolution from the root above them would not cross.
+        roots.extend(args.volumes.iter().map(|v| v.dst.clone()));
+        roots.extend(args.layered_volumes.iter().map(|v| v.dst.clone()));
+    }
     if root_inside {
         // The whole writable root; resolution never crosses a mount (`paths`), so /proc, /sys,
         // /dev and the read-only binds stay out of reach.
