@@ -201,7 +201,12 @@ class AgentClient:
         """(path, data, mode) triples; mode 0 means 0o644. Returns bytes written."""
     async def read_file(self, path: str, offset: int, length: int, max_bytes: int) -> bytes: ...
     async def list_dir(self, path: str) -> list[DirEntry]: ...
-    async def checkpoint(self, dest: str, timeout_s: float | None = None, volume: str = "") -> tuple[str, int, int]:
+    async def checkpoint(
+        self,
+        dest: str,
+        timeout_s: float | None = None,
+        volume: str = ...,  # "" (default): the sandbox's file system
+    ) -> tuple[str, int, int]:
         """The sandbox's changes (`volume`: those of its layered volume at that path) unpacked into
         `dest` as a layer: (sha256, stream bytes, entries)."""
     async def remove(self, path: str, recursive: bool = False) -> None: ...

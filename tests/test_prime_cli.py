@@ -103,7 +103,9 @@ async def test_volumes_through_the_prime_cli(make_server) -> None:
     server = await make_server(http_port=0, warm=1)
     prime, other = Prime(server, KEY_A), Prime(server, KEY_B)
     try:
-        assert "Head checkpoint: none (never published)" in await prime("sandbox", "volumes", "create", "data")
+        assert "Head checkpoint: none (never published)" in await prime(
+            "sandbox", "volumes", "create", "data"
+        )
         writer = made(
             await prime("sandbox", "create", "python:3.11-slim", "--volume", "data:/data", "--yes"),
             "created sandbox",
@@ -117,7 +119,9 @@ async def test_volumes_through_the_prime_cli(make_server) -> None:
         assert f"Head checkpoint: {head.group(1)}" in got, got
         assert "DURABLE" in await prime("sandbox", "checkpoint", "get", head.group(1))
         listed = await prime.json_flag("sandbox", "volumes", "list")
-        assert [v["name"] for v in listed["volumes"]] == ["data"] and listed["volumes"][0]["occupied_bytes"] > 0
+        assert [v["name"] for v in listed["volumes"]] == ["data"] and listed["volumes"][0][
+            "occupied_bytes"
+        ] > 0
         reader = made(
             await prime("sandbox", "create", "python:3.11-slim", "--volume", "data:/data:ro", "--yes"),
             "created sandbox",

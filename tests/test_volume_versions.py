@@ -123,7 +123,10 @@ async def test_versions_are_published_heads_and_survive_a_restart(make_pool, tmp
     store.create("key-b", "cache")  # one name in two keys' scopes
     early = store.attach("key-a", "cache", "/c", False)
     late = store.attach("key-a", "cache", "/c", False)
-    async with pool.sandbox(layered_volumes=[early.mount()]) as a, pool.sandbox(layered_volumes=[late.mount()]) as b:
+    async with (
+        pool.sandbox(layered_volumes=[early.mount()]) as a,
+        pool.sandbox(layered_volumes=[late.mount()]) as b,
+    ):
         await out(a, "echo a > /c/f")
         await out(b, "echo b > /c/f")
         first = await store.publish(a, "key-a", early)

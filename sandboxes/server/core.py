@@ -34,8 +34,8 @@ from sandboxes.server.quota import Quotas
 from sandboxes.server.registry import Record, Registry
 from sandboxes.server.replicated import Codec, SharedRecords
 from sandboxes.server.template_build import TEMPLATE_LABEL, Builder, start_and_wait
-from sandboxes.server.volume_versions import ATTACHMENTS_ATTR, VOLUME_LABEL, VolumeVersions, attachments_codec
 from sandboxes.server.validation import Bounds, Validator
+from sandboxes.server.volume_versions import ATTACHMENTS_ATTR, VOLUME_LABEL, VolumeVersions, attachments_codec
 from sandboxes.volumes import DEFAULT_SIZE_BYTES as DEFAULT_VOLUME_BYTES
 
 __all__ = ["DRAIN_QUIET_S", "ServerCore"]
@@ -558,7 +558,9 @@ class ServerCore:
                 raise E.Conflict(f"volume {name!r} is attached to sandbox {rec.id}: delete the sandbox first")
         return await self.volume_versions.delete(owner, name)
 
-    async def publish_volume(self, rec: Record, name: str, *, force: bool = False, labels: dict[str, str] | None = None) -> Any:
+    async def publish_volume(
+        self, rec: Record, name: str, *, force: bool = False, labels: dict[str, str] | None = None
+    ) -> Any:
         """`rec`'s writes into its attached volume `name` as the volume's new head (a checkpoint
         of `rec`'s owner, counted in its checkpoint quota)."""
         att = next((a for a in rec.attrs.get(ATTACHMENTS_ATTR, ()) if a.name == name), None)

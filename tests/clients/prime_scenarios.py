@@ -510,9 +510,7 @@ def volume_other(name: str | None) -> dict[str, Any]:
     out = {
         "get": attempt(lambda: c.volumes.get(name).id),
         "delete": attempt(c.volumes.delete, name),
-        "attach": attempt(
-            lambda: c.create(request(volumes=[VolumeMount(name=name, mount_path="/data")])).id
-        ),
+        "attach": attempt(lambda: c.create(request(volumes=[VolumeMount(name=name, mount_path="/data")])).id),
         "own": c.volumes.create(name).name,
     }
     c.volumes.delete(name)

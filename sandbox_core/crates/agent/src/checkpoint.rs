@@ -420,10 +420,18 @@ mod tests {
         // SAFETY: mkfifo with a valid C string.
         assert_eq!(unsafe { libc::mkfifo(path.as_ptr(), 0o600) }, 0);
         let changes = Changes {
-            places: vec![Place {
-                path: PathBuf::from("/work"),
-                changes: open_dir(&dir).unwrap(),
-            }],
+            places: vec![
+                Place {
+                    path: PathBuf::from("/work"),
+                    changes: open_dir(&dir).unwrap(),
+                    volume: false,
+                },
+                Place {
+                    path: PathBuf::from("/data"),
+                    changes: open_dir(&dir.join("b")).unwrap(),
+                    volume: true,
+                },
+            ],
             id_base: 0,
         };
         let mut out = Vec::new();
@@ -447,6 +455,13 @@ mod tests {
         let mut again = Vec::new();
         write(&changes, None, &mut again).unwrap();
         assert_eq!(out, again);
+        // A layered volume is walked only when asked for, its names relative to it.
+        let mut volume = Vec::new();
+        write(&changes, Some(Path::new("/data")), &mut volume).unwrap();
+        let names: Vec<_> = entries(&volume).into_iter().map(|(p, _)| p).collect();
+        assert_eq!(names, ["c", "c/file"]);
+        let missing = write(&changes, Some(Path::new("/work")), Vec::new()).unwrap_err();
+        assert_eq!(missing.kind(), io::ErrorKind::NotFound);
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -303,8 +303,7 @@ fn start(args: cli::Args) -> Result<i32, StartError> {
         let (_layers_held, layers) = setup::layers::hold(&args.layers)?;
         let (_places_held, mut places_layer) = setup::layers::hold(args.places_layer.as_slice())?;
         let (_volumes_held, volumes) = setup::volumes::hold(&args.volumes)?;
-        let (_layered_held, layered_volumes) =
-            setup::volumes::hold_layered(&args.layered_volumes)?;
+        let (_layered_held, layered_volumes) = setup::volumes::hold_layered(&args.layered_volumes)?;
         let spec = setup::rootfs::RootSpec {
             work_dir: args.work_dir.clone(),
             work_size: args.work_size,

@@ -112,7 +112,9 @@ impl LaunchConfig {
         {
             return Err(err(
                 Kind::InvalidRequest,
-                format!("layered volumes must be rw|ro:DST[:LAYER...] with absolute paths, got {v}"),
+                format!(
+                    "layered volumes must be rw|ro:DST[:LAYER...] with absolute paths, got {v}"
+                ),
             ));
         }
         if let Some(v) = volumes

@@ -114,7 +114,9 @@ class ControlPlane:
         tp = self.core.pool.templates.get(template)
         for m in args.volumes:
             if tp is not None and (tp.work_dir + "/").startswith(m.mount_path + "/"):
-                raise E.InvalidRequest(f"mount_path {m.mount_path!r} holds the sandbox's work dir {tp.work_dir!r}")
+                raise E.InvalidRequest(
+                    f"mount_path {m.mount_path!r} holds the sandbox's work dir {tp.work_dir!r}"
+                )
         try:
             rec = await self.core.claim(
                 owner,

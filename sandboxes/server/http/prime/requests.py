@@ -231,8 +231,10 @@ def _volumes(value: Any) -> tuple[VolumeMount, ...]:
             raise InvalidRequest("a volume's name is required")
         if not isinstance(ro, bool):
             raise InvalidRequest("a volume's read_only must be a boolean")
-        if not isinstance(path, str) or not _MOUNT_PATH.fullmatch(path) or any(
-            part in (".", "..") for part in path.split("/")
+        if (
+            not isinstance(path, str)
+            or not _MOUNT_PATH.fullmatch(path)
+            or any(part in (".", "..") for part in path.split("/"))
         ):
             raise InvalidRequest(f"mount_path {path!r} must be an absolute path below / without . or ..")
         if path.split("/")[1] in _RESERVED_TOPS:
@@ -240,7 +242,9 @@ def _volumes(value: Any) -> tuple[VolumeMount, ...]:
         for other in mounts:
             if other.name == name:
                 raise InvalidRequest(f"volume {name!r} is attached twice")
-            if (path + "/").startswith(other.mount_path + "/") or (other.mount_path + "/").startswith(path + "/"):
+            if (path + "/").startswith(other.mount_path + "/") or (other.mount_path + "/").startswith(
+                path + "/"
+            ):
                 raise InvalidRequest(f"mount paths {other.mount_path!r} and {path!r} overlap")
         mounts.append(VolumeMount(name, path, ro))
     return tuple(mounts)

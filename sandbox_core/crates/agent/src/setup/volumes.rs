@@ -95,7 +95,9 @@ impl std::str::FromStr for LayeredVolume {
         check_dst(&dst)?;
         let layers: Vec<PathBuf> = parts.map(PathBuf::from).collect();
         if let Some(l) = layers.iter().find(|l| !l.is_absolute()) {
-            return Err(format!("layer {l:?} of a layered volume is not an absolute path"));
+            return Err(format!(
+                "layer {l:?} of a layered volume is not an absolute path"
+            ));
         }
         Ok(LayeredVolume {
             dst,
@@ -174,8 +176,14 @@ pub fn mount_layered(
             });
         }
         let target = target_in(root, &v.dst)?;
-        tmpfs(&target, size, "755", &format!(",uid={},gid={}", owner.0, owner.1))?;
-        let changes = layers::stack_on_tmpfs(&target, &layers::parts(&v.layers, Path::new("")), userns)?;
+        tmpfs(
+            &target,
+            size,
+            "755",
+            &format!(",uid={},gid={}", owner.0, owner.1),
+        )?;
+        let changes =
+            layers::stack_on_tmpfs(&target, &layers::parts(&v.layers, Path::new("")), userns)?;
         if v.read_only {
             remount_ro(&target)?;
         }
@@ -242,7 +250,14 @@ mod tests {
         );
         let empty: LayeredVolume = "rw:/cache".parse().unwrap();
         assert!(!empty.read_only && empty.layers.is_empty());
-        for bad in ["/data", "rx:/data", "rw:data", "rw:/proc/x", "rw:/data:l/1", "rw:/"] {
+        for bad in [
+            "/data",
+            "rx:/data",
+            "rw:data",
+            "rw:/proc/x",
+            "rw:/data:l/1",
+            "rw:/",
+        ] {
             assert!(bad.parse::<LayeredVolume>().is_err(), "{bad}");
         }
     }
