@@ -31,6 +31,11 @@ Nothing here is a real cluster. Two pieces:
   Unmasked`). Only `--listen` and `--ready-fd` are rewritten then. An image of a registry
   (`host:port/...`) the local engine lacks is pulled first, as a node does.
 
+  With `nodes=N` (`emulated_cluster`), N kubelets play N nodes: the API server binds each new pod
+  to one of them in turn (a scheduler's part, `spec.nodeName`), and each kubelet runs only its
+  node's pods. A node pulls a registry image from the registry the first time one of its pods
+  needs it (`FakeKubelet.pulled`), whatever the engine they share already has.
+
   For scale (benchmarks), `shared_agents=N` points every pod at one of N real agents started with
   one `shared_token` (the backend then needs the same fixed token) instead of one agent per pod.
 """
@@ -149,6 +154,11 @@ class EmulatedApiServer(kmock.KubernetesEmulator):
     _rv: int = attrs.field(default=0, init=False)
     _log: list[str] = attrs.field(factory=list, init=False)
     _updates: asyncio.Lock = attrs.field(factory=asyncio.Lock, init=False)
+    # The nodes new pods are bound to in turn (none: pods are bound to no node).
+    nodes: tuple[str, ...] = ()
+    _bound: int = attrs.field(default=0, init=False)
+    # The nodes' kubelets, by node (`emulated_cluster` fills it).
+    kubelets: dict[str, Any] = attrs.field(factory=dict, init=False)
 
     def __attrs_post_init__(self) -> None:
         super().__attrs_post_init__()
@@ -235,6 +245,10 @@ class EmulatedApiServer(kmock.KubernetesEmulator):
                 meta["resourceVersion"] = self._next_rv()
                 if request.resource.plural == "pods":
                     request.data.setdefault("status", {"phase": "Pending"})
+                    spec = request.data.setdefault("spec", {})
+                    if self.nodes and not spec.get("nodeName"):
+                        spec["nodeName"] = self.nodes[self._bound % len(self.nodes)]
+                        self._bound += 1
             elif request.action == kmock.action.UPDATE:
                 request.data.setdefault("metadata", {})["resourceVersion"] = self._next_rv()
         if (
@@ -371,8 +385,12 @@ class FakeKubelet:
         shared_agents: int = 0,
         shared_token: str | None = None,
         user_namespaces: bool = False,
+        node_name: str | None = None,
     ) -> None:
         self.api_url = str(api_url).rstrip("/")
+        self.node_name = node_name
+        # Registry images this node pulled from their registry, in order.
+        self.pulled: list[str] = []
         self.namespace = namespace
         self.agent_bin = agent_bin or _bridge.agent_path()
         self.shared_agents = shared_agents
@@ -550,6 +568,8 @@ class FakeKubelet:
         labels = meta.get("labels") or {}
         if labels.get("app.kubernetes.io/component") != "sandbox":
             return  # not a sandbox pod (e.g. an emulated manager pod): nothing to run
+        if self.node_name is not None and pod.get("spec", {}).get("nodeName") != self.node_name:
+            return  # another node's
         if kind == "DELETED" or meta.get("deletionTimestamp"):
             self._gone.add(name)
             self._pods.pop(name, None)
@@ -780,7 +800,8 @@ class FakeKubelet:
         spec, container = pod["spec"], pod["spec"]["containers"][0]
         d = os.path.join(self.root, name)
         os.makedirs(d, exist_ok=True)
-        await asyncio.to_thread(_pull, container["image"])
+        if container["image"] not in self.pulled and await asyncio.to_thread(_pull, container["image"]):
+            self.pulled.append(container["image"])
         image = await asyncio.to_thread(images.resolve, container["image"])
         base = ids.claim(f"emulated-pod-{name}")
         try:
@@ -918,21 +939,19 @@ class FakeKubelet:
         _forget(agent)
 
 
-def _pull(image: str) -> None:
-    """An image of a registry (`host:port/...`) the local engine lacks is pulled, as a node pulls
-    a pod's image (IfNotPresent); others are the engine's own already."""
+def _pull(image: str) -> bool:
+    """An image of a registry (`host:port/...`) is pulled from it into the local engine, as a node
+    pulls a pod's image it does not have yet; others are the engine's own already. True when it
+    was pulled."""
     first = image.split("/", 1)[0]
     if "/" not in image or not (":" in first or "." in first):
-        return
+        return False
     import docker
-    import docker.errors
 
     client = docker.from_env(timeout=600)
     try:
-        try:
-            client.images.get(image)
-        except docker.errors.ImageNotFound:
-            client.images.pull(image)
+        client.images.pull(image)
+        return True
     finally:
         client.close()
 
@@ -986,16 +1005,21 @@ async def emulated_cluster(
     **kubelet_kwargs: Any,
 ) -> AsyncIterator[tuple[EmulatedApiServer, FakeKubelet, str]]:
     """`async with emulated_cluster() as (api, kubelet, url):` an EMULATED API server on a free
-    local port and a fake kubelet attached to it. `latency_s=(lo, hi)` goes to the API server."""
+    local port and a fake kubelet attached to it (with `nodes=N`, N kubelets, one per node:
+    `api.kubelets`; the first is yielded). `latency_s=(lo, hi)` goes to the API server."""
     latency = kubelet_kwargs.pop("latency_s", (0.0, 0.0))
-    async with EmulatedApiServer(latency_s=latency) as api, kmock.Server(api) as server:
+    nodes = tuple(f"node-{i}" for i in range(kubelet_kwargs.pop("nodes", 0)))
+    async with EmulatedApiServer(latency_s=latency, nodes=nodes) as api, kmock.Server(api) as server:
         url = str(server.url).rstrip("/")
-        kubelet = FakeKubelet(url, **kubelet_kwargs)
-        await kubelet.start()
         try:
-            yield api, kubelet, url
+            for node in nodes or (None,):
+                kubelet = FakeKubelet(url, node_name=node, **kubelet_kwargs)
+                api.kubelets[node or ""] = kubelet
+                await kubelet.start()
+            yield api, next(iter(api.kubelets.values())), url
         finally:
-            await kubelet.stop()
+            for kubelet in api.kubelets.values():
+                await kubelet.stop()
 
 
 async def _serve_forever(args: Any) -> None:

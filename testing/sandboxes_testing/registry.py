@@ -146,11 +146,11 @@ def _remove_images(host: str) -> None:
 
 
 @contextlib.asynccontextmanager
-async def cluster_pool(state: Path, name: str) -> AsyncIterator[tuple[Any, str, Any]]:
+async def cluster_pool(state: Path, name: str, nodes: int = 0) -> AsyncIterator[tuple[Any, str, Any]]:
     """A started pool of root template `name`, the small image of a registry on loopback, on the
-    EMULATED cluster (user-namespace mode), pushing its checkpoints to that registry; its
-    checkpoint and volume records under `state`. Yields (the pool, the image, the emulated API
-    server)."""
+    EMULATED cluster (user-namespace mode; `nodes` kubelets, one per node), pushing its
+    checkpoints to that registry; its checkpoint and volume records under `state`. Yields (the
+    pool, the image, the emulated API server)."""
     import sandboxes
     from sandboxes import Template
     from sandboxes.backends.kubernetes import KubeConfig, KubernetesBackend
@@ -159,7 +159,7 @@ async def cluster_pool(state: Path, name: str) -> AsyncIterator[tuple[Any, str, 
 
     with loopback_registry() as host:
         image = push_small_image(host)
-        async with emulated_cluster(user_namespaces=True) as (api, _kubelet, url):
+        async with emulated_cluster(user_namespaces=True, nodes=nodes) as (api, _kubelet, url):
             cfg = KubeConfig(
                 api_url=url,
                 identity="registry-pool",
