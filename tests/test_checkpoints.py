@@ -303,3 +303,5 @@ async def test_stores_sharing_a_directory_see_each_others_records(tmp_path: Path
     assert tb.of("k") == []
     t, _ = ta.request("k", "app", [], 1, 512)
     assert tb.find("k", "app") is not None and [x.id for x in tb.of("k")] == [t.id]
+    tb.delete("k", "app")  # through the other replica: gone for this one too
+    assert ta.find("k", "app") is None and ta.of("k") == []

@@ -171,17 +171,23 @@ class BuiltTemplates:
 
     def _merge(self) -> dict[str, BuiltTemplate]:
         """The records, with those on disk this process does not hold added (read at first use,
-        or made since by another process that shares the directory: a replica of a cluster);
-        those it holds stay as they are here (their builds run here)."""
+        or made since by another process that shares the directory: a replica of a cluster) and
+        those gone from it dropped (deleted by another; a build of one running here then ends as
+        a build of a deleted template, `finish`); those it holds stay as they are here (their
+        builds run here, and every change is written at once)."""
         if self._by_id is None:
             self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
             self._by_id = {}
+        on_disk = set()
         for p in self.root.glob("*.json"):
+            on_disk.add(p.stem)
             if p.stem in self._by_id:
                 continue
             with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
                 t = BuiltTemplate.from_json(json.loads(p.read_text()))
                 self._by_id[t.id] = t
+        for gone in set(self._by_id) - on_disk:
+            del self._by_id[gone]
         return self._by_id
 
     def save(self, t: BuiltTemplate) -> None:
@@ -210,7 +216,7 @@ class BuiltTemplates:
         if not isinstance(ref, str) or not ref:
             return None
         t = self._find(owner, ref)
-        if t is None:
+        if t is None or not (self.root / f"{t.id}.json").exists():  # made, or deleted, elsewhere
             self._merge()
             t = self._find(owner, ref)
         return t
