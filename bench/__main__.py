@@ -31,6 +31,7 @@ BENCHMARKS = {
     "daytona_api": "bench.daytona_api",
     "pause": "bench.pause",
     "volumes": "bench.volumes",
+    "volume_versions": "bench.volume_versions",
     "k8s_checkpoints": "bench.k8s_checkpoints",
 }
 

@@ -38,6 +38,7 @@ README_ROWS = {
     "prime_api": 1,
     "checkpoints": 2,
     "volumes": 0,  # in bench/README.md only
+    "volume_versions": 0,
     "k8s_checkpoints": 0,
 }
 MAX_README_ROWS = 25
