@@ -285,11 +285,6 @@ class ServerCore:
         if checkpoint is not None:
             template = self.restorable(owner, checkpoint).template
         self._admit(template)
-        layered = None
-        if versioned_volumes:
-            attachments = [self.volume_versions.attach(owner, *v) for v in versioned_volumes]
-            attrs = {**(attrs or {}), ATTACHMENTS_ATTR: attachments}
-            layered = [a.mount() for a in attachments]
         key = idempotency_key
         if key is not None:
             if len(key) > 256:
@@ -313,7 +308,7 @@ class ServerCore:
             checkpoint,
             volumes,
             built,
-            layered,
+            versioned_volumes,
         )
         if key is None:
             # Without a key nobody can pick the sandbox up later: a cancelled call cancels the claim.
@@ -337,21 +332,31 @@ class ServerCore:
         checkpoint=None,
         volumes=None,
         built=None,
-        layered_volumes=None,
+        versioned_volumes=None,
     ) -> Record:
         """Claim from the pool and register; owns one unit of `owner`'s sandbox quota."""
         started = time.perf_counter()
-        sb = await self._take(
-            owner,
-            template,
-            env=env,
-            files=file_map(files),
-            labels=labels,
-            timeout=timeout,
-            checkpoint=checkpoint,
-            volumes=volumes,
-            layered_volumes=layered_volumes,
-        )
+        # The versions attached are held from here (a publish meanwhile may replace them) until
+        # the sandbox's template pool holds them.
+        attachments = [self.volume_versions.attach(owner, *v) for v in versioned_volumes or ()]
+        held = [d for a in attachments for d in a.layers]
+        self.pool.checkpoints.acquire(held)
+        try:
+            sb = await self._take(
+                owner,
+                template,
+                env=env,
+                files=file_map(files),
+                labels=labels,
+                timeout=timeout,
+                checkpoint=checkpoint,
+                volumes=volumes,
+                layered_volumes=[a.mount() for a in attachments],
+            )
+        finally:
+            self.pool.checkpoints.release(held)
+        if attachments:
+            attrs = {**(attrs or {}), ATTACHMENTS_ATTR: attachments}
         rec = await self._register(sb, owner, template, labels, env, ttl_s, timeout, key, attrs, started)
         if built is not None:
             t, build = built
