@@ -36,6 +36,7 @@ from typing import Any
 
 from .backends.images import cache_root
 from .errors import InvalidRequest, NotFound
+from .json_records import write_record
 
 __all__ = ["CHECKPOINT_DIR_ENV", "DEFAULT_TTL_S", "Checkpoint", "CheckpointStore", "checkpoint_root"]
 
@@ -120,10 +121,7 @@ class CheckpointStore:
         return self._records
 
     def _write(self, cp: Checkpoint) -> None:
-        fd, tmp = tempfile.mkstemp(dir=self.records_dir, prefix=".", suffix=".tmp")
-        with os.fdopen(fd, "w") as f:
-            json.dump(cp.to_json(), f)
-        os.replace(tmp, self.records_dir / f"{cp.id}.json")
+        write_record(self.records_dir, cp.id, cp.to_json())
 
     def add(
         self,

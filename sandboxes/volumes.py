@@ -39,6 +39,7 @@ from typing import Any
 
 from .backends.images import cache_root
 from .errors import InvalidRequest, NotFound, SandboxError
+from .json_records import write_record
 
 __all__ = [
     "DEFAULT_INODES",
@@ -260,11 +261,7 @@ class VolumeStore:
             mnt.rmdir()
 
     def _write(self, vol: Volume) -> None:
-        path = self.root / f"{vol.id}.json"
-        fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".tmp-")
-        with os.fdopen(fd, "w") as f:
-            json.dump(vol.to_json(), f)
-        os.replace(tmp, path)
+        write_record(self.root, vol.id, vol.to_json())
 
     def delete(self, ref: str, owner: str | None = None) -> Volume:
         """Deletes `owner`'s volume: at once for its owner; its image once no sandbox of this

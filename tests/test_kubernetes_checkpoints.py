@@ -69,16 +69,17 @@ async def test_a_checkpoint_taken_on_one_node_starts_sandboxes_on_another(images
     """Two EMULATED nodes (a kubelet each, pods bound to them in turn): a checkpoint of a pod on
     one node, a sandbox made from it on the other, whose node pulled the checkpoint's image from
     the registry: no byte of it goes from node to node, nor through the API server."""
-    async with cluster_pool(tmp_path, "root", nodes=2) as (pool, _, api):
-        async with pool.sandbox("root") as sb:
-            await out(sb, "echo there > /work/f; mkdir -p /opt/o; echo o > /opt/o/p")
-            cp = await sb.checkpoint()
-            async with pool.sandbox(checkpoint=cp) as made:
-                assert await out(made, "cat /work/f /opt/o/p") == "there\no\n"
-                node = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in api.objects_of("pods")}
-                source, there = node[sb.handle.backend_data.name], node[made.handle.backend_data.name]
-                assert source != there
-                assert any(":cp-" in image for image in api.kubelets[there].pulled), api.kubelets[there].pulled
+    async with cluster_pool(tmp_path, "root", nodes=2) as (pool, _, api), pool.sandbox("root") as sb:
+        await out(sb, "echo there > /work/f; mkdir -p /opt/o; echo o > /opt/o/p")
+        cp = await sb.checkpoint()
+        async with pool.sandbox(checkpoint=cp) as made:
+            assert await out(made, "cat /work/f /opt/o/p") == "there\no\n"
+            node = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in api.objects_of("pods")}
+            source, there = node[sb.handle.backend_data.name], node[made.handle.backend_data.name]
+            assert source != there
+            assert any(":cp-" in image for image in api.kubelets[there].pulled), api.kubelets[
+                there
+            ].pulled
 
 
 async def test_forks_on_kubernetes_see_none_of_each_others_writes(kube_pool) -> None:

@@ -10,8 +10,8 @@ import stat
 from pathlib import Path
 
 import pytest
+from test_checkpoints import out, sh
 
-import sandboxes
 from sandboxes import Template
 from sandboxes.errors import Conflict, InvalidRequest, LaunchError, NoSpace, NotFound
 from sandboxes.server.volume_versions import VolumeVersions
@@ -22,16 +22,6 @@ TEMPLATES = {
     "default": Template(name="default", work_size_bytes=8 << 20),
     "root": Template(name="root", user="root", work_size_bytes=8 << 20),
 }
-
-
-async def sh(sb: sandboxes.Sandbox, cmd: str) -> sandboxes.ExecResult:
-    return await sb.exec(["/bin/sh", "-ec", cmd])
-
-
-async def out(sb: sandboxes.Sandbox, cmd: str) -> str:
-    r = await sh(sb, cmd)
-    assert r.exit_code == 0, r
-    return r.stdout.decode()
 
 
 @pytest.fixture

@@ -23,11 +23,9 @@ import contextlib
 import hashlib
 import hmac
 import json
-import os
 import re
 import secrets
 import shutil
-import tempfile
 import time
 import uuid
 from collections.abc import Callable, Iterator
@@ -36,6 +34,7 @@ from pathlib import Path
 from typing import Any
 
 from sandboxes.errors import InvalidRequest, NotFound, QuotaExceeded
+from sandboxes.json_records import write_record
 
 __all__ = ["DEFAULT_TAG", "Build", "BuiltTemplate", "BuiltTemplates", "split_ref"]
 
@@ -192,10 +191,7 @@ class BuiltTemplates:
 
     def save(self, t: BuiltTemplate) -> None:
         self._all()
-        fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".", suffix=".tmp")
-        with os.fdopen(fd, "w") as f:
-            json.dump(t.to_json(), f)
-        os.replace(tmp, self.root / f"{t.id}.json")
+        write_record(self.root, t.id, t.to_json())
 
     # --- lookup ----------------------------------------------------------------------------------
 

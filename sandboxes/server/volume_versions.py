@@ -21,9 +21,7 @@ from __future__ import annotations
 
 import contextlib
 import json
-import os
 import re
-import tempfile
 import time
 import uuid
 from dataclasses import asdict, dataclass
@@ -31,6 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from sandboxes import errors as E
+from sandboxes.json_records import write_record
 from sandboxes.server.replicated import Codec
 
 __all__ = [
@@ -114,10 +113,7 @@ class VolumeVersions:
         return self._records
 
     def _write(self, v: VersionedVolume) -> None:
-        fd, tmp = tempfile.mkstemp(dir=self.root, prefix=".", suffix=".tmp")
-        with os.fdopen(fd, "w") as f:
-            json.dump(asdict(v), f)
-        os.replace(tmp, self.root / f"{v.id}.json")
+        write_record(self.root, v.id, asdict(v))
 
     def _find(self, owner: str, name: str) -> VersionedVolume | None:
         for fresh in (False, True):

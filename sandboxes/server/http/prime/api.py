@@ -34,6 +34,7 @@ from sandboxes.server.http.prime.requests import (
     CreateArgs,
     parse_create,
     parse_ids,
+    parse_page,
     parse_policy,
 )
 from sandboxes.server.http.prime.state import START_LOG, PrimeSandbox
@@ -249,11 +250,7 @@ class ControlPlane:
 
     async def list(self, request: Request, owner: str) -> Any:
         q = request.query_params
-        try:
-            page = max(1, int(q.get("page", 1)))
-            per_page = min(max(1, int(q.get("per_page", 50))), 1000)
-        except ValueError:
-            raise E.InvalidRequest("page and per_page must be integers") from None
+        page, per_page = parse_page(q)
         status = q.get("status")
         labels = set(q.getlist("labels"))
         active_only = q.get("is_active", "").lower() == "true"

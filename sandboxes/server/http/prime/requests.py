@@ -25,6 +25,7 @@ __all__ = [
     "egress_rules",
     "parse_create",
     "parse_ids",
+    "parse_page",
     "parse_policy",
 ]
 
@@ -248,6 +249,16 @@ def _volumes(value: Any) -> tuple[VolumeMount, ...]:
                 raise InvalidRequest(f"mount paths {other.mount_path!r} and {path!r} overlap")
         mounts.append(VolumeMount(name, path, ro))
     return tuple(mounts)
+
+
+def parse_page(query: Any) -> tuple[int, int]:
+    """A list's `page` (from 1) and `per_page` (1..1000, 50 by default) query parameters."""
+    try:
+        page = max(1, int(query.get("page", 1)))
+        per_page = min(max(1, int(query.get("per_page", 50))), 1000)
+    except ValueError:
+        raise InvalidRequest("page and per_page must be integers") from None
+    return page, per_page
 
 
 def parse_ids(body: Any, key: str = "sandbox_ids") -> list[str]:

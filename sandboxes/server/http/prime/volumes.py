@@ -18,6 +18,7 @@ from starlette.responses import JSONResponse
 
 from sandboxes import errors as E
 from sandboxes.server.http.prime.checkpoints import IMAGE_LABEL, checkpoint_json
+from sandboxes.server.http.prime.requests import parse_page
 from sandboxes.server.http.timestamps import iso
 
 __all__ = ["Volumes"]
@@ -69,12 +70,7 @@ class Volumes:
         return JSONResponse(self._json(self.core.create_volume_version(owner, body.get("name"))))
 
     async def list(self, request: Request, owner: str) -> Any:
-        q = request.query_params
-        try:
-            page = max(1, int(q.get("page", 1)))
-            per_page = min(max(1, int(q.get("per_page", 50))), 1000)
-        except ValueError:
-            raise E.InvalidRequest("page and per_page must be integers") from None
+        page, per_page = parse_page(request.query_params)
         mine = self.versions.list(owner)
         start = (page - 1) * per_page
         return JSONResponse(
