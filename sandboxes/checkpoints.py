@@ -244,7 +244,10 @@ class CheckpointStore:
 
     def collect(self, layers: Iterable[str]) -> None:
         """Removes those of `layers` no record names and no sandbox here uses."""
+        wanted = set(layers)
+        if not wanted:
+            return  # nothing to read the records for (a pool that never checkpointed reads none)
         named = {d for cp in self._load().values() for d in cp.layers}
-        for d in set(layers):
+        for d in wanted:
             if d not in named and not self._in_use.get(d):
                 shutil.rmtree(self.layer_path(d), ignore_errors=True)

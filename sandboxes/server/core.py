@@ -340,7 +340,8 @@ class ServerCore:
         # the sandbox's template pool holds them.
         attachments = [self.volume_versions.attach(owner, *v) for v in versioned_volumes or ()]
         held = [d for a in attachments for d in a.layers]
-        self.pool.checkpoints.acquire(held)
+        if held:
+            self.pool.checkpoints.acquire(held)
         try:
             sb = await self._take(
                 owner,
@@ -354,7 +355,8 @@ class ServerCore:
                 layered_volumes=[a.mount() for a in attachments],
             )
         finally:
-            self.pool.checkpoints.release(held)
+            if held:
+                self.pool.checkpoints.release(held)
         if attachments:
             attrs = {**(attrs or {}), ATTACHMENTS_ATTR: attachments}
         rec = await self._register(sb, owner, template, labels, env, ttl_s, timeout, key, attrs, started)
