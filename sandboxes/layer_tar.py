@@ -9,7 +9,8 @@ a fixed order and with the layer's own modification times, so that one layer is 
 
 `relocate` moves the contents of some directories elsewhere in the tar (the directory itself
 stays, empty): the kubernetes backend's places that the agent mounts a disk of its own at
-(`backends/kubernetes/layered.py`).
+(`backends/kubernetes/layered.py`). `under` puts the whole layer below a directory: a layered
+volume's layers there.
 """
 
 from __future__ import annotations
@@ -62,15 +63,30 @@ class _Hashing(io.RawIOBase):
         return len(data)
 
 
-def write_layer(layer: Path, dest: Path, relocate: Mapping[str, str] | None = None) -> LayerBlob:
+def write_layer(
+    layer: Path, dest: Path, relocate: Mapping[str, str] | None = None, under: str = ""
+) -> LayerBlob:
     """Writes `layer` as a gzipped OCI layer tar at `dest` (blocking); the contents of each
-    directory `relocate` names (a path relative to the layer's top) go under its target."""
+    directory `relocate` names (a path relative to the layer's top) go under its target; with
+    `under` (a relative path), the whole layer goes below it, its top as that directory."""
     with dest.open("wb") as raw:
         outer = _Hashing(raw)
         with gzip.GzipFile(fileobj=outer, mode="wb", compresslevel=1, mtime=0) as gz:
             inner = _Hashing(gz)
             with tarfile.open(fileobj=inner, mode="w|", format=tarfile.PAX_FORMAT) as tar:
-                _add_tree(tar, layer, "", "", dict(relocate or {}), set())
+                made: set[str] = set()
+                if under:
+                    st = layer.stat()
+                    _add_parents(tar, under, st, made)
+                    top = tarfile.TarInfo(under)
+                    top.type, top.mode, top.mtime = (
+                        tarfile.DIRTYPE,
+                        stat.S_IMODE(st.st_mode),
+                        int(st.st_mtime),
+                    )
+                    top.uid, top.gid = st.st_uid, st.st_gid
+                    tar.addfile(top)
+                _add_tree(tar, layer, "", under, dict(relocate or {}), made)
     return LayerBlob(dest, f"sha256:{outer.sha.hexdigest()}", f"sha256:{inner.sha.hexdigest()}", outer.size)
 
 

@@ -847,8 +847,7 @@ class Pool:
             raise InvalidRequest(f"the {t.backend} backend cannot mount volumes")
         if layered and not backend.layered_volumes:
             raise InvalidRequest(
-                f"the {t.backend} backend cannot mount versions of volumes (their layers would not "
-                "be on the host its sandboxes run on)"
+                f"the {t.backend} backend cannot mount versions of volumes ({backend.no_checkpoints_why})"
             )
         paths = self.checkpoints.acquire(layers)
         try:

@@ -77,9 +77,7 @@ async def test_a_checkpoint_taken_on_one_node_starts_sandboxes_on_another(images
             node = {p["metadata"]["name"]: p["spec"]["nodeName"] for p in api.objects_of("pods")}
             source, there = node[sb.handle.backend_data.name], node[made.handle.backend_data.name]
             assert source != there
-            assert any(":cp-" in image for image in api.kubelets[there].pulled), api.kubelets[
-                there
-            ].pulled
+            assert any(":cp-" in image for image in api.kubelets[there].pulled), api.kubelets[there].pulled
 
 
 async def test_forks_on_kubernetes_see_none_of_each_others_writes(kube_pool) -> None:

@@ -72,3 +72,45 @@ async def test_e2b_volumes_on_kubernetes(images, tmp_path, make_server) -> None:
         assert o["seen_by_b"] == "from-a\n" and o["destroyed"] is True
         assert "error" in o["content_api"] and "cluster's storage" in o["content_api"]["message"]
         assert claims(api) == []
+
+
+async def test_versions_of_a_volume_on_kubernetes(images, tmp_path) -> None:
+    """Volumes kept as versions (the Prime API's) on the cluster: a pod's writes into its layered
+    volume published as a version; a pod attaching it gets an image with the version's layers
+    (from the registry) beneath a volume of its own; stacked versions carry a deletion."""
+    from sandboxes.server.volume_versions import VolumeVersions
+
+    async with cluster_pool(tmp_path, "root") as (pool, _, _):
+        store = VolumeVersions(tmp_path / "volume-versions", pool)
+        store.create("k", "data")
+        first = store.attach("k", "data", "/data", False)
+        async with pool.sandbox("root", layered_volumes=[first.mount()]) as sb:
+            assert await out(sb, "ls -A /data") == ""
+            await out(sb, "echo one > /data/a; mkdir /data/d; echo x > /data/d/f")
+            await store.publish(sb, "k", first)
+        second = store.attach("k", "data", "/v", False)
+        async with pool.sandbox("root", layered_volumes=[second.mount()]) as sb:
+            assert await out(sb, "cat /v/a /v/d/f") == "one\nx\n"
+            await out(sb, "rm /v/a; echo two > /v/b")
+            await store.publish(sb, "k", second)
+        reader = store.attach("k", "data", "/data", True)
+        async with pool.sandbox("root", layered_volumes=[reader.mount()]) as sb:
+            assert await out(sb, "ls -A /data; cat /data/b") == "b\nd\ntwo\n"
+            assert (await sb.exec(["/bin/sh", "-c", "touch /data/z"])).exit_code != 0
+            # The sandbox's own checkpoint never holds the volume.
+            cp = await sb.checkpoint()
+            own = pool.checkpoints.layer_path(cp.layers[-1])
+            assert not (own / "data").exists() or not os.listdir(own / "data")
+        await store.delete("k", "data")
+
+
+async def test_the_prime_sdk_s_volumes_on_kubernetes(images, tmp_path, make_server) -> None:
+    """The unmodified prime-sandboxes 0.5.1 runs the volumes scenario of the host backends on a
+    server whose backend is the (emulated) cluster with its registry."""
+    from test_prime_api import CURRENT, check_volumes, volumes_of_another_key
+    from test_prime_api import scenario as prime_scenario
+
+    async with cluster_pool(tmp_path, "agent") as (pool, image, _):
+        server = await make_server(pool=pool, own_pool=False, http_port=0)
+        check_volumes(await prime_scenario(server, CURRENT, "volumes", image=image))
+        await volumes_of_another_key(server)

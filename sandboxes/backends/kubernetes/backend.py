@@ -110,7 +110,7 @@ class KubernetesBackend(Backend):
         self._lost_listener: LostListener | None = None
         # Checkpoints, when the cluster has a registry: their layers on the template's image.
         self.layered = LayeredImages(cfg.registry_url) if cfg.registry_url else None
-        self.checkpoints = self.layered is not None
+        self.checkpoints = self.layered_volumes = self.layered is not None
 
     def __repr__(self) -> str:
         return f"kubernetes(namespace={self.cfg.namespace}, owner={self.owner})"
@@ -175,12 +175,13 @@ class KubernetesBackend(Backend):
         pod_name = sandbox_id.lower()
         if len(pod_name) > 63 or not _DNS_LABEL.match(pod_name):
             raise InvalidRequest(f"sandbox id {sandbox_id!r} is not a valid pod name")
-        if template.layers:
+        volume_layers = [dirs for _, _, dirs in template.layered_volumes]
+        if template.layers or any(volume_layers):
             if self.layered is None:
                 raise InvalidRequest("sandboxes from checkpoints need the cluster's registry (registry_url)")
             manifests.check_template(self.cfg, template)
             base = template.image or self.cfg.image or ""
-            image = await self.layered.image_for(base, template.layers, template.work_dir)
+            image = await self.layered.image_for(base, template.layers, template.work_dir, volume_layers)
             template = template.replace(image=image)
         token = self._token_factory()
         manifest = self.pod_manifest(template, pod_name, sandbox_id, token)

@@ -30,7 +30,7 @@ from .config import (
     _quantity_milli,
 )
 from .egress import EGRESS_CAPABILITIES, LABEL_EGRESS_POLICY, policy_digest
-from .layered import PLACES
+from .layered import PLACES, VOLUME_LAYERS
 
 # Where a root pod mounts its claims (`volume_claims.py`), for the agent to bind them in the root it
 # builds (the pod's own root is not what its programs see).
@@ -86,6 +86,14 @@ def check_template(cfg: KubeConfig, t: Template) -> str:
             f"template {t.name!r}: on kubernetes a sandbox is made from a checkpoint in a root template "
             "(its agent builds the root a checkpoint is taken of)"
         )
+    if t.layered_volumes and t.user != "root":
+        raise InvalidRequest(
+            f"template {t.name!r}: on kubernetes versions of volumes are attached in a root template "
+            "(its agent builds the root they are mounted in)"
+        )
+    for path, _, _ in t.layered_volumes:
+        if path in ("/", "/tmp", t.work_dir, TOKEN_DIR) or path.startswith((TOKEN_DIR + "/", VOLUMES_DIR)):
+            raise InvalidRequest(f"template {t.name!r}: a volume cannot be mounted at {path!r} in a pod")
     return image
 
 
@@ -157,6 +165,10 @@ def pod_manifest(
             # Its image holds the checkpoint: the root at its paths, the places the agent mounts
             # a disk of their own at (/tmp, the work dir) under PLACES (`layered.py`).
             args += ["--places-layer", PLACES]
+        for i, (path, ro, dirs) in enumerate(t.layered_volumes):
+            # Its image holds the version's layers, merged, under VOLUME_LAYERS/<i> (`layered.py`).
+            lower = [f"{VOLUME_LAYERS}/{i}"] if dirs else []
+            args += ["--layered-volume", ":".join(("ro" if ro else "rw", path, *lower))]
 
     resources: dict[str, dict[str, Any]] = {k: dict(v) for k, v in cfg.resources.items()}
     limits = resources.setdefault("limits", {})
