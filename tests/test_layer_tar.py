@@ -69,3 +69,16 @@ def test_a_layer_as_an_oci_tar(tmp_path: Path) -> None:
     # The same layer is the same tar.
     again = write_layer(layer, tmp_path / "again.tar.gz", {"work": ".places/work"})
     assert (again.digest, again.diff_id) == (blob.digest, blob.diff_id)
+
+
+def test_a_layer_below_a_directory(tmp_path: Path) -> None:
+    """`under`: a layered volume's layer, whole below the directory its image holds it in."""
+    layer = tmp_path / "layer"
+    make_layer(layer)
+    os.chmod(layer, 0o750)
+    write_layer(layer, tmp_path / "v.tar.gz", under=".volumes/0")
+    with tarfile.open(tmp_path / "v.tar.gz") as t:
+        members = {m.name: m for m in t.getmembers()}
+    assert {".volumes", ".volumes/0", ".volumes/0/etc/.wh.gone", ".volumes/0/work/a"} <= set(members)
+    assert all(n == ".volumes" or n.startswith(".volumes/0") for n in members)
+    assert members[".volumes/0"].isdir() and members[".volumes/0"].mode == 0o750
