@@ -23,13 +23,14 @@ import asyncio
 import builtins
 import collections
 import contextlib
+import hashlib
 import json
 import os
 import shutil
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -37,6 +38,7 @@ from typing import Any
 from .backends.images import cache_root
 from .errors import InvalidRequest, NotFound
 from .json_records import write_record
+from .layer_squash import squash
 
 __all__ = ["CHECKPOINT_DIR_ENV", "DEFAULT_TTL_S", "Checkpoint", "CheckpointStore", "checkpoint_root"]
 
@@ -222,6 +224,28 @@ class CheckpointStore:
         finally:
             if tmp.exists():
                 await asyncio.to_thread(shutil.rmtree, tmp, True)
+
+    def squash(self, layers: Sequence[str]) -> str:
+        """`layers` (bottom first, with nothing beneath them: a volume's versions) merged into one
+        layer stored beside them (`layer_squash`, blocking): its name. The same layers are the
+        same merged layer."""
+        self._load()
+        digest = "squash-" + hashlib.sha256("\0".join(layers).encode()).hexdigest()
+        dest = self.layer_path(digest)
+        if dest.is_dir():
+            return digest
+        tmp = Path(tempfile.mkdtemp(dir=self.tmp_dir))
+        try:
+            squash([self.layer_path(d) for d in layers], tmp)
+            try:
+                os.rename(tmp, dest)
+            except OSError:
+                if not dest.is_dir():
+                    raise
+        finally:
+            if tmp.exists():
+                shutil.rmtree(tmp, ignore_errors=True)
+        return digest
 
     def acquire(self, layers: Iterable[str]) -> builtins.list[str]:
         """Marks `layers` in use by this process's sandboxes; returns their directories."""

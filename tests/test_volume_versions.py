@@ -136,3 +136,28 @@ async def test_versions_are_published_heads_and_survive_a_restart(make_pool, tmp
     await store.delete("key-a", "cache")
     await store.delete("key-b", "cache")
     assert again.checkpoints.list() == [] and os.listdir(again.checkpoints.layers_dir) == []
+
+
+async def test_a_long_chain_of_versions_is_folded_into_one_layer(pool, tmp_path: Path, monkeypatch) -> None:
+    from sandboxes.server import volume_versions
+
+    monkeypatch.setattr(volume_versions, "MAX_CHAIN", 2)
+    store = VolumeVersions(tmp_path / "volume-versions", pool)
+    store.create("k", "v")
+    steps = [
+        "mkdir -p /v/d/e; echo 1 > /v/a; echo x > /v/d/e/f; ln -s a /v/l",
+        "rm /v/a; echo 2 > /v/b; rm -r /v/d; mkdir /v/d; echo y > /v/d/g",  # an opaque directory
+        "echo 3 > /v/c; chmod 700 /v/d",
+    ]
+    for cmd in steps:
+        att = store.attach("k", "v", "/v", False)
+        async with pool.sandbox("root", layered_volumes=[att.mount()]) as sb:
+            await out(sb, cmd)
+            cp = await store.publish(sb, "k", att)
+    assert len(cp.layers) == 1 and cp.layers[0].startswith("squash-")
+    att = store.attach("k", "v", "/v", True)
+    async with pool.sandbox("root", layered_volumes=[att.mount()]) as sb:
+        listing = "ls -A /v; ls -A /v/d; cat /v/b /v/c /v/d/g; stat -c %a /v/d; readlink /v/l"
+        assert await out(sb, listing) == "b\nc\nd\nl\ng\n2\n3\ny\n700\na\n"
+    await store.delete("k", "v")
+    assert os.listdir(pool.checkpoints.layers_dir) == []

@@ -19,6 +19,7 @@ store's reference counts) or a newer version stacks on them. The records are JSO
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import json
 import re
@@ -48,6 +49,9 @@ ATTACHMENTS_ATTR = "volume_versions"
 # The bytes of a version: its own layer's and those of the version it stacks on.
 BYTES_LABEL = "sandboxes.volume.bytes"
 MAX_ATTACHMENTS = 8
+# A version's chain of layers is folded into one past this many (`CheckpointStore.squash`): an
+# overlay takes a bounded number of lower layers, and a deep one is slower to look up in.
+MAX_CHAIN = 16
 _NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,62}")
 
 
@@ -207,15 +211,20 @@ class VolumeVersions:
         try:
             digest, size = await self.pool.capture_volume(sb, att.path)
             total = att.base_bytes + size
+            layers = (*att.layers, digest)
+            if len(layers) > MAX_CHAIN:
+                layers = (await asyncio.to_thread(self.checkpoints.squash, layers),)
             cp = self.checkpoints.add(
                 template="",
-                layers=(*att.layers, digest),
+                layers=layers,
                 owner=owner,
                 source=sb.id,
                 size=size,
                 ttl_s=None,
                 labels={**(labels or {}), VOLUME_LABEL: v.id, BYTES_LABEL: str(total)},
             )
+            if layers != (*att.layers, digest):
+                self.checkpoints.collect([digest])  # folded into the merged layer: its own goes
             replaced, v.head, v.bytes = v.head, cp.id, total
             self._write(v)
             att.seen = cp.id
