@@ -24,7 +24,6 @@ import builtins
 import collections
 import contextlib
 import hashlib
-import json
 import os
 import shutil
 import tempfile
@@ -37,7 +36,7 @@ from typing import Any
 
 from .backends.images import cache_root
 from .errors import InvalidRequest, NotFound
-from .json_records import write_record
+from .json_records import read_records, write_record
 from .layer_squash import squash
 
 __all__ = ["CHECKPOINT_DIR_ENV", "DEFAULT_TTL_S", "Checkpoint", "CheckpointStore", "checkpoint_root"]
@@ -114,12 +113,7 @@ class CheckpointStore:
         if self._records is None or fresh:
             for d in (self.layers_dir, self.records_dir, self.tmp_dir):
                 d.mkdir(parents=True, exist_ok=True, mode=0o700)
-            records: dict[str, Checkpoint] = {}
-            for p in self.records_dir.glob("*.json"):
-                with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
-                    cp = Checkpoint.from_json(json.loads(p.read_text()))
-                    records[cp.id] = cp
-            self._records = records
+            self._records = {cp.id: cp for cp in read_records(self.records_dir, Checkpoint.from_json)}
         return self._records
 
     def _write(self, cp: Checkpoint) -> None:

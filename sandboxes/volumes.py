@@ -24,7 +24,6 @@ from __future__ import annotations
 import builtins
 import contextlib
 import fcntl
-import json
 import os
 import re
 import shutil
@@ -39,7 +38,7 @@ from typing import Any
 
 from .backends.images import cache_root
 from .errors import InvalidRequest, NotFound, SandboxError
-from .json_records import write_record
+from .json_records import read_records, write_record
 
 __all__ = [
     "DEFAULT_INODES",
@@ -144,17 +143,9 @@ class VolumeStore:
         return self.root / "mnt" / volume_id
 
     def _records(self) -> list[Volume]:
-        out: builtins.list[Volume] = []
-        if not self.root.is_dir():
-            return out
-        for p in self.root.glob("vol-*.json"):
-            try:
-                v = Volume.from_json(json.loads(p.read_text()))
-            except (OSError, ValueError, TypeError):
-                continue
-            if v.id not in self._deleted:
-                out.append(v)
-        return out
+        return [
+            v for v in read_records(self.root, Volume.from_json, "vol-*.json") if v.id not in self._deleted
+        ]
 
     def list(self, owner: str | None = None) -> builtins.list[Volume]:
         """`owner`'s volumes (None: everyone's), oldest first."""

@@ -22,7 +22,6 @@ import collections
 import contextlib
 import hashlib
 import hmac
-import json
 import re
 import secrets
 import shutil
@@ -34,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from sandboxes.errors import InvalidRequest, NotFound, QuotaExceeded
-from sandboxes.json_records import write_record
+from sandboxes.json_records import read_record, write_record
 
 __all__ = ["DEFAULT_TAG", "Build", "BuiltTemplate", "BuiltTemplates", "split_ref"]
 
@@ -182,8 +181,8 @@ class BuiltTemplates:
             on_disk.add(p.stem)
             if p.stem in self._by_id:
                 continue
-            with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
-                t = BuiltTemplate.from_json(json.loads(p.read_text()))
+            t = read_record(p, BuiltTemplate.from_json)
+            if t is not None:
                 self._by_id[t.id] = t
         for gone in set(self._by_id) - on_disk:
             del self._by_id[gone]

@@ -21,7 +21,6 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
-import json
 import re
 import time
 import uuid
@@ -30,7 +29,7 @@ from pathlib import Path
 from typing import Any
 
 from sandboxes import errors as E
-from sandboxes.json_records import write_record
+from sandboxes.json_records import read_records, write_record
 from sandboxes.server.replicated import Codec
 
 __all__ = [
@@ -67,15 +66,14 @@ class VersionedVolume:
 
 @dataclass
 class Attachment:
-    """One volume of one sandbox: at `path`, made of the version `base` (`layers`, bottom first;
-    None: never published, empty). `seen` is the head its writes are on top of: `base`, or the
-    version its last publish made."""
+    """One volume of one sandbox: at `path`, made of the version that was the head at its create
+    (`layers`, bottom first; none: never published, empty). `seen` is the head its writes are on
+    top of: that version, or the one its last publish made."""
 
     volume_id: str
     name: str
     path: str
     read_only: bool
-    base: str | None
     layers: tuple[str, ...]
     base_bytes: int
     seen: str | None
@@ -108,12 +106,7 @@ class VolumeVersions:
     def _load(self, fresh: bool = False) -> dict[str, VersionedVolume]:
         if self._records is None or fresh:
             self.root.mkdir(parents=True, exist_ok=True, mode=0o700)
-            records = {}
-            for p in self.root.glob("*.json"):
-                with contextlib.suppress(OSError, ValueError, TypeError, KeyError):
-                    v = VersionedVolume(**json.loads(p.read_text()))
-                    records[v.id] = v
-            self._records = records
+            self._records = {v.id: v for v in read_records(self.root, lambda d: VersionedVolume(**d))}
         return self._records
 
     def _write(self, v: VersionedVolume) -> None:
@@ -178,7 +171,6 @@ class VolumeVersions:
             name=v.name,
             path=path,
             read_only=read_only,
-            base=v.head,
             layers=layers,
             base_bytes=v.bytes,
             seen=v.head,
@@ -212,7 +204,8 @@ class VolumeVersions:
             digest, size = await self.pool.capture_volume(sb, att.path)
             total = att.base_bytes + size
             layers = (*att.layers, digest)
-            if len(layers) > MAX_CHAIN:
+            folded = len(layers) > MAX_CHAIN
+            if folded:
                 layers = (await asyncio.to_thread(self.checkpoints.squash, layers),)
             cp = self.checkpoints.add(
                 template="",
@@ -223,7 +216,7 @@ class VolumeVersions:
                 ttl_s=None,
                 labels={**(labels or {}), VOLUME_LABEL: v.id, BYTES_LABEL: str(total)},
             )
-            if layers != (*att.layers, digest):
+            if folded:
                 self.checkpoints.collect([digest])  # folded into the merged layer: its own goes
             replaced, v.head, v.bytes = v.head, cp.id, total
             self._write(v)
