@@ -206,9 +206,12 @@ class AgentClient:
         dest: str,
         timeout_s: float | None = None,
         volume: str = ...,  # "" (default): the sandbox's file system
+        max_bytes: int = 0,
+        max_entries: int = 0,
     ) -> tuple[str, int, int]:
         """The sandbox's changes (`volume`: those of its layered volume at that path) unpacked into
-        `dest` as a layer: (sha256, stream bytes, entries)."""
+        `dest` as a layer: (sha256, bytes the layer allocates, entries). Past `max_bytes` of the
+        stream or `max_entries` entries (0: unbounded) it stops with kind `too_large`."""
     async def remove(self, path: str, recursive: bool = False) -> None: ...
     async def info(self) -> AgentInfo: ...
     async def renew_lease(self, ttl_s: float) -> float:

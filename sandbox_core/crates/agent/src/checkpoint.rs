@@ -106,6 +106,65 @@ impl<W: Write> Walk<W> {
         self.tar.append_data(&mut h, path, data)
     }
 
+    /// A file with holes as a GNU sparse entry: its data segments only, the map of them in the
+    /// header (four) and in extension blocks after it (21 each), so a hole costs no byte of the
+    /// stream nor of the layer it is unpacked into.
+    fn sparse(
+        &mut self,
+        path: &Path,
+        st: &libc::stat,
+        file: std::fs::File,
+        size: u64,
+        map: Vec<(u64, u64)>,
+    ) -> io::Result<()> {
+        // The last entry of a map that ends in a hole: zero bytes at the end (the real size).
+        let mut entries = map.clone();
+        if entries.last().is_none_or(|(o, l)| o + l < size) {
+            entries.push((size, 0));
+        }
+        let stored: u64 = map.iter().map(|(_, l)| l).sum();
+        let mut h = tar::Header::new_gnu();
+        h.set_entry_type(tar::EntryType::GNUSparse);
+        h.set_mode(st.st_mode & 0o7777);
+        h.set_uid(self.inside(st.st_uid));
+        h.set_gid(self.inside(st.st_gid));
+        h.set_mtime(st.st_mtime.max(0) as u64);
+        h.set_size(stored);
+        let mut ext: Vec<u8> = Vec::new();
+        {
+            let gnu = h
+                .as_gnu_mut()
+                .ok_or_else(|| io::Error::other("a GNU header"))?;
+            octal(&mut gnu.realsize, size);
+            for (slot, (off, len)) in gnu.sparse.iter_mut().zip(&entries) {
+                octal(&mut slot.offset, *off);
+                octal(&mut slot.numbytes, *len);
+            }
+            let rest: Vec<&[(u64, u64)]> =
+                entries.get(4..).unwrap_or_default().chunks(21).collect();
+            gnu.isextended[0] = u8::from(!rest.is_empty());
+            for (i, chunk) in rest.iter().enumerate() {
+                let mut block = tar::GnuExtSparseHeader::new();
+                for (slot, (off, len)) in block.sparse.iter_mut().zip(chunk.iter()) {
+                    octal(&mut slot.offset, *off);
+                    octal(&mut slot.numbytes, *len);
+                }
+                block.isextended[0] = u8::from(i + 1 < rest.len());
+                ext.extend_from_slice(block.as_bytes());
+            }
+        }
+        let data = io::Cursor::new(ext).chain(Segments {
+            file,
+            map,
+            at: 0,
+            done: 0,
+        });
+        self.entries += 1;
+        // The extension blocks go right after the header, before the data; the header's size
+        // counts the data alone (the padding that follows counts both, whole blocks and data).
+        self.tar.append_data(&mut h, path, data)
+    }
+
     fn marker(&mut self, path: &Path) -> io::Result<()> {
         let mut h = tar::Header::new_gnu();
         h.set_entry_type(tar::EntryType::Regular);
@@ -153,11 +212,14 @@ impl<W: Write> Walk<W> {
                         continue;
                     }
                     let size = st.st_size.max(0) as u64;
-                    let data = Exactly {
-                        file: std::fs::File::from(file),
-                        left: size,
-                    };
-                    self.header(&path, &st, tar::EntryType::Regular, size, data)?;
+                    let file = std::fs::File::from(file);
+                    let map = data_map(&file, size);
+                    if map.len() == 1 && map[0] == (0, size) {
+                        let data = Exactly { file, left: size };
+                        self.header(&path, &st, tar::EntryType::Regular, size, data)?;
+                    } else {
+                        self.sparse(&path, &st, file, size, map)?;
+                    }
                 }
                 libc::S_IFLNK => {
                     let Some(target) = readlinkat(dir, &name)? else {
@@ -206,6 +268,108 @@ impl Read for Exactly {
         };
         self.left -= n as u64;
         Ok(n)
+    }
+}
+
+/// Segments of a sparse file's map at most: a file of more is stored with its smallest holes
+/// filled (as zeros), so a map never costs more than a few blocks of headers.
+const MAX_SEGMENTS: usize = 4096;
+/// Tar's block: every data segment but the last starts and ends on one (the readers' rule).
+const BLOCK: u64 = 512;
+
+/// The data segments of `file` (its first `size` bytes) as `(offset, length)`, on tar's blocks,
+/// by SEEK_DATA / SEEK_HOLE; the whole file as one where the file system cannot tell.
+fn data_map(file: &std::fs::File, size: u64) -> Vec<(u64, u64)> {
+    let whole = vec![(0, size)];
+    if size == 0 {
+        return whole;
+    }
+    let fd = file.as_raw_fd();
+    let mut map: Vec<(u64, u64)> = Vec::new();
+    let mut at = 0u64;
+    while at < size {
+        // SAFETY: lseek on a descriptor we hold.
+        let data = unsafe { libc::lseek(fd, at as libc::off_t, libc::SEEK_DATA) };
+        if data < 0 {
+            if io::Error::last_os_error().raw_os_error() == Some(libc::ENXIO) {
+                break; // only a hole from here to the end
+            }
+            return whole;
+        }
+        // SAFETY: as above.
+        let hole = unsafe { libc::lseek(fd, data, libc::SEEK_HOLE) };
+        if hole < 0 {
+            return whole;
+        }
+        let start = (data as u64 / BLOCK * BLOCK).min(size);
+        let end = (hole as u64)
+            .div_ceil(BLOCK)
+            .saturating_mul(BLOCK)
+            .min(size);
+        if end <= start {
+            break;
+        }
+        match map.last_mut() {
+            Some((o, l)) if *o + *l >= start => *l = end.max(*o + *l) - *o,
+            _ => map.push((start, end - start)),
+        }
+        at = end;
+    }
+    // SAFETY: back to the start for the reads (they use pread, but leave no surprise).
+    unsafe { libc::lseek(fd, 0, libc::SEEK_SET) };
+    while map.len() > MAX_SEGMENTS {
+        // Fill the smallest hole.
+        let i = (1..map.len())
+            .min_by_key(|&i| map[i].0 - (map[i - 1].0 + map[i - 1].1))
+            .unwrap_or(1);
+        let (o, l) = map.remove(i);
+        let prev = &mut map[i - 1];
+        prev.1 = o + l - prev.0;
+    }
+    map
+}
+
+/// `v` as tar's octal field of `field`'s width (NUL-terminated).
+fn octal(field: &mut [u8], v: u64) {
+    let width = field.len() - 1;
+    let s = format!("{v:0width$o}");
+    let s = s.as_bytes();
+    let s = &s[s.len().saturating_sub(width)..];
+    field[..width].copy_from_slice(s);
+    field[width] = 0;
+}
+
+/// The data of a sparse file's segments, one after the other: zeros where the file shrank since
+/// it was mapped.
+struct Segments {
+    file: std::fs::File,
+    map: Vec<(u64, u64)>,
+    /// The segment being read, and how much of it is done.
+    at: usize,
+    done: u64,
+}
+
+impl Read for Segments {
+    fn read(&mut self, buf: &mut [u8]) -> io::Result<usize> {
+        use std::os::unix::fs::FileExt;
+        while let Some(&(off, len)) = self.map.get(self.at) {
+            if self.done == len {
+                self.at += 1;
+                self.done = 0;
+                continue;
+            }
+            let want = buf.len().min((len - self.done) as usize);
+            let n = match self.file.read_at(&mut buf[..want], off + self.done)? {
+                0 => {
+                    buf[..want].fill(0);
+                    want
+                }
+                n => n,
+            };
+            self.done += n as u64;
+            return Ok(n);
+        }
+        Ok(0)
     }
 }
 
@@ -462,6 +626,105 @@ mod tests {
         assert_eq!(names, ["c", "c/file"]);
         let missing = write(&changes, Some(Path::new("/work")), Vec::new()).unwrap_err();
         assert_eq!(missing.kind(), io::ErrorKind::NotFound);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// Holes stay holes from the walk to the layer: a file of 64 MiB with two small writes (one
+    /// at its end) and one of 200 segments cost the stream and the layer about what they
+    /// allocate, and read back the same bytes.
+    #[test]
+    fn holes_are_kept_from_the_walk_to_the_layer() {
+        use std::os::unix::fs::{FileExt, MetadataExt};
+        let dir = std::env::temp_dir().join(format!("cp-sparse-{}", std::process::id()));
+        let dest = std::env::temp_dir().join(format!("cp-sparse-layer-{}", std::process::id()));
+        for d in [&dir, &dest] {
+            let _ = std::fs::remove_dir_all(d);
+            std::fs::create_dir_all(d).unwrap();
+        }
+        let big = std::fs::File::create(dir.join("big")).unwrap();
+        big.write_at(b"head", 4096).unwrap();
+        big.write_at(b"x", (64 << 20) - 1).unwrap();
+        let holey = std::fs::File::create(dir.join("holey")).unwrap();
+        for i in 0..200u64 {
+            holey.write_at(&[i as u8 + 1; 100], i * 65536 + 7).unwrap();
+        }
+        holey.set_len(200 * 65536 + 4096).unwrap(); // ends in a hole
+        std::fs::write(dir.join("plain"), b"plain data").unwrap();
+        let changes = Changes {
+            places: vec![Place {
+                path: PathBuf::from("/work"),
+                changes: open_dir(&dir).unwrap(),
+                volume: false,
+            }],
+            id_base: 0,
+        };
+        let mut out = Vec::new();
+        write(&changes, None, &mut out).unwrap();
+        assert!(
+            out.len() < 1 << 20,
+            "the stream holds holes: {} bytes",
+            out.len()
+        );
+        let u = sandbox_layer::unpack(&out[..], &dest, sandbox_layer::Limits::NONE)
+            .unwrap_or_else(|e| panic!("{e:?}"));
+        assert!(u.allocated < 2 << 20, "the layer allocates {}", u.allocated);
+        for name in ["big", "holey", "plain"] {
+            let (a, b) = (dir.join(name), dest.join("work").join(name));
+            assert_eq!(
+                std::fs::read(&a).unwrap(),
+                std::fs::read(&b).unwrap(),
+                "{name}"
+            );
+            let (ma, mb) = (
+                std::fs::metadata(&a).unwrap(),
+                std::fs::metadata(&b).unwrap(),
+            );
+            assert_eq!(ma.len(), mb.len(), "{name}");
+            assert!(
+                mb.blocks() <= 2 * ma.blocks().max(8),
+                "{name}: {} blocks",
+                mb.blocks()
+            );
+        }
+        // A bound passed while the stream runs stops it, naming the bound.
+        let small = sandbox_layer::Limits {
+            max_bytes: 64 << 10,
+            max_entries: u64::MAX,
+        };
+        let _ = std::fs::remove_dir_all(&dest);
+        std::fs::create_dir_all(&dest).unwrap();
+        let e = sandbox_layer::unpack(&out[..], &dest, small).err().unwrap();
+        assert_eq!(e.kind(), io::ErrorKind::FileTooLarge);
+        assert!(e.to_string().contains("65536 bytes"), "{e}");
+        let few = sandbox_layer::Limits {
+            max_bytes: u64::MAX,
+            max_entries: 2,
+        };
+        let _ = std::fs::remove_dir_all(&dest);
+        std::fs::create_dir_all(&dest).unwrap();
+        let e = sandbox_layer::unpack(&out[..], &dest, few).err().unwrap();
+        assert_eq!(e.kind(), io::ErrorKind::QuotaExceeded);
+        for d in [&dir, &dest] {
+            std::fs::remove_dir_all(d).unwrap();
+        }
+    }
+
+    #[test]
+    fn a_map_of_many_segments_is_bounded() {
+        let dir = std::env::temp_dir().join(format!("cp-map-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = std::fs::File::create(dir.join("f")).unwrap();
+        use std::os::unix::fs::FileExt;
+        let n = MAX_SEGMENTS as u64 + 100;
+        for i in 0..n {
+            f.write_at(b"y", i * 8192).unwrap();
+        }
+        let size = f.metadata().unwrap().len();
+        let map = data_map(&f, size);
+        assert!(map.len() <= MAX_SEGMENTS, "{}", map.len());
+        assert!(map.iter().all(|(o, _)| o % BLOCK == 0));
+        assert_eq!(map.last().map(|(o, l)| o + l), Some(size));
         std::fs::remove_dir_all(&dir).unwrap();
     }
 }

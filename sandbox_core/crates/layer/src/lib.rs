@@ -8,6 +8,11 @@
 //! real directory of `dest`), only directories, regular files, symlinks and whiteouts are made, and
 //! set-id bits are dropped. Ids are stored as the stream gives them (the programs' own, as an
 //! image's are): the sandbox made from the layer maps them into its user namespace.
+//!
+//! Holes stay holes: a GNU sparse entry (how the agent sends a file with holes) is written with
+//! its holes skipped, and a layer is counted by the bytes its files allocate. Every unpack is
+//! bounded while it runs (`Limits`: the stream's bytes and the entries it makes); past a bound it
+//! stops with `ErrorKind::FileTooLarge` or `QuotaExceeded`, naming the bound.
 
 use std::collections::HashMap;
 use std::ffi::CString;
@@ -27,15 +32,34 @@ pub struct Unpacked {
     pub digest: String,
     /// Bytes of the stream.
     pub bytes: u64,
+    /// Bytes the layer's files and directories allocate on the host.
+    pub allocated: u64,
     /// Entries made.
     pub entries: u64,
 }
 
-/// Hashes and counts what is read through it.
+/// The bounds of one unpack.
+#[derive(Debug, Clone, Copy)]
+pub struct Limits {
+    /// Bytes of the stream (a hole costs none of them).
+    pub max_bytes: u64,
+    /// Entries (files, directories, links, whiteouts): the inodes the layer may take.
+    pub max_entries: u64,
+}
+
+impl Limits {
+    pub const NONE: Limits = Limits {
+        max_bytes: u64::MAX,
+        max_entries: u64::MAX,
+    };
+}
+
+/// Hashes and counts what is read through it, up to `max` bytes.
 struct Hashing<R> {
     inner: R,
     sha: Sha256,
     bytes: u64,
+    max: u64,
 }
 
 impl<R: Read> Read for Hashing<R> {
@@ -43,8 +67,31 @@ impl<R: Read> Read for Hashing<R> {
         let n = self.inner.read(buf)?;
         self.sha.update(&buf[..n]);
         self.bytes += n as u64;
+        if self.bytes > self.max {
+            return Err(self.passed());
+        }
         Ok(n)
     }
+}
+
+impl<R> Hashing<R> {
+    fn passed(&self) -> io::Error {
+        io::Error::new(
+            io::ErrorKind::FileTooLarge,
+            format!(
+                "the checkpoint passed its bound of {} bytes of changes",
+                self.max
+            ),
+        )
+    }
+}
+
+/// What `p` allocates (its blocks), never following a symlink.
+fn allocated(p: &Path) -> u64 {
+    use std::os::unix::fs::MetadataExt;
+    std::fs::symlink_metadata(p)
+        .map(|m| m.blocks() * 512)
+        .unwrap_or(0)
 }
 
 fn bad(what: impl Into<String>) -> io::Error {
@@ -164,17 +211,19 @@ fn opaque(dir: &Path) -> io::Result<()> {
     Ok(())
 }
 
-/// Unpacks the stream `src` into `dest` (an empty directory).
-pub fn unpack(src: impl Read, dest: &Path) -> io::Result<Unpacked> {
+/// Unpacks the stream `src` into `dest` (an empty directory), within `limits`.
+pub fn unpack(src: impl Read, dest: &Path, limits: Limits) -> io::Result<Unpacked> {
     let mut hashing = Hashing {
         inner: src,
         sha: Sha256::new(),
         bytes: 0,
+        max: limits.max_bytes,
     };
     let mut entries = 0u64;
+    let mut used = 0u64;
     // Directories get their modes and times last (a read-only one would refuse its entries).
     let mut dirs: HashMap<PathBuf, (u32, u64, u64, u64)> = HashMap::new();
-    {
+    let walked = (|| -> io::Result<()> {
         let mut archive = tar::Archive::new(&mut hashing);
         for entry in archive.entries()? {
             let mut entry = entry?;
@@ -191,6 +240,15 @@ pub fn unpack(src: impl Read, dest: &Path) -> io::Result<Unpacked> {
             );
             let parent = target.parent().unwrap_or(dest).to_path_buf();
             entries += 1;
+            if entries > limits.max_entries {
+                return Err(io::Error::new(
+                    io::ErrorKind::QuotaExceeded,
+                    format!(
+                        "the checkpoint passed its bound of {} files and directories",
+                        limits.max_entries
+                    ),
+                ));
+            }
             if name == OPAQUE {
                 opaque(&parent)?;
                 continue;
@@ -226,6 +284,21 @@ pub fn unpack(src: impl Read, dest: &Path) -> io::Result<Unpacked> {
                     lchown(&target, uid, gid)?;
                     std::fs::set_permissions(&target, std::fs::Permissions::from_mode(mode))?;
                     set_mtime(&target, mtime)?;
+                    used += allocated(&target);
+                }
+                tar::EntryType::GNUSparse => {
+                    clear(&target)?;
+                    // The tar reader's own unpack seeks over each hole (its `Read` would give
+                    // the zeros); it makes the file new (O_EXCL: never through a symlink).
+                    entry.set_preserve_permissions(false);
+                    entry.unpack(&target)?;
+                    if !std::fs::symlink_metadata(&target)?.is_file() {
+                        return Err(bad(format!("{} is not a file", rel.display())));
+                    }
+                    lchown(&target, uid, gid)?;
+                    std::fs::set_permissions(&target, std::fs::Permissions::from_mode(mode))?;
+                    set_mtime(&target, mtime)?;
+                    used += allocated(&target);
                 }
                 tar::EntryType::Symlink => {
                     let link = entry
@@ -240,6 +313,15 @@ pub fn unpack(src: impl Read, dest: &Path) -> io::Result<Unpacked> {
                 _ => entries -= 1, // the agent sends no other kind; nothing else is made
             }
         }
+        Ok(())
+    })();
+    // The tar reader wraps a reader's error in its own: the bound's is told as it is.
+    if let Err(e) = walked {
+        return Err(if hashing.bytes > hashing.max {
+            hashing.passed()
+        } else {
+            e
+        });
     }
     // Read what follows the archive's end too: the digest covers the whole stream.
     io::copy(&mut hashing, &mut io::sink())?;
@@ -249,6 +331,7 @@ pub fn unpack(src: impl Read, dest: &Path) -> io::Result<Unpacked> {
         lchown(&p, uid, gid)?;
         std::fs::set_permissions(&p, std::fs::Permissions::from_mode(mode))?;
         set_mtime(&p, mtime)?;
+        used += allocated(&p);
     }
     let digest = hashing
         .sha
@@ -259,6 +342,7 @@ pub fn unpack(src: impl Read, dest: &Path) -> io::Result<Unpacked> {
     Ok(Unpacked {
         digest,
         bytes: hashing.bytes,
+        allocated: used,
         entries,
     })
 }
@@ -348,7 +432,7 @@ mod tests {
             ("work/link", tar::EntryType::Symlink, b"/etc/passwd"),
             ("work/.wh.gone", tar::EntryType::Regular, b""),
         ]);
-        let u = unpack(&tar[..], &d).unwrap();
+        let u = unpack(&tar[..], &d, Limits::NONE).unwrap();
         assert_eq!(u.entries, 4);
         assert_eq!(u.bytes, tar.len() as u64);
         assert_eq!(u.digest, format!("{:x}", Sha256::digest(&tar)));
@@ -390,7 +474,7 @@ mod tests {
         ] {
             let d = dest(name);
             let tar = stream(&entries);
-            assert!(unpack(&tar[..], &d).is_err(), "{name}");
+            assert!(unpack(&tar[..], &d, Limits::NONE).is_err(), "{name}");
             assert!(!outside.join("escaped").exists(), "{name}");
             assert!(!d.parent().unwrap().join("escaped").exists(), "{name}");
             std::fs::remove_dir_all(&d).unwrap();

@@ -412,15 +412,23 @@ impl AgentClient {
 
     /// The sandbox's changes (with `volume`, only those of the layered volume at that path)
     /// unpacked into `dest` (an empty directory) as a checkpoint's layer (the `sandbox-layer`
-    /// crate): `(sha256 of the stream, its bytes, entries)`.
-    #[pyo3(signature = (dest, timeout_s=None, volume=String::new()))]
+    /// crate): `(sha256 of the stream, the bytes the layer allocates, entries)`. The stream stops
+    /// with `too_large` past `max_bytes` of it or `max_entries` entries (0: unbounded).
+    #[pyo3(signature = (dest, timeout_s=None, volume=String::new(), max_bytes=0, max_entries=0))]
     fn checkpoint<'py>(
         &self,
         py: Python<'py>,
         dest: String,
         timeout_s: Option<f64>,
         volume: String,
+        max_bytes: u64,
+        max_entries: u64,
     ) -> PyResult<Bound<'py, PyAny>> {
+        let bound = |n: u64| if n == 0 { u64::MAX } else { n };
+        let limits = sandbox_layer::Limits {
+            max_bytes: bound(max_bytes),
+            max_entries: bound(max_entries),
+        };
         self.call(py, timeout_s, move |mut c| async move {
             let mut stream = c
                 .checkpoint(pb::CheckpointRequest {
@@ -432,7 +440,11 @@ impl AgentClient {
                 .into_inner();
             let (tx, rx) = tokio::sync::mpsc::channel(8);
             let unpacking = tokio::task::spawn_blocking(move || {
-                sandbox_layer::unpack(sandbox_layer::Chunks::new(rx), std::path::Path::new(&dest))
+                sandbox_layer::unpack(
+                    sandbox_layer::Chunks::new(rx),
+                    std::path::Path::new(&dest),
+                    limits,
+                )
             });
             let mut received = Ok(());
             loop {
@@ -452,16 +464,30 @@ impl AgentClient {
             drop(tx);
             let unpacked = unpacking
                 .await
-                .map_err(|e| err(Kind::Internal, format!("unpacking the layer: {e}")));
-            received?;
-            let u = unpacked?.map_err(|e| match e.kind() {
+                .map_err(|e| err(Kind::Internal, format!("unpacking the layer: {e}")))?;
+            // A bound passed stops the unpacking first: its error is the one that says why.
+            let unpacked = match (unpacked, received) {
+                (Err(e), _)
+                    if matches!(
+                        e.kind(),
+                        std::io::ErrorKind::FileTooLarge | std::io::ErrorKind::QuotaExceeded
+                    ) =>
+                {
+                    return Err(err(Kind::TooLarge, e.to_string()));
+                }
+                (u, r) => {
+                    r?;
+                    u
+                }
+            };
+            let u = unpacked.map_err(|e| match e.kind() {
                 std::io::ErrorKind::InvalidData => err(
                     Kind::Internal,
                     format!("the agent's checkpoint stream: {e}"),
                 ),
                 _ => err(Kind::Internal, format!("unpacking the layer: {e}")),
             })?;
-            Ok((u.digest, u.bytes, u.entries))
+            Ok((u.digest, u.allocated, u.entries))
         })
     }
 

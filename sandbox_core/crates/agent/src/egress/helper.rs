@@ -5,15 +5,19 @@
 //! namespace of its own when the agent builds a root (the agent's pivot does not move it),
 //! enters the outside network namespace when one is named, drops to an id of no program's (65534
 //! outside the programs' range, or a pod's agent id, see `start`) and serves the
-//! agent over socket pairs made before the fork. For each `host port` it checks the policy again, resolves the name with the
-//! outside's resolver (its `/etc`, never the sandbox's, which root inside may rewrite), refuses
+//! agent over socket pairs made before the fork. The agent goes on only once the helper holds
+//! its own mount namespace, so the agent's pivot never reaches it. For each `host port` it checks
+//! the policy again, resolves the name by a resolver of its own over the outside's `/etc/hosts`
+//! and `/etc/resolv.conf` as read before the fork (`resolve`: no NSS module, no file read after
+//! start, nothing a sandbox can write), refuses
 //! addresses the policy does not allow a name to reach, connects (10 s) and sends the connected
 //! socket back (SCM_RIGHTS). A policy the agent is given later reaches it on a channel too
 //! (`set_policy`), before the agent's own: the helper never opens what the policy in force
 //! refuses. It dies with the agent (PR_SET_PDEATHSIG, and end of file on every
 //! channel). Programs cannot reach it: the channels are close-on-exec fds of the agent only.
 
-use std::net::{IpAddr, SocketAddr, TcpStream, ToSocketAddrs};
+use std::io::{Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpStream};
 use std::os::fd::{AsRawFd, FromRawFd, IntoRawFd, OwnedFd};
 use std::sync::{Arc, Mutex, RwLock};
 use std::time::Duration;
@@ -21,6 +25,7 @@ use std::time::Duration;
 use sandbox_exec::fdpass;
 
 use super::policy::{Policy, Verdict};
+use super::resolve::Config;
 
 /// Connections the helper opens at once (one thread per channel).
 const CHANNELS: usize = 8;
@@ -66,6 +71,9 @@ pub fn start(
         ours.push(a);
         theirs.push(b);
     }
+    // Read here, in the outside's file system: the helper reads no file after the fork.
+    let resolver = Config::read();
+    let (ready_r, ready_w) = pipe().map_err(|e| format!("egress helper: pipe: {e}"))?;
     // SAFETY: getpid has no preconditions.
     let agent = unsafe { libc::getpid() };
     // SAFETY: the agent has no thread yet, so the child is an ordinary process.
@@ -78,7 +86,10 @@ pub fn start(
     }
     if pid == 0 {
         drop(ours);
-        let code = match serve(policy, netns, own_mounts, theirs, agent, id) {
+        drop(ready_r);
+        let code = match serve(
+            policy, &resolver, netns, own_mounts, theirs, agent, id, ready_w,
+        ) {
             Ok(()) => 0,
             Err(e) => {
                 eprintln!("sandbox-agent: egress helper: {e}");
@@ -90,10 +101,31 @@ pub fn start(
     }
     drop(theirs);
     drop(netns);
+    drop(ready_w);
+    // The agent builds the sandbox's root next: not before the helper has left its mounts.
+    let mut word = Vec::new();
+    let _ = std::fs::File::from(ready_r).read_to_end(&mut word);
+    if word != b"R" {
+        let why = String::from_utf8_lossy(word.get(1..).unwrap_or_default()).into_owned();
+        return Err(format!(
+            "egress helper did not start: {}",
+            if why.is_empty() { "it exited" } else { &why }
+        ));
+    }
     Ok(Helper {
         channels: Mutex::new(ours),
         permits: tokio::sync::Semaphore::new(CHANNELS),
     })
+}
+
+fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
+    let mut fds = [0; 2];
+    // SAFETY: pipe2 into an array of two.
+    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
+        return Err(std::io::Error::last_os_error());
+    }
+    // SAFETY: both just returned by the kernel, ours.
+    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
 fn os(what: &str) -> String {
@@ -117,17 +149,50 @@ fn close_others(keep: &[i32]) {
     }
 }
 
+/// Sets the helper up, tells the agent (`R` on `ready`, or `F` and why) and serves.
+#[allow(clippy::too_many_arguments)]
 fn serve(
     policy: &Policy,
+    resolver: &Config,
     netns: Option<OwnedFd>,
     own_mounts: bool,
     channels: Vec<OwnedFd>,
     agent: libc::pid_t,
     id: u32,
+    ready: OwnedFd,
 ) -> Result<(), String> {
     let mut keep: Vec<i32> = channels.iter().map(AsRawFd::as_raw_fd).collect();
     keep.extend(netns.as_ref().map(AsRawFd::as_raw_fd));
+    keep.push(ready.as_raw_fd());
     close_others(&keep);
+    let mut ready = std::fs::File::from(ready);
+    if let Err(e) = set_up(netns, own_mounts, agent, id) {
+        let _ = ready.write_all(format!("F{e}").as_bytes());
+        return Err(e);
+    }
+    let _ = ready.write_all(b"R");
+    drop(ready);
+    let policy = Arc::new(RwLock::new(policy.clone()));
+    let resolver = Arc::new(resolver.clone());
+    let threads: Vec<_> = channels
+        .into_iter()
+        .map(|ch| {
+            let (policy, resolver) = (policy.clone(), resolver.clone());
+            std::thread::spawn(move || channel_loop(&policy, &resolver, ch))
+        })
+        .collect();
+    for t in threads {
+        let _ = t.join();
+    }
+    Ok(())
+}
+
+fn set_up(
+    netns: Option<OwnedFd>,
+    own_mounts: bool,
+    agent: libc::pid_t,
+    id: u32,
+) -> Result<(), String> {
     // SAFETY: plain syscalls on this process's own state.
     unsafe {
         if libc::prctl(libc::PR_SET_PDEATHSIG, libc::SIGKILL) != 0 {
@@ -135,7 +200,7 @@ fn serve(
         }
         if libc::getppid() != agent {
             // The agent already died (we were re-parented): nothing to serve.
-            return Ok(());
+            libc::_exit(0);
         }
         if own_mounts {
             if libc::unshare(libc::CLONE_NEWNS) != 0 {
@@ -163,17 +228,6 @@ fn serve(
         let _ = libc::setresuid(id, id, id);
     }
     drop(netns);
-    let policy = Arc::new(RwLock::new(policy.clone()));
-    let threads: Vec<_> = channels
-        .into_iter()
-        .map(|ch| {
-            let policy = policy.clone();
-            std::thread::spawn(move || channel_loop(&policy, ch))
-        })
-        .collect();
-    for t in threads {
-        let _ = t.join();
-    }
     Ok(())
 }
 
@@ -196,7 +250,7 @@ fn parse_policy_message(msg: &[u8]) -> Result<Policy, String> {
     Policy::parse_as(&rules, msg.get(1) == Some(&b'd'))
 }
 
-fn channel_loop(policy: &RwLock<Policy>, ch: OwnedFd) {
+fn channel_loop(policy: &RwLock<Policy>, resolver: &Config, ch: OwnedFd) {
     let mut buf = vec![0u8; MAX_POLICY];
     loop {
         let n = match fdpass::recv_with_fd(&ch, &mut buf) {
@@ -225,7 +279,7 @@ fn channel_loop(policy: &RwLock<Policy>, ch: OwnedFd) {
             .and_then(|s| s.split_once('\0'))
             .and_then(|(h, p)| Some((h.to_string(), p.parse::<u16>().ok()?)))
         {
-            Some((host, port)) => open(&policy, &host, port),
+            Some((host, port)) => open(&policy, resolver, &host, port),
             None => Reply::Failed("malformed request".into()),
         };
         let (status, text, fd) = match reply {
@@ -245,7 +299,7 @@ fn channel_loop(policy: &RwLock<Policy>, ch: OwnedFd) {
     }
 }
 
-fn open(policy: &Policy, host: &str, port: u16) -> Reply {
+fn open(policy: &Policy, resolver: &Config, host: &str, port: u16) -> Reply {
     if policy.check(host, port) == Verdict::Refused {
         return Reply::Refused(format!(
             "{host}:{port} is refused by the sandbox's egress policy"
@@ -254,9 +308,10 @@ fn open(policy: &Policy, host: &str, port: u16) -> Reply {
     let bare = host.trim_start_matches('[').trim_end_matches(']');
     let addrs: Vec<SocketAddr> = match bare.parse::<IpAddr>() {
         Ok(ip) => vec![SocketAddr::new(ip, port)],
-        Err(_) => match (bare, port).to_socket_addrs() {
+        Err(_) => match resolver.resolve(bare) {
             Ok(a) => {
-                let all: Vec<SocketAddr> = a.collect();
+                let all: Vec<SocketAddr> =
+                    a.into_iter().map(|ip| SocketAddr::new(ip, port)).collect();
                 let ok: Vec<SocketAddr> = all
                     .iter()
                     .copied()

@@ -11,6 +11,7 @@ pub mod helper;
 pub mod names;
 pub use sandbox_egress as policy;
 pub mod proxy;
+pub mod resolve;
 
 pub use dns::{DNS_ADDR, DNS_HOST};
 pub use proxy::{Proxy, PROXY_ADDR};

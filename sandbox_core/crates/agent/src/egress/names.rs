@@ -38,7 +38,8 @@ pub struct Names {
 
 #[derive(Default)]
 struct Table {
-    addresses: HashMap<String, Ipv4Addr>,
+    /// Each name's address, and the ports listened on there.
+    addresses: HashMap<String, (Ipv4Addr, Vec<u16>)>,
     listeners: usize,
 }
 
@@ -51,6 +52,14 @@ fn listen(ip: Ipv4Addr, port: u16) -> std::io::Result<TcpListener> {
     let l = std::net::TcpListener::bind((ip, port))?;
     l.set_nonblocking(true)?;
     TcpListener::from_std(l)
+}
+
+/// The ports a name's forwarders listen on.
+fn ports_of(ports: &Ports) -> Vec<u16> {
+    match ports {
+        Ports::Any => WEB_PORTS.to_vec(),
+        Ports::Listed(p) => p.clone(),
+    }
 }
 
 /// Ends a connection with a reset, as a refused or unreachable destination would.
@@ -75,26 +84,54 @@ fn reset(stream: TcpStream) {
 
 impl Proxy {
     /// The sandbox's address of `name` (lower case, no trailing dot), listening on its ports
-    /// from the first lookup on.
+    /// from the first lookup on (and on ports a later policy allows it, `listen_allowed`).
     pub fn lookup(self: &Arc<Self>, name: &str) -> Lookup {
         let Some(ports) = self.policy().name_ports(name) else {
             return Lookup::Refused;
         };
         let mut table = self.names.table.lock().unwrap_or_else(|e| e.into_inner());
-        if let Some(ip) = table.addresses.get(name) {
-            return Lookup::Address(*ip);
+        if let Some((ip, _)) = table.addresses.get(name) {
+            let ip = *ip;
+            self.listen_on(&mut table, name, &ports);
+            return Lookup::Address(ip);
         }
-        let ports = match ports {
-            Ports::Any => WEB_PORTS.to_vec(),
-            Ports::Listed(p) => p,
-        };
         let n = table.addresses.len() as u32 + 1;
-        if n > MAX_NAMES || table.listeners + ports.len() > MAX_LISTENERS {
+        if n > MAX_NAMES || table.listeners + ports_of(&ports).len() > MAX_LISTENERS {
             return Lookup::Full;
         }
-        table.listeners += ports.len();
         let ip = address(n);
-        for port in ports {
+        table.addresses.insert(name.to_string(), (ip, Vec::new()));
+        self.listen_on(&mut table, name, &ports);
+        Lookup::Address(ip)
+    }
+
+    /// After a policy change: the names looked up before get listeners on the ports the new
+    /// policy allows them (a program that kept the address reaches them without a new lookup).
+    /// Ports it no longer allows keep their listeners, whose connections it refuses.
+    pub fn listen_allowed(self: &Arc<Self>) {
+        let policy = self.policy();
+        let mut table = self.names.table.lock().unwrap_or_else(|e| e.into_inner());
+        let names: Vec<String> = table.addresses.keys().cloned().collect();
+        for name in names {
+            if let Some(ports) = policy.name_ports(&name) {
+                self.listen_on(&mut table, &name, &ports);
+            }
+        }
+    }
+
+    /// Listens on those of `ports` that `name` has no listener on yet, within `MAX_LISTENERS`.
+    fn listen_on(self: &Arc<Self>, table: &mut Table, name: &str, ports: &Ports) {
+        let wanted = ports_of(ports);
+        let Some((ip, have)) = table.addresses.get(name).cloned() else {
+            return;
+        };
+        let mut listening = have;
+        for port in wanted {
+            if listening.contains(&port) || table.listeners >= MAX_LISTENERS {
+                continue;
+            }
+            table.listeners += 1;
+            listening.push(port);
             match listen(ip, port) {
                 Ok(l) => {
                     tokio::spawn(self.clone().forward(l, name.to_string(), port));
@@ -104,8 +141,7 @@ impl Proxy {
                 Err(e) => eprintln!("sandbox-agent: egress: {name} on {ip}:{port}: {e}"),
             }
         }
-        table.addresses.insert(name.to_string(), ip);
-        Lookup::Address(ip)
+        table.addresses.insert(name.to_string(), (ip, listening));
     }
 
     /// Forwards every connection to `listener` to `name:port`, until the runtime ends.

@@ -324,6 +324,7 @@ impl Agent for AgentService {
             .set_policy(policy)
             .await
             .map_err(Status::unavailable)?;
+        proxy.listen_allowed();
         Ok(Response::new(pb::SetEgressResponse {}))
     }
 
