@@ -43,6 +43,9 @@ MAX_LOG_ENTRIES = 10_000
 # What one key's uploaded archives may hold on this server's disk, all its templates together
 # (kept until their template is deleted).
 MAX_UPLOAD_BYTES_PER_KEY = 8 << 30
+# The archive entries one key's copy steps may be reading at once, all its builds together (each
+# archive is bounded by itself too: `template_build.MAX_COPY_ENTRIES`).
+MAX_UNPACK_ENTRIES_PER_KEY = 200_000
 _NAME = re.compile(r"[a-z0-9][a-z0-9._-]{0,127}")
 _TAG = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,127}")
 _DIGEST = re.compile(r"[0-9a-f]{64}")
@@ -163,6 +166,8 @@ class BuiltTemplates:
         self._secret = secrets.token_bytes(32)
         self.upload_quota = MAX_UPLOAD_BYTES_PER_KEY
         self._uploading: collections.Counter[str] = collections.Counter()  # owner -> bytes in flight
+        self.entry_quota = MAX_UNPACK_ENTRIES_PER_KEY
+        self._unpacking: collections.Counter[str] = collections.Counter()  # owner -> entries read
 
     def _all(self) -> dict[str, BuiltTemplate]:
         return self._by_id if self._by_id is not None else self._merge()
@@ -374,3 +379,27 @@ class BuiltTemplates:
             self._uploading[owner] -= mine
             if self._uploading[owner] <= 0:
                 del self._uploading[owner]
+
+    @contextlib.contextmanager
+    def unpacking(self, owner: str) -> Iterator[Callable[[int], None]]:
+        """One copy step of `owner`'s reading its archive: the function it gets is told how many
+        more entries were read and raises `QuotaExceeded` once the key's copies, all its builds
+        together, would be reading more than `entry_quota` at once."""
+        mine = 0
+
+        def add(n: int) -> None:
+            nonlocal mine
+            mine += n
+            self._unpacking[owner] += n
+            if self._unpacking[owner] > self.entry_quota:
+                raise QuotaExceeded(
+                    f"this key's copy steps read at most {self.entry_quota} archive entries at once "
+                    "on this server: copy fewer files, or in fewer builds at a time"
+                )
+
+        try:
+            yield add
+        finally:
+            self._unpacking[owner] -= mine
+            if self._unpacking[owner] <= 0:
+                del self._unpacking[owner]

@@ -15,23 +15,31 @@ same build asked for again is a cache hit, a new record on the same layers, made
 unless the request forces a rebuild. Builds of one key run `BUILDS_PER_KEY` at a time; the rest
 wait. The build's sandbox reaches the public internet (never this host or its networks) unless
 its template has no network at all.
+
+A copy step's archive is read by a process of its own (`copy_reader.py`), `READERS` at most at
+once on this server, as a stream: bounded per archive (`MAX_COPY_ENTRIES` entries,
+`MAX_COPY_BYTES` of data) and per key (`BuiltTemplates.entry_quota` entries read at once by its
+copies), checked before anything is written, then written into the sandbox a bounded batch at a
+time; the server's event loop and threads never parse it.
 """
 
 from __future__ import annotations
 
 import asyncio
 import collections
-import fnmatch
+import contextlib
 import hashlib
 import json
 import logging
 import posixpath
 import shlex
-import tarfile
+import sys
 import time
 from collections import defaultdict
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass
-from typing import Any
+from pathlib import Path
+from typing import Any, Self
 
 from sandboxes import errors as E
 from sandboxes.egress import EgressPolicy
@@ -52,9 +60,19 @@ READY_TIMEOUT_S = 120.0
 BASE_CLAIM_TIMEOUT_S = 600.0
 READY_INTERVAL_S = 0.2
 TAIL_LINES = 5  # of a failed command's output, in the build's error
-MAX_COPY_BYTES = 256 << 20  # unpacked, per copy step (held in the server's memory while written)
+# Per copy step: the data its archive unpacks to (one file is held whole in the server's memory
+# while written) and its entries (each one a header the reader parses, at most one inode made).
+MAX_COPY_BYTES = 256 << 20
+MAX_COPY_ENTRIES = 100_000
+READERS = 4  # archives read at once on this server, each by a process of its own
+READER = Path(__file__).with_name("copy_reader.py")
+READER_LINE_BYTES = 64 << 10  # of one record of the reader (its paths are at most 4 KiB)
 MAX_LOG_LINE = 4096  # characters of one line of a step's output kept in the build's log
+# A copy writes into its sandbox one batch at a time: files with one call, directories and
+# links with one command (a command is one argument of at most 128 KiB).
 WRITE_BATCH_BYTES = 8 << 20
+WRITE_BATCH_FILES = 1000
+SHELL_BATCH_CHARS = 64 << 10
 STEP_LIMITS = Limits(wall_time_s=STEP_TIMEOUT_S, cpu_time_s=STEP_TIMEOUT_S, max_output_bytes=64 << 20)
 # Marks a checkpoint that holds a build (the snapshot and checkpoint APIs do not list it).
 TEMPLATE_LABEL = "sandboxes.template"
@@ -107,6 +125,7 @@ class Builder:
         self._slots: defaultdict[str, asyncio.Semaphore] = defaultdict(
             lambda: asyncio.Semaphore(BUILDS_PER_KEY)
         )
+        self._readers = asyncio.Semaphore(READERS)
         self._tasks: set[asyncio.Task[None]] = set()
 
     def start(self, t: BuiltTemplate, b: Build, spec: BuildSpec) -> None:
@@ -205,12 +224,24 @@ class Builder:
         except E.NotFound:
             pass
 
+    @contextlib.asynccontextmanager
+    async def reading(
+        self, owner: str, archive: Path, src: str, dest: str, mode: int | None
+    ) -> AsyncIterator[_Archive]:
+        """The archive of one of `owner`'s copy steps, as its reader process reports it: `READERS`
+        at once on this server (a key runs `BUILDS_PER_KEY` builds, so no key takes them all), its
+        entries counted against the key's `entry_quota` until the step ends."""
+        async with self._readers:
+            with self.store.unpacking(owner) as charge:
+                async with _Archive(archive, src, dest, mode, charge) as a:
+                    yield a
+
 
 class _Run:
     """One build's steps in its sandbox (`sb`)."""
 
     def __init__(self, builder: Builder, t: BuiltTemplate, b: Build, sb: Any, spec: BuildSpec) -> None:
-        self.store = builder.store
+        self.builder, self.store = builder, builder.store
         self.t, self.b, self.sb, self.spec = t, b, sb, spec
         self.env: dict[str, str] = {}
         self.work_dir = spec.work_dir
@@ -222,7 +253,7 @@ class _Run:
             self.b.log(f"[builder {i}/{len(self.spec.steps)}] {s.kind.upper()} {' '.join(s.args)}", step=step)
             try:
                 ok = await getattr(self, f"_{s.kind}")(s, step)
-            except E.InvalidRequest as e:
+            except (E.InvalidRequest, E.QuotaExceeded) as e:
                 self.b.fail(f"step {i} ({s.kind}): {e.message}", step)
                 return False
             if not ok:
@@ -275,26 +306,27 @@ class _Run:
         dest = posixpath.normpath(posixpath.join(self.work_dir or "/", dest)) + (
             "/" if dest.endswith("/") else ""
         )
-        files, links, dirs = await asyncio.to_thread(_unpack, path, src, dest, mode)
-        if not files and not links and not dirs:
-            self.b.fail(f"step {step}: {src!r} matches no uploaded file", step)
+        placed = _Placed(self, step)
+        async with self.builder.reading(self.t.owner, path, src, dest, mode) as archive:
+            if not await archive.check():
+                self.b.fail(f"step {step}: {src!r} matches no uploaded file", step)
+                return False
+            async with contextlib.aclosing(archive.entries()) as entries:
+                async for kind, target, value in entries:
+                    if kind == "file":
+                        placed.file(target, value)
+                    elif kind == "dir":
+                        placed.command(f"mkdir -p {shlex.quote(target)}")
+                    else:
+                        parent = shlex.quote(posixpath.dirname(target) or "/")
+                        placed.command(
+                            f"mkdir -p {parent} && ln -sfn {shlex.quote(value)} {shlex.quote(target)}"
+                        )
+                    if placed.full and not await placed.flush():
+                        return False
+        if not await placed.flush():
             return False
-        batch: dict[str, tuple[bytes, int]] = {}
-        size = 0
-        for target, (data, m) in files.items():
-            batch[target] = (data, m)
-            size += len(data)
-            if size >= WRITE_BATCH_BYTES:
-                await self.sb.write_files(batch)
-                batch, size = {}, 0
-        if batch:
-            await self.sb.write_files(batch)
-        extra = [f"mkdir -p {shlex.quote(d)}" for d in dirs]
-        extra += [f"ln -sfn {shlex.quote(to)} {shlex.quote(at)}" for at, to in links.items()]
-        if extra and await self._shell(" && ".join(extra), step) != 0:
-            self.b.fail(f"step {step}: cannot make the directories and links of {src!r}", step)
-            return False
-        n = len(files)
+        n = placed.files
         self.b.log(f"copied {n} file{'' if n == 1 else 's'} to {dest}", step=step)
         return True
 
@@ -367,52 +399,129 @@ async def start_and_wait(sb: Any, start_cmd: str, ready_cmd: str, cwd: str, env:
     return f"the ready command {ready_cmd!r} did not succeed within {READY_TIMEOUT_S:.0f} s"
 
 
-def _unpack(
-    archive: Any, src: str, dest: str, mode: int | None
-) -> tuple[dict[str, tuple[bytes, int]], dict[str, str], list[str]]:
-    """The files (path -> (data, mode)), symlinks (path -> target) and directories an uploaded
-    archive puts at `dest` for the copy of `src`, as Docker's COPY places them: a file into a
-    directory `dest` ending in `/` (or when several match), a directory's contents under `dest`.
-    Paths that leave the archive are refused."""
-    pattern = posixpath.normpath(src.lstrip("/")) if src not in ("", ".") else "."
-    globbed = any(c in pattern for c in "*?[")
-    base = posixpath.dirname(pattern) if globbed else pattern
-    files: dict[str, tuple[bytes, int]] = {}
-    links: dict[str, str] = {}
-    dirs: list[str] = []
-    total = 0
-    with tarfile.open(archive, mode="r:*") as tar:
-        members = tar.getmembers()
-        matched = [m for m in members if _matches(posixpath.normpath(m.name), pattern, globbed)]
-        single_file = len(matched) == 1 and matched[0].isfile() and not dest.endswith("/")
-        for m in matched:
-            name = posixpath.normpath(m.name)
-            if name.startswith(("/", "../")) or name == "..":
-                raise E.InvalidRequest(f"the archive holds a path outside it: {m.name!r}")
-            if name == pattern and (single_file or m.isdir()):
-                target = dest  # the file itself, or the directory whose contents go to dest
-            elif name == pattern or (globbed and fnmatch.fnmatchcase(name, pattern)):
-                target = posixpath.join(dest, posixpath.basename(name))
-            else:
-                target = posixpath.join(dest, posixpath.relpath(name, base if base != "." else ""))
-            target = posixpath.normpath(target)
-            if m.isfile():
-                total += m.size
-                if total > MAX_COPY_BYTES:
-                    raise E.InvalidRequest(f"a copy unpacks to more than {MAX_COPY_BYTES >> 20} MiB")
-                f = tar.extractfile(m)
-                files[target] = (f.read() if f else b"", mode if mode is not None else m.mode & 0o777)
-            elif m.issym():
-                links[target] = m.linkname
-            elif m.isdir():
-                dirs.append(target)
-    return files, links, dirs
+class _Placed:
+    """What a copy puts in its sandbox, written one bounded batch at a time: the files with one
+    `write_files`, then the directories and links with one command (in the archive's order)."""
 
+    def __init__(self, run: _Run, step: str) -> None:
+        self.run, self.step = run, step
+        self.batch: dict[str, tuple[bytes, int]] = {}
+        self.size = 0
+        self.commands: list[str] = []
+        self.chars = 0
+        self.files = 0  # written so far
 
-def _matches(name: str, pattern: str, globbed: bool) -> bool:
-    if pattern == ".":
+    def file(self, target: str, value: tuple[bytes, int]) -> None:
+        self.batch[target] = value
+        self.size += len(value[0])
+
+    def command(self, command: str) -> None:
+        self.commands.append(command)
+        self.chars += len(command) + 4
+
+    @property
+    def full(self) -> bool:
+        return (
+            self.size >= WRITE_BATCH_BYTES
+            or len(self.batch) >= WRITE_BATCH_FILES
+            or self.chars >= SHELL_BATCH_CHARS
+        )
+
+    async def flush(self) -> bool:
+        if self.batch:
+            await self.run.sb.write_files(self.batch)
+            self.files += len(self.batch)
+            self.batch, self.size = {}, 0
+        if self.commands:
+            code = await self.run._shell(" && ".join(self.commands), self.step)
+            self.commands, self.chars = [], 0
+            if code != 0:
+                self.run.b.fail(
+                    f"step {self.step}: cannot make the directories and links of the copy", self.step
+                )
+                return False
         return True
-    if globbed:
-        top = name.split("/")[: pattern.count("/") + 1]
-        return fnmatch.fnmatchcase("/".join(top), pattern)
-    return name == pattern or name.startswith(pattern + "/")
+
+
+class _Archive:
+    """A copy step's archive as its reader process (`copy_reader.py`) reports it: `check` reads
+    to the end of its first reading (each entry read charged to `charge`), `entries` then gives
+    what goes where. A refusal of the reader is `InvalidRequest` with its message; the process
+    is killed when the step ends, however it ends."""
+
+    def __init__(
+        self, path: Path, src: str, dest: str, mode: int | None, charge: Callable[[int], None]
+    ) -> None:
+        self.path, self.src, self.dest, self.mode = path, src, dest, mode
+        self.charge = charge
+        self.proc: asyncio.subprocess.Process | None = None
+
+    async def __aenter__(self) -> Self:
+        self.proc = await asyncio.create_subprocess_exec(
+            sys.executable,
+            "-I",
+            str(READER),
+            str(self.path),
+            self.src,
+            self.dest,
+            "" if self.mode is None else f"{self.mode:o}",
+            str(MAX_COPY_ENTRIES),
+            str(MAX_COPY_BYTES),
+            stdin=asyncio.subprocess.DEVNULL,
+            stdout=asyncio.subprocess.PIPE,
+            stderr=asyncio.subprocess.DEVNULL,
+            limit=READER_LINE_BYTES,
+        )
+        return self
+
+    async def __aexit__(self, *exc: object) -> None:
+        if self.proc is not None:
+            if self.proc.returncode is None:
+                with contextlib.suppress(ProcessLookupError):
+                    self.proc.kill()
+            await self.proc.wait()
+
+    async def _record(self) -> dict[str, Any]:
+        assert self.proc is not None and self.proc.stdout is not None
+        try:
+            line = await self.proc.stdout.readline()
+        except ValueError:  # a line over the stream's limit
+            raise E.InvalidRequest(f"the archive of {self.src!r} could not be read") from None
+        if not line.endswith(b"\n"):
+            code = await self.proc.wait()
+            raise E.InvalidRequest(
+                f"the archive of {self.src!r} could not be read (its reader exited with {code})"
+            )
+        rec = json.loads(line)
+        if "error" in rec:
+            raise E.InvalidRequest(str(rec["error"]))
+        return rec
+
+    async def check(self) -> int:
+        """The number of the archive's entries the copy takes, once all are checked."""
+        charged = 0
+        while True:
+            rec = await self._record()
+            read = int(rec.get("read", rec.get("checked", charged)))
+            self.charge(read - charged)
+            charged = read
+            if "checked" in rec:
+                return int(rec["matched"])
+
+    async def entries(self) -> AsyncIterator[tuple[str, str, Any]]:
+        """("file", path, (data, mode)), ("dir", path, None) and ("link", path, target)."""
+        assert self.proc is not None and self.proc.stdout is not None
+        while "end" not in (rec := await self._record()):
+            if "file" in rec:
+                size = int(rec["size"])
+                if not 0 <= size <= MAX_COPY_BYTES:
+                    raise E.InvalidRequest(f"a file of the archive of {self.src!r} is too large")
+                try:
+                    data = await self.proc.stdout.readexactly(size)
+                except asyncio.IncompleteReadError:
+                    raise E.InvalidRequest(f"the archive of {self.src!r} could not be read") from None
+                yield "file", str(rec["file"]), (data, int(rec["mode"]) & 0o7777)
+            elif "dir" in rec:
+                yield "dir", str(rec["dir"]), None
+            elif "link" in rec:
+                yield "link", str(rec["link"]), str(rec["to"])
