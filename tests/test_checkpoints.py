@@ -254,6 +254,28 @@ async def test_checkpoints_and_forks_through_the_grpc_api(server, client, client
         await client.create(checkpoint=cp.id)
 
 
+async def test_health_shows_a_key_the_checkpoint_pools_of_its_own_sandboxes_only(
+    server, client, client_b
+) -> None:
+    """A sandbox made from a checkpoint is served by a pool of its own (`cp-<hash>`): the
+    authenticated Health call lists it to the key whose sandbox it serves, never to another key,
+    which sees the server's own templates as before."""
+    served = set(server.pool.templates)
+    async with client.sandbox() as sb:
+        await sh(sb, "echo mine > /work/f")
+        cp = await sb.checkpoint()
+    made = await client.create(checkpoint=cp)
+    try:
+        derived = {name for name in server.pool.stats() if name not in served}
+        assert len(derived) == 1 and next(iter(derived)).startswith("cp-")
+        mine, theirs = await client.health(), await client_b.health()
+        assert derived <= set(mine["pools"]) and mine["sandboxes"] == 1
+        assert set(theirs["pools"]) == served and theirs["sandboxes"] == 0
+    finally:
+        await made.close()
+        await client.delete_checkpoint(cp.id)
+
+
 @pytest.mark.parametrize("backend", ["local", "docker"])
 @pytest.mark.parametrize("user", ["sandbox", "root"])
 async def test_an_image_sandbox_checkpoints_its_changes_only(

@@ -534,14 +534,27 @@ class SandboxService:
         resp = pb.HealthResponse(status="draining" if self.core.draining else "serving", version=self.version)
         if owner is None:
             return resp  # unauthenticated probes learn only that the server is up
+        records = self.core.registry.select(owner)
         for template, fields in (self.core.pool.stats() or {}).items():
+            if not _shown(self.core.pool, str(template), records):
+                continue
             stats = resp.pools[str(template)]
             if isinstance(fields, dict):
                 for k, v in fields.items():
                     if isinstance(v, (int, float)):
                         stats.values[str(k)] = float(v)
-        resp.sandboxes = len(self.core.registry.select(owner))
+        resp.sandboxes = len(records)
         return resp
+
+
+def _shown(pool: Any, template: str, records: list[Any]) -> bool:
+    """Whether Health shows a key the pool of `template`: one of the server's templates, or a
+    pool made for checkpoints' or volumes' sandboxes (`cp-<hash>`, named by their layers and
+    volumes) that serves one of the key's sandboxes (`records`), never another key's."""
+    t = (getattr(pool, "templates", None) or {}).get(template)
+    if t is not None and not getattr(t, "volumes", ()) and not getattr(t, "layered_volumes", ()):
+        return True
+    return any(getattr(r.sandbox, "template", None) == template for r in records)
 
 
 async def _forward(call: Awaitable[Any], what: str) -> None:
