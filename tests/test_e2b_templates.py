@@ -6,8 +6,16 @@ template, another key sees none of it, and a delete removes it and its layers.""
 
 from __future__ import annotations
 
+import gzip
+import hashlib
+import re
+import statistics
+import tarfile
+import time
+from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
 from server_helpers import KEY_A, KEY_B, run_scenario
 from test_e2b_api import e2b_server, url
@@ -23,6 +31,35 @@ async def scenario(
 ) -> dict[str, Any]:
     env = {"E2B_API_URL": url(server), "E2B_SANDBOX_URL": url(server), "E2B_API_KEY": key or KEY_A}
     return await run_scenario("e2b", "e2b_template_scenarios.py", [name, *([arg] if arg else [])], env)
+
+
+def million_entry_archive(path: Path, n: int, top: str) -> None:
+    """A tar.gz of `n` empty files `top/f0000000`, ...: the headers written directly (tarfile's
+    own writer takes most of a minute for a million), gzip at zlib's default level (about 7 MB, in 3 s)."""
+    proto = tarfile.TarInfo(f"{top}/f{0:07d}")
+    proto.mode, proto.mtime = 0o644, 0
+    header = bytearray(proto.tobuf(format=tarfile.USTAR_FORMAT))
+    width = len(proto.name)
+    # The checksum of every header but its name (its own field counted as spaces).
+    rest = sum(header[:148]) + 8 * ord(" ") + sum(header[156:]) - sum(header[:width])
+    with path.open("wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0) as gz:
+        out = bytearray()
+        for i in range(n):
+            name = f"{top}/f{i:07d}".encode()
+            header[:width] = name
+            header[148:155] = b"%06o\0" % (rest + sum(name))
+            out += header
+            if len(out) >= 1 << 20:
+                gz.write(out)
+                out.clear()
+        gz.write(bytes(out) + bytes(1024))
+
+
+def memory_kib(field: str) -> int:
+    """This process's (the server's) `VmRSS` or `VmHWM`, in KiB."""
+    found = re.search(rf"^{field}:\s+(\d+) kB", Path("/proc/self/status").read_text(), re.MULTILINE)
+    assert found is not None
+    return int(found.group(1))
 
 
 def layers(server: Any) -> set[str]:
@@ -100,6 +137,17 @@ async def test_a_key_s_uploads_are_bounded(make_server) -> None:
     assert server.core.built.upload_bytes("alice") <= 3 << 20
 
 
+async def test_a_key_s_copies_read_a_bounded_number_of_entries(make_server) -> None:
+    """A build whose copy reads more archive entries than the key's bound (lowered here) fails
+    with the SDK's BuildException naming the bound; nothing stays counted against the key."""
+    server = await e2b_server(make_server)
+    server.core.built.entry_quota = 20
+    o = await scenario(server, "copy_many", "50")
+    assert o["build"]["error"] == "BuildException", o
+    assert "at most 20 archive entries" in o["build"]["message"], o
+    assert not server.core.built._unpacking
+
+
 async def test_the_image_named_by_metadata(make_server) -> None:
     server = await e2b_server(make_server, image_metadata_key="task-image")
     await scenario(server, "build_one", "scn-meta")
@@ -168,3 +216,65 @@ async def test_built_templates_outlive_the_server_and_serve_grpc(make_server) ->
         with pytest.raises(E.NotFound):
             await c.create(template="scn-kept")
     assert len(again.service.registry) == 0
+
+
+async def test_a_million_entry_archive_is_refused_in_bounded_memory_and_no_other_key_waits(
+    make_server, tmp_path: Path
+) -> None:
+    """A COPY of a 7 MB tar.gz of a million empty files, sent as the `e2b` SDK sends it (the
+    build request, the upload link, the PUT, the build with its steps), fails the build with
+    the bound it passed (`MAX_COPY_ENTRIES`) before anything is written; the server's memory
+    meanwhile grows by less than 64 MiB (the archive is read by a process of its own, as a
+    stream), and another key's calls meanwhile answer within twice their usual time."""
+    from sandboxes.server.template_build import MAX_COPY_ENTRIES
+
+    server = await e2b_server(make_server)
+    archive = tmp_path / "million.tar.gz"
+    million_entry_archive(archive, 1_000_000, "many")
+    digest = hashlib.sha256(archive.read_bytes()).hexdigest()
+    mine, theirs = {"X-API-KEY": KEY_A}, {"X-API-KEY": KEY_B}
+    async with aiohttp.ClientSession(base_url=url(server)) as http:
+
+        async def other_key() -> float:
+            t0 = time.perf_counter()
+            async with http.get("/templates", headers=theirs) as r:
+                assert r.status == 200, await r.text()
+                await r.read()
+            return time.perf_counter() - t0
+
+        usual = [await other_key() for _ in range(30)]
+        async with http.post("/v3/templates", headers=mine, json={"name": "scn-million"}) as r:
+            made = await r.json()
+        tid, bid = made["templateID"], made["buildID"]
+        async with http.get(f"/templates/{tid}/files/{digest}", headers=mine) as r:
+            link = (await r.json())["url"]
+        with archive.open("rb") as f:
+            async with http.put(link, data=f) as r:
+                assert r.status == 200, await r.text()
+
+        Path("/proc/self/clear_refs").write_text("5")  # VmHWM from here on
+        before = memory_kib("VmRSS")
+        steps = [
+            {"type": "COPY", "args": ["many", "/srv/many/", "", ""], "filesHash": digest, "force": False}
+        ]
+        body = {"fromImage": "python:3.11-slim", "steps": steps, "force": False}
+        async with http.post(f"/v2/templates/{tid}/builds/{bid}", headers=mine, json=body) as r:
+            assert r.status == 202, await r.text()
+        during: list[float] = []
+        while True:
+            async with http.get(f"/templates/{tid}/builds/{bid}/status", headers=mine) as r:
+                status = await r.json()
+            if status["status"] not in ("waiting", "building"):
+                break
+            during.append(await other_key())
+        grown_mib = (memory_kib("VmHWM") - before) / 1024
+
+    assert status["status"] == "error", status
+    assert f"more than {MAX_COPY_ENTRIES} entries" in status["reason"]["message"], status["reason"]
+    assert grown_mib < 64, f"the server grew by {grown_mib:.0f} MiB"
+    # Calls made while the archive was read: as fast as before, none held up (a reader in the
+    # server's threads makes them twice as slow and holds some up for a second and more).
+    assert len(during) >= 5, during
+    assert statistics.median(during) < 2 * statistics.median(usual), (statistics.median(during), usual)
+    assert max(during) < 20 * max(usual), (max(during), max(usual))
+    assert len(server.service.registry) == 0

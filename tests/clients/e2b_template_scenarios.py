@@ -207,6 +207,16 @@ async def upload_quota(size: str | None) -> dict[str, Any]:
     return out
 
 
+async def copy_many(count: str | None) -> dict[str, Any]:
+    """A build copying a directory of `count` small files."""
+    ctx = Path(tempfile.mkdtemp(prefix="e2b-many-"))
+    (ctx / "many").mkdir()
+    for i in range(int(count or 0)):
+        (ctx / "many" / f"f{i}").write_text(str(i))
+    t = Template(file_context_path=str(ctx)).from_image("python:3.11-slim").copy("many", "/srv/many")
+    return {"build": await aattempt(AsyncTemplate.build(t, "scn-many"))}
+
+
 async def by_metadata(name: str | None) -> dict[str, Any]:
     """A create whose metadata names what to run (the server's --image-metadata-key)."""
     sb = await AsyncSandbox.create(metadata={"task-image": name or ""})
@@ -265,6 +275,7 @@ SCENARIOS = {
     "build_one": build_one,
     "by_metadata": by_metadata,
     "upload_quota": upload_quota,
+    "copy_many": copy_many,
     "build_on": build_on,
 }
 
