@@ -1,12 +1,16 @@
-"""Outside views of the host for tests: processes, cgroups, and bounded polling of real conditions."""
+"""Outside views of the host for tests: processes, cgroups, this process's memory, bounded polling of
+real conditions, and archives too large to make with tarfile in a test's time."""
 
 from __future__ import annotations
 
 import asyncio
 import contextlib
 import ctypes
+import gzip
 import os
+import re
 import subprocess
+import tarfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
@@ -216,3 +220,34 @@ async def start_server_inside(sb: Any, argv: str, port: int) -> None:
             return
         await asyncio.sleep(0.1)
     raise AssertionError(f"nothing listens on {port} inside the sandbox")
+
+
+def million_entry_archive(path: Path, n: int, top: str) -> None:
+    """A tar.gz of `n` empty files `top/f0000000`, ...: the headers written directly (tarfile's
+    own writer takes most of a minute for a million), gzip at zlib's default level (a million:
+    about 7 MB, in 3 s)."""
+    proto = tarfile.TarInfo(f"{top}/f{0:07d}")
+    proto.mode, proto.mtime = 0o644, 0
+    header = bytearray(proto.tobuf(format=tarfile.USTAR_FORMAT))
+    width = len(proto.name)
+    # The checksum of every header but its name (its own field counted as spaces).
+    rest = sum(header[:148]) + 8 * ord(" ") + sum(header[156:]) - sum(header[:width])
+    with path.open("wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0) as gz:
+        out = bytearray()
+        for i in range(n):
+            name = f"{top}/f{i:07d}".encode()
+            header[:width] = name
+            header[148:155] = b"%06o\0" % (rest + sum(name))
+            out += header
+            if len(out) >= 1 << 20:
+                gz.write(out)
+                out.clear()
+        gz.write(bytes(out) + bytes(1024))
+
+
+def memory_kib(field: str) -> int:
+    """This process's `VmRSS` or `VmHWM` (its peak since `/proc/self/clear_refs` was given "5"),
+    in KiB; a test's server and pools run in this process."""
+    found = re.search(rf"^{field}:\s+(\d+) kB", Path("/proc/self/status").read_text(), re.MULTILINE)
+    assert found is not None
+    return int(found.group(1))

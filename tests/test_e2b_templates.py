@@ -6,17 +6,15 @@ template, another key sees none of it, and a delete removes it and its layers.""
 
 from __future__ import annotations
 
-import gzip
 import hashlib
-import re
 import statistics
-import tarfile
 import time
 from pathlib import Path
 from typing import Any
 
 import aiohttp
 import pytest
+from helpers import memory_kib, million_entry_archive
 from server_helpers import KEY_A, KEY_B, run_scenario
 from test_e2b_api import e2b_server, url
 
@@ -31,35 +29,6 @@ async def scenario(
 ) -> dict[str, Any]:
     env = {"E2B_API_URL": url(server), "E2B_SANDBOX_URL": url(server), "E2B_API_KEY": key or KEY_A}
     return await run_scenario("e2b", "e2b_template_scenarios.py", [name, *([arg] if arg else [])], env)
-
-
-def million_entry_archive(path: Path, n: int, top: str) -> None:
-    """A tar.gz of `n` empty files `top/f0000000`, ...: the headers written directly (tarfile's
-    own writer takes most of a minute for a million), gzip at zlib's default level (about 7 MB, in 3 s)."""
-    proto = tarfile.TarInfo(f"{top}/f{0:07d}")
-    proto.mode, proto.mtime = 0o644, 0
-    header = bytearray(proto.tobuf(format=tarfile.USTAR_FORMAT))
-    width = len(proto.name)
-    # The checksum of every header but its name (its own field counted as spaces).
-    rest = sum(header[:148]) + 8 * ord(" ") + sum(header[156:]) - sum(header[:width])
-    with path.open("wb") as raw, gzip.GzipFile(fileobj=raw, mode="wb", compresslevel=6, mtime=0) as gz:
-        out = bytearray()
-        for i in range(n):
-            name = f"{top}/f{i:07d}".encode()
-            header[:width] = name
-            header[148:155] = b"%06o\0" % (rest + sum(name))
-            out += header
-            if len(out) >= 1 << 20:
-                gz.write(out)
-                out.clear()
-        gz.write(bytes(out) + bytes(1024))
-
-
-def memory_kib(field: str) -> int:
-    """This process's (the server's) `VmRSS` or `VmHWM`, in KiB."""
-    found = re.search(rf"^{field}:\s+(\d+) kB", Path("/proc/self/status").read_text(), re.MULTILINE)
-    assert found is not None
-    return int(found.group(1))
 
 
 def layers(server: Any) -> set[str]:

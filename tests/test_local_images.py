@@ -13,7 +13,7 @@ import tarfile
 from pathlib import Path
 
 import pytest
-from helpers import BASE_IMAGE, tiny_wheel
+from helpers import BASE_IMAGE, memory_kib, million_entry_archive, tiny_wheel
 
 import sandboxes
 from sandboxes import Template
@@ -172,6 +172,44 @@ async def test_whiteouts_of_upper_layers_remove_lower_files(tmp_path: Path) -> N
     root = image_cache.resolve(str(archive), root=tmp_path / "cache")
     assert sorted(p.name for p in (root / "usr/bin").iterdir()) == ["keep"]
     assert sorted(p.name for p in (root / "opt").iterdir()) == ["new"]
+
+
+async def test_an_opaque_directory_keeps_what_its_own_layer_puts_before_the_marker(tmp_path: Path) -> None:
+    """Layers are read as streams, whiteouts first: an opaque marker that comes after the
+    directory's new files in the same layer removes only what the lower layers had there."""
+    info = tarfile.TarInfo("opt")
+    info.type, info.mode = tarfile.DIRTYPE, 0o755
+    lower = _tar([(info, b""), (tarfile.TarInfo("opt/old"), b"x")])
+    upper = _tar(
+        [(info, b""), (tarfile.TarInfo("opt/new"), b"x"), (tarfile.TarInfo("opt/.wh..wh..opq"), b"")]
+    )
+    manifest = b'[{"Config": "c.json", "Layers": ["l1/layer.tar", "l2/layer.tar"]}]'
+    archive = tmp_path / "opaque.tar"
+    archive.write_bytes(
+        _tar(
+            [
+                (tarfile.TarInfo("manifest.json"), manifest),
+                (tarfile.TarInfo("c.json"), b"{}"),
+                (tarfile.TarInfo("l1/layer.tar"), lower),
+                (tarfile.TarInfo("l2/layer.tar"), upper),
+            ]
+        )
+    )
+    root = image_cache.resolve(str(archive), root=tmp_path / "cache")
+    assert sorted(p.name for p in (root / "opt").iterdir()) == ["new"]
+
+
+async def test_a_root_file_system_tarball_is_unpacked_in_bounded_memory(tmp_path: Path) -> None:
+    """A tarball of 100,000 empty files is unpacked without a list of its entries: the process
+    grows by a few MiB (a `TarFile` that keeps them takes over 40 MiB)."""
+    archive = tmp_path / "many.tar.gz"
+    million_entry_archive(archive, 100_000, "usr")
+    Path("/proc/self/clear_refs").write_text("5")  # VmHWM from here on
+    before = memory_kib("VmRSS")
+    root = await asyncio.to_thread(image_cache.resolve, str(archive), tmp_path / "cache")
+    grown_mib = (memory_kib("VmHWM") - before) / 1024
+    assert (root / "usr/f0099999").is_file()
+    assert grown_mib < 16, f"grew by {grown_mib:.0f} MiB"
 
 
 async def test_a_missing_image_is_a_launch_error_at_the_image_step(images: str) -> None:

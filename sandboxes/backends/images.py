@@ -25,7 +25,7 @@ import os
 import shutil
 import tarfile
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import IO
 
@@ -34,6 +34,9 @@ from ..errors import LaunchError
 __all__ = ["CACHE_ENV", "cache_root", "clear_cache", "resolve"]
 
 CACHE_ENV = "SANDBOXES_IMAGE_CACHE"
+# Entries of a `docker save` archive itself (its layers are tarballs inside it, read as streams);
+# read by name, so indexed in memory.
+MAX_SAVED_MEMBERS = 100_000
 WHITEOUT = ".wh."
 OPAQUE = ".wh..wh..opq"
 
@@ -144,13 +147,38 @@ def _from_engine(name: str, root: Path) -> Path:
 
 def _unpack_file(p: Path, dest: Path) -> None:
     try:
-        with tarfile.open(p) as t:
-            if "manifest.json" in t.getnames():
+        saved, members = _scan(p)
+        if saved and members > MAX_SAVED_MEMBERS:
+            raise LaunchError(
+                f"image archive {p} has {members} entries: a docker save archive has at most {MAX_SAVED_MEMBERS}",
+                step="image",
+            )
+        if saved:
+            with tarfile.open(p) as t:  # indexed: its entries are its layers and their records
                 _unpack_saved(t, dest)
-            else:
-                _apply_layer(t, dest)
+        else:
+            _apply_layer(lambda: tarfile.open(p, mode="r|*"), dest)  # noqa: SIM115 - it closes each
     except tarfile.TarError as e:
         raise LaunchError(f"image {p} is not a tar archive: {e}", step="image") from e
+
+
+def _stream(t: tarfile.TarFile) -> Iterator[tarfile.TarInfo]:
+    """The entries of `t`, each forgotten once the next is read (a `TarFile` keeps a list of every
+    entry it has read: a root file system of a million files would be that many in memory)."""
+    while (m := t.next()) is not None:
+        t.members.clear()
+        yield m
+
+
+def _scan(p: Path) -> tuple[bool, int]:
+    """Whether the tarball `p` is a `docker save` archive (it has a `manifest.json`), and its
+    number of entries, read as a stream."""
+    saved, n = False, 0
+    with tarfile.open(p, mode="r|*") as t:
+        for m in _stream(t):
+            n += 1
+            saved = saved or m.name == "manifest.json"
+    return saved, n
 
 
 def _unpack_saved(t: tarfile.TarFile, dest: Path) -> None:
@@ -162,8 +190,13 @@ def _unpack_saved(t: tarfile.TarFile, dest: Path) -> None:
         f = t.extractfile(layer)
         if f is None:
             raise LaunchError(f"image archive lacks its layer {layer}", step="image")
-        with f, tarfile.open(fileobj=f, mode="r:*") as lt:
-            _apply_layer(lt, dest)
+        with f:
+
+            def reopen(f: IO[bytes] = f) -> tarfile.TarFile:
+                f.seek(0)
+                return tarfile.open(fileobj=f, mode="r|*")
+
+            _apply_layer(reopen, dest)
 
 
 def _json(t: tarfile.TarFile, name: str) -> object:
@@ -174,28 +207,34 @@ def _json(t: tarfile.TarFile, name: str) -> object:
         return json.load(f)
 
 
-def _apply_layer(t: tarfile.TarFile, dest: Path) -> None:
-    """One layer onto `dest`: whiteouts delete what lower layers made, the rest is extracted with
+def _apply_layer(open_layer: Callable[[], tarfile.TarFile], dest: Path) -> None:
+    """One layer onto `dest`, read twice as a stream (never a list of its entries): first its
+    whiteouts delete what lower layers made (before anything of this layer is written: an opaque
+    directory's marker may come after the directory's new files), then the rest is extracted with
     owners and modes kept, and nothing lands outside `dest` (see `_inside`)."""
-    members = []
-    for m in t:
-        parent, _, base = m.name.rstrip("/").rpartition("/")
-        target = dest / parent
-        if base == OPAQUE:
-            if target.is_dir():
-                for child in target.iterdir():
-                    _remove(child)
-            continue
-        if base.startswith(WHITEOUT):
-            _remove(target / base[len(WHITEOUT) :])
-            continue
-        if m.isdev():
-            continue
-        existing = dest / m.name
-        if existing.is_symlink() or (existing.exists() and not (existing.is_dir() and m.isdir())):
-            _remove(existing)
-        members.append(m)
-    t.extractall(dest, members=members, filter=_inside(dest), numeric_owner=True)
+    with open_layer() as t:
+        for m in _stream(t):
+            parent, _, base = m.name.rstrip("/").rpartition("/")
+            target = dest / parent
+            if base == OPAQUE:
+                if target.is_dir():
+                    for child in target.iterdir():
+                        _remove(child)
+            elif base.startswith(WHITEOUT):
+                _remove(target / base[len(WHITEOUT) :])
+
+    def members(t: tarfile.TarFile) -> Iterator[tarfile.TarInfo]:
+        for m in _stream(t):
+            base = m.name.rstrip("/").rpartition("/")[2]
+            if base.startswith(WHITEOUT) or m.isdev():
+                continue
+            existing = dest / m.name
+            if existing.is_symlink() or (existing.exists() and not (existing.is_dir() and m.isdir())):
+                _remove(existing)
+            yield m
+
+    with open_layer() as t:
+        t.extractall(dest, members=members(t), filter=_inside(dest), numeric_owner=True)
 
 
 def _inside(dest: Path):
