@@ -46,6 +46,11 @@ DEFAULT_TTL_S = 24 * 3600.0
 MAX_TTL_S = 365 * 24 * 3600.0
 # The agent's stream of 200 MB of changes takes ~1 s; this bounds a stuck one.
 CAPTURE_TIMEOUT_S = 600.0
+# Every capture is bounded while it runs (what it unpacks onto this host is a sandbox's to make):
+# past either bound it stops with `TooLarge` naming it, and the sandbox serves on. Bytes are the
+# stream's, in which a file's holes cost nothing.
+MAX_CAPTURE_BYTES = 32 << 30
+MAX_CAPTURE_ENTRIES = 1_000_000
 
 
 def checkpoint_root() -> Path:
@@ -101,6 +106,8 @@ class CheckpointStore:
         self.tmp_dir = self.root / "tmp"
         self._in_use: collections.Counter[str] = collections.Counter()
         self._records: dict[str, Checkpoint] | None = None
+        self.max_capture_bytes = MAX_CAPTURE_BYTES
+        self.max_capture_entries = MAX_CAPTURE_ENTRIES
         # Called with each checkpoint deleted or expired, before its layers are collected (the
         # pool stops keeping warm sandboxes of it).
         self.on_drop: list[Callable[[Checkpoint], object]] = []
@@ -199,14 +206,19 @@ class CheckpointStore:
     def layer_path(self, digest: str) -> Path:
         return self.layers_dir / digest
 
-    async def capture(self, client: Any, volume: str = "") -> tuple[str, int, int]:
+    async def capture(self, client: Any, volume: str = "", max_bytes: int | None = None) -> tuple[str, int, int]:
         """Stores the changes of the sandbox `client` (a `_native.AgentClient`) reaches (with
-        `volume`, those of its layered volume at that path) as a layer: `(digest, bytes,
-        entries)`. The same changes are the same layer."""
+        `volume`, those of its layered volume at that path) as a layer: `(digest, bytes it
+        allocates, entries)`. The same changes are the same layer. Bounded by the store's
+        `max_capture_bytes` and `max_capture_entries`, and by `max_bytes` when given (what an
+        owner's quota leaves): past one it raises `TooLarge` and keeps nothing."""
         self._load()
+        bound = self.max_capture_bytes if max_bytes is None else min(self.max_capture_bytes, max(max_bytes, 1))
         tmp = Path(tempfile.mkdtemp(dir=self.tmp_dir))
         try:
-            digest, size, entries = await client.checkpoint(str(tmp), CAPTURE_TIMEOUT_S, volume)
+            digest, size, entries = await client.checkpoint(
+                str(tmp), CAPTURE_TIMEOUT_S, volume, bound, self.max_capture_entries
+            )
             dest = self.layer_path(digest)
             try:
                 os.rename(tmp, dest)

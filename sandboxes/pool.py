@@ -580,11 +580,13 @@ class Pool:
         name: str = "",
         ttl_s: float | None = DEFAULT_TTL_S,
         labels: dict[str, str] | None = None,
+        max_bytes: int | None = None,
     ) -> Checkpoint:
         """`sb`'s file system now, as a checkpoint of `owner`'s (kept `ttl_s`, None: until
-        deleted; `labels` kept with it). `sb` keeps running; a sandbox made from the checkpoint sees exactly this state."""
+        deleted; `labels` kept with it). `sb` keeps running; a sandbox made from the checkpoint sees exactly this state.
+        Past `max_bytes` of changes (or the store's own bounds) it raises `TooLarge`."""
         _, base, layers = self._chain(sb)
-        digest, size, _ = await sb._call(self.checkpoints.capture, sb._client)
+        digest, size, _ = await sb._call(self.checkpoints.capture, sb._client, max_bytes=max_bytes)
         return self.checkpoints.add(
             template=base,
             layers=(*layers, digest),
@@ -596,14 +598,14 @@ class Pool:
             labels=labels,
         )
 
-    async def capture_volume(self, sb: Sandbox, path: str) -> tuple[str, int]:
+    async def capture_volume(self, sb: Sandbox, path: str, max_bytes: int | None = None) -> tuple[str, int]:
         """The writes of `sb` into its layered volume at `path` (`claim(layered_volumes=...)`) as a
         layer of this pool's checkpoint store: `(digest, bytes)`. The volume's layers plus this
         one are the volume as `sb` sees it now; `sb` keeps running, unaffected."""
         tp, _, _ = self._chain(sb)
         if not any(p == path for p, _, _ in tp.layered):
             raise NotFound(f"sandbox {sb.id} has no layered volume at {path!r}")
-        digest, size, _ = await sb._call(self.checkpoints.capture, sb._client, volume=path)
+        digest, size, _ = await sb._call(self.checkpoints.capture, sb._client, volume=path, max_bytes=max_bytes)
         return digest, size
 
     async def fork(

@@ -4,8 +4,11 @@ Sandboxes write a volume; the host must never be led out of it by what they wrot
 resolved one component at a time from a descriptor of the volume's root, with `O_NOFOLLOW`: a
 symlink anywhere on the way is refused (`InvalidRequest`), never followed, and `..` is refused
 before anything is opened. The last component is acted on through its parent's descriptor
-without following it (a symlink there is reported, or removed, as itself). Ids are the
-programs' ids (a volume keeps the ids its sandboxes see), set as asked.
+without following it (a symlink there is reported, or removed, as itself). A file is read or
+written only if it is a regular file: opened without blocking and checked on the opened
+descriptor, so a FIFO, socket or device a sandbox left there is refused at once (`InvalidRequest`),
+never a call that waits for a writer with a thread held. Ids are the programs' ids (a volume
+keeps the ids its sandboxes see), set as asked.
 """
 
 from __future__ import annotations
@@ -60,6 +63,8 @@ def _translate(e: OSError, path: str) -> Exception:
         return InvalidRequest(f"{path!r} exists already")
     if e.errno == errno.ENOTEMPTY:
         return InvalidRequest(f"{path!r} is not empty")
+    if e.errno in (errno.ENXIO, errno.ENODEV, errno.EOPNOTSUPP):  # a FIFO, socket or device
+        return InvalidRequest(f"{path!r} is not a regular file")
     if e.errno in (errno.ENOSPC, errno.EDQUOT):
         return InvalidRequest(f"the volume is full writing {path!r}")
     return InvalidRequest(f"{path!r}: {os.strerror(e.errno or 0)}")
@@ -168,12 +173,12 @@ class VolumeFiles:
         parent, name = self._split(path)
         with self._dir(parent) as dfd:
             try:
-                fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC, dir_fd=dfd)
+                fd = os.open(name, os.O_RDONLY | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK, dir_fd=dfd)
             except OSError as e:
                 raise _translate(e, path) from e
             with os.fdopen(fd, "rb") as f:
                 if not stat.S_ISREG(os.fstat(f.fileno()).st_mode):
-                    raise InvalidRequest(f"{path!r} is not a file")
+                    raise InvalidRequest(f"{path!r} is not a regular file")
                 data = f.read(max_bytes + 1)
         if len(data) > max_bytes:
             raise InvalidRequest(f"{path!r} is larger than {max_bytes} bytes")
@@ -185,17 +190,27 @@ class VolumeFiles:
         parent, name = self._split(path)
         with self._dir(parent, make=parents, uid=uid, gid=gid) as dfd:
             try:
+                st = os.stat(name, dir_fd=dfd, follow_symlinks=False)
+            except FileNotFoundError:
+                pass
+            except OSError as e:
+                raise _translate(e, path) from e
+            else:
+                if not stat.S_ISREG(st.st_mode):  # nothing of it opened, nothing truncated
+                    raise InvalidRequest(f"{path!r} is not a regular file")
+            try:
                 fd = os.open(
                     name,
-                    os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC,
+                    os.O_WRONLY | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC | os.O_NONBLOCK,
                     mode,
                     dir_fd=dfd,
                 )
             except OSError as e:
                 raise _translate(e, path) from e
             try:
-                if not stat.S_ISREG(os.fstat(fd).st_mode):
-                    raise InvalidRequest(f"{path!r} is not a file")
+                if not stat.S_ISREG(os.fstat(fd).st_mode):  # made a FIFO since the stat
+                    raise InvalidRequest(f"{path!r} is not a regular file")
+                os.ftruncate(fd, 0)
                 os.fchown(fd, uid, gid)
                 os.fchmod(fd, mode)
                 view = memoryview(data)

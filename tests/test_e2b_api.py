@@ -389,3 +389,21 @@ async def test_volumes(make_server) -> None:
     assert theirs == {"info": theirs["info"], "listed": []}
     assert theirs["info"]["error"] == "VolumeNotFoundException"
     assert len(server.service.registry) == 0
+
+
+async def test_a_fifo_in_a_volume_stalls_nothing(make_server) -> None:
+    """A FIFO a sandbox made in its volume: ten reads of it at once through the volume content
+    API, and a write, are refused at once with the API's 400 (the SDK's VolumeException), never
+    a call that waits for a writer with a thread of the server held; meanwhile another key's
+    volume create and this key's read of a file answer as fast as usual."""
+    server = await e2b_server(make_server)
+    o = await scenario(server, "volume_fifo", KEY_B)
+    assert o["made"] == "ok\n"
+    for r in [*o["reads"], o["write"]]:
+        assert r["error"] == "VolumeException" and r["message"].startswith("400: "), r
+        assert "not a regular file" in r["message"], r
+    assert o["stat"] == "unknown"
+    assert o["same"] == {"ok": "plain\n"} and o["other"] is True
+    usual = max(o["usual_s"])
+    assert o["other_s"] < 4 * usual + 0.5 and o["same_s"] < 4 * usual + 0.5, o
+    assert o["destroyed"] is True and len(server.service.registry) == 0

@@ -444,10 +444,12 @@ class ServerCore:
     ) -> Any:
         """A checkpoint of `rec`'s sandbox, its owner's (counted in the owner's quota)."""
         count, size = self.pool.checkpoints.usage(rec.owner)
-        self.quotas.check_checkpoints(rec.owner, count, size)
+        left = self.quotas.check_checkpoints(rec.owner, count, size)
         if len(name) > 256:
             raise E.InvalidRequest("a checkpoint's name is at most 256 characters")
-        cp = await self.pool.checkpoint(rec.sandbox, owner=rec.owner, name=name, ttl_s=ttl_s, labels=labels)
+        cp = await self.pool.checkpoint(
+            rec.sandbox, owner=rec.owner, name=name, ttl_s=ttl_s, labels=labels, max_bytes=left
+        )
         log.info("checkpoint taken", extra={"sandbox_id": rec.id, "checkpoint_id": cp.id, "owner": rec.owner})
         return cp
 
@@ -573,10 +575,13 @@ class ServerCore:
         att = next((a for a in rec.attrs.get(ATTACHMENTS_ATTR, ()) if a.name == name), None)
         if att is None:
             raise E.NotFound(f"volume {name!r} is not attached to sandbox {rec.id}")
+        left = None
         if not att.read_only:
             count, size = self.pool.checkpoints.usage(rec.owner)
-            self.quotas.check_checkpoints(rec.owner, count, size)
-        cp = await self.volume_versions.publish(rec.sandbox, rec.owner, att, force=force, labels=labels)
+            left = self.quotas.check_checkpoints(rec.owner, count, size)
+        cp = await self.volume_versions.publish(
+            rec.sandbox, rec.owner, att, force=force, labels=labels, max_bytes=left
+        )
         await self.save(rec)  # the attachment's head, for the other replicas
         log.info("volume published", extra={"sandbox_id": rec.id, "checkpoint_id": cp.id, "owner": rec.owner})
         return cp

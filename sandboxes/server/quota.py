@@ -63,8 +63,9 @@ class Quotas:
 
     # -- checkpoints -----------------------------------------------------------------------
 
-    def check_checkpoints(self, owner: str, count: int, size: int) -> None:
-        """Refuses one more checkpoint of `owner`, who has `count` of `size` bytes."""
+    def check_checkpoints(self, owner: str, count: int, size: int) -> int | None:
+        """Refuses one more checkpoint of `owner`, who has `count` of `size` bytes; else the bytes
+        the next may take (None: unbounded), the bound of its capture."""
         limits = self.limits_of(owner)
         if limits.max_checkpoints is not None and count >= limits.max_checkpoints:
             raise QuotaExceeded(
@@ -76,6 +77,7 @@ class Quotas:
                 f"checkpoint quota of this API key is used up: {size} of {limits.max_checkpoint_bytes} "
                 "bytes of checkpoints kept; delete one first"
             )
+        return None if limits.max_checkpoint_bytes is None else limits.max_checkpoint_bytes - size
 
     # -- volumes ---------------------------------------------------------------------------
 

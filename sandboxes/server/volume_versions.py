@@ -184,9 +184,10 @@ class VolumeVersions:
         *,
         force: bool = False,
         labels: dict[str, str] | None = None,
+        max_bytes: int | None = None,
     ) -> Any:
         """`sb`'s writes into its attachment `att` as the volume's new head (a checkpoint, which
-        this returns; `att.seen` becomes it)."""
+        this returns; `att.seen` becomes it); past `max_bytes` of writes, `TooLarge`."""
         if att.read_only:
             raise E.InvalidRequest(f"volume {att.name!r} is attached read-only: it cannot be published")
         v = next((r for r in self._load(fresh=True).values() if r.id == att.volume_id), None)
@@ -201,7 +202,7 @@ class VolumeVersions:
             )
         self._publishing.add(v.id)
         try:
-            digest, size = await self.pool.capture_volume(sb, att.path)
+            digest, size = await self.pool.capture_volume(sb, att.path, max_bytes)
             total = att.base_bytes + size
             layers = (*att.layers, digest)
             folded = len(layers) > MAX_CHAIN

@@ -707,6 +707,39 @@ async def pty_slow_reader(lines: str | None) -> dict[str, Any]:
     }
 
 
+def volume_fifo(other_key: str | None) -> dict[str, Any]:
+    """A FIFO a sandbox made in its volume, read ten times at once through the content API (and
+    written once) while another key (`other_key`) creates volumes and this key reads a file."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    def timed(fn: Any, *args: Any, **kwargs: Any) -> tuple[float, Any]:
+        t0 = time.perf_counter()
+        out = attempt(fn, *args, **kwargs)
+        return time.perf_counter() - t0, out
+
+    theirs = {"api_key": other_key, "request_timeout": 20}
+    o: dict[str, Any] = {}
+    vol = Volume.create("with-fifo")
+    sb = Sandbox.create(volume_mounts={"/mnt/data": vol}, timeout=120)
+    o["made"] = sb.commands.run("mkfifo /mnt/data/fifo && echo plain > /mnt/data/file && echo ok").stdout
+    o["usual_s"] = [timed(Volume.create, f"usual-{i}", **theirs)[0] for i in range(3)]
+    with ThreadPoolExecutor(12) as pool:
+        reads = [pool.submit(timed, vol.read_file, "/fifo", request_timeout=20) for _ in range(10)]
+        other = pool.submit(timed, Volume.create, "during", **theirs)
+        same = pool.submit(timed, vol.read_file, "/file", request_timeout=20)
+        o["reads"] = [f.result()[1] for f in reads]
+        o["reads_s"] = max(f.result()[0] for f in reads)
+        o["other_s"], o["other"] = other.result()[0], "ok" in other.result()[1]
+        o["same_s"], o["same"] = same.result()
+    o["write"] = attempt(vol.write_file, "/fifo", "into the fifo", request_timeout=20)
+    o["stat"] = vol.get_info("/fifo").type.value
+    sb.kill()
+    for v in Volume.list(api_key=other_key):
+        Volume.destroy(v.volume_id, api_key=other_key)
+    o["destroyed"] = Volume.destroy(vol.volume_id)
+    return o
+
+
 def volume_other(volume_id: str | None) -> dict[str, Any]:
     """Another key's volume: missing to this key."""
     return {"info": attempt(Volume.get_info, volume_id), "listed": [v.name for v in Volume.list()]}
@@ -742,6 +775,7 @@ SCENARIOS = {
     "volumes": volumes,
     "volumes_mounted": volumes_mounted,
     "volume_other": volume_other,
+    "volume_fifo": volume_fifo,
     "network": network,
     "ports": ports,
     "pty": pty,

@@ -439,8 +439,13 @@ fn fstat(fd: RawFd) -> io::Result<libc::stat> {
     Ok(st)
 }
 
+/// Whether `e` says a name moved on since the walk looked at it: gone, a symlink, or no longer a
+/// directory (a program renaming its own files meanwhile: the walk takes it as gone).
 fn gone(e: &io::Error) -> bool {
-    matches!(e.raw_os_error(), Some(libc::ENOENT) | Some(libc::ELOOP))
+    matches!(
+        e.raw_os_error(),
+        Some(libc::ENOENT) | Some(libc::ELOOP) | Some(libc::ENOTDIR)
+    )
 }
 
 /// `name` in `dir`, never followed (None: gone meanwhile).
