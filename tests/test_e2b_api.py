@@ -407,3 +407,65 @@ async def test_a_fifo_in_a_volume_stalls_nothing(make_server) -> None:
     usual = max(o["usual_s"])
     assert o["other_s"] < 4 * usual + 0.5 and o["same_s"] < 4 * usual + 0.5, o
     assert o["destroyed"] is True and len(server.service.registry) == 0
+
+
+async def test_a_key_holds_a_bounded_share_of_the_volume_threads(make_server, monkeypatch) -> None:
+    """One key's volume reads that block in the file system (held here on an event, as a slow
+    disk would hold them) take at most `THREADS_PER_KEY` threads of the server at once; another
+    key's volume calls meanwhile answer, and the held key's reads all answer once released."""
+    import threading
+
+    from sandboxes.server.http.e2b import volumes as e2b_volumes
+    from sandboxes.volume_files import VolumeFiles
+
+    server = await e2b_server(make_server)
+    base = url(server)
+    release, lock = threading.Event(), threading.Lock()
+    running = {"now": 0, "most": 0}
+    read = VolumeFiles.read
+
+    def held_read(self: VolumeFiles, path: str, *args: Any, **kwargs: Any) -> Any:
+        if path.endswith("held"):
+            with lock:
+                running["now"] += 1
+                running["most"] = max(running["most"], running["now"])
+            release.wait(60)
+            with lock:
+                running["now"] -= 1
+        return read(self, path, *args, **kwargs)
+
+    monkeypatch.setattr(VolumeFiles, "read", held_read)
+
+    async with aiohttp.ClientSession() as s:
+
+        async def volume(key: str, name: str) -> tuple[str, dict[str, str]]:
+            async with s.post(f"{base}/volumes", json={"name": name}, headers={"X-API-KEY": key}) as r:
+                assert r.status == 201, await r.text()
+                v = await r.json()
+            return v["volumeID"], {"Authorization": f"Bearer {v['token']}"}
+
+        async def call(
+            method: str, vid: str, auth: dict[str, str], path: str, data: bytes = b""
+        ) -> tuple[int, bytes]:
+            async with s.request(
+                method,
+                f"{base}/volumecontent/{vid}/file",
+                params={"path": path},
+                data=data or None,
+                headers=auth,
+            ) as r:
+                return r.status, await r.read()
+
+        mine, my_auth = await volume(KEY_A, "held")
+        theirs, their_auth = await volume(KEY_B, "free")
+        assert (await call("PUT", mine, my_auth, "/held", b"mine"))[0] == 201
+        reads = [asyncio.create_task(call("GET", mine, my_auth, "/held")) for _ in range(8)]
+        await asyncio.sleep(0.5)
+        assert (await call("PUT", theirs, their_auth, "/f", b"theirs"))[0] == 201
+        assert await call("GET", theirs, their_auth, "/f") == (200, b"theirs")
+        assert running["most"] == e2b_volumes.THREADS_PER_KEY, running
+        release.set()
+        assert [await r for r in reads] == [(200, b"mine")] * 8
+        for key, vid in ((KEY_A, mine), (KEY_B, theirs)):
+            async with s.delete(f"{base}/volumes/{vid}", headers={"X-API-KEY": key}) as r:
+                assert r.status == 204

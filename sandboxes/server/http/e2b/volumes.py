@@ -22,7 +22,10 @@ DELETE /volumecontent/{id}/path?path                    204
 ```
 
 A sandbox mounts volumes at create (`volumeMounts: [{name, path}]`, `api.py`). A volume's token is
-an HMAC of its id under a key kept in the volume directory, so it outlives a restart.
+an HMAC of its id under a key kept in the volume directory, so it outlives a restart. The file work
+runs on the default thread pool; one key's volumes hold at most `THREADS_PER_KEY` of its threads at
+once (the rest of that key's calls wait their turn), so no key can take the threads another's
+calls need.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import hashlib
 import hmac
 import os
 import secrets
+from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -55,6 +59,8 @@ MAX_BODY_BYTES = 1 << 20
 DEFAULT_UID = DEFAULT_GID = 0
 DEFAULT_FILE_MODE = 0o644
 DEFAULT_DIR_MODE = 0o755
+# The default thread pool has min(32, cores + 4) threads: 6 on 2 cores.
+THREADS_PER_KEY = 2
 
 
 def volume_json(vol: Any, token: str | None = None) -> dict[str, Any]:
@@ -173,6 +179,9 @@ class VolumeContent:
         self.core = core
         self.store = core.pool.volumes
         self.tokens = tokens
+        self._threads: defaultdict[str, asyncio.Semaphore] = defaultdict(
+            lambda: asyncio.Semaphore(THREADS_PER_KEY)
+        )
 
     def routes(self) -> list[Route]:
         base = "/volumecontent/{volume_id}"
@@ -195,10 +204,6 @@ class VolumeContent:
             raise Refused(401, "missing or invalid token of this volume (Authorization: Bearer)")
 
         def run() -> Any:
-            try:
-                self.store.get(vid)
-            except E.NotFound:
-                raise Refused(404, f"volume {vid} not found") from None
             root = self.store.acquire(vid)
             try:
                 return op(VolumeFiles(root))
@@ -206,7 +211,12 @@ class VolumeContent:
                 self.store.release(vid)
 
         try:
-            return await asyncio.to_thread(run)
+            owner = (await asyncio.to_thread(self.store.get, vid)).owner
+        except E.NotFound:
+            raise Refused(404, f"volume {vid} not found") from None
+        try:
+            async with self._threads[owner]:
+                return await asyncio.to_thread(run)
         except E.NotFound as e:
             raise Refused(404, e.message) from None
 
