@@ -206,14 +206,18 @@ class CheckpointStore:
     def layer_path(self, digest: str) -> Path:
         return self.layers_dir / digest
 
-    async def capture(self, client: Any, volume: str = "", max_bytes: int | None = None) -> tuple[str, int, int]:
+    async def capture(
+        self, client: Any, volume: str = "", max_bytes: int | None = None
+    ) -> tuple[str, int, int]:
         """Stores the changes of the sandbox `client` (a `_native.AgentClient`) reaches (with
         `volume`, those of its layered volume at that path) as a layer: `(digest, bytes it
         allocates, entries)`. The same changes are the same layer. Bounded by the store's
         `max_capture_bytes` and `max_capture_entries`, and by `max_bytes` when given (what an
         owner's quota leaves): past one it raises `TooLarge` and keeps nothing."""
         self._load()
-        bound = self.max_capture_bytes if max_bytes is None else min(self.max_capture_bytes, max(max_bytes, 1))
+        bound = (
+            self.max_capture_bytes if max_bytes is None else min(self.max_capture_bytes, max(max_bytes, 1))
+        )
         tmp = Path(tempfile.mkdtemp(dir=self.tmp_dir))
         try:
             digest, size, entries = await client.checkpoint(

@@ -605,7 +605,9 @@ class Pool:
         tp, _, _ = self._chain(sb)
         if not any(p == path for p, _, _ in tp.layered):
             raise NotFound(f"sandbox {sb.id} has no layered volume at {path!r}")
-        digest, size, _ = await sb._call(self.checkpoints.capture, sb._client, volume=path, max_bytes=max_bytes)
+        digest, size, _ = await sb._call(
+            self.checkpoints.capture, sb._client, volume=path, max_bytes=max_bytes
+        )
         return digest, size
 
     async def fork(

@@ -116,6 +116,7 @@ class ExecStream:
         self._stdin = stdin
         self._feeder: asyncio.Task[None] | None = None
         self._done = False
+        self._on_end: list[Callable[[], object]] = []
         self.pid: int | None = None
         self.result: ExecResult | None = None
 
@@ -176,10 +177,20 @@ class ExecStream:
             self._source.cancel()
         self._finish()
 
+    def on_end(self, fn: Callable[[], object]) -> None:
+        """Call `fn` once when the stream is over: its last event read, an error, or `cancel()`."""
+        if self._done:
+            fn()
+        else:
+            self._on_end.append(fn)
+
     def _finish(self) -> None:
         self._done = True
         if self._feeder is not None and not self._feeder.done():
             self._feeder.cancel()
+        ends, self._on_end = self._on_end, []
+        for fn in ends:
+            fn()
 
     async def aclose(self) -> None:
         """Same as `cancel()`; lets `contextlib.aclosing` work."""

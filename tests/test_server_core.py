@@ -1,7 +1,8 @@
 """The server's core under its transports: every surface's execution (gRPC, SandboxFusion,
-Piston, the Prime API through its unmodified SDK, the E2B API through its unmodified SDKs) takes
-a slot of the same per-key exec quota, so a key at its limit is refused on each, in each API's
-own shape, and served on each once a slot is free."""
+Piston, the Prime API through its unmodified SDK, the E2B API through its unmodified SDKs, the
+Daytona API through its unmodified SDK: its toolbox's commands, code_run, file calls, sessions,
+terminals and interpreter cells) takes a slot of the same per-key exec quota, so a key at its
+limit is refused on each, in each API's own shape, and served on each once a slot is free."""
 
 from __future__ import annotations
 
@@ -54,7 +55,16 @@ async def _sdks(server: Any) -> dict[str, Any]:
         ["executions"],
         {"E2B_API_URL": base, "E2B_SANDBOX_URL": base, "E2B_API_KEY": KEY_A},
     )
-    return {"prime": prime, "e2b": e2b}
+    daytona = await run_scenario(
+        "daytona",
+        "daytona_scenarios.py",
+        ["executions"],
+        {"DAYTONA_API_URL": f"{base}/daytona", "DAYTONA_API_KEY": KEY_A},
+    )
+    return {"prime": prime, "e2b": e2b, "daytona": daytona}
+
+
+DAYTONA_EXECUTIONS = ("exec", "code_run", "files", "session", "terminal", "cell")
 
 
 async def test_every_surface_takes_the_same_exec_slots(make_server) -> None:
@@ -71,6 +81,7 @@ async def test_every_surface_takes_the_same_exec_slots(make_server) -> None:
         assert http["piston"][0] == 429 and "exec quota" in http["piston"][1]["message"]
         sdks = await _sdks(server)
         refused = [sdks["prime"]["command"], *(sdks["e2b"][k] for k in ("command", "list", "cell"))]
+        refused += [sdks["daytona"][k] for k in DAYTONA_EXECUTIONS]
         for o in refused:
             assert "exec quota" in o.get("message", ""), sdks
 
@@ -87,5 +98,13 @@ async def test_every_surface_takes_the_same_exec_slots(make_server) -> None:
         assert sdks["prime"]["command"].get("ok", {}).get("stdout") == "ran\n", sdks
         assert sdks["e2b"]["command"].get("ok", {}).get("stdout") == "ran\n", sdks
         assert sdks["e2b"]["list"].get("ok") and sdks["e2b"]["cell"].get("ok") == "42", sdks
+        assert {k: sdks["daytona"][k] for k in DAYTONA_EXECUTIONS} == {
+            "exec": {"ok": "ran\n"},
+            "code_run": {"ok": "ran\n"},
+            "files": {"ok": True},
+            "session": {"ok": "ran\n"},
+            "terminal": {"ok": [5, True]},
+            "cell": {"ok": "42\n"},
+        }, sdks
         await sb.close()
     assert server.core.quotas.execs(OWNER) == 0

@@ -30,6 +30,7 @@ from pathlib import Path
 from typing import IO
 
 from ..errors import LaunchError
+from ..tar_stream import entries
 
 __all__ = ["CACHE_ENV", "cache_root", "clear_cache", "resolve"]
 
@@ -162,20 +163,12 @@ def _unpack_file(p: Path, dest: Path) -> None:
         raise LaunchError(f"image {p} is not a tar archive: {e}", step="image") from e
 
 
-def _stream(t: tarfile.TarFile) -> Iterator[tarfile.TarInfo]:
-    """The entries of `t`, each forgotten once the next is read (a `TarFile` keeps a list of every
-    entry it has read: a root file system of a million files would be that many in memory)."""
-    while (m := t.next()) is not None:
-        t.members.clear()
-        yield m
-
-
 def _scan(p: Path) -> tuple[bool, int]:
     """Whether the tarball `p` is a `docker save` archive (it has a `manifest.json`), and its
     number of entries, read as a stream."""
     saved, n = False, 0
     with tarfile.open(p, mode="r|*") as t:
-        for m in _stream(t):
+        for m in entries(t):
             n += 1
             saved = saved or m.name == "manifest.json"
     return saved, n
@@ -213,7 +206,7 @@ def _apply_layer(open_layer: Callable[[], tarfile.TarFile], dest: Path) -> None:
     directory's marker may come after the directory's new files), then the rest is extracted with
     owners and modes kept, and nothing lands outside `dest` (see `_inside`)."""
     with open_layer() as t:
-        for m in _stream(t):
+        for m in entries(t):
             parent, _, base = m.name.rstrip("/").rpartition("/")
             target = dest / parent
             if base == OPAQUE:
@@ -224,7 +217,7 @@ def _apply_layer(open_layer: Callable[[], tarfile.TarFile], dest: Path) -> None:
                 _remove(target / base[len(WHITEOUT) :])
 
     def members(t: tarfile.TarFile) -> Iterator[tarfile.TarInfo]:
-        for m in _stream(t):
+        for m in entries(t):
             base = m.name.rstrip("/").rpartition("/")[2]
             if base.startswith(WHITEOUT) or m.isdev():
                 continue

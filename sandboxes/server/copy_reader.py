@@ -31,8 +31,9 @@ import posixpath
 import resource
 import sys
 import tarfile
-from collections.abc import Iterator
 from typing import IO, Any
+
+from sandboxes import tar_stream
 
 PROGRESS = 1000  # entries between two `read` lines
 MAX_PATH = 4096  # bytes of a path or a link's target the reader passes on
@@ -42,14 +43,6 @@ CHUNK = 1 << 20
 
 class Refused(Exception):
     """The archive is not one a copy takes: the message says why."""
-
-
-def _entries(tar: tarfile.TarFile) -> Iterator[tarfile.TarInfo]:
-    """The archive's entries in order, each forgotten once the next is read (a `TarFile` keeps a
-    list of every entry it has read)."""
-    while (m := tar.next()) is not None:
-        tar.members.clear()
-        yield m
 
 
 class Copy:
@@ -86,7 +79,7 @@ def check(archive: str, copy: Copy, max_entries: int, max_bytes: int, out: IO[by
     entries = total = matched = 0
     first: tarfile.TarInfo | None = None
     with tarfile.open(archive, mode="r|*") as tar:
-        for m in _entries(tar):
+        for m in tar_stream.entries(tar):
             entries += 1
             if entries > max_entries:
                 raise Refused(
@@ -116,7 +109,7 @@ def place(archive: str, copy: Copy, out: IO[bytes]) -> int:
     """The second reading: the matching entries' records, file data included."""
     n = 0
     with tarfile.open(archive, mode="r|*") as tar:
-        for m in _entries(tar):
+        for m in tar_stream.entries(tar):
             if not copy.matches(posixpath.normpath(m.name)):
                 continue
             n += 1

@@ -6,7 +6,8 @@ sandboxes and charge their executions here, and nowhere else:
   TTL, shared with the other replicas of a cluster);
 - `one_shot` a sandbox for one request (the SandboxFusion and Piston runs): the same admission,
   quota and pool, never registered, destroyed when the request ends;
-- `exec_slot` around every execution in a sandbox, from any surface;
+- `session(rec, method)`, the one way a surface runs a program in a sandbox: each holds one of the
+  owner's exec slots (`exec_slot`) while it runs (`session.py`);
 - `checkpoint`, `fork` and the caller's checkpoints (`sandboxes.checkpoints`), counted in its
   quotas; `claim(checkpoint=...)` makes a sandbox from one;
 - `pause` and `resume` a sandbox where it runs (its TTL stops while paused).
@@ -33,6 +34,7 @@ from sandboxes.server.ports import TOKEN_ATTR, port_token
 from sandboxes.server.quota import Quotas
 from sandboxes.server.registry import Record, Registry
 from sandboxes.server.replicated import Codec, SharedRecords
+from sandboxes.server.session import Session
 from sandboxes.server.template_build import TEMPLATE_LABEL, Builder, start_and_wait
 from sandboxes.server.validation import Bounds, Validator
 from sandboxes.server.volume_versions import ATTACHMENTS_ATTR, VOLUME_LABEL, VolumeVersions, attachments_codec
@@ -785,6 +787,10 @@ class ServerCore:
         await self.delete_record(rec, "ttl")
 
     # -- execution ---------------------------------------------------------------------------
+
+    def session(self, rec: Record, method: str) -> Session:
+        """`rec`'s sandbox as `method` runs programs in it, each charged to `rec.owner`."""
+        return Session(self, rec, method)
 
     @contextlib.contextmanager
     def exec_slot(self, owner: str, method: str) -> Iterator[None]:

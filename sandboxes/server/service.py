@@ -353,8 +353,7 @@ class SandboxService:
         if "terminal" in kwargs:
             raise E.InvalidRequest("a terminal is interactive: start it with ExecStream")
         rec = await self.core.record(req.sandbox_id, owner)
-        with self.core.exec_slot(owner, "Exec"):
-            result = await rec.sandbox.exec(argv, stdin=req.stdin, **kwargs)
+        result = await self.core.session(rec, "Exec").exec(argv, stdin=req.stdin, **kwargs)
         return result_to_pb(result)
 
     async def exec_stream(
@@ -371,67 +370,65 @@ class SandboxService:
         if req.stdin:
             raise E.InvalidRequest("ExecStream sends stdin as separate messages, not in `start`")
         rec = await self.core.record(req.sandbox_id, owner)
-        with self.core.exec_slot(owner, "ExecStream"):
-            stream = rec.sandbox.exec_stream(argv, **kwargs)
-            pump = asyncio.ensure_future(self._pump_input(request_iterator, stream))
-            events = stream.__aiter__()
-            next_event: asyncio.Future | None = None
-            exited = False
-            try:
+        stream = self.core.session(rec, "ExecStream").exec_stream(argv, **kwargs)
+        pump = asyncio.ensure_future(self._pump_input(request_iterator, stream))
+        events = stream.__aiter__()
+        next_event: asyncio.Future | None = None
+        exited = False
+        try:
+            while True:
+                next_event = asyncio.ensure_future(events.__anext__())
                 while True:
-                    next_event = asyncio.ensure_future(events.__anext__())
-                    while True:
-                        # The input's failure first, whenever it came: during the wait or while
-                        # this generator was suspended at a `yield` (the transport taking an event).
-                        if pump.done() and (failed := pump.exception()) is not None:
-                            raise failed
-                        if next_event.done():
-                            break
-                        waiting = {next_event} if pump.done() else {next_event, pump}
-                        done, _ = await asyncio.wait(
-                            waiting,
-                            timeout=self.config.stream_keepalive_s,
-                            return_when=asyncio.FIRST_COMPLETED,
-                        )
-                        if not done:  # quiet program: tell the client (and proxies) we are alive
-                            yield cpb.ExecEvent(keepalive=cpb.ExecEvent.Keepalive())
-                    try:
-                        ev = next_event.result()
-                    except StopAsyncIteration:
-                        return
-                    if ev.kind == "exit":
-                        exited = True
-                    yield event_to_pb(ev)
-                    if exited:
-                        return
-            finally:
-                # Cancelled call, client error or exit: stop reading input and never leave a task
-                # behind; cancelling the native stream resets the call, and the agent kills the
-                # program at once.
-                if not pump.done():
-                    pump.cancel()
-                if next_event is not None and not next_event.done():
-                    next_event.cancel()
-                await _close_stream(stream)
-                for task in (pump, next_event):
-                    if task is not None:
-                        with contextlib.suppress(BaseException):
-                            await task
+                    # The input's failure first, whenever it came: during the wait or while
+                    # this generator was suspended at a `yield` (the transport taking an event).
+                    if pump.done() and (failed := pump.exception()) is not None:
+                        raise failed
+                    if next_event.done():
+                        break
+                    waiting = {next_event} if pump.done() else {next_event, pump}
+                    done, _ = await asyncio.wait(
+                        waiting,
+                        timeout=self.config.stream_keepalive_s,
+                        return_when=asyncio.FIRST_COMPLETED,
+                    )
+                    if not done:  # quiet program: tell the client (and proxies) we are alive
+                        yield cpb.ExecEvent(keepalive=cpb.ExecEvent.Keepalive())
+                try:
+                    ev = next_event.result()
+                except StopAsyncIteration:
+                    return
+                if ev.kind == "exit":
+                    exited = True
+                yield event_to_pb(ev)
+                if exited:
+                    return
+        finally:
+            # Cancelled call, client error or exit: stop reading input and never leave a task
+            # behind; cancelling the native stream resets the call, and the agent kills the
+            # program at once.
+            if not pump.done():
+                pump.cancel()
+            if next_event is not None and not next_event.done():
+                next_event.cancel()
+            await _close_stream(stream)
+            for task in (pump, next_event):
+                if task is not None:
+                    with contextlib.suppress(BaseException):
+                        await task
 
     async def run_tests(self, req: pb.RunTestsRequest, context: Any, owner: str) -> cpb.RunTestsReport:
         """Judge a program in the caller's sandbox; counts as one execution in flight."""
         args = self.validate.run_tests(req)
         rec = await self.core.record(req.sandbox_id, owner)
-        with self.core.exec_slot(owner, "RunTests"):
-            report = await rec.sandbox.run_tests(
-                args.source,
-                args.tests,
-                language=args.language,
-                limits=args.limits,
-                stop_on_first_failure=args.stop_on_first_failure,
-                compare=args.compare,
-                float_tolerance=args.float_tolerance,
-            )
+        report = await self.core.session(rec, "RunTests").run_tests(
+            args.source,
+            args.tests,
+            language=args.language,
+            limits=args.limits,
+            stop_on_first_failure=args.stop_on_first_failure,
+            compare=args.compare,
+            float_tolerance=args.float_tolerance,
+        )
         self._count_verdicts(args.language, report)
         return report_to_pb(report, excerpt_bytes=args.excerpt_bytes)
 
@@ -448,13 +445,13 @@ class SandboxService:
         batch = self.validate.run_tests_batch(req)
         rec = await self.core.record(req.sandbox_id, owner)
         gradings = [a.grading() for a in batch]
-        with self.core.exec_slot(owner, "RunTestsBatch"):
-            async with rec.sandbox.run_tests_batch(gradings, parallelism=req.parallelism or 1) as stream:
-                async for i, report in stream:
-                    self._count_verdicts(batch[i].language, report)
-                    yield cpb.RunTestsBatchResult(
-                        index=i, report=report_to_pb(report, excerpt_bytes=batch[i].excerpt_bytes)
-                    )
+        session = self.core.session(rec, "RunTestsBatch")
+        async with session.run_tests_batch(gradings, parallelism=req.parallelism or 1) as stream:
+            async for i, report in stream:
+                self._count_verdicts(batch[i].language, report)
+                yield cpb.RunTestsBatchResult(
+                    index=i, report=report_to_pb(report, excerpt_bytes=batch[i].excerpt_bytes)
+                )
 
     async def _pump_input(self, request_iterator: Any, stream: Any) -> None:
         """Forward the client's stdin / close_stdin / signal messages to the running program.

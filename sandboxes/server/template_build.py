@@ -36,7 +36,7 @@ import shlex
 import sys
 import time
 from collections import defaultdict
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncGenerator, AsyncIterator, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Self
@@ -508,7 +508,7 @@ class _Archive:
             if "checked" in rec:
                 return int(rec["matched"])
 
-    async def entries(self) -> AsyncIterator[tuple[str, str, Any]]:
+    async def entries(self) -> AsyncGenerator[tuple[str, str, Any]]:
         """("file", path, (data, mode)), ("dir", path, None) and ("link", path, target)."""
         assert self.proc is not None and self.proc.stdout is not None
         while "end" not in (rec := await self._record()):

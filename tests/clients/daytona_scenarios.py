@@ -310,7 +310,58 @@ async def bench(n: str | None) -> dict[str, Any]:
         return {"exec_true": times}
 
 
+async def executions(_: str | None) -> dict[str, Any]:
+    """Every kind of execution the SDK makes in a sandbox: a command, code_run, a file listing
+    (a program the toolbox runs), a session's command, a terminal and an interpreter cell; each
+    one's result, or the error the SDK raised."""
+    async with AsyncDaytona() as d:
+        sb = await d.create()
+        try:
+            p = sb.process
+
+            async def session() -> str:
+                await p.create_session("slots")
+                try:
+                    r = await p.execute_session_command("slots", SessionExecuteRequest(command="echo ran"))
+                    return r.stdout or r.output or ""
+                finally:
+                    await p.delete_session("slots")
+
+            async def terminal() -> list[Any]:
+                seen = bytearray()
+                term = await p.create_pty_session("slots", on_data=seen.extend)
+                await term.send_input("echo r$((1))an; exit 5\n")
+                return [(await term.wait()).exit_code, b"r1an" in seen]
+
+            async def cell() -> str:
+                r = await sb.code_interpreter.run_code("print(6 * 7)")
+                if r.error:  # how the SDK reports a cell the toolbox refused
+                    raise RuntimeError(f"{r.error.name}: {r.error.value}")
+                return r.stdout
+
+            async def command() -> str:
+                return (await p.exec("echo ran")).result
+
+            async def code() -> str:
+                return (await p.code_run("print('ran')")).result
+
+            async def listing() -> bool:
+                return isinstance(await sb.fs.list_files("."), list)
+
+            return {
+                "exec": await aattempt(command()),
+                "code_run": await aattempt(code()),
+                "files": await aattempt(listing()),
+                "session": await aattempt(session()),
+                "terminal": await aattempt(terminal()),
+                "cell": await aattempt(cell()),
+            }
+        finally:
+            await sb.delete()
+
+
 SCENARIOS = {
+    "executions": executions,
     "lifecycle": lifecycle,
     "images": images,
     "sync_client": sync_client,

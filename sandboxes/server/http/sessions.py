@@ -64,7 +64,6 @@ class Session:
     listeners: set[asyncio.Queue] = field(default_factory=set)
     seen_keys: dict[str, None] = field(default_factory=dict)
     pump: asyncio.Task | None = None
-    slot: contextlib.ExitStack = field(default_factory=contextlib.ExitStack)  # the key's exec quota
 
     def once(self, key: str | None) -> bool:
         """False for an idempotency key this session has already applied."""
@@ -165,13 +164,8 @@ class Programs:
             raise ConnectError(
                 Code.RESOURCE_EXHAUSTED, f"at most {MAX_SESSIONS_PER_SANDBOX} running processes"
             )
-        slot = contextlib.ExitStack()
         try:
-            slot.enter_context(self.core.exec_slot(rec.owner, self.attr))
-        except E.QuotaExceeded as e:
-            raise ConnectError(Code.RESOURCE_EXHAUSTED, e.message) from None
-        try:
-            stream = rec.sandbox.exec_stream(
+            stream = self.core.session(rec, self.attr).exec_stream(
                 argv,
                 env=env or None,
                 cwd=cwd,
@@ -183,7 +177,8 @@ class Programs:
             )
             first = await stream.__anext__()
         except BaseException as e:
-            slot.close()
+            if isinstance(e, E.QuotaExceeded):
+                raise ConnectError(Code.RESOURCE_EXHAUSTED, e.message) from None
             if isinstance(e, E.InvalidRequest):
                 raise ConnectError(Code.INVALID_ARGUMENT, e.message) from None
             if isinstance(e, E.NotFound):
@@ -191,7 +186,7 @@ class Programs:
             if isinstance(e, E.SandboxError):
                 raise ConnectError(Code.UNAVAILABLE, f"{e.kind.value}: {e.message}") from None
             raise
-        s = Session(stream=stream, name=name, spec=spec, slot=slot, terminal=terminal is not None)
+        s = Session(stream=stream, name=name, spec=spec, terminal=terminal is not None)
         if first.kind == "started":
             s.pid = first.pid or 0
         sessions.live.add(s)
@@ -226,7 +221,7 @@ class Programs:
         except Exception as e:  # noqa: BLE001 - the sandbox went away mid-stream
             log.info("session %s ended without an exit: %s", s.name or s.pid, e)
         finally:
-            s.slot.close()
+            s.stream.cancel()  # over: its exec slot is given back
             s.end = self.end_of(result)
             s.ended_at = time.monotonic()
             sessions.live.discard(s)

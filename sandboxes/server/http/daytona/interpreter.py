@@ -96,7 +96,7 @@ class CodeInterpreter:
                 isinstance(timeout, bool) or not isinstance(timeout, int) or timeout < 0
             ):
                 raise Refused(400, "timeout must be a whole number of seconds")
-            with self.toolbox.core.exec_slot(rec.owner, "daytona.run_code"):
+            with self.toolbox.core.session(rec, "daytona.run_code").charge():
                 ctx = await self.kernels.context(rec, sb.work_dir, request.get("contextId"), None)
                 restarted = await self.kernels.begin(rec, ctx, request["code"], {**sb.env, **envs})
                 code = await self._relay(ws, self.kernels.events(rec, ctx, restarted), timeout or None)

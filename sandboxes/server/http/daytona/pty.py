@@ -52,12 +52,14 @@ _ID = re.compile(r"[A-Za-z0-9._-]{1,128}")
 class Pty:
     """One session: its shell on a terminal and the connections that watch it."""
 
-    def __init__(self, pty_id: str, sb: Any, cwd: str, envs: dict[str, str], rows: int, cols: int) -> None:
+    def __init__(
+        self, pty_id: str, session: Any, cwd: str, envs: dict[str, str], rows: int, cols: int
+    ) -> None:
         self.id, self.cwd, self.envs, self.rows, self.cols = pty_id, cwd, envs, rows, cols
         self.created_at = time.time()
         self.exit_code: int | None = None
         self.connections: set[WebSocket] = set()
-        self.stream = sb.exec_stream(
+        self.stream = session.exec_stream(
             ["/bin/sh", "-c", _SHELL], cwd=cwd, env=envs, terminal=(rows, cols), limits=PTY_LIMITS
         )
         self.ended = asyncio.Event()
@@ -203,7 +205,8 @@ class Ptys:
                 raise Refused(400, "rows and cols must be from 1 to 1000")
             cwd = self.toolbox._path(sb, q["cwd"], "cwd") if q.get("cwd") else sb.work_dir
             envs = {**sb.env, **_envs(ws.scope.get("subprotocols") or [])}
-            ptys[pty_id] = p = Pty(pty_id, rec.sandbox, cwd, envs, rows, cols)
+            session = self.toolbox.core.session(rec, "daytona.pty")  # the shell holds a slot while it runs
+            ptys[pty_id] = p = Pty(pty_id, session, cwd, envs, rows, cols)
         except (Refused, E.SandboxError, ValueError) as e:
             message = (
                 e.message if isinstance(e, (Refused, E.SandboxError)) else "rows and cols must be numbers"

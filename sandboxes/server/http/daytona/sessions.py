@@ -18,6 +18,7 @@ import contextlib
 import re
 import shlex
 import uuid
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -41,6 +42,14 @@ class Command:
     command: str
     exit_code: int | None = None
     done: asyncio.Event = field(default_factory=asyncio.Event)
+    # Gives back the exec slot the command holds while it runs (`ServerCore.session`).
+    release: Callable[[], None] = lambda: None
+
+    def finish(self, exit_code: int) -> None:
+        if self.exit_code is None:
+            self.exit_code = exit_code
+        self.done.set()
+        self.release()
 
     def to_json(self) -> dict[str, Any]:
         return {"id": self.id, "command": self.command, "exitCode": self.exit_code}
@@ -92,19 +101,17 @@ class Session:
                     parts = line.decode(errors="replace").split(" ")
                     c = self.commands.get(parts[1]) if len(parts) == 3 and parts[0] == _MARK else None
                     if c is not None and c.exit_code is None:
-                        c.exit_code = int(parts[2])
-                        c.done.set()
+                        c.finish(int(parts[2]))
         finally:
             for c in self.commands.values():  # the shell ended: nothing more will end
-                if c.exit_code is None:
-                    c.exit_code = -1
-                c.done.set()
+                c.finish(-1)
 
-    async def run(self, command: str) -> Command:
-        """Starts `command` in the shell; its `Command` (await `done` for its end)."""
+    async def run(self, command: str, release: Callable[[], None]) -> Command:
+        """Starts `command` in the shell; its `Command` (await `done` for its end), which calls
+        `release` as it ends."""
         if len(self.commands) >= MAX_COMMANDS:
             raise E.QuotaExceeded(f"a session runs at most {MAX_COMMANDS} commands")
-        c = Command(id=str(uuid.uuid4()), command=command)
+        c = Command(id=str(uuid.uuid4()), command=command, release=release)
         base = f"{self.dir}/{c.id}"
         async with self._lock:  # one command after another, as the shell runs them
             if self._reader.done():  # the last command ended the shell: the session goes on in a new one

@@ -152,7 +152,7 @@ class Toolbox:
             raise Refused(400, "timeout must be a whole number of seconds")
         envs = str_map(body.get("envs"), "envs")
         cwd = self._path(sb, body["cwd"], "cwd") if body.get("cwd") else sb.work_dir
-        r = await rec.sandbox.exec(
+        r = await self.core.session(rec, "daytona.exec").exec(
             argv, env={**sb.env, **envs}, cwd=cwd, timeout=timeout or DEFAULT_TIMEOUT_S, limits=COMMAND_LIMITS
         )
         if r.timed_out:
@@ -218,7 +218,12 @@ class Toolbox:
         command = body.get("command")
         if not isinstance(command, str) or not command:
             raise Refused(400, "command is required")
-        c = await session.run(command)
+        release = self.core.session(rec, "daytona.session").hold()
+        try:
+            c = await session.run(command, release)
+        except BaseException:
+            release()
+            raise
         if body.get("runAsync") or body.get("async"):
             return JSONResponse({"cmdId": c.id}, status_code=202)
         await c.done.wait()
@@ -289,7 +294,7 @@ class Toolbox:
     # -- files -----------------------------------------------------------------------------------
 
     async def _shell(self, rec: Any, sb: Any, script: str, *args: str) -> Any:
-        return await rec.sandbox.exec(
+        return await self.core.session(rec, "daytona.files").exec(
             ["/bin/sh", "-c", script, "sh", *args],
             cwd=sb.work_dir,
             timeout=300,

@@ -99,13 +99,12 @@ class Filesystem:
         rec, sb = target()
         request_user(ctx, sb)
         try:
-            with self.core.exec_slot(rec.owner, f"e2b.{op}"):
-                r = await rec.sandbox.exec(
-                    ["/bin/sh", "-c", _SCRIPTS[op], _FORMAT, *args],
-                    cwd=sb.work_dir,
-                    timeout=60,
-                    limits=Limits(max_output_bytes=LISTING_BYTES),
-                )
+            r = await self.core.session(rec, f"e2b.{op}").exec(
+                ["/bin/sh", "-c", _SCRIPTS[op], _FORMAT, *args],
+                cwd=sb.work_dir,
+                timeout=60,
+                limits=Limits(max_output_bytes=LISTING_BYTES),
+            )
         except E.QuotaExceeded as e:
             raise ConnectError(Code.RESOURCE_EXHAUSTED, e.message) from None
         except E.SandboxError as e:

@@ -20,10 +20,9 @@ that has ended.
 
 from __future__ import annotations
 
-import contextlib
 import json
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from typing import Any
 
 from starlette.requests import Request
@@ -88,20 +87,19 @@ class Interpreter:
         if context_id and language:
             raise Refused(400, "Only one of context_id or language can be provided")
         # The cell is an execution of the sandbox owner's: it holds an exec slot until it ends.
-        slot = contextlib.ExitStack()
-        slot.enter_context(self.core.exec_slot(rec.owner, "e2b.run_code"))
+        release = self.core.session(rec, "e2b.run_code").hold()
         try:
             ctx = await self.kernels.context(rec, sb.work_dir, context_id, language)
             restarted = await self.kernels.begin(rec, ctx, code, env)
         except BaseException:
-            slot.close()
+            release()
             raise
-        return StreamingResponse(self._cell(rec, ctx, restarted, slot), media_type="application/x-ndjson")
+        return StreamingResponse(self._cell(rec, ctx, restarted, release), media_type="application/x-ndjson")
 
     async def _cell(
-        self, rec: Any, ctx: Any, restarted: bool, slot: contextlib.ExitStack
+        self, rec: Any, ctx: Any, restarted: bool, release: Callable[[], None]
     ) -> AsyncIterator[bytes]:
-        """The cell's events as NDJSON lines; the exec `slot` is held until the cell ends (a
+        """The cell's events as NDJSON lines; its exec slot is held until the cell ends (a
         client gone mid-cell closes this generator, which interrupts the cell at once)."""
         events = self.kernels.events(rec, ctx, restarted)
         try:
@@ -111,7 +109,7 @@ class Interpreter:
                 yield _line(event)
         finally:
             await events.aclose()
-            slot.close()
+            release()
 
     async def create_context(self, request: Request, rec: Any, sb: Any) -> Response:
         body = await self._body(request)

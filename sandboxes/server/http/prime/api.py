@@ -227,11 +227,11 @@ class ControlPlane:
             raise E.NotFound(f"Sandbox {sandbox_id} not found")
         return rec, rec.attrs["prime"]
 
-    def _record_of(self, owner: str) -> Any:
-        """`lookup` of `owner`'s live records for `jobs.statuses`."""
+    def _session_of(self, owner: str) -> Any:
+        """`lookup` of a session of `owner`'s live records for `jobs.statuses`."""
 
         async def lookup(sandbox_id: str) -> Any:
-            return (await self._live(owner, sandbox_id))[0]
+            return self.core.session((await self._live(owner, sandbox_id))[0], "prime.job_status")
 
         return lookup
 
@@ -353,7 +353,7 @@ class ControlPlane:
     async def job_statuses(self, request: Request, owner: str) -> Any:
         body = await self._body(request)
         wanted = body.get("jobs") if isinstance(body, dict) else None
-        return JSONResponse(await jobs.statuses(wanted, self._record_of(owner)))
+        return JSONResponse(await jobs.statuses(wanted, self._session_of(owner)))
 
     # -- idle timeouts -----------------------------------------------------------------------
 

@@ -234,15 +234,14 @@ class Gateway:
         cwd = body.get("working_dir") or None
         if cwd is not None and not isinstance(cwd, str):
             raise E.InvalidRequest("working_dir must be a string")
-        with self.core.exec_slot(rec.owner, "prime.exec"):
-            r = await rec.sandbox.exec(
-                ["/bin/bash", "-c", body["command"]],
-                env=env or None,
-                cwd=cwd,
-                timeout=float(timeout),
-                limits=COMMAND_LIMITS,
-                keep_descendants=True,
-            )
+        r = await self.core.session(rec, "prime.exec").exec(
+            ["/bin/bash", "-c", body["command"]],
+            env=env or None,
+            cwd=cwd,
+            timeout=float(timeout),
+            limits=COMMAND_LIMITS,
+            keep_descendants=True,
+        )
         if r.timed_out:
             raise Refused(408, f"command timed out after {timeout:g}s")
         code = 128 + r.signal if r.signal else r.exit_code

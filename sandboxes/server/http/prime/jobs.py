@@ -36,8 +36,8 @@ done
 
 
 async def statuses(wanted: Any, lookup: Callable[[str], Awaitable[Any]]) -> dict[str, Any]:
-    """The batch answer for `wanted` (`[{sandbox_id, job_id}]`); `lookup(id)` gives the caller's
-    record or raises `NotFound`."""
+    """The batch answer for `wanted` (`[{sandbox_id, job_id}]`); `lookup(id)` gives a charged
+    session of the caller's record (`ServerCore.session`) or raises `NotFound`."""
     if not isinstance(wanted, list) or not wanted or len(wanted) > MAX_BATCH:
         raise E.InvalidRequest(f"jobs must be a list of 1 to {MAX_BATCH} jobs")
     by_sandbox: dict[str, list[str]] = {}
@@ -54,11 +54,13 @@ async def statuses(wanted: Any, lookup: Callable[[str], Awaitable[Any]]) -> dict
             errors.extend({"sandbox_id": sid, "job_id": j, "code": code, "message": message} for j in ids)
 
         try:
-            rec = await lookup(sid)
+            session = await lookup(sid)
         except E.NotFound:
             return fail("NOT_FOUND", f"Sandbox {sid} not found")
         try:
-            r = await rec.sandbox.exec(["/bin/sh", "-c", _SCRIPT, "sh", *ids], timeout=STATUS_TIMEOUT_S)
+            r = await session.exec(["/bin/sh", "-c", _SCRIPT, "sh", *ids], timeout=STATUS_TIMEOUT_S)
+        except E.QuotaExceeded:
+            raise  # the key's, not the job's: the whole batch is refused
         except E.SandboxError as e:
             return fail("NOT_RUNNING", f"{e.kind.value}: {e.message}")
         if r.exit_code != 0:
