@@ -23,6 +23,7 @@ __all__ = [
     "Conflict",
     "Draining",
     "ErrorKind",
+    "ImageUnavailable",
     "InvalidRequest",
     "LaunchError",
     "NoSpace",
@@ -242,6 +243,16 @@ class LaunchError(SandboxError):
     """A sandbox could not be started; `step` names the step that failed."""
 
     kind = ErrorKind.LAUNCH
+
+
+class ImageUnavailable(LaunchError):
+    """The image a sandbox was asked of cannot be had here (not in the engine, nothing pulled,
+    not a root file system): the caller's to change, not to retry. Its step is `image`."""
+
+    retryable = False
+
+    def __init__(self, message: str = "", *, detail: str = "") -> None:
+        super().__init__(message, detail=detail, step=Step.IMAGE)
 
 
 class BackendUnavailable(SandboxError):

@@ -245,5 +245,5 @@ async def test_a_million_entry_archive_is_refused_in_bounded_memory_and_no_other
     # server's threads makes them twice as slow and holds some up for a second and more).
     assert len(during) >= 5, during
     assert statistics.median(during) < 2 * statistics.median(usual), (statistics.median(during), usual)
-    assert max(during) < 20 * max(usual), (max(during), max(usual))
+    assert max(during) < max(1.0, 20 * max(usual)), (max(during), max(usual))
     assert len(server.service.registry) == 0

@@ -132,7 +132,9 @@ PROBE = textwrap.dedent("""
 """)
 
 
-async def test_no_sandbox_steers_the_helper_through_its_files(make_pool, canary: Listener, tmp_path: Path) -> None:
+async def test_no_sandbox_steers_the_helper_through_its_files(
+    make_pool, canary: Listener, tmp_path: Path
+) -> None:
     """50 fresh root sandboxes, each planting a hosts file that sends `localhost` elsewhere and
     an NSS module in its `/usr` named by its `nsswitch.conf`: every one reaches the host's real
     `localhost` server through the proxy, the module is never loaded (the canary on the host's

@@ -28,7 +28,9 @@ from typing import Any
 from sandboxes import errors as E
 from sandboxes.checkpoints import DEFAULT_TTL_S as DEFAULT_CHECKPOINT_TTL_S
 from sandboxes.egress import EgressPolicy
+from sandboxes.errors import Step
 from sandboxes.server.built_templates import BuiltTemplates
+from sandboxes.server.create import CreateSpec, Source, resolve
 from sandboxes.server.metrics import Metrics
 from sandboxes.server.ports import TOKEN_ATTR, port_token
 from sandboxes.server.quota import Quotas
@@ -253,6 +255,38 @@ class ServerCore:
                 finally:
                     self.quotas.release_sandbox(owner)
 
+    async def create(self, owner: str, spec: CreateSpec) -> tuple[Record, Source]:
+        """A sandbox of `owner`'s as `spec` asks: the one way every surface makes a sandbox that
+        outlives its call. Resolves the spec's source once (`create.resolve`), claims it (quota,
+        idempotency across retries, TTL), gives it `spec.network` before anything of it runs, then
+        starts a built template's start command; a failure after the claim deletes the sandbox.
+        An image that cannot be had is `ImageUnavailable`. The record and what its source
+        resolved to."""
+        source = await resolve(self, owner, spec)
+        try:
+            rec = await self.claim(
+                owner,
+                source.template,
+                labels=spec.labels,
+                env={**(source.build.env if source.build is not None else {}), **spec.env},
+                files=spec.files,
+                ttl_s=spec.ttl_s,
+                timeout=spec.timeout,
+                idempotency_key=spec.idempotency_key,
+                checkpoint=source.checkpoint,
+                volumes=spec.volumes,
+                versioned_volumes=spec.versioned_volumes,
+                network=source.network,
+                built=source.built,
+                on_ttl=spec.on_ttl,
+                pause_memory=spec.pause_memory,
+            )
+        except E.LaunchError as e:
+            if e.step is not Step.IMAGE or isinstance(e, E.ImageUnavailable):
+                raise
+            raise E.ImageUnavailable(e.message, detail=e.detail) from e
+        return rec, source
+
     async def claim(
         self,
         owner: str,
@@ -268,22 +302,21 @@ class ServerCore:
         checkpoint: str | None = None,
         volumes: dict[str, tuple[str, bool]] | None = None,
         versioned_volumes: list[tuple[str, str, bool]] | None = None,
+        network: EgressPolicy | None = None,
+        built: tuple[Any, Any] | None = None,
+        on_ttl: str = "delete",
+        pause_memory: bool = True,
     ) -> Record:
-        """Claim a sandbox of `template` for `owner` and register it: the one way every API
-        creates a sandbox that outlives its call (quota, idempotency across retries, TTL).
-        Arguments are validated by the caller's surface; `attrs` is what that surface keeps with
-        the record. With `checkpoint` (the id of one of `owner`'s checkpoints) the sandbox is made
-        from it, and `template` is the checkpoint's. A `template` that names none of the server's
-        but one `owner` built (`name`, `name:tag` or its id) is made from that build, its start
-        command running (`start_built`). `volumes` maps paths in the sandbox to `owner`'s volumes
+        """Claim a sandbox of `template` (a template of the server's) for `owner` and register it
+        (quota, idempotency across retries, TTL); `create` is the surfaces' way in. Arguments are
+        validated by the caller; `attrs` is what the caller keeps with the record. With
+        `checkpoint` (the id of one of `owner`'s checkpoints) the sandbox is made from it, and
+        `template` is the checkpoint's. `volumes` maps paths in the sandbox to `owner`'s volumes
         (id or name, read-only) mounted there; `versioned_volumes` (name, path, read-only) are
         `owner`'s volumes kept as versions (`volume_versions.py`) attached at their paths, each as
-        its head is now (the record's `ATTACHMENTS_ATTR`)."""
-        built = None
-        if checkpoint is None and template not in self.pool.templates:
-            built = self.built.ready_build(owner, template)
-            if built is not None:
-                checkpoint = built[1].checkpoint
+        its head is now (the record's `ATTACHMENTS_ATTR`). `network` is given to the sandbox, and
+        then `built`'s start command runs (`start_built`), before the claim answers: a retry with
+        the same idempotency key gets the sandbox once both are done."""
         if checkpoint is not None:
             template = self.restorable(owner, checkpoint).template
         self._admit(template)
@@ -311,6 +344,8 @@ class ServerCore:
             volumes,
             built,
             versioned_volumes,
+            network,
+            (on_ttl, pause_memory),
         )
         if key is None:
             # Without a key nobody can pick the sandbox up later: a cancelled call cancels the claim.
@@ -335,6 +370,8 @@ class ServerCore:
         volumes=None,
         built=None,
         versioned_volumes=None,
+        network=None,
+        lifetime=("delete", True),
     ) -> Record:
         """Claim from the pool and register; owns one unit of `owner`'s sandbox quota."""
         started = time.perf_counter()
@@ -362,9 +399,16 @@ class ServerCore:
         if attachments:
             attrs = {**(attrs or {}), ATTACHMENTS_ATTR: attachments}
         rec = await self._register(sb, owner, template, labels, env, ttl_s, timeout, key, attrs, started)
-        if built is not None:
-            t, build = built
-            await self.start_built(rec, t, build, env)
+        rec.on_ttl, rec.pause_memory = lifetime
+        try:
+            if network is not None:  # fenced before anything of the sandbox's runs
+                await self.set_network(rec, network)
+            if built is not None:
+                t, build = built
+                await self.start_built(rec, t, build, env)
+        except BaseException:
+            await self.delete_record(rec, "create failed")
+            raise
         return rec
 
     async def _register(
@@ -473,14 +517,13 @@ class ServerCore:
 
     async def start_built(self, rec: Record, t: Any, build: Any, env: dict[str, str] | None = None) -> None:
         """A sandbox of a built template, made from its checkpoint, starts as its build ended:
-        the template's start command running and its ready command succeeding (else the sandbox
-        is deleted and the create fails)."""
+        the template's start command running and its ready command succeeding (else
+        `LaunchError`, and the claim deletes the sandbox)."""
         self.built.spawned(t)
         if not build.start_cmd:
             return
         error = await start_and_wait(rec.sandbox, build.start_cmd, build.ready_cmd, build.work_dir, env or {})
         if error:
-            await self.delete_record(rec, "create failed")
             raise E.LaunchError(f"template {t.name!r}: {error}")
 
     async def delete_built_template(self, owner: str, ref: str) -> Any:
@@ -785,6 +828,10 @@ class ServerCore:
         except E.SandboxError as e:
             log.warning("pausing or evicting sandbox %s at its TTL failed (%s); deleting it", rec.id, e)
         await self.delete_record(rec, "ttl")
+
+    def template_of(self, rec: Record) -> Any:
+        """The template `rec`'s sandbox is of (`sandboxes.Template`)."""
+        return self.pool.templates[rec.template]
 
     # -- execution ---------------------------------------------------------------------------
 

@@ -33,6 +33,7 @@ from sandboxes.egress import EgressPolicy
 from sandboxes.sandbox import check_terminal
 from sandboxes.server.auth import ApiKeys
 from sandboxes.server.core import ServerCore, file_map
+from sandboxes.server.create import CreateSpec
 from sandboxes.server.metrics import Metrics
 from sandboxes.server.quota import Quotas
 from sandboxes.server.registry import Record
@@ -166,9 +167,8 @@ class SandboxService:
     async def create(self, req: pb.CreateRequest, context: Any, owner: str) -> pb.Sandbox:
         template = self.validate.template(req.template or self.core.default_template())
         b = self.config.bounds
-        rec = await self.core.claim(
-            owner,
-            template,
+        spec = CreateSpec(
+            template=template,
             labels=self.validate.labels(req.labels),
             env=self.validate.env(req.env),
             files=self.validate.files(req.files),
@@ -178,6 +178,7 @@ class SandboxService:
             checkpoint=req.checkpoint_id or None,
             volumes=self._mounts(req.volumes),
         )
+        rec, _ = await self.core.create(owner, spec)
         return self._sandbox_pb(rec)
 
     # -- volumes -----------------------------------------------------------------------------

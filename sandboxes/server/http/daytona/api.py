@@ -42,13 +42,14 @@ from starlette.routing import Route
 
 from sandboxes import errors as E
 from sandboxes.egress import EgressPolicy
+from sandboxes.server.create import BuildNotReady, CreateSpec
 from sandboxes.server.http.daytona.dockerfile import declared
 from sandboxes.server.http.daytona.fields import image_of, int_of
 from sandboxes.server.http.daytona.images import Images
 from sandboxes.server.http.daytona.state import DaytonaSandbox
 from sandboxes.server.http.endpoint import Envelope, Refused
 from sandboxes.server.http.fields import str_map, volume_mounts
-from sandboxes.server.image_templates import template_for_image, template_with_egress
+from sandboxes.server.image_templates import template_for_image
 from sandboxes.server.template_build import BuildSpec
 
 __all__ = ["ENVELOPE", "PREFIX", "ControlPlane", "error_body"]
@@ -146,12 +147,7 @@ class ControlPlane:
             self.core, owner, body.get("volumes"), volume="volumeId", path="mountPath", what="volumes"
         )
         image = image_of(body)
-        if body.get("buildInfo") is not None:
-            built = await self._declared(owner, body["buildInfo"])
-        else:
-            built = self.core.built.ready_build(owner, image) if image else None
-            if built is None and image and self.core.built.find(owner, image) is not None:
-                raise Refused(400, f"Snapshot {image} is not active")
+        built = await self._declared(owner, body["buildInfo"]) if body.get("buildInfo") is not None else None
         name = body.get("name")
         if name is not None and (not isinstance(name, str) or not 0 < len(name) <= 128):
             raise Refused(400, "name must be a string of 1 to 128 characters")
@@ -160,55 +156,42 @@ class ControlPlane:
         ):
             raise Refused(409, f"Sandbox with name {name} already exists")
         env, labels = str_map(body.get("env"), "env"), str_map(body.get("labels"), "labels")
-        if built is not None:
-            env = {**built[1].env, **env}  # a Dockerfile's ENV, under the create's own
         if len(labels) > MAX_LABELS:
             raise Refused(400, f"at most {MAX_LABELS} labels")
         stop_min = int_of(body.get("autoStopInterval", 15), "autoStopInterval")
         delete_min = int_of(body.get("autoDeleteInterval", -1), "autoDeleteInterval", low=-1)
         archive_min = int_of(body.get("autoArchiveInterval", 7 * 24 * 60), "autoArchiveInterval")
-        policy = _policy(body)
-        checkpoint = built[1].checkpoint if built is not None else None
-        if checkpoint is not None:
-            template = self.core.checkpoint_of(owner, checkpoint).template
-        else:
-            template, _ = await template_for_image(self.core.pool, image)
-        if policy is not None and not self.core.pool.templates[template].has_egress:
-            template = await template_with_egress(self.core.pool, template, ())
-        tp = self.core.pool.templates[template]
+        spec = CreateSpec(
+            template=built[0].id if built is not None else None,
+            image=image or None,
+            env=env,
+            labels=labels,
+            volumes=volumes,
+            network=_policy(body),
+            ttl_s=stop_min * 60.0 if stop_min else None,
+            on_ttl="delete" if delete_min == 0 else "pause",
+            pause_memory=delete_min == 0,
+        )
+        try:
+            rec, source = await self.core.create(owner, spec)
+        except BuildNotReady:
+            raise Refused(400, f"Snapshot {image} is not active") from None
+        except E.ImageUnavailable as e:
+            raise Refused(400, f"image {image!r} could not be pulled: {e.message}") from None
+        template, tp = rec.template, self.core.template_of(rec)
         user = "root" if tp.user == "root" else "daytona"
         if body.get("user") not in (None, user):
-            raise Refused(400, f"user {body['user']!r} does not exist here: programs run as {user!r}")
-        try:
-            rec = await self.core.claim(
-                owner,
-                template,
-                env=env,
-                labels=labels,
-                ttl_s=stop_min * 60.0 if stop_min else None,
-                checkpoint=checkpoint,
-                volumes=volumes,
-            )
-        except E.LaunchError as e:
-            if e.step != "image":
-                raise
-            raise Refused(400, f"image {image!r} could not be pulled: {e.message}") from None
-        try:
-            if policy is not None:
-                await self.core.set_network(rec, policy)
-            if built is not None:
-                await self.core.start_built(rec, *built, env)
-        except E.SandboxError:
             await self.core.delete_record(rec, "create failed")
-            raise
-        rec.on_ttl, rec.pause_memory = ("delete", True) if delete_min == 0 else ("pause", False)
+            raise Refused(400, f"user {body['user']!r} does not exist here: programs run as {user!r}")
+        if source.build is not None:
+            env = {**source.build.env, **env}  # a Dockerfile's ENV, under the create's own
         sb = DaytonaSandbox(
             id=rec.id,
             name=name or rec.id,
             template=template,
             snapshot=image or template,
             user=user,
-            work_dir=(built[1].work_dir if built is not None else "") or tp.work_dir or "/work",
+            work_dir=(source.build.work_dir if source.build is not None else "") or tp.work_dir or "/work",
             env=env,
             labels=labels,
             cpu=max(1, math.ceil(tp.cpu_quota)) if tp.cpu_quota else 1,

@@ -41,6 +41,7 @@ from starlette.routing import Route
 
 from sandboxes import errors as E
 from sandboxes.egress import EgressPolicy
+from sandboxes.server.create import BuildNotReady, CreateSpec
 from sandboxes.server.http.e2b.network import network_json, parse_network
 from sandboxes.server.http.e2b.snapshots import Snapshots
 from sandboxes.server.http.e2b.state import E2bSandbox
@@ -48,7 +49,6 @@ from sandboxes.server.http.e2b.templates import Templates
 from sandboxes.server.http.e2b.volumes import Volumes
 from sandboxes.server.http.endpoint import Envelope, Refused, code_body
 from sandboxes.server.http.fields import str_map, volume_mounts
-from sandboxes.server.image_templates import template_for_image, template_with_egress
 
 __all__ = ["E2B_TEMPLATES", "ControlPlane"]
 
@@ -133,72 +133,43 @@ class ControlPlane:
         )
         # The server's option: a metadata entry that names the image or template to run.
         ref = (metadata.get(self.e2b.image_key) if self.e2b.image_key else None) or template_id
-        checkpoint = None
-        built = self.core.built.ready_build(owner, ref)  # a template built here (`templates.py`)
-        if built is not None:
-            checkpoint = self.core.checkpoint_of(owner, built[1].checkpoint)
-            template = checkpoint.template
-        elif self.core.built.find(owner, ref) is not None:
-            raise Refused(404, f"template {ref!r} has no ready build of that tag")
-        elif ref.startswith("cp-"):  # a snapshot of this key's (`snapshots.py`)
-            try:
-                checkpoint = self.core.restorable(owner, ref)
-            except (E.NotFound, E.InvalidRequest):
-                raise Refused(404, f"template {ref!r} not found") from None
-            template = checkpoint.template
-        else:
-            image = None if ref in E2B_TEMPLATES else ref
-            template, _ = await template_for_image(self.core.pool, image)
-        tp = self.core.pool.templates[template]
-        if policy == EgressPolicy() and tp.network is False:
-            policy = None  # what it has already
-        if policy is not None and not tp.has_egress:
-            try:
-                template = await template_with_egress(self.core.pool, template, ())
-            except E.InvalidRequest as e:
-                raise Refused(400, f"network rules are not available here: {e.message}") from None
-            tp = self.core.pool.templates[template]
+        snapshot = ref.startswith("cp-")  # a snapshot of this key's (`snapshots.py`)
         idem = request.headers.get("idempotency-key")
+        spec = CreateSpec(
+            image=None if snapshot or ref in E2B_TEMPLATES else ref,
+            checkpoint=ref if snapshot else None,
+            env=env,
+            volumes=volumes,
+            network=policy,
+            ttl_s=float(timeout),
+            on_ttl="pause" if auto_pause else "delete",
+            pause_memory=pause_memory,
+            idempotency_key=f"e2b:{idem}" if idem else None,
+        )
         try:
-            rec = await self.core.claim(
-                owner,
-                template,
-                env=env,
-                ttl_s=float(timeout),
-                idempotency_key=f"e2b:{idem}" if idem else None,
-                checkpoint=checkpoint.id if checkpoint is not None else None,
-                volumes=volumes,
-            )
-        except E.LaunchError as e:
-            if e.step != "image":
+            rec, source = await self.core.create(owner, spec)
+        except BuildNotReady as e:
+            raise Refused(404, e.message) from None
+        except E.NotFound:
+            if not snapshot:
                 raise
+            raise Refused(404, f"template {ref!r} not found") from None
+        except E.ImageUnavailable as e:
             # As the platform answers a template it does not have.
             raise Refused(404, f"template {template_id!r} not found: {e.message}") from None
         # A retry with the same idempotency key gets the same record, already attached.
         sb = rec.attrs.get("e2b")
         if sb is None:
+            tp = self.core.template_of(rec)
             sb = self._attach(rec, template_id, metadata, env, tp, tp.network is True)
             sb.domain = self.core.ports_base
-            if built is not None:
-                await self._from_build(rec, sb, *built)
-            if policy is not None:
-                try:
-                    await self.core.set_network(rec, policy)
-                except E.SandboxError:
-                    await self.core.delete_record(rec, "create failed")
-                    raise
+            if source.build is not None:  # it starts where its build ended
+                sb.work_dir = source.build.work_dir or sb.work_dir
             sb.timeout_s = float(timeout)
             if auto_pause:
-                rec.on_ttl, rec.pause_memory = "pause", pause_memory
                 sb.on_timeout, sb.auto_resume = "pause", auto_resume
             await self.core.save(rec)  # any replica of a cluster serves it from now on
         return JSONResponse(sb.created_json(), status_code=201)
-
-    async def _from_build(self, rec: Any, sb: E2bSandbox, t: Any, build: Any) -> None:
-        """A sandbox of a built template starts where its build ended: its work dir, its start
-        command running and ready."""
-        sb.work_dir = build.work_dir or sb.work_dir
-        await self.core.start_built(rec, t, build, sb.env)
 
     @staticmethod
     def _attach(

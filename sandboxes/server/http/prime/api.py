@@ -27,6 +27,7 @@ from starlette.responses import JSONResponse
 from starlette.routing import Route
 
 from sandboxes import errors as E
+from sandboxes.server.create import CreateSpec
 from sandboxes.server.http.endpoint import Envelope, detail_body
 from sandboxes.server.http.prime import jobs
 from sandboxes.server.http.prime.checkpoints import IMAGE_LABEL, Checkpoints
@@ -39,7 +40,6 @@ from sandboxes.server.http.prime.requests import (
 )
 from sandboxes.server.http.prime.state import START_LOG, PrimeSandbox
 from sandboxes.server.http.prime.volumes import Volumes
-from sandboxes.server.image_templates import template_for_image, template_with_egress
 from sandboxes.types import Limits
 
 __all__ = ["ControlPlane"]
@@ -97,57 +97,30 @@ class ControlPlane:
 
     async def create(self, request: Request, owner: str) -> Any:
         args = parse_create(await self._body(request))
-        checkpoint = args.checkpoint_id
-        built = self.core.built.ready_build(owner, args.docker_image) if args.docker_image else None
-        if args.checkpoint_id:
-            cp = self.core.restorable(owner, args.checkpoint_id)
-            args = dataclasses.replace(args, docker_image=cp.labels.get(IMAGE_LABEL, cp.template))
-            template, why = cp.template, f"restored from checkpoint {cp.id}"
-        elif built is not None:  # a template built through the E2B API (`built_templates.py`)
-            checkpoint = built[1].checkpoint
-            template = self.core.checkpoint_of(owner, checkpoint).template
-            why = f"template {built[0].name!r} built on this server"
-        else:
-            template, why = await template_for_image(self.core.pool, args.docker_image)
-        if args.network is not None and not self.core.pool.templates[template].has_egress:
-            # A sandbox whose egress can be given (and changed): the template with an empty list.
-            template = await template_with_egress(self.core.pool, template, ())
-        tp = self.core.pool.templates.get(template)
-        for m in args.volumes:
-            if tp is not None and (tp.work_dir + "/").startswith(m.mount_path + "/"):
-                raise E.InvalidRequest(
-                    f"mount_path {m.mount_path!r} holds the sandbox's work dir {tp.work_dir!r}"
-                )
+        spec = CreateSpec(
+            image=args.docker_image or None,
+            checkpoint=args.checkpoint_id or None,
+            env={**args.environment_vars, **args.secrets},
+            versioned_volumes=[(m.name, m.mount_path, m.read_only) for m in args.volumes] or None,
+            network=args.network.egress if args.network is not None else None,
+            ttl_s=args.timeout_minutes * 60.0 if args.timeout_minutes > 0 else None,
+            idempotency_key=f"prime:{args.idempotency_key}" if args.idempotency_key else None,
+        )
         try:
-            rec = await self.core.claim(
-                owner,
-                template,
-                env={**args.environment_vars, **args.secrets},
-                ttl_s=args.timeout_minutes * 60.0 if args.timeout_minutes > 0 else None,
-                idempotency_key=f"prime:{args.idempotency_key}" if args.idempotency_key else None,
-                checkpoint=checkpoint,
-                versioned_volumes=[(m.name, m.mount_path, m.read_only) for m in args.volumes] or None,
-            )
-        except E.LaunchError as e:
-            if e.step != "image":
-                raise
+            rec, source = await self.core.create(owner, spec)
+        except E.ImageUnavailable as e:
             # As the platform answers an image it cannot pull: a sandbox in ERROR, whose wait
             # raises the SDK's SandboxImagePullError.
-            sb = self._failed(owner, args, tp, "IMAGE_PULL_FAILED", e.message)
+            sb = self._failed(owner, args, None, "IMAGE_PULL_FAILED", e.message)
             return JSONResponse(sb.to_json())
         # A retry with the same idempotency key gets the same record, already attached (attaching
         # does not await, so the first of concurrent retries attaches it for all).
         sb = rec.attrs.get("prime")
         if sb is None:
-            sb = self._attach(rec, args, tp, why)
-            if args.network is not None:
-                try:
-                    await self.core.set_network(rec, args.network.egress)
-                except E.SandboxError:
-                    await self.core.delete_record(rec, "create failed")
-                    raise
-            if built is not None:
-                await self.core.start_built(rec, *built, {**args.environment_vars, **args.secrets})
+            if args.checkpoint_id:  # the image the checkpoint's sandbox was asked of
+                cp = self.core.checkpoint_of(owner, args.checkpoint_id)
+                args = dataclasses.replace(args, docker_image=cp.labels.get(IMAGE_LABEL, cp.template))
+            sb = self._attach(rec, args, self.core.template_of(rec), source.why)
             await self._start_command(rec, sb, args)
         auth = await self.prime.gateway_auth(request, rec, sb)
         return JSONResponse({**sb.to_json(), "gatewayAuth": auth})
