@@ -14,6 +14,7 @@ import subprocess
 import textwrap
 from collections.abc import AsyncIterator
 from pathlib import Path
+from typing import Self
 
 import pytest
 import pytest_asyncio
@@ -57,7 +58,7 @@ class Listener:
         self.server: asyncio.Server | None = None
         self.port = 0
 
-    async def __aenter__(self) -> Listener:
+    async def __aenter__(self) -> Self:
         self.server = await asyncio.start_server(self._serve, self.host, 0)
         self.port = self.server.sockets[0].getsockname()[1]
         return self
