@@ -1,14 +1,15 @@
 """What a create asks for (`CreateSpec`), and what its source resolves to (`Source`).
 
 Every surface's create is: parse its request, fill a `CreateSpec`, `ServerCore.create(owner,
-spec)`, answer its view of the record. The spec names where the sandbox comes from in one of
-three ways, resolved once here, in this order:
+spec)`, answer its view of the record. The spec names where the sandbox comes from; it is
+resolved once here, in this order:
 
 1. `checkpoint`: one of the owner's checkpoints (a version of a volume is not one);
-2. `template` or `image` naming a template the owner built (`name`, `name:tag` or its id) with a
+2. `template` naming a template of the server's: that template;
+3. `template` or `image` naming a template the owner built (`name`, `name:tag` or its id) with a
    ready build: the build's checkpoint, its work dir, its environment and its start command;
    one with no ready build is `BuildNotReady`;
-3. `template`: a template of the server's (an unknown one is `NotFound` when it is claimed);
+4. `template`: an unknown one is `NotFound` when it is claimed;
    `image`: the template that runs that image (`image_templates.template_for_image`); neither:
    the template the HTTP APIs default to.
 
@@ -79,6 +80,10 @@ async def resolve(core: Any, owner: str, spec: CreateSpec) -> Source:
     if spec.checkpoint is not None:
         cp = core.restorable(owner, spec.checkpoint)
         source = Source(cp.template, cp.id, why=f"restored from checkpoint {cp.id}")
+    elif spec.template is not None and spec.template in pool.templates:
+        # Nothing of the built templates' store is read (the manager's state directory may be
+        # read-only where no template is built).
+        source = Source(spec.template, why="template of that name")
     else:
         ref = spec.template or spec.image
         built = core.built.ready_build(owner, ref) if ref else None
