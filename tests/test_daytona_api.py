@@ -89,6 +89,21 @@ async def test_snapshots_and_volumes(make_server) -> None:
     assert server.pool.checkpoints.list() == []
 
 
+async def test_declared_snapshot_and_a_missing_one(make_server) -> None:
+    """A snapshot made from a declarative image runs its steps (files, ENV, WORKDIR reach the
+    sandboxes made from it); before it exists, both its lookup and a create from it fail as the
+    platform's do (404, and a create's 400), so a caller's build-on-miss fallback runs."""
+    server = await make_server(http_port=0)
+    o = await scenario(server, "declared_snapshots")
+    assert o["missing_get"]["error"] == "DaytonaNotFoundError"
+    assert o["missing_create"]["error"] == "DaytonaBadRequestError"
+    assert "Snapshot baked not found" in o["missing_create"]["message"]
+    assert o["state"] == "active"
+    assert o["baked"] == "baked\nyes\n/opt/baked\n"
+    assert o["left"] == []
+    assert len(server.service.registry) == 0
+
+
 async def test_sync_client(make_server) -> None:
     server = await make_server(http_port=0)
     o = await scenario(server, "sync_client")

@@ -142,6 +142,7 @@ def check_interpreter(o: dict[str, Any]) -> None:
     assert "".join(t for k, t in got if k == "out") == "a\nsub\n"
     assert [t for k, t in got if k == "err"] == ["b\n"]
     assert [t for k, t in got if k == "result"] == ["CompletedProcess(args=['echo', 'sub'], returncode=0)"]
+    assert o["indented"] == "3"
     assert o["string"] == "quoted" and o["env"] == "v"
     # The SDK's timeout interrupts the cell; the context keeps its state.
     assert o["timeout"]["error"] == "TimeoutException" and o["after_timeout"] == "6" and o["quick"]

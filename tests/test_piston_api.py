@@ -195,6 +195,16 @@ async def test_batch_cells_keep_output_errors_and_timeouts_apart(make_server) ->
     assert status == 400 and "scripts" in out["message"]
 
 
+async def test_batch_cells_indented_as_a_whole_run_as_ipython_runs_them(make_server) -> None:
+    """open-r1 writes its reward script inside an indented string: IPython takes the first line's
+    indent off the cell, and so does the batch."""
+    server = await piston_server(make_server)
+    script = "\n    def score():\n        return 0.5\n\n    score()\n"
+    status, results = await post(server, "/execute_batch", {"scripts": [script], "language": "python"})
+    assert status == 200, results
+    assert results[0]["execution"]["results"] == [{"text": "0.5", "is_main_result": True}]
+
+
 async def test_keys_guard_the_surface_unless_it_is_open(make_server) -> None:
     server = await make_server(http_port=0, warm=1)
     body = {"language": "python", "version": "*", "files": [{"content": "print(1)"}]}

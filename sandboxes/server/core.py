@@ -77,6 +77,7 @@ class ServerCore:
         self.validate = Validator(self.bounds)
         self.default_claim_timeout_s = default_claim_timeout_s
         self.registry = Registry(self._expire)
+        self.started_at = time.time()
         self.draining = False
         # Where sandboxes' ports are reached (`host:port` of the ports listener; None: not served).
         self.ports_base: str | None = None

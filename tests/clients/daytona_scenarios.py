@@ -266,6 +266,29 @@ async def images(image: str | None) -> dict[str, Any]:
     return out
 
 
+async def declared_snapshots(_: str | None) -> dict[str, Any]:
+    """A snapshot of a declarative image carries its steps; a create from a snapshot that does not
+    exist is the platform's error (what a caller that then builds the snapshot waits for)."""
+    out: dict[str, Any] = {}
+    async with AsyncDaytona() as d:
+        out["missing_get"] = await aattempt(d.snapshot.get("baked"))
+        out["missing_create"] = await aattempt(d.create(CreateSandboxFromSnapshotParams(snapshot="baked")))
+        image = (
+            Image.base("python:3.11-slim")
+            .run_commands("mkdir -p /opt/baked && echo baked > /opt/baked/f.txt")
+            .env({"BAKED": "yes"})
+            .workdir("/opt/baked")
+        )
+        snap = await d.snapshot.create(CreateSnapshotParams(name="baked", image=image))
+        out["state"] = str(snap.state.value if hasattr(snap.state, "value") else snap.state)
+        sb = await d.create(CreateSandboxFromSnapshotParams(snapshot="baked"))
+        out["baked"] = (await sb.process.exec("cat f.txt; echo $BAKED; pwd")).result
+        await sb.delete()
+        await d.snapshot.delete(await d.snapshot.get("baked"))
+        out["left"] = [s.name for s in (await d.snapshot.list()).items]
+    return out
+
+
 def sync_client(_: str | None) -> dict[str, Any]:
     """The sync client: create (from the default snapshot), exec, files, delete."""
     d = Daytona()
@@ -364,6 +387,7 @@ SCENARIOS = {
     "executions": executions,
     "lifecycle": lifecycle,
     "images": images,
+    "declared_snapshots": declared_snapshots,
     "sync_client": sync_client,
     "hold": hold,
     "other_key": other_key,

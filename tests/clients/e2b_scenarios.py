@@ -261,6 +261,8 @@ def interpreter(_: str | None) -> dict[str, Any]:
         )
         o["callbacks"] = got
         o["string"] = sb.run_code("'quoted'").text
+        # Indented as a whole (a template written inside a block): run as IPython runs it.
+        o["indented"] = sb.run_code("\n    a = 2\n    if a:\n        a += 1\n    a\n").text
         o["env"] = sb.run_code("import os\nos.environ.get('CELL_VAR')", envs={"CELL_VAR": "v"}).text
         t = time.monotonic()
         o["timeout"] = attempt(lambda: sb.run_code("import time\ntime.sleep(60)", timeout=2).text)

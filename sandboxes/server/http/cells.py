@@ -11,11 +11,27 @@ from __future__ import annotations
 import json
 from typing import Any
 
-__all__ = ["CELL_FILE", "RESULT_FILE", "RUNNER", "RUNNER_FILE", "execution"]
+__all__ = ["CELL_FILE", "RESULT_FILE", "RUNNER", "RUNNER_FILE", "execution", "source"]
 
 CELL_FILE = "cell.py"
 RUNNER_FILE = "_cell_runner.py"
 RESULT_FILE = ".cell-result.json"
+
+def source(code: str) -> str:
+    """A cell's Python as IPython runs it: leading blank lines dropped, and when its first line
+    is indented, that indent taken off every line that starts with it (so a cell pasted from
+    inside a block, or a template written indented, runs as the notebook would run it)."""
+    lines = code.splitlines(keepends=True)
+    while lines and not lines[0].strip():
+        lines.pop(0)
+    if not lines:
+        return ""
+    first = lines[0]
+    indent = first[: len(first) - len(first.lstrip(" \t"))]
+    if not indent:
+        return "".join(lines)
+    return "".join(line[len(indent) :] if line.startswith(indent) else line for line in lines)
+
 
 RUNNER = f"""\
 import ast, json, sys, traceback

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import Any
 
 from sandboxes import errors as E
+from sandboxes.server.http import cells
 from sandboxes.server.http.endpoint import Refused
 from sandboxes.types import Limits
 
@@ -210,7 +211,7 @@ class Kernels:
                 restarted = ctx.lost
                 ctx.lost = False
             ctx.queue = asyncio.Queue()
-            await ctx.stream.send_stdin(json.dumps({"code": code, "env": env}).encode() + b"\n")
+            await ctx.stream.send_stdin(json.dumps({"code": cells.source(code), "env": env}).encode() + b"\n")
         except BaseException:
             ctx.lock.release()
             raise

@@ -281,7 +281,7 @@ class PistonApi(OneShotSurface):
         """One script as a cell: Python through the cell runner; another language as a program
         whose non-zero exit is the error."""
         if languages.canonical(language) == "python":
-            files = {cells.CELL_FILE: script.encode("utf-8"), cells.RUNNER_FILE: cells.RUNNER.encode()}
+            files = {cells.CELL_FILE: cells.source(script).encode(), cells.RUNNER_FILE: cells.RUNNER.encode()}
             async with self.sandbox(owner, "execute_batch", files) as sb:
                 r = await sb.exec(["python3", cells.RUNNER_FILE], timeout=timeout)
                 if r.timed_out:

@@ -43,14 +43,11 @@ from starlette.routing import Route
 from sandboxes import errors as E
 from sandboxes.egress import EgressPolicy
 from sandboxes.server.create import BuildNotReady, CreateSpec
-from sandboxes.server.http.daytona.dockerfile import declared
 from sandboxes.server.http.daytona.fields import image_of, int_of
 from sandboxes.server.http.daytona.images import Images
-from sandboxes.server.http.daytona.state import DaytonaSandbox
+from sandboxes.server.http.daytona.state import DEFAULT_USER, DaytonaSandbox
 from sandboxes.server.http.endpoint import Envelope, Refused
 from sandboxes.server.http.fields import str_map, volume_mounts
-from sandboxes.server.image_templates import template_for_image
-from sandboxes.server.template_build import BuildSpec
 
 __all__ = ["ENVELOPE", "PREFIX", "ControlPlane", "error_body"]
 
@@ -78,6 +75,7 @@ class ControlPlane:
     def __init__(self, daytona: Any) -> None:
         self.daytona = daytona
         self.core = daytona.core
+        self.images = Images(self)
 
     def routes(self) -> list[Route]:
         r = self._route
@@ -95,7 +93,7 @@ class ControlPlane:
             r("/sandbox/{sandbox_id}/fork", self.fork, "POST"),
             r("/sandbox/{sandbox_id}/toolbox-proxy-url", self.toolbox_url, "GET"),
             r("/sandbox/{sandbox_id}/ports/{port}/preview-url", self.preview_url, "GET"),
-            *(r(path, fn, method) for path, fn, method in Images(self).routes()),
+            *(r(path, fn, method) for path, fn, method in self.images.routes()),
         ]
 
     def _route(self, path: str, fn: Handler, method: str) -> Route:
@@ -147,6 +145,9 @@ class ControlPlane:
             self.core, owner, body.get("volumes"), volume="volumeId", path="mountPath", what="volumes"
         )
         image = image_of(body)
+        if body.get("buildInfo") is None and image is not None and not self.images.exists(owner, image):
+            # The platform's answer, which callers that fall back to building a snapshot wait for.
+            raise Refused(400, f"Snapshot {image} not found. Did you add it through the Daytona Dashboard?")
         built = await self._declared(owner, body["buildInfo"]) if body.get("buildInfo") is not None else None
         name = body.get("name")
         if name is not None and (not isinstance(name, str) or not 0 < len(name) <= 128):
@@ -179,7 +180,7 @@ class ControlPlane:
         except E.ImageUnavailable as e:
             raise Refused(400, f"image {image!r} could not be pulled: {e.message}") from None
         template, tp = rec.template, self.core.template_of(rec)
-        user = "root" if tp.user == "root" else "daytona"
+        user = "root" if tp.user == "root" else DEFAULT_USER
         if body.get("user") not in (None, user):
             await self.core.delete_record(rec, "create failed")
             raise Refused(400, f"user {body['user']!r} does not exist here: programs run as {user!r}")
@@ -211,19 +212,9 @@ class ControlPlane:
     async def _declared(self, owner: str, build_info: Any) -> tuple[Any, Any] | None:
         """The ready build of a declarative image (made now unless the key has it: the same
         Dockerfile is a cache hit), or None for a bare `FROM`."""
-        d = declared(build_info)
-        if not d.steps and not d.start_cmd:
+        spec = await self.images.build_spec(build_info)
+        if not spec.steps and not spec.start_cmd:
             return None
-        template, _ = await template_for_image(self.core.pool, d.image)
-        user = "root" if self.core.pool.templates[template].user == "root" else "daytona"
-        spec = BuildSpec(
-            template=template,
-            base=f"image:{d.image}",
-            steps=d.steps,
-            user=user,
-            start_cmd=d.start_cmd,
-            keep_env=True,
-        )
         name = f"image-{spec.digest()[:20]}"
         found = self.core.built.ready_build(owner, name)
         if found is not None:

@@ -28,8 +28,9 @@ from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 
 from sandboxes import errors as E
-from sandboxes.server.http.daytona.fields import image_of, int_of
-from sandboxes.server.http.daytona.state import ORGANIZATION
+from sandboxes.server.http.daytona.dockerfile import declared
+from sandboxes.server.http.daytona.fields import int_of
+from sandboxes.server.http.daytona.state import DEFAULT_USER, ORGANIZATION
 from sandboxes.server.http.endpoint import Refused
 from sandboxes.server.http.timestamps import iso
 from sandboxes.server.image_templates import template_for_image
@@ -83,14 +84,51 @@ class Images:
             "state": state,
             "size": None,
             "entrypoint": None,
-            "cpu": max(1, math.ceil(tp.cpu_quota)) if tp is not None and tp.cpu_quota else 1,
-            "gpu": 0,
-            "mem": max(1, int(tp.memory_bytes >> 30)) if tp is not None and tp.memory_bytes else 1,
-            "disk": max(1, int(tp.disk_bytes >> 30)) if tp is not None and tp.disk_bytes else 1,
+            **_resources(tp),
             "errorReason": (b.reason or {}).get("message") if b is not None else None,
             "createdAt": iso(t.created_at),
             "updatedAt": iso(t.updated_at),
             "lastUsedAt": iso(t.last_spawned_at) if t.last_spawned_at else None,
+            "sourceSandboxId": None,
+        }
+
+    def exists(self, owner: str, ref: str) -> bool:
+        """Whether `ref` names a snapshot `owner` may create from: one of the key's, or one of the
+        server's templates (the platform's general snapshots)."""
+        return self.store.find(owner, ref) is not None or ref in (self.core.templates() or ())
+
+    async def build_spec(self, build_info: Any) -> BuildSpec:
+        """The build of a declarative image: its `FROM` on the template that serves that image,
+        then its steps and start command (`dockerfile.py`)."""
+        d = declared(build_info)
+        template, _ = await template_for_image(self.core.pool, d.image)
+        user = "root" if self.core.pool.templates[template].user == "root" else DEFAULT_USER
+        return BuildSpec(
+            template=template,
+            base=f"image:{d.image}",
+            steps=d.steps,
+            user=user,
+            start_cmd=d.start_cmd,
+            keep_env=True,
+        )
+
+    def _general_json(self, name: str) -> dict[str, Any]:
+        """One of the server's templates as the platform's general snapshots are shown."""
+        tp = self.core.pool.templates[name]
+        return {
+            **_resources(tp),
+            "id": name,
+            "organizationId": ORGANIZATION,
+            "general": True,
+            "name": name,
+            "imageName": name,
+            "state": "active",
+            "size": None,
+            "entrypoint": None,
+            "errorReason": None,
+            "createdAt": iso(self.core.started_at),
+            "updatedAt": iso(self.core.started_at),
+            "lastUsedAt": None,
             "sourceSandboxId": None,
         }
 
@@ -101,17 +139,16 @@ class Images:
             raise Refused(400, "name is required")
         if int_of(body.get("gpu"), "gpu"):
             raise Refused(400, "GPUs are not available on this server")
-        image = image_of({"snapshot": body.get("imageName"), "buildInfo": body.get("buildInfo")})
-        if image is None:
-            raise Refused(400, "imageName is required")
+        build_info = body.get("buildInfo")
+        if build_info is None:
+            image = body.get("imageName")
+            if not isinstance(image, str) or not image:
+                raise Refused(400, "imageName is required")
+            build_info = {"dockerfileContent": f"FROM {image}"}
+        spec = await self.build_spec(build_info)
         if self.store.find(owner, name) is not None:
             raise Refused(409, f"snapshot {name} already exists")
-        template, _ = await template_for_image(self.core.pool, image)
-        tp = self.core.pool.templates[template]
         t, b = self.store.request(owner, name, [], 0, 0)
-        spec = BuildSpec(
-            template=template, base=f"image:{image}", steps=(), user="root" if tp.user == "root" else "user"
-        )
         self.core.builder.start(t, b, spec)
         return JSONResponse(self._json(t))
 
@@ -130,10 +167,13 @@ class Images:
         )
 
     async def get(self, request: Request, owner: str) -> Response:
-        t = self.store.find(owner, request.path_params["ref"])
-        if t is None:
-            raise Refused(404, f"Snapshot {request.path_params['ref']} not found")
-        return JSONResponse(self._json(t))
+        ref = request.path_params["ref"]
+        t = self.store.find(owner, ref)
+        if t is not None:
+            return JSONResponse(self._json(t))
+        if ref in (self.core.templates() or ()):
+            return JSONResponse(self._general_json(ref))
+        raise Refused(404, f"Snapshot {ref} not found")
 
     async def delete(self, request: Request, owner: str) -> Response:
         if self.store.find(owner, request.path_params["ref"]) is None:
@@ -196,3 +236,13 @@ class Images:
     async def delete_volume(self, request: Request, owner: str) -> Response:
         await self.core.delete_volume(owner, request.path_params["ref"])
         return Response(status_code=200)
+
+
+def _resources(tp: Any) -> dict[str, int]:
+    """A snapshot's resources: its template's bounds (1 where it has none or is not known)."""
+    return {
+        "cpu": max(1, math.ceil(tp.cpu_quota)) if tp is not None and tp.cpu_quota else 1,
+        "gpu": 0,
+        "mem": max(1, int(tp.memory_bytes >> 30)) if tp is not None and tp.memory_bytes else 1,
+        "disk": max(1, int(tp.disk_bytes >> 30)) if tp is not None and tp.disk_bytes else 1,
+    }

@@ -9,8 +9,9 @@ from typing import Any
 
 from sandboxes.server.http.timestamps import iso
 
-__all__ = ["ORGANIZATION", "TARGET", "DaytonaSandbox"]
+__all__ = ["DEFAULT_USER", "ORGANIZATION", "TARGET", "DaytonaSandbox"]
 
+DEFAULT_USER = "daytona"  # who runs programs in a sandbox whose template is not root
 ORGANIZATION = "sandboxes"  # every key is an organization of its own; the SDK only echoes it
 TARGET = "local"
 # The platform's defaults: a sandbox stops after 15 idle minutes; stopped ones are kept.

@@ -4,6 +4,9 @@
 POST   /v2/sandboxes                  create -> 201 Sandbox {sandboxID, envdAccessToken, ...}
 GET    /v2/sandboxes                  list (metadata / state filters, `x-next-token` paging)
 POST   /v2/sandboxes/{id}/connect     200 Sandbox (the same access token); extends the timeout
+POST   /sandboxes                     the same create (SDKs before the v2 route send it here)
+GET    /sandboxes                     the running ones, unpaged (the v1 listing, `metadata` filter)
+POST   /sandboxes/{id}/connect        the same connect (SDKs before the v2 route)
 GET    /sandboxes/{id}                SandboxDetail
 DELETE /sandboxes/{id}                204 (404: the SDK's `kill` returns False)
 POST   /sandboxes/{id}/timeout        204: the sandbox ends `timeout` seconds from now
@@ -86,6 +89,9 @@ class ControlPlane:
             r("/v2/sandboxes", self.create, "POST"),
             r("/v2/sandboxes", self.list, "GET"),
             r("/v2/sandboxes/{sandbox_id}/connect", self.connect, "POST"),
+            r("/sandboxes", self.create, "POST"),
+            r("/sandboxes", self.list_v1, "GET"),
+            r("/sandboxes/{sandbox_id}/connect", self.connect, "POST"),
             r("/sandboxes/{sandbox_id}", self.get, "GET"),
             r("/sandboxes/{sandbox_id}", self.kill, "DELETE"),
             r("/sandboxes/{sandbox_id}/timeout", self.set_timeout, "POST"),
@@ -281,6 +287,11 @@ class ControlPlane:
         self.core.registry.set_ttl(rec, ttl_s)
         sb.end_at = rec.expires_at or 0.0
 
+    async def list_v1(self, request: Request, owner: str) -> Response:
+        wanted = _metadata_query(request.query_params.get("metadata"))
+        chosen = self._select(owner, {"running"}, wanted, None, newest_first=True)
+        return JSONResponse([sb.listed_json() for sb in chosen])
+
     async def list(self, request: Request, owner: str) -> Response:
         q = request.query_params
         states = {s for s in (q.get("state") or "running,paused").split(",") if s}
@@ -293,19 +304,7 @@ class ControlPlane:
             raise Refused(400, "limit must be an integer") from None
         if not 1 <= limit <= MAX_LIST_LIMIT:
             raise Refused(400, f"limit must be between 1 and {MAX_LIST_LIMIT}")
-        template = q.get("template")
-        chosen = sorted(
-            (
-                _view(r)
-                for r in self.core.registry.select(owner)
-                if "e2b" in r.attrs
-                and r.state in states
-                and all(r.attrs["e2b"].metadata.get(k) == v for k, v in wanted.items())
-                and (not template or template in (r.attrs["e2b"].template_id, r.template))
-            ),
-            key=lambda sb: (sb.started_at, sb.id),
-            reverse=q.get("order") != "asc",
-        )
+        chosen = self._select(owner, states, wanted, q.get("template"), q.get("order") != "asc")
         start = 0
         token = q.get("nextToken")
         if token:
@@ -318,6 +317,27 @@ class ControlPlane:
         if start + limit < len(chosen):
             headers["x-next-token"] = chosen[start + limit].id
         return JSONResponse([sb.listed_json() for sb in page], headers=headers)
+
+    def _select(
+        self,
+        owner: str,
+        states: set[str],
+        wanted: dict[str, str],
+        template: str | None,
+        newest_first: bool,
+    ) -> list[E2bSandbox]:
+        return sorted(
+            (
+                _view(r)
+                for r in self.core.registry.select(owner)
+                if "e2b" in r.attrs
+                and r.state in states
+                and all(r.attrs["e2b"].metadata.get(k) == v for k, v in wanted.items())
+                and (not template or template in (r.attrs["e2b"].template_id, r.template))
+            ),
+            key=lambda sb: (sb.started_at, sb.id),
+            reverse=newest_first,
+        )
 
     async def metrics(self, request: Request, owner: str) -> Response:
         # No samples are collected here (the platform answers [] before its first sample too).
