@@ -470,3 +470,15 @@ async def test_a_key_holds_a_bounded_share_of_the_volume_threads(make_server, mo
         for key, vid in ((KEY_A, mine), (KEY_B, theirs)):
             async with s.delete(f"{base}/volumes/{vid}", headers={"X-API-KEY": key}) as r:
                 assert r.status == 204
+
+
+async def test_the_sdk_before_the_v2_routes(make_server) -> None:
+    """e2b 2.50 (the last before the v2 create route) creates with `POST /sandboxes`, connects
+    with `POST /sandboxes/{id}/connect`; its code interpreter and commands run, and its kill
+    leaves nothing."""
+    server = await e2b_server(make_server)
+    env = {"E2B_API_URL": url(server), "E2B_SANDBOX_URL": url(server), "E2B_API_KEY": KEY_A}
+    o = await run_scenario("e2b-2.50", "e2b_v1_scenarios.py", [], env)
+    assert o["code"] == "42" and o["command"] == "v1\n" and o["connected"] == "again\n"
+    assert o["listed"] == [True] and o["killed"] is True and o["gone"] is True
+    assert len(server.service.registry) == 0
