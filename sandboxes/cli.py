@@ -494,7 +494,9 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument(
         "--http-insecure",
         action="store_true",
-        help="no API key on the HTTP API (SandboxFusion's own API and client have none)",
+        help="no API key on the one-shot run endpoints (SandboxFusion's /run_code, Piston, /execute_batch), "
+        "whose callers send none: they run as the owner 'anonymous', with its own quotas; the APIs "
+        "that keep sandboxes stay keyed",
     )
     p.add_argument(
         "--kube-config",

@@ -214,6 +214,21 @@ async def test_keys_guard_the_surface_unless_it_is_open(make_server) -> None:
     assert status == 200 and out["run"]["stdout"] == "1\n", out
 
 
+async def test_an_open_run_surface_leaves_the_stateful_apis_keyed(make_server) -> None:
+    """`--http-insecure` serves the one-shot run endpoints to callers that send no key (veRL,
+    tinker and open-r1's router send none) as one owner of its own; the APIs that keep
+    sandboxes still refuse a call without a key."""
+    server = await make_server(http_port=0, warm=1, http_insecure=True)
+    status, out = await post(server, "/execute_batch", {"scripts": ["1 + 1"], "language": "python"})
+    assert status == 200 and out[0]["execution"]["results"][0]["text"] == "2", out
+    status, out = await post(server, "/run_code", {"code": "print(3)", "language": "python"})
+    assert status == 200 and out["run_result"]["stdout"] == "3\n", out
+    for path in ("/v2/sandboxes", "/daytona/sandbox"):
+        status, out = await post(server, path, {"templateID": "base"})
+        assert status == 401, (path, out)
+    assert len(server.service.registry) == 0
+
+
 # Piston's names for the judge's compiled and managed languages.
 PISTON_NAMES = {
     "java": "java",

@@ -17,6 +17,7 @@ CELL_FILE = "cell.py"
 RUNNER_FILE = "_cell_runner.py"
 RESULT_FILE = ".cell-result.json"
 
+
 def source(code: str) -> str:
     """A cell's Python as IPython runs it: leading blank lines dropped, and when its first line
     is indented, that indent taken off every line that starts with it (so a cell pasted from
@@ -30,7 +31,7 @@ def source(code: str) -> str:
     indent = first[: len(first) - len(first.lstrip(" \t"))]
     if not indent:
         return "".join(lines)
-    return "".join(line[len(indent) :] if line.startswith(indent) else line for line in lines)
+    return "".join(line.removeprefix(indent) for line in lines)
 
 
 RUNNER = f"""\

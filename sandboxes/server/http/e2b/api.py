@@ -35,7 +35,7 @@ from __future__ import annotations
 import math
 import time
 import urllib.parse
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from typing import Any
 
 from starlette.requests import Request
@@ -325,7 +325,7 @@ class ControlPlane:
         wanted: dict[str, str],
         template: str | None,
         newest_first: bool,
-    ) -> list[E2bSandbox]:
+    ) -> Sequence[E2bSandbox]:
         return sorted(
             (
                 _view(r)
