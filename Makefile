@@ -53,7 +53,7 @@ build: build-agent build-dev build-rl build-testing ## build everything (agent, 
 install: build-agent ## install the package, its extension and the agent into the active Python environment
 	python3 -m pip install -q "maturin>=1.7,<2"
 	rm -rf dist && python3 -m maturin build --release -o dist -q
-	python3 -m pip install -q --force-reinstall dist/*.whl
+	python3 -m pip install -q --force-reinstall "$$(ls dist/*.whl)[docker,kubernetes]"
 
 serve: build ## build everything and serve the API on the embedded local backend
 	$(VENV)/bin/sandboxes serve --backend local --port 50051 --metrics-port 9090 --warm 8 --insecure
