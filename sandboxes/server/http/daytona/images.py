@@ -13,10 +13,12 @@ DELETE /volumes/{id}                     200
 ```
 
 A snapshot is a template built on this server (`built_templates.py`): one of an image is a build
-of that image with no steps, one of a sandbox its files checkpointed now (`includeMemory` is
-refused: this server keeps files, not processes). The same templates are the E2B template API's
-and the Prime API's `docker_image`. A create names one by `snapshot`; mounts name volumes by id
-or name. A key sees only its own.
+of that image with no steps, one of a declarative image (`buildInfo`) a build of its Dockerfile's
+steps (`dockerfile.py`), one of a sandbox its files checkpointed now (`includeMemory` is refused:
+this server keeps files, not processes). The same templates are the E2B template API's and the
+Prime API's `docker_image`. The server's own templates are the platform's general snapshots. A
+create names one by `snapshot` (one that does not exist is the platform's 400); mounts name
+volumes by id or name. A key sees only its own.
 """
 
 from __future__ import annotations
