@@ -11,12 +11,11 @@ from __future__ import annotations
 import json
 import os
 
-import e2b
 from e2b_code_interpreter import Sandbox
 
 
 def main() -> None:
-    out: dict = {"version": e2b.__version__ if hasattr(e2b, "__version__") else None}
+    out: dict = {}
     sb = Sandbox.create(timeout=120, metadata={"run": "v1"})
     out["code"] = sb.run_code("\n    x = 20\n    x + 22\n").text
     out["command"] = sb.commands.run("echo v1").stdout
