@@ -184,9 +184,11 @@ class AgentClient:
         clear_env: bool = False,
         timeout_s: float | None = None,
         keep_descendants: bool = False,
+        user: str | None = None,
     ) -> ExecResult:
         """Run to completion. `timeout_s` is the RPC deadline (the program's own wall limit is in
-        `limits`); a program that fails is a result, not an exception."""
+        `limits`); a program that fails is a result, not an exception. `user`: a user of the
+        sandbox to run as (only a sandbox whose programs run as root has others)."""
     def exec_stream(
         self,
         argv: list[str],
@@ -196,9 +198,11 @@ class AgentClient:
         clear_env: bool = False,
         keep_descendants: bool = False,
         terminal: tuple[int, int] | None = None,
+        user: str | None = None,
     ) -> ExecStream: ...
-    async def write_files(self, files: list[tuple[str, bytes, int]]) -> int:
-        """(path, data, mode) triples; mode 0 means 0o644. Returns bytes written."""
+    async def write_files(self, files: list[tuple[str, bytes, int]], user: str | None = None) -> int:
+        """(path, data, mode) triples; mode 0 means 0o644. Returns bytes written. `user`: the
+        user of the sandbox the files and the directories made for them belong to."""
     async def read_file(self, path: str, offset: int, length: int, max_bytes: int) -> bytes: ...
     async def list_dir(self, path: str) -> list[DirEntry]: ...
     async def checkpoint(

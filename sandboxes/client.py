@@ -374,6 +374,7 @@ class RemoteSandbox(SandboxBase):
             cwd=req.cwd,
             stdin=stdin,
             keep_descendants=req.keep_descendants,
+            user=req.user,
         )
         if req.terminal is not None:
             msg.terminal.rows, msg.terminal.cols = req.terminal
@@ -412,9 +413,11 @@ class RemoteSandbox(SandboxBase):
         deadline = batch_deadline(reqs) + (_UNBOUNDED_EXEC_DEADLINE_S if unbounded else 0.0)
         return GradeStream(_RemoteBatch(self._client, msg, deadline + _NETWORK_MARGIN_S), len(reqs))
 
-    async def _write_files(self, files: list[tuple[str, bytes, int]]) -> None:
+    async def _write_files(self, files: list[tuple[str, bytes, int]], user: str = "") -> None:
         req = pb.WriteFilesRequest(
-            sandbox_id=self.id, files=[cpb.FileEntry(path=p, data=d, mode=m) for p, d, m in files]
+            sandbox_id=self.id,
+            files=[cpb.FileEntry(path=p, data=d, mode=m) for p, d, m in files],
+            user=user,
         )
         await self._client._call("WriteFiles", req)
 

@@ -80,6 +80,17 @@ class ExecRequest:
     deadline_s: float | None
     keep_descendants: bool = False
     terminal: tuple[int, int] | None = None  # (rows, cols) of a pseudo-terminal
+    user: str = ""  # a user of the sandbox to run as; "": its programs' user
+
+
+def check_user(user: object) -> str:
+    """A user to run as or write for: a name or uid of the sandbox's `/etc/passwd`, "" for its
+    programs' own; `InvalidRequest` otherwise (the agent says whether the sandbox has it)."""
+    if user is None:
+        return ""
+    if not isinstance(user, str) or len(user) > 256 or any(c in user for c in ":\0\n"):
+        raise InvalidRequest(f"user must be a user name or uid, got {user!r}")
+    return user
 
 
 def check_terminal(rows: object, cols: object) -> tuple[int, int]:
@@ -261,6 +272,7 @@ class SandboxBase(abc.ABC):
         cwd: str | None,
         limits: Limits | None,
         keep_descendants: bool = False,
+        user: str | None = None,
     ) -> ExecRequest:
         args = normalize_argv(argv)
         merged_env = dict(self.env)
@@ -282,7 +294,9 @@ class SandboxBase(abc.ABC):
             deadline = eff.wall_time_s * 1.1 + DEADLINE_MARGIN_S
         if cwd is not None and (not isinstance(cwd, str) or "\0" in cwd):
             raise InvalidRequest(f"cwd must be a str without NUL, got {cwd!r}")
-        return ExecRequest(args, merged_env, cwd or "", eff, deadline, bool(keep_descendants))
+        return ExecRequest(
+            args, merged_env, cwd or "", eff, deadline, bool(keep_descendants), user=check_user(user)
+        )
 
     async def exec(
         self,
@@ -294,6 +308,7 @@ class SandboxBase(abc.ABC):
         cwd: str | None = None,
         limits: Limits | None = None,
         keep_descendants: bool = False,
+        user: str | None = None,
     ) -> ExecResult:
         """Run a program to completion. A str `argv` runs via `/bin/sh -c`.
 
@@ -302,8 +317,10 @@ class SandboxBase(abc.ABC):
         is a result too; exceptions mean the infrastructure failed (`SandboxLost`, ...).
         With `keep_descendants`, what the program leaves running (`server &`) outlives it, as in
         a container, until it ends or the sandbox does; otherwise it dies with the program.
+        `user` (a name of the sandbox's `/etc/passwd`, or a uid) runs it as that user, with its
+        groups and HOME; only a sandbox whose programs run as root has users other than its own.
         """
-        req = self._request(argv, timeout, env, cwd, limits, keep_descendants)
+        req = self._request(argv, timeout, env, cwd, limits, keep_descendants, user)
         return await self._exec(req, as_bytes(stdin, "stdin"))
 
     def exec_stream(
@@ -317,6 +334,7 @@ class SandboxBase(abc.ABC):
         limits: Limits | None = None,
         keep_descendants: bool = False,
         terminal: tuple[int, int] | None = None,
+        user: str | None = None,
     ) -> ExecStream:
         """Start a program interactively; iterate the returned `ExecStream` for its events.
 
@@ -328,9 +346,9 @@ class SandboxBase(abc.ABC):
         emulator would (`bash -i` gets job control): its output, both streams as a terminal
         shows them, comes as `stdout` events of raw terminal bytes; `send_stdin` types (echoed by
         the terminal; `"\x03"` is Ctrl-C, `"\x04"` at a line's start is end-of-file);
-        `resize(rows, cols)` changes the size.
+        `resize(rows, cols)` changes the size. `user`: as for `exec`.
         """
-        req = self._request(argv, timeout, env, cwd, limits, keep_descendants)
+        req = self._request(argv, timeout, env, cwd, limits, keep_descendants, user)
         if terminal is not None:
             if not isinstance(terminal, tuple) or len(terminal) != 2:
                 raise InvalidRequest(f"terminal must be (rows, cols), got {terminal!r}")
@@ -347,8 +365,10 @@ class SandboxBase(abc.ABC):
         files: Mapping[str, Data | tuple[Data, int]],
         *,
         mode: int = 0o644,
+        user: str | None = None,
     ) -> None:
-        """Write several files in one call; a value may be `(data, mode)` to set its mode."""
+        """Write several files in one call; a value may be `(data, mode)` to set its mode.
+        `user`: the user of the sandbox they (and the directories made for them) belong to."""
         triples: list[tuple[str, bytes, int]] = []
         for path, value in files.items():
             if not isinstance(path, str) or not path or "\0" in path:
@@ -358,7 +378,7 @@ class SandboxBase(abc.ABC):
                 raise InvalidRequest(f"invalid mode {m!r} for {path}")
             triples.append((path, as_bytes(data, path), m))
         if triples:
-            await self._write_files(triples)
+            await self._write_files(triples, check_user(user))
 
     async def run_tests(
         self,
@@ -459,7 +479,7 @@ class SandboxBase(abc.ABC):
     def _exec_stream(self, req: ExecRequest, stdin: bytes | None) -> ExecStream: ...
 
     @abc.abstractmethod
-    async def _write_files(self, files: list[tuple[str, bytes, int]]) -> None: ...
+    async def _write_files(self, files: list[tuple[str, bytes, int]], user: str = "") -> None: ...
 
     async def read_file(
         self,
@@ -601,6 +621,7 @@ class Sandbox(SandboxBase):
             limits=_bridge.to_native_limits(req.limits),
             timeout_s=req.deadline_s,
             keep_descendants=req.keep_descendants,
+            user=req.user or None,
         )
         return _bridge.to_exec_result(r)
 
@@ -647,13 +668,14 @@ class Sandbox(SandboxBase):
             limits=_bridge.to_native_limits(req.limits),
             keep_descendants=req.keep_descendants,
             terminal=req.terminal,
+            user=req.user or None,
         )
         return ExecStream(
             source, convert=_bridge.to_exec_event, stdin=stdin, terminal=req.terminal is not None
         )
 
-    async def _write_files(self, files: list[tuple[str, bytes, int]]) -> None:
-        await self._call(self._client.write_files, files)
+    async def _write_files(self, files: list[tuple[str, bytes, int]], user: str = "") -> None:
+        await self._call(self._client.write_files, files, user or None)
 
     async def _read_file(self, path: str, r: ReadRange) -> bytes:
         return bytes(await self._call(self._client.read_file, path, r.offset, r.length, r.max_bytes))

@@ -228,6 +228,66 @@ async def test_programs_and_tests_run_as_root(root_pool) -> None:
         assert c_report.cases[0].verdict == "accepted", c_report
 
 
+async def test_root_makes_users_and_programs_run_as_them(root_pool) -> None:
+    """A root sandbox is a Linux user database: `useradd` makes a user and its group, `chown
+    user:group` and `su` work, and a call may run as, or write files for, any of its users, with
+    that user's ids, groups and home; from the host, such a program is the sandbox's own id
+    range, never a host user's."""
+    async with root_pool.sandbox(template="root") as sb:
+        made = await sh(
+            sb,
+            "useradd -m -s /bin/sh agent && groupadd team && usermod -aG team agent"
+            " && mkdir -p /srv/w && chown agent:agent /srv/w && id -u agent",
+        )
+        assert made.exit_code == 0, made
+        uid = int(made.stdout)
+        r = await sb.exec(
+            ["/bin/sh", "-c", "id -u; id -g; id -Gn; echo $HOME $USER; touch /srv/w/f; touch /root/x"],
+            user="agent",
+        )
+        out = r.stdout.decode().split("\n")
+        assert out[:2] == [str(uid), str(uid)], r
+        assert set(out[2].split()) == {"agent", "team"}, r
+        assert out[3] == "/home/agent agent", r
+        assert b"Permission denied" in r.stderr, r  # root's home is root's
+        await sb.write_files({"/srv/w/note": b"hi", "/home/agent/deep/er/file": b"x"}, user="agent")
+        owners = await sh(sb, "stat -c %U:%G /srv/w/note /srv/w/f /home/agent/deep /home/agent/deep/er/file")
+        assert owners.stdout.split() == [b"agent:agent"] * 4, owners
+        assert (await sb.exec(["sh", "-c", "echo more >> /srv/w/note"], user="agent")).exit_code == 0
+        su = await sh(sb, "su agent -s /bin/sh -c 'id -un; echo $HOME'")
+        assert su.stdout.split() == [b"agent", b"/home/agent"], su
+        assert (await sh(sb, "su root -s /bin/sh -c 'id -u'")).stdout == b"0\n"
+        # A uid without an account, as `setpriv --reuid` takes it.
+        assert (await sb.exec(["id", "-u"], user="4321")).stdout == b"4321\n"
+        with pytest.raises(sandboxes.InvalidRequest, match="no user"):
+            await sb.exec(["id"], user="nobody-here")
+        with pytest.raises(sandboxes.InvalidRequest, match="no user"):
+            await sb.write_files({"/tmp/x": b""}, user="nobody-here")
+        # From the host: the user's program runs in the sandbox's range, `uid` above its root.
+        mine, roots = (f"{86000 + secrets.randbelow(399)}.{secrets.randbelow(10**9):09d}" for _ in "ab")
+        async with sb.exec_stream(["sleep", mine], user="agent") as a, sb.exec_stream(["sleep", roots]) as b:
+            await wait_until(lambda: bool(pgrep(mine)) and bool(pgrep(roots)), timeout=10)
+            assert host_uid_of(pgrep(mine)[0]) == host_uid_of(pgrep(roots)[0]) + uid
+            await a.signal(9)
+            await b.signal(9)
+        assert (await sh(sb, "echo serving")).stdout == b"serving\n"
+
+
+async def test_a_sandbox_whose_programs_are_not_root_has_no_other_user(make_pool) -> None:
+    """Only root inside may become another user: elsewhere a call naming another is refused (its
+    own user is accepted), and the sandbox serves on."""
+    pool = await make_pool(warm=0)
+    async with pool.sandbox() as sb:
+        own = (await sb.exec(["id", "-un"])).stdout.strip().decode()
+        assert (await sb.exec(["id", "-un"], user=own)).stdout.strip().decode() == own
+        for other in ("root", "0", "1000"):
+            with pytest.raises(sandboxes.InvalidRequest, match="may not become another user"):
+                await sb.exec(["id"], user=other)
+        with pytest.raises(sandboxes.InvalidRequest, match="may not become another user"):
+            await sb.write_files({"x": b""}, user="root")
+        assert (await sb.exec(["id", "-u"])).exit_code == 0
+
+
 async def test_id_ranges_are_released_and_a_dead_owners_are_reclaimed(root_pool, tmp_path) -> None:
     if root_pool.test_backend == "kubernetes":
         pytest.skip("a pod's ids are its own user namespace's (the emulated kubelet claims its range)")

@@ -199,7 +199,7 @@ class BulkDeleteResponse(_message.Message):
     def __init__(self, deleted_ids: _Optional[_Iterable[str]] = ...) -> None: ...
 
 class ExecRequest(_message.Message):
-    __slots__ = ("sandbox_id", "argv", "env", "cwd", "stdin", "limits", "timeout_s", "keep_descendants", "terminal")
+    __slots__ = ("sandbox_id", "argv", "env", "cwd", "stdin", "limits", "timeout_s", "keep_descendants", "terminal", "user")
     class EnvEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -216,6 +216,7 @@ class ExecRequest(_message.Message):
     TIMEOUT_S_FIELD_NUMBER: _ClassVar[int]
     KEEP_DESCENDANTS_FIELD_NUMBER: _ClassVar[int]
     TERMINAL_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
     sandbox_id: str
     argv: _containers.RepeatedScalarFieldContainer[str]
     env: _containers.ScalarMap[str, str]
@@ -225,7 +226,8 @@ class ExecRequest(_message.Message):
     timeout_s: float
     keep_descendants: bool
     terminal: _common_pb2.TerminalSize
-    def __init__(self, sandbox_id: _Optional[str] = ..., argv: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., cwd: _Optional[str] = ..., stdin: _Optional[bytes] = ..., limits: _Optional[_Union[_common_pb2.Limits, _Mapping]] = ..., timeout_s: _Optional[float] = ..., keep_descendants: _Optional[bool] = ..., terminal: _Optional[_Union[_common_pb2.TerminalSize, _Mapping]] = ...) -> None: ...
+    user: str
+    def __init__(self, sandbox_id: _Optional[str] = ..., argv: _Optional[_Iterable[str]] = ..., env: _Optional[_Mapping[str, str]] = ..., cwd: _Optional[str] = ..., stdin: _Optional[bytes] = ..., limits: _Optional[_Union[_common_pb2.Limits, _Mapping]] = ..., timeout_s: _Optional[float] = ..., keep_descendants: _Optional[bool] = ..., terminal: _Optional[_Union[_common_pb2.TerminalSize, _Mapping]] = ..., user: _Optional[str] = ...) -> None: ...
 
 class ExecInput(_message.Message):
     __slots__ = ("start", "stdin", "close_stdin", "signal", "resize")
@@ -242,12 +244,14 @@ class ExecInput(_message.Message):
     def __init__(self, start: _Optional[_Union[ExecRequest, _Mapping]] = ..., stdin: _Optional[bytes] = ..., close_stdin: _Optional[bool] = ..., signal: _Optional[int] = ..., resize: _Optional[_Union[_common_pb2.TerminalSize, _Mapping]] = ...) -> None: ...
 
 class WriteFilesRequest(_message.Message):
-    __slots__ = ("sandbox_id", "files")
+    __slots__ = ("sandbox_id", "files", "user")
     SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
     FILES_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
     sandbox_id: str
     files: _containers.RepeatedCompositeFieldContainer[_common_pb2.FileEntry]
-    def __init__(self, sandbox_id: _Optional[str] = ..., files: _Optional[_Iterable[_Union[_common_pb2.FileEntry, _Mapping]]] = ...) -> None: ...
+    user: str
+    def __init__(self, sandbox_id: _Optional[str] = ..., files: _Optional[_Iterable[_Union[_common_pb2.FileEntry, _Mapping]]] = ..., user: _Optional[str] = ...) -> None: ...
 
 class ReadFileRequest(_message.Message):
     __slots__ = ("sandbox_id", "path", "chunk_size", "offset", "length", "max_bytes")

@@ -6,7 +6,7 @@ import warnings
 from . import common_pb2 as common__pb2
 from . import service_pb2 as service__pb2
 
-GRPC_GENERATED_VERSION = '1.85.1'
+GRPC_GENERATED_VERSION = '1.85.4'
 GRPC_VERSION = grpc.__version__
 _version_not_supported = False
 

@@ -85,7 +85,10 @@ class Build:
     digest: str = ""  # of its base and steps: the same digest is the same build
     checkpoint: str = ""
     work_dir: str = ""
-    user: str = ""
+    user: str = ""  # who runs its sandboxes' programs, as the surface names that user
+    # The sandbox's user its programs run as when a call names none ("": the programs' own),
+    # set by a `user` step naming another.
+    run_as: str = ""
     start_cmd: str = ""
     ready_cmd: str = ""
     env: dict[str, str] = field(default_factory=dict)  # what its sandboxes start with (Dockerfile ENV)

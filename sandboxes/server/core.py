@@ -523,7 +523,9 @@ class ServerCore:
         self.built.spawned(t)
         if not build.start_cmd:
             return
-        error = await start_and_wait(rec.sandbox, build.start_cmd, build.ready_cmd, build.work_dir, env or {})
+        error = await start_and_wait(
+            rec.sandbox, build.start_cmd, build.ready_cmd, build.work_dir, env or {}, build.run_as
+        )
         if error:
             raise E.LaunchError(f"template {t.name!r}: {error}")
 

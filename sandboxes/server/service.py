@@ -344,6 +344,7 @@ class SandboxService:
             "cwd": self.validate.path("cwd", req.cwd, required=False) or None,
             "limits": self.validate.limits(req.limits) if req.HasField("limits") else None,
             "keep_descendants": req.keep_descendants,
+            "user": req.user or None,
         }
         if req.HasField("terminal"):
             kwargs["terminal"] = check_terminal(req.terminal.rows, req.terminal.cols)
@@ -490,7 +491,7 @@ class SandboxService:
         if not files:
             raise E.InvalidRequest("files is empty")
         rec = await self.core.record(req.sandbox_id, owner)
-        await rec.sandbox.write_files(file_map(files))
+        await rec.sandbox.write_files(file_map(files), user=req.user or None)
         return cpb.WriteFilesResponse(bytes_written=sum(len(d) for _, d, _ in files))
 
     async def read_file(self, req: Any, context: Any, owner: str) -> AsyncIterator[cpb.FileChunk]:

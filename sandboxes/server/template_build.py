@@ -5,7 +5,10 @@ the checkpoint of the built template it starts from if any, claimed for the buil
 quotas apply) and deleted when the build ends. Steps run in order: `run` a shell command (as the
 sandbox's user; its output is the build's log), `copy` an uploaded archive's files to a path,
 `env` variables for the later steps (build-time only), `workdir` the directory of the later steps
-and of the template's sandboxes (made if missing), `user` who runs them (the sandbox's one user).
+and of the template's sandboxes (made if missing), `user` who runs the later steps and, by
+default, the template's programs (another user than the sandbox's own is one of its
+`/etc/passwd`, in a sandbox whose programs run as root). A `setup` command of the surface's runs
+before the steps, as root (what its platform puts in every template, such as E2B's `user`).
 A start command then runs in the background, and the ready command is retried until it succeeds;
 the file system is then checkpointed. A failed step fails the build with its output and leaves no
 template behind.
@@ -95,6 +98,8 @@ class BuildSpec:
     base: str  # what the base is, for the digest (an image, or a build's digest)
     steps: tuple[Step, ...]
     user: str  # who runs the sandbox's programs, as the surface names it
+    # Run as the sandbox's own user before the steps: the platform's part of every template.
+    setup: str = ""
     checkpoint: str | None = None
     work_dir: str = ""
     start_cmd: str = ""
@@ -113,6 +118,8 @@ class BuildSpec:
             self.ready_cmd,
             self.keep_env,
         ]
+        if self.setup:
+            doc.append(self.setup)
         return hashlib.sha256(json.dumps(doc, separators=(",", ":")).encode()).hexdigest()
 
 
@@ -181,7 +188,7 @@ class Builder:
             ttl_s=None,
             labels={TEMPLATE_LABEL: t.id},
         )
-        b.checkpoint, b.work_dir, b.user = mine.id, hit.work_dir, hit.user
+        b.checkpoint, b.work_dir, b.user, b.run_as = mine.id, hit.work_dir, hit.user, hit.run_as
         b.start_cmd, b.ready_cmd, b.env, b.cached = hit.start_cmd, hit.ready_cmd, dict(hit.env), True
         b.log(f"CACHED: the same base and steps as build {hit.id}")
         b.status, b.finished_at = "ready", time.time()
@@ -205,7 +212,7 @@ class Builder:
             if spec.start_cmd and not await run.start(spec.start_cmd, spec.ready_cmd):
                 return
             cp = await self.core.checkpoint(rec, name=t.name, ttl_s=None, labels={TEMPLATE_LABEL: t.id})
-            b.checkpoint, b.work_dir, b.user = cp.id, run.work_dir, spec.user
+            b.checkpoint, b.work_dir, b.user, b.run_as = cp.id, run.work_dir, run.user or spec.user, run.user
             b.start_cmd, b.ready_cmd = spec.start_cmd, spec.ready_cmd
             b.env = dict(run.env) if spec.keep_env else {}
             b.log(
@@ -245,9 +252,18 @@ class _Run:
         self.t, self.b, self.sb, self.spec = t, b, sb, spec
         self.env: dict[str, str] = {}
         self.work_dir = spec.work_dir
+        # Who runs the next steps: "" for the sandbox's programs' own user, else a user of its
+        # /etc/passwd (the agent says whether the sandbox has it).
+        self.user = ""
         self.tail: collections.deque[str] = collections.deque(maxlen=TAIL_LINES)  # of the last command
 
     async def steps(self) -> bool:
+        if self.spec.setup:
+            self.b.log("[base] the platform's setup", step="base")
+            if await self._shell(self.spec.setup, "base") != 0:
+                tail = " / ".join(self.tail)
+                self.b.fail(f"the platform's setup of the template failed: {tail}", "base")
+                return False
         for i, s in enumerate(self.spec.steps, start=1):
             step = str(i)
             self.b.log(f"[builder {i}/{len(self.spec.steps)}] {s.kind.upper()} {' '.join(s.args)}", step=step)
@@ -261,8 +277,8 @@ class _Run:
         return True
 
     async def _run(self, s: Step, step: str) -> bool:
-        self._check_user(s.args[1] if len(s.args) > 1 else "")
-        code = await self._shell(s.args[0], step)
+        user = self._as(s.args[1]) if len(s.args) > 1 and s.args[1] else self.user
+        code = await self._shell(s.args[0], step, user)
         if code != 0:
             tail = " / ".join(self.tail)
             self.b.fail(f"step {step} (run {s.args[0]!r}) failed with exit code {code}: {tail}", step)
@@ -285,20 +301,22 @@ class _Run:
         return True
 
     async def _user(self, s: Step, step: str) -> bool:
-        self._check_user(s.args[0])
+        user = self._as(s.args[0])
+        if user and await self._shell("true", step, user) != 0:  # the agent refuses a missing user
+            self.b.fail(f"step {step}: user {s.args[0]!r} cannot run programs in this sandbox", step)
+            return False
+        self.user = user
         return True
 
-    def _check_user(self, user: str) -> None:
-        if user and user != self.spec.user:
-            raise E.InvalidRequest(
-                f"user {user!r} does not exist in this sandbox: programs run as {self.spec.user!r}"
-            )
+    def _as(self, user: str) -> str:
+        """The agent's name of `user`: "" for the sandbox's own (as the surface names it)."""
+        return "" if not user or user == self.spec.user else user
 
     async def _copy(self, s: Step, step: str) -> bool:
         src, dest = s.args[0], s.args[1]
         user = s.args[2] if len(s.args) > 2 else ""
         mode = int(s.args[3], 8) if len(s.args) > 3 and s.args[3] else None
-        self._check_user(user)
+        user = self._as(user) if user else self.user
         path = self.store.upload_path(self.t.id, s.files)
         if not path.exists():
             self.b.fail(f"step {step}: the files of {src!r} were not uploaded", step)
@@ -306,7 +324,7 @@ class _Run:
         dest = posixpath.normpath(posixpath.join(self.work_dir or "/", dest)) + (
             "/" if dest.endswith("/") else ""
         )
-        placed = _Placed(self, step)
+        placed = _Placed(self, step, user)
         async with self.builder.reading(self.t.owner, path, src, dest, mode) as archive:
             if not await archive.check():
                 self.b.fail(f"step {step}: {src!r} matches no uploaded file", step)
@@ -333,34 +351,40 @@ class _Run:
     async def start(self, start_cmd: str, ready_cmd: str) -> bool:
         """Starts the template's start command and waits until its ready command succeeds."""
         self.b.log(f"[start] {start_cmd}", step="finalize")
-        error = await start_and_wait(self.sb, start_cmd, ready_cmd, self.work_dir, self.env)
+        error = await start_and_wait(self.sb, start_cmd, ready_cmd, self.work_dir, self.env, self.user)
         if error:
             self.b.fail(error, "finalize")
             return False
         self.b.log("ready", step="finalize")
         return True
 
-    async def _shell(self, command: str, step: str) -> int:
-        """Runs `command` with `sh -c`, its output the build's log; its exit status."""
-        stream = self.sb.exec_stream(
-            ["/bin/sh", "-c", command],
-            env=self.env,
-            cwd=self.work_dir or None,
-            limits=STEP_LIMITS,
-            stdin=b"",
-        )
+    async def _shell(self, command: str, step: str, user: str = "") -> int:
+        """Runs `command` with `sh -c` as `user` (`_as`), its output the build's log; its exit
+        status. A user the sandbox does not have is a failed command, its reason in the log."""
         pending = {"stdout": b"", "stderr": b""}
         result = None
         self.tail.clear()
-        async with stream:
-            async for ev in stream:
-                if ev.kind in pending:
-                    lines = (pending[ev.kind] + ev.data).split(b"\n")
-                    pending[ev.kind] = lines.pop()
-                    for line in lines:
-                        self._line(line, ev.kind, step)
-                elif ev.kind == "exit":
-                    result = ev.result
+        try:
+            stream = self.sb.exec_stream(
+                ["/bin/sh", "-c", command],
+                env=self.env,
+                cwd=self.work_dir or None,
+                limits=STEP_LIMITS,
+                stdin=b"",
+                user=user or None,
+            )
+            async with stream:
+                async for ev in stream:
+                    if ev.kind in pending:
+                        lines = (pending[ev.kind] + ev.data).split(b"\n")
+                        pending[ev.kind] = lines.pop()
+                        for line in lines:
+                            self._line(line, ev.kind, step)
+                    elif ev.kind == "exit":
+                        result = ev.result
+        except E.InvalidRequest as e:
+            self._line(e.message.encode(), "stderr", step)
+            return -1
         for kind, rest in pending.items():
             if rest:
                 self._line(rest, kind, step)
@@ -376,15 +400,18 @@ class _Run:
         self.b.log(text, "info" if kind == "stdout" else "warn", step)
 
 
-async def start_and_wait(sb: Any, start_cmd: str, ready_cmd: str, cwd: str, env: dict[str, str]) -> str:
-    """Starts `start_cmd` in the background of `sb` and retries `ready_cmd` until it succeeds;
-    an error message, or "" once ready."""
+async def start_and_wait(
+    sb: Any, start_cmd: str, ready_cmd: str, cwd: str, env: dict[str, str], user: str = ""
+) -> str:
+    """Starts `start_cmd` in the background of `sb` (as `user`, "" its programs' own) and retries
+    `ready_cmd` until it succeeds; an error message, or "" once ready."""
     launched = await sb.exec(
         ["/bin/sh", "-c", f"nohup /bin/sh -c {shlex.quote(start_cmd)} >/dev/null 2>&1 &"],
         env=env,
         cwd=cwd or None,
         keep_descendants=True,
         timeout=30,
+        user=user or None,
     )
     if launched.exit_code != 0:
         return f"the start command could not start: {launched.stderr.decode(errors='replace')}"
@@ -392,7 +419,9 @@ async def start_and_wait(sb: Any, start_cmd: str, ready_cmd: str, cwd: str, env:
         return ""
     deadline = time.monotonic() + READY_TIMEOUT_S
     while time.monotonic() < deadline:
-        r = await sb.exec(["/bin/sh", "-c", ready_cmd], env=env, cwd=cwd or None, timeout=READY_TIMEOUT_S)
+        r = await sb.exec(
+            ["/bin/sh", "-c", ready_cmd], env=env, cwd=cwd or None, timeout=READY_TIMEOUT_S, user=user or None
+        )
         if r.exit_code == 0 and not r.timed_out:
             return ""
         await asyncio.sleep(READY_INTERVAL_S)
@@ -403,8 +432,8 @@ class _Placed:
     """What a copy puts in its sandbox, written one bounded batch at a time: the files with one
     `write_files`, then the directories and links with one command (in the archive's order)."""
 
-    def __init__(self, run: _Run, step: str) -> None:
-        self.run, self.step = run, step
+    def __init__(self, run: _Run, step: str, user: str) -> None:
+        self.run, self.step, self.user = run, step, user
         self.batch: dict[str, tuple[bytes, int]] = {}
         self.size = 0
         self.commands: list[str] = []
@@ -429,11 +458,11 @@ class _Placed:
 
     async def flush(self) -> bool:
         if self.batch:
-            await self.run.sb.write_files(self.batch)
+            await self.run.sb.write_files(self.batch, user=self.user or None)
             self.files += len(self.batch)
             self.batch, self.size = {}, 0
         if self.commands:
-            code = await self.run._shell(" && ".join(self.commands), self.step)
+            code = await self.run._shell(" && ".join(self.commands), self.step, self.user)
             self.commands, self.chars = [], 0
             if code != 0:
                 self.run.b.fail(

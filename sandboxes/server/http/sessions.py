@@ -156,9 +156,11 @@ class Programs:
         timeout_s: float,
         name: str | None,
         terminal: tuple[int, int] | None = None,
+        user: str | None = None,
     ) -> Session:
         """Starts `argv` in `rec`'s sandbox as a session (its stdin open when `stdin`), on a
-        pseudo-terminal of `terminal` = (rows, cols) when given."""
+        pseudo-terminal of `terminal` = (rows, cols) when given, as its `user` (None: its
+        programs' own)."""
         sessions = self.of(rec)
         if len(sessions.live) >= MAX_SESSIONS_PER_SANDBOX:
             raise ConnectError(
@@ -174,6 +176,7 @@ class Programs:
                 limits=self.limits,
                 keep_descendants=True,
                 terminal=terminal,
+                user=user,
             )
             first = await stream.__anext__()
         except BaseException as e:

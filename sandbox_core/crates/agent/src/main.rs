@@ -381,6 +381,7 @@ async fn warm_up(executor: &Executor) {
         keep_descendants: false,
         zygote_entry: None,
         terminal: None,
+        account: None,
     };
     match executor.run(cmd, Default::default()).await {
         Ok(o) if o.exit_code == Some(0) => {}
@@ -526,7 +527,12 @@ async fn serve(
         executor: executor.clone(),
         lease: lease.clone(),
         roots: Arc::new(paths::Roots::new(roots)),
-        owner: programs.owner,
+        accounts: server::Accounts {
+            uid: programs.uid,
+            gid: programs.gid,
+            owner: programs.owner,
+            others: root_inside && drop_uid,
+        },
         scratch: Arc::new(sandbox_judge::Scratch {
             root: if args.new_root {
                 PathBuf::from(setup::rootfs::JUDGE_SCRATCH)

@@ -31,4 +31,4 @@ mod zygote;
 pub use error::{SetupError, SpawnError, Step};
 pub use limits::Limits;
 pub use pty::TerminalSize;
-pub use run::{Capabilities, Command, Event, Executor, ExecutorConfig, Outcome, Running};
+pub use run::{Account, Capabilities, Command, Event, Executor, ExecutorConfig, Outcome, Running};

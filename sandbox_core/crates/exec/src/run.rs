@@ -31,7 +31,7 @@ use crate::error::{SetupError, SpawnError, Step};
 use crate::limits::Limits;
 use crate::reaper::Reaper;
 use crate::seccomp::Filter;
-use crate::spawn::{Identity, Isolation};
+use crate::spawn::{Groups, Identity, Isolation};
 use crate::supervise::{supervise, Supervision};
 use crate::tree::Tree;
 
@@ -97,6 +97,19 @@ pub struct Command {
     /// and stderr merged as a terminal shows them, comes as `Event::Stdout`; its input goes
     /// through the terminal's line discipline (Ctrl-C is SIGINT); `Running::resize` changes it.
     pub terminal: Option<crate::pty::TerminalSize>,
+    /// Run as this account instead of the executor's programs' user (ids inside the programs'
+    /// user namespace, where there is one). Only an executor that sets ids may (`may_set_ids`);
+    /// such a program never goes through the zygote, which runs as the programs' user.
+    pub account: Option<Account>,
+}
+
+/// A user of the sandbox other than its programs' own: `Command::account`.
+#[derive(Debug, Clone)]
+pub struct Account {
+    pub uid: u32,
+    pub gid: u32,
+    /// Supplementary groups (the primary one among them, as `initgroups` makes them).
+    pub groups: Vec<u32>,
 }
 
 /// What a running program reports, in order: output chunks (already capped), then one `Exit`.
@@ -261,7 +274,7 @@ impl Executor {
             Identity::default()
         } else if crate::caps::may_set_ids() {
             Identity {
-                groups: Some(config.gid.unwrap_or(egid)),
+                groups: Some(Groups::of(&[config.gid.unwrap_or(egid)])),
                 gid: config.gid,
                 uid: config.uid,
                 userns,
@@ -485,6 +498,7 @@ impl Executor {
             keep_descendants: false,
             zygote_entry: None,
             terminal: None,
+            account: None,
         }
     }
 
@@ -500,6 +514,8 @@ impl Executor {
             Launch::User if cmd.keep_descendants => None,
             // A terminal is made for a spawn: a zygote's workers inherit the zygote's stdio.
             Launch::User if cmd.terminal.is_some() => None,
+            // The zygote runs as the programs' user.
+            Launch::User if cmd.account.is_some() => None,
             // The zygote's environment is the base one (`zygote_command` adds nothing to it).
             Launch::User => self.zygote().and_then(|z| {
                 let req = z.plan(
@@ -528,8 +544,24 @@ impl Executor {
             Some(dir) => confine_writes(dir)?,
             None => None,
         };
+        let identity = match &cmd.account {
+            None => inner.identity,
+            // Only an executor that switches ids (its identity names a group list) may switch
+            // to another account's.
+            Some(a) if inner.identity.groups.is_some() => Identity {
+                groups: Some(Groups::of(&a.groups)),
+                gid: Some(a.gid),
+                uid: Some(a.uid),
+                userns: inner.identity.userns,
+            },
+            Some(_) => {
+                return Err(SpawnError::Invalid(
+                    "this executor does not switch users: it runs every program as its own".into(),
+                ))
+            }
+        };
         let iso = Isolation {
-            identity: inner.identity,
+            identity,
             seccomp: inner.seccomp.as_ref(),
             cgroup: cgroup.as_deref(),
             // RLIMIT_NPROC counts every process of the uid on the host, across sandboxes: use it

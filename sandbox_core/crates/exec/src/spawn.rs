@@ -48,10 +48,36 @@ pub const DEFAULT_PATH: &str = "/usr/local/bin:/usr/bin:/bin";
 /// it first, and the ids are ids inside it.
 #[derive(Debug, Clone, Copy, Default)]
 pub struct Identity {
-    pub groups: Option<libc::gid_t>,
+    pub groups: Option<Groups>,
     pub gid: Option<libc::gid_t>,
     pub uid: Option<libc::uid_t>,
     pub userns: Option<RawFd>,
+}
+
+/// Most supplementary groups a program is given (a user in more keeps the first ones).
+pub const MAX_GROUPS: usize = 32;
+
+/// Supplementary groups, held by value so that an `Identity` stays `Copy` for the child.
+#[derive(Debug, Clone, Copy, Default)]
+pub struct Groups {
+    ids: [libc::gid_t; MAX_GROUPS],
+    len: usize,
+}
+
+impl Groups {
+    /// The first `MAX_GROUPS` of `ids`.
+    pub fn of(ids: &[libc::gid_t]) -> Groups {
+        let mut g = Groups::default();
+        for id in ids.iter().take(MAX_GROUPS) {
+            g.ids[g.len] = *id;
+            g.len += 1;
+        }
+        g
+    }
+
+    pub fn ids(&self) -> &[libc::gid_t] {
+        &self.ids[..self.len]
+    }
 }
 
 /// Isolation settings of one spawn.
@@ -642,13 +668,8 @@ unsafe fn child_main(p: &ChildPlan<'_>) -> ! {
         }
     }
     // Raw syscalls: glibc's set*id wrappers broadcast to all threads of the parent image.
-    if let Some(g) = p.identity.groups {
-        if libc::syscall(
-            libc::SYS_setgroups,
-            1 as libc::c_long,
-            &g as *const libc::gid_t,
-        ) != 0
-        {
+    if let Some(g) = &p.identity.groups {
+        if libc::syscall(libc::SYS_setgroups, g.len as libc::c_long, g.ids.as_ptr()) != 0 {
             fail(p.report, Step::SetGroups);
         }
     }
@@ -771,6 +792,7 @@ mod tests {
             keep_descendants: false,
             zygote_entry: None,
             terminal: None,
+            account: None,
         }
     }
 

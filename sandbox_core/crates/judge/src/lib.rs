@@ -309,6 +309,7 @@ pub async fn run_tests(
             keep_descendants: false,
             zygote_entry: None,
             terminal: None,
+            account: None,
         };
         let t = Instant::now();
         let outcome = executor.run(cmd, bytes::Bytes::new()).await;
@@ -392,6 +393,7 @@ pub async fn run_tests(
             // Through the zygote, the check runner is already compiled there.
             zygote_entry: check.as_ref().and(lang.zygote_entry()),
             terminal: None,
+            account: None,
         };
         let outcome = executor.run(cmd, case.input.clone()).await;
         let _ = std::fs::remove_dir_all(&cwd);

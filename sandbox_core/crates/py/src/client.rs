@@ -132,6 +132,7 @@ pub fn exec_request(
     limits: Option<&Limits>,
     clear_env: bool,
     keep_descendants: bool,
+    user: Option<String>,
 ) -> PyResult<pb::ExecRequest> {
     Ok(pb::ExecRequest {
         argv: utf8_list(argv, "argv")?,
@@ -142,6 +143,7 @@ pub fn exec_request(
         clear_env,
         keep_descendants,
         terminal: None,
+        user: user.unwrap_or_default(),
     })
 }
 
@@ -266,7 +268,7 @@ impl AgentClient {
         Ok(AgentClient { endpoint, client })
     }
 
-    #[pyo3(signature = (argv, env=None, cwd=None, stdin=Vec::new(), limits=None, clear_env=false, timeout_s=None, keep_descendants=false))]
+    #[pyo3(signature = (argv, env=None, cwd=None, stdin=Vec::new(), limits=None, clear_env=false, timeout_s=None, keep_descendants=false, user=None))]
     #[allow(clippy::too_many_arguments)]
     fn exec<'py>(
         &self,
@@ -279,6 +281,7 @@ impl AgentClient {
         clear_env: bool,
         timeout_s: Option<f64>,
         keep_descendants: bool,
+        user: Option<String>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let empty = PyString::new(py, "");
         let req = exec_request(
@@ -289,6 +292,7 @@ impl AgentClient {
             limits.as_deref(),
             clear_env,
             keep_descendants,
+            user,
         )?;
         self.call(py, timeout_s, move |mut c| async move {
             let r = c.exec(req).await.map_err(from_status)?.into_inner();
@@ -314,7 +318,7 @@ impl AgentClient {
     }
 
     /// `terminal`: `(rows, cols)` of a pseudo-terminal the program runs on instead of pipes.
-    #[pyo3(signature = (argv, env=None, cwd=None, limits=None, clear_env=false, keep_descendants=false, terminal=None))]
+    #[pyo3(signature = (argv, env=None, cwd=None, limits=None, clear_env=false, keep_descendants=false, terminal=None, user=None))]
     #[allow(clippy::too_many_arguments)]
     fn exec_stream<'py>(
         &self,
@@ -326,6 +330,7 @@ impl AgentClient {
         clear_env: bool,
         keep_descendants: bool,
         terminal: Option<(u32, u32)>,
+        user: Option<String>,
     ) -> PyResult<ExecStream> {
         runtime::check_pid()?;
         let empty = PyString::new(py, "");
@@ -337,16 +342,21 @@ impl AgentClient {
             limits.as_deref(),
             clear_env,
             keep_descendants,
+            user,
         )?;
         req.terminal = terminal.map(|(rows, cols)| pb::TerminalSize { rows, cols });
         Ok(ExecStream::open(self.client.clone(), req))
     }
 
+    /// `user`: a user of the sandbox the files (and the directories made for them) belong to.
+    #[pyo3(signature = (files, user=None))]
     fn write_files<'py>(
         &self,
         py: Python<'py>,
         files: Vec<(String, Vec<u8>, u32)>,
+        user: Option<String>,
     ) -> PyResult<Bound<'py, PyAny>> {
+        let user = user.unwrap_or_default();
         let files = files
             .into_iter()
             .map(|(path, data, mode)| pb::FileEntry {
@@ -356,7 +366,7 @@ impl AgentClient {
             })
             .collect();
         self.call(py, Some(DEFAULT_CALL_TIMEOUT_S), move |mut c| async move {
-            Ok(c.write_files(pb::WriteFilesRequest { files })
+            Ok(c.write_files(pb::WriteFilesRequest { files, user })
                 .await
                 .map_err(from_status)?
                 .into_inner()

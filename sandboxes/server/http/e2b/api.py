@@ -169,8 +169,10 @@ class ControlPlane:
             tp = self.core.template_of(rec)
             sb = self._attach(rec, template_id, metadata, env, tp, tp.network is True)
             sb.domain = self.core.ports_base
-            if source.build is not None:  # it starts where its build ended
+            if source.build is not None:  # it starts where its build ended, as its build's user
                 sb.work_dir = source.build.work_dir or sb.work_dir
+                if source.build.run_as:
+                    sb.user, sb.run_as = source.build.user, source.build.run_as
             sb.timeout_s = float(timeout)
             if auto_pause:
                 sb.on_timeout, sb.auto_resume = "pause", auto_resume

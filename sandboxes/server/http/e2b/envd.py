@@ -40,10 +40,9 @@ MAX_FILES_PER_UPLOAD = 1000
 ENVELOPE = Envelope("e2b envd", code_body)
 
 
-def _user(request: Request, sb: Any) -> None:
-    user = request.query_params.get("username")
-    if user and user != sb.user:
-        raise Refused(400, f"user {user!r} does not exist in this sandbox: programs run as {sb.user!r}")
+def _user(request: Request, sb: Any) -> str | None:
+    """The user of the sandbox a call's `username` names (`E2bSandbox.user_of`)."""
+    return sb.user_of(request.query_params.get("username"))
 
 
 def in_sandbox(fn: Any, envelope: Envelope = ENVELOPE) -> Any:
@@ -74,7 +73,7 @@ async def _read(request: Request, rec: Any, sb: Any) -> Response:
 
 
 async def _write(request: Request, rec: Any, sb: Any) -> Response:
-    _user(request, sb)
+    user = _user(request, sb)
     declared = request.headers.get("content-length")
     content_type = request.headers.get("content-type", "")
     named = request.query_params.get("path")
@@ -103,7 +102,7 @@ async def _write(request: Request, rec: Any, sb: Any) -> Response:
             if len(data) > MAX_FILE_BYTES:
                 raise BodyTooLarge(MAX_FILE_BYTES)
         files.append((sb.resolve(named), data))
-    await rec.sandbox.write_files({path: data for path, data in files})
+    await rec.sandbox.write_files({path: data for path, data in files}, user=user)
     return JSONResponse([{"name": posixpath.basename(p), "type": "file", "path": p} for p, _ in files])
 
 

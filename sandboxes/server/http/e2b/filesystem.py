@@ -97,16 +97,19 @@ class Filesystem:
         """Runs the shell program of `op` on `args` (an execution of the sandbox owner's, in one
         of its exec slots); the entries it printed."""
         rec, sb = target()
-        request_user(ctx, sb)
+        user = request_user(ctx, sb)
         try:
             r = await self.core.session(rec, f"e2b.{op}").exec(
                 ["/bin/sh", "-c", _SCRIPTS[op], _FORMAT, *args],
                 cwd=sb.work_dir,
                 timeout=60,
                 limits=Limits(max_output_bytes=LISTING_BYTES),
+                user=user,
             )
         except E.QuotaExceeded as e:
             raise ConnectError(Code.RESOURCE_EXHAUSTED, e.message) from None
+        except E.InvalidRequest as e:
+            raise ConnectError(Code.INVALID_ARGUMENT, e.message) from None
         except E.SandboxError as e:
             raise ConnectError(Code.UNAVAILABLE, f"{e.kind.value}: {e.message}") from None
         where = args[-1] if op == "move" else args[0]

@@ -7,7 +7,7 @@ is the call's `Connect-Timeout-Ms` (the SDK sends 60 s unless `timeout=0`); at i
 killed and the call ends with `deadline_exceeded` (the SDK's `TimeoutException`). A program
 outlives its stream (`handle.disconnect()`, a background command whose client went away), as
 under the platform's daemon, until it exits, is killed or the sandbox ends. Who runs it comes in
-`Authorization: Basic <user>:`; the sandbox's one user is accepted, any other is refused.
+`Authorization: Basic <user>:`, a user of the sandbox to run as (`request_user`).
 
 `Start` with `pty` (the SDK's `pty.create`) runs the program on a pseudo-terminal of that size:
 its output comes as `pty` data (raw terminal bytes, both streams), `SendInput` / `StreamInput`
@@ -73,12 +73,13 @@ def target() -> tuple[Any, Any]:
     return value
 
 
-def request_user(ctx: Any, sb: Any) -> None:
-    """Refuses a call whose `Authorization: Basic <user>:` names another user than the one that
-    runs this sandbox's programs (absent: that one)."""
+def request_user(ctx: Any, sb: Any) -> str | None:
+    """The user a call's `Authorization: Basic <user>:` names, None for the sandbox's own (or
+    none named). Whether the sandbox has that user is the agent's to say: one whose programs run
+    as root has every user of its `/etc/passwd`, any other only its own."""
     header = ctx.request_headers.get("authorization")
     if not header:
-        return
+        return None
     scheme, _, value = header.partition(" ")
     try:
         user = base64.b64decode(value.strip(), validate=True).decode().partition(":")[0]
@@ -86,11 +87,7 @@ def request_user(ctx: Any, sb: Any) -> None:
         raise ConnectError(Code.INVALID_ARGUMENT, "malformed Authorization: expected Basic <user>:") from None
     if scheme.lower() != "basic":
         raise ConnectError(Code.INVALID_ARGUMENT, "malformed Authorization: expected Basic <user>:")
-    if user and user != sb.user:
-        raise ConnectError(
-            Code.INVALID_ARGUMENT,
-            f"user {user!r} does not exist in this sandbox: programs run as {sb.user!r}",
-        )
+    return sb.user_of(user)
 
 
 class Process:
@@ -112,7 +109,7 @@ class Process:
 
     async def start(self, req: Any, ctx: Any) -> AsyncIterator[Any]:
         rec, sb, sessions = self._sessions()
-        request_user(ctx, sb)
+        user = request_user(ctx, sb)
         terminal = (req.pty.size.rows, req.pty.size.cols) if req.HasField("pty") else None
         spec = req.process
         if not spec.cmd:
@@ -132,6 +129,7 @@ class Process:
             timeout_s=self.programs.timeout_s(ctx),
             name=name,
             terminal=terminal,
+            user=user,
         )
         async for msg in self.programs.follow(s, pp.StartResponse, own=True):
             yield msg

@@ -49,6 +49,9 @@ class E2bSandbox:
     # calls (`E2B-Traffic-Access-Token`): handed out once, kept as digests.
     access_token: str = field(default_factory=lambda: secrets.token_urlsafe(32))
     _digest: bytes = b""
+    # The sandbox's user a call that names none runs as ("": its programs' own): a built
+    # template's `user` step.
+    run_as: str = ""
 
     def __post_init__(self) -> None:
         self._digest = digest(self.access_token)
@@ -56,6 +59,15 @@ class E2bSandbox:
     def token_ok(self, token: str | None) -> bool:
         """Whether `token` is this sandbox's access token (constant time)."""
         return bool(token) and matches((self._digest,), (token or "").strip())
+
+    def user_of(self, name: str | None) -> str | None:
+        """The agent's user for a call that names `name` (None: none named): None for the
+        sandbox's programs' own, which `user` names as the platform does."""
+        if not name:
+            return self.run_as or None
+        if name == self.user and not self.run_as:
+            return None
+        return name
 
     def resolve(self, path: str | None) -> str:
         """`path` made absolute: relative paths are under the work dir (the platform's home)."""

@@ -51,6 +51,13 @@ MAX_STEPS = 1000
 LOG_PAGE = 100
 MB = 1 << 20
 # The platform's own templates, a base of any build (the server's default one runs them).
+# What the platform adds to every template whose programs run as root, before its steps: the
+# unprivileged `user` its SDK names (e2b's `Template.from_dockerfile` ends with `set_user("user")`),
+# with a home, in the `sudo` group where the image has one. An image without `useradd` gets none.
+PROVISION = (
+    "if command -v useradd >/dev/null && ! id user >/dev/null 2>&1; then"
+    " useradd -m -s /bin/bash user && { getent group sudo >/dev/null && usermod -aG sudo user || true; }; fi"
+)
 PLATFORM_TEMPLATES = frozenset({"base", "code-interpreter-v1", "code-interpreter"})
 
 
@@ -200,11 +207,13 @@ class Templates:
         if not isinstance(steps, list) or len(steps) > MAX_STEPS:
             raise Refused(400, f"steps must be a list of at most {MAX_STEPS}")
         tp = self.core.pool.templates[template]
+        root = tp.user == "root"
         return BuildSpec(
             template=template,
             base=base,
             steps=tuple(_step(s) for s in steps),
-            user="root" if tp.user == "root" else "user",
+            user="root" if root else "user",
+            setup=PROVISION if root and checkpoint is None else "",
             checkpoint=checkpoint,
             work_dir=work_dir,
             start_cmd=_str(body.get("startCmd"), "startCmd"),

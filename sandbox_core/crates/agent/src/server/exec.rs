@@ -106,6 +106,7 @@ pub fn command(
         keep_descendants: req.keep_descendants,
         zygote_entry: None,
         terminal: req.terminal.as_ref().map(terminal_size).transpose()?,
+        account: None,
     })
 }
 

@@ -1,5 +1,6 @@
 //! The tonic service: one module per group of verbs, this file only dispatches.
 
+mod accounts;
 mod exec;
 mod files;
 pub mod forward;
@@ -22,13 +23,15 @@ use tonic::{Request, Response, Status, Streaming};
 use crate::error::AgentError;
 use crate::lease::{Lease, MAX_TTL};
 use crate::paths::Roots;
+pub use accounts::Accounts;
 pub use files::Owner;
 
 pub struct AgentService {
     pub executor: Arc<Executor>,
     pub lease: Arc<Lease>,
     pub roots: Arc<Roots>,
-    pub owner: Owner,
+    /// The users programs may run as (`ExecRequest.user`).
+    pub accounts: Accounts,
     /// Where run_tests puts each call's files (the sandbox's /tmp), owned by the programs' user.
     pub scratch: Arc<sandbox_judge::Scratch>,
     pub namespaces: Vec<String>,
@@ -78,11 +81,12 @@ impl Agent for AgentService {
                 "a terminal is interactive: start it with ExecStream",
             ));
         }
-        let cmd = exec::command(
+        let mut cmd = exec::command(
             &req,
             &self.executor.config().default_limits,
             self.roots.work_dir(),
         )?;
+        self.accounts.apply(&mut cmd, &req.user)?;
         self.total_execs.fetch_add(1, Ordering::Relaxed);
         // If the caller goes away this future is dropped, and with it the running program.
         match self.executor.run(cmd, req.stdin).await {
@@ -104,6 +108,7 @@ impl Agent for AgentService {
         self.total_execs.fetch_add(1, Ordering::Relaxed);
         stream::start(
             self.executor.clone(),
+            self.accounts,
             self.roots.work_dir().to_path_buf(),
             request.into_inner(),
             tx,
@@ -156,9 +161,13 @@ impl Agent for AgentService {
         &self,
         request: Request<pb::WriteFilesRequest>,
     ) -> Result<Response<pb::WriteFilesResponse>, Status> {
-        let files = request.into_inner().files;
-        let (roots, owner) = (self.roots.clone(), self.owner);
-        let bytes_written = blocking(move || files::write_files(&roots, owner, files)).await?;
+        let req = request.into_inner();
+        let (roots, accounts) = (self.roots.clone(), self.accounts);
+        let bytes_written = blocking(move || {
+            let owner = accounts.owner(&req.user)?;
+            files::write_files(&roots, owner, req.files)
+        })
+        .await?;
         Ok(Response::new(pb::WriteFilesResponse { bytes_written }))
     }
 

@@ -32,6 +32,7 @@ async fn refused(mut result: pb::ExecResult, tx: EventTx) {
 /// Starts the program named by the first message and returns the task driving it.
 pub async fn start(
     executor: Arc<Executor>,
+    accounts: super::Accounts,
     work_dir: std::path::PathBuf,
     mut input: Streaming<pb::ExecInput>,
     tx: EventTx,
@@ -44,7 +45,8 @@ pub async fn start(
             "the first message must carry `start`",
         ));
     };
-    let cmd = exec::command(&req, &executor.config().default_limits, &work_dir)?;
+    let mut cmd = exec::command(&req, &executor.config().default_limits, &work_dir)?;
+    accounts.apply(&mut cmd, &req.user)?;
     let mut running = match executor.start(cmd) {
         Ok(running) => running,
         Err(e) => {

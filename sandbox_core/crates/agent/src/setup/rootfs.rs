@@ -115,6 +115,21 @@ const ETC_FROM_HOST: [&str; 12] = [
     "java-17-openjdk",
     "java-21-openjdk",
 ];
+/// What a root sandbox adds to those for a working Linux user database: the login and PAM
+/// configuration (`su`, `runuser`, `login -f`), `useradd`'s defaults and the skeleton of a new
+/// home. Packages' default configuration, read-only like the list above.
+const ETC_USER_DATABASE: [&str; 6] = [
+    "pam.d",
+    "security",
+    "login.defs",
+    "default/useradd",
+    "skel",
+    "shells",
+];
+/// The system's users and groups a root sandbox starts with (the `base-passwd` package's
+/// masters, as `update-passwd` installs them); without the package, root and nobody alone.
+const BASE_PASSWD: &str = "/usr/share/base-passwd/passwd.master";
+const BASE_GROUP: &str = "/usr/share/base-passwd/group.master";
 const DEVICES: [&str; 6] = ["null", "zero", "full", "random", "urandom", "tty"];
 
 fn c(p: &Path) -> CString {
@@ -250,35 +265,91 @@ fn etc(root: &Path, spec: &RootSpec) -> Result<(), SetupError> {
             bind_ro(root, &src)?;
         }
     }
+    if spec.writable_size.is_some() {
+        for name in ETC_USER_DATABASE {
+            let src = Path::new("/etc").join(name);
+            if src.exists() {
+                bind_ro(root, &src)?;
+            }
+        }
+        if etc.join("default").is_dir() {
+            chown(&etc.join("default"), spec.uid, spec.gid)?;
+        }
+    }
     Ok(())
 }
 
-/// passwd and group: root, and the sandbox user (or nobody, in a root sandbox).
+/// A root sandbox's passwd, group, shadow and gshadow: the system's users and groups with
+/// passwords locked (`*`), as a fresh Debian installs them.
+fn base_accounts() -> [(&'static str, String, u32); 4] {
+    let master = |p: &str, fallback: &str| {
+        std::fs::read_to_string(p)
+            .ok()
+            .filter(|s| s.lines().any(|l| l.starts_with("root:")))
+            .unwrap_or_else(|| fallback.to_string())
+    };
+    let passwd = master(
+        BASE_PASSWD,
+        "root:*:0:0:root:/root:/bin/sh\nnobody:*:65534:65534:nobody:/nonexistent:/bin/sh\n",
+    );
+    let group = master(BASE_GROUP, "root:*:0:\nusers:*:100:\nnogroup:*:65534:\n");
+    let names = |text: &str| {
+        text.lines()
+            .filter_map(|l| l.split(':').next().filter(|n| !n.is_empty()))
+            .map(str::to_string)
+            .collect::<Vec<_>>()
+    };
+    // The masters' password field is `*`; the databases say `x` and keep it in the shadows.
+    let shown = |text: &str| {
+        text.lines()
+            .map(|l| {
+                let mut f: Vec<&str> = l.split(':').collect();
+                if f.len() > 1 {
+                    f[1] = "x";
+                }
+                f.join(":") + "\n"
+            })
+            .collect::<String>()
+    };
+    let shadow: String = names(&passwd)
+        .iter()
+        .map(|n| format!("{n}:*::0:99999:7:::\n"))
+        .collect();
+    let gshadow: String = names(&group).iter().map(|n| format!("{n}:*::\n")).collect();
+    [
+        ("passwd", shown(&passwd), 0o644),
+        ("group", shown(&group), 0o644),
+        ("shadow", shadow, 0o640),
+        ("gshadow", gshadow, 0o640),
+    ]
+}
+
+/// passwd and group: root and the sandbox user; a root sandbox's are `base_accounts`.
 fn etc_accounts(etc: &Path, spec: &RootSpec) -> Result<(), SetupError> {
     if spec.writable_size.is_some() && etc.join("passwd").exists() {
         return Ok(()); // a writable root made from a checkpoint keeps its accounts
     }
+    if spec.writable_size.is_some() {
+        for (name, data, mode) in base_accounts() {
+            let p = etc.join(name);
+            write(&p, &data)?;
+            chown(&p, spec.uid, spec.gid)?;
+            std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(mode))
+                .map_err(|source| SetupError::Create {
+                    path: p.display().to_string(),
+                    source,
+                })?;
+        }
+        return Ok(());
+    }
     let work = spec.work_dir.display();
-    let (passwd, group) = if spec.writable_size.is_some() {
-        (
-            "root:x:0:0:root:/root:/bin/sh\nnobody:x:65534:65534:nobody:/nonexistent:/bin/sh\n"
-                .to_string(),
-            "root:x:0:\nnogroup:x:65534:\n".to_string(),
-        )
-    } else {
-        (
-            format!(
-                "root:x:0:0:root:/root:/bin/sh\nsandbox:x:{}:{}:sandbox:{work}:/bin/sh\n",
-                spec.inside.0, spec.inside.1
-            ),
-            format!("root:x:0:\nsandbox:x:{}:\n", spec.inside.1),
-        )
-    };
+    let passwd = format!(
+        "root:x:0:0:root:/root:/bin/sh\nsandbox:x:{}:{}:sandbox:{work}:/bin/sh\n",
+        spec.inside.0, spec.inside.1
+    );
+    let group = format!("root:x:0:\nsandbox:x:{}:\n", spec.inside.1);
     for (name, data) in [("passwd", passwd), ("group", group)] {
         write(&etc.join(name), &data)?;
-        if spec.writable_size.is_some() {
-            chown(&etc.join(name), spec.uid, spec.gid)?;
-        }
     }
     Ok(())
 }

@@ -42,6 +42,7 @@ pub fn cmd(argv: &[&str]) -> Command {
         keep_descendants: false,
         zygote_entry: None,
         terminal: None,
+        account: None,
     }
 }
 
