@@ -7,13 +7,19 @@ snapshot or template), exec, files, its reward, delete."""
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
 import os
+import socket
 import tarfile
+from collections.abc import AsyncIterator
 from pathlib import Path
 from typing import Any
 
+import aiohttp
 import pytest
-from server_helpers import KEY_A, run_scenario
+from helpers import wait_until
+from server_helpers import KEY_A, client_python, run_scenario
 
 pytestmark = pytest.mark.asyncio
 
@@ -71,4 +77,53 @@ async def test_slime_runs_its_agent_as_its_own_user(make_server, tmp_path) -> No
     assert code == 0 and text.startswith("42\n") and "app.py" in text, o
     assert o["read"] == "x = 2\nprint(x * 21)\n"
     assert o["root_only"] != 0  # the agent is not root
+    assert len(server.service.registry) == 0
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@contextlib.asynccontextmanager
+async def process(argv: list[str], env: dict[str, str], health: str) -> AsyncIterator[None]:
+    """A framework's own server (`argv`) while it answers `health`; killed after."""
+    proc = await asyncio.create_subprocess_exec(
+        *argv,
+        env={"PATH": os.environ.get("PATH", "/usr/bin:/bin"), **env},
+        stdout=asyncio.subprocess.DEVNULL,
+        stderr=asyncio.subprocess.PIPE,
+    )
+    try:
+
+        async def up() -> bool:
+            try:
+                async with aiohttp.ClientSession() as s, s.get(health) as r:
+                    return r.status == 200
+            except aiohttp.ClientError:
+                assert proc.returncode is None, await proc.stderr.read()  # type: ignore[union-attr]
+                return False
+
+        await wait_until(up, timeout=60)
+        yield
+    finally:
+        proc.kill()
+        await proc.wait()
+
+
+async def test_open_r1_code_reward_through_execute_batch(make_server, tmp_path) -> None:
+    """open-r1's code reward, its indented script per completion: through this server's own
+    `/execute_batch` (keyless, as its router is), and through open-r1's router script on this
+    server's E2B API; the same rewards both ways, and no sandbox left behind."""
+    server = await make_server(http_port=0, warm=1, http_insecure=True)
+    src = unpacked("open-r1-1416fa0.tar.gz", tmp_path) / "src"
+    want = [1.0, pytest.approx(1 / 3), 0.0]
+    direct = await scenario("open-r1", "open_r1_scenario.py", [str(src), f"127.0.0.1:{server.http_port}"], {})
+    assert direct["rewards"] == want, direct
+    port = free_port()
+    router = [client_python("open-r1"), str(src.parent / "scripts" / "e2b_router.py"), "--host", "127.0.0.1"]
+    async with process([*router, "--port", str(port)], e2b_env(server), f"http://127.0.0.1:{port}/health"):
+        routed = await scenario("open-r1", "open_r1_scenario.py", [str(src), f"127.0.0.1:{port}"], {})
+    assert routed["rewards"] == want, routed
     assert len(server.service.registry) == 0
