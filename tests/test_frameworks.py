@@ -127,3 +127,34 @@ async def test_open_r1_code_reward_through_execute_batch(make_server, tmp_path) 
         routed = await scenario("open-r1", "open_r1_scenario.py", [str(src), f"127.0.0.1:{port}"], {})
     assert routed["rewards"] == want, routed
     assert len(server.service.registry) == 0
+
+
+def daytona_env(server: Any) -> dict[str, str]:
+    return {"DAYTONA_API_URL": f"{http(server)}/daytona", "DAYTONA_API_KEY": KEY_A}
+
+
+async def test_rllm_warm_starts_from_its_snapshot_and_falls_back_cold(make_server, tmp_path) -> None:
+    """rLLM (Daytona): a task's snapshot booted by `get_sandbox` with its RUN steps baked; once
+    rLLM deletes it, the platform's answer to a create from a missing snapshot sends rLLM to its
+    cold start (the base image, the RUN steps replayed); files by its upload calls; nothing left."""
+    server = await make_server(http_port=0, warm=1)
+    src = unpacked("rllm-9beb6e0.tar.gz", tmp_path / "src")
+    task = tmp_path / "task"
+    (task / "environment").mkdir(parents=True)
+    (task / "environment" / "Dockerfile").write_text(
+        "FROM python:3.11-slim\nRUN mkdir -p /opt && echo baked > /opt/marker.txt\n"
+        "RUN echo replayed > /opt/replayed.txt\n"
+    )
+    env = {**daytona_env(server), "PYTHONPATH": str(src), "RLLM_HOME": str(tmp_path / "home")}
+    o = await scenario("rllm", "rllm_scenario.py", [str(task), str(tmp_path / "snapshots.json")], env)
+    assert o["own_build"].startswith("TypeError") and "create_timeout" in o["own_build"], o  # docs/frameworks.md
+    warm = o["warm"]
+    assert warm["baked"] == "baked\n" and warm["replayed"] == "replayed\n" and warm["alive"] is True, o
+    assert warm["snapshot"] == o["key"], o  # booted from the snapshot, its RUN steps not replayed
+    assert warm["uploaded"] == "one\na\n" and warm["failed"].startswith("Command failed (exit 3)"), o
+    assert o["closed_alive"] is False
+    assert o["deleted"] is True and o["absent"] is True
+    cold = o["cold"]
+    assert cold["baked"] == "baked\n" and cold["replayed"] == "replayed\n" and cold["snapshot"] != o["key"], o
+    assert o["discarded"] is True
+    assert len(server.service.registry) == 0
