@@ -26,11 +26,19 @@ $(VENV)/.deps: pyproject.toml
 	$(PY) -m pip install -q $(DEPS)
 	touch $@
 
-$(CLIENT_VENVS)/%/.ok: tests/clients/%.txt
+# A `# python: X.Y` line in NAME.txt picks the client's interpreter (`pythonX.Y`, else pyenv's);
+# NAME.nodeps lists packages installed without their dependencies (a framework whose declared
+# dependencies are its training stack, when the tested path imports none of it).
+.SECONDEXPANSION:
+$(CLIENT_VENVS)/%/.ok: tests/clients/%.txt $$(wildcard tests/clients/$$*.nodeps)
 	rm -rf $(CLIENT_VENVS)/$*
-	$(PY_BOOT) -m venv $(CLIENT_VENVS)/$*
+	py=$(PY_BOOT); want=$$(sed -n 's/^# python: *//p' $<); \
+	if [ -n "$$want" ]; then py=python$$want; \
+	  $$py -V >/dev/null 2>&1 || py="$$(pyenv root)/versions/$$(pyenv latest $$want)/bin/python$$want"; fi; \
+	$$py -m venv $(CLIENT_VENVS)/$*
 	$(CLIENT_VENVS)/$*/bin/python -m pip install -q --upgrade pip
 	$(CLIENT_VENVS)/$*/bin/python -m pip install -q -r $<
+	[ ! -f tests/clients/$*.nodeps ] || $(CLIENT_VENVS)/$*/bin/python -m pip install -q --no-deps -r tests/clients/$*.nodeps
 	touch $@
 
 clients: $(CLIENTS) ## the client virtualenvs of the compatibility tests (tests/clients/*.txt)

@@ -158,3 +158,16 @@ async def test_rllm_warm_starts_from_its_snapshot_and_falls_back_cold(make_serve
     assert cold["baked"] == "baked\n" and cold["replayed"] == "replayed\n" and cold["snapshot"] != o["key"], o
     assert o["discarded"] is True
     assert len(server.service.registry) == 0
+
+
+async def test_tinker_grades_livecodebench_rollouts(make_server) -> None:
+    """tinker-cookbook (SandboxFusion `/run_code`, keyless as its client is): LiveCodeBench's own
+    test runner, which imports numpy, grades standard-input and call-based solutions, right and
+    wrong, as its environment's reward does."""
+    server = await make_server(http_port=0, warm=1, http_insecure=True)
+    o = await scenario("tinker", "tinker_scenario.py", [], {"SANDBOX_URL": f"{http(server)}/run_code"})
+    assert o["stdin_solved"] == {"passed": True, "status": "Success", "error": None}, o
+    assert o["call_solved"]["passed"] is True, o
+    for wrong in ("stdin_wrong", "call_wrong"):
+        assert o[wrong]["passed"] is False and o[wrong]["status"] == "Failed", o
+    assert len(server.service.registry) == 0
