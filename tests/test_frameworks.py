@@ -171,3 +171,14 @@ async def test_tinker_grades_livecodebench_rollouts(make_server) -> None:
     for wrong in ("stdin_wrong", "call_wrong"):
         assert o[wrong]["passed"] is False and o[wrong]["status"] == "Failed", o
     assert len(server.service.registry) == 0
+
+
+async def test_verl_scores_code_through_run_code(make_server) -> None:
+    """veRL (SandboxFusion `/run_code`, keyless as its reward is): `compute_score` per response,
+    standard-input and call-based cases, partial credit, and a program that does not compile."""
+    server = await make_server(http_port=0, warm=1, http_insecure=True)
+    o = await scenario("verl", "verl_scenario.py", [f"{http(server)}/run_code"], {})
+    assert o["stdin_solved"]["score"] == 1.0 and o["call_solved"]["score"] == 1.0, o
+    assert o["stdin_half"]["score"] == 0.5, o
+    assert o["broken"]["score"] == 0.0, o
+    assert len(server.service.registry) == 0

@@ -20,16 +20,12 @@ import os
 import sys
 import types
 
+from bare import load
+
 
 def load_rewards(src: str) -> types.ModuleType:
-    sys.path.insert(0, src)
-    import open_r1
-
-    utils = types.ModuleType("open_r1.utils")
-    utils.__path__ = [os.path.join(src, "open_r1", "utils")]
-    sys.modules["open_r1.utils"] = utils
-    open_r1.utils = utils  # type: ignore[attr-defined]
-    import_utils = importlib.import_module("open_r1.utils.import_utils")
+    import_utils = load(src, "open_r1.utils.import_utils", "open_r1.utils")
+    utils = sys.modules["open_r1.utils"]
     utils.is_e2b_available = import_utils.is_e2b_available  # type: ignore[attr-defined]
     utils.is_morph_available = import_utils.is_morph_available  # type: ignore[attr-defined]
     return importlib.import_module("open_r1.rewards")
