@@ -182,3 +182,16 @@ async def test_verl_scores_code_through_run_code(make_server) -> None:
     assert o["stdin_half"]["score"] == 0.5, o
     assert o["broken"]["score"] == 0.0, o
     assert len(server.service.registry) == 0
+
+
+async def test_areal_runs_rollout_code_in_a_daytona_sandbox(make_server) -> None:
+    """AReaL (Daytona): its runner's sandbox runs code, keeps files between runs, reports a
+    failing program and one past its timeout as results, and is deleted on close."""
+    server = await make_server(http_port=0, warm=1)
+    o = await scenario("areal", "areal_scenario.py", [], daytona_env(server))
+    assert o["first"] == ["120\n", 0, None], o
+    assert o["again"] == ["kept\n", 0], o
+    assert o["failed"][0] != 0 and "ValueError: bad input" in o["failed"][1], o
+    assert o["slow"][0] != 0, o  # its timeout is a result, not an error of the runner
+    assert o["after"] == ["still serving\n", 0], o
+    assert len(server.service.registry) == 0
