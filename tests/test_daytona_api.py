@@ -131,3 +131,13 @@ async def test_on_the_docker_backend(make_server, dev_image) -> None:
     check_lifecycle(o)
     assert o["preview"]["error"] == "DaytonaBadRequestError"  # no ports listener on this server
     assert len(server.service.registry) == 0
+
+
+async def test_a_command_leaves_its_server_running(make_server) -> None:
+    """`process.exec("server &")` returns while the server it started keeps serving, whether the
+    command redirected its output (`nohup ... > log &`) or not."""
+    server = await make_server(http_port=0, warm=1)
+    o = await scenario(server, "background")
+    assert o["started"] == [0, "started\n"] and o["plain"][0] == 0 and o["plain"][1].startswith("plain\n"), o
+    assert o["answered"] == "200 200\n", o
+    assert len(server.service.registry) == 0

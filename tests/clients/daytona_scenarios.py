@@ -383,7 +383,36 @@ async def executions(_: str | None) -> dict[str, Any]:
             await sb.delete()
 
 
+async def background(_: str | None) -> dict[str, Any]:
+    """A server started in the background of a command (`nohup ... &`, and `... &` whose output
+    stays the command's) keeps running after the command returns, as agent harnesses rely on."""
+    async with AsyncDaytona() as d:
+        sb = await d.create()
+        try:
+            p = sb.process
+            started = await p.exec("nohup python3 -m http.server 8123 --bind 127.0.0.1 > /tmp/srv.log 2>&1 & echo started")
+            plain = await p.exec("python3 -m http.server 8124 --bind 127.0.0.1 & echo plain")
+            probe = (
+                "import time, urllib.request as u\n"
+                "for _ in range(100):\n"
+                "    try:\n"
+                "        print(u.urlopen('http://127.0.0.1:8123/').status, u.urlopen('http://127.0.0.1:8124/').status)\n"
+                "        break\n"
+                "    except OSError:\n"
+                "        time.sleep(0.1)\n"
+            )
+            answered = await p.code_run(probe)
+            return {
+                "started": [started.exit_code, started.result],
+                "plain": [plain.exit_code, plain.result],
+                "answered": answered.result,
+            }
+        finally:
+            await sb.delete()
+
+
 SCENARIOS = {
+    "background": background,
     "executions": executions,
     "lifecycle": lifecycle,
     "images": images,

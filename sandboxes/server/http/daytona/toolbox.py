@@ -152,8 +152,15 @@ class Toolbox:
             raise Refused(400, "timeout must be a whole number of seconds")
         envs = str_map(body.get("envs"), "envs")
         cwd = self._path(sb, body["cwd"], "cwd") if body.get("cwd") else sb.work_dir
+        # What the command leaves running (`nohup server &`) outlives it, as on the platform,
+        # until it ends or the sandbox stops.
         r = await self.core.session(rec, "daytona.exec").exec(
-            argv, env={**sb.env, **envs}, cwd=cwd, timeout=timeout or DEFAULT_TIMEOUT_S, limits=COMMAND_LIMITS
+            argv,
+            env={**sb.env, **envs},
+            cwd=cwd,
+            timeout=timeout or DEFAULT_TIMEOUT_S,
+            limits=COMMAND_LIMITS,
+            keep_descendants=True,
         )
         if r.timed_out:
             raise Refused(
