@@ -28,7 +28,8 @@ $(VENV)/.deps: pyproject.toml
 
 # A `# python: X.Y` line in NAME.txt picks the client's interpreter (`pythonX.Y`, else pyenv's);
 # NAME.nodeps lists packages installed without their dependencies (a framework whose declared
-# dependencies are its training stack, when the tested path imports none of it).
+# dependencies are its training stack, when the tested path imports none of it); its
+# `# pip: OPTIONS` line adds pip options to that install (docs/frameworks.md says why any is needed).
 .SECONDEXPANSION:
 $(CLIENT_VENVS)/%/.ok: tests/clients/%.txt $$(wildcard tests/clients/$$*.nodeps)
 	rm -rf $(CLIENT_VENVS)/$*
@@ -38,7 +39,8 @@ $(CLIENT_VENVS)/%/.ok: tests/clients/%.txt $$(wildcard tests/clients/$$*.nodeps)
 	$$py -m venv $(CLIENT_VENVS)/$*
 	$(CLIENT_VENVS)/$*/bin/python -m pip install -q --upgrade pip
 	$(CLIENT_VENVS)/$*/bin/python -m pip install -q -r $<
-	[ ! -f tests/clients/$*.nodeps ] || $(CLIENT_VENVS)/$*/bin/python -m pip install -q --no-deps -r tests/clients/$*.nodeps
+	[ ! -f tests/clients/$*.nodeps ] || $(CLIENT_VENVS)/$*/bin/python -m pip install -q --no-deps \
+	  $$(sed -n 's/^# pip: *//p' tests/clients/$*.nodeps) -r tests/clients/$*.nodeps
 	touch $@
 
 clients: $(CLIENTS) ## the client virtualenvs of the compatibility tests (tests/clients/*.txt)

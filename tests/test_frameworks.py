@@ -195,3 +195,23 @@ async def test_areal_runs_rollout_code_in_a_daytona_sandbox(make_server) -> None
     assert o["slow"][0] != 0, o  # its timeout is a result, not an error of the runner
     assert o["after"] == ["still serving\n", 0], o
     assert len(server.service.registry) == 0
+
+
+@pytest.mark.parametrize("provider", ["daytona", "e2b"])
+async def test_nemo_gym_providers_run_its_agents_sandboxes(make_server, provider) -> None:
+    """NeMo-Gym (its Daytona provider, and its E2B one on the SDK it pins, 2.46: the v1 create):
+    the shipped provider config, a sandbox with its spec's environment and files, commands, files
+    both ways, status, stop."""
+    server = await make_server(http_port=0, warm=1)
+    env = {**(daytona_env(server) if provider == "daytona" else e2b_env(server)), "SCENARIO_PROVIDER": provider}
+    o = await scenario("nemo-gym", "nemo_gym_scenario.py", [], env)
+    assert o["exec"] == [0, "t-1\n42\n"], o
+    assert o["cwd"] == "/tmp\n", o
+    assert o["failed"][0] == 4 and "oops" in o["failed"][1], o
+    # Its Daytona provider makes a command past its timeout a result; its E2B one raises.
+    assert o["timeout"] == ([124, "timeout"] if provider == "daytona" else ["raised", "TimeoutError"]), o
+    assert o["uploaded"] == "uploaded\n" and o["downloaded"] == "21\n", o
+    # NeMo-Gym's Daytona provider reads the SDK's state enum with str(), which names the enum on
+    # Python 3.11+: "unknown" on every platform (docs/frameworks.md).
+    assert o["status"] == ("unknown" if provider == "daytona" else "running"), o
+    assert len(server.service.registry) == 0
