@@ -215,3 +215,46 @@ async def test_nemo_gym_providers_run_its_agents_sandboxes(make_server, provider
     # Python 3.11+: "unknown" on every platform (docs/frameworks.md).
     assert o["status"] == ("unknown" if provider == "daytona" else "running"), o
     assert len(server.service.registry) == 0
+
+
+def harbor_task(at: Path, copy: bool = True) -> Path:
+    """A Harbor task: its environment a Dockerfile (a file copied in unless not `copy`, a RUN step,
+    a work dir), its verifier a test script that rewards the answer 42."""
+    (at / "environment").mkdir(parents=True)
+    (at / "tests").mkdir()
+    (at / "task.toml").write_text(
+        'version = "1.0"\n\n[verifier]\ntimeout_sec = 120.0\n\n[agent]\ntimeout_sec = 120.0\n\n'
+        "[environment]\nbuild_timeout_sec = 600.0\n"
+    )
+    (at / "instruction.md").write_text("Write the answer to /workdir/answer.txt.\n")
+    (at / "environment" / "data.txt").write_text("data\n")
+    copied = "COPY data.txt /opt/data.txt\n" if copy else "RUN echo data > /opt/data.txt\n"
+    (at / "environment" / "Dockerfile").write_text(
+        f"FROM python:3.11-slim\nWORKDIR /workdir\n{copied}RUN echo setup > /opt/setup.txt\n"
+    )
+    test = at / "tests" / "test.sh"
+    test.write_text(
+        "#!/bin/bash\n"
+        'if [ "$(cat /workdir/answer.txt)" = "42" ]; then echo 1 > /logs/verifier/reward.txt;'
+        " else echo 0 > /logs/verifier/reward.txt; fi\n"
+    )
+    test.chmod(0o755)
+    return at
+
+
+@pytest.mark.parametrize("provider", ["daytona", "e2b"])
+async def test_harbor_and_trl_run_a_task_and_its_verifier(make_server, tmp_path, provider) -> None:
+    """Harbor + TRL (`HarborBashEnv`, its Daytona and E2B environments): the task's Dockerfile built
+    (an E2B template, whose build ends as E2B's `user`; a Daytona declarative image), the model's
+    commands, and the task's verifier run as the environment runs it (`su` on Daytona), per rollout.
+    A Daytona image's `COPY` needs the build context the SDK uploads to the platform's object
+    storage, which this server does not serve (README): the Daytona task writes its file instead."""
+    server = await make_server(http_port=0, warm=1)
+    task = harbor_task(tmp_path / "task", copy=provider == "e2b")
+    env = daytona_env(server) if provider == "daytona" else e2b_env(server)
+    o = await scenario("harbor", "harbor_scenario.py", [provider, str(task)], env)
+    right, wrong = o["rollouts"]
+    assert right["instruction"] == "Write the answer to /workdir/answer.txt.", o
+    assert right["seen"] == "data\nsetup\n/workdir\n", o
+    assert (right["reward"], wrong["reward"]) == (1.0, 0.0), o
+    assert len(server.service.registry) == 0

@@ -587,11 +587,52 @@ fn writable_root(
             bind_ro(&root, Path::new("/usr"))?;
         }
     }
-    let home = root.join("root");
-    mkdirs(&home)?;
-    chown(&home, spec.uid, spec.gid)?;
+    // The directories a Debian system has beside /usr, root's inside (a made-from-checkpoint root
+    // has them already): programs and image builds expect them (`RUN echo x > /opt/y`).
+    for d in FHS_DIRS {
+        let p = root.join(d);
+        mkdirs(&p)?;
+        chown(&p, spec.uid, spec.gid)?;
+    }
+    for (d, mode) in [("var/tmp", 0o1777), ("root", 0o700)] {
+        let p = root.join(d);
+        std::fs::set_permissions(&p, std::os::unix::fs::PermissionsExt::from_mode(mode)).map_err(
+            |source| SetupError::Create {
+                path: p.display().to_string(),
+                source,
+            },
+        )?;
+    }
+    for (link, target) in [("var/run", "/run"), ("var/lock", "/run/lock")] {
+        let p = root.join(link);
+        if std::fs::symlink_metadata(&p).is_err() {
+            std::os::unix::fs::symlink(target, &p).map_err(|source| SetupError::Create {
+                path: p.display().to_string(),
+                source,
+            })?;
+        }
+    }
     Ok(root)
 }
+
+/// The directories of a writable root beside `/usr`, as a fresh Debian has them.
+const FHS_DIRS: [&str; 15] = [
+    "root",
+    "home",
+    "opt",
+    "srv",
+    "media",
+    "run",
+    "run/lock",
+    "var",
+    "var/lib",
+    "var/log",
+    "var/cache",
+    "var/tmp",
+    "var/spool",
+    "var/mail",
+    "var/local",
+];
 
 /// Binds `src` at `target` (an existing directory) read-only, with the ids of its files shifted
 /// into `userns` (file uid 0 is the namespace's root).
