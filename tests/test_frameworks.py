@@ -147,7 +147,9 @@ async def test_rllm_warm_starts_from_its_snapshot_and_falls_back_cold(make_serve
     )
     env = {**daytona_env(server), "PYTHONPATH": str(src), "RLLM_HOME": str(tmp_path / "home")}
     o = await scenario("rllm", "rllm_scenario.py", [str(task), str(tmp_path / "snapshots.json")], env)
-    assert o["own_build"].startswith("TypeError") and "create_timeout" in o["own_build"], o  # docs/frameworks.md
+    assert o["own_build"].startswith("TypeError") and "create_timeout" in o["own_build"], (
+        o
+    )  # docs/frameworks.md
     warm = o["warm"]
     assert warm["baked"] == "baked\n" and warm["replayed"] == "replayed\n" and warm["alive"] is True, o
     assert warm["snapshot"] == o["key"], o  # booted from the snapshot, its RUN steps not replayed
@@ -203,7 +205,10 @@ async def test_nemo_gym_providers_run_its_agents_sandboxes(make_server, provider
     the shipped provider config, a sandbox with its spec's environment and files, commands, files
     both ways, status, stop."""
     server = await make_server(http_port=0, warm=1)
-    env = {**(daytona_env(server) if provider == "daytona" else e2b_env(server)), "SCENARIO_PROVIDER": provider}
+    env = {
+        **(daytona_env(server) if provider == "daytona" else e2b_env(server)),
+        "SCENARIO_PROVIDER": provider,
+    }
     o = await scenario("nemo-gym", "nemo_gym_scenario.py", [], env)
     assert o["exec"] == [0, "t-1\n42\n"], o
     assert o["cwd"] == "/tmp\n", o

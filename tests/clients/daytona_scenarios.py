@@ -390,7 +390,9 @@ async def background(_: str | None) -> dict[str, Any]:
         sb = await d.create()
         try:
             p = sb.process
-            started = await p.exec("nohup python3 -m http.server 8123 --bind 127.0.0.1 > /tmp/srv.log 2>&1 & echo started")
+            started = await p.exec(
+                "nohup python3 -m http.server 8123 --bind 127.0.0.1 > /tmp/srv.log 2>&1 & echo started"
+            )
             plain = await p.exec("python3 -m http.server 8124 --bind 127.0.0.1 & echo plain")
             probe = (
                 "import time, urllib.request as u\n"

@@ -11,13 +11,12 @@ and launchers) are not run: `bare.py`. Prints one JSON object.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 
-from bare import load
+from bare import installed, load
 
-ROOT = os.path.dirname(list(importlib.util.find_spec("areal").submodule_search_locations)[0])
+ROOT = installed("areal")  # found, not imported: its package __init__ loads its training stack
 
 
 def main() -> None:

@@ -5,9 +5,17 @@ modules themselves are the framework's own, unmodified."""
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import os
 import sys
 import types
+
+
+def installed(package: str) -> str:
+    """The directory that holds an installed `package`, found without importing it."""
+    spec = importlib.util.find_spec(package)
+    assert spec is not None and spec.submodule_search_locations, f"{package} is not installed"
+    return os.path.dirname(next(iter(spec.submodule_search_locations)))
 
 
 def bare_packages(root: str, *names: str) -> None:

@@ -28,7 +28,9 @@ def main(provider: str, task_dir: str) -> None:
         instruction = env.reset(task_dir=task_dir)
         seen = env.bash("cat /opt/data.txt /opt/setup.txt; pwd")
         env.bash(f"echo -n {answer} > /workdir/answer.txt")
-        out["rollouts"].append({"instruction": instruction.split("\n")[0], "seen": seen, "reward": env.reward})
+        out["rollouts"].append(
+            {"instruction": instruction.split("\n")[0], "seen": seen, "reward": env.reward}
+        )
     del env  # its teardown deletes the last sandbox
     gc.collect()
     print(json.dumps(out), flush=True)

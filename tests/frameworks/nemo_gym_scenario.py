@@ -15,16 +15,16 @@ status, stop it. Prints one JSON object.
 from __future__ import annotations
 
 import asyncio
-import importlib.util
 import json
 import os
 import tempfile
 from pathlib import Path
 
+from bare import installed
 from nemo_gym.sandbox import AsyncSandbox, SandboxSpec
 from omegaconf import OmegaConf
 
-PACKAGE = Path(list(importlib.util.find_spec("nemo_gym").submodule_search_locations)[0])
+PACKAGE = Path(installed("nemo_gym"), "nemo_gym")
 IMAGES = {"daytona": "python:3.11-slim", "e2b": "base"}
 
 

@@ -41,7 +41,9 @@ def main(task_dir: str, registry_path: str) -> None:
     Daytona().snapshot.create(CreateSnapshotParams(name=key, image=image))
     registry = SnapshotRegistry(path=registry_path)
     base = _resolve_image(task, "daytona")
-    registry.record_group("demo", "daytona", {"kind": "all"}, [{"id": task.id, "env_key": key, "ref": key, "base_image": base}])
+    registry.record_group(
+        "demo", "daytona", {"kind": "all"}, [{"id": task.id, "env_key": key, "ref": key, "base_image": base}]
+    )
 
     warm = get_sandbox(task, "daytona", registry)
     try:

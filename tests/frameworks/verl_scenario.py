@@ -10,16 +10,14 @@ call-based (`fn_name`) cases, right and wrong, and a program that does not compi
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
 import sys
 import threading
 
-from bare import load
+from bare import installed, load
 
-# Where the wheel put the package (found, not imported: its __init__ loads torch).
-ROOT = os.path.dirname(list(importlib.util.find_spec("verl").submodule_search_locations)[0])
+ROOT = installed("verl")  # found, not imported: its package __init__ loads its training stack
 
 
 def main(url: str) -> None:

@@ -132,7 +132,6 @@ pub fn exec_request(
     limits: Option<&Limits>,
     clear_env: bool,
     keep_descendants: bool,
-    user: Option<String>,
 ) -> PyResult<pb::ExecRequest> {
     Ok(pb::ExecRequest {
         argv: utf8_list(argv, "argv")?,
@@ -143,7 +142,7 @@ pub fn exec_request(
         clear_env,
         keep_descendants,
         terminal: None,
-        user: user.unwrap_or_default(),
+        user: String::new(),
     })
 }
 
@@ -284,7 +283,7 @@ impl AgentClient {
         user: Option<String>,
     ) -> PyResult<Bound<'py, PyAny>> {
         let empty = PyString::new(py, "");
-        let req = exec_request(
+        let mut req = exec_request(
             argv,
             env,
             cwd.unwrap_or(empty.as_any()),
@@ -292,8 +291,8 @@ impl AgentClient {
             limits.as_deref(),
             clear_env,
             keep_descendants,
-            user,
         )?;
+        req.user = user.unwrap_or_default();
         self.call(py, timeout_s, move |mut c| async move {
             let r = c.exec(req).await.map_err(from_status)?.into_inner();
             Ok(Later(move |py: Python<'_>| {
@@ -342,8 +341,8 @@ impl AgentClient {
             limits.as_deref(),
             clear_env,
             keep_descendants,
-            user,
         )?;
+        req.user = user.unwrap_or_default();
         req.terminal = terminal.map(|(rows, cols)| pb::TerminalSize { rows, cols });
         Ok(ExecStream::open(self.client.clone(), req))
     }
