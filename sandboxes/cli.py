@@ -482,8 +482,9 @@ def build_parser() -> argparse.ArgumentParser:
         "--ports-port",
         type=int,
         default=None,
-        help="also carry connections to ports programs listen on inside sandboxes, on this port "
-        "(by Host {port}-{id}.domain, or by path /ports/{id}/{port}/{token}/)",
+        help="carry connections to ports programs listen on inside sandboxes on this port too "
+        "(by Host {port}-{id}.domain, or by path /ports/{id}/{port}/{token}/), and name it to "
+        "clients; the HTTP port carries them either way",
     )
     p.add_argument(
         "--image-metadata-key",

@@ -1,5 +1,5 @@
 """Ports of sandboxes reached from outside through the server's ports listener (`serve
---ports-port`, `sandboxes/server/ports.py`) and the real agent's `Forward`: an ordinary HTTP
+--ports-port`, `sandboxes/server/ports.py`), or its HTTP port, and the real agent's `Forward`: an ordinary HTTP
 client on the host fetching from `python3 -m http.server` inside a sandbox (by path and by host
 name), a download streamed whole, a WebSocket echo server inside reached by a WebSocket client
 on the host; tokens, other sandboxes, deleted sandboxes, ports nothing listens on and a sandbox
@@ -141,6 +141,53 @@ async def test_an_http_server_inside_is_reached_from_the_host(make_server, reque
                 assert status == 502 and b"nothing answers" in body
         finally:
             await outside.close()
+
+
+async def test_the_http_port_carries_sandboxes_ports_beside_its_apis(make_server) -> None:
+    """Without a ports listener, the HTTP port itself carries a connection whose first request
+    names a sandbox's port (Host `{port}-{id}.domain`, or the `/ports/` path), HTTP and WebSocket,
+    while every other request on it is the APIs'; the E2B in-sandbox ports stay the E2B API's."""
+    server = await make_server(warm=0, http_port=0)
+    http_base = f"http://127.0.0.1:{server.http_port}"
+    async with sandboxes.AsyncSandboxClient(server.address, KEY_A, timeout=60.0) as client:
+        sb = await client.create()
+        try:
+            await sb.write_file("hello.txt", b"hello from inside\n")
+            await sb.write_file("ws.py", WS_SERVER.encode())
+            await start_server_inside(
+                sb, f"cd /work && exec python3 -m http.server {PORT} --bind 127.0.0.1", PORT
+            )
+            await start_server_inside(sb, f"exec python3 /work/ws.py {PORT + 1}", PORT + 1)
+            host, token = await sb.port_host(PORT)
+            assert host == f"{PORT}-{sb.id}.127.0.0.1:{server.http_port}"
+            got = await asyncio.to_thread(
+                fetch, f"{http_base}/hello.txt", {"Host": host, "X-Sandbox-Token": token}
+            )
+            assert got == (200, b"hello from inside\n")
+            assert (await asyncio.to_thread(fetch, f"{http_base}/hello.txt", {"Host": host}))[0] == 401
+            url = await sb.port_url(PORT)
+            assert url.startswith(f"{http_base}/ports/{sb.id}/{PORT}/")
+            assert await asyncio.to_thread(fetch, url + "hello.txt") == (200, b"hello from inside\n")
+            ws_host, ws_token = await sb.port_host(PORT + 1)
+            headers = {"Host": ws_host, "X-Sandbox-Token": ws_token}
+            async with (
+                aiohttp.ClientSession() as http,
+                http.ws_connect(f"{http_base}/echo", headers=headers) as ws,
+            ):
+                await ws.send_str("hi")
+                assert (await ws.receive(timeout=10)).data == "echo:hi"
+            # The APIs on the same port: an unkeyed API call is the API's own 401, and a Host of an
+            # E2B in-sandbox port is not carried (the E2B API serves those by their headers).
+            status, body = await asyncio.to_thread(fetch, f"{http_base}/sandboxes")
+            assert status == 401 and b"API key" in body
+            envd = {"Host": f"49983-{sb.id}.127.0.0.1:{server.http_port}"}
+            assert (await asyncio.to_thread(fetch, f"{http_base}/health", envd))[0] != 502
+        finally:
+            await sb.close()
+        assert (
+            await asyncio.to_thread(fetch, f"{http_base}/hello.txt", {"Host": host, "X-Sandbox-Token": token})
+        )[0] == 404
+    assert host_refuses(PORT)
 
 
 async def test_a_websocket_server_inside_is_reached_from_the_host(make_server) -> None:

@@ -106,7 +106,8 @@ class Server:
         self.http: Any = None
         self.prime: Any = None
         self.http_port: int | None = None
-        # Sandboxes' ports reached from outside (`ports.py`), when asked.
+        # Sandboxes' ports reached from outside (`ports.py`): on the HTTP port, and on a listener
+        # of their own when asked.
         self.ports_port_requested = ports_port
         self.ports: Any = None
         self.ports_port: int | None = None
@@ -162,12 +163,14 @@ class Server:
                 raise OSError(f"cannot bind {self.host}:{self.requested_port}")
             await self.grpc.start()
             self.core.start()
-            if self.ports_port_requested is not None:
+            host = self.host if self.host not in ("0.0.0.0", "::", "[::]") else "127.0.0.1"
+            if self.ports_port_requested is not None or self.http_port_requested is not None:
+                from sandboxes.server.http.e2b import IN_SANDBOX_PORTS
                 from sandboxes.server.ports import PortProxy
 
-                self.ports = PortProxy(self.core)
+                self.ports = PortProxy(self.core, reserved=IN_SANDBOX_PORTS)
+            if self.ports_port_requested is not None:
                 self.ports_port = await self.ports.start(self.host, self.ports_port_requested)
-                host = self.host if self.host not in ("0.0.0.0", "::", "[::]") else "127.0.0.1"
                 self.core.ports_base = f"{host}:{self.ports_port}"
             if self.http_port_requested is not None:
                 from sandboxes.server.http import HttpServer
@@ -186,8 +189,10 @@ class Server:
                 routes = (
                     fusion.routes() + piston.routes() + self.prime.routes() + e2b.routes() + daytona.routes()
                 )
-                self.http = HttpServer(routes, front=[e2b.traffic], grace_s=self.grace_s)
+                self.http = HttpServer(routes, front=[e2b.traffic], ports=self.ports, grace_s=self.grace_s)
                 self.http_port = await self.http.start(self.host, self.http_port_requested)
+                if self.ports_port is None:  # sandboxes' ports are reached on the HTTP port
+                    self.core.ports_base = f"{host}:{self.http_port}"
         except BaseException:
             await self._teardown(grace=0)
             raise

@@ -79,7 +79,8 @@ class ServerCore:
         self.registry = Registry(self._expire)
         self.started_at = time.time()
         self.draining = False
-        # Where sandboxes' ports are reached (`host:port` of the ports listener; None: not served).
+        # Where sandboxes' ports are reached (`host:port` of the ports listener, else of the HTTP
+        # port; None: neither is served).
         self.ports_base: str | None = None
         self._active = 0  # calls being served (a draining server waits for them)
         self._idle = asyncio.Event()
@@ -711,7 +712,9 @@ class ServerCore:
         """(URL by path, host name, token) that reach `port` of `rec`'s sandbox from outside
         (`ports.py`); InvalidRequest where this server does not serve ports."""
         if self.ports_base is None:
-            raise E.InvalidRequest("this server does not serve sandboxes' ports (serve --ports-port)")
+            raise E.InvalidRequest(
+                "this server does not serve sandboxes' ports (serve --http-port or --ports-port)"
+            )
         if not isinstance(port, int) or not 0 < port < 65536:
             raise E.InvalidRequest(f"port must be 1..65535, got {port!r}")
         token = port_token(rec)

@@ -1,8 +1,10 @@
-"""Ports of sandboxes reached from outside (`serve --ports-port`): a listener of the server's
-that carries each connection to a port a program listens on inside a sandbox, through that
-sandbox's agent (`Forward`: the agent connects from inside the sandbox's network namespace).
-Nothing is published on the host for a sandbox; a sandbox whose egress is off still serves its
-ports (inbound is not egress).
+"""Ports of sandboxes reached from outside: connections carried to a port a program listens on
+inside a sandbox, through that sandbox's agent (`Forward`: the agent connects from inside the
+sandbox's network namespace). The server's HTTP port takes them (`adopt`: its HTTP server hands
+over each connection whose first request names a sandbox's port, `names_a_port`), so one address
+behind one wildcard name serves every API and every sandbox's ports; `serve --ports-port` adds a
+listener of their own. Nothing is published on the host for a sandbox; a sandbox whose egress is
+off still serves its ports (inbound is not egress).
 
 A connection is routed by its first request's head:
 
@@ -60,8 +62,13 @@ class Refusal(Exception):
 
 
 class PortProxy:
-    def __init__(self, core: Any) -> None:
+    """Carries connections to sandboxes' ports: those of its own listener (`start`) and those the
+    HTTP port hands over (`adopt`). `reserved`: ports a Host route never names here (a surface's
+    own in-sandbox services, which the HTTP port serves itself)."""
+
+    def __init__(self, core: Any, reserved: frozenset[int] = frozenset()) -> None:
         self.core = core
+        self.reserved = reserved
         self.port: int | None = None
         self._sock: socket.socket | None = None
         self._accepting: asyncio.Task | None = None
@@ -78,6 +85,30 @@ class PortProxy:
         self.port = sock.getsockname()[1]
         self._accepting = asyncio.create_task(self._accept(), name="sandboxes-ports")
         return self.port
+
+    def names_a_port(self, head: bytes) -> bool:
+        """Whether a request head (up to its blank line) names a sandbox's port: its Host
+        (`{port}-{id}.`, not a reserved port) or its path (`/ports/...`)."""
+        lines = head.split(b"\r\n")
+        parts = lines[0].split(b" ")
+        if len(parts) == 3 and _PATH.match(parts[1].decode("latin-1")):
+            return True
+        for line in lines[1:]:
+            name, sep, value = line.partition(b":")
+            if sep and name.strip().lower() == b"host":
+                m = _HOST.match(value.strip().decode("latin-1"))
+                return m is not None and int(m.group(1)) not in self.reserved
+        return False
+
+    def adopt(self, sock: socket.socket, received: bytes) -> None:
+        """Carries a connection another server accepted, `received` its bytes read so far."""
+        if len(self._conns) >= MAX_CONNECTIONS:
+            sock.close()
+            return
+        sock.setblocking(False)
+        task = asyncio.create_task(self._serve(sock, received))
+        self._conns.add(task)
+        task.add_done_callback(self._conns.discard)
 
     async def stop(self) -> None:
         if self._accepting is not None:
@@ -102,12 +133,12 @@ class PortProxy:
             self._conns.add(task)
             task.add_done_callback(self._conns.discard)
 
-    async def _serve(self, conn: socket.socket) -> None:
+    async def _serve(self, conn: socket.socket, received: bytes = b"") -> None:
         loop = asyncio.get_running_loop()
         try:
             try:
                 async with asyncio.timeout(HEAD_TIMEOUT_S):
-                    head, rest = await _read_head(loop, conn)
+                    head, rest = await _read_head(loop, conn, received)
                 rec, port, head = await self._route(head)
             except Refusal as r:
                 await _answer(loop, conn, r.status, r.reason, r.message)
@@ -177,8 +208,9 @@ def _token_ok(rec: Any, token: str) -> bool:
     return bool(e2b is not None and e2b.token_ok(token))
 
 
-async def _read_head(loop: asyncio.AbstractEventLoop, conn: socket.socket) -> tuple[bytes, bytes]:
-    buf = b""
+async def _read_head(
+    loop: asyncio.AbstractEventLoop, conn: socket.socket, buf: bytes = b""
+) -> tuple[bytes, bytes]:
     while True:
         end = buf.find(b"\r\n\r\n")
         if end >= 0:

@@ -4,8 +4,10 @@ An ASGI application (Starlette routing, the Connect services mounted into it) se
 on a socket bound here, so port 0 works and the bound port is known before serving. Each surface
 (`fusion.py`, `piston.py`, `prime/`, `e2b/`) contributes routes; a surface whose requests are
 told apart by a header rather than a path (E2B's in-sandbox calls) contributes a `front` hook,
-which sees every request first. Errors a surface does not catch become its JSON error shape,
-never a traceback page.
+which sees every request first. A connection whose first request names a sandbox's port (its Host
+`{port}-{id}.domain`, as E2B's `get_host` and Daytona's preview links form it) is handed, before
+any of it is parsed as a request here, to the server's port carrier (`ports.py`). Errors a
+surface does not catch become its JSON error shape, never a traceback page.
 """
 
 from __future__ import annotations
@@ -14,6 +16,7 @@ import asyncio
 import contextlib
 import logging
 import math
+import os
 import socket
 from collections.abc import Awaitable, Callable, Iterator, Sequence
 from typing import Any
@@ -38,10 +41,12 @@ class HttpServer:
         routes: Sequence[Any],
         *,
         front: Sequence[Callable[[Any, Any, Any], Awaitable[bool]]] = (),
+        ports: Any = None,
         grace_s: float = 5.0,
     ) -> None:
         self.routes = list(routes)
         self.front = list(front)
+        self.ports = ports  # a `PortProxy`: takes connections that name a sandbox's port
         self.grace_s = grace_s
         self.port: int | None = None
         self._server: Any = None
@@ -97,6 +102,9 @@ class HttpServer:
             # Long commands stream keepalives; an idle keep-alive connection may wait this long.
             timeout_keep_alive=75,
         )
+        if self.ports is not None:
+            config.load()
+            config.http_protocol_class = _handing_over(config.http_protocol_class, self.ports)
         server = _Server(config)
         self._server = server
         self._task = asyncio.create_task(server.serve(sockets=[sock]), name="sandboxes-http")
@@ -120,6 +128,41 @@ class HttpServer:
         finally:
             self._server = self._task = None
             self._sock.close()
+
+
+# Bytes of a first request head read before deciding where its connection goes.
+MAX_FIRST_HEAD = 16 << 10
+
+
+def _handing_over(base: Any, ports: Any) -> Any:
+    """uvicorn's HTTP protocol `base`, except that a connection whose first request head names a
+    sandbox's port (`ports.names_a_port`) goes to `ports.adopt`, with what was read of it, before
+    uvicorn sees any of it."""
+
+    class Protocol(base):  # type: ignore[misc, valid-type]
+        def connection_made(self, transport: Any) -> None:
+            self._first: bytearray | None = bytearray()
+            super().connection_made(transport)
+
+        def data_received(self, data: bytes) -> None:
+            first = self._first
+            if first is None:
+                super().data_received(data)
+                return
+            first += data
+            end = first.find(b"\r\n\r\n")
+            if end < 0 and len(first) <= MAX_FIRST_HEAD:
+                return
+            self._first = None
+            if end >= 0 and ports.names_a_port(bytes(first[:end])):
+                sock = self.transport.get_extra_info("socket")
+                conn = socket.socket(fileno=os.dup(sock.fileno()))
+                self.transport.close()  # its descriptor; the connection lives on in `conn`
+                ports.adopt(conn, bytes(first))
+                return
+            super().data_received(bytes(first))
+
+    return Protocol
 
 
 class _Server(uvicorn.Server):

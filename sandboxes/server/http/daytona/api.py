@@ -11,7 +11,7 @@ PUT    /sandbox/{id}/labels             200 {labels}
 POST   /sandbox/{id}/autostop|autoarchive|autodelete/{minutes}   200 Sandbox
 POST   /sandbox/{id}/fork               200 Sandbox (a new sandbox of its files now)
 GET    /sandbox/{id}/toolbox-proxy-url  {url}
-GET    /sandbox/{id}/ports/{port}/preview-url   {sandboxId, url, token} (serve --ports-port)
+GET    /sandbox/{id}/ports/{port}/preview-url   {sandboxId, url, token} (on the HTTP port)
 ```
 
 Snapshots and volumes are `images.py`'s.

@@ -34,10 +34,12 @@ from sandboxes.server.http.endpoint import code_body
 from sandboxes.server.http.kernels import ATTR as KERNELS_ATTR
 from sandboxes.server.replicated import dataclass_codec
 
-__all__ = ["E2bApi"]
+__all__ = ["IN_SANDBOX_PORTS", "E2bApi"]
 
 ENVD_PORT = b"49983"
 INTERPRETER_PORT = b"49999"
+# The in-sandbox services this surface serves itself: never a port a Host route carries.
+IN_SANDBOX_PORTS = frozenset({int(ENVD_PORT), int(INTERPRETER_PORT)})
 
 
 class E2bApi:
