@@ -2,7 +2,8 @@
 # The host toolchains the local backend's sandboxes run (they see the host's /usr): Debian's
 # interpreters and compilers of every language of the judge (`sandbox_core/crates/judge/src/
 # languages.rs`). Installs what is missing when run as root with apt; otherwise says what is.
-# With them, the Python libraries SandboxFusion's own runtime image carries, which graders of the
+# With them, `sudo` (a root sandbox's programs run scripts written for images that have it), and
+# the Python libraries SandboxFusion's own runtime image carries, which graders of the
 # one-shot run endpoints import (LiveCodeBench's, for one, imports numpy).
 # `toolchains.sh --packages` prints the packages (the sandbox image is built of them too).
 set -euo pipefail
@@ -17,6 +18,7 @@ TOOLS=(
   "/usr/share/nodejs/typescript/package.json node-typescript"
   "/usr/bin/go golang-go"
   "/usr/bin/rustc rustc"
+  "/usr/bin/sudo sudo"
   "/usr/lib/python3/dist-packages/numpy python3-numpy"
   "/usr/lib/python3/dist-packages/scipy python3-scipy"
   "/usr/lib/python3/dist-packages/pandas python3-pandas"

@@ -260,6 +260,9 @@ async def test_root_makes_users_and_programs_run_as_them(root_pool) -> None:
         su = await sh(sb, "su agent -s /bin/sh -c 'id -un; echo $HOME'")
         assert su.stdout.split() == [b"agent", b"/home/agent"], su
         assert (await sh(sb, "su root -s /bin/sh -c 'id -u'")).stdout == b"0\n"
+        if root_pool.test_backend == "local":  # the host's /usr has sudo (deploy/toolchains.sh)
+            r = await sh(sb, "sudo -u agent id -un && sudo id -u")
+            assert r.stdout == b"agent\n0\n", r
         # A uid without an account, as `setpriv --reuid` takes it.
         assert (await sb.exec(["id", "-u"], user="4321")).stdout == b"4321\n"
         with pytest.raises(sandboxes.InvalidRequest, match="no user"):

@@ -275,13 +275,16 @@ fn etc(root: &Path, spec: &RootSpec) -> Result<(), SetupError> {
         if etc.join("default").is_dir() {
             chown(&etc.join("default"), spec.uid, spec.gid)?;
         }
+        let sudoers = etc.join("sudoers.d");
+        mkdirs(&sudoers)?;
+        chown(&sudoers, spec.uid, spec.gid)?;
     }
     Ok(())
 }
 
 /// A root sandbox's passwd, group, shadow and gshadow: the system's users and groups with
-/// passwords locked (`*`), as a fresh Debian installs them.
-fn base_accounts() -> [(&'static str, String, u32); 4] {
+/// passwords locked (`*`), as a fresh Debian installs them; and its sudoers.
+fn base_accounts() -> [(&'static str, String, u32); 5] {
     let master = |p: &str, fallback: &str| {
         std::fs::read_to_string(p)
             .ok()
@@ -321,8 +324,14 @@ fn base_accounts() -> [(&'static str, String, u32); 4] {
         ("group", shown(&group), 0o644),
         ("shadow", shadow, 0o640),
         ("gshadow", gshadow, 0o640),
+        ("sudoers", SUDOERS.to_string(), 0o440),
     ]
 }
+
+/// A root sandbox's sudoers, as Debian's: root, and the `sudo` group, may run anything. (The
+/// host's is root's, which root inside cannot read; a program that is not root inside cannot
+/// become root through `sudo`: programs run with no new privileges.)
+const SUDOERS: &str = "Defaults\tenv_reset\nDefaults\tsecure_path=\"/usr/local/sbin:/usr/local/bin:/usr/sbin:/usr/bin:/sbin:/bin\"\nroot\tALL=(ALL:ALL) ALL\n%sudo\tALL=(ALL:ALL) ALL\n@includedir /etc/sudoers.d\n";
 
 /// passwd and group: root and the sandbox user; a root sandbox's are `base_accounts`.
 fn etc_accounts(etc: &Path, spec: &RootSpec) -> Result<(), SetupError> {
