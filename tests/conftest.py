@@ -212,10 +212,14 @@ def build_images(what: str, *flags: str) -> None:
 @pytest.fixture(scope="session")
 def images(docker_api: Any, native: Any) -> str:
     """Builds (or finds up to date) the base and sandbox images with the project's own script
-    (an engine answers: `docker_api`)."""
+    (an engine answers: `docker_api`), and unpacks the sandbox image into the session's image
+    cache: the docker backend's one-time first use of an image (a minute for this one), which a
+    test's first create would otherwise pay inside its create timeout."""
     build_images("sandbox image")
+    from sandboxes.backends import images as image_cache
     from sandboxes.backends.docker import DEFAULT_IMAGE
 
+    image_cache.resolve(DEFAULT_IMAGE)
     return DEFAULT_IMAGE
 
 
