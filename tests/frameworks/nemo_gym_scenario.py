@@ -66,5 +66,8 @@ async def main(name: str) -> None:
 
 
 if __name__ == "__main__":
-    asyncio.run(main(os.environ["SCENARIO_PROVIDER"]))
+    # NeMo-Gym's global config (Hydra) writes a run directory under the working directory.
+    with tempfile.TemporaryDirectory() as cwd:
+        os.chdir(cwd)
+        asyncio.run(main(os.environ["SCENARIO_PROVIDER"]))
     os._exit(0)
