@@ -263,6 +263,15 @@ async def test_root_makes_users_and_programs_run_as_them(root_pool) -> None:
         if root_pool.test_backend == "local":  # the host's /usr has sudo (deploy/toolchains.sh)
             r = await sh(sb, "sudo -u agent id -un && sudo id -u")
             assert r.stdout == b"agent\n0\n", r
+            # `login` gives the user the terminal (root inside owns the sandbox's terminals).
+            shown = b""
+            login = sb.exec_stream(
+                ["/bin/sh", "-c", "login -f agent; echo rc=$?"], terminal=(24, 80), stdin=b"id -un\nexit\n"
+            )
+            async with login:
+                async for ev in login:
+                    shown += ev.data if ev.kind == "stdout" else b""
+            assert b"agent\r\n" in shown and b"rc=0" in shown, shown  # `id -un` run by its shell
         # A uid without an account, as `setpriv --reuid` takes it.
         assert (await sb.exec(["id", "-u"], user="4321")).stdout == b"4321\n"
         with pytest.raises(sandboxes.InvalidRequest, match="no user"):

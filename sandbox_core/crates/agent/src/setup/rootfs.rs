@@ -130,6 +130,8 @@ const ETC_USER_DATABASE: [&str; 6] = [
 /// masters, as `update-passwd` installs them); without the package, root and nobody alone.
 const BASE_PASSWD: &str = "/usr/share/base-passwd/passwd.master";
 const BASE_GROUP: &str = "/usr/share/base-passwd/group.master";
+/// The `tty` group of a Debian system (base-passwd).
+const TTY_GID: u32 = 5;
 const DEVICES: [&str; 6] = ["null", "zero", "full", "random", "urandom", "tty"];
 
 fn c(p: &Path) -> CString {
@@ -363,7 +365,7 @@ fn etc_accounts(etc: &Path, spec: &RootSpec) -> Result<(), SetupError> {
     Ok(())
 }
 
-fn dev(root: &Path) -> Result<(), SetupError> {
+fn dev(root: &Path, spec: &RootSpec) -> Result<(), SetupError> {
     let dev = root.join("dev");
     mkdirs(&dev)?;
     mount(
@@ -394,15 +396,25 @@ fn dev(root: &Path) -> Result<(), SetupError> {
             }
         })?;
     }
-    devpts(&dev);
+    devpts(&dev, spec);
     tmpfs(&dev.join("shm"), 64 << 20, "1777", "")
 }
 
 /// The sandbox's own devpts instance, for the terminals of its programs (`ExecInput.terminal`):
 /// none of the host's terminals is visible in it. Best effort: without it a terminal is refused
-/// when asked for (step `terminal`), and nothing else needs it.
-fn devpts(dev: &Path) {
+/// when asked for (step `terminal`), and nothing else needs it. In a user namespace its terminals
+/// are the programs' (and, in a root sandbox, of the `tty` group, 5 inside), as on any machine:
+/// root inside may then give one to another user (`login`, `su -P`).
+fn devpts(dev: &Path, spec: &RootSpec) {
     let pts = dev.join("pts");
+    let owner = match spec.userns {
+        Some(_) if spec.writable_size.is_some() => {
+            format!(",uid={},gid={}", spec.uid, spec.gid - spec.inside.1 + TTY_GID)
+        }
+        Some(_) => format!(",uid={},gid={}", spec.uid, spec.gid),
+        None => String::new(),
+    };
+    let options = format!("newinstance,ptmxmode=0666,mode=0620{owner}");
     let made = mkdirs(&pts)
         .and_then(|()| {
             mount(
@@ -410,7 +422,7 @@ fn devpts(dev: &Path) {
                 &pts,
                 Some("devpts"),
                 libc::MS_NOSUID | libc::MS_NOEXEC,
-                Some("newinstance,ptmxmode=0666,mode=0620"),
+                Some(&options),
             )
         })
         .and_then(|()| {
@@ -905,7 +917,7 @@ pub fn build(spec: &RootSpec) -> Result<(), SetupError> {
     } else {
         host_view(root, spec)?;
     }
-    dev(root)?;
+    dev(root, spec)?;
     proc_fs(root)?;
     cgroups(root);
     // Root's inside the programs' user namespace (else it shows as nobody's there).
