@@ -409,7 +409,11 @@ fn devpts(dev: &Path, spec: &RootSpec) {
     let pts = dev.join("pts");
     let owner = match spec.userns {
         Some(_) if spec.writable_size.is_some() => {
-            format!(",uid={},gid={}", spec.uid, spec.gid - spec.inside.1 + TTY_GID)
+            format!(
+                ",uid={},gid={}",
+                spec.uid,
+                spec.gid - spec.inside.1 + TTY_GID
+            )
         }
         Some(_) => format!(",uid={},gid={}", spec.uid, spec.gid),
         None => String::new(),
