@@ -10,12 +10,15 @@ DEPS := grpcio grpcio-tools protobuf prometheus-client rich uvloop pytest pytest
 	kubernetes-asyncio kmock helm-python-sdk kubernetes-validate pyyaml
 DEPS += aiohttp starlette uvicorn wsproto python-multipart "connectrpc>=0.11.1,<0.12" verifiers==0.4.0 sandbox-fusion==0.3.7
 PYTEST_ARGS ?=
+# What `make test-fast` leaves out: the frameworks' tests and the kubernetes emulator's (files), and
+# every test that runs a client virtualenv (SANDBOXES_TEST_FAST=1: `client_python` skips it).
+SLOW_TESTS := tests/test_frameworks.py tests/test_kube_emulator_cli.py $(wildcard tests/test_kubernetes_*.py)
 # One virtualenv per pinned client set (tests/clients/NAME.txt): the compatibility tests run the
 # unmodified clients from PyPI in them, beside (not inside) the project's venv.
 CLIENT_VENVS ?= .venv-clients
 CLIENTS := $(patsubst tests/clients/%.txt,$(CLIENT_VENVS)/%/.ok,$(wildcard tests/clients/*.txt))
 
-.PHONY: help install clients build build-agent build-dev build-rl build-testing serve test test-rust test-python test-tools helm-test lint bench bench-table proto clean images toolchains
+.PHONY: help install clients build build-agent build-dev build-rl build-testing serve test test-rust test-python test-fast test-tools helm-test lint bench bench-table proto clean images toolchains
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | sort
@@ -80,8 +83,11 @@ toolchains: ## the host's Debian toolchains of the judge's languages (installed 
 test-tools: ## host programs the tests use (a container registry on loopback; installed when root, else listed)
 	bash deploy/test_tools.sh
 
-test-python: build clients toolchains test-tools ## pytest against the real agent binary
-	$(PY) -m pytest -q $(PYTEST_ARGS)
+test-python: build clients toolchains test-tools ## pytest against the real agent binary (-rs: every skip's reason printed)
+	$(PY) -m pytest -q -rs $(PYTEST_ARGS)
+
+test-fast: build ## for local work: the Python tests minus the slow ones (frameworks, kubernetes emulator, client-virtualenv scenarios)
+	SANDBOXES_TEST_FAST=1 $(PY) -m pytest -q -rs $(addprefix --ignore=,$(SLOW_TESTS)) $(PYTEST_ARGS)
 
 test: build test-rust test-python ## build everything and run every test
 

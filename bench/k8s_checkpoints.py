@@ -3,7 +3,7 @@ registry, against what a user of containers would do instead, in the same run.
 
 The cluster is EMULATED (`sandboxes_testing.kube_emulator`, user-namespace mode: each pod runs its
 image, pulled from the registry by the local Docker engine and unpacked, as a node would); the
-registry is a real one (`sandboxes_testing.registry`: Debian's `docker-registry` on loopback)
+registry is a real one (`sandboxes_testing.loopback_registry`: Debian's `docker-registry` on loopback)
 holding a small image of the agent and a few tools. A root sandbox writes `STATE_MB` files of
 1 MB of random bytes, then:
 
@@ -37,7 +37,7 @@ WRITE = (
 
 
 async def ours(tmp: Path) -> dict[str, list[float]]:
-    from sandboxes_testing.registry import cluster_pool
+    from sandboxes_testing.loopback_registry import cluster_pool
 
     out: dict[str, list[float]] = {"ours": [], "docker": [], "from checkpoint": [], "from image": []}
     async with cluster_pool(tmp, "root") as (pool, image, _):

@@ -10,7 +10,6 @@ from __future__ import annotations
 from typing import Any
 
 from . import errors
-from .checkpoints import Checkpoint
 from .egress import EgressPolicy
 from .errors import (
     AuthError,
@@ -33,6 +32,7 @@ from .grading import GradeStream, Grading
 from .judging import CaseResult, TestCase, TestReport, Verdict
 from .pool import Pool
 from .sandbox import ExecStream, Sandbox, SandboxBase
+from .state.checkpoints import Checkpoint
 from .templates import Template
 from .types import AgentInfo, DirEntry, ExecEvent, ExecResult, Limits
 

@@ -179,7 +179,7 @@ def to_exec_event(e: Any) -> types.ExecEvent:
 
 def to_dir_entry(e: Any) -> types.DirEntry:
     """`_native.DirEntry` -> `types.DirEntry`."""
-    return types.DirEntry(name=e.name, is_dir=e.is_dir, size=e.size, mode=e.mode, is_symlink=e.is_symlink)
+    return types.DirEntry.of(e)
 
 
 def to_agent_info(i: Any) -> types.AgentInfo:

@@ -114,6 +114,15 @@ class DirEntry:
     is_symlink: bool
     size: int
     mode: int
+    path: str
+    mtime: float
+    uid: int
+    gid: int
+    owner: str
+    group: str
+    symlink_target: str
+    target_is_dir: bool
+    type: str
 
 @final
 class AgentInfo:
@@ -204,7 +213,10 @@ class AgentClient:
         """(path, data, mode) triples; mode 0 means 0o644. Returns bytes written. `user`: the
         user of the sandbox the files and the directories made for them belong to."""
     async def read_file(self, path: str, offset: int, length: int, max_bytes: int) -> bytes: ...
-    async def list_dir(self, path: str) -> list[DirEntry]: ...
+    async def list_dir(self, path: str, depth: int = 1) -> list[DirEntry]: ...
+    async def file_op(self, request: bytes) -> bytes:
+        """One file operation: `request` is an encoded `FileOpRequest` (common.proto), the answer
+        an encoded `FileOpResponse`; the caller's own messages, carried as they are."""
     async def checkpoint(
         self,
         dest: str,

@@ -40,15 +40,15 @@ from sandboxes._proto.convert import (
     result_from_pb,
     run_tests_request_to_pb,
 )
-from sandboxes.checkpoints import DEFAULT_TTL_S as DEFAULT_CHECKPOINT_TTL_S
-from sandboxes.checkpoints import Checkpoint
 from sandboxes.egress import EgressPolicy
 from sandboxes.grading import GradeStream, batch_deadline
 from sandboxes.judging import RunTestsRequest, TestReport
-from sandboxes.sandbox import Data, ExecRequest, ExecStream, SandboxBase, as_bytes
+from sandboxes.sandbox import Data, ExecRequest, ExecStream, SandboxBase, as_bytes, check_depth
+from sandboxes.state.checkpoints import DEFAULT_TTL_S as DEFAULT_CHECKPOINT_TTL_S
+from sandboxes.state.checkpoints import Checkpoint
+from sandboxes.state.volumes import Volume
 from sandboxes.status import error_from_rpc, is_draining, is_retryable_unavailable
 from sandboxes.types import AgentInfo, DirEntry, ExecResult, ReadRange
-from sandboxes.volumes import Volume
 
 __all__ = ["ADDRESS_ENV", "API_KEY_ENV", "AsyncSandboxClient", "RemoteSandbox"]
 
@@ -439,11 +439,16 @@ class RemoteSandbox(SandboxBase):
 
         return await client._retrying(attempt, retry=True)
 
-    async def list_dir(self, path: str = ".") -> list[DirEntry]:
+    async def list_dir(self, path: str = ".", depth: int = 1) -> list[DirEntry]:
         msg = await self._client._call(
-            "ListDir", pb.ListDirRequest(sandbox_id=self.id, path=path), retry=True
+            "ListDir", pb.ListDirRequest(sandbox_id=self.id, path=path, depth=check_depth(depth)), retry=True
         )
         return [dir_entry_from_pb(e) for e in msg.entries]
+
+    async def file_op(self, op: cpb.FileOpRequest) -> cpb.FileOpResponse:
+        # Reads are retried; a change is not (a move that happened must not be made again).
+        retry = op.WhichOneof("op") in ("stat", "find", "search")
+        return await self._client._call("FileOp", pb.FileOpRequest(sandbox_id=self.id, op=op), retry=retry)
 
     async def remove(self, path: str, recursive: bool = False) -> None:
         await self._client._call(

@@ -6,7 +6,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from ._native import egress_rules
+from . import _bridge
 from .errors import InvalidRequest
 
 __all__ = ["MAX_EGRESS_RULES", "EgressPolicy", "check_rules"]
@@ -29,8 +29,8 @@ def check_rules(rules: Any, what: str = "an allow-list") -> tuple[str, ...]:
             raise InvalidRequest(
                 f"a rule of {what} is a host, *.domain, address or network with an optional :port, got {rule!r}"
             )
-    try:
-        egress_rules(list(rules))  # the agent's own parser: its reason for a bad rule
+    try:  # the agent's own parser: its reason for a bad rule
+        _bridge.native().egress_rules(list(rules))
     except ValueError as e:
         raise InvalidRequest(str(e)) from None
     return tuple(rules)

@@ -46,6 +46,7 @@ class ErrorKind(str, enum.Enum):
 
     INVALID_REQUEST = "invalid_request"
     TOO_LARGE = "too_large"
+    CONFLICT = "conflict"
     NO_SPACE = "no_space"
     SANDBOX_LIMIT = "sandbox_limit"
     NOT_FOUND = "not_found"
@@ -177,6 +178,8 @@ class Conflict(InvalidRequest):
     """The request conflicts with what is there now: a name already taken, a version of a volume
     that is no longer its newest, another change of the same thing in flight."""
 
+    kind = ErrorKind.CONFLICT
+
 
 class NoSpace(SandboxError, OSError):
     """The sandbox's disk is full (its disk quota is reached). The sandbox keeps serving: remove
@@ -280,6 +283,7 @@ _CLASS_OF_KIND: dict[str, type[SandboxError]] = {
     for cls in (
         InvalidRequest,
         TooLarge,
+        Conflict,
         NoSpace,
         SandboxLimitExceeded,
         NotFound,

@@ -5,26 +5,25 @@ releases) and starts creates up to the demand (`warm` target + waiting claims) w
 concurrency and the pool's `max_size`. Waiting claims are served strictly first come, first served.
 A renew task per template extends every live sandbox's lease each `lease_ttl_s / 3`; a warm
 sandbox whose renewal finds it lost is dropped and replaced. Failed creates are counted, logged
-and retried with exponential backoff; they never stop the pool.
+and retried with exponential backoff; they never stop the pool. One template's state is a
+`TemplatePool` (`template_pool.py`); the pools of checkpoints, forks and volumes are template pools
+too, made and retired by `derived_pools.py`.
 """
 
 from __future__ import annotations
 
 import asyncio
-import collections
 import contextlib
-import hashlib
 import logging
 import os
 import uuid
 from collections.abc import AsyncIterator, Mapping, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Self
 
 from . import _bridge
 from .backends import Backend, SandboxHandle, get_backend
-from .checkpoints import DEFAULT_TTL_S, Checkpoint, CheckpointStore
+from .derived_pools import DerivedPools
 from .egress import EgressPolicy
 from .errors import (
     Cancelled,
@@ -39,10 +38,12 @@ from .errors import (
 from .grading import Grading, grade_on_pool
 from .judging import TestReport
 from .sandbox import Data, Sandbox
+from .state.checkpoints import DEFAULT_TTL_S, Checkpoint, CheckpointStore
+from .state.volumes import DEFAULT_SIZE_BYTES as DEFAULT_VOLUME_BYTES
+from .state.volumes import Volume, VolumeStore
+from .template_pool import TemplatePool
 from .templates import Template, validate_env
 from .types import Limits
-from .volumes import DEFAULT_SIZE_BYTES as DEFAULT_VOLUME_BYTES
-from .volumes import Volume, VolumeStore
 
 __all__ = ["Pool"]
 
@@ -50,87 +51,9 @@ log = logging.getLogger(__name__)
 
 # After this many creates in a row failed, waiting claims get the launch error instead of waiting on.
 FAIL_FAST_AFTER = 3
-MAX_VOLUMES = 16  # volumes of one sandbox
 PAUSED_LEASE_S = 7 * 24 * 3600.0  # a paused agent's lease: the longest the agent grants
 BACKOFF_INITIAL_S = 0.1
 BACKOFF_MAX_S = 10.0
-# A checkpoint's (or a built template's) sandboxes are served warm, one ahead, while claims of it
-# keep coming: at most this long after the last one (`Pool._linger`).
-LINGER_S = 60.0
-CLAIM_WAIT_BUCKETS = (0.001, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0)
-
-
-class _Histogram:
-    """Cumulative-bucket histogram (Prometheus style) of claim waits in seconds."""
-
-    def __init__(self, buckets: tuple[float, ...] = CLAIM_WAIT_BUCKETS) -> None:
-        self.buckets = buckets
-        self.counts = [0] * (len(buckets) + 1)  # the last one is +Inf
-        self.sum = 0.0
-        self.count = 0
-
-    def observe(self, v: float) -> None:
-        self.sum += v
-        self.count += 1
-        for i, le in enumerate(self.buckets):
-            if v <= le:
-                self.counts[i] += 1
-        self.counts[-1] += 1
-
-    def snapshot(self) -> dict[str, Any]:
-        les = [*map(str, self.buckets), "+Inf"]
-        return {"buckets": dict(zip(les, self.counts)), "sum": self.sum, "count": self.count}
-
-
-@dataclass(eq=False)
-class _TemplatePool:
-    """State of one template's sandboxes. Only touched from the event loop."""
-
-    template: Template
-    backend: Backend
-    warm_target: int
-    warm: collections.deque[Sandbox] = field(default_factory=collections.deque)
-    waiters: collections.deque[asyncio.Future[Sandbox]] = field(default_factory=collections.deque)
-    claimed: dict[str, Sandbox] = field(default_factory=dict)
-    # Claimed through another replica of a cluster, served here too (`attach`): renewed while
-    # here, destroyed when released, never counted in the pool's size.
-    attached: dict[str, Sandbox] = field(default_factory=dict)
-    creating: int = 0
-    destroying: int = 0
-    wake: asyncio.Event = field(default_factory=asyncio.Event)
-    consecutive_failures: int = 0
-    backoff_until: float = 0.0
-    last_error: BaseException | None = None
-    created_total: int = 0
-    destroyed_total: int = 0
-    create_failures_total: int = 0
-    lost_total: int = 0
-    claims_total: int = 0
-    claim_timeouts_total: int = 0
-    renewals_total: int = 0
-    renew_failures_total: int = 0
-    claim_wait: _Histogram = field(default_factory=_Histogram)
-    tasks: list[asyncio.Task[None]] = field(default_factory=list)
-    # A checkpoint's or a volume's sandboxes (`Pool._layered`): the template they are made of,
-    # the layers, the volumes (volume id, path, read-only) and the layered volumes (path,
-    # read-only, layer digests).
-    base: str = ""
-    layers: tuple[str, ...] = ()
-    volumes: tuple[tuple[str, str, bool], ...] = ()
-    layered: tuple[tuple[str, bool, tuple[str, ...]], ...] = ()
-    last_claim: float = 0.0
-    linger: asyncio.TimerHandle | None = None
-    destroy_tasks: set[asyncio.Task[None]] = field(default_factory=set)
-
-    @property
-    def name(self) -> str:
-        return self.template.name
-
-    def live_waiters(self) -> int:
-        return sum(1 for f in self.waiters if not f.done())
-
-    def size(self) -> int:
-        return len(self.warm) + len(self.claimed) + self.creating + self.destroying
 
 
 class Pool:
@@ -200,7 +123,7 @@ class Pool:
         self._templates = tmpls
         self._default_warm = warm
 
-        self._tps: dict[str, _TemplatePool] = {}
+        self._tps: dict[str, TemplatePool] = {}
         self._tasks: list[asyncio.Task[None]] = []
         self._pause_locks: dict[str, asyncio.Lock] = {}  # sandbox id -> its pause / resume
         self._create_tasks: set[asyncio.Task[None]] = set()
@@ -211,8 +134,9 @@ class Pool:
         self._start_lock: asyncio.Lock | None = None
         self._close_task: asyncio.Task[None] | None = None
         self.checkpoints = CheckpointStore(None if checkpoint_dir is None else Path(checkpoint_dir))
-        self.checkpoints.on_drop.append(self._checkpoint_dropped)
         self.volumes = VolumeStore(None if volume_dir is None else Path(volume_dir))
+        # The pools of checkpoints, forks and volumes (`derived_pools.py`).
+        self.derived = DerivedPools(self, self.checkpoints, self.volumes)
 
     # --- lifecycle -------------------------------------------------------------------------------
 
@@ -247,16 +171,21 @@ class Pool:
             self._started = True
             return self
 
-    def _serve_template(self, t: Template) -> _TemplatePool:
+    def _serve_template(self, t: Template) -> TemplatePool:
         """Start keeping `t`'s sandboxes (its warm set, renewals) on a backend already open."""
         warm = self._default_warm if t.warm is None else t.warm
-        tp = _TemplatePool(template=t, backend=self._backends[t.backend], warm_target=warm)
+        tp = TemplatePool(template=t, backend=self._backends[t.backend], warm_target=warm)
         self._tps[t.name] = tp
         tp.tasks.append(asyncio.create_task(self._replenish(tp), name=f"replenish-{t.name}"))
         if t.lease_ttl_s > 0:
             tp.tasks.append(asyncio.create_task(self._renew(tp), name=f"renew-{t.name}"))
         self._tasks += tp.tasks
         return tp
+
+    def _add_template(self, t: Template) -> TemplatePool:
+        """Serve `t` from now on, its name known to the pool (`serve_template`, a derived pool)."""
+        self._templates[t.name] = t
+        return self._serve_template(t)
 
     async def add_template(self, template: Template) -> None:
         """Serve one more template from now on (a started pool; its backend must be one the pool
@@ -279,8 +208,7 @@ class Pool:
             raise InvalidRequest(
                 f"backend {template.backend!r} is not one of this pool's ({sorted(self._backends)})"
             )
-        self._templates[template.name] = template
-        self._serve_template(template)
+        self._add_template(template)
 
     async def close(self) -> None:
         """Destroy every sandbox (warm and claimed), stop background tasks, close the backends."""
@@ -295,7 +223,7 @@ class Pool:
         await asyncio.gather(*self._tasks, return_exceptions=True)
         # Creates in flight finish (bounded by create_timeout_s) and destroy what they made.
         await asyncio.gather(*list(self._create_tasks), return_exceptions=True)
-        doomed: list[tuple[_TemplatePool, Sandbox]] = []
+        doomed: list[tuple[TemplatePool, Sandbox]] = []
         for tp in self._tps.values():
             while tp.waiters:
                 fut = tp.waiters.popleft()
@@ -311,12 +239,7 @@ class Pool:
             self._destroy_soon(tp, sb)
         while self._destroy_tasks:
             await asyncio.gather(*list(self._destroy_tasks), return_exceptions=True)
-        for tp in [tp for tp in self._tps.values() if tp.base]:  # checkpoints' and volumes' pools
-            del self._tps[tp.name]
-            self._templates.pop(tp.name, None)
-            self._release_layers(tp)
-            await asyncio.to_thread(self._unmount, tp.volumes)
-        await asyncio.to_thread(self.volumes.close)  # the mounts kept for a next sandbox
+        await self.derived.close()  # checkpoints' and volumes' pools, the volumes' mounts
         for b in self._backends.values():
             try:
                 await b.close()
@@ -354,7 +277,7 @@ class Pool:
         With `checkpoint` (a `Checkpoint` or the id of one of `owner`'s, None: anyone's), the
         sandbox is made from it (its template, with the checkpoint's files). The first is created
         for the claim; with `warm_ahead` (and a template that keeps any warm), one more is then
-        kept ready for the next claim of it, while they keep coming (`LINGER_S`).
+        kept ready for the next claim of it, while they keep coming (`derived_pools.LINGER_S`).
 
         With `volumes` (a path in the sandbox -> the id or name of one of `owner`'s volumes, or
         `(volume, read_only)`), each volume is mounted at its path: made for the claim too.
@@ -369,28 +292,22 @@ class Pool:
             raise Cancelled("pool is closing")
         if checkpoint is None and not volumes and not layered_volumes:
             return await self._claim(self._tp(template), env, files, labels, timeout)
-        layered = tuple((path, ro, tuple(digests)) for path, ro, digests in layered_volumes or ())
-        mounts = await asyncio.to_thread(self._resolve_volumes, volumes or {}, owner)
-        layers: tuple[str, ...] = ()
-        if checkpoint is None:
-            base = self._tp(template).name
-        else:
-            if isinstance(checkpoint, Checkpoint):
-                checkpoint = self.checkpoints.get(checkpoint.id, checkpoint.owner if owner is None else owner)
-            else:
-                checkpoint = self.checkpoints.get(checkpoint, owner)
-            base, layers = checkpoint.template, checkpoint.layers
-        tp = await self._derived(base, layers, mounts, layered)
-        if checkpoint is not None and not mounts and not layered and warm_ahead:
-            self._linger(tp)
-        try:
-            return await self._claim(tp, env, files, labels, timeout)
-        finally:
-            self._retire_if_idle(tp)
+        return await self.derived.claim(
+            template,
+            env,
+            files,
+            labels,
+            timeout,
+            checkpoint=checkpoint,
+            owner=owner,
+            volumes=volumes,
+            warm_ahead=warm_ahead,
+            layered_volumes=layered_volumes,
+        )
 
     async def _claim(
         self,
-        tp: _TemplatePool,
+        tp: TemplatePool,
         env: Mapping[str, str] | None,
         files: Mapping[str, Data] | None,
         labels: Mapping[str, str] | None,
@@ -427,7 +344,7 @@ class Pool:
         tp.claim_wait.observe(loop.time() - t0)
         return sb
 
-    async def _take(self, tp: _TemplatePool, deadline: float) -> Sandbox:
+    async def _take(self, tp: TemplatePool, deadline: float) -> Sandbox:
         """The next sandbox of `tp`, in claim order; registered as claimed."""
         while tp.warm and not tp.live_waiters():
             sb = tp.warm.popleft()
@@ -461,12 +378,12 @@ class Pool:
             )
         return fut.result()
 
-    def _unclaim(self, tp: _TemplatePool, sb: Sandbox) -> None:
+    def _unclaim(self, tp: TemplatePool, sb: Sandbox) -> None:
         """A sandbox handed to a claim that went away: back to the front of the line."""
         tp.claimed.pop(sb.id, None)
         self._offer(tp, sb, front=True)
 
-    def _offer(self, tp: _TemplatePool, sb: Sandbox, front: bool = False) -> None:
+    def _offer(self, tp: TemplatePool, sb: Sandbox, front: bool = False) -> None:
         """Give a ready sandbox to the oldest waiting claim, else to the warm set."""
         while tp.waiters:
             fut = tp.waiters.popleft()
@@ -474,7 +391,7 @@ class Pool:
                 tp.claimed[sb.id] = sb
                 fut.set_result(sb)
                 return
-        if tp.base and len(tp.warm) >= tp.warm_target:  # a checkpoint's, past its warm set
+        if tp.derived and len(tp.warm) >= tp.warm_target:  # a checkpoint's, past its warm set
             self._destroy_soon(tp, sb)
         elif front:
             tp.warm.appendleft(sb)
@@ -493,7 +410,7 @@ class Pool:
             sb._mark_closed()
             return
         await asyncio.shield(self._destroy_soon(tp, sb))
-        if tp.base and not tp.warm_target and tp.destroy_tasks:
+        if tp.derived and not tp.warm_target and tp.destroy_tasks:
             # A checkpoint no longer kept warm: its layers are let go once this returns.
             await asyncio.shield(asyncio.gather(*tp.destroy_tasks, return_exceptions=True))
 
@@ -559,18 +476,7 @@ class Pool:
         finally:
             await sb.close()
 
-    # --- checkpoints -----------------------------------------------------------------------------
-
-    def _chain(self, sb: Sandbox) -> tuple[_TemplatePool, str, tuple[str, ...]]:
-        """`sb`'s template pool, the template it is made of and the layers beneath it."""
-        tp = self._tps.get(sb.template)
-        if tp is None or sb.closed:
-            raise NotFound(f"sandbox {sb.id} is not one of this pool's")
-        if not tp.backend.checkpoints:
-            raise InvalidRequest(
-                f"the {tp.backend.name} backend cannot checkpoint a sandbox ({tp.backend.no_checkpoints_why})"
-            )
-        return tp, tp.base or tp.name, tp.layers
+    # --- checkpoints, forks and volumes (`derived_pools.py`) -----------------------------------------
 
     async def checkpoint(
         self,
@@ -585,30 +491,15 @@ class Pool:
         """`sb`'s file system now, as a checkpoint of `owner`'s (kept `ttl_s`, None: until
         deleted; `labels` kept with it). `sb` keeps running; a sandbox made from the checkpoint sees exactly this state.
         Past `max_bytes` of changes (or the store's own bounds) it raises `TooLarge`."""
-        _, base, layers = self._chain(sb)
-        digest, size, _ = await sb._call(self.checkpoints.capture, sb._client, max_bytes=max_bytes)
-        return self.checkpoints.add(
-            template=base,
-            layers=(*layers, digest),
-            owner=owner,
-            name=name,
-            source=sb.id,
-            size=size,
-            ttl_s=ttl_s,
-            labels=labels,
+        return await self.derived.checkpoint(
+            sb, owner=owner, name=name, ttl_s=ttl_s, labels=labels, max_bytes=max_bytes
         )
 
     async def capture_volume(self, sb: Sandbox, path: str, max_bytes: int | None = None) -> tuple[str, int]:
         """The writes of `sb` into its layered volume at `path` (`claim(layered_volumes=...)`) as a
         layer of this pool's checkpoint store: `(digest, bytes)`. The volume's layers plus this
         one are the volume as `sb` sees it now; `sb` keeps running, unaffected."""
-        tp, _, _ = self._chain(sb)
-        if not any(p == path for p, _, _ in tp.layered):
-            raise NotFound(f"sandbox {sb.id} has no layered volume at {path!r}")
-        digest, size, _ = await sb._call(
-            self.checkpoints.capture, sb._client, volume=path, max_bytes=max_bytes
-        )
-        return digest, size
+        return await self.derived.capture_volume(sb, path, max_bytes)
 
     async def fork(
         self,
@@ -624,30 +515,36 @@ class Pool:
         cannot be made, those made are released and the error raised."""
         if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 1024:
             raise InvalidRequest(f"fork count must be an int in [1, 1024], got {n!r}")
-        _, base, layers = self._chain(sb)
-        digest, _, _ = await sb._call(self.checkpoints.capture, sb._client)
-        tp = self._layered(base, (*layers, digest))
-        try:
-            made = await asyncio.gather(
-                *(self._claim(tp, env, None, labels, timeout) for _ in range(n)), return_exceptions=True
-            )
-            failed = [r for r in made if isinstance(r, BaseException)]
-            forks = [r for r in made if isinstance(r, Sandbox)]
-            if failed:
-                await asyncio.gather(*(f.close() for f in forks), return_exceptions=True)
-                raise failed[0]
-            return forks
-        finally:
-            self._retire_if_idle(tp)
+        return await self.derived.fork(sb, n, env, labels, timeout)
 
-    async def fence_egress(self, sb: Sandbox, policy: EgressPolicy) -> None:
-        """The backend's own fence of `sb`'s egress (kubernetes: its pod's NetworkPolicy) set to
-        `policy`, before its agent enforces it (`Sandbox.set_egress_policy`)."""
+    async def delete_checkpoint(self, checkpoint_id: str, owner: str | None = None) -> Checkpoint:
+        """Deletes a checkpoint (`CheckpointStore.delete`); returns once its warm sandboxes are
+        gone, so that its layers go now unless sandboxes made from it still run."""
+        return await self.derived.delete_checkpoint(checkpoint_id, owner)
+
+    def can_checkpoint(self, sb: Sandbox) -> bool:
+        """Whether `sb` is one of this pool's, on a backend that checkpoints."""
         tp = self._tps.get(sb.template)
-        if tp is not None:
-            await tp.backend.set_egress(sb.handle, policy)
+        return tp is not None and tp.backend.checkpoints
 
-    # --- pause and resume ------------------------------------------------------------------------
+    async def create_volume(
+        self,
+        name: str,
+        *,
+        owner: str = "",
+        size_bytes: int = DEFAULT_VOLUME_BYTES,
+        inodes: int | None = None,
+    ) -> Volume:
+        """A new empty volume of `owner`'s (`VolumeStore.create`), mounted with `claim(volumes=...)`.
+        A pool whose default template's backend keeps volumes as the cluster's claims
+        (kubernetes: a PersistentVolumeClaim each) makes one; else an image on this host."""
+        return await self.derived.create_volume(name, owner=owner, size_bytes=size_bytes, inodes=inodes)
+
+    async def delete_volume(self, ref: str, *, owner: str | None = None) -> Volume:
+        """Deletes a volume (deferred while sandboxes mount it: the cluster defers a claim's)."""
+        return await self.derived.delete_volume(ref, owner=owner)
+
+    # --- pause, resume and egress --------------------------------------------------------------------
 
     async def pause(self, sb: Sandbox) -> bool:
         """Stop every process of `sb` where it runs, its agent included: it uses no CPU and keeps
@@ -677,76 +574,12 @@ class Pool:
                 await sb._renew_lease(tp.template.lease_ttl_s)
         return True
 
-    def _resolve_volumes(
-        self, volumes: Mapping[str, str | tuple[str, bool]], owner: str | None
-    ) -> tuple[tuple[str, str, bool], ...]:
-        """(volume id, path, read-only) of each asked mount, sorted by path."""
-        if not isinstance(volumes, Mapping) or len(volumes) > MAX_VOLUMES:
-            raise InvalidRequest(f"volumes must map at most {MAX_VOLUMES} paths to volumes")
-        out = []
-        for path, ref in volumes.items():
-            name, ro = ref if isinstance(ref, tuple) else (ref, False)
-            if not isinstance(path, str) or not path.startswith("/") or not isinstance(ro, bool):
-                raise InvalidRequest(f"a volume's path must be absolute, got {path!r}")
-            out.append((self.volumes.get(name, owner).id, path, ro))
-        return tuple(sorted(out, key=lambda m: m[1]))
-
-    async def create_volume(
-        self,
-        name: str,
-        *,
-        owner: str = "",
-        size_bytes: int = DEFAULT_VOLUME_BYTES,
-        inodes: int | None = None,
-    ) -> Volume:
-        """A new empty volume of `owner`'s (`VolumeStore.create`), mounted with `claim(volumes=...)`.
-        A pool whose default template's backend keeps volumes as the cluster's claims
-        (kubernetes: a PersistentVolumeClaim each) makes one; else an image on this host."""
-        backend = self._volume_backend()
-        if backend is None:
-            return await asyncio.to_thread(
-                self.volumes.create, name, owner=owner, size_bytes=size_bytes, inodes=inodes
-            )
-        vol = await asyncio.to_thread(
-            self.volumes.create,
-            name,
-            owner=owner,
-            size_bytes=size_bytes,
-            inodes=inodes,
-            claim=backend.volume_claim_prefix,
-        )
-        try:
-            await backend.create_volume_claim(vol)
-        except BaseException:
-            await asyncio.to_thread(self.volumes.delete, vol.id, owner)
-            raise
-        return vol
-
-    async def delete_volume(self, ref: str, *, owner: str | None = None) -> Volume:
-        """Deletes a volume (deferred while sandboxes mount it: the cluster defers a claim's)."""
-        vol = await asyncio.to_thread(self.volumes.delete, ref, owner)
-        backend = self._volume_backend()
-        if vol.claim and backend is not None:
-            await backend.delete_volume_claim(vol)
-        return vol
-
-    def _volume_backend(self) -> Backend | None:
-        """The backend whose claims hold this pool's volumes (its default template's), if any."""
-        t = self._templates.get(self.default_template)
-        backend = self._backends.get(t.backend) if t is not None else None
-        return backend if backend is not None and backend.volume_claims else None
-
     def can_pause(self, sb: Sandbox) -> bool:
         """Whether `sb` is one of this pool's, on a backend that pauses (keeps processes)."""
         tp = self._tps.get(sb.template)
         return tp is not None and tp.backend.pauses
 
-    def can_checkpoint(self, sb: Sandbox) -> bool:
-        """Whether `sb` is one of this pool's, on a backend that checkpoints."""
-        tp = self._tps.get(sb.template)
-        return tp is not None and tp.backend.checkpoints
-
-    def _pausable(self, sb: Sandbox) -> _TemplatePool:
+    def _pausable(self, sb: Sandbox) -> TemplatePool:
         tp = self._tps.get(sb.template)
         if tp is None or sb.closed or (tp.claimed.get(sb.id) or tp.attached.get(sb.id)) is not sb:
             raise NotFound(f"sandbox {sb.id} is not one of this pool's")
@@ -760,189 +593,12 @@ class Pool:
             lock = self._pause_locks[sb.id] = asyncio.Lock()
         return lock
 
-    @staticmethod
-    def _derived_name(
-        base: str,
-        layers: tuple[str, ...],
-        volumes: tuple[tuple[str, str, bool], ...],
-        layered: tuple[tuple[str, bool, tuple[str, ...]], ...] = (),
-    ) -> str:
-        parts = (
-            base,
-            *layers,
-            *(f"{v}:{p}:{int(ro)}" for v, p, ro in volumes),
-            *(f"layered:{p}:{int(ro)}:{','.join(ds)}" for p, ro, ds in layered),
-        )
-        return "cp-" + hashlib.sha256("\0".join(parts).encode()).hexdigest()[:20]
-
-    async def _derived(
-        self,
-        base: str,
-        layers: tuple[str, ...],
-        volumes: tuple[tuple[str, str, bool], ...],
-        layered: tuple[tuple[str, bool, tuple[str, ...]], ...] = (),
-    ) -> _TemplatePool:
-        """`_layered`, mounting the volumes off the event loop first."""
-        name = self._derived_name(base, layers, volumes, layered)
-        if name in self._tps:
-            return self._tps[name]
-        if not volumes:
-            return self._layered(base, layers, layered=layered)
-        t = self._templates.get(base)
-        claims = t is not None and t.backend in self._backends and self._backends[t.backend].volume_claims
-        hosts = await asyncio.to_thread(self._mount, volumes, claims)
-        if name in self._tps:  # made by another claim meanwhile
-            await asyncio.to_thread(self._unmount, volumes)
-            return self._tps[name]
-        try:
-            return self._layered(base, layers, volumes, hosts, layered)
-        except BaseException:
-            await asyncio.to_thread(self._unmount, volumes)
-            raise
-
-    def _mount(self, volumes: tuple[tuple[str, str, bool], ...], claims: bool = False) -> tuple[str, ...]:
-        """Each volume's host directory, mounted for one more template pool (all or none); with
-        `claims` (a backend whose volumes are the cluster's claims) each one's claim."""
-        hosts: list[str] = []
-        try:
-            for vid, _, _ in volumes:
-                claim = self.volumes.get(vid).claim
-                if claim and not claims:
-                    raise InvalidRequest(
-                        f"volume {vid} is a cluster's claim: only kubernetes sandboxes mount it"
-                    )
-                if claims and not claim:
-                    raise InvalidRequest(
-                        f"volume {vid} is on this host: kubernetes sandboxes cannot mount it"
-                    )
-                hosts.append(claim or self.volumes.acquire(vid))
-        except BaseException:
-            self._unmount(volumes[: len(hosts)])
-            raise
-        return tuple(hosts)
-
-    def _unmount(self, volumes: tuple[tuple[str, str, bool], ...]) -> None:
-        for vid, _, _ in volumes:
-            self.volumes.release(vid)
-
-    def _layered(
-        self,
-        base: str,
-        layers: tuple[str, ...],
-        volumes: tuple[tuple[str, str, bool], ...] = (),
-        hosts: tuple[str, ...] = (),
-        layered: tuple[tuple[str, bool, tuple[str, ...]], ...] = (),
-    ) -> _TemplatePool:
-        """The template pool of sandboxes of template `base` made from `layers`, with `volumes`
-        mounted from their `hosts` directories (mounted for it: it unmounts them when retired)
-        and `layered` volumes, served while it has sandboxes or claims; its layers are in use
-        meanwhile."""
-        name = self._derived_name(base, layers, volumes, layered)
-        tp = self._tps.get(name)
+    async def fence_egress(self, sb: Sandbox, policy: EgressPolicy) -> None:
+        """The backend's own fence of `sb`'s egress (kubernetes: its pod's NetworkPolicy) set to
+        `policy`, before its agent enforces it (`Sandbox.set_egress_policy`)."""
+        tp = self._tps.get(sb.template)
         if tp is not None:
-            return tp
-        t = self._templates.get(base)
-        if t is None:
-            raise NotFound(f"no template {base!r} in this pool")
-        backend = self._backends[t.backend]
-        if layers and not backend.checkpoints:
-            raise InvalidRequest(f"the {t.backend} backend cannot make sandboxes from checkpoints")
-        if volumes and not backend.volumes:
-            raise InvalidRequest(f"the {t.backend} backend cannot mount volumes")
-        if layered and not backend.layered_volumes:
-            raise InvalidRequest(
-                f"the {t.backend} backend cannot mount versions of volumes ({backend.no_checkpoints_why})"
-            )
-        paths = self.checkpoints.acquire(layers)
-        try:
-            layered_dirs = tuple((p, ro, tuple(self.checkpoints.acquire(ds))) for p, ro, ds in layered)
-        except BaseException:
-            self.checkpoints.release(layers)
-            raise
-        mounts = tuple((host, path, ro) for host, (_, path, ro) in zip(hosts, volumes, strict=True))
-        t = t.replace(name=name, layers=tuple(paths), volumes=mounts, layered_volumes=layered_dirs, warm=0)
-        self._templates[name] = t
-        tp = self._serve_template(t)
-        tp.base, tp.layers, tp.volumes, tp.layered = base, layers, volumes, layered
-        return tp
-
-    def _release_layers(self, tp: _TemplatePool) -> None:
-        """A retired template pool's layers, its layered volumes' included, are let go."""
-        self.checkpoints.release(tp.layers)
-        for _, _, digests in tp.layered:
-            self.checkpoints.release(digests)
-
-    def _retire_if_idle(self, tp: _TemplatePool) -> None:
-        """Stops serving a checkpoint's template pool with no sandbox and no claim left."""
-        if not tp.base or tp.size() or tp.live_waiters() or tp.attached or self._tps.get(tp.name) is not tp:
-            return
-        del self._tps[tp.name]
-        self._templates.pop(tp.name, None)
-        if tp.linger is not None:
-            tp.linger.cancel()
-        for task in tp.tasks:
-            task.cancel()
-            with contextlib.suppress(ValueError):
-                self._tasks.remove(task)
-        self._release_layers(tp)
-        self._unmount(tp.volumes)  # a volume's last user lets it go (`volumes.LINGER_S`)
-
-    def _linger(self, tp: _TemplatePool) -> None:
-        """A claim of a checkpoint's sandboxes: one is kept warm ahead (if its template keeps
-        any) until `LINGER_S` pass without another claim, so that a template built once and
-        used again, or a group of rollouts from one checkpoint, starts as fast as the image's."""
-        loop = asyncio.get_running_loop()
-        tp.last_claim = loop.time()
-        base = self._tps.get(tp.base)
-        if tp.linger is None and base is not None and base.warm_target > 0:
-            tp.warm_target = 1
-            tp.wake.set()
-            tp.linger = loop.call_later(LINGER_S, self._linger_check, tp)
-
-    def _linger_check(self, tp: _TemplatePool) -> None:
-        tp.linger = None
-        if self._closing or self._tps.get(tp.name) is not tp:
-            return
-        left = tp.last_claim + LINGER_S - asyncio.get_running_loop().time()
-        if left > 0:
-            tp.linger = asyncio.get_running_loop().call_later(left, self._linger_check, tp)
-        else:
-            self._cool(tp)
-
-    def _cool(self, tp: _TemplatePool) -> list[asyncio.Task[None]]:
-        """No more warm sandboxes of a checkpoint: those ready are destroyed (the tasks), and the
-        pool retires once its claimed ones end."""
-        if tp.linger is not None:
-            tp.linger.cancel()
-            tp.linger = None
-        tp.warm_target = 0
-        done = []
-        while tp.warm:
-            done.append(self._destroy_soon(tp, tp.warm.popleft()))
-        self._retire_if_idle(tp)
-        return done
-
-    def _checkpoint_dropped(self, cp: Checkpoint) -> list[asyncio.Task[None]]:
-        """A deleted or expired checkpoint's sandboxes are kept warm no longer."""
-        try:
-            asyncio.get_running_loop()
-        except RuntimeError:
-            return []  # dropped off the loop (a thread): its warm ones go when their linger ends
-        done = []
-        for tp in list(self._tps.values()):
-            if tp.base and tp.layers == tuple(cp.layers) and tp.warm_target:
-                done += self._cool(tp)
-        return done
-
-    async def delete_checkpoint(self, checkpoint_id: str, owner: str | None = None) -> Checkpoint:
-        """Deletes a checkpoint (`CheckpointStore.delete`); returns once its warm sandboxes are
-        gone, so that its layers go now unless sandboxes made from it still run."""
-        cp = self.checkpoints.get(checkpoint_id, owner)
-        done = self._checkpoint_dropped(cp)
-        self.checkpoints.delete(cp.id, owner)
-        if done:
-            await asyncio.gather(*done, return_exceptions=True)
-        return cp
+            await tp.backend.set_egress(sb.handle, policy)
 
     def grade(
         self,
@@ -1021,9 +677,37 @@ class Pool:
             }
         return out
 
+    # --- what the derived pools use (`derived_pools.WarmSets`) ---------------------------------------
+
+    @property
+    def closing(self) -> bool:
+        """Whether the pool is closing (or closed)."""
+        return self._closing
+
+    def _template_pool(self, name: str) -> TemplatePool | None:
+        return self._tps.get(name)
+
+    def _template_pools(self) -> list[TemplatePool]:
+        return list(self._tps.values())
+
+    def _template(self, name: str) -> Template | None:
+        return self._templates.get(name)
+
+    def _backend(self, name: str) -> Backend | None:
+        return self._backends.get(name)
+
+    def _retire(self, tp: TemplatePool) -> None:
+        """Serve `tp`'s template no longer: forgotten, its tasks cancelled."""
+        del self._tps[tp.name]
+        self._templates.pop(tp.name, None)
+        for task in tp.tasks:
+            task.cancel()
+            with contextlib.suppress(ValueError):
+                self._tasks.remove(task)
+
     # --- background: replenish -------------------------------------------------------------------
 
-    def _tp(self, template: str | None) -> _TemplatePool:
+    def _tp(self, template: str | None) -> TemplatePool:
         name = template or self.default_template
         tp = self._tps.get(name)
         if tp is None:
@@ -1033,7 +717,7 @@ class Pool:
     def _total_size(self) -> int:
         return sum(tp.size() for tp in self._tps.values())
 
-    def _should_create(self, tp: _TemplatePool, now: float) -> bool:
+    def _should_create(self, tp: TemplatePool, now: float) -> bool:
         if self._closing or now < tp.backoff_until:
             return False
         demand = tp.warm_target + tp.live_waiters() - len(tp.warm) - tp.creating
@@ -1041,7 +725,7 @@ class Pool:
             return False
         return self.max_size is None or self._total_size() < self.max_size
 
-    async def _replenish(self, tp: _TemplatePool) -> None:
+    async def _replenish(self, tp: TemplatePool) -> None:
         """Start creates whenever woken; sleeps on the event (or the backoff) otherwise."""
         loop = asyncio.get_running_loop()
         while not self._closing:
@@ -1058,7 +742,7 @@ class Pool:
             with contextlib.suppress(TimeoutError):
                 await asyncio.wait_for(tp.wake.wait(), delay)
 
-    async def _create_one(self, tp: _TemplatePool) -> None:
+    async def _create_one(self, tp: TemplatePool) -> None:
         """Create one sandbox (the caller counted it in `creating`) and offer it."""
         t = tp.template
         sid = f"sb-{uuid.uuid4().hex[:12]}"
@@ -1093,7 +777,7 @@ class Pool:
         self._offer(tp, sb)
         tp.wake.set()
 
-    def _make_sandbox(self, tp: _TemplatePool, handle: SandboxHandle) -> Sandbox:
+    def _make_sandbox(self, tp: TemplatePool, handle: SandboxHandle) -> Sandbox:
         client = _bridge.api().AgentClient(handle.endpoint, handle.token)
         t = tp.template
         sb = Sandbox(
@@ -1107,7 +791,7 @@ class Pool:
         sb._pool = self
         return sb
 
-    def _create_failed(self, tp: _TemplatePool, e: Exception) -> None:
+    def _create_failed(self, tp: TemplatePool, e: Exception) -> None:
         tp.create_failures_total += 1
         tp.consecutive_failures += 1
         tp.last_error = e
@@ -1130,7 +814,7 @@ class Pool:
 
     # --- background: destroy ---------------------------------------------------------------------
 
-    def _destroy_soon(self, tp: _TemplatePool, sb: Sandbox) -> asyncio.Task[None]:
+    def _destroy_soon(self, tp: TemplatePool, sb: Sandbox) -> asyncio.Task[None]:
         """Destroy in a task of its own, so a cancelled caller never leaves a sandbox behind."""
         sb._mark_closed()
         tp.destroying += 1
@@ -1140,7 +824,7 @@ class Pool:
             task.add_done_callback(tasks.discard)
         return task
 
-    async def _destroy(self, tp: _TemplatePool, sb: Sandbox) -> None:
+    async def _destroy(self, tp: TemplatePool, sb: Sandbox) -> None:
         try:
             await tp.backend.destroy(sb.handle)
         except Exception:
@@ -1150,11 +834,11 @@ class Pool:
             tp.destroyed_total += 1
             for other in self._tps.values():  # capacity freed under max_size
                 other.wake.set()
-            self._retire_if_idle(tp)
+            self.derived.retire_if_idle(tp)
 
     # --- background: leases ----------------------------------------------------------------------
 
-    async def _renew(self, tp: _TemplatePool) -> None:
+    async def _renew(self, tp: TemplatePool) -> None:
         """Renew every live sandbox's lease once per `lease_ttl_s / 3`."""
         ttl = tp.template.lease_ttl_s
         period = ttl / 3
@@ -1168,7 +852,7 @@ class Pool:
             if loop.time() > next_at:  # a slow round: do not burst to catch up
                 next_at = loop.time() + period
 
-    async def _renew_one(self, tp: _TemplatePool, sb: Sandbox, ttl: float, period: float) -> None:
+    async def _renew_one(self, tp: TemplatePool, sb: Sandbox, ttl: float, period: float) -> None:
         assert self._renew_sem is not None
         async with self._renew_sem:
             if sb.closed or sb.paused:  # a paused agent holds a lease of the pause's length
@@ -1198,7 +882,7 @@ class Pool:
                 log.warning("claimed sandbox %s lost: %s", sandbox_id, reason)
                 return
 
-    def _drop_lost(self, tp: _TemplatePool, sb: Sandbox, e: BaseException) -> None:
+    def _drop_lost(self, tp: TemplatePool, sb: Sandbox, e: BaseException) -> None:
         if sb in tp.warm:
             tp.warm.remove(sb)
             tp.lost_total += 1

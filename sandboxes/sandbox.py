@@ -14,21 +14,29 @@ import dataclasses
 import logging
 import math
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Self
+from typing import Any, Self
 
 from . import _bridge
-from .checkpoints import DEFAULT_TTL_S, Checkpoint
+from ._proto import common_pb2 as cpb
 from .egress import EgressPolicy
 from .errors import InvalidRequest, SandboxLost, SandboxPaused, SandboxTimeout
 from .grading import MAX_BATCH, GradeStream, Grading, batch_deadline, build_batch
 from .judging import RunTestsRequest, TestCase, TestReport, build_run_tests_request
+from .owning_pool import OwningPool
+from .state.checkpoints import DEFAULT_TTL_S, Checkpoint
 from .templates import validate_env
-from .types import DEFAULT_READ_MAX_BYTES, AgentInfo, DirEntry, ExecEvent, ExecResult, Limits, ReadRange
+from .types import (
+    DEFAULT_READ_MAX_BYTES,
+    AgentInfo,
+    DirEntry,
+    ExecEvent,
+    ExecResult,
+    FileMatch,
+    Limits,
+    ReadRange,
+)
 
-if TYPE_CHECKING:
-    from .pool import Pool
-
-__all__ = ["Argv", "Data", "ExecStream", "Sandbox", "SandboxBase"]
+__all__ = ["Argv", "Data", "ExecStream", "FileVerbs", "Sandbox", "SandboxBase"]
 
 log = logging.getLogger(__name__)
 
@@ -91,6 +99,34 @@ def check_user(user: object) -> str:
     if not isinstance(user, str) or len(user) > 256 or any(c in user for c in ":\0\n"):
         raise InvalidRequest(f"user must be a user name or uid, got {user!r}")
     return user
+
+
+def check_path(path: object) -> str:
+    """A path of a file call: a non-empty string without NUL; `InvalidRequest` otherwise."""
+    if not isinstance(path, str) or not path or "\0" in path:
+        raise InvalidRequest(f"invalid path {path!r}")
+    return path
+
+
+def check_mode(mode: object) -> int:
+    """Permission bits (0 to 0o7777); `InvalidRequest` otherwise."""
+    if isinstance(mode, bool) or not isinstance(mode, int) or not 0 <= mode <= 0o7777:
+        raise InvalidRequest(f"invalid mode {mode!r}: permission bits, 0 to 0o7777")
+    return mode
+
+
+def check_depth(depth: object) -> int:
+    """Levels of a listing, 1 to 64; `InvalidRequest` otherwise."""
+    if isinstance(depth, bool) or not isinstance(depth, int) or not 1 <= depth <= 64:
+        raise InvalidRequest(f"depth must be an int from 1 to 64, got {depth!r}")
+    return depth
+
+
+def check_text(text: object, what: str) -> str:
+    """A non-empty string without NUL; `InvalidRequest` otherwise."""
+    if not isinstance(text, str) or not text or "\0" in text:
+        raise InvalidRequest(f"{what} must be a non-empty string without NUL, got {text!r}")
+    return text
 
 
 def check_terminal(rows: object, cols: object) -> tuple[int, int]:
@@ -230,7 +266,77 @@ class ExecStream:
         self.cancel()
 
 
-class SandboxBase(abc.ABC):
+class FileVerbs(abc.ABC):
+    """The agent's file operations beyond read, write, list and remove, as methods over one
+    `file_op` (common.proto's `FileOpRequest`): a sandbox's own, or a charged session's."""
+
+    @abc.abstractmethod
+    async def file_op(self, op: cpb.FileOpRequest) -> cpb.FileOpResponse:
+        """One file operation of the agent's (common.proto's `FileOpRequest`), as the methods
+        below build them."""
+
+    async def stat(self, path: str) -> DirEntry:
+        """The entry of `path` (a symlink is described, not followed); `NotFound` if none."""
+        out = await self.file_op(cpb.FileOpRequest(stat=cpb.StatOp(path=check_path(path))))
+        return DirEntry.of(out.entries[0])
+
+    async def make_dir(
+        self, path: str, *, mode: int = 0o755, exist_ok: bool = True, user: str | None = None
+    ) -> DirEntry:
+        """Make the directory `path` and its missing parents; an existing one is `Conflict`
+        unless `exist_ok`, a file there is `InvalidRequest`. `user`: whose they are."""
+        op = cpb.MakeDirOp(
+            path=check_path(path), mode=check_mode(mode), exist_ok=exist_ok, user=check_user(user)
+        )
+        return DirEntry.of((await self.file_op(cpb.FileOpRequest(make_dir=op))).entries[0])
+
+    async def move(
+        self,
+        source: str,
+        destination: str,
+        *,
+        make_parents: bool = False,
+        into_directory: bool = False,
+        user: str | None = None,
+    ) -> DirEntry:
+        """Rename `source` to `destination` (a file replaces a file, a directory an empty one;
+        between file systems it is copied, then removed). `make_parents`: make destination's
+        missing parents (`user`'s); `into_directory`: an existing directory at destination
+        receives source inside it, as `mv` does. Answers the moved entry."""
+        op = cpb.MoveOp(
+            source=check_path(source),
+            destination=check_path(destination),
+            make_parents=make_parents,
+            into_directory=into_directory,
+            user=check_user(user),
+        )
+        return DirEntry.of((await self.file_op(cpb.FileOpRequest(move=op))).entries[0])
+
+    async def set_permissions(
+        self, path: str, *, mode: int | None = None, owner: str | None = None, group: str | None = None
+    ) -> DirEntry:
+        """Set `path`'s permission bits and/or its owner and group (names of the sandbox's
+        /etc/passwd and /etc/group, or ids; another user's only in a sandbox whose programs run
+        as root). A symlink's target is changed."""
+        op = cpb.SetPermissionsOp(path=check_path(path), owner=check_user(owner), group=check_user(group))
+        if mode is not None:
+            op.mode = check_mode(mode)
+        return DirEntry.of((await self.file_op(cpb.FileOpRequest(set_permissions=op))).entries[0])
+
+    async def find_files(self, path: str, pattern: str) -> list[str]:
+        """Absolute paths under `path` (itself included) whose name matches the glob `pattern`."""
+        op = cpb.FindOp(path=check_path(path), pattern=check_text(pattern, "pattern"))
+        return list((await self.file_op(cpb.FileOpRequest(find=op))).paths)
+
+    async def search_files(self, path: str, text: str) -> list[FileMatch]:
+        """The lines that contain `text` in the files under `path` (or in `path`), as `grep -rnIF`:
+        files that look binary are skipped."""
+        op = cpb.SearchOp(path=check_path(path), text=check_text(text, "text"))
+        out = await self.file_op(cpb.FileOpRequest(search=op))
+        return [FileMatch(m.path, m.line, m.content) for m in out.matches]
+
+
+class SandboxBase(FileVerbs):
     """The interface of a sandbox, whichever way it is reached.
 
     Implementations provide `_exec`, `_exec_stream`, `_write_files`, `read_file`, `list_dir`,
@@ -500,8 +606,10 @@ class SandboxBase(abc.ABC):
     async def _read_file(self, path: str, r: ReadRange) -> bytes: ...
 
     @abc.abstractmethod
-    async def list_dir(self, path: str = ".") -> list[DirEntry]:
-        """Entries of a directory (relative paths are under the work dir)."""
+    async def list_dir(self, path: str = ".", depth: int = 1) -> list[DirEntry]:
+        """Entries of a directory (relative paths are under the work dir), and theirs down to
+        `depth` levels (at most 64), each directory's right after it; symlinks are not followed,
+        no other mount is entered."""
 
     @abc.abstractmethod
     async def remove(self, path: str, recursive: bool = False) -> None:
@@ -550,7 +658,7 @@ class Sandbox(SandboxBase):
         self.call_timeout_s = call_timeout_s
         self._closed = False
         self._paused = False  # every process stopped (`pause`); calls are refused meanwhile
-        self._pool: Pool | None = None  # set by the pool that made it
+        self._pool: OwningPool[Sandbox] | None = None  # set by the pool that made it
         self.egress: EgressPolicy | None = None  # set by `set_network`; None: its template's
 
     async def checkpoint(self, *, name: str = "", ttl_s: float | None = DEFAULT_TTL_S) -> Checkpoint:
@@ -578,7 +686,7 @@ class Sandbox(SandboxBase):
     def paused(self) -> bool:
         return self._paused
 
-    def _owner_pool(self) -> Pool:
+    def _owner_pool(self) -> OwningPool[Sandbox]:
         if self._closed:
             raise SandboxLost(f"sandbox {self.id} is closed")
         if self._pool is None:
@@ -610,6 +718,12 @@ class Sandbox(SandboxBase):
             if isinstance(e, SandboxTimeout):
                 raise
             raise SandboxTimeout(f"sandbox {self.id}: call took over {self.call_timeout_s}s") from e
+
+    async def call_agent(self, fn: Callable[..., Awaitable[Any]], *args: Any, **kwargs: Any) -> Any:
+        """`fn(agent client, *args, **kwargs)` run as this sandbox's own calls are: refused while
+        it is paused or closed, bounded by `call_timeout_s`, errors translated (how the pool
+        captures its files as a layer, `derived_pools.py`)."""
+        return await self._call(fn, self._client, *args, **kwargs)
 
     async def _exec(self, req: ExecRequest, stdin: bytes) -> ExecResult:
         self._check_open()
@@ -680,9 +794,12 @@ class Sandbox(SandboxBase):
     async def _read_file(self, path: str, r: ReadRange) -> bytes:
         return bytes(await self._call(self._client.read_file, path, r.offset, r.length, r.max_bytes))
 
-    async def list_dir(self, path: str = ".") -> list[DirEntry]:
-        """Entries of a directory (relative paths are under the work dir)."""
-        return [_bridge.to_dir_entry(e) for e in await self._call(self._client.list_dir, path)]
+    async def list_dir(self, path: str = ".", depth: int = 1) -> list[DirEntry]:
+        entries = await self._call(self._client.list_dir, path, check_depth(depth))
+        return [_bridge.to_dir_entry(e) for e in entries]
+
+    async def file_op(self, op: cpb.FileOpRequest) -> cpb.FileOpResponse:
+        return cpb.FileOpResponse.FromString(await self._call(self._client.file_op, op.SerializeToString()))
 
     async def remove(self, path: str, recursive: bool = False) -> None:
         """Remove a file, or a directory (`recursive=True` for a non-empty one)."""

@@ -45,6 +45,7 @@ class Unauthenticated(E.AuthError):
 _CODE_OF_KIND: dict[E.ErrorKind, grpc.StatusCode] = {
     E.ErrorKind.INVALID_REQUEST: grpc.StatusCode.INVALID_ARGUMENT,
     E.ErrorKind.TOO_LARGE: grpc.StatusCode.RESOURCE_EXHAUSTED,
+    E.ErrorKind.CONFLICT: grpc.StatusCode.ALREADY_EXISTS,
     E.ErrorKind.NO_SPACE: grpc.StatusCode.RESOURCE_EXHAUSTED,
     E.ErrorKind.SANDBOX_LIMIT: grpc.StatusCode.RESOURCE_EXHAUSTED,
     E.ErrorKind.NOT_FOUND: grpc.StatusCode.NOT_FOUND,
@@ -66,7 +67,7 @@ CLASS_OF_CODE: dict[grpc.StatusCode, type[E.SandboxError]] = {
     grpc.StatusCode.INVALID_ARGUMENT: E.InvalidRequest,
     grpc.StatusCode.OUT_OF_RANGE: E.InvalidRequest,
     grpc.StatusCode.FAILED_PRECONDITION: E.InvalidRequest,
-    grpc.StatusCode.ALREADY_EXISTS: E.InvalidRequest,
+    grpc.StatusCode.ALREADY_EXISTS: E.Conflict,
     grpc.StatusCode.NOT_FOUND: E.NotFound,
     grpc.StatusCode.UNAUTHENTICATED: E.AuthError,
     grpc.StatusCode.PERMISSION_DENIED: E.AuthError,

@@ -92,7 +92,7 @@ class Template:
     `volumes` are directories of this host bound in each sandbox: (host dir, path in the
     sandbox, read-only); on kubernetes (its `volume_claims`) the first of each is the name of a
     PersistentVolumeClaim instead. The pool sets them on the template it serves a claim's
-    volumes from (`Pool.claim(volumes=...)`, `sandboxes.volumes`).
+    volumes from (`Pool.claim(volumes=...)`, `sandboxes.state.volumes`).
 
     `layered_volumes` are directories of each sandbox's own made of checkpoint layers: (path in
     the sandbox, read-only, layer directories of this host, bottom first). A sandbox's writes there

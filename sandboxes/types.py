@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import stat
 from dataclasses import dataclass, field
-from typing import Literal
+from typing import Any, Literal
 
 from .errors import InvalidRequest
 
@@ -15,6 +16,7 @@ __all__ = [
     "DirEntry",
     "ExecEvent",
     "ExecResult",
+    "FileMatch",
     "Limits",
     "ReadRange",
 ]
@@ -141,13 +143,54 @@ class ExecEvent:
     result: ExecResult | None = None
 
 
+_TYPE_BITS = {
+    "dir": stat.S_IFDIR,
+    "symlink": stat.S_IFLNK,
+    "fifo": stat.S_IFIFO,
+    "socket": stat.S_IFSOCK,
+    "char": stat.S_IFCHR,
+    "block": stat.S_IFBLK,
+}
+
+
 @dataclass(frozen=True)
 class DirEntry:
+    """One entry of a sandbox's file system, as the agent describes it (common.proto's
+    `DirEntry`): a symlink is described, not followed; ids and names are the sandbox's own."""
+
     name: str
     is_dir: bool
     size: int
     mode: int
     is_symlink: bool = False
+    path: str = ""  # absolute, inside the sandbox
+    mtime: float = 0.0
+    uid: int = 0
+    gid: int = 0
+    owner: str = ""
+    group: str = ""
+    symlink_target: str = ""
+    target_is_dir: bool = False
+    type: str = "file"  # "dir", "symlink", "fifo", "socket", "char", "block"
+
+    @property
+    def symbolic_mode(self) -> str:
+        """The mode as `ls -l` writes it (`drwxr-xr-x`)."""
+        return stat.filemode(self.mode | _TYPE_BITS.get(self.type, stat.S_IFREG))
+
+    @classmethod
+    def of(cls, m: Any) -> DirEntry:
+        """The entry of an object with the same fields (a `DirEntry` message, native or protobuf)."""
+        return cls(**{f.name: getattr(m, f.name) for f in dataclasses.fields(cls)})
+
+
+@dataclass(frozen=True)
+class FileMatch:
+    """A line that contains a searched text (`SandboxBase.search_files`)."""
+
+    path: str
+    line: int  # 1-based
+    content: str  # the line without its newline, cut at 4 KiB
 
 
 @dataclass(frozen=True)

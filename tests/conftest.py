@@ -16,7 +16,7 @@ import tempfile
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, NoReturn
 
 import pytest
 import pytest_asyncio
@@ -91,7 +91,7 @@ def own_checkpoints(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def volume_mounts() -> set[str]:
-    """Mount points of volumes (`sandboxes.volumes`: `<dir>/mnt/vol-<id>`) on this host."""
+    """Mount points of volumes (`sandboxes.state.volumes`: `<dir>/mnt/vol-<id>`) on this host."""
     lines = Path("/proc/self/mountinfo").read_text().splitlines()
     return {p for line in lines if re.search(r"/mnt/vol-[0-9a-f]{16}$", p := line.split()[4])}
 
@@ -171,21 +171,58 @@ def no_leaks() -> Any:
         pytest.fail("the session leaked: " + ", ".join(found), pytrace=False)
 
 
+# --- what CI always has: a Docker engine, the loopback registry, root ----------------------------
+
+# `.ci/run` sets SANDBOXES_CI=1: there a test that finds one of them missing fails instead of
+# skipping, so a CI machine that lost one cannot pass by skipping what needs it. Elsewhere it
+# skips with its reason (`make test` runs `pytest -rs`, which prints them).
+CI = os.environ.get("SANDBOXES_CI") == "1"
+
+
+def skip_or_fail(reason: str) -> NoReturn:
+    """Skips the test with `reason`; in CI fails it."""
+    if CI:
+        pytest.fail(f"{reason} (SANDBOXES_CI=1: CI has it, so this is a failure)", pytrace=False)
+    pytest.skip(reason)
+
+
+def _present(what: str) -> bool:
+    if what == "root":
+        return os.geteuid() == 0
+    if what == "registry":
+        from sandboxes_testing.loopback_registry import REGISTRY_BIN
+
+        return os.path.exists(REGISTRY_BIN)
+    raise ValueError(f"requires({what!r}): root or registry")
+
+
+def pytest_configure(config: Any) -> None:
+    config.addinivalue_line(
+        "markers",
+        "requires(what, reason=...): the test needs root or the loopback registry (`make test-tools`);"
+        " without it the test skips, in CI (SANDBOXES_CI=1) it fails",
+    )
+
+
+def pytest_runtest_setup(item: Any) -> None:
+    for mark in item.iter_markers("requires"):
+        if not _present(mark.args[0]):
+            skip_or_fail(mark.kwargs.get("reason") or f"needs {mark.args[0]}")
+
+
 # --- the Docker engine and the images `make images` builds ---------------------------------------
 
 
 @pytest.fixture(scope="session")
 def docker_api() -> Any:
-    """The low-level Docker API client; skips the module when no engine answers."""
-    try:
-        import docker
-    except ImportError:
-        pytest.skip("the `docker` SDK is not installed (pip install 'sandboxes[docker]')")
+    """The low-level Docker API client; skips the module when no engine answers (fails in CI)."""
+    import docker
+
     try:
         client = docker.from_env(timeout=120)
         client.ping()
     except Exception as e:  # noqa: BLE001
-        pytest.skip(f"no Docker engine answers: {e}")
+        skip_or_fail(f"no Docker engine answers: {e}")
     yield client.api
     client.close()
 

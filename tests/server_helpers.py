@@ -62,7 +62,10 @@ def agent_pids_of(server: Server) -> set[int]:
 
 
 def client_python(venv: str) -> str:
-    """The interpreter of a client virtualenv (tests/clients/<venv>.txt, made by `make clients`)."""
+    """The interpreter of a client virtualenv (tests/clients/<venv>.txt, made by `make clients`).
+    `make test-fast` (SANDBOXES_TEST_FAST=1) skips the tests that run one."""
+    if os.environ.get("SANDBOXES_TEST_FAST") == "1":
+        pytest.skip("runs a client virtualenv: `make test` runs it, `make test-fast` does not")
     py = ROOT / os.environ.get("CLIENT_VENVS", ".venv-clients") / venv / "bin" / "python"
     if not py.exists():
         pytest.fail(f"client virtualenv {venv} is missing: run `make clients` (tests/clients/{venv}.txt)")

@@ -15,8 +15,8 @@ from helpers import BASE_IMAGE
 
 import sandboxes
 from sandboxes import Template
-from sandboxes.checkpoints import CheckpointStore
 from sandboxes.errors import InvalidRequest, NotFound
+from sandboxes.state.checkpoints import CheckpointStore
 
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(300)]
 
@@ -169,7 +169,7 @@ async def test_a_checkpoint_in_use_is_served_warm_until_its_claims_stop(pool, mo
     async with pool.sandbox() as sb:
         await out(sb, "echo kept > /work/k")
         cp = await sb.checkpoint()
-    monkeypatch.setattr(sandboxes.pool, "LINGER_S", 0.5)
+    monkeypatch.setattr(sandboxes.derived_pools, "LINGER_S", 0.5)
     for _ in range(3):
         async with pool.sandbox(checkpoint=cp) as made:
             assert await out(made, "cat /work/k; echo mine >> /work/k") == "kept\n"
@@ -184,7 +184,7 @@ async def test_a_checkpoint_in_use_is_served_warm_until_its_claims_stop(pool, mo
     async with pool.sandbox(checkpoint=cp) as made:
         assert await out(made, "cat /work/k") == "kept\n"
     # Deleted: no sandbox of it is kept, its layer goes now.
-    monkeypatch.setattr(sandboxes.pool, "LINGER_S", 60.0)
+    monkeypatch.setattr(sandboxes.derived_pools, "LINGER_S", 60.0)
     async with pool.sandbox(checkpoint=cp) as made:
         while pool.stats()[derived]["warm"] < 1:
             await asyncio.sleep(0.01)
@@ -312,7 +312,7 @@ async def test_an_image_sandbox_checkpoints_its_changes_only(
 async def test_stores_sharing_a_directory_see_each_others_records(tmp_path: Path) -> None:
     """Two stores on one directory (the replicas of a cluster on one shared claim): what one
     records or deletes, the other sees, though it had read the directory before."""
-    from sandboxes.server.built_templates import BuiltTemplates
+    from sandboxes.state.built_templates import BuiltTemplates
 
     a, b = CheckpointStore(tmp_path / "cp"), CheckpointStore(tmp_path / "cp")
     assert b.list() == []

@@ -417,7 +417,7 @@ async def test_a_key_holds_a_bounded_share_of_the_volume_threads(make_server, mo
     import threading
 
     from sandboxes.server.http.e2b import volumes as e2b_volumes
-    from sandboxes.volume_files import VolumeFiles
+    from sandboxes.state.volume_files import VolumeFiles
 
     server = await e2b_server(make_server)
     base = url(server)

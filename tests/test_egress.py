@@ -11,7 +11,6 @@ import contextlib
 import functools
 import http.server
 import json
-import os
 import textwrap
 import threading
 from collections.abc import AsyncIterator, Iterator
@@ -27,7 +26,7 @@ from sandboxes import Template
 pytestmark = [
     pytest.mark.asyncio,
     pytest.mark.timeout(600),
-    pytest.mark.skipif(os.geteuid() != 0, reason="egress allow-lists need a manager that is root"),
+    pytest.mark.requires("root", reason="egress allow-lists need a manager that is root"),
 ]
 
 HOST = "127.0.0.2"

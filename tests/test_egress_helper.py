@@ -25,7 +25,7 @@ from sandboxes import Template
 pytestmark = [
     pytest.mark.asyncio,
     pytest.mark.timeout(900),
-    pytest.mark.skipif(os.geteuid() != 0, reason="egress allow-lists need a manager that is root"),
+    pytest.mark.requires("root", reason="egress allow-lists need a manager that is root"),
 ]
 
 SANDBOXES = 50

@@ -12,12 +12,11 @@ import json
 from pathlib import Path
 from typing import Any
 
+import helm_python as helm
+import kubernetes_validate as kv
 import pytest
+import yaml
 from helm_chart import CHART, NAMESPACE, ROOT, by_kind, render
-
-helm = pytest.importorskip("helm_python", reason="needs helm-python-sdk")
-kv = pytest.importorskip("kubernetes_validate", reason="needs kubernetes-validate")
-yaml = pytest.importorskip("yaml")
 
 CI_VALUES = sorted((ROOT / "deploy" / "helm" / "ci").glob("*.yaml"))
 # A recent release and the oldest the chart supports (kubeVersion >= 1.27; hostUsers is in 1.30+).

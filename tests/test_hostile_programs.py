@@ -6,7 +6,6 @@ error of the caller (or a program result), and the sandbox keeps serving."""
 from __future__ import annotations
 
 import asyncio
-import os
 
 import pytest
 
@@ -255,7 +254,7 @@ time.sleep(60)
 """
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="host id ranges need a manager that is root")
+@pytest.mark.requires("root", reason="host id ranges need a manager that is root")
 async def test_one_sandbox_using_up_a_per_uid_limit_leaves_another_its_own(pool: sandboxes.Pool) -> None:
     """inotify instances are counted per host uid: sandboxes with one shared uid took them from
     each other. Each sandbox's programs now run as a host uid of its own."""

@@ -18,15 +18,6 @@ from typing import Any
 import pytest
 import pytest_asyncio
 from helpers import http_answering, pid_running, start_server_inside, wait_until
-from terminals import drive_bash
-
-import sandboxes
-from sandboxes import Pool, Template, TestCase
-from sandboxes.errors import InvalidRequest, LaunchError, SandboxLost
-
-kmock = pytest.importorskip("kmock", reason="the kubernetes tests need the emulator (pip install kmock)")
-pytest.importorskip("kubernetes_asyncio", reason="the kubernetes backend needs kubernetes_asyncio")
-
 from sandboxes_testing.kube_emulator import (
     IMAGE_CRASH,
     IMAGE_PULL_ERROR,
@@ -36,7 +27,10 @@ from sandboxes_testing.kube_emulator import (
     emulated_cluster,
     match_selector,
 )
+from terminals import drive_bash
 
+import sandboxes
+from sandboxes import Pool, Template, TestCase
 from sandboxes.backends.kubernetes import (
     AGENT_CAPABILITIES,
     EGRESS_CAPABILITIES,
@@ -47,6 +41,7 @@ from sandboxes.backends.kubernetes import (
     pod_readiness,
 )
 from sandboxes.backends.kubernetes.egress import policy_manifest as egress_policy_manifest
+from sandboxes.errors import InvalidRequest, LaunchError, SandboxLost
 
 IMAGE = "sandboxes/sandbox:test"
 KT = Template(backend="kubernetes")  # default template, image from the backend config
@@ -159,7 +154,8 @@ def test_pod_manifest_is_locked_down() -> None:
 
 
 def test_pod_manifest_validates_against_the_kubernetes_schema() -> None:
-    kv = pytest.importorskip("kubernetes_validate")
+    import kubernetes_validate as kv
+
     be = KubernetesBackend(KubeConfig(image=IMAGE, identity="m", runtime_class_name="gvisor"))
     pod = be.pod_manifest(Template(backend="kubernetes", memory_bytes=64 << 20), "sb-1", "sb-1", "t" * 32)
     kv.validate(pod, "1.33.0", strict=True)
@@ -174,7 +170,8 @@ def test_a_root_pod() -> None:
     """A root template's pod is user-namespaced and carries what its agent needs to build the
     sandbox's root (tests/test_root_sandbox.py runs it on the emulated cluster); without
     user-namespaced pods it is refused, since the pod's root would be the node's."""
-    kv = pytest.importorskip("kubernetes_validate")
+    import kubernetes_validate as kv
+
     be = KubernetesBackend(KubeConfig(image=IMAGE, identity="m"))
     t = Template(backend="kubernetes", user="root", root_size_bytes=64 << 20)
     pod = be.pod_manifest(t, "sb-1", "sb-1", "t" * 32)
@@ -202,7 +199,7 @@ def test_a_root_pod() -> None:
     assert "procMount" not in plain["spec"]["containers"][0]["securityContext"]
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="the agent's user namespace needs a kubelet that is root")
+@pytest.mark.requires("root", reason="the agent's user namespace needs a kubelet that is root")
 async def test_a_root_pod_without_a_user_namespace_does_not_start(cluster: Cluster) -> None:
     """A node that ignores `hostUsers: false` (the emulated kubelet's default mode runs every pod
     with this machine's ids) would make the pod's root the node's: the agent refuses to start, and
@@ -220,7 +217,8 @@ def test_an_allow_list_pod_and_its_network_policy() -> None:
     needs to enforce them in the pod, and the label of the list's own NetworkPolicy, which lets
     the pod reach what the address rules name, the public internet on the name rules' ports and
     the cluster's DNS, and validates against the Kubernetes schema."""
-    kv = pytest.importorskip("kubernetes_validate")
+    import kubernetes_validate as kv
+
     cfg = KubeConfig(image=IMAGE, identity="m", pool="rl")
     be = KubernetesBackend(cfg)
     rules = ("pypi.org:443", "*.pythonhosted.org:443", "10.1.2.3/16:8080", "[fd00::5]")
@@ -267,7 +265,7 @@ def test_an_allow_list_pod_and_its_network_policy() -> None:
     kv.validate(deny, "1.33.0", strict=True)
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="the agent's egress set-up needs a kubelet that is root")
+@pytest.mark.requires("root", reason="the agent's egress set-up needs a kubelet that is root")
 async def test_an_allow_list_is_enforced_in_the_pod(cluster: Cluster) -> None:
     """On the emulated cluster (each pod's agent a process of this machine, as root), an
     allow-list sandbox's programs reach the server the list names through the agent's proxy and
@@ -330,7 +328,7 @@ async def test_an_allow_list_is_enforced_in_the_pod(cluster: Cluster) -> None:
     assert all(p is not None and match_selector(selector, p["metadata"]["labels"]) for p in pods)
 
 
-@pytest.mark.skipif(os.geteuid() != 0, reason="the agent's egress set-up needs a kubelet that is root")
+@pytest.mark.requires("root", reason="the agent's egress set-up needs a kubelet that is root")
 async def test_the_policy_changes_while_the_pod_runs(cluster: Cluster) -> None:
     """On the emulated cluster, a pod's policy replaced while it runs (`set_network`, the pod's
     agent's SetEgress): a narrower allow-list refuses at once what it no longer names, a

@@ -27,8 +27,7 @@ import pytest
 if not os.environ.get("KUBECONFIG"):
     pytest.skip("no KUBECONFIG: the real-cluster end-to-end test is skipped", allow_module_level=True)
 
-helm = pytest.importorskip("helm_python")
-pytest.importorskip("kubernetes_asyncio")
+import helm_python as helm
 
 import sandboxes
 

@@ -27,7 +27,6 @@ from server_helpers import run_scenario
 from sandboxes.backends.kubernetes.pods import pod_readiness
 from sandboxes.errors import NotFound
 
-pytest.importorskip("kmock", reason="the replica tests need the emulator (pip install kmock)")
 pytestmark = [pytest.mark.asyncio, pytest.mark.timeout(600)]
 
 # Short replica Leases and agent leases, so that a dead replica's sandboxes must be adopted (and
@@ -190,7 +189,7 @@ async def test_a_killed_replicas_sandboxes_keep_serving(rel: Release) -> None:
     await wait_until(
         lambda: set(rel.claimed().values()) == {owner_b}, timeout=30, what="B adopted A's sandboxes"
     )
-    # What the loss cost (docs/kubernetes.md quotes these: `pytest -s -k killed`).
+    # What the loss cost, printed for `pytest -s -k killed` (docs/kubernetes.md).
     print(
         f"\nreplica loss [{rel.image and 'image' or 'process'}]: {len(held_by_a)} of its sandboxes, "
         f"all 100 served through the other {served - killed:.2f} s after the kill (0 failed), "

@@ -12,7 +12,7 @@ from __future__ import annotations
 import os
 
 import pytest
-from sandboxes_testing.registry import REGISTRY_BIN, cluster_pool
+from sandboxes_testing.loopback_registry import cluster_pool
 from test_e2b_api import scenario
 
 import sandboxes
@@ -20,8 +20,8 @@ import sandboxes
 pytestmark = [
     pytest.mark.asyncio,
     pytest.mark.timeout(300),
-    pytest.mark.skipif(os.geteuid() != 0, reason="root sandboxes need a manager that is root"),
-    pytest.mark.skipif(not os.path.exists(REGISTRY_BIN), reason="docker-registry is not installed"),
+    pytest.mark.requires("root", reason="root sandboxes need a manager that is root"),
+    pytest.mark.requires("registry", reason="docker-registry is not installed"),
 ]
 MB = 1 << 20
 

@@ -1,4 +1,4 @@
-"""A checkpoint's layer written as an OCI layer tar (`sandboxes.layer_tar`): overlay whiteouts
+"""A checkpoint's layer written as an OCI layer tar (`sandboxes.state.layer_tar`): overlay whiteouts
 become `.wh.` entries, an opaque directory gets its `.wh..wh..opq`, relocated directories move
 with their whiteouts, set-id bits go, nothing but directories, files and symlinks is written,
 and the same layer is the same bytes."""
@@ -14,9 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from sandboxes.layer_tar import OPAQUE_XATTR, write_layer
+from sandboxes.state.layer_tar import OPAQUE_XATTR, write_layer
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="whiteouts and trusted xattrs need root")
+pytestmark = pytest.mark.requires("root", reason="whiteouts and trusted xattrs need root")
 
 
 def make_layer(root: Path) -> None:

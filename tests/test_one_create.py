@@ -8,7 +8,6 @@ start command was let through. Real agent, real server."""
 from __future__ import annotations
 
 import asyncio
-import os
 import textwrap
 from typing import Any
 
@@ -21,7 +20,7 @@ from sandboxes.server.template_build import BuildSpec
 pytestmark = [
     pytest.mark.asyncio,
     pytest.mark.timeout(600),
-    pytest.mark.skipif(os.geteuid() != 0, reason="egress policies need a manager that is root"),
+    pytest.mark.requires("root", reason="egress policies need a manager that is root"),
 ]
 
 OWNER = KEYS[KEY_A]

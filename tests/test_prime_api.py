@@ -13,6 +13,7 @@ import secrets
 import shutil
 import signal
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -325,8 +326,9 @@ async def test_bad_input_gets_the_errors_the_sdk_expects(make_server) -> None:
 
 
 async def test_timeouts_are_enforced_by_the_server(make_server) -> None:
-    """`timeout_minutes` is the record's TTL (the registry's reaper ends it); an idle sandbox is
-    ended by the idle sweep (its last activity set back here, rather than waiting a minute)."""
+    """`timeout_minutes` is the record's TTL and `idle_timeout_minutes` its idle bound (the
+    registry's reaper ends it at either); an idle sandbox ends as `idle_timeout` (its last
+    activity set back here, rather than waiting a minute)."""
     server = await prime_server(make_server)
     url = f"{base_url(server)}/api/v1/sandbox"
     auth = {"Authorization": f"Bearer {KEY_A}"}
@@ -343,8 +345,8 @@ async def test_timeouts_are_enforced_by_the_server(make_server) -> None:
             await http.post(url, headers=auth, json={"name": "u", "docker_image": "x", "timeout_minutes": -1})
         ).json()
         assert server.service.registry.get(unbounded["id"]).expires_at is None
-        rec.attrs["prime"].last_active -= 3600
-        await wait_until(lambda: server.service.registry.get(created["id"]) is None, what="the idle sweep")
+        server.service.registry.touch(rec, at=time.time() - 3600)
+        await wait_until(lambda: server.service.registry.get(created["id"]) is None, what="the idle timeout")
         r = await http.get(f"{url}/{created['id']}", headers=auth)
         got = await r.json()
         assert got["status"] == "TERMINATED" and got["terminationReason"] == "idle_timeout"

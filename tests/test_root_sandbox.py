@@ -13,7 +13,6 @@ one is configured."""
 
 from __future__ import annotations
 
-import os
 import secrets
 from pathlib import Path
 
@@ -28,7 +27,7 @@ ROOT = Template(name="root", user="root")
 
 pytestmark = [
     pytest.mark.asyncio,
-    pytest.mark.skipif(os.geteuid() != 0, reason="root sandboxes need a manager that is root"),
+    pytest.mark.requires("root", reason="root sandboxes need a manager that is root"),
 ]
 
 

@@ -93,7 +93,7 @@ async def test_a_volume_stays_mounted_a_while_for_the_next_sandbox(
 ) -> None:
     """A volume no sandbox uses stays mounted `LINGER_S` (the next sandbox skips the mount),
     then is unmounted; a delete unmounts one that lingers at once."""
-    from sandboxes import volumes
+    from sandboxes.state import volumes
 
     vdir = tmp_path / "vols"
     pool = await make_pool(warm=0, volume_dir=vdir)

@@ -161,18 +161,36 @@ class FileChunk(_message.Message):
     def __init__(self, data: _Optional[bytes] = ..., offset: _Optional[int] = ..., total_size: _Optional[int] = ...) -> None: ...
 
 class DirEntry(_message.Message):
-    __slots__ = ("name", "is_dir", "size", "mode", "is_symlink")
+    __slots__ = ("name", "is_dir", "size", "mode", "is_symlink", "path", "mtime", "uid", "gid", "owner", "group", "symlink_target", "target_is_dir", "type")
     NAME_FIELD_NUMBER: _ClassVar[int]
     IS_DIR_FIELD_NUMBER: _ClassVar[int]
     SIZE_FIELD_NUMBER: _ClassVar[int]
     MODE_FIELD_NUMBER: _ClassVar[int]
     IS_SYMLINK_FIELD_NUMBER: _ClassVar[int]
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    MTIME_FIELD_NUMBER: _ClassVar[int]
+    UID_FIELD_NUMBER: _ClassVar[int]
+    GID_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    SYMLINK_TARGET_FIELD_NUMBER: _ClassVar[int]
+    TARGET_IS_DIR_FIELD_NUMBER: _ClassVar[int]
+    TYPE_FIELD_NUMBER: _ClassVar[int]
     name: str
     is_dir: bool
     size: int
     mode: int
     is_symlink: bool
-    def __init__(self, name: _Optional[str] = ..., is_dir: _Optional[bool] = ..., size: _Optional[int] = ..., mode: _Optional[int] = ..., is_symlink: _Optional[bool] = ...) -> None: ...
+    path: str
+    mtime: float
+    uid: int
+    gid: int
+    owner: str
+    group: str
+    symlink_target: str
+    target_is_dir: bool
+    type: str
+    def __init__(self, name: _Optional[str] = ..., is_dir: _Optional[bool] = ..., size: _Optional[int] = ..., mode: _Optional[int] = ..., is_symlink: _Optional[bool] = ..., path: _Optional[str] = ..., mtime: _Optional[float] = ..., uid: _Optional[int] = ..., gid: _Optional[int] = ..., owner: _Optional[str] = ..., group: _Optional[str] = ..., symlink_target: _Optional[str] = ..., target_is_dir: _Optional[bool] = ..., type: _Optional[str] = ...) -> None: ...
 
 class ListDirResponse(_message.Message):
     __slots__ = ("entries",)
@@ -183,6 +201,102 @@ class ListDirResponse(_message.Message):
 class RemoveResponse(_message.Message):
     __slots__ = ()
     def __init__(self) -> None: ...
+
+class FileOpRequest(_message.Message):
+    __slots__ = ("stat", "make_dir", "move", "set_permissions", "find", "search")
+    STAT_FIELD_NUMBER: _ClassVar[int]
+    MAKE_DIR_FIELD_NUMBER: _ClassVar[int]
+    MOVE_FIELD_NUMBER: _ClassVar[int]
+    SET_PERMISSIONS_FIELD_NUMBER: _ClassVar[int]
+    FIND_FIELD_NUMBER: _ClassVar[int]
+    SEARCH_FIELD_NUMBER: _ClassVar[int]
+    stat: StatOp
+    make_dir: MakeDirOp
+    move: MoveOp
+    set_permissions: SetPermissionsOp
+    find: FindOp
+    search: SearchOp
+    def __init__(self, stat: _Optional[_Union[StatOp, _Mapping]] = ..., make_dir: _Optional[_Union[MakeDirOp, _Mapping]] = ..., move: _Optional[_Union[MoveOp, _Mapping]] = ..., set_permissions: _Optional[_Union[SetPermissionsOp, _Mapping]] = ..., find: _Optional[_Union[FindOp, _Mapping]] = ..., search: _Optional[_Union[SearchOp, _Mapping]] = ...) -> None: ...
+
+class StatOp(_message.Message):
+    __slots__ = ("path",)
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    def __init__(self, path: _Optional[str] = ...) -> None: ...
+
+class MakeDirOp(_message.Message):
+    __slots__ = ("path", "mode", "exist_ok", "user")
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    EXIST_OK_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    mode: int
+    exist_ok: bool
+    user: str
+    def __init__(self, path: _Optional[str] = ..., mode: _Optional[int] = ..., exist_ok: _Optional[bool] = ..., user: _Optional[str] = ...) -> None: ...
+
+class MoveOp(_message.Message):
+    __slots__ = ("source", "destination", "make_parents", "into_directory", "user")
+    SOURCE_FIELD_NUMBER: _ClassVar[int]
+    DESTINATION_FIELD_NUMBER: _ClassVar[int]
+    MAKE_PARENTS_FIELD_NUMBER: _ClassVar[int]
+    INTO_DIRECTORY_FIELD_NUMBER: _ClassVar[int]
+    USER_FIELD_NUMBER: _ClassVar[int]
+    source: str
+    destination: str
+    make_parents: bool
+    into_directory: bool
+    user: str
+    def __init__(self, source: _Optional[str] = ..., destination: _Optional[str] = ..., make_parents: _Optional[bool] = ..., into_directory: _Optional[bool] = ..., user: _Optional[str] = ...) -> None: ...
+
+class SetPermissionsOp(_message.Message):
+    __slots__ = ("path", "mode", "owner", "group")
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    MODE_FIELD_NUMBER: _ClassVar[int]
+    OWNER_FIELD_NUMBER: _ClassVar[int]
+    GROUP_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    mode: int
+    owner: str
+    group: str
+    def __init__(self, path: _Optional[str] = ..., mode: _Optional[int] = ..., owner: _Optional[str] = ..., group: _Optional[str] = ...) -> None: ...
+
+class FindOp(_message.Message):
+    __slots__ = ("path", "pattern")
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    PATTERN_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    pattern: str
+    def __init__(self, path: _Optional[str] = ..., pattern: _Optional[str] = ...) -> None: ...
+
+class SearchOp(_message.Message):
+    __slots__ = ("path", "text")
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    TEXT_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    text: str
+    def __init__(self, path: _Optional[str] = ..., text: _Optional[str] = ...) -> None: ...
+
+class FileMatch(_message.Message):
+    __slots__ = ("path", "line", "content")
+    PATH_FIELD_NUMBER: _ClassVar[int]
+    LINE_FIELD_NUMBER: _ClassVar[int]
+    CONTENT_FIELD_NUMBER: _ClassVar[int]
+    path: str
+    line: int
+    content: str
+    def __init__(self, path: _Optional[str] = ..., line: _Optional[int] = ..., content: _Optional[str] = ...) -> None: ...
+
+class FileOpResponse(_message.Message):
+    __slots__ = ("entries", "paths", "matches")
+    ENTRIES_FIELD_NUMBER: _ClassVar[int]
+    PATHS_FIELD_NUMBER: _ClassVar[int]
+    MATCHES_FIELD_NUMBER: _ClassVar[int]
+    entries: _containers.RepeatedCompositeFieldContainer[DirEntry]
+    paths: _containers.RepeatedScalarFieldContainer[str]
+    matches: _containers.RepeatedCompositeFieldContainer[FileMatch]
+    def __init__(self, entries: _Optional[_Iterable[_Union[DirEntry, _Mapping]]] = ..., paths: _Optional[_Iterable[str]] = ..., matches: _Optional[_Iterable[_Union[FileMatch, _Mapping]]] = ...) -> None: ...
 
 class TestCase(_message.Message):
     __slots__ = ("input", "expected_output", "check")

@@ -5,12 +5,13 @@ Shared by the server and the client so both sides read a field the same way.
 
 from __future__ import annotations
 
+import dataclasses
 from typing import Any
 
 from sandboxes import judging as J
 from sandboxes import types as T
-from sandboxes._proto import service_pb2 as pb
 from sandboxes._proto import common_pb2 as cpb
+from sandboxes._proto import service_pb2 as pb
 
 __all__ = [
     "case_from_pb",
@@ -138,11 +139,11 @@ def event_from_pb(m: cpb.ExecEvent) -> T.ExecEvent:
 
 
 def dir_entry_to_pb(e: T.DirEntry) -> cpb.DirEntry:
-    return cpb.DirEntry(name=e.name, is_dir=e.is_dir, size=e.size, mode=e.mode, is_symlink=e.is_symlink)
+    return cpb.DirEntry(**dataclasses.asdict(e))
 
 
 def dir_entry_from_pb(m: cpb.DirEntry) -> T.DirEntry:
-    return T.DirEntry(name=m.name, is_dir=m.is_dir, size=m.size, mode=m.mode, is_symlink=m.is_symlink)
+    return T.DirEntry.of(m)
 
 
 def info_to_pb(i: T.AgentInfo) -> pb.InfoResponse:
@@ -194,7 +195,9 @@ _COMPARE_TO_PB: dict[str, int] = {
     "whitespace": cpb.COMPARE_WHITESPACE,
     "float": cpb.COMPARE_FLOAT,
 }
-_COMPARE_FROM_PB: dict[int, str] = {v: k for k, v in _COMPARE_TO_PB.items()} | {cpb.COMPARE_UNSPECIFIED: "whitespace"}
+_COMPARE_FROM_PB: dict[int, str] = {v: k for k, v in _COMPARE_TO_PB.items()} | {
+    cpb.COMPARE_UNSPECIFIED: "whitespace"
+}
 
 _VERDICT_TO_PB: dict[J.Verdict, int] = {
     J.Verdict.ACCEPTED: cpb.ACCEPTED,

@@ -270,12 +270,22 @@ class ReadFileRequest(_message.Message):
     def __init__(self, sandbox_id: _Optional[str] = ..., path: _Optional[str] = ..., chunk_size: _Optional[int] = ..., offset: _Optional[int] = ..., length: _Optional[int] = ..., max_bytes: _Optional[int] = ...) -> None: ...
 
 class ListDirRequest(_message.Message):
-    __slots__ = ("sandbox_id", "path")
+    __slots__ = ("sandbox_id", "path", "depth")
     SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
     PATH_FIELD_NUMBER: _ClassVar[int]
+    DEPTH_FIELD_NUMBER: _ClassVar[int]
     sandbox_id: str
     path: str
-    def __init__(self, sandbox_id: _Optional[str] = ..., path: _Optional[str] = ...) -> None: ...
+    depth: int
+    def __init__(self, sandbox_id: _Optional[str] = ..., path: _Optional[str] = ..., depth: _Optional[int] = ...) -> None: ...
+
+class FileOpRequest(_message.Message):
+    __slots__ = ("sandbox_id", "op")
+    SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
+    OP_FIELD_NUMBER: _ClassVar[int]
+    sandbox_id: str
+    op: _common_pb2.FileOpRequest
+    def __init__(self, sandbox_id: _Optional[str] = ..., op: _Optional[_Union[_common_pb2.FileOpRequest, _Mapping]] = ...) -> None: ...
 
 class RemoveRequest(_message.Message):
     __slots__ = ("sandbox_id", "path", "recursive")

@@ -90,6 +90,11 @@ class SandboxesStub:
                 request_serializer=service__pb2.RemoveRequest.SerializeToString,
                 response_deserializer=common__pb2.RemoveResponse.FromString,
                 _registered_method=True)
+        self.FileOp = channel.unary_unary(
+                '/sandboxes.v1.Sandboxes/FileOp',
+                request_serializer=service__pb2.FileOpRequest.SerializeToString,
+                response_deserializer=common__pb2.FileOpResponse.FromString,
+                _registered_method=True)
         self.Info = channel.unary_unary(
                 '/sandboxes.v1.Sandboxes/Info',
                 request_serializer=service__pb2.InfoRequest.SerializeToString,
@@ -255,6 +260,13 @@ class SandboxesServicer:
 
     def Remove(self, request, context):
         """Missing associated documentation comment in .proto file."""
+        context.set_code(grpc.StatusCode.UNIMPLEMENTED)
+        context.set_details('Method not implemented!')
+        raise NotImplementedError('Method not implemented!')
+
+    def FileOp(self, request, context):
+        """Stat, make dir, move, permissions, find by name, search contents (common.proto's FileOpRequest).
+        """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')
         raise NotImplementedError('Method not implemented!')
@@ -450,6 +462,11 @@ def add_SandboxesServicer_to_server(servicer, server):
                     servicer.Remove,
                     request_deserializer=service__pb2.RemoveRequest.FromString,
                     response_serializer=common__pb2.RemoveResponse.SerializeToString,
+            ),
+            'FileOp': grpc.unary_unary_rpc_method_handler(
+                    servicer.FileOp,
+                    request_deserializer=service__pb2.FileOpRequest.FromString,
+                    response_serializer=common__pb2.FileOpResponse.SerializeToString,
             ),
             'Info': grpc.unary_unary_rpc_method_handler(
                     servicer.Info,
@@ -839,6 +856,33 @@ class Sandboxes:
             '/sandboxes.v1.Sandboxes/Remove',
             service__pb2.RemoveRequest.SerializeToString,
             common__pb2.RemoveResponse.FromString,
+            options,
+            channel_credentials,
+            insecure,
+            call_credentials,
+            compression,
+            wait_for_ready,
+            timeout,
+            metadata,
+            _registered_method=True)
+
+    @staticmethod
+    def FileOp(request,
+            target,
+            options=(),
+            channel_credentials=None,
+            call_credentials=None,
+            insecure=False,
+            compression=None,
+            wait_for_ready=None,
+            timeout=None,
+            metadata=None):
+        return grpc.experimental.unary_unary(
+            request,
+            target,
+            '/sandboxes.v1.Sandboxes/FileOp',
+            service__pb2.FileOpRequest.SerializeToString,
+            common__pb2.FileOpResponse.FromString,
             options,
             channel_credentials,
             insecure,

@@ -2,24 +2,25 @@
 
 Four methods every backend has (`create`, `destroy`, `reap_orphans`, `close`) and the optional
 capabilities, each declared here with the default a backend without it gets: the pool and the
-server call them on any backend, never probing for them.
+server call them on any backend, never probing for them. `ClaimRecords` is what the server asks of
+the claimed sandboxes' records a backend keeps where every replica of a cluster reads them
+(`Backend.records`; the kubernetes backend's `ClusterRecords`).
 """
 
 from __future__ import annotations
 
 import abc
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
 from ..templates import Template
 
 if TYPE_CHECKING:
     from ..egress import EgressPolicy
-    from .kubernetes.claims import ClusterRecords
 
-__all__ = ["Backend", "LostListener", "SandboxHandle"]
+__all__ = ["Backend", "ClaimListener", "ClaimRecord", "ClaimRecords", "LostListener", "SandboxHandle"]
 
 LostListener = Callable[[str, str], None]
 """`fn(sandbox_id, reason)`, called on the event loop when a backend sees a live sandbox go."""
@@ -38,6 +39,94 @@ class SandboxHandle:
     token: str = field(repr=False)
     backend_data: Any = None
     created_at: float = field(default_factory=time.time)
+
+
+class ClaimRecord(Protocol):
+    """One claimed sandbox's record as a cluster keeps it for every replica. The server reads
+    these fields and writes back `labels`, `expires_at`, `idle_s` and `active_at` (then
+    `ClaimRecords.update`)."""
+
+    sandbox_id: str
+    template: str
+    owner: str  # the API key's owner that claimed it
+    labels: dict[str, str]
+    created_at: float  # unix seconds
+    expires_at: float | None  # unix seconds
+    idle_s: float | None  # its idle bound (`Record.idle_s`)
+    active_at: float | None  # unix seconds of its last activity the cluster knows
+    key: str | None  # idempotency key
+
+
+ClaimT = TypeVar("ClaimT", bound=ClaimRecord)
+ClaimT_contra = TypeVar("ClaimT_contra", bound=ClaimRecord, contravariant=True)
+
+
+class ClaimListener(Protocol[ClaimT_contra]):
+    """What the server is told as the cluster's records change (on the event loop)."""
+
+    def claim_changed(self, claim: ClaimT_contra) -> None: ...
+
+    def claim_gone(self, sandbox_id: str) -> None: ...
+
+    def adopted(self, claim: ClaimT_contra) -> None:
+        """`claim` is held by this replica from now on (another replica that held it is gone)."""
+
+
+class ClaimRecords(Protocol[ClaimT]):
+    """The claimed sandboxes' records a backend keeps where every replica of a cluster reads them
+    (`Backend.records`), as the server (`server/replicated.py`) uses them. Its claims are its
+    own type (`ClaimT`): the server makes them with `new_claim` and hands them back."""
+
+    def new_claim(
+        self,
+        sandbox_id: str,
+        *,
+        template: str,
+        owner: str,
+        labels: dict[str, str],
+        created_at: float,
+        expires_at: float | None,
+        idle_s: float | None = None,
+        active_at: float | None = None,
+        key: str | None,
+    ) -> ClaimT:
+        """The record of a sandbox this replica is claiming, not written yet (`publish`)."""
+
+    def lookup(self, sandbox_id: str) -> ClaimT | None:
+        """The claim of `sandbox_id` as the cache knows it (no request)."""
+
+    async def fetch(self, sandbox_id: str) -> ClaimT | None:
+        """`lookup`, asking the cluster when the cache does not know the id (yet)."""
+
+    def claims(self) -> Iterable[ClaimT]: ...
+
+    def find_key(self, owner: str, key: str) -> ClaimT | None:
+        """The claim of `owner`'s idempotency key `key`."""
+
+    def handle(self, claim: ClaimT) -> SandboxHandle | None:
+        """How to reach `claim`'s agent (None while the cache lacks part of it)."""
+
+    def private(self, claim: ClaimT) -> dict[str, Any] | None:
+        """The claim's env and surfaces' state (None while the cache lacks it)."""
+
+    async def publish(self, claim: ClaimT, private: dict[str, Any] | None) -> None:
+        """Write a claim this replica just handed out."""
+
+    async def update(self, claim: ClaimT, private: dict[str, Any] | None = None) -> None:
+        """Rewrite a claim (TTL, labels) and, when given, its private part."""
+
+    async def reserve_key(self, owner: str, key: str, sandbox_id: str) -> str:
+        """Bind `owner`'s idempotency key to `sandbox_id` unless another replica did first: the
+        id the key belongs to."""
+
+    async def serve(self, listener: ClaimListener[ClaimT]) -> None:
+        """Start telling `listener` of changes, and adopting dead replicas' claims."""
+
+    def others_alive(self) -> bool:
+        """Whether another replica lives to take this one's claims."""
+
+    async def hand_over(self) -> None:
+        """Leave the cluster: the other replicas adopt this one's claims."""
 
 
 class Backend(abc.ABC):
@@ -77,7 +166,7 @@ class Backend(abc.ABC):
     and connections kept) and resumed (`pause` / `resume`); False: `Pool.pause` refuses its
     sandboxes."""
 
-    records: ClusterRecords | None = None
+    records: ClaimRecords[Any] | None = None
     """The claimed sandboxes' records this backend keeps where every replica of a cluster reads
     them (kubernetes with `KubeConfig.shared`); None: claims are this process's alone."""
 

@@ -224,8 +224,6 @@ class Server:
                 await self.http.stop()
             except Exception:
                 log.exception("stopping the HTTP endpoint failed")
-        if self.prime is not None:
-            await self.prime.close()
         if self.ports is not None:
             try:
                 await self.ports.stop()

@@ -41,7 +41,7 @@ MEMORY_BYTES = 512 << 20  # the reader's address space
 CHUNK = 1 << 20
 
 
-class Refused(Exception):
+class BadArchive(Exception):
     """The archive is not one a copy takes: the message says why."""
 
 
@@ -82,21 +82,21 @@ def check(archive: str, copy: Copy, max_entries: int, max_bytes: int, out: IO[by
         for m in tar_stream.entries(tar):
             entries += 1
             if entries > max_entries:
-                raise Refused(
+                raise BadArchive(
                     f"the archive has more than {max_entries} entries: a copy reads at most {max_entries}"
                 )
             total += max(m.size, 0)
             if total > max_bytes:
-                raise Refused(f"a copy unpacks to more than {max_bytes >> 20} MiB")
+                raise BadArchive(f"a copy unpacks to more than {max_bytes >> 20} MiB")
             if entries % PROGRESS == 0:
                 _line(out, {"read": entries})
             name = posixpath.normpath(m.name)
             if not copy.matches(name):
                 continue
             if name.startswith(("/", "../")) or name == "..":
-                raise Refused(f"the archive holds a path outside it: {m.name[:200]!r}")
+                raise BadArchive(f"the archive holds a path outside it: {m.name[:200]!r}")
             if len(m.name.encode()) > MAX_PATH or len(m.linkname.encode()) > MAX_PATH:
-                raise Refused(f"the archive holds a path longer than {MAX_PATH} bytes")
+                raise BadArchive(f"the archive holds a path longer than {MAX_PATH} bytes")
             matched += 1
             if first is None:
                 first = m
@@ -122,7 +122,7 @@ def place(archive: str, copy: Copy, out: IO[bytes]) -> int:
                 while left > 0 and f is not None:
                     chunk = f.read(min(CHUNK, left))
                     if not chunk:
-                        raise Refused(f"the archive ends inside {m.name[:200]!r}")
+                        raise BadArchive(f"the archive ends inside {m.name[:200]!r}")
                     out.write(chunk)
                     left -= len(chunk)
             elif m.issym():
@@ -145,7 +145,7 @@ def main(argv: list[str]) -> int:
     try:
         if check(archive, copy, int(max_entries), int(max_bytes), out):
             _line(out, {"end": place(archive, copy, out)})
-    except Refused as e:
+    except BadArchive as e:
         _line(out, {"error": str(e)})
     except MemoryError:
         _line(out, {"error": "the archive needs more memory than a copy may take"})

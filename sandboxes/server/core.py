@@ -1,16 +1,19 @@
-"""The server's core, below every transport: claims and records, quotas, idempotency, TTLs,
-draining and exec slots. The gRPC service (`service.py`) and every HTTP API (`http/`) get their
+"""The server's core, below every transport: claims and records, quotas, idempotency,
+lifetimes, draining and exec slots. The gRPC service (`service.py`) and every HTTP API (`http/`) get their
 sandboxes and charge their executions here, and nowhere else:
 
-- `claim` a sandbox that outlives the call (registered: found by id, deleted by its owner or its
-  TTL, shared with the other replicas of a cluster);
+- `claim` a sandbox that outlives the call (registered: found by id, deleted by its owner or at
+  the end of its lifetime, shared with the other replicas of a cluster); its lifetime is the
+  registry's (`registry.py`): a TTL, an idle bound the surfaces' calls renew
+  (`registry.touch`), and whether its end deletes or pauses it;
 - `one_shot` a sandbox for one request (the SandboxFusion and Piston runs): the same admission,
   quota and pool, never registered, destroyed when the request ends;
 - `session(rec, method)`, the one way a surface runs a program in a sandbox: each holds one of the
   owner's exec slots (`exec_slot`) while it runs (`session.py`);
-- `checkpoint`, `fork` and the caller's checkpoints (`sandboxes.checkpoints`), counted in its
+- `checkpoint`, `fork` and the caller's checkpoints (`sandboxes.state.checkpoints`), counted in its
   quotas; `claim(checkpoint=...)` makes a sandbox from one;
-- `pause` and `resume` a sandbox where it runs (its TTL stops while paused).
+- `pause` and `resume` a sandbox where it runs (its lifetime stops while paused: what is left of
+  its TTL is kept, and resuming is activity for its idle bound).
 
 A transport turns its requests into these calls and their errors (`sandboxes.errors`) into its
 own answers; it keeps no sandbox or quota state of its own.
@@ -26,10 +29,8 @@ from collections.abc import AsyncIterator, Callable, Iterator
 from typing import Any
 
 from sandboxes import errors as E
-from sandboxes.checkpoints import DEFAULT_TTL_S as DEFAULT_CHECKPOINT_TTL_S
 from sandboxes.egress import EgressPolicy
 from sandboxes.errors import Step
-from sandboxes.server.built_templates import BuiltTemplates
 from sandboxes.server.create import CreateSpec, Source, resolve
 from sandboxes.server.metrics import Metrics
 from sandboxes.server.ports import TOKEN_ATTR, port_token
@@ -40,7 +41,9 @@ from sandboxes.server.session import Session
 from sandboxes.server.template_build import TEMPLATE_LABEL, Builder, start_and_wait
 from sandboxes.server.validation import Bounds, Validator
 from sandboxes.server.volume_versions import ATTACHMENTS_ATTR, VOLUME_LABEL, VolumeVersions, attachments_codec
-from sandboxes.volumes import DEFAULT_SIZE_BYTES as DEFAULT_VOLUME_BYTES
+from sandboxes.state.built_templates import BuiltTemplates
+from sandboxes.state.checkpoints import DEFAULT_TTL_S as DEFAULT_CHECKPOINT_TTL_S
+from sandboxes.state.volumes import DEFAULT_SIZE_BYTES as DEFAULT_VOLUME_BYTES
 
 __all__ = ["DRAIN_QUIET_S", "ServerCore"]
 
@@ -260,7 +263,7 @@ class ServerCore:
     async def create(self, owner: str, spec: CreateSpec) -> tuple[Record, Source]:
         """A sandbox of `owner`'s as `spec` asks: the one way every surface makes a sandbox that
         outlives its call. Resolves the spec's source once (`create.resolve`), claims it (quota,
-        idempotency across retries, TTL), gives it `spec.network` before anything of it runs, then
+        idempotency across retries, lifetime), gives it `spec.network` before anything of it runs, then
         starts a built template's start command; a failure after the claim deletes the sandbox.
         An image that cannot be had is `ImageUnavailable`. The record and what its source
         resolved to."""
@@ -282,6 +285,7 @@ class ServerCore:
                 built=source.built,
                 on_ttl=spec.on_ttl,
                 pause_memory=spec.pause_memory,
+                idle_s=spec.idle_s,
             )
         except E.LaunchError as e:
             if e.step is not Step.IMAGE or isinstance(e, E.ImageUnavailable):
@@ -308,9 +312,11 @@ class ServerCore:
         built: tuple[Any, Any] | None = None,
         on_ttl: str = "delete",
         pause_memory: bool = True,
+        idle_s: float | None = None,
     ) -> Record:
         """Claim a sandbox of `template` (a template of the server's) for `owner` and register it
-        (quota, idempotency across retries, TTL); `create` is the surfaces' way in. Arguments are
+        (quota, idempotency across retries, lifetime: `ttl_s`, `idle_s`, `on_ttl`); `create` is
+        the surfaces' way in. Arguments are
         validated by the caller; `attrs` is what the caller keeps with the record. With
         `checkpoint` (the id of one of `owner`'s checkpoints) the sandbox is made from it, and
         `template` is the checkpoint's. `volumes` maps paths in the sandbox to `owner`'s volumes
@@ -348,6 +354,7 @@ class ServerCore:
             versioned_volumes,
             network,
             (on_ttl, pause_memory),
+            idle_s,
         )
         if key is None:
             # Without a key nobody can pick the sandbox up later: a cancelled call cancels the claim.
@@ -374,6 +381,7 @@ class ServerCore:
         versioned_volumes=None,
         network=None,
         lifetime=("delete", True),
+        idle_s=None,
     ) -> Record:
         """Claim from the pool and register; owns one unit of `owner`'s sandbox quota."""
         started = time.perf_counter()
@@ -400,7 +408,9 @@ class ServerCore:
                 self.pool.checkpoints.release(held)
         if attachments:
             attrs = {**(attrs or {}), ATTACHMENTS_ATTR: attachments}
-        rec = await self._register(sb, owner, template, labels, env, ttl_s, timeout, key, attrs, started)
+        rec = await self._register(
+            sb, owner, template, labels, env, ttl_s, timeout, key, attrs, started, idle_s=idle_s
+        )
         rec.on_ttl, rec.pause_memory = lifetime
         try:
             if network is not None:  # fenced before anything of the sandbox's runs
@@ -414,9 +424,21 @@ class ServerCore:
         return rec
 
     async def _register(
-        self, sb, owner, template, labels, env, ttl_s, timeout, key=None, attrs=None, started=None
+        self,
+        sb,
+        owner,
+        template,
+        labels,
+        env,
+        ttl_s,
+        timeout,
+        key=None,
+        attrs=None,
+        started=None,
+        idle_s=None,
     ) -> Record:
-        """Registers a claimed sandbox of `owner` (holding one unit of its sandbox quota)."""
+        """Registers a claimed sandbox of `owner` (holding one unit of its sandbox quota), its
+        lifetime `ttl_s` from now and its idle bound `idle_s`."""
         started = time.perf_counter() if started is None else started
         rec = Record(
             id=sb.id,
@@ -426,6 +448,7 @@ class ServerCore:
             owner=owner,
             idempotency_key=key,
             attrs=dict(attrs or {}),
+            idle_s=idle_s,
         )
         # Made now, so that it is in the cluster's record of a shared registry: any replica's
         # ports listener checks the same token.
@@ -547,9 +570,10 @@ class ServerCore:
         labels: dict[str, str] | None = None,
         ttl_s: float | None = None,
         attrs: dict[str, Any] | None = None,
+        idle_s: float | None = None,
     ) -> list[Record]:
         """`count` sandboxes of `rec`'s file system now, each registered as its owner's (one unit
-        of sandbox quota each: all or none)."""
+        of sandbox quota each: all or none), with the lifetime `ttl_s` and `idle_s` give."""
         owner = rec.owner
         self._admit(rec.template)
         if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_FORK:
@@ -566,7 +590,7 @@ class ServerCore:
             raise
         return [
             await self._register(
-                sb, owner, rec.template, dict(labels or rec.labels), {}, ttl_s, None, None, attrs
+                sb, owner, rec.template, labels or rec.labels, {}, ttl_s, None, attrs=attrs, idle_s=idle_s
             )
             for sb in forks
         ]
@@ -638,7 +662,8 @@ class ServerCore:
     # -- pause and resume --------------------------------------------------------------------
 
     async def pause(self, rec: Record, *, memory: bool = True) -> bool:
-        """Pause `rec`'s sandbox; its TTL stops. With `memory`, where it runs (`Pool.pause`:
+        """Pause `rec`'s sandbox; its lifetime stops (what is left of its TTL is kept, its idle
+        bound does not count while it is paused). With `memory`, where it runs (`Pool.pause`:
         processes kept), evicted to a filesystem checkpoint after `Bounds.max_paused_s`; without,
         or on a backend that checkpoints but cannot keep processes (kubernetes: the pod ends),
         evicted at once: its files are kept, its processes end, and resuming starts a new
@@ -660,7 +685,7 @@ class ServerCore:
 
     async def resume(self, rec: Record, ttl_s: float | None = None, *, memory: bool = True) -> bool:
         """Continue `rec`'s paused sandbox; its TTL runs again: `ttl_s` from now, else what was
-        left at the pause. Without `memory` a sandbox paused with its processes restarts from
+        left at the pause; resuming is activity (its idle bound counts from now). Without `memory` a sandbox paused with its processes restarts from
         its files (a cold boot). False (and nothing changed) when it was not paused."""
         async with self._pausing(rec):
             if rec.state != "paused":
@@ -671,6 +696,7 @@ class ServerCore:
                 await self._restore(rec)
             else:
                 await self.pool.resume(rec.sandbox)
+            self.registry.touch(rec)
             ttl = ttl_s or rec.paused_ttl_s
             if ttl:
                 self.registry.set_ttl(rec, ttl)
@@ -819,9 +845,10 @@ class ServerCore:
         return True
 
     async def _expire(self, rec: Record) -> None:
-        """A TTL passed: deleted, or paused when the record asks (`on_ttl`); a sandbox paused
-        with its processes past `max_paused_s` is evicted to its files instead, where its
-        backend can checkpoint."""
+        """Its lifetime ended (`rec.ended_by`: its TTL or its idle bound): deleted with that
+        reason ("ttl", "idle"), or paused when the record asks (`on_ttl`); a sandbox paused with
+        its processes past `max_paused_s` is evicted to its files instead, where its backend can
+        checkpoint."""
         try:
             if rec.state == "running" and rec.on_ttl == "pause":
                 await self.pause(rec, memory=rec.pause_memory)
@@ -833,7 +860,7 @@ class ServerCore:
                 return
         except E.SandboxError as e:
             log.warning("pausing or evicting sandbox %s at its TTL failed (%s); deleting it", rec.id, e)
-        await self.delete_record(rec, "ttl")
+        await self.delete_record(rec, rec.ended_by or "ttl")
 
     def template_of(self, rec: Record) -> Any:
         """The template `rec`'s sandbox is of (`sandboxes.Template`)."""

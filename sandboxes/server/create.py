@@ -50,6 +50,7 @@ class CreateSpec:
     versioned_volumes: list[tuple[str, str, bool]] | None = None  # (volume name, path, read-only)
     network: EgressPolicy | None = None  # None: the template's
     ttl_s: float | None = None
+    idle_s: float | None = None  # its idle bound (`Record.idle_s`)
     on_ttl: str = "delete"  # or "pause" (`Record.on_ttl`)
     pause_memory: bool = True
     timeout: float | None = None  # how long to wait for a free sandbox

@@ -31,9 +31,11 @@ import os
 import re
 import secrets
 import socket
+from http import HTTPStatus
 from typing import Any
 
 from sandboxes import errors as E
+from sandboxes.server.http.endpoint import Refused
 
 __all__ = ["MAX_CONNECTIONS", "TOKEN_ATTR", "PortProxy", "port_token"]
 
@@ -53,12 +55,6 @@ def port_token(rec: Any) -> str:
     if token is None:
         token = rec.attrs[TOKEN_ATTR] = secrets.token_urlsafe(24)
     return str(token)
-
-
-class Refusal(Exception):
-    def __init__(self, status: int, reason: str, message: str) -> None:
-        super().__init__(message)
-        self.status, self.reason, self.message = status, reason, message
 
 
 class PortProxy:
@@ -140,8 +136,8 @@ class PortProxy:
                 async with asyncio.timeout(HEAD_TIMEOUT_S):
                     head, rest = await _read_head(loop, conn, received)
                 rec, port, head = await self._route(head)
-            except Refusal as r:
-                await _answer(loop, conn, r.status, r.reason, r.message)
+            except Refused as r:
+                await _answer(loop, conn, r.status, r.message)
                 return
             except (TimeoutError, ConnectionError, OSError):
                 return
@@ -149,9 +145,9 @@ class PortProxy:
             try:
                 await rec.sandbox._client.forward(port, fd, head + rest)
             except E.NotFound as e:
-                await _answer(loop, conn, 502, "Bad Gateway", e.message)
+                await _answer(loop, conn, 502, e.message)
             except E.SandboxError as e:
-                await _answer(loop, conn, 502, "Bad Gateway", f"port {port}: {e.message}")
+                await _answer(loop, conn, 502, f"port {port}: {e.message}")
         except Exception:
             log.exception("a forwarded connection failed")
         finally:
@@ -162,7 +158,7 @@ class PortProxy:
         lines = head.decode("latin-1").split("\r\n")
         parts = lines[0].split(" ")
         if len(parts) != 3:
-            raise Refusal(400, "Bad Request", "not an HTTP/1.x request")
+            raise Refused(400, "not an HTTP/1.x request")
         headers = {}
         for line in lines[1:]:
             name, sep, value = line.partition(":")
@@ -182,20 +178,18 @@ class PortProxy:
                 lines.insert(1, "Connection: close")
             head = "\r\n".join(lines).encode("latin-1")
         else:
-            raise Refusal(
-                404,
-                "Not Found",
-                "name a sandbox's port: Host {port}-{id}.domain, or /ports/{id}/{port}/{token}/",
+            raise Refused(
+                404, "name a sandbox's port: Host {port}-{id}.domain, or /ports/{id}/{port}/{token}/"
             )
         if not 0 < port < 65536:
-            raise Refusal(400, "Bad Request", f"port must be 1..65535, got {port}")
+            raise Refused(400, f"port must be 1..65535, got {port}")
         rec = await self.core.registry.find(sid)
         if rec is None:
-            raise Refusal(404, "Not Found", f"no sandbox {sid}")
+            raise Refused(404, f"no sandbox {sid}")
         if not _token_ok(rec, token):
-            raise Refusal(401, "Unauthorized", f"a token of sandbox {sid} is required")
+            raise Refused(401, f"a token of sandbox {sid} is required")
         if rec.state == "paused":
-            raise Refusal(409, "Conflict", f"sandbox {sid} is paused")
+            raise Refused(409, f"sandbox {sid} is paused")
         return rec, port, head
 
 
@@ -216,17 +210,16 @@ async def _read_head(
         if end >= 0:
             return buf[:end], buf[end:]
         if len(buf) > MAX_HEAD:
-            raise Refusal(431, "Request Header Fields Too Large", "the request head is too large")
+            raise Refused(431, "the request head is too large")
         chunk = await loop.sock_recv(conn, 4096)
         if not chunk:
             raise ConnectionError("closed before its request head")
         buf += chunk
 
 
-async def _answer(
-    loop: asyncio.AbstractEventLoop, conn: socket.socket, status: int, reason: str, message: str
-) -> None:
+async def _answer(loop: asyncio.AbstractEventLoop, conn: socket.socket, status: int, message: str) -> None:
     body = (message + "\n").encode()
+    reason = HTTPStatus(status).phrase
     head = f"HTTP/1.1 {status} {reason}\r\nContent-Type: text/plain\r\nContent-Length: {len(body)}\r\nConnection: close\r\n\r\n"
     with contextlib.suppress(OSError):
         await loop.sock_sendall(conn, head.encode() + body)

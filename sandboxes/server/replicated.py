@@ -1,13 +1,18 @@
 """The server's registry shared with the other replicas of a release, through the cluster.
 
-On the kubernetes backend a claimed sandbox's record lives on its pod (`backends/kubernetes/
-claims.py`). This module turns those records into the server's `Record`s and back:
+A backend that shares its claims (`Backend.records`, a `backends.base.ClaimRecords`; on the
+kubernetes backend a claimed sandbox's record lives on its pod, `backends/kubernetes/claims.py`)
+is what this module turns into the server's `Record`s and back:
 
 - a record this replica claims is published (its pod's claim written) before the create returns;
 - a record another replica claimed becomes a local `Record` the first time a call names it
   (`resolve`), from the watch-fed cache: its sandbox is attached to this replica's pool (which
   renews its lease while it is here), so get / exec / files / delete cost no API request;
-- a change of TTL or labels is written back; a change seen on the watch is applied here;
+- a change of TTL, idle bound or labels is written back; a change seen on the watch is applied
+  here;
+- a record's activity (`Registry.touch`) stays on the replica that served it until the other
+  replicas, which count its idle bound from the activity the cluster knows, would end it: then
+  (`PUBLISH_LEAD_S` ahead) the registry's reaper writes it, at most once per idle bound;
 - a sandbox deleted elsewhere leaves this registry; a dead replica's sandboxes adopted by this
   one are registered here, their TTL kept by this replica from then on.
 
@@ -29,7 +34,7 @@ from typing import TYPE_CHECKING, Any
 from sandboxes import errors as E
 
 if TYPE_CHECKING:
-    from sandboxes.backends.kubernetes.claims import Claim, ClusterRecords
+    from sandboxes.backends.base import ClaimRecord, ClaimRecords
     from sandboxes.server.registry import Record, Registry
 
 __all__ = ["Codec", "SharedRecords", "dataclass_codec"]
@@ -40,6 +45,9 @@ log = logging.getLogger("sandboxes.server.replicated")
 # the watch reports the pod gone, which takes a round trip to the API server.
 DELETED_KEPT = 10_000
 DELETED_FOR_S = 60.0
+# A record's activity is written this long (at most half its idle bound) before the other replicas
+# would end it: a write's round trip and the watch that brings it to them.
+PUBLISH_LEAD_S = 5.0
 
 
 @dataclass(frozen=True)
@@ -110,7 +118,7 @@ class SharedRecords:
         self,
         registry: Registry,
         pool: Any,
-        records: ClusterRecords,
+        records: ClaimRecords[ClaimRecord],
         gone: Callable[[Record], Any],
         codecs: dict[str, Codec],
     ) -> None:
@@ -180,7 +188,7 @@ class SharedRecords:
             self._deleted = {k: t for k, t in self._deleted.items() if now - t < DELETED_FOR_S}
         self._deleted[sandbox_id] = now
 
-    def _materialize(self, claim: Claim) -> Record | None:
+    def _materialize(self, claim: ClaimRecord) -> Record | None:
         from sandboxes.server.registry import Record
 
         rec = self.registry.local(claim.sandbox_id)
@@ -207,12 +215,13 @@ class SharedRecords:
             owner=claim.owner,
             idempotency_key=claim.key,
             created_at=claim.created_at,
+            expires_at=claim.expires_at or None,
+            idle_s=claim.idle_s,
+            active_at=claim.active_at or claim.created_at,
             local=False,
         )
         rec.claim = claim
         self.registry.add(rec, None)
-        if claim.expires_at:
-            self.registry.expire_at(rec, claim.expires_at, publish=False)
         self._load_attrs(rec, private)
         return rec
 
@@ -233,29 +242,27 @@ class SharedRecords:
 
     async def publish(self, rec: Record, env: dict[str, str] | None) -> None:
         """Write a record this replica just claimed (before its create returns)."""
-        from sandboxes.backends.kubernetes.claims import Claim
-
-        claim = Claim(
-            sandbox_id=rec.id,
-            pod=rec.id.lower(),
+        claim = self.records.new_claim(
+            rec.id,
             template=rec.template,
             owner=rec.owner,
             labels=dict(rec.labels),
             created_at=rec.created_at,
             expires_at=rec.expires_at,
+            idle_s=rec.idle_s,
+            active_at=rec.active_at,
             key=rec.idempotency_key,
         )
         rec.claim = claim
         await self.records.publish(claim, self._private(rec, env))
 
     def changed(self, rec: Record) -> None:
-        """`rec`'s TTL or labels changed here: write them (in the background; the last write
-        wins)."""
+        """`rec`'s lifetime (TTL, idle bound, activity) or labels changed here: write them (in
+        the background; the last write wins)."""
         claim = getattr(rec, "claim", None)
         if claim is None:
             return
-        claim.expires_at = rec.expires_at
-        claim.labels = dict(rec.labels)
+        _lifetime_to(claim, rec)
 
         async def write() -> None:
             try:
@@ -271,9 +278,20 @@ class SharedRecords:
         claim = getattr(rec, "claim", None)
         if claim is None:
             return
-        claim.expires_at = rec.expires_at
-        claim.labels = dict(rec.labels)
+        _lifetime_to(claim, rec)
         await self.records.update(claim, self._private(rec, dict(rec.sandbox.env)))
+
+    def publish_by(self, rec: Record) -> float | None:
+        """When `rec`'s activity must be written (unix seconds), or None: the cluster knows its
+        latest activity (or it is not in the cluster). The other replicas end it at the
+        activity they know plus its idle bound."""
+        claim = getattr(rec, "claim", None)
+        if claim is None or rec.idle_s is None:
+            return None
+        known = claim.active_at or claim.created_at
+        if rec.active_at <= known:
+            return None
+        return known + rec.idle_s - min(PUBLISH_LEAD_S, rec.idle_s / 2)
 
     def _private(self, rec: Record, env: dict[str, str] | None) -> dict[str, Any]:
         out: dict[str, Any] = {}
@@ -292,16 +310,15 @@ class SharedRecords:
             out["attrs"] = attrs
         return out
 
-    # --- the cluster's events (ClusterRecords' listener) ------------------------------------------
+    # --- the cluster's events (the records' listener) ---------------------------------------------
 
-    def claim_changed(self, claim: Claim) -> None:
+    def claim_changed(self, claim: ClaimRecord) -> None:
         rec = self.registry.local(claim.sandbox_id)
         if rec is None:
             return
         rec.claim = claim
         rec.labels = dict(claim.labels)
-        if claim.expires_at and claim.expires_at != rec.expires_at:
-            self.registry.expire_at(rec, claim.expires_at, publish=False)
+        self.registry.lifetime_from_cluster(rec, claim.expires_at, claim.idle_s, claim.active_at)
         private = self.records.private(claim)
         if private:
             self._load_attrs(rec, private)
@@ -312,7 +329,7 @@ class SharedRecords:
         if rec is not None:
             self._spawn(self._gone(rec))
 
-    def adopted(self, claim: Claim) -> None:
+    def adopted(self, claim: ClaimRecord) -> None:
         if self.registry.local(claim.sandbox_id) is not None:
             return
         if self._materialize(claim) is None:
@@ -328,6 +345,14 @@ class SharedRecords:
     async def close(self) -> None:
         if self._tasks:
             await asyncio.gather(*list(self._tasks), return_exceptions=True)
+
+
+def _lifetime_to(claim: ClaimRecord, rec: Record) -> None:
+    """`rec`'s lifetime and labels onto its claim, as they are to be written."""
+    claim.expires_at = rec.expires_at
+    claim.idle_s = rec.idle_s
+    claim.active_at = rec.active_at
+    claim.labels = dict(rec.labels)
 
 
 def remaining(expires_at: float) -> float:

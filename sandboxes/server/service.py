@@ -27,8 +27,6 @@ from sandboxes._proto.convert import (
     report_to_pb,
     result_to_pb,
 )
-from sandboxes.checkpoints import DEFAULT_TTL_S as DEFAULT_CHECKPOINT_TTL_S
-from sandboxes.checkpoints import MAX_TTL_S as MAX_CHECKPOINT_TTL_S
 from sandboxes.egress import EgressPolicy
 from sandboxes.sandbox import check_terminal
 from sandboxes.server.auth import ApiKeys
@@ -39,6 +37,8 @@ from sandboxes.server.quota import Quotas
 from sandboxes.server.registry import Record
 from sandboxes.server.rpc import Calls, check
 from sandboxes.server.validation import Bounds
+from sandboxes.state.checkpoints import DEFAULT_TTL_S as DEFAULT_CHECKPOINT_TTL_S
+from sandboxes.state.checkpoints import MAX_TTL_S as MAX_CHECKPOINT_TTL_S
 from sandboxes.types import DEFAULT_READ_MAX_BYTES, ReadRange
 
 __all__ = ["SERVICE_NAME", "SandboxService", "ServiceConfig"]
@@ -109,6 +109,7 @@ class SandboxService:
             ),
             "ListDir": c.unary("ListDir", self.list_dir, pb.ListDirRequest, cpb.ListDirResponse),
             "Remove": c.unary("Remove", self.remove, pb.RemoveRequest, cpb.RemoveResponse),
+            "FileOp": c.unary("FileOp", self.file_op, pb.FileOpRequest, cpb.FileOpResponse),
             "Info": c.unary("Info", self.info, pb.InfoRequest, pb.InfoResponse),
             "RunTests": c.unary("RunTests", self.run_tests, pb.RunTestsRequest, cpb.RunTestsReport),
             "Health": c.unary("Health", self.health, pb.HealthRequest, pb.HealthResponse, probe=True),
@@ -514,8 +515,19 @@ class SandboxService:
     async def list_dir(self, req: pb.ListDirRequest, context: Any, owner: str) -> cpb.ListDirResponse:
         path = self.validate.path("path", req.path, required=False) or "."
         rec = await self.core.record(req.sandbox_id, owner)
-        entries = await rec.sandbox.list_dir(path)
+        entries = await rec.sandbox.list_dir(path, req.depth or 1)
         return cpb.ListDirResponse(entries=[dir_entry_to_pb(e) for e in entries])
+
+    async def file_op(self, req: pb.FileOpRequest, context: Any, owner: str) -> cpb.FileOpResponse:
+        verb = req.op.WhichOneof("op")
+        if verb is None:
+            raise E.InvalidRequest("op names no file operation")
+        op = getattr(req.op, verb)
+        for name in ("path", "source", "destination"):
+            if name in op.DESCRIPTOR.fields_by_name:
+                self.validate.path(name, getattr(op, name))
+        rec = await self.core.record(req.sandbox_id, owner)
+        return await rec.sandbox.file_op(req.op)
 
     async def remove(self, req: pb.RemoveRequest, context: Any, owner: str) -> cpb.RemoveResponse:
         path = self.validate.path("path", req.path)

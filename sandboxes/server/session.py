@@ -8,6 +8,10 @@ and timed as `method`:
 - `exec` and `run_tests` until they return, `run_tests_batch` until its stream closes;
 - `exec_stream` until the stream is over (its last event read, an error, or `cancel()`), so a
   terminal, a session's shell command or a background process holds its slot while it lives;
+- a listing or a file operation (`list_dir`, `file_op` and the `FileVerbs` built on it: stat,
+  make dir, move, permissions, find, search) until it returns: a walk of a tree is the agent's
+  work in the sandbox on the key's behalf, as a program's is (reads and writes of one file are
+  not charged);
 - `hold()` for work that is more than one program (a cell through a kernel, a command in a
   session's shell): the slot until the returned release is called.
 
@@ -21,17 +25,21 @@ import contextlib
 from collections.abc import AsyncIterator, Callable, Iterator
 from typing import TYPE_CHECKING, Any
 
+from sandboxes._proto import common_pb2 as cpb
+from sandboxes.sandbox import FileVerbs
+
 if TYPE_CHECKING:
     from sandboxes.sandbox import ExecStream
     from sandboxes.server.core import ServerCore
     from sandboxes.server.registry import Record
-    from sandboxes.types import ExecResult
+    from sandboxes.types import DirEntry, ExecResult
 
 __all__ = ["Session"]
 
 
-class Session:
-    """`rec`'s sandbox as a surface runs programs in it, each charged to `rec.owner`."""
+class Session(FileVerbs):
+    """`rec`'s sandbox as a surface runs programs and file operations in it, each charged to
+    `rec.owner`."""
 
     def __init__(self, core: ServerCore, rec: Record, method: str) -> None:
         self.core = core
@@ -50,6 +58,14 @@ class Session:
         slot = contextlib.ExitStack()
         slot.enter_context(self.charge())
         return slot.close
+
+    async def file_op(self, op: cpb.FileOpRequest) -> cpb.FileOpResponse:
+        with self.charge():
+            return await self.rec.sandbox.file_op(op)
+
+    async def list_dir(self, path: str = ".", depth: int = 1) -> list[DirEntry]:
+        with self.charge():
+            return await self.rec.sandbox.list_dir(path, depth)
 
     async def exec(self, argv: Any, **kwargs: Any) -> ExecResult:
         with self.charge():

@@ -46,7 +46,7 @@ from typing import Any, Self
 
 from sandboxes import errors as E
 from sandboxes.egress import EgressPolicy
-from sandboxes.server.built_templates import Build, BuiltTemplate, BuiltTemplates
+from sandboxes.state.built_templates import Build, BuiltTemplate, BuiltTemplates
 from sandboxes.types import Limits
 
 __all__ = ["BUILDS_PER_KEY", "TEMPLATE_LABEL", "BuildSpec", "Builder", "Step"]

@@ -29,8 +29,8 @@ from pathlib import Path
 from typing import Any
 
 from sandboxes import errors as E
-from sandboxes.json_records import read_records, write_record
 from sandboxes.server.replicated import Codec
+from sandboxes.state.json_records import read_records, write_record
 
 __all__ = [
     "ATTACHMENTS_ATTR",

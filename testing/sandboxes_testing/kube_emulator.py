@@ -444,7 +444,7 @@ class FakeKubelet:
         shutil.rmtree(self.root, ignore_errors=True)
 
     def _storage(self) -> Any:
-        from sandboxes.volumes import VolumeStore
+        from sandboxes.state.volumes import VolumeStore
 
         return VolumeStore(Path(self.root, "claims"))
 
@@ -457,7 +457,7 @@ class FakeKubelet:
 
     async def _claim_dirs(self, pod: Mapping[str, Any]) -> dict[str, str]:
         """The directory of each PersistentVolumeClaim the pod mounts, provisioned at its first
-        use: an ext4 image of the size the claim asks for (`sandboxes.volumes`: ENOSPC past it).
+        use: an ext4 image of the size the claim asks for (`sandboxes.state.volumes`: ENOSPC past it).
         Plain binds, not idmapped as a runtime maps a user-namespaced pod's volumes: a file is
         owned by the host id of the pod that made it, so another pod's root reads but cannot
         change it (EMULATOR limitation)."""

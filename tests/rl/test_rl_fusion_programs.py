@@ -5,9 +5,7 @@ from __future__ import annotations
 
 import base64
 
-import pytest
-
-sf = pytest.importorskip("sandbox_fusion")
+import sandbox_fusion as sf
 
 
 async def run(server, **kw) -> object:

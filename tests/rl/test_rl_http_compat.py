@@ -11,11 +11,10 @@ import signal
 import sys
 from pathlib import Path
 
+import aiohttp
 import pytest
+import sandbox_fusion as sf
 from server_helpers import KEY_A
-
-sf = pytest.importorskip("sandbox_fusion")
-aiohttp = pytest.importorskip("aiohttp")
 
 import sandboxes
 from sandboxes.client import AsyncSandboxClient

@@ -105,7 +105,9 @@ class KubernetesBackend(Backend):
         self._egress_policies: set[str] = set()  # NetworkPolicies known to exist
         # The release's claimed sandboxes, shared by its replicas (`KubeConfig.shared`).
         who = manifests.Owner(self.identity, self.owner, self.manager_pod, self.manager_uid)
-        self.records = ClusterRecords(self.api, cfg, self.pods, who) if cfg.shared else None
+        self.records: ClusterRecords | None = (
+            ClusterRecords(self.api, cfg, self.pods, who) if cfg.shared else None
+        )
         self._bg: set[asyncio.Task[Any]] = set()
         self._lost_listener: LostListener | None = None
         # Checkpoints, when the cluster has a registry: their layers on the template's image.

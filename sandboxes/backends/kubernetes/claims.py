@@ -33,10 +33,10 @@ import re
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Protocol
+from typing import Any
 
 from ...errors import LaunchError
-from ..base import SandboxHandle
+from ..base import ClaimListener, SandboxHandle
 from .api import _Api, _api_failure, _ApiError
 from .config import (
     ANN_CLAIM,
@@ -76,6 +76,8 @@ class Claim:
     labels: dict[str, str] = field(default_factory=dict)
     created_at: float = field(default_factory=time.time)
     expires_at: float | None = None  # unix seconds
+    idle_s: float | None = None  # its idle bound (`Record.idle_s`)
+    active_at: float | None = None  # unix seconds of its last activity the cluster knows
     key: str | None = None  # idempotency key
     private: bool = False  # env / surface state in the `<pod>-claim` Secret
     holder: str = ""  # the replica (owner label) that keeps it
@@ -89,6 +91,8 @@ class Claim:
                 "labels": self.labels,
                 "created_at": self.created_at,
                 "expires_at": self.expires_at,
+                "idle_s": self.idle_s,
+                "active_at": self.active_at,
                 "key": self.key,
                 "private": self.private,
             },
@@ -115,6 +119,8 @@ def claim_of(pod: Mapping[str, Any] | None) -> Claim | None:
             labels={str(k): str(v) for k, v in (d.get("labels") or {}).items()},
             created_at=float(d.get("created_at") or 0.0),
             expires_at=float(d["expires_at"]) if d.get("expires_at") else None,
+            idle_s=float(d["idle_s"]) if d.get("idle_s") else None,
+            active_at=float(d["active_at"]) if d.get("active_at") else None,
             key=d.get("key") or None,
             private=bool(d.get("private")),
             holder=str(labels.get(LABEL_OWNER) or ""),
@@ -129,19 +135,10 @@ def key_lease_name(pool: str, owner: str, key: str) -> str:
     return f"{pool[:40]}-key-{digest}"
 
 
-class Listener(Protocol):
-    """What the server is told as the cluster's records change (on the event loop)."""
-
-    def claim_changed(self, claim: Claim) -> None: ...
-
-    def claim_gone(self, sandbox_id: str) -> None: ...
-
-    def adopted(self, claim: Claim) -> None: ...
-
-
 class ClusterRecords:
-    """The release's claimed sandboxes, from the backend's pod cache and a Secret watch.
-    `who` is the manager these records are kept by (`me`: its owner label)."""
+    """The release's claimed sandboxes, from the backend's pod cache and a Secret watch (the
+    backend's `records`: a `base.ClaimRecords` of `Claim`s). `who` is the manager these records
+    are kept by (`me`: its owner label)."""
 
     def __init__(self, api: _Api, cfg: KubeConfig, pods: PodCache, who: Owner) -> None:
         self.api = api
@@ -151,7 +148,7 @@ class ClusterRecords:
         self.me = who.owner
         pods.listeners.append(self.pod_event)
         self.replicas = Replicas(self.api, cfg, self.me, self._kick)
-        self.listener: Listener | None = None
+        self.listener: ClaimListener[Claim] | None = None
         self.secrets_path = f"/api/v1/namespaces/{cfg.namespace}/secrets"
         self.leases_path = LEASES.format(ns=cfg.namespace)
         self._secrets: dict[str, dict[str, str]] = {}  # name -> decoded data
@@ -199,7 +196,7 @@ class ClusterRecords:
                 await self._secret_watch.synced.wait()
             self._joined = True
 
-    async def serve(self, listener: Listener) -> None:
+    async def serve(self, listener: ClaimListener[Claim]) -> None:
         """Start telling `listener`, and adopting the claimed pods of dead replicas."""
         self.listener = listener
         await self.join()
@@ -227,6 +224,34 @@ class ClusterRecords:
         await cancel(self._tasks)
 
     # --- reading ------------------------------------------------------------------------------
+
+    def new_claim(
+        self,
+        sandbox_id: str,
+        *,
+        template: str,
+        owner: str,
+        labels: dict[str, str],
+        created_at: float,
+        expires_at: float | None,
+        idle_s: float | None = None,
+        active_at: float | None = None,
+        key: str | None,
+    ) -> Claim:
+        """The claim of a sandbox this replica hands out (its pod is named by its id), written by
+        `publish`."""
+        return Claim(
+            sandbox_id=sandbox_id,
+            pod=sandbox_id.lower(),
+            template=template,
+            owner=owner,
+            labels=labels,
+            created_at=created_at,
+            expires_at=expires_at,
+            idle_s=idle_s,
+            active_at=active_at,
+            key=key,
+        )
 
     def lookup(self, sandbox_id: str) -> Claim | None:
         return self._claims.get(sandbox_id)

@@ -17,7 +17,7 @@ import hashlib
 import re
 from typing import Any
 
-from ..._native import egress_rules, non_public_networks
+from ... import _bridge
 from .config import LABEL_COMPONENT, LABEL_NAME, LABEL_POOL, KubeConfig
 
 # The label naming the NetworkPolicy (by its digest) that selects a pod of an allow-list template.
@@ -49,7 +49,7 @@ def policy_manifest(cfg: KubeConfig, rules: tuple[str, ...], deny: bool = False)
     """The NetworkPolicy of the pods of allow-list `rules`, or of deny-list `rules` (`deny`:
     every public destination on every port, the agent refusing what the rules name; a
     NetworkPolicy can only add what a pod may reach) (pure: no API call)."""
-    parsed = egress_rules(list(rules))
+    parsed = _bridge.native().egress_rules(list(rules))
     egress: list[dict[str, Any]] = []
     if deny:
         parsed = [("name", "*", None)]
@@ -61,7 +61,7 @@ def policy_manifest(cfg: KubeConfig, rules: tuple[str, ...], deny: bool = False)
             egress.append(rule)
     name_ports = [port for kind, _, port in parsed if kind != "net"]
     if name_ports:
-        private = non_public_networks()
+        private = _bridge.native().non_public_networks()
         public = [
             {"ipBlock": {"cidr": everything, "except": [n for n in private if (":" in n) == v6]}}
             for everything, v6 in (("0.0.0.0/0", False), ("::/0", True))

@@ -10,7 +10,7 @@ a version of a volume) go below `VOLUME_LAYERS/<i>` (merged there by the runtime
 is given that directory as the volume's one layer).
 
 The layers' bytes go from the agent that was checkpointed to the manager (its `Checkpoint`
-stream, `sandboxes.checkpoints`), from the manager to the registry, and from the registry to the
+stream, `sandboxes.state.checkpoints`), from the manager to the registry, and from the registry to the
 node: never through the API server. An image is named by a digest of its base and its layers
 (`<registry>/<base repository>:cp-<digest>`), pushed once per process; pushing it again (another
 replica) writes the same manifest, and the base's own layers are never copied (same repository).
@@ -25,8 +25,8 @@ import tempfile
 from collections.abc import Sequence
 from pathlib import Path
 
-from ...layer_tar import LayerBlob, write_layer
-from ...registry import Registry
+from ...state.layer_tar import LayerBlob, write_layer
+from .oci_registry import Registry
 
 __all__ = ["PLACES", "VOLUME_LAYERS", "LayeredImages"]
 

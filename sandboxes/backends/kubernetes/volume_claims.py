@@ -1,7 +1,7 @@
 """Volumes on kubernetes: a PersistentVolumeClaim each (the cluster's storage, provisioned by its
 storage class), named `sandboxes-<volume id>`, sized by the volume's `size_bytes`, with the
 access mode of `KubeConfig.volume_access_mode` (ReadWriteMany by default: sandboxes on different
-nodes share one). Its record (name, owner, size) is the pool's (`sandboxes.volumes`); a pod of a
+nodes share one). Its record (name, owner, size) is the pool's (`sandboxes.state.volumes`); a pod of a
 sandbox that mounts it gets the claim as a volume (`manifests.py`). The cluster keeps a claim's
 storage while pods use it, so a delete is deferred as on a host. Bounds: the storage class's (a
 claim has no inode bound of its own)."""

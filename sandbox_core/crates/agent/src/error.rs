@@ -1,9 +1,9 @@
 //! Errors of the agent's calls, translated to a gRPC status in exactly one place.
 //!
 //! Besides its code, a status carries what the caller must not guess from the message text:
-//! `sandbox-error-reason` on RESOURCE_EXHAUSTED (`too_large`: a request or file over a bound;
+//! `sandboxes-error-reason` on RESOURCE_EXHAUSTED (`too_large`: a request or file over a bound;
 //! `no_space`: the sandbox's disk is full; `sandbox_limit`: the sandbox's own limit refused the
-//! call, `sandbox-error-limit` names which), and, for a failed step, `sandbox-error-step` (the
+//! call, `sandboxes-error-limit` names which), and, for a failed step, `sandboxes-error-step` (the
 //! step's name, `Step::name`).
 
 use sandbox_exec::{SpawnError, Step};
@@ -19,6 +19,12 @@ pub enum AgentError {
     PermissionDenied(String),
     #[error("{0}")]
     TooLarge(String),
+    /// What a call would make is there already (`ALREADY_EXISTS`).
+    #[error("{0}")]
+    Exists(String),
+    /// The call's caller went away before it ended.
+    #[error("the call was cancelled")]
+    Cancelled,
     #[error(transparent)]
     Spawn(#[from] SpawnError),
     #[error("{context}: {source}")]
@@ -38,11 +44,11 @@ impl AgentError {
 }
 
 /// Metadata key of the reason of a RESOURCE_EXHAUSTED status.
-pub const REASON_KEY: &str = "sandbox-error-reason";
+pub const REASON_KEY: &str = "sandboxes-error-reason";
 /// Metadata key of the isolation step that failed.
-pub const STEP_KEY: &str = "sandbox-error-step";
+pub const STEP_KEY: &str = "sandboxes-error-step";
 /// Metadata key of the sandbox limit that refused the call (reason `sandbox_limit`).
-pub const LIMIT_KEY: &str = "sandbox-error-limit";
+pub const LIMIT_KEY: &str = "sandboxes-error-limit";
 
 /// The sandbox's own limit that refused a program's start, if that is why it failed: a fork
 /// refused with EAGAIN is the sandbox's process limit (its cgroup's `pids.max`), reached by the
@@ -114,6 +120,8 @@ fn status_of(e: AgentError) -> Status {
         AgentError::NotFound(_) => Status::not_found(msg),
         AgentError::PermissionDenied(_) => Status::permission_denied(msg),
         AgentError::TooLarge(_) => Status::resource_exhausted(msg),
+        AgentError::Exists(_) => Status::already_exists(msg),
+        AgentError::Cancelled => Status::cancelled(msg),
         AgentError::Spawn(SpawnError::Invalid(_)) => Status::invalid_argument(msg),
         AgentError::Spawn(SpawnError::NotFound { .. }) => Status::not_found(msg),
         AgentError::Spawn(SpawnError::Isolation {

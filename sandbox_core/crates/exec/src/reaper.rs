@@ -187,7 +187,7 @@ impl Reaper {
     /// Starts a child the way `posix_spawn` does, `clone(CLONE_VM | CLONE_VFORK)`: the child
     /// shares this process's memory and runs `child(arg)` on a stack of its own while the calling
     /// thread is suspended, until the child has exec'd or exited. Nothing is copied (no page
-    /// tables, no copy-on-write faults), so the cost no longer grows with the size of the caller,
+    /// tables, no copy-on-write faults), so the cost does not grow with the size of the caller,
     /// and when this returns the child is past exec or gone, so memory it wrote (a failure report)
     /// can be read at once. The pid is registered before the reaper can see the child's exit.
     ///

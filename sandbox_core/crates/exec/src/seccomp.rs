@@ -522,8 +522,8 @@ mod tests {
 
     #[test]
     fn same_answers_as_the_previous_two_stacked_programs() {
-        // The filter used to be a seccompiler deny-list stacked with a hand-written guard; the
-        // kernel combines stacked filters by action precedence (most recent wins ties).
+        // The reference: the same rules as a seccompiler deny-list stacked with a hand-written
+        // guard, which the kernel combines by action precedence (most recent wins ties).
         use seccompiler::{
             BpfProgram, SeccompAction, SeccompCmpArgLen, SeccompCmpOp, SeccompCondition,
             SeccompFilter, SeccompRule, TargetArch,

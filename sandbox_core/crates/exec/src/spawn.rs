@@ -10,15 +10,15 @@
 //! [`Reaper::spawn_registered`]): it shares the agent's memory until it execs, so nothing is
 //! copied, and the agent's thread resumes only once the child has exec'd or exited. A failed step
 //! is reported as (step, errno) in memory of the suspended parent's frame; nothing reported when
-//! the clone returns means exec succeeded. With seccomp the clone is made by the spawner thread,
-//! which wears the filter, so the child inherits it instead of attaching it (see `spawner`).
+//! the clone returns means exec succeeded. With seccomp the clone is made by a thread that wears
+//! the filter (the agent's serving thread, `Executor::wear_seccomp_on_this_thread`, else the
+//! spawner thread, see `spawner`), so the child inherits one short program instead of attaching it.
 //!
-//! Where the time of a short exec went before (measured on a 2-vCPU VM with cgroup v1), largest
-//! first: fork copying the agent's page tables and exec tearing them down again (now the
-//! vfork-style clone); creating, configuring and removing three cgroup directories (now a pool,
-//! see `cgroup::Pool`); attaching two long seccomp programs (now one short program, inherited);
-//! waking the child on another CPU (now `Pin`); two thread hops to learn of the exit (now a
-//! pidfd on the caller's runtime, see `Reaper::try_reap`).
+//! What a short exec would otherwise spend its time on, and what this module does instead: a
+//! fork would copy the agent's page tables and exec tear them down again (the vfork-style clone
+//! copies nothing); three cgroup directories made, configured and removed per exec (idle ones
+//! are reused, `cgroup::Pool`); the child woken on another CPU (`Pin` keeps it on the parent's);
+//! thread hops to learn of the exit (a pidfd on the caller's runtime, `Reaper::try_reap`).
 
 use std::collections::BTreeMap;
 use std::ffi::{CString, OsStr};
@@ -465,9 +465,8 @@ fn current_affinity() -> Option<libc::cpu_set_t> {
 
 /// Keeps the calling thread on the CPU it runs on while it starts a child, which inherits the
 /// pinning: the suspended parent's CPU is free, and a child placed on another CPU first has to be
-/// woken there (an inter-processor interrupt, costly in a VM: measured 65 µs from clone to the
-/// child's first instruction unpinned, 12 µs pinned). The child gets `old` back before exec, and
-/// the parent when this is dropped.
+/// woken there (an inter-processor interrupt, costly in a VM: several times the start of a
+/// pinned child). The child gets `old` back before exec, and the parent when this is dropped.
 struct Pin {
     old: libc::cpu_set_t,
 }

@@ -1,7 +1,7 @@
 //! The steps of starting a sandbox and a program in it: the one list of step names.
 //!
 //! A failure names its step, and the name travels unchanged: the agent sends it in a status's
-//! `sandbox-error-step` and in its start-up failure record, the native module raises it as
+//! `sandboxes-error-step` and in its start-up failure record, the native module raises it as
 //! `NativeError.step` (and lists every name in `sandboxes._native.steps()`), and Python holds it as
 //! `sandboxes.errors.Step`, whose values are these names (a test checks the two lists agree). The
 //! manager's own steps (image lookup, the container engine's calls, a pod's start) are declared

@@ -13,10 +13,11 @@
 //!
 //! Started by the second Python execution (or eagerly, see `Executor::enable_python_zygote`) and
 //! restarted by the next one when it died: the first is spawned, so a sandbox that runs Python
-//! once pays nothing for the zygote (measured per RL rollout, a sandbox each with one HumanEval
-//! grading: 85 ms of CPU per rollout when the first execution started it, 49 ms without it). Nobody waits for it to start: it loads its modules in
-//! the background and says `{"ready":true}` on its socket when done; until then, and whenever it
-//! cannot serve a request, a Python execution is spawned like any other program.
+//! once (a sandbox per RL rollout) pays nothing for the zygote's start-up, which costs more CPU
+//! than one spawned interpreter (`python -m bench rollouts`). Nobody waits for it to start: it
+//! loads its modules in the background and says `{"ready":true}` on its socket when done; until
+//! then, and whenever it cannot serve a request, a Python execution is spawned like any other
+//! program.
 
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
@@ -266,7 +267,7 @@ impl Zygote {
             .filter(|cg| cg.joinable_by_self())
             .map_or(0, |cg| cg.dirs().len());
         let json = request_json(req, rlimits, iso.landlock.is_some(), joins);
-        // One request at a time per zygote: it serves them in order, about 1 ms each.
+        // One request at a time per zygote: it serves them in order, each a fork.
         let mut live = self.lock();
         if live.is_none() && !self.asked.swap(true, Ordering::AcqRel) {
             return Ok(None); // the first Python execution: spawned, the zygote not started

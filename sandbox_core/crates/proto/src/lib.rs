@@ -24,4 +24,4 @@ pub const PROTOCOL_VERSION: &str = "1";
 /// The agent's version, reported by `Info` (and `_native.agent_version()`): every change of the
 /// agent's behaviour moves it and is recorded in `crates/agent/CHANGELOG.md`, whose newest
 /// heading it is; the suffix is the protocol it speaks.
-pub const AGENT_VERSION: &str = "0.6.0+proto1";
+pub const AGENT_VERSION: &str = "0.7.0+proto1";

@@ -500,10 +500,16 @@ impl AgentClient {
         })
     }
 
-    fn list_dir<'py>(&self, py: Python<'py>, path: String) -> PyResult<Bound<'py, PyAny>> {
+    #[pyo3(signature = (path, depth=1))]
+    fn list_dir<'py>(
+        &self,
+        py: Python<'py>,
+        path: String,
+        depth: u32,
+    ) -> PyResult<Bound<'py, PyAny>> {
         self.call(py, Some(DEFAULT_CALL_TIMEOUT_S), move |mut c| async move {
             let entries = c
-                .list_dir(pb::ListDirRequest { path })
+                .list_dir(pb::ListDirRequest { path, depth })
                 .await
                 .map_err(from_status)?
                 .into_inner()
@@ -530,6 +536,20 @@ impl AgentClient {
                 .await
                 .map_err(from_status)?;
             Ok(())
+        })
+    }
+
+    /// One file operation: `request` is an encoded `FileOpRequest` (common.proto), the answer
+    /// an encoded `FileOpResponse`; the caller's own messages, carried as they are.
+    fn file_op<'py>(&self, py: Python<'py>, request: Vec<u8>) -> PyResult<Bound<'py, PyAny>> {
+        let req = <pb::FileOpRequest as prost::Message>::decode(request.as_slice())
+            .map_err(|e| err(Kind::InvalidRequest, format!("a FileOpRequest: {e}")))?;
+        self.call(py, Some(DEFAULT_CALL_TIMEOUT_S), move |mut c| async move {
+            let out = c.file_op(req).await.map_err(from_status)?.into_inner();
+            let bytes = prost::Message::encode_to_vec(&out);
+            Ok(Later(move |py: Python<'_>| {
+                Ok(pyo3::types::PyBytes::new(py, &bytes).into_any().unbind())
+            }))
         })
     }
 

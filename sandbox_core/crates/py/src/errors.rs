@@ -43,6 +43,8 @@ kinds! {
     InvalidRequest => "invalid_request",
     /// A request or file over a bound (an `InvalidRequest` too).
     TooLarge => "too_large",
+    /// What the request would make is there already (an `InvalidRequest` too).
+    Conflict => "conflict",
     /// The sandbox's disk is full.
     NoSpace => "no_space",
     /// The sandbox's own limit refused the call (which one: `NativeError.limit`).
@@ -95,13 +97,13 @@ pub fn launch_err(step: Step, detail: impl Into<String>) -> PyErr {
     new_err(Kind::Launch, detail.into(), Some(step), "")
 }
 
-/// The agent's reason for a RESOURCE_EXHAUSTED status (`sandbox-error-reason`), which the status
+/// The agent's reason for a RESOURCE_EXHAUSTED status (`sandboxes-error-reason`), which the status
 /// code alone does not tell.
-const REASON_KEY: &str = "sandbox-error-reason";
-/// The step that failed (`sandbox-error-step`, a `Step` name).
-const STEP_KEY: &str = "sandbox-error-step";
-/// The sandbox limit that refused the call (`sandbox-error-limit`).
-const LIMIT_KEY: &str = "sandbox-error-limit";
+const REASON_KEY: &str = "sandboxes-error-reason";
+/// The step that failed (`sandboxes-error-step`, a `Step` name).
+const STEP_KEY: &str = "sandboxes-error-step";
+/// The sandbox limit that refused the call (`sandboxes-error-limit`).
+const LIMIT_KEY: &str = "sandboxes-error-limit";
 
 pub fn from_status(s: tonic::Status) -> PyErr {
     let meta = |key| {
@@ -136,8 +138,8 @@ fn kind_of_code(code: Code) -> Kind {
         Code::InvalidArgument
         | Code::OutOfRange
         | Code::FailedPrecondition
-        | Code::AlreadyExists
         | Code::Unimplemented => Kind::InvalidRequest,
+        Code::AlreadyExists => Kind::Conflict,
         Code::NotFound => Kind::NotFound,
         Code::PermissionDenied | Code::Unauthenticated => Kind::Auth,
         Code::DeadlineExceeded => Kind::Timeout,

@@ -155,6 +155,15 @@ pub struct DirEntry {
     pub is_symlink: bool,
     pub size: u64,
     pub mode: u32,
+    pub path: String,
+    pub mtime: f64,
+    pub uid: u32,
+    pub gid: u32,
+    pub owner: String,
+    pub group: String,
+    pub symlink_target: String,
+    pub target_is_dir: bool,
+    pub r#type: String,
 }
 
 impl From<pb::DirEntry> for DirEntry {
@@ -165,6 +174,15 @@ impl From<pb::DirEntry> for DirEntry {
             is_symlink: e.is_symlink,
             size: e.size,
             mode: e.mode,
+            path: e.path,
+            mtime: e.mtime,
+            uid: e.uid,
+            gid: e.gid,
+            owner: e.owner,
+            group: e.group,
+            symlink_target: e.symlink_target,
+            target_is_dir: e.target_is_dir,
+            r#type: e.r#type,
         }
     }
 }

@@ -22,8 +22,9 @@ a Dockerfile of `RUN`, `ENV`, `WORKDIR`, ... after its `FROM`, `dockerfile.py`) 
 template of the key's first (`template_build.py`; the same Dockerfile again is that template). Resources are granted within the template's bounds, and the sandbox
 reports what it got. `autoStopInterval` (15 minutes unless given, 0 never) stops a sandbox idle
 that long (its files kept, as `stop`); with `autoDeleteInterval` 0 (an ephemeral sandbox) it is
-deleted instead. `volumes` mount the key's volumes (by id or name). Refused with the platform's
-error shapes (`{statusCode, message, error}`): GPUs, `COPY` in a declarative image, volume
+deleted instead. It is the record's idle bound (`Registry.set_idle`), renewed by every toolbox
+call (`toolbox.py`) and by `start`. `volumes` mount the key's volumes (by id or name). Refused with
+the platform's error shapes (`{statusCode, message, error}`): GPUs, `COPY` in a declarative image, volume
 subpaths, another `user` than the template's. A key sees only its own sandboxes;
 another key's is 404.
 """
@@ -169,7 +170,7 @@ class ControlPlane:
             labels=labels,
             volumes=volumes,
             network=_policy(body),
-            ttl_s=stop_min * 60.0 if stop_min else None,
+            idle_s=stop_min * 60.0 if stop_min else None,
             on_ttl="delete" if delete_min == 0 else "pause",
             pause_memory=delete_min == 0,
         )
@@ -285,7 +286,7 @@ class ControlPlane:
     async def start(self, request: Request, owner: str) -> Response:
         rec, sb = await self.live(owner, request.path_params["sandbox_id"])
         if sb.state == "stopped":
-            await self.core.resume(rec, sb.auto_stop_min * 60.0 if sb.auto_stop_min else None, memory=False)
+            await self.core.resume(rec, memory=False)  # activity: the auto-stop counts from now
             await self.core.save(rec)
         sb.touch("started")
         return self._answer(request, sb)
@@ -302,11 +303,7 @@ class ControlPlane:
     async def auto_stop(self, request: Request, owner: str) -> Response:
         rec, sb = await self.live(owner, request.path_params["sandbox_id"])
         sb.auto_stop_min = int_of(request.path_params["minutes"], "autoStopInterval")
-        if sb.state == "started":
-            if sb.auto_stop_min:
-                self.core.registry.set_ttl(rec, sb.auto_stop_min * 60.0)
-            else:
-                self.core.registry.clear_ttl(rec)
+        self.core.registry.set_idle(rec, sb.auto_stop_min * 60.0 or None)  # counted from now
         sb.touch()
         return self._answer(request, sb)
 
@@ -328,7 +325,7 @@ class ControlPlane:
         name = (await self._body(request)).get("name")
         if name is not None and (not isinstance(name, str) or not 0 < len(name) <= 128):
             raise Refused(400, "name must be a string of 1 to 128 characters")
-        (new,) = await self.core.fork(rec, 1, labels=dict(rec.labels), ttl_s=sb.auto_stop_min * 60.0 or None)
+        (new,) = await self.core.fork(rec, 1, labels=dict(rec.labels), idle_s=sb.auto_stop_min * 60.0 or None)
         new.on_ttl, new.pause_memory = rec.on_ttl, rec.pause_memory
         copy = DaytonaSandbox(**{**sb.__dict__, "id": new.id, "name": name or new.id})
         copy.created_at = copy.updated_at = time.time()

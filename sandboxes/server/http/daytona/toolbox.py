@@ -18,11 +18,11 @@ POST   /files/bulk-upload (multipart files[i].path + files[i].file), /files/bulk
 A command runs with `/bin/sh -c` as the sandbox's one user, from its work dir (relative paths are
 under it), its output both streams in order; past its `timeout` it is killed and the call is 408
 `PROCESS_EXECUTION_TIMEOUT`. `code_run` runs Python (`python3 -c`), fresh each call: state is kept
-only by sessions, as the platform documents. Listings, moves and searches run one short program
-of coreutils / findutils / grep in the sandbox, so they see and change exactly what the sandbox's
-programs may. Errors are the daemon's body (`{statusCode, message, code, source}`), whose `code`
-the SDK turns into its typed errors (`FILE_NOT_FOUND`, ...). Every call counts as activity for
-the sandbox's auto-stop.
+only by sessions, as the platform documents. Listings, stats, folders, moves, permissions, finds
+and searches are the agent's file operations (`FileVerbs`) on its path resolution, charged to the
+key as executions are. Errors are the daemon's body (`{statusCode, message, code, source}`), whose `code`
+the SDK turns into its typed errors (`FILE_NOT_FOUND`, ...). Every call is activity for the
+sandbox's auto-stop (`Registry.touch`: its idle bound counts from the latest call).
 """
 
 from __future__ import annotations
@@ -33,7 +33,7 @@ import json
 import posixpath
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -50,7 +50,7 @@ from sandboxes.server.http.daytona.sessions import Sessions
 from sandboxes.server.http.endpoint import Envelope, Refused
 from sandboxes.server.http.fields import str_map
 from sandboxes.server.http.timestamps import iso
-from sandboxes.types import Limits
+from sandboxes.types import DirEntry, Limits
 
 __all__ = ["Toolbox"]
 
@@ -61,10 +61,6 @@ DEFAULT_TIMEOUT_S = 3600
 LISTING_BYTES = 64 << 20
 FOLLOW_POLL_S = 0.1  # how often a followed command's output is read while it runs
 COMMAND_LIMITS = Limits(max_output_bytes=64 << 20)
-_MISSING = 3
-_FIELDS = 9
-_FORMAT = r"%f\0%y\0%s\0%M\0%T@\0%m\0%u\0%g\0%p\0"
-_EXISTS = '[ -e "$1" ] || [ -L "$1" ] || exit 3; '
 
 
 def daemon_body(status: int, message: str) -> dict[str, Any]:
@@ -76,6 +72,39 @@ ENVELOPE = Envelope("daytona toolbox", daemon_body)
 
 def missing(path: str) -> Refused:
     return Refused(404, f"file not found: {path}", fields={"code": "FILE_NOT_FOUND"})
+
+
+@contextlib.contextmanager
+def _file_errors(path: str) -> Iterator[None]:
+    """A file operation's typed errors as the daemon's: a missing path is its `FILE_NOT_FOUND`,
+    a file where a directory is wanted its `INVALID_FILE_PATH`, a refusal a 400 with the agent's
+    words (the exec quota stays the server's error)."""
+    try:
+        yield
+    except E.NotFound:
+        raise missing(path) from None
+    except E.QuotaExceeded:
+        raise
+    except (E.InvalidRequest, E.AuthError) as e:
+        code = "INVALID_FILE_PATH" if "not a directory" in e.message.lower() else "FILE_OPERATION_FAILED"
+        raise Refused(400, e.message, fields={"code": code}) from None
+
+
+def file_info(e: DirEntry) -> dict[str, Any]:
+    """The agent's entry as the daemon's `FileInfo`."""
+    when = datetime.fromtimestamp(e.mtime, UTC).isoformat().replace("+00:00", "Z")
+    return {
+        "name": e.name,
+        "isDir": e.is_dir,
+        "size": e.size,
+        "mode": e.symbolic_mode,
+        "modTime": when,
+        "permissions": f"{e.mode:04o}",
+        "owner": e.owner,
+        "group": e.group,
+        "path": e.path,
+        "modifiedAt": when,
+    }
 
 
 class Toolbox:
@@ -120,8 +149,7 @@ class Toolbox:
         rec, sb = await self.daytona.control.live(owner, conn.path_params["sandbox_id"])
         if sb.state != "started":
             raise Refused(409, f"sandbox {sb.id} is not started")
-        if sb.auto_stop_min:  # activity: the auto-stop counts from now
-            self.core.registry.set_ttl(rec, sb.auto_stop_min * 60.0)
+        self.core.registry.touch(rec)  # activity: the auto-stop (its idle bound) counts from now
         return rec, sb
 
     def _route(self, path: str, fn: Any, method: str) -> Route:
@@ -300,60 +328,23 @@ class Toolbox:
 
     # -- files -----------------------------------------------------------------------------------
 
-    async def _shell(self, rec: Any, sb: Any, script: str, *args: str) -> Any:
-        return await self.core.session(rec, "daytona.files").exec(
-            ["/bin/sh", "-c", script, "sh", *args],
-            cwd=sb.work_dir,
-            timeout=300,
-            limits=Limits(max_output_bytes=LISTING_BYTES),
-        )
-
-    async def _entries(self, rec: Any, sb: Any, path: str, depth: int | None) -> list[dict[str, Any]]:
-        script = _EXISTS + (
-            f'exec find "$1" -maxdepth 0 -printf "{_FORMAT}"'
-            if depth is None
-            else f'[ -d "$1" ] || exit 20; exec find "$1" -mindepth 1 -maxdepth {depth} -printf "{_FORMAT}"'
-        )
-        r = await self._shell(rec, sb, script, path)
-        if r.exit_code == _MISSING:
-            raise missing(path)
-        if r.exit_code == 20:
-            raise Refused(400, f"not a directory: {path}", fields={"code": "INVALID_FILE_PATH"})
-        if r.exit_code != 0:
-            raise Refused(400, r.stderr.decode(errors="replace").strip() or f"cannot read {path}")
-        parts = r.stdout.split(b"\0")
-        out = []
-        for i in range(0, len(parts) - _FIELDS + 1, _FIELDS):
-            name, kind, size, mode, mtime, perm, owner, group, full = (
-                p.decode(errors="replace") for p in parts[i : i + _FIELDS]
-            )
-            when = datetime.fromtimestamp(float(mtime), UTC).isoformat().replace("+00:00", "Z")
-            out.append(
-                {
-                    "name": name,
-                    "isDir": kind == "d",
-                    "size": int(size),
-                    "mode": mode,
-                    "modTime": when,
-                    "permissions": perm.rjust(4, "0"),
-                    "owner": owner,
-                    "group": group,
-                    "path": full,
-                    "modifiedAt": when,
-                }
-            )
-        return out
+    def _files(self, rec: Any) -> Any:
+        """The charged session the file calls run in."""
+        return self.core.session(rec, "daytona.files")
 
     async def list_files(self, request: Request, rec: Any, sb: Any) -> Response:
         depth = int(request.query_params.get("depth") or 1)
         if not 1 <= depth <= 64:
             raise Refused(400, "depth must be 1 to 64")
         path = self._path(sb, request.query_params.get("path") or ".")
-        return JSONResponse(await self._entries(rec, sb, path, depth))
+        with _file_errors(path):
+            entries = await self._files(rec).list_dir(path, depth)
+        return JSONResponse([file_info(e) for e in entries])
 
     async def file_info(self, request: Request, rec: Any, sb: Any) -> Response:
-        (entry,) = await self._entries(rec, sb, self._path(sb, request.query_params.get("path")), None)
-        return JSONResponse(entry)
+        path = self._path(sb, request.query_params.get("path"))
+        with _file_errors(path):
+            return JSONResponse(file_info(await self._files(rec).stat(path)))
 
     async def delete_file(self, request: Request, rec: Any, sb: Any) -> Response:
         path = self._path(sb, request.query_params.get("path"))
@@ -368,9 +359,8 @@ class Toolbox:
         mode = request.query_params.get("mode") or "755"
         if not mode.isdigit() or len(mode) > 4 or any(c > "7" for c in mode):
             raise Refused(400, "mode must be octal, e.g. 755")
-        r = await self._shell(rec, sb, 'mkdir -p -m "$2" -- "$1"', path, mode)
-        if r.exit_code != 0:
-            raise Refused(400, r.stderr.decode(errors="replace").strip())
+        with _file_errors(path):
+            await self._files(rec).make_dir(path, mode=int(mode, 8), exist_ok=True)
         return Response(status_code=201)
 
     async def move(self, request: Request, rec: Any, sb: Any) -> Response:
@@ -379,26 +369,20 @@ class Toolbox:
             self._path(sb, q.get("source"), "source"),
             self._path(sb, q.get("destination"), "destination"),
         )
-        r = await self._shell(rec, sb, _EXISTS + 'exec mv -- "$1" "$2"', source, dest)
-        if r.exit_code == _MISSING:
-            raise missing(source)
-        if r.exit_code != 0:
-            raise Refused(400, r.stderr.decode(errors="replace").strip())
+        with _file_errors(source):
+            await self._files(rec).move(source, dest, into_directory=True)
         return Response(status_code=200)
 
     async def permissions(self, request: Request, rec: Any, sb: Any) -> Response:
         q = request.query_params
         path = self._path(sb, q.get("path"))
         mode, owner, group = q.get("mode") or "", q.get("owner") or "", q.get("group") or ""
-        if mode and (not mode.isdigit() or any(c > "7" for c in mode)):
+        if mode and (not mode.isdigit() or len(mode) > 4 or any(c > "7" for c in mode)):
             raise Refused(400, "mode must be octal, e.g. 644")
-        script = _EXISTS + '[ -z "$2" ] || chmod "$2" -- "$1" || exit 1; '
-        script += '[ -z "$3$4" ] || chown "$3${4:+:$4}" -- "$1"'
-        r = await self._shell(rec, sb, script, path, mode, owner, group)
-        if r.exit_code == _MISSING:
-            raise missing(path)
-        if r.exit_code != 0:
-            raise Refused(400, r.stderr.decode(errors="replace").strip())
+        with _file_errors(path):
+            await self._files(rec).set_permissions(
+                path, mode=int(mode, 8) if mode else None, owner=owner or None, group=group or None
+            )
         return Response(status_code=200)
 
     async def find(self, request: Request, rec: Any, sb: Any) -> Response:
@@ -407,16 +391,9 @@ class Toolbox:
         path, pattern = self._path(sb, q.get("path")), q.get("pattern") or ""
         if not pattern:
             raise Refused(400, "pattern is required")
-        r = await self._shell(rec, sb, _EXISTS + 'exec grep -rnIZF -e "$2" -- "$1"', path, pattern)
-        if r.exit_code == _MISSING:
-            raise missing(path)
-        matches = []
-        for line in r.stdout.decode(errors="replace").splitlines():
-            name, _, rest = line.partition("\0")
-            number, _, content = rest.partition(":")
-            if number.isdigit():
-                matches.append({"file": name, "line": int(number), "content": content})
-        return JSONResponse(matches)
+        with _file_errors(path):
+            found = await self._files(rec).search_files(path, pattern)
+        return JSONResponse([{"file": m.path, "line": m.line, "content": m.content} for m in found])
 
     async def search(self, request: Request, rec: Any, sb: Any) -> Response:
         """Files whose name matches the glob `pattern`, under `path`."""
@@ -424,10 +401,8 @@ class Toolbox:
         path, pattern = self._path(sb, q.get("path")), q.get("pattern") or ""
         if not pattern:
             raise Refused(400, "pattern is required")
-        r = await self._shell(rec, sb, _EXISTS + 'exec find "$1" -name "$2" -print0', path, pattern)
-        if r.exit_code == _MISSING:
-            raise missing(path)
-        return JSONResponse({"files": [f for f in r.stdout.decode(errors="replace").split("\0") if f]})
+        with _file_errors(path):
+            return JSONResponse({"files": await self._files(rec).find_files(path, pattern)})
 
     async def replace(self, request: Request, rec: Any, sb: Any) -> Response:
         body = await self._body(request)

@@ -1,17 +1,18 @@
 """`filesystem.Filesystem` of the E2B in-sandbox daemon (Connect, JSON): `files.list / exists /
 get_info / remove / rename / make_dir`.
 
-Stat, ListDir, MakeDir and Move run one short shell program in the sandbox (coreutils and GNU
-find, as the sandbox's user, from its work dir), so what they see and may change is exactly what
-a program of that sandbox sees and may change; Remove is the agent's own. Relative paths are
-under the sandbox's work dir (the platform's home). Watching a directory is not served
-(`unimplemented`).
+Each call is one of the agent's file operations (`SandboxBase.stat / list_dir / make_dir / move /
+remove`), on the agent's path resolution, and the listings and changes are charged to the key as
+executions are (`ServerCore.session`). A directory made, or the parents of a move, belong to the
+call's user. Relative paths are under the sandbox's work dir (the platform's home). Watching a
+directory is not served (`unimplemented`).
 """
 
 from __future__ import annotations
 
+import contextlib
 import posixpath
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -22,34 +23,13 @@ from sandboxes import errors as E
 from sandboxes._proto import envd_filesystem_pb2 as fs
 from sandboxes.server.http.connect import Rpc, service_app
 from sandboxes.server.http.e2b.process import request_user, target
-from sandboxes.types import Limits
+from sandboxes.types import DirEntry
 
 __all__ = ["SERVICE", "Filesystem", "connect_app"]
 
 SERVICE = "filesystem.Filesystem"
 MAX_DEPTH = 64
-LISTING_BYTES = 64 << 20
-# One entry: type, target's type, size, octal mode, symbolic mode, owner, group, mtime, link, path.
-_FIELDS = 10
-_FORMAT = r"%y\0%Y\0%s\0%m\0%M\0%u\0%g\0%T@\0%l\0%p\0"
-_MISSING, _NOT_DIR, _EXISTS = 3, 20, 17
-_EXISTS_TEST = '[ -e "$1" ] || [ -L "$1" ]'
-_SCRIPTS = {
-    "stat": f'{_EXISTS_TEST} || exit {_MISSING}; exec find "$1" -maxdepth 0 -printf "$0"',
-    "list": (
-        f'{_EXISTS_TEST} || exit {_MISSING}; [ -d "$1" ] || exit {_NOT_DIR}; '
-        'exec find "$1" -mindepth 1 -maxdepth "$2" -printf "$0"'
-    ),
-    "mkdir": (
-        f'if {_EXISTS_TEST}; then [ -d "$1" ] && exit {_EXISTS}; exit {_NOT_DIR}; fi; '
-        'mkdir -p -- "$1" && exec find "$1" -maxdepth 0 -printf "$0"'
-    ),
-    "move": (
-        f'{_EXISTS_TEST} || exit {_MISSING}; mkdir -p -- "$(dirname -- "$2")" && mv -T -- "$1" "$2" '
-        '&& exec find "$2" -maxdepth 0 -printf "$0"'
-    ),
-}
-_TYPES = {"d": fs.FILE_TYPE_DIRECTORY}
+_TYPES = {"dir": fs.FILE_TYPE_DIRECTORY}
 
 
 def resolve(sb: Any, path: str) -> str:
@@ -60,31 +40,43 @@ def resolve(sb: Any, path: str) -> str:
         raise ConnectError(Code.INVALID_ARGUMENT, e.message) from None
 
 
-def _entries(out: bytes) -> list[Any]:
-    parts = out.split(b"\0")
-    entries = []
-    for i in range(0, len(parts) - _FIELDS + 1, _FIELDS):
-        kind, target_kind, size, mode, perms, owner, group, mtime, link, path = (
-            p.decode("utf-8", "surrogateescape") for p in parts[i : i + _FIELDS]
-        )
-        symlink = kind == "l"
-        info = fs.EntryInfo(
-            name=posixpath.basename(path) or path,
-            type=_TYPES.get(target_kind if symlink else kind, fs.FILE_TYPE_FILE),
-            path=path,
-            size=int(size or 0),
-            mode=int(mode or "0", 8),
-            permissions=perms,
-            owner=owner,
-            group=group,
-            is_symlink=symlink,
-        )
-        seconds = float(mtime or 0)
-        info.modified_time.FromDatetime(datetime.fromtimestamp(seconds, UTC))
-        if symlink:
-            info.symlink_target = posixpath.normpath(posixpath.join(posixpath.dirname(path), link))
-        entries.append(info)
-    return entries
+def entry_info(e: DirEntry) -> Any:
+    """The agent's entry as envd's `EntryInfo` (a symlink's type is its target's, its target
+    absolute)."""
+    info = fs.EntryInfo(
+        name=e.name,
+        type=fs.FILE_TYPE_DIRECTORY if (e.target_is_dir if e.is_symlink else e.is_dir) else fs.FILE_TYPE_FILE,
+        path=e.path,
+        size=e.size,
+        mode=e.mode,
+        permissions=e.symbolic_mode,
+        owner=e.owner,
+        group=e.group,
+        is_symlink=e.is_symlink,
+    )
+    info.modified_time.FromDatetime(datetime.fromtimestamp(e.mtime, UTC))
+    if e.is_symlink:
+        info.symlink_target = posixpath.normpath(posixpath.join(posixpath.dirname(e.path), e.symlink_target))
+    return info
+
+
+@contextlib.contextmanager
+def _as_connect_errors(path: str) -> Iterator[None]:
+    """The agent's typed errors as envd's Connect codes."""
+    try:
+        yield
+    except E.QuotaExceeded as e:
+        raise ConnectError(Code.RESOURCE_EXHAUSTED, e.message) from None
+    except E.NotFound:
+        raise ConnectError(Code.NOT_FOUND, f"{path}: no such file or directory") from None
+    except E.Conflict as e:
+        raise ConnectError(Code.ALREADY_EXISTS, e.message) from None
+    except E.AuthError as e:
+        raise ConnectError(Code.PERMISSION_DENIED, e.message) from None
+    except E.InvalidRequest as e:
+        raise ConnectError(Code.INVALID_ARGUMENT, e.message) from None
+    except E.SandboxError as e:
+        raise ConnectError(Code.UNAVAILABLE, f"{e.kind.value}: {e.message}") from None
 
 
 class Filesystem:
@@ -93,58 +85,43 @@ class Filesystem:
     def __init__(self, core: Any) -> None:
         self.core = core
 
-    async def _run(self, ctx: Any, op: str, *args: str) -> list[Any]:
-        """Runs the shell program of `op` on `args` (an execution of the sandbox owner's, in one
-        of its exec slots); the entries it printed."""
+    def _session(self, ctx: Any, op: str) -> tuple[Any, Any, str | None]:
+        """The call's sandbox, the charged session its operation runs in, and its user (whose
+        are the directories it makes)."""
         rec, sb = target()
         user = request_user(ctx, sb)
-        try:
-            r = await self.core.session(rec, f"e2b.{op}").exec(
-                ["/bin/sh", "-c", _SCRIPTS[op], _FORMAT, *args],
-                cwd=sb.work_dir,
-                timeout=60,
-                limits=Limits(max_output_bytes=LISTING_BYTES),
-                user=user,
-            )
-        except E.QuotaExceeded as e:
-            raise ConnectError(Code.RESOURCE_EXHAUSTED, e.message) from None
-        except E.InvalidRequest as e:
-            raise ConnectError(Code.INVALID_ARGUMENT, e.message) from None
-        except E.SandboxError as e:
-            raise ConnectError(Code.UNAVAILABLE, f"{e.kind.value}: {e.message}") from None
-        where = args[-1] if op == "move" else args[0]
-        if r.exit_code == _MISSING:
-            raise ConnectError(Code.NOT_FOUND, f"{args[0]}: no such file or directory")
-        if r.exit_code == _NOT_DIR:
-            what = "a file exists there" if op == "mkdir" else "not a directory"
-            raise ConnectError(Code.INVALID_ARGUMENT, f"{where}: {what}")
-        if r.exit_code == _EXISTS:
-            raise ConnectError(Code.ALREADY_EXISTS, f"{where}: the directory exists")
-        if r.timed_out or r.exit_code != 0 and not (op == "list" and r.stdout):
-            why = r.stderr.decode("utf-8", "replace").strip() or f"exit {r.exit_code}"
-            code = Code.PERMISSION_DENIED if "ermission denied" in why else Code.INTERNAL
-            raise ConnectError(code, f"{where}: {why}")
-        return _entries(r.stdout)
+        return self.core.session(rec, f"e2b.{op}"), sb, user
 
     async def stat(self, req: Any, ctx: Any) -> Any:
-        entries = await self._run(ctx, "stat", resolve(target()[1], req.path))
-        return fs.StatResponse(entry=entries[0] if entries else None)
+        session, sb, _ = self._session(ctx, "stat")
+        path = resolve(sb, req.path)
+        with _as_connect_errors(path):
+            return fs.StatResponse(entry=entry_info(await session.stat(path)))
 
     async def list_dir(self, req: Any, ctx: Any) -> Any:
         depth = req.depth or 1
         if depth > MAX_DEPTH:
             raise ConnectError(Code.INVALID_ARGUMENT, f"depth is at most {MAX_DEPTH}")
-        entries = await self._run(ctx, "list", resolve(target()[1], req.path), str(depth))
-        return fs.ListDirResponse(entries=entries)
+        session, sb, _ = self._session(ctx, "list")
+        path = resolve(sb, req.path)
+        with _as_connect_errors(path):
+            entries = await session.list_dir(path, depth)
+        return fs.ListDirResponse(entries=[entry_info(e) for e in entries])
 
     async def make_dir(self, req: Any, ctx: Any) -> Any:
-        entries = await self._run(ctx, "mkdir", resolve(target()[1], req.path))
-        return fs.MakeDirResponse(entry=entries[0] if entries else None)
+        session, sb, user = self._session(ctx, "mkdir")
+        path = resolve(sb, req.path)
+        with _as_connect_errors(path):
+            return fs.MakeDirResponse(
+                entry=entry_info(await session.make_dir(path, exist_ok=False, user=user))
+            )
 
     async def move(self, req: Any, ctx: Any) -> Any:
-        sb = target()[1]
-        entries = await self._run(ctx, "move", resolve(sb, req.source), resolve(sb, req.destination))
-        return fs.MoveResponse(entry=entries[0] if entries else None)
+        session, sb, user = self._session(ctx, "move")
+        source, destination = resolve(sb, req.source), resolve(sb, req.destination)
+        with _as_connect_errors(source):
+            entry = await session.move(source, destination, make_parents=True, user=user)
+        return fs.MoveResponse(entry=entry_info(entry))
 
     async def remove(self, req: Any, ctx: Any) -> Any:
         rec, sb = target()

@@ -1,4 +1,4 @@
-"""E2B snapshots over the core's checkpoints (`sandboxes.checkpoints`): what e2b's
+"""E2B snapshots over the core's checkpoints (`sandboxes.state.checkpoints`): what e2b's
 `create_snapshot`, `list_snapshots`, `delete_snapshot` and `Sandbox.create(snapshot_id)` send.
 
 ```

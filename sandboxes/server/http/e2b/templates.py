@@ -36,12 +36,12 @@ from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from sandboxes import errors as E
-from sandboxes.server.built_templates import Build, BuiltTemplate, split_ref
 from sandboxes.server.http.e2b.state import ENVD_VERSION
 from sandboxes.server.http.endpoint import Refused
 from sandboxes.server.http.timestamps import iso
 from sandboxes.server.image_templates import template_for_image
 from sandboxes.server.template_build import STEP_KINDS, BuildSpec, Step
+from sandboxes.state.built_templates import Build, BuiltTemplate, split_ref
 
 __all__ = ["Templates"]
 

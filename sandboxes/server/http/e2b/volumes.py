@@ -1,4 +1,4 @@
-"""E2B volumes over the core's volumes (`sandboxes.volumes`): what e2b's `Volume` sends.
+"""E2B volumes over the core's volumes (`sandboxes.state.volumes`): what e2b's `Volume` sends.
 
 ```
 POST   /volumes {name}          201 {volumeID, name, token}   (the key's; names unique per key)
@@ -8,7 +8,7 @@ DELETE /volumes/{id}            204 / 404
 ```
 
 and the volume content API (`E2B_VOLUME_API_URL`, this port too), authorized by the volume's own
-token (`Authorization: Bearer`), on the volume's files from the host (`sandboxes.volume_files`:
+token (`Authorization: Bearer`), on the volume's files from the host (`sandboxes.state.volume_files`:
 confined to the volume, symlinks never followed):
 
 ```
@@ -49,7 +49,7 @@ from sandboxes import errors as E
 from sandboxes.server.http.bodies import read_body
 from sandboxes.server.http.endpoint import Envelope, Refused, code_body
 from sandboxes.server.http.timestamps import iso
-from sandboxes.volume_files import Entry, VolumeFiles
+from sandboxes.state.volume_files import Entry, VolumeFiles
 
 __all__ = ["VolumeContent", "Volumes"]
 

@@ -1,7 +1,9 @@
 """The Prime Sandboxes API (`prime-sandboxes` SDK, verifiers' PrimeRuntime) on the server's HTTP
 port: the control plane (`api.py`), the per-sandbox gateway (`gateway.py`) with its command
 sessions (`sessions.py`) and background-job statuses (`jobs.py`). Sandboxes are the server's
-records (`ServerCore.claim`), so quotas, TTLs and shutdown treat them as any other."""
+records (`ServerCore.claim`), so quotas, lifetimes (`timeout_minutes` their TTL,
+`idle_timeout_minutes` their idle bound) and shutdown treat them as any other; how a sandbox
+ended (`_ENDINGS`, by the server's delete reason) is what the API shows of it afterwards."""
 
 from __future__ import annotations
 
@@ -39,7 +41,7 @@ class PrimeApi:
         # The API's view of a sandbox reaches the other replicas of a cluster with its record.
         core.share_attr(
             "prime",
-            dataclass_codec(PrimeSandbox, exclude=("last_active",), on_load=self.control.apply_limits),
+            dataclass_codec(PrimeSandbox, on_load=self.control.apply_limits),
         )
 
     def routes(self) -> list[Any]:
@@ -72,6 +74,3 @@ class PrimeApi:
         if sessions is not None:
             sessions.close()
         self.tombstones.add(rec.owner, sb)
-
-    async def close(self) -> None:
-        await self.control.close()

@@ -7,6 +7,10 @@ jobs then go to the sandbox's gateway (`gateway.py`) with the token of `POST ...
 Checkpoints (`checkpoints.py`) and volumes (`volumes.py`) are routes of this plane too; `create`
 with a `checkpoint_id` restores one, with `volumes` attaches them.
 
+`timeout_minutes` is the record's TTL (its end: TIMEOUT) and `idle_timeout_minutes` its idle
+bound (its end: TERMINATED, `idle_timeout`), both the registry's; the gateway's calls are the
+activity that renews the idle bound (`Registry.touch`).
+
 Errors are `{"detail": ...}` with the status the SDK maps: 401 (UnauthorizedError), 404, 422
 (invalid request), 429 (quota), 503 (draining). A key sees only its own sandboxes; another key's
 sandbox is 404, as an unknown one.
@@ -17,7 +21,6 @@ from __future__ import annotations
 import asyncio
 import dataclasses
 import shlex
-import time
 import uuid
 from collections.abc import Awaitable, Callable
 from typing import Any
@@ -47,7 +50,6 @@ __all__ = ["ControlPlane"]
 
 MAX_BODY_BYTES = 4 << 20
 GB = 1 << 30
-IDLE_SWEEP_S = 5.0
 COMMAND_OUTPUT_BYTES = 256 << 20
 
 Handler = Callable[[Request, str], Awaitable[Any]]
@@ -64,7 +66,6 @@ class ControlPlane:
     def __init__(self, prime: Any) -> None:
         self.prime = prime
         self.core = prime.core
-        self._sweeper: asyncio.Task | None = None
 
     def routes(self) -> list[Route]:
         r = self._route
@@ -104,6 +105,7 @@ class ControlPlane:
             versioned_volumes=[(m.name, m.mount_path, m.read_only) for m in args.volumes] or None,
             network=args.network.egress if args.network is not None else None,
             ttl_s=args.timeout_minutes * 60.0 if args.timeout_minutes > 0 else None,
+            idle_s=args.idle_timeout_minutes * 60.0 if args.idle_timeout_minutes else None,
             idempotency_key=f"prime:{args.idempotency_key}" if args.idempotency_key else None,
         )
         try:
@@ -139,7 +141,6 @@ class ControlPlane:
         rec.attrs["prime"] = sb
         sb.note(f"sandbox {sb.id} created: {sb.name}")
         sb.note(f"image {args.docker_image} runs as template {rec.template!r} ({why})")
-        self._ensure_sweeper()
         return sb
 
     def apply_limits(self, rec: Any, sb: PrimeSandbox) -> None:
@@ -327,34 +328,6 @@ class ControlPlane:
         body = await self._body(request)
         wanted = body.get("jobs") if isinstance(body, dict) else None
         return JSONResponse(await jobs.statuses(wanted, self._session_of(owner)))
-
-    # -- idle timeouts -----------------------------------------------------------------------
-
-    def _ensure_sweeper(self) -> None:
-        if self._sweeper is None or self._sweeper.done():
-            self._sweeper = asyncio.create_task(self._sweep(), name="sandboxes-prime-idle")
-
-    async def _sweep(self) -> None:
-        """Deletes sandboxes idle past their `idle_timeout_minutes`; ends with the last of them."""
-        while True:
-            await asyncio.sleep(IDLE_SWEEP_S)
-            now = time.monotonic()
-            bounded = 0
-            for rec in list(self.core.registry):
-                sb = rec.attrs.get("prime")
-                if sb is None or sb.idle_timeout_minutes is None:
-                    continue
-                bounded += 1
-                if now - sb.last_active > sb.idle_timeout_minutes * 60:
-                    sb.end("TERMINATED", "idle_timeout")
-                    await self.core.delete_record(rec, "idle")
-            if not bounded:
-                return
-
-    async def close(self) -> None:
-        if self._sweeper is not None:
-            self._sweeper.cancel()
-            await asyncio.gather(self._sweeper, return_exceptions=True)
 
 
 def _policy(sb: PrimeSandbox) -> dict[str, Any]:

@@ -1,5 +1,5 @@
 """The Prime Sandboxes API's filesystem checkpoints, `{base}/api/v1/sandbox/.../checkpoints`, over
-the core's checkpoints (`sandboxes.checkpoints`): what the SDK's `checkpoint`, `get_checkpoint`,
+the core's checkpoints (`sandboxes.state.checkpoints`): what the SDK's `checkpoint`, `get_checkpoint`,
 `get_checkpoints` (`checkpoints:batchGet`), `list_checkpoints`, `delete_checkpoint`,
 `delete_sandbox_checkpoints` and `wait_for_checkpoint` send, and `create` with a `checkpoint_id`
 (`parse_create`). A checkpoint is whole when the call that takes it returns, so it is `DURABLE`

@@ -87,7 +87,7 @@ class Gateway:
         rec = await self.core.registry.find(sandbox_id)
         sb = rec.attrs.get("prime") if rec is not None else None
         if sb is not None and sb.token_ok(token.strip()):
-            sb.touch()
+            self.core.registry.touch(rec)  # activity: its idle timeout counts from now
             return rec, sb
         ended = self.prime.tombstones.get(sandbox_id)
         if ended is not None and ended.token_ok(token.strip()):

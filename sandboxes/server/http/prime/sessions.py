@@ -60,6 +60,7 @@ class Sessions:
     stream."""
 
     def __init__(self, core: Any) -> None:
+        self.core = core
         self.programs = Programs(
             cs.CommandSessionEvent, _end_event, core=core, kill_orphans=True, attr="prime_sessions"
         )
@@ -71,7 +72,7 @@ class Sessions:
         if isinstance(target, ConnectError):
             raise target
         rec, sb = target
-        sb.touch()
+        self.core.registry.touch(rec)  # activity: its idle timeout counts from now
         return rec, sb, self.programs.of(rec)
 
     @staticmethod

@@ -53,14 +53,10 @@ class PrimeSandbox:
     termination_reason: str | None = None
     error_type: str | None = None
     error_message: str | None = None
-    last_active: float = field(default_factory=time.monotonic)
     # (sha256 of token, expiry unix seconds); the current one last.
     _tokens: list[tuple[bytes, float]] = field(default_factory=list)
     _token: str = ""
     log: list[str] = field(default_factory=list)
-
-    def touch(self) -> None:
-        self.last_active = time.monotonic()
 
     def note(self, line: str) -> None:
         """A line of the sandbox's log (`GET /sandbox/{id}/logs`), bounded."""

@@ -4,6 +4,7 @@
 //! user namespace maps them all), so this is the step `su` would take, not a new power. Elsewhere
 //! the programs' own user is the one accepted.
 
+use std::collections::HashMap;
 use std::io::Read;
 use std::os::fd::OwnedFd;
 use std::path::Path;
@@ -134,9 +135,107 @@ impl Accounts {
         Ok(())
     }
 
+    /// The host gid of the group `name` of the sandbox's `/etc/group` (or a bare id), for a
+    /// change of a file's group; only the programs' own group where they may not be others.
+    pub fn group(&self, name: &str) -> Result<u32, AgentError> {
+        let gid = match read_etc("group")?
+            .lines()
+            .map(|l| l.split(':').collect::<Vec<_>>())
+            .find(|f| f.len() >= 3 && f[0] == name)
+        {
+            Some(f) => f[2].parse::<u32>().map_err(|_| {
+                AgentError::Invalid(format!(
+                    "the sandbox's /etc/group gives group {name:?} no numeric id"
+                ))
+            })?,
+            None => name.parse::<u32>().map_err(|_| {
+                AgentError::Invalid(format!("no group {name:?} in this sandbox's /etc/group"))
+            })?,
+        };
+        if gid != self.gid && !self.others {
+            return Err(AgentError::PermissionDenied(format!(
+                "group {name:?}: this sandbox's programs run as gid {} and may give files no \
+                 other group (a sandbox whose programs run as root may)",
+                self.gid
+            )));
+        }
+        if gid >= sandbox_exec::userns::RANGE {
+            return Err(AgentError::Invalid(format!(
+                "group {name:?} has id {gid}, beyond the sandbox's {} ids",
+                sandbox_exec::userns::RANGE
+            )));
+        }
+        Ok(self.owner.gid - self.gid + gid)
+    }
+
+    /// How files' owners read inside the sandbox: its ids, and their names in its `/etc/passwd`
+    /// and `/etc/group` (read once; without them, the ids).
+    pub fn ids(&self) -> Ids {
+        let names = |file: &str| -> HashMap<u32, String> {
+            read_etc(file)
+                .unwrap_or_default()
+                .lines()
+                .map(|l| l.split(':').collect::<Vec<_>>())
+                .filter(|f| f.len() >= 3)
+                .filter_map(|f| Some((f[2].parse().ok()?, f[0].to_string())))
+                .collect()
+        };
+        Ids {
+            uid_base: i64::from(self.owner.uid) - i64::from(self.uid),
+            gid_base: i64::from(self.owner.gid) - i64::from(self.gid),
+            users: names("passwd"),
+            groups: names("group"),
+        }
+    }
+
     /// The owner of files written for the user `name`.
     pub fn owner(&self, name: &str) -> Result<Owner, AgentError> {
         Ok(self.lookup(name)?.map_or(self.owner, |u| u.owner))
+    }
+}
+
+/// Files' owners as the sandbox's programs see them (`Accounts::ids`).
+pub struct Ids {
+    /// The host ids of the programs' id 0.
+    uid_base: i64,
+    gid_base: i64,
+    users: HashMap<u32, String>,
+    groups: HashMap<u32, String>,
+}
+
+/// The id the kernel shows for a host id the sandbox does not map.
+const OVERFLOW_ID: u32 = 65534;
+
+impl Ids {
+    fn inside(host: u32, base: i64) -> u32 {
+        match u32::try_from(i64::from(host) - base) {
+            Ok(id) if id < sandbox_exec::userns::RANGE => id,
+            _ => OVERFLOW_ID,
+        }
+    }
+
+    /// The user of a host uid: its id inside and its name (the id when it has none).
+    pub fn user(&self, host: u32) -> (u32, String) {
+        let id = Self::inside(host, self.uid_base);
+        (
+            id,
+            self.users
+                .get(&id)
+                .cloned()
+                .unwrap_or_else(|| id.to_string()),
+        )
+    }
+
+    /// The group of a host gid: its id inside and its name (the id when it has none).
+    pub fn group(&self, host: u32) -> (u32, String) {
+        let id = Self::inside(host, self.gid_base);
+        (
+            id,
+            self.groups
+                .get(&id)
+                .cloned()
+                .unwrap_or_else(|| id.to_string()),
+        )
     }
 }
 

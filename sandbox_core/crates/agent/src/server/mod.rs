@@ -8,7 +8,7 @@ mod run_tests;
 mod stream;
 
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
@@ -44,6 +44,33 @@ pub struct AgentService {
 }
 
 pub(crate) type BoxStream<T> = Pin<Box<dyn Stream<Item = Result<T, Status>> + Send + 'static>>;
+
+/// A call's life, as the blocking work it started sees it: dropped (the caller went away, so
+/// tonic dropped the call's future) it tells that work to stop.
+#[derive(Default)]
+struct Call(Arc<AtomicBool>);
+
+impl Call {
+    fn flag(&self) -> Flag {
+        Flag(self.0.clone())
+    }
+}
+
+impl Drop for Call {
+    fn drop(&mut self) {
+        self.0.store(true, Ordering::Relaxed);
+    }
+}
+
+/// The flag a `Call` sets when it ends.
+struct Flag(Arc<AtomicBool>);
+
+impl std::ops::Deref for Flag {
+    type Target = AtomicBool;
+    fn deref(&self) -> &AtomicBool {
+        &self.0
+    }
+}
 
 /// Runs blocking file work off the async workers.
 async fn blocking<T: Send + 'static>(
@@ -227,10 +254,27 @@ impl Agent for AgentService {
         &self,
         request: Request<pb::ListDirRequest>,
     ) -> Result<Response<pb::ListDirResponse>, Status> {
-        let path = request.into_inner().path;
-        let roots = self.roots.clone();
-        let entries = blocking(move || files::list_dir(&roots, &path)).await?;
+        let req = request.into_inner();
+        let (roots, accounts) = (self.roots.clone(), self.accounts);
+        let call = Call::default();
+        let cancel = call.flag();
+        let entries = blocking(move || {
+            files::list_dir(&roots, &accounts.ids(), &req.path, req.depth, &cancel)
+        })
+        .await?;
         Ok(Response::new(pb::ListDirResponse { entries }))
+    }
+
+    async fn file_op(
+        &self,
+        request: Request<pb::FileOpRequest>,
+    ) -> Result<Response<pb::FileOpResponse>, Status> {
+        let req = request.into_inner();
+        let (roots, accounts) = (self.roots.clone(), self.accounts);
+        let call = Call::default();
+        let cancel = call.flag();
+        let out = blocking(move || files::file_op(&roots, &accounts, req, &cancel)).await?;
+        Ok(Response::new(out))
     }
 
     async fn remove(

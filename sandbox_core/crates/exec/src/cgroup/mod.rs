@@ -55,9 +55,9 @@ pub enum Version {
 impl Version {
     /// The file a child writes "0" into to join a cgroup of this version. On v1 it is `tasks`:
     /// moving the writing thread itself (the child has one) skips the kernel's global threadgroup
-    /// lock, whose write side waits for an RCU grace period after an idle spell (measured here:
-    /// an exec after 50 ms of quiet took 7-11 ms instead of 2 through `cgroup.procs`). v2 has no
-    /// such file for domain cgroups.
+    /// lock, whose write side waits for an RCU grace period after an idle spell (milliseconds,
+    /// several times the rest of a short exec, through `cgroup.procs`). v2 has no such file for
+    /// domain cgroups.
     pub fn join_file(self) -> &'static str {
         match self {
             Version::V1 => "tasks",

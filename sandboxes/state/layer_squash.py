@@ -1,4 +1,4 @@
-"""Layers in an overlay's lower-layer form (`sandboxes.checkpoints`) merged into one, as overlayfs
+"""Layers in an overlay's lower-layer form (`sandboxes.state.checkpoints`) merged into one, as overlayfs
 shows them stacked: what a long chain of a volume's versions is folded into, so that a volume
 published many times stays one layer deep (an overlay takes a bounded number of lower layers).
 

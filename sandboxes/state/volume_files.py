@@ -20,7 +20,7 @@ import stat
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from .errors import InvalidRequest, NotFound
+from ..errors import InvalidRequest, NotFound
 
 __all__ = ["Entry", "VolumeFiles"]
 

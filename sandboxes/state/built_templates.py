@@ -2,7 +2,7 @@
 
 A built template belongs to one key (`owner`). It has a name, an id, and builds; each build is
 the steps of one request run in a sandbox of its base (`template_build.py`), and a ready build is
-a kept checkpoint (`sandboxes.checkpoints`): its layers are the base's plus what the steps
+a kept checkpoint (`sandboxes.state.checkpoints`): its layers are the base's plus what the steps
 changed, shared by every sandbox made from it. Tags name builds (`default` unless a request names
 others); a new build that becomes ready takes its tags from the builds that had them, and a build
 left with no tag is dropped (its layers stay while sandboxes made from it run).
@@ -33,7 +33,7 @@ from pathlib import Path
 from typing import Any
 
 from sandboxes.errors import InvalidRequest, NotFound, QuotaExceeded
-from sandboxes.json_records import read_record, write_record
+from sandboxes.state.json_records import read_record, write_record
 
 __all__ = ["DEFAULT_TAG", "Build", "BuiltTemplate", "BuiltTemplates", "split_ref"]
 

@@ -36,8 +36,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .backends.images import cache_root
-from .errors import InvalidRequest, NotFound, SandboxError
+from ..backends.images import cache_root
+from ..errors import InvalidRequest, NotFound, SandboxError
 from .json_records import read_records, write_record
 
 __all__ = [

@@ -1,4 +1,4 @@
-"""A checkpoint's layer (a directory in an overlay's lower-layer form, `sandboxes.checkpoints`) as
+"""A checkpoint's layer (a directory in an overlay's lower-layer form, `sandboxes.state.checkpoints`) as
 an OCI image layer: a gzipped tar in which overlay whiteouts (0/0 character devices) are
 `.wh.<name>` entries and opaque directories (`trusted.overlay.opaque`) hold a `.wh..wh..opq`,
 as a registry and a container runtime expect them (the OCI image spec's "whiteouts").

@@ -34,8 +34,8 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-from .backends.images import cache_root
-from .errors import InvalidRequest, NotFound
+from ..backends.images import cache_root
+from ..errors import InvalidRequest, NotFound
 from .json_records import read_records, write_record
 from .layer_squash import squash
 

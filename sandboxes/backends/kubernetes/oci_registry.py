@@ -18,8 +18,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from .errors import BackendUnavailable, InvalidRequest
-from .layer_tar import LayerBlob
+from ...errors import BackendUnavailable, InvalidRequest
+from ...state.layer_tar import LayerBlob
 
 __all__ = ["Registry", "RegistryError", "split_image"]
 
