@@ -37,6 +37,9 @@ PROBE = textwrap.dedent("""
 """)
 
 
+OUT = "/tmp/probe-$(readlink /proc/self/ns/pid | tr -dc 0-9)"  # one name per sandbox
+
+
 async def _serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> None:
     writer.write(b"fenced-ok\n")
     await writer.drain()
@@ -46,14 +49,17 @@ async def _serve(reader: asyncio.StreamReader, writer: asyncio.StreamWriter) -> 
 async def _build(server: Any, port: int) -> str:
     """A template of `OWNER`'s whose start command probes the loopback server at `port`."""
     core = server.core
-    start = f"python3 -c {_quote(PROBE)} {port} > /tmp/probe 2>&1"
+    # The build runs its start command too, and its checkpoint keeps what that wrote: the probe's
+    # file is named by the sandbox's pid namespace, so a new sandbox's ready check never passes on
+    # the build's answer.
+    start = f"python3 -c {_quote(PROBE)} {port} > {OUT}.part 2>&1; mv {OUT}.part {OUT}"
     spec = BuildSpec(
         template="agent",
         base="image:fenced",
         steps=(),
         user="root",
         start_cmd=start,
-        ready_cmd="grep -q HTTP /tmp/probe",
+        ready_cmd=f"grep -q HTTP {OUT}",
     )
     t, b = core.built.request(OWNER, "fenced", [], 0, 0)
     await core.builder.run(t, b, spec)
@@ -67,7 +73,7 @@ def _quote(s: str) -> str:
 
 async def _probe_of(server: Any, sandbox_id: str) -> str:
     rec = await server.core.record(sandbox_id, OWNER)
-    r = await rec.sandbox.exec(["cat", "/tmp/probe"])
+    r = await rec.sandbox.exec(["/bin/sh", "-c", f"cat {OUT}"])
     return r.stdout.decode().strip()
 
 

@@ -11,7 +11,7 @@ import asyncio
 import logging
 import signal
 from collections.abc import Mapping
-from typing import Any, Self
+from typing import TYPE_CHECKING, Any, Self
 
 import grpc
 
@@ -20,6 +20,9 @@ from sandboxes.server.core import ServerCore
 from sandboxes.server.metrics import Metrics
 from sandboxes.server.quota import QuotaLimits, Quotas
 from sandboxes.server.service import SandboxService, ServiceConfig
+
+if TYPE_CHECKING:
+    from sandboxes.server.http.surface import Surface
 
 __all__ = ["MAX_MESSAGE_BYTES", "Server", "serve"]
 
@@ -104,7 +107,7 @@ class Server:
         # A metadata key whose value, at an E2B create, names the image or template to run.
         self.image_metadata_key = image_metadata_key
         self.http: Any = None
-        self.prime: Any = None
+        self.surfaces: list[Surface] = []  # the APIs on the HTTP port, in the order they are matched
         self.http_port: int | None = None
         # Sandboxes' ports reached from outside (`ports.py`): on the HTTP port, and on a listener
         # of their own when asked.
@@ -181,15 +184,14 @@ class Server:
                 from sandboxes.server.http.prime import PrimeApi
 
                 core = self.core
-                fusion = FusionApi(core, self.auth, insecure=self.http_insecure)
-                piston = PistonApi(core, self.auth, insecure=self.http_insecure)
-                self.prime = PrimeApi(core, self.auth)
-                e2b = E2bApi(core, self.auth, image_key=self.image_metadata_key)
-                daytona = DaytonaApi(core, self.auth)
-                routes = (
-                    fusion.routes() + piston.routes() + self.prime.routes() + e2b.routes() + daytona.routes()
-                )
-                self.http = HttpServer(routes, front=[e2b.traffic], ports=self.ports, grace_s=self.grace_s)
+                self.surfaces = [
+                    FusionApi(core, self.auth, insecure=self.http_insecure),
+                    PistonApi(core, self.auth, insecure=self.http_insecure),
+                    PrimeApi(core, self.auth),
+                    E2bApi(core, self.auth, image_key=self.image_metadata_key),
+                    DaytonaApi(core, self.auth),
+                ]
+                self.http = HttpServer(self.surfaces, ports=self.ports, grace_s=self.grace_s)
                 self.http_port = await self.http.start(self.host, self.http_port_requested)
                 if self.ports_port is None:  # sandboxes' ports are reached on the HTTP port
                     self.core.ports_base = f"{host}:{self.http_port}"

@@ -5,7 +5,7 @@ sandboxes and charge their executions here, and nowhere else:
 - `claim` a sandbox that outlives the call (registered: found by id, deleted by its owner or at
   the end of its lifetime, shared with the other replicas of a cluster); its lifetime is the
   registry's (`registry.py`): a TTL, an idle bound the surfaces' calls renew
-  (`registry.touch`), and whether its end deletes or pauses it;
+  (`touch`), and whether its end deletes or pauses it;
 - `one_shot` a sandbox for one request (the SandboxFusion and Piston runs): the same admission,
   quota and pool, never registered, destroyed when the request ends;
 - `session(rec, method)`, the one way a surface runs a program in a sandbox: each holds one of the
@@ -16,7 +16,9 @@ sandboxes and charge their executions here, and nowhere else:
   its TTL is kept, and resuming is activity for its idle bound).
 
 A transport turns its requests into these calls and their errors (`sandboxes.errors`) into its
-own answers; it keeps no sandbox or quota state of its own.
+own answers; it keeps no sandbox or quota state of its own. The HTTP surfaces hold the core as a
+`SurfaceCore` (`surface_core.py`), the protocol of the calls they make, which `ServerCore`
+satisfies (`_as_surface_core`).
 """
 
 from __future__ import annotations
@@ -26,24 +28,37 @@ import contextlib
 import logging
 import time
 from collections.abc import AsyncIterator, Callable, Iterator
-from typing import Any
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
 
 from sandboxes import errors as E
 from sandboxes.egress import EgressPolicy
 from sandboxes.errors import Step
 from sandboxes.server.create import CreateSpec, Source, resolve
+from sandboxes.server.image_templates import template_for_image
 from sandboxes.server.metrics import Metrics
 from sandboxes.server.ports import TOKEN_ATTR, port_token
-from sandboxes.server.quota import Quotas
+from sandboxes.server.programs import Holder, end_programs, holder_of
+from sandboxes.server.quota import QuotaLimits, Quotas
 from sandboxes.server.registry import Record, Registry
 from sandboxes.server.replicated import Codec, SharedRecords
 from sandboxes.server.session import Session
-from sandboxes.server.template_build import TEMPLATE_LABEL, Builder, start_and_wait
+from sandboxes.server.template_build import TEMPLATE_LABEL, Builder, BuildSpec, start_and_wait
 from sandboxes.server.validation import Bounds, Validator
-from sandboxes.server.volume_versions import ATTACHMENTS_ATTR, VOLUME_LABEL, VolumeVersions, attachments_codec
-from sandboxes.state.built_templates import BuiltTemplates
+from sandboxes.server.volume_versions import (
+    ATTACHMENTS_ATTR,
+    VOLUME_LABEL,
+    VersionedVolume,
+    VolumeVersions,
+    attachments_codec,
+)
+from sandboxes.state.built_templates import Build, BuiltTemplate, BuiltTemplates
 from sandboxes.state.checkpoints import DEFAULT_TTL_S as DEFAULT_CHECKPOINT_TTL_S
 from sandboxes.state.volumes import DEFAULT_SIZE_BYTES as DEFAULT_VOLUME_BYTES
+
+if TYPE_CHECKING:
+    from sandboxes.server.surface_core import SurfaceCore
+    from sandboxes.templates import Template
 
 __all__ = ["DRAIN_QUIET_S", "ServerCore"]
 
@@ -132,6 +147,7 @@ class ServerCore:
             if cluster.others_alive():
                 for rec in records:
                     self.registry.pop(rec.id)
+                    end_programs(rec)  # this server's streams to them end with it
                     if rec.local:
                         self.quotas.release_sandbox(rec.owner)
                     self.pool.detach(rec.sandbox)
@@ -143,6 +159,14 @@ class ServerCore:
         await asyncio.gather(*(self.delete_record(r, "shutdown") for r in records), return_exceptions=True)
         if self.shared is not None:
             await self.shared.close()
+
+    def add_delete_listener(self, listener: Callable[[Record, str], None]) -> None:
+        """`listener(record, reason)` is called as each sandbox leaves the registry (`on_delete`)."""
+        self.on_delete.append(listener)
+
+    def limits(self, owner: str) -> QuotaLimits:
+        """`owner`'s quota limits."""
+        return self.quotas.limits_of(owner)
 
     # -- draining ----------------------------------------------------------------------------
 
@@ -189,6 +213,16 @@ class ServerCore:
 
     def default_template(self) -> str:
         return getattr(self.pool, "default_template", "default")
+
+    def template(self, name: str) -> Template | None:
+        """The server's template `name`; None where this server has none of that name (a record
+        of another replica may name a template made there for an image)."""
+        return self.pool.templates.get(name)
+
+    async def image_template(self, image: str | None) -> tuple[str, str]:
+        """(template name, how it was chosen) of the template that runs `image`
+        (`image_templates.template_for_image`; None: the template the HTTP APIs default to)."""
+        return await template_for_image(self.pool, image)
 
     def _admit(self, template: str) -> None:
         """Whether a sandbox of `template` may be had now: not while draining, not of an unknown
@@ -540,28 +574,6 @@ class ServerCore:
             raise E.NotFound(f"no checkpoint {checkpoint_id!r}")
         return await self.pool.delete_checkpoint(checkpoint_id, owner)
 
-    async def start_built(self, rec: Record, t: Any, build: Any, env: dict[str, str] | None = None) -> None:
-        """A sandbox of a built template, made from its checkpoint, starts as its build ended:
-        the template's start command running and its ready command succeeding (else
-        `LaunchError`, and the claim deletes the sandbox)."""
-        self.built.spawned(t)
-        if not build.start_cmd:
-            return
-        error = await start_and_wait(
-            rec.sandbox, build.start_cmd, build.ready_cmd, build.work_dir, env or {}, build.run_as
-        )
-        if error:
-            raise E.LaunchError(f"template {t.name!r}: {error}")
-
-    async def delete_built_template(self, owner: str, ref: str) -> Any:
-        """Deletes `owner`'s built template and its builds' checkpoints."""
-        t = self.built.delete(owner, ref)
-        for b in t.builds.values():
-            if b.checkpoint:
-                with contextlib.suppress(E.NotFound):
-                    await self.pool.delete_checkpoint(b.checkpoint, owner)
-        return t
-
     async def fork(
         self,
         rec: Record,
@@ -595,6 +607,112 @@ class ServerCore:
             for sb in forks
         ]
 
+    # -- templates built through the APIs (`template_build.py`) --------------------------------
+
+    async def start_built(self, rec: Record, t: Any, build: Any, env: dict[str, str] | None = None) -> None:
+        """A sandbox of a built template, made from its checkpoint, starts as its build ended:
+        the template's start command running and its ready command succeeding (else
+        `LaunchError`, and the claim deletes the sandbox)."""
+        self.built.spawned(t)
+        if not build.start_cmd:
+            return
+        error = await start_and_wait(
+            rec.sandbox, build.start_cmd, build.ready_cmd, build.work_dir, env or {}, build.run_as
+        )
+        if error:
+            raise E.LaunchError(f"template {t.name!r}: {error}")
+
+    async def delete_built_template(self, owner: str, ref: str) -> Any:
+        """Deletes `owner`'s built template and its builds' checkpoints."""
+        t = self.built.delete(owner, ref)
+        for b in t.builds.values():
+            if b.checkpoint:
+                with contextlib.suppress(E.NotFound):
+                    await self.pool.delete_checkpoint(b.checkpoint, owner)
+        return t
+
+    def built_templates(self, owner: str) -> list[BuiltTemplate]:
+        """`owner`'s built templates, oldest first."""
+        return self.built.of(owner)
+
+    def built_template(self, owner: str, ref: str) -> BuiltTemplate:
+        """`owner`'s built template by id or name (a tag is ignored); `NotFound` otherwise."""
+        return self.built.get(owner, ref)
+
+    def find_built(self, owner: str, ref: str) -> BuiltTemplate | None:
+        """`owner`'s built template by id or name, if any."""
+        return self.built.find(owner, ref)
+
+    def built_template_exists(self, template_id: str) -> bool:
+        """Whether a built template of that id (anyone's) exists."""
+        return self.built.exists(template_id)
+
+    def ready_build(self, owner: str, ref: str) -> tuple[BuiltTemplate, Build] | None:
+        """The ready build `ref` (`name`, `name:tag` or an id) names among `owner`'s, if any."""
+        return self.built.ready_build(owner, ref)
+
+    def request_build(
+        self, owner: str, ref: str, tags: list[str], cpu_count: int, memory_mb: int
+    ) -> tuple[BuiltTemplate, Build]:
+        """A new build, waiting, of `owner`'s template named by `ref` (made if new)."""
+        return self.built.request(owner, ref, tags, cpu_count, memory_mb)
+
+    def start_build(self, t: BuiltTemplate, b: Build, spec: BuildSpec) -> None:
+        """Runs build `b` of `spec` in the background (its state is `b`'s)."""
+        self.builder.start(t, b, spec)
+
+    async def build(self, owner: str, name: str, spec: BuildSpec) -> tuple[BuiltTemplate, Build]:
+        """`owner`'s ready build of `name`, else a new build of `spec` run to its end (ready or
+        failed: `Build.status`)."""
+        found = self.built.ready_build(owner, name)
+        if found is not None:
+            return found
+        t, b = self.built.request(owner, name, [], 0, 0)
+        await self.builder.run(t, b, spec)
+        return t, b
+
+    async def template_from_sandbox(self, rec: Record, name: str, work_dir: str) -> BuiltTemplate:
+        """A built template `name` of `rec`'s owner whose one build is `rec`'s files now (a
+        checkpoint, counted in the owner's quota), starting in `work_dir`."""
+        t, b = self.built.request(rec.owner, name, [], 0, 0)
+        try:
+            cp = await self.checkpoint(rec, name=name, ttl_s=None, labels={TEMPLATE_LABEL: t.id})
+        except BaseException:
+            self.built.delete(rec.owner, t.id)
+            raise
+        b.checkpoint, b.work_dir, b.status = cp.id, work_dir, "ready"
+        self.built.finish(t, b)
+        return t
+
+    def tag_build(self, owner: str, target: str, tags: list[str]) -> Build:
+        """Tags the build `target` (`name:tag`) names with `tags` too."""
+        return self.built.assign_tags(owner, target, tags)
+
+    def untag_build(self, owner: str, ref: str, tags: list[str]) -> None:
+        """Removes `tags` from `owner`'s template `ref`; the builds left without one go, with
+        their checkpoints."""
+        for cp in self.built.remove_tags(owner, ref, tags):
+            self.builder.drop_checkpoint(owner, cp)
+
+    def upload_path(self, template_id: str, digest: str) -> Path:
+        """Where the archive `digest` uploaded for a built template is kept."""
+        return self.built.upload_path(template_id, digest)
+
+    def upload_token(self, template_id: str, digest: str) -> str:
+        """The token of the link that uploads archive `digest` (the uploader sends no key)."""
+        return self.built.upload_token(template_id, digest)
+
+    def upload_ok(self, template_id: str, digest: str, token: str | None) -> bool:
+        """Whether `token` is the upload link's."""
+        return self.built.upload_ok(template_id, digest, token)
+
+    @contextlib.contextmanager
+    def uploading(self, template_id: str) -> Iterator[Callable[[int], None]]:
+        """One upload to `template_id`, told each chunk's size (`QuotaExceeded` past the key's
+        upload quota)."""
+        with self.built.uploading(template_id) as add:
+            yield add
+
     # -- volumes -------------------------------------------------------------------------------
 
     def volume_of(self, owner: str, ref: str) -> Any:
@@ -622,7 +740,38 @@ class ServerCore:
         self.volume_of(owner, ref)
         return await self.pool.delete_volume(ref, owner=owner)
 
+    def volumes_root(self) -> Path:
+        """The directory the volumes are kept in (a surface's keys for them are kept there too)."""
+        return Path(self.pool.volumes.root)
+
+    def volume_by_id(self, volume_id: str) -> Any:
+        """The volume `volume_id`, whoever's it is (for a caller its own token authorized);
+        `NotFound` otherwise. Blocking: call from a thread."""
+        return self.pool.volumes.get(volume_id)
+
+    @contextlib.contextmanager
+    def volume_mounted(self, volume_id: str) -> Iterator[str]:
+        """The host directory of volume `volume_id`, mounted while the block runs (a sandbox's
+        mount of it is shared). Blocking: call from a thread."""
+        root = self.pool.volumes.acquire(volume_id)
+        try:
+            yield root
+        finally:
+            self.pool.volumes.release(volume_id)
+
     # -- volumes kept as versions (`volume_versions.py`) ----------------------------------------
+
+    def versioned_volumes(self, owner: str) -> list[VersionedVolume]:
+        """`owner`'s volumes kept as versions."""
+        return self.volume_versions.list(owner)
+
+    def versioned_volume(self, owner: str, name: str) -> VersionedVolume:
+        """`owner`'s volume kept as versions named `name`; `NotFound` otherwise."""
+        return self.volume_versions.get(owner, name)
+
+    def versioned_bytes(self, owner: str) -> int:
+        """What `owner`'s volumes kept as versions hold."""
+        return self.volume_versions.used_bytes(owner)
 
     def create_volume_version(self, owner: str, name: str) -> Any:
         """A new, never published, volume of `owner`'s kept as versions, counted in its volume
@@ -768,6 +917,7 @@ class ServerCore:
         rec.evicted = cp.id
         sb._paused = True  # its calls are refused as a paused sandbox's from now on
         self.registry.expire_at(rec, time.time() + self.bounds.max_paused_s)
+        end_programs(rec)  # its processes end with it
         await self._release_quietly(sb)
 
     async def _restore(self, rec: Record) -> None:
@@ -795,6 +945,27 @@ class ServerCore:
         if rec is None:
             raise E.NotFound(f"no sandbox {sid!r}")
         return rec
+
+    async def find_record(self, sandbox_id: str, owner: str | None = None) -> Record | None:
+        """The record of `sandbox_id` (of `owner`, when given), if any: asked of the cluster when
+        this replica does not know it (yet). Unlike `record`, the id is not validated."""
+        return await self.registry.find(sandbox_id, owner)
+
+    def records(self, owner: str) -> list[Record]:
+        """`owner`'s records (the other replicas' too)."""
+        return self.registry.select(owner)
+
+    def touch(self, rec: Record) -> None:
+        """Activity of `rec` now: its idle bound counts from here."""
+        self.registry.touch(rec)
+
+    def set_ttl(self, rec: Record, ttl_s: float) -> None:
+        """`rec` ends `ttl_s` from now (sooner or later than it would have)."""
+        self.registry.set_ttl(rec, ttl_s)
+
+    def set_idle(self, rec: Record, idle_s: float | None) -> None:
+        """`rec` ends `idle_s` after its last activity (None: no idle bound); counted from now."""
+        self.registry.set_idle(rec, idle_s)
 
     def share_attr(self, name: str, codec: Codec) -> None:
         """Let `Record.attrs[name]` reach the other replicas of a cluster (through `save`)."""
@@ -827,6 +998,7 @@ class ServerCore:
             self.shared.deleted(rec.id)
         if rec.local:
             self.quotas.release_sandbox(rec.owner)
+        end_programs(rec)
         for listener in self.on_delete:
             try:
                 listener(rec, reason)
@@ -872,6 +1044,11 @@ class ServerCore:
         """`rec`'s sandbox as `method` runs programs in it, each charged to `rec.owner`."""
         return Session(self, rec, method)
 
+    def programs(self, rec: Record) -> Holder:
+        """The long-lived programs of `rec`'s sandbox (`programs.py`): every surface starts its
+        sessions, terminals and kernels there; they end as the sandbox is deleted or evicted."""
+        return holder_of(self, rec)
+
     @contextlib.contextmanager
     def exec_slot(self, owner: str, method: str) -> Iterator[None]:
         """One execution of `owner` in flight (`QuotaExceeded` past the key's limit), counted and
@@ -884,6 +1061,11 @@ class ServerCore:
             finally:
                 self.metrics.inflight_execs.dec()
                 self.metrics.exec_latency.labels(method).observe(time.perf_counter() - started)
+
+
+def _as_surface_core(core: ServerCore) -> SurfaceCore:
+    """Where mypy checks that `ServerCore` is the core the HTTP surfaces type against."""
+    return core
 
 
 def _same_template(rec: Record, template: str) -> Record:

@@ -15,6 +15,10 @@ and timed as `method`:
 - `hold()` for work that is more than one program (a cell through a kernel, a command in a
   session's shell): the slot until the returned release is called.
 
+Programs that outlive their request (a command session's, a terminal) are started through the
+sandbox's `Holder` (`programs.py`), which takes their slot with `hold()` and ends them with the
+sandbox.
+
 What the server runs to set a sandbox up (a build's steps, a create's start command, the kernel
 that serves cells) belongs to that create or cell and is not charged apart.
 """

@@ -174,7 +174,7 @@ class Builder:
             b.fail(f"the build failed: {e}", None)
         finally:
             for cp in self.store.finish(t, b):
-                self._drop_checkpoint(t.owner, cp)
+                self.drop_checkpoint(t.owner, cp)
 
     def _reuse(self, t: BuiltTemplate, b: Build, hit: Build) -> None:
         cp = self.core.checkpoint_of(t.owner, hit.checkpoint)
@@ -225,7 +225,8 @@ class Builder:
         # ready finds it by its tags.
         b.status, b.finished_at = "ready", time.time()
 
-    def _drop_checkpoint(self, owner: str, checkpoint_id: str) -> None:
+    def drop_checkpoint(self, owner: str, checkpoint_id: str) -> None:
+        """Deletes a build's checkpoint of `owner`'s (gone already: nothing)."""
         try:
             self.core.pool.checkpoints.delete(checkpoint_id, owner)
         except E.NotFound:

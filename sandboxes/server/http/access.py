@@ -5,20 +5,24 @@ from __future__ import annotations
 
 import contextlib
 from collections.abc import AsyncIterator, Awaitable, Callable
-from typing import Any, ClassVar
+from typing import TYPE_CHECKING, Any, ClassVar
 
 from starlette.requests import Request
 from starlette.responses import Response
 from starlette.routing import Route
 
 from sandboxes.server.auth import ANONYMOUS, ApiKeys
-from sandboxes.server.core import ServerCore
 from sandboxes.server.http.endpoint import Envelope
+from sandboxes.server.http.surface import Surface
+
+if TYPE_CHECKING:
+    from sandboxes.sandbox import SandboxBase
+    from sandboxes.server.surface_core import SurfaceCore
 
 __all__ = ["OneShotSurface", "caller"]
 
 
-def caller(auth: ApiKeys, insecure: bool, request: Any) -> str:
+def caller(auth: ApiKeys, insecure: bool, request: Request) -> str:
     """The owner of the key `request` bears (`Authorization: Bearer ...`); ANONYMOUS where the
     surface is open (`insecure`, or a server without keys). Raises the auth error otherwise."""
     if insecure or not auth.enabled:
@@ -26,7 +30,7 @@ def caller(auth: ApiKeys, insecure: bool, request: Any) -> str:
     return auth.authenticate_header(request.headers.get("authorization"))
 
 
-class OneShotSurface:
+class OneShotSurface(Surface):
     """A surface whose every request runs in a fresh sandbox of `core` (`ServerCore.one_shot`,
     of `template`; None: the default), open to all when `insecure`. A subclass names its
     `envelope` and its `routes()`."""
@@ -35,7 +39,7 @@ class OneShotSurface:
 
     def __init__(
         self,
-        core: ServerCore,
+        core: SurfaceCore,
         auth: ApiKeys,
         *,
         insecure: bool = False,
@@ -59,7 +63,7 @@ class OneShotSurface:
     @contextlib.asynccontextmanager
     async def sandbox(
         self, owner: str, method: str, files: dict[str, Any] | None = None
-    ) -> AsyncIterator[Any]:
+    ) -> AsyncIterator[SandboxBase]:
         """A fresh sandbox for one run of `owner`'s, holding one exec slot while it runs."""
         async with self.core.one_shot(owner, self.template, files=files, method=method) as sb:
             yield sb

@@ -3,10 +3,13 @@ metadata) and volume mounts, each refused with the caller's API's 400 (`Refused`
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sandboxes import errors as E
 from sandboxes.server.http.endpoint import Refused
+
+if TYPE_CHECKING:
+    from sandboxes.server.surface_core import SurfaceCore
 
 __all__ = ["str_map", "volume_mounts"]
 
@@ -23,7 +26,7 @@ def str_map(value: Any, name: str) -> dict[str, str]:
 
 
 def volume_mounts(
-    core: Any, owner: str, value: Any, *, volume: str, path: str, what: str
+    core: SurfaceCore, owner: str, value: Any, *, volume: str, path: str, what: str
 ) -> dict[str, tuple[str, bool]] | None:
     """A list of `{<volume>: id or name, <path>: mount path}` as the core's mounts (path ->
     (volume, read-only)), each of `owner`'s volumes (404 otherwise); None when there are none."""

@@ -35,16 +35,21 @@ import base64
 import binascii
 import logging
 import time
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from starlette.responses import JSONResponse, PlainTextResponse
+from starlette.requests import Request
+from starlette.responses import JSONResponse, PlainTextResponse, Response
+from starlette.routing import BaseRoute, Route
 
 from sandboxes import errors as E
 from sandboxes import languages
 from sandboxes.server.auth import ANONYMOUS
 from sandboxes.server.http.access import OneShotSurface
 from sandboxes.server.http.endpoint import Envelope, detail_body
-from sandboxes.types import Limits
+from sandboxes.types import ExecResult, Limits
+
+if TYPE_CHECKING:
+    from sandboxes.sandbox import SandboxBase
 
 __all__ = ["FusionApi"]
 
@@ -111,7 +116,7 @@ def _parse(req: Any) -> dict[str, Any]:
     }
 
 
-def _command_result(r: Any) -> dict[str, Any]:
+def _command_result(r: ExecResult) -> dict[str, Any]:
     timed_out = bool(r.timed_out)
     return {
         "status": "TimeLimitExceeded" if timed_out else "Finished",
@@ -146,9 +151,7 @@ class FusionApi(OneShotSurface):
 
     envelope = Envelope("fusion", detail_body, invalid=422)
 
-    def routes(self) -> list[Any]:
-        from starlette.routing import Route
-
+    def routes(self) -> list[BaseRoute]:
         return [
             self.route("/run_code", self._run_code, "POST"),
             self.route("/run_code/batch", self._run_code_batch, "POST"),
@@ -156,11 +159,11 @@ class FusionApi(OneShotSurface):
             Route("/health", _health, methods=["GET"]),
         ]
 
-    async def _run_code(self, request: Any, owner: str) -> Any:
+    async def _run_code(self, request: Request, owner: str) -> Response:
         req = _parse(await self.envelope.json(request, MAX_BODY_BYTES))
         return JSONResponse(await self.run_one(req, owner))
 
-    async def _run_code_batch(self, request: Any, owner: str) -> Any:
+    async def _run_code_batch(self, request: Request, owner: str) -> Response:
         body = await self.envelope.json(request, MAX_BODY_BYTES)
         items = body.get("requests") if isinstance(body, dict) else body
         if not isinstance(items, list):
@@ -218,7 +221,9 @@ class FusionApi(OneShotSurface):
             return self._response(status, compile_result, run_result, sb, fetched)
 
     @staticmethod
-    def _response(status: str, compile_result: Any, run_result: Any, sb: Any, files: dict) -> dict[str, Any]:
+    def _response(
+        status: str, compile_result: Any, run_result: Any, sb: SandboxBase, files: dict
+    ) -> dict[str, Any]:
         return {
             "status": status,
             "message": "",
@@ -229,9 +234,9 @@ class FusionApi(OneShotSurface):
         }
 
 
-async def _health(request: Any) -> Any:
+async def _health(request: Request) -> Response:
     return JSONResponse({"status": "ok"})
 
 
-async def _ping(request: Any) -> Any:
+async def _ping(request: Request) -> Response:
     return PlainTextResponse("pong")

@@ -3,7 +3,9 @@ contexts whose state is kept across cells.
 
 A context is one Python kernel (`kernel_main.py`) running inside the sandbox as any program does,
 under the same isolation and caps, its namespace kept across cells. A sandbox's contexts are the
-record's `kernel_contexts`, the same whichever API made them. Cells of one context run in order:
+record's `kernel_contexts`, the same whichever API made them; their kernels are programs of the
+sandbox's `Holder` (`server/programs.py`, kind `kernel`, not charged: each cell is, by the API
+that runs it), so they end with the sandbox. Cells of one context run in order:
 `begin` takes the context (its lock) and sends the cell, `events` yields what the cell does
 (`stdout` / `stderr` / `result` / `error` dicts as the kernel writes them, a `keepalive` every
 `KEEPALIVE_S` of silence, then `end_of_execution`) and gives the context back at the end. A
@@ -24,18 +26,22 @@ import time
 from collections.abc import AsyncGenerator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from sandboxes import errors as E
 from sandboxes.server.http import cells
 from sandboxes.server.http.endpoint import Refused
 from sandboxes.types import Limits
 
-__all__ = ["ATTR", "Context", "Contexts", "Kernels", "language_of"]
+if TYPE_CHECKING:
+    from sandboxes.server.surface_core import SurfaceCore
+
+__all__ = ["ATTR", "KIND", "Context", "Contexts", "Kernels", "language_of"]
 
 log = logging.getLogger("sandboxes.server")
 
 ATTR = "kernel_contexts"
+KIND = "kernel"  # of the kernels among a sandbox's long-lived programs
 KERNEL_SOURCE = (Path(__file__).with_name("kernel_main.py")).read_text()
 LANGUAGES = {"python": "python", "py": "python", "python3": "python"}
 MAX_CONTEXTS = 32
@@ -99,15 +105,12 @@ class Contexts:
             ctx.stop()
         return ctx
 
-    def close(self) -> None:
-        for c in self.by_id.values():
-            c.stop()
-        self.by_id.clear()
-        self.default.clear()
-
 
 class Kernels:
-    """The kernels of the sandboxes of a server."""
+    """The kernels of the sandboxes of a server (`core`'s)."""
+
+    def __init__(self, core: SurfaceCore) -> None:
+        self.core = core
 
     @staticmethod
     def contexts(rec: Any) -> Contexts:
@@ -118,8 +121,11 @@ class Kernels:
         ctx.stop()
         ctx.pending = b""
         ctx.queue = None
-        stream = rec.sandbox.exec_stream(
+        stream = self.core.programs(rec).start(
+            KIND,
+            ctx.id,
             ["python3", "-u", "-c", KERNEL_SOURCE],
+            charge=None,
             cwd=ctx.cwd,
             stdin=None,
             timeout=KERNEL_LIMITS.cpu_time_s,

@@ -32,9 +32,11 @@ import base64
 import binascii
 import re
 import signal as signals
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-from starlette.responses import JSONResponse
+from starlette.requests import Request
+from starlette.responses import JSONResponse, Response
+from starlette.routing import BaseRoute
 
 from sandboxes import errors as E
 from sandboxes import languages
@@ -43,6 +45,9 @@ from sandboxes.server.http import cells
 from sandboxes.server.http.access import OneShotSurface
 from sandboxes.server.http.endpoint import Envelope, Refused, message_body
 from sandboxes.types import ExecResult, Limits
+
+if TYPE_CHECKING:
+    from sandboxes.server.surface_core import SurfaceCore
 
 __all__ = ["PistonApi", "version_matches"]
 
@@ -141,19 +146,19 @@ class PistonApi(OneShotSurface):
 
     envelope = Envelope("piston", message_body)
 
-    def __init__(self, core: Any, auth: ApiKeys, **kwargs: Any) -> None:
+    def __init__(self, core: SurfaceCore, auth: ApiKeys, **kwargs: Any) -> None:
         super().__init__(core, auth, **kwargs)
         self._runtimes: list[dict[str, Any]] | None = None
         self._runtimes_lock = asyncio.Lock()
 
-    def routes(self) -> list[Any]:
+    def routes(self) -> list[BaseRoute]:
         return [
             self.route("/api/v2/runtimes", self._list_runtimes, "GET"),
             self.route("/api/v2/execute", self._execute, "POST"),
             self.route("/execute_batch", self._execute_batch, "POST"),
         ]
 
-    async def _json(self, request: Any) -> Any:
+    async def _json(self, request: Request) -> Any:
         if not request.headers.get("content-type", "").startswith("application/json"):
             raise Refused(415, "requests must be of type application/json")
         return await self.envelope.json(request, MAX_BODY_BYTES)
@@ -183,12 +188,12 @@ class PistonApi(OneShotSurface):
                 self._runtimes = found
             return self._runtimes
 
-    async def _list_runtimes(self, request: Any, owner: str) -> Any:
+    async def _list_runtimes(self, request: Request, owner: str) -> Response:
         return JSONResponse(await self.runtimes(owner))
 
     # -- /api/v2/execute -------------------------------------------------------------------------
 
-    async def _execute(self, request: Any, owner: str) -> Any:
+    async def _execute(self, request: Request, owner: str) -> Response:
         job = await self._parse(await self._json(request), owner)
         return JSONResponse(await self._run(job, owner))
 
@@ -259,7 +264,7 @@ class PistonApi(OneShotSurface):
 
     # -- /execute_batch --------------------------------------------------------------------------
 
-    async def _execute_batch(self, request: Any, owner: str) -> Any:
+    async def _execute_batch(self, request: Request, owner: str) -> Response:
         scripts, langs, timeout = _parse_batch(await self._json(request))
         sem = asyncio.Semaphore(self.max_batch_concurrency)
 

@@ -1,13 +1,14 @@
 """The server's one HTTP port (`sandboxes serve --http-port`): every HTTP-compatible API on it.
 
 An ASGI application (Starlette routing, the Connect services mounted into it) served by uvicorn
-on a socket bound here, so port 0 works and the bound port is known before serving. Each surface
-(`fusion.py`, `piston.py`, `prime/`, `e2b/`) contributes routes; a surface whose requests are
-told apart by a header rather than a path (E2B's in-sandbox calls) contributes a `front` hook,
-which sees every request first. A connection whose first request names a sandbox's port (its Host
-`{port}-{id}.domain`, as E2B's `get_host` and Daytona's preview links form it) is handed, before
-any of it is parsed as a request here, to the server's port carrier (`ports.py`). Errors a
-surface does not catch become its JSON error shape, never a traceback page.
+on a socket bound here, so port 0 works and the bound port is known before serving. It serves a
+list of surfaces (`surface.py`: `fusion.py`, `piston.py`, `prime/`, `e2b/`, `daytona/`), each
+contributing its routes and WebSocket routes; a surface whose requests are told apart by a header
+rather than a path (E2B's in-sandbox calls) contributes a `front` hook, which sees every request
+first; each is closed once the port stops. A connection whose first request names a sandbox's
+port (its Host `{port}-{id}.domain`, as E2B's `get_host` and Daytona's preview links form it) is
+handed, before any of it is parsed as a request here, to the server's port carrier (`ports.py`).
+Errors a surface does not catch become its JSON error shape, never a traceback page.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import logging
 import math
 import os
 import socket
-from collections.abc import Awaitable, Callable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any
 
 import uvicorn
@@ -26,26 +27,28 @@ from starlette.applications import Starlette
 from starlette.exceptions import HTTPException
 from starlette.responses import JSONResponse
 
+from sandboxes.server.http.surface import Surface
+
 __all__ = ["HttpServer"]
 
 log = logging.getLogger("sandboxes.server.http")
 
 
 class HttpServer:
-    """Serves `routes` (Starlette routes / mounts) behind the `front` hooks (`await hook(scope,
-    receive, send)` -> True when it served the request); `await start(host, port)` returns the
-    port."""
+    """Serves `surfaces` (`Surface`): their routes in the list's order, behind their `front`
+    hooks (`await hook(scope, receive, send)` -> True when it served the request); `await
+    start(host, port)` returns the port; `stop` closes the surfaces too."""
 
     def __init__(
         self,
-        routes: Sequence[Any],
+        surfaces: Sequence[Surface],
         *,
-        front: Sequence[Callable[[Any, Any, Any], Awaitable[bool]]] = (),
         ports: Any = None,
         grace_s: float = 5.0,
     ) -> None:
-        self.routes = list(routes)
-        self.front = list(front)
+        self.surfaces = list(surfaces)
+        self.routes = [r for s in self.surfaces for r in (*s.routes(), *s.websocket_routes())]
+        self.front = [hook for s in self.surfaces for hook in s.front()]
         self.ports = ports  # a `PortProxy`: takes connections that name a sandbox's port
         self.grace_s = grace_s
         self.port: int | None = None
@@ -119,7 +122,8 @@ class HttpServer:
         return self.port
 
     async def stop(self) -> None:
-        """Stop accepting, let running requests finish within `grace_s`, then close."""
+        """Stop accepting, let running requests finish within `grace_s`, then close, and close
+        the surfaces."""
         if self._server is None or self._task is None:
             return
         self._server.should_exit = True
@@ -128,6 +132,11 @@ class HttpServer:
         finally:
             self._server = self._task = None
             self._sock.close()
+            for surface in self.surfaces:
+                try:
+                    await surface.close()
+                except Exception:
+                    log.exception("closing the HTTP surface %s failed", type(surface).__name__)
 
 
 # Bytes of a first request head read before deciding where its connection goes.

@@ -8,7 +8,9 @@ supplies its messages (`event`: the event class with its nested `StartEvent`, `D
 `EndEvent`, `KeepAlive`), how an exit reads on its platform (`end_of`), and whether a program
 whose starting stream goes away is killed (`kill_orphans`). A program may be named (Prime's
 `session_uuid` / `tag`, E2B's `tag`): a named one can be re-attached, and its end is replayed
-for `RETAIN_S`. A running program holds one exec slot of its key's quota until it ends.
+for `RETAIN_S`. A running program is held by its sandbox's `Holder` (`server/programs.py`,
+under the service's `attr` as its kind): it holds one exec slot of its key's quota until it ends,
+and ends with its sandbox.
 """
 
 from __future__ import annotations
@@ -19,13 +21,16 @@ import logging
 import time
 from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from connectrpc.code import Code
 from connectrpc.errors import ConnectError
 
 from sandboxes import errors as E
 from sandboxes.types import Limits
+
+if TYPE_CHECKING:
+    from sandboxes.server.surface_core import SurfaceCore
 
 __all__ = ["COMMAND_LIMITS", "DEFAULT_TIMEOUT_S", "KEEPALIVE_S", "Programs", "SandboxSessions", "Session"]
 
@@ -113,13 +118,6 @@ class SandboxSessions:
             raise ConnectError(Code.FAILED_PRECONDITION, "the process has exited")
         return s
 
-    def close(self) -> None:
-        for s in list(self.live):
-            s.stream.cancel()
-            if s.pump is not None:
-                s.pump.cancel()
-        self.live.clear()
-
 
 class Programs:
     """The session core of one Connect process service (see the module's docstring)."""
@@ -129,16 +127,17 @@ class Programs:
         event: Any,
         end_of: Callable[[Any], Any],
         *,
-        core: Any,
+        core: SurfaceCore,
         kill_orphans: bool,
         attr: str,
         limits: Limits = COMMAND_LIMITS,
     ) -> None:
         self.event = event
         self.end_of = end_of
-        self.core = core  # the server's core: a running session holds one of its exec slots
+        self.core = core  # the server's core: its sandboxes' `Holder`s run the programs
         self.kill_orphans = kill_orphans
-        self.attr = attr  # where a record keeps its SandboxSessions
+        # Where a record keeps its SandboxSessions, and the kind (and charged method) of its programs.
+        self.attr = attr
         self.limits = limits  # of every program it starts
 
     def of(self, rec: Any) -> SandboxSessions:
@@ -167,8 +166,11 @@ class Programs:
                 Code.RESOURCE_EXHAUSTED, f"at most {MAX_SESSIONS_PER_SANDBOX} running processes"
             )
         try:
-            stream = self.core.session(rec, self.attr).exec_stream(
+            stream = self.core.programs(rec).start(
+                self.attr,
+                None,
                 argv,
+                charge=self.attr,
                 env=env or None,
                 cwd=cwd,
                 timeout=timeout_s,

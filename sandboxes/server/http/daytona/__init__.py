@@ -6,32 +6,42 @@ quotas, TTLs and shutdown treat them as any other; a key sees only its own."""
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING
 
 from starlette.requests import Request
+from starlette.routing import BaseRoute
 from starlette.websockets import WebSocket
 
 from sandboxes.server.http.daytona.api import PREFIX, ControlPlane
 from sandboxes.server.http.daytona.state import DaytonaSandbox
 from sandboxes.server.http.daytona.toolbox import Toolbox
-from sandboxes.server.http.kernels import ATTR as KERNELS_ATTR
+from sandboxes.server.http.surface import Surface
 from sandboxes.server.replicated import dataclass_codec
+
+if TYPE_CHECKING:
+    from sandboxes.server.auth import ApiKeys
+    from sandboxes.server.registry import Record
+    from sandboxes.server.surface_core import SurfaceCore
 
 __all__ = ["DaytonaApi"]
 
 
-class DaytonaApi:
-    def __init__(self, core: Any, auth: Any) -> None:
+class DaytonaApi(Surface):
+    def __init__(self, core: SurfaceCore, auth: ApiKeys) -> None:
         self.core = core
         self.auth = auth
         self.control = ControlPlane(self)
         self.toolbox = Toolbox(self)
-        core.on_delete.append(self._ended)
+        core.add_delete_listener(self._ended)
         # The API's view of a sandbox reaches the other replicas of a cluster with its record.
         core.share_attr("daytona", dataclass_codec(DaytonaSandbox))
 
-    def routes(self) -> list[Any]:
-        return self.control.routes() + self.toolbox.routes() + self.toolbox.websocket_routes()
+    def routes(self) -> list[BaseRoute]:
+        return [*self.control.routes(), *self.toolbox.routes()]
+
+    def websocket_routes(self) -> Sequence[BaseRoute]:
+        return self.toolbox.websocket_routes()
 
     def owner(self, request: Request | WebSocket) -> str:
         return self.auth.authenticate_header(request.headers.get("authorization"))
@@ -41,15 +51,7 @@ class DaytonaApi:
         """Where the SDK reaches sandboxes' toolboxes: this server, as the client reached it."""
         return str(request.base_url).rstrip("/") + PREFIX + "/toolbox"
 
-    def _ended(self, rec: Any, reason: str) -> None:
+    def _ended(self, rec: Record, reason: str) -> None:
         sb = rec.attrs.get("daytona")
         if sb is not None:
             sb.touch("destroyed")
-        kernels = rec.attrs.get(KERNELS_ATTR)
-        if kernels is not None:
-            kernels.close()
-        for pty in rec.attrs.get("daytona_ptys", {}).values():
-            pty.kill()
-        sessions = rec.attrs.get("daytona_sessions")
-        if sessions is not None:
-            sessions.close()

@@ -35,7 +35,7 @@ import json
 import math
 import time
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -49,6 +49,11 @@ from sandboxes.server.http.daytona.images import Images
 from sandboxes.server.http.daytona.state import DEFAULT_USER, DaytonaSandbox
 from sandboxes.server.http.endpoint import Envelope, Refused
 from sandboxes.server.http.fields import str_map, volume_mounts
+
+if TYPE_CHECKING:
+    from sandboxes.server.http.daytona import DaytonaApi
+    from sandboxes.server.registry import Record
+    from sandboxes.state.built_templates import Build, BuiltTemplate
 
 __all__ = ["ENVELOPE", "PREFIX", "ControlPlane", "error_body"]
 
@@ -73,7 +78,7 @@ Handler = Callable[[Request, str], Awaitable[Response]]
 class ControlPlane:
     """`routes()` of the REST API; `daytona` is the shared state (`DaytonaApi`)."""
 
-    def __init__(self, daytona: Any) -> None:
+    def __init__(self, daytona: DaytonaApi) -> None:
         self.daytona = daytona
         self.core = daytona.core
         self.images = Images(self)
@@ -118,14 +123,14 @@ class ControlPlane:
     def _answer(self, request: Request, sb: DaytonaSandbox) -> JSONResponse:
         return JSONResponse(sb.to_json(self.daytona.toolbox_url(request)))
 
-    async def live(self, owner: str, ref: str) -> tuple[Any, DaytonaSandbox]:
+    async def live(self, owner: str, ref: str) -> tuple[Record, DaytonaSandbox]:
         """`owner`'s sandbox by id or name, with its state as the record has it."""
-        rec = await self.core.registry.find(ref, owner)
+        rec = await self.core.find_record(ref, owner)
         if rec is None or "daytona" not in rec.attrs:
             rec = next(
                 (
                     r
-                    for r in self.core.registry.select(owner)
+                    for r in self.core.records(owner)
                     if "daytona" in r.attrs and r.attrs["daytona"].name == ref
                 ),
                 None,
@@ -154,7 +159,7 @@ class ControlPlane:
         if name is not None and (not isinstance(name, str) or not 0 < len(name) <= 128):
             raise Refused(400, "name must be a string of 1 to 128 characters")
         if name and any(
-            r.attrs["daytona"].name == name for r in self.core.registry.select(owner) if "daytona" in r.attrs
+            r.attrs["daytona"].name == name for r in self.core.records(owner) if "daytona" in r.attrs
         ):
             raise Refused(409, f"Sandbox with name {name} already exists")
         env, labels = str_map(body.get("env"), "env"), str_map(body.get("labels"), "labels")
@@ -210,18 +215,13 @@ class ControlPlane:
         await self.core.save(rec)
         return self._answer(request, sb)
 
-    async def _declared(self, owner: str, build_info: Any) -> tuple[Any, Any] | None:
+    async def _declared(self, owner: str, build_info: Any) -> tuple[BuiltTemplate, Build] | None:
         """The ready build of a declarative image (made now unless the key has it: the same
         Dockerfile is a cache hit), or None for a bare `FROM`."""
         spec = await self.images.build_spec(build_info)
         if not spec.steps and not spec.start_cmd:
             return None
-        name = f"image-{spec.digest()[:20]}"
-        found = self.core.built.ready_build(owner, name)
-        if found is not None:
-            return found
-        t, b = self.core.built.request(owner, name, [], 0, 0)
-        await self.core.builder.run(t, b, spec)
+        t, b = await self.core.build(owner, f"image-{spec.digest()[:20]}", spec)
         if b.status != "ready":
             raise Refused(400, f"the image's build failed: {(b.reason or {}).get('message', 'no reason')}")
         return t, b
@@ -245,7 +245,7 @@ class ControlPlane:
         limit = min(limit, MAX_LIST_LIMIT)
         start = int_of(q.get("cursor") or 0, "cursor")
         views = []
-        for rec in self.core.registry.select(owner):
+        for rec in self.core.records(owner):
             if "daytona" not in rec.attrs:
                 continue
             sb = _view(rec)
@@ -276,9 +276,8 @@ class ControlPlane:
 
     async def stop(self, request: Request, owner: str) -> Response:
         rec, sb = await self.live(owner, request.path_params["sandbox_id"])
-        for pty in rec.attrs.pop("daytona_ptys", {}).values():  # its terminals end with it
-            pty.kill()
         if sb.state == "started":
+            # Its programs (terminals, sessions, kernels) end with it: `core.programs`.
             await self.core.pause(rec, memory=False)
         sb.touch("stopped")
         return self._answer(request, sb)
@@ -303,7 +302,7 @@ class ControlPlane:
     async def auto_stop(self, request: Request, owner: str) -> Response:
         rec, sb = await self.live(owner, request.path_params["sandbox_id"])
         sb.auto_stop_min = int_of(request.path_params["minutes"], "autoStopInterval")
-        self.core.registry.set_idle(rec, sb.auto_stop_min * 60.0 or None)  # counted from now
+        self.core.set_idle(rec, sb.auto_stop_min * 60.0 or None)  # counted from now
         sb.touch()
         return self._answer(request, sb)
 
@@ -345,7 +344,7 @@ class ControlPlane:
         return JSONResponse({"sandboxId": sb.id, "url": url, "token": token})
 
 
-def _view(rec: Any) -> DaytonaSandbox:
+def _view(rec: Record) -> DaytonaSandbox:
     """The API's view of `rec`, with its state as the record has it now (an auto-stop pauses it)."""
     sb: DaytonaSandbox = rec.attrs["daytona"]
     sb.state = "stopped" if rec.state == "paused" else "started"

@@ -24,7 +24,7 @@ volumes by id or name. A key sees only its own.
 from __future__ import annotations
 
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -35,8 +35,13 @@ from sandboxes.server.http.daytona.fields import int_of
 from sandboxes.server.http.daytona.state import DEFAULT_USER, ORGANIZATION
 from sandboxes.server.http.endpoint import Refused
 from sandboxes.server.http.timestamps import iso
-from sandboxes.server.image_templates import template_for_image
-from sandboxes.server.template_build import TEMPLATE_LABEL, BuildSpec
+from sandboxes.server.template_build import BuildSpec
+
+if TYPE_CHECKING:
+    from sandboxes.server.http.daytona.api import ControlPlane, Handler
+    from sandboxes.state.built_templates import BuiltTemplate
+    from sandboxes.state.volumes import Volume
+    from sandboxes.templates import Template
 
 __all__ = ["Images"]
 
@@ -47,12 +52,11 @@ _STATES = {"waiting": "pending", "building": "building", "ready": "active", "err
 class Images:
     """The snapshot and volume routes' handlers; `control` is the control plane."""
 
-    def __init__(self, control: Any) -> None:
+    def __init__(self, control: ControlPlane) -> None:
         self.control = control
         self.core = control.core
-        self.store = control.core.built
 
-    def routes(self) -> list[tuple[str, Any, str]]:
+    def routes(self) -> list[tuple[str, Handler, str]]:
         return [
             ("/snapshots", self.create, "POST"),
             ("/snapshots", self.list, "GET"),
@@ -68,13 +72,13 @@ class Images:
 
     # -- snapshots -------------------------------------------------------------------------------
 
-    def _json(self, t: Any) -> dict[str, Any]:
+    def _json(self, t: BuiltTemplate) -> dict[str, Any]:
         b = t.build_of(None) or t.latest()
         state = _STATES.get(b.status, "pending") if b is not None else "pending"
         tp = None
         if b is not None and b.checkpoint:
             try:
-                tp = self.core.pool.templates.get(self.core.checkpoint_of(t.owner, b.checkpoint).template)
+                tp = self.core.template(self.core.checkpoint_of(t.owner, b.checkpoint).template)
             except E.NotFound:
                 tp = None
         return {
@@ -97,14 +101,15 @@ class Images:
     def exists(self, owner: str, ref: str) -> bool:
         """Whether `ref` names a snapshot `owner` may create from: one of the key's, or one of the
         server's templates (the platform's general snapshots)."""
-        return self.store.find(owner, ref) is not None or ref in (self.core.templates() or ())
+        return self.core.find_built(owner, ref) is not None or ref in (self.core.templates() or ())
 
     async def build_spec(self, build_info: Any) -> BuildSpec:
         """The build of a declarative image: its `FROM` on the template that serves that image,
         then its steps and start command (`dockerfile.py`)."""
         d = declared(build_info)
-        template, _ = await template_for_image(self.core.pool, d.image)
-        user = "root" if self.core.pool.templates[template].user == "root" else DEFAULT_USER
+        template, _ = await self.core.image_template(d.image)
+        tp = self.core.template(template)
+        user = "root" if tp is not None and tp.user == "root" else DEFAULT_USER
         return BuildSpec(
             template=template,
             base=f"image:{d.image}",
@@ -116,7 +121,7 @@ class Images:
 
     def _general_json(self, name: str) -> dict[str, Any]:
         """One of the server's templates as the platform's general snapshots are shown."""
-        tp = self.core.pool.templates[name]
+        tp = self.core.template(name)
         return {
             **_resources(tp),
             "id": name,
@@ -148,16 +153,16 @@ class Images:
                 raise Refused(400, "imageName is required")
             build_info = {"dockerfileContent": f"FROM {image}"}
         spec = await self.build_spec(build_info)
-        if self.store.find(owner, name) is not None:
+        if self.core.find_built(owner, name) is not None:
             raise Refused(409, f"snapshot {name} already exists")
-        t, b = self.store.request(owner, name, [], 0, 0)
-        self.core.builder.start(t, b, spec)
+        t, b = self.core.request_build(owner, name, [], 0, 0)
+        self.core.start_build(t, b, spec)
         return JSONResponse(self._json(t))
 
     async def list(self, request: Request, owner: str) -> Response:
         q = request.query_params
         page, limit = int_of(q.get("page") or 1, "page", low=1), int_of(q.get("limit") or 100, "limit", low=1)
-        mine = self.store.of(owner)
+        mine = self.core.built_templates(owner)
         items = mine[(page - 1) * limit : page * limit]
         return JSONResponse(
             {
@@ -170,7 +175,7 @@ class Images:
 
     async def get(self, request: Request, owner: str) -> Response:
         ref = request.path_params["ref"]
-        t = self.store.find(owner, ref)
+        t = self.core.find_built(owner, ref)
         if t is not None:
             return JSONResponse(self._json(t))
         if ref in (self.core.templates() or ()):
@@ -178,7 +183,7 @@ class Images:
         raise Refused(404, f"Snapshot {ref} not found")
 
     async def delete(self, request: Request, owner: str) -> Response:
-        if self.store.find(owner, request.path_params["ref"]) is None:
+        if self.core.find_built(owner, request.path_params["ref"]) is None:
             raise Refused(404, f"Snapshot {request.path_params['ref']} not found")
         await self.core.delete_built_template(owner, request.path_params["ref"])
         return Response(status_code=200)
@@ -193,22 +198,15 @@ class Images:
             raise Refused(
                 400, "memory snapshots are not available on this server: it keeps a sandbox's files"
             )
-        if self.store.find(owner, name) is not None:
+        if self.core.find_built(owner, name) is not None:
             raise Refused(409, f"snapshot {name} already exists")
-        t, b = self.store.request(owner, name, [], 0, 0)
-        try:
-            cp = await self.core.checkpoint(rec, name=name, ttl_s=None, labels={TEMPLATE_LABEL: t.id})
-        except BaseException:
-            self.store.delete(owner, t.id)
-            raise
-        b.checkpoint, b.work_dir, b.status = cp.id, sb.work_dir, "ready"
-        self.store.finish(t, b)
+        await self.core.template_from_sandbox(rec, name, sb.work_dir)
         return self.control._answer(request, sb)
 
     # -- volumes ---------------------------------------------------------------------------------
 
     @staticmethod
-    def _volume_json(v: Any) -> dict[str, Any]:
+    def _volume_json(v: Volume) -> dict[str, Any]:
         return {
             "id": v.id,
             "name": v.name,
@@ -240,7 +238,7 @@ class Images:
         return Response(status_code=200)
 
 
-def _resources(tp: Any) -> dict[str, int]:
+def _resources(tp: Template | None) -> dict[str, int]:
     """A snapshot's resources: its template's bounds (1 where it has none or is not known)."""
     return {
         "cpu": max(1, math.ceil(tp.cpu_quota)) if tp is not None and tp.cpu_quota else 1,

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import asyncio
 import json
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -33,6 +33,11 @@ from sandboxes.server.http.fields import str_map
 from sandboxes.server.http.kernels import Kernels, language_of
 from sandboxes.server.http.timestamps import iso
 
+if TYPE_CHECKING:
+    from sandboxes.server.http.daytona.state import DaytonaSandbox
+    from sandboxes.server.http.daytona.toolbox import Toolbox
+    from sandboxes.server.registry import Record
+
 __all__ = ["CodeInterpreter"]
 
 TIMEOUT_CLOSE = 4008  # the daemon's close code of a run past its timeout
@@ -42,9 +47,9 @@ MAX_CODE_BYTES = 16 << 20
 class CodeInterpreter:
     """The interpreter's handlers; `toolbox` is the toolbox (its sandbox lookup and envelope)."""
 
-    def __init__(self, toolbox: Any) -> None:
+    def __init__(self, toolbox: Toolbox) -> None:
         self.toolbox = toolbox
-        self.kernels = Kernels()
+        self.kernels = Kernels(toolbox.core)
 
     def routes(self) -> list[tuple[str, Any, str]]:
         return [
@@ -60,19 +65,19 @@ class CodeInterpreter:
     def _json(ctx: Any) -> dict[str, Any]:
         return {**ctx.json(), "active": ctx.alive(), "createdAt": iso(ctx.created_at)}
 
-    async def create_context(self, request: Request, rec: Any, sb: Any) -> Response:
+    async def create_context(self, request: Request, rec: Record, sb: DaytonaSandbox) -> Response:
         body = await self.toolbox._body(request)
         cwd = self.toolbox._path(sb, body["cwd"], "cwd") if body.get("cwd") else sb.work_dir
         ctx = await self.kernels.new(rec, language_of(body.get("language")), cwd)
         return JSONResponse(self._json(ctx))
 
-    async def list_contexts(self, request: Request, rec: Any, sb: Any) -> Response:
+    async def list_contexts(self, request: Request, rec: Record, sb: DaytonaSandbox) -> Response:
         contexts = self.kernels.contexts(rec)
         defaults = set(map(id, contexts.default.values()))
         made = [c for c in contexts.by_id.values() if id(c) not in defaults]
         return JSONResponse({"contexts": [self._json(c) for c in made]})
 
-    async def delete_context(self, request: Request, rec: Any, sb: Any) -> Response:
+    async def delete_context(self, request: Request, rec: Record, sb: DaytonaSandbox) -> Response:
         context_id = request.path_params["context_id"]
         if self.kernels.contexts(rec).remove(context_id) is None:
             raise Refused(404, f"context {context_id} not found")

@@ -14,6 +14,10 @@ binary frames; what it sends is typed into the terminal. When the shell exits ev
 gets `{"type": "control", "status": "exited", "exitCode": N}` and is closed (1000, the reason
 `{"exitCode": N}`). Environment variables come in the `X-Daytona-Pty-Envs~<base64url JSON>`
 subprotocol, as the SDK sends them.
+
+A session's shell is a program of the sandbox's `Holder` (`server/programs.py`, kind
+`daytona.pty`): it holds one of the owner's exec slots while it runs, and the sessions go with
+the sandbox (deleted, or stopped: a started sandbox has none).
 """
 
 from __future__ import annotations
@@ -39,10 +43,11 @@ from sandboxes.server.http.fields import str_map
 from sandboxes.server.http.timestamps import iso
 from sandboxes.types import Limits
 
-__all__ = ["Ptys"]
+__all__ = ["KIND", "Ptys"]
 
 EXIT_CONTROL = "X-Daytona-Pty-Exit-Control"
 ENVS_PREFIX = "X-Daytona-Pty-Envs~"
+KIND = "daytona.pty"  # of the sessions' shells among a sandbox's long-lived programs, and their charge
 MAX_PTYS = 32
 PTY_LIMITS = Limits(wall_time_s=24 * 3600.0, cpu_time_s=24 * 3600.0, max_output_bytes=1 << 30)
 _SHELL = "command -v bash >/dev/null 2>&1 && exec bash -i; exec sh -i"
@@ -53,14 +58,22 @@ class Pty:
     """One session: its shell on a terminal and the connections that watch it."""
 
     def __init__(
-        self, pty_id: str, session: Any, cwd: str, envs: dict[str, str], rows: int, cols: int
+        self, pty_id: str, programs: Any, cwd: str, envs: dict[str, str], rows: int, cols: int
     ) -> None:
         self.id, self.cwd, self.envs, self.rows, self.cols = pty_id, cwd, envs, rows, cols
         self.created_at = time.time()
         self.exit_code: int | None = None
         self.connections: set[WebSocket] = set()
-        self.stream = session.exec_stream(
-            ["/bin/sh", "-c", _SHELL], cwd=cwd, env=envs, terminal=(rows, cols), limits=PTY_LIMITS
+        # The shell holds an exec slot while it runs.
+        self.stream = programs.start(
+            KIND,
+            pty_id,
+            ["/bin/sh", "-c", _SHELL],
+            charge=KIND,
+            cwd=cwd,
+            env=envs,
+            terminal=(rows, cols),
+            limits=PTY_LIMITS,
         )
         self.ended = asyncio.Event()
         self.pump = asyncio.ensure_future(self._pump())
@@ -126,9 +139,10 @@ class Ptys:
     def __init__(self, toolbox: Any) -> None:
         self.toolbox = toolbox
 
-    @staticmethod
-    def of(rec: Any) -> dict[str, Pty]:
-        return rec.attrs.setdefault("daytona_ptys", {})
+    def of(self, rec: Any) -> dict[str, Pty]:
+        """`rec`'s sessions, by id (they go with its sandbox)."""
+        ptys: dict[str, Pty] = self.toolbox.core.programs(rec).state(KIND, dict)
+        return ptys
 
     def routes(self) -> list[tuple[str, Any, str]]:
         return [
@@ -195,7 +209,8 @@ class Ptys:
             pty_id = q.get("id") or ""
             if not _ID.fullmatch(pty_id):
                 raise Refused(400, "id must be 1 to 128 letters, digits, '.', '_' or '-'")
-            ptys = self.of(rec)
+            programs = self.toolbox.core.programs(rec)
+            ptys: dict[str, Pty] = programs.state(KIND, dict)
             if pty_id in ptys and not ptys[pty_id].ended.is_set():
                 raise Refused(409, f"PTY session {pty_id} already exists")
             if len(ptys) >= MAX_PTYS:
@@ -205,8 +220,7 @@ class Ptys:
                 raise Refused(400, "rows and cols must be from 1 to 1000")
             cwd = self.toolbox._path(sb, q["cwd"], "cwd") if q.get("cwd") else sb.work_dir
             envs = {**sb.env, **_envs(ws.scope.get("subprotocols") or [])}
-            session = self.toolbox.core.session(rec, "daytona.pty")  # the shell holds a slot while it runs
-            ptys[pty_id] = p = Pty(pty_id, session, cwd, envs, rows, cols)
+            ptys[pty_id] = p = Pty(pty_id, programs, cwd, envs, rows, cols)
         except (Refused, E.SandboxError, ValueError) as e:
             message = (
                 e.message if isinstance(e, (Refused, E.SandboxError)) else "rows and cols must be numbers"

@@ -9,6 +9,11 @@ command's status, never the session's end, and what a command prints can never b
 marker. A command that ends the shell (`exit 3`) reports its status from the shell's EXIT trap;
 the session's next command starts a new shell (the state kept is then the files'). `<dir>` is
 `/tmp/.sessions/<session>` inside the sandbox, removed with the session.
+
+A session's shell is a program of the sandbox's `Holder` (`server/programs.py`, kind
+`daytona.session`), not charged: each command holds one of the owner's exec slots until it ends
+(`Command.release`). The sessions go with the sandbox (deleted, or stopped: a started sandbox
+has none of the last one's); the holder keeps them (`Holder.state`).
 """
 
 from __future__ import annotations
@@ -25,8 +30,9 @@ from typing import Any
 from sandboxes import errors as E
 from sandboxes.types import Limits
 
-__all__ = ["Session", "Sessions"]
+__all__ = ["KIND", "Session", "Sessions"]
 
+KIND = "daytona.session"  # of the sessions' shells among a sandbox's long-lived programs
 MAX_SESSIONS = 64
 MAX_COMMANDS = 1000
 MAX_LOG_BYTES = 16 << 20
@@ -56,11 +62,12 @@ class Command:
 
 
 class Session:
-    """One session's shell in `sb` (a `Sandbox`)."""
+    """One session's shell, a program of `programs` (the sandbox's `Holder`)."""
 
-    def __init__(self, session_id: str, sb: Any, cwd: str, env: dict[str, str]) -> None:
+    def __init__(self, session_id: str, programs: Any, cwd: str, env: dict[str, str]) -> None:
         self.id = session_id
-        self.sb = sb
+        self.programs = programs
+        self.sb = programs.sandbox
         self.dir = f"/tmp/.sessions/{session_id}"
         self.commands: dict[str, Command] = {}
         self._cwd, self._env = cwd, env
@@ -69,8 +76,11 @@ class Session:
 
     def _spawn(self) -> None:
         """A new shell for the session (its first, or after a command ended the last one)."""
-        self._stream = self.sb.exec_stream(
+        self._stream = self.programs.start(
+            KIND,
+            self.id,
             ["/bin/sh", "-c", _SHELL],
+            charge=None,
             cwd=self._cwd,
             env=self._env,
             keep_descendants=True,
@@ -102,6 +112,8 @@ class Session:
                     c = self.commands.get(parts[1]) if len(parts) == 3 and parts[0] == _MARK else None
                     if c is not None and c.exit_code is None:
                         c.finish(int(parts[2]))
+        except E.SandboxError:
+            pass  # the shell was ended (its session deleted, its sandbox gone) or lost
         finally:
             for c in self.commands.values():  # the shell ended: nothing more will end
                 c.finish(-1)
@@ -150,11 +162,17 @@ class Session:
 
 
 class Sessions:
-    """The sessions of one sandbox (`sandbox`; kept as the record's `daytona_sessions`)."""
+    """The sessions of one sandbox, whose `Holder` is `programs` (which keeps this too)."""
 
-    def __init__(self, sandbox: Any) -> None:
-        self.sandbox = sandbox
+    def __init__(self, programs: Any) -> None:
+        self.programs = programs
         self.by_id: dict[str, Session] = {}
+
+    @staticmethod
+    def of(programs: Any) -> Sessions:
+        """The sessions of the sandbox whose `Holder` is `programs`."""
+        sessions: Sessions = programs.state(KIND, lambda: Sessions(programs))
+        return sessions
 
     async def create(self, session_id: str, cwd: str, env: dict[str, str]) -> Session:
         if not isinstance(session_id, str) or not _ID.fullmatch(session_id):
@@ -163,7 +181,7 @@ class Sessions:
             raise E.InvalidRequest(f"session {session_id} already exists")
         if len(self.by_id) >= MAX_SESSIONS:
             raise E.QuotaExceeded(f"a sandbox has at most {MAX_SESSIONS} sessions")
-        s = Session(session_id, self.sandbox, cwd, env)
+        s = Session(session_id, self.programs, cwd, env)
         self.by_id[session_id] = s
         await s.start()
         return s
@@ -178,10 +196,3 @@ class Sessions:
         s = self.get(session_id)
         del self.by_id[session_id]
         await s.close()
-
-    def close(self) -> None:
-        """The sandbox ended: its shells went with it."""
-        for s in self.by_id.values():
-            s._stream.cancel()
-            s._reader.cancel()
-        self.by_id.clear()

@@ -22,7 +22,7 @@ only by sessions, as the platform documents. Listings, stats, folders, moves, pe
 and searches are the agent's file operations (`FileVerbs`) on its path resolution, charged to the
 key as executions are. Errors are the daemon's body (`{statusCode, message, code, source}`), whose `code`
 the SDK turns into its typed errors (`FILE_NOT_FOUND`, ...). Every call is activity for the
-sandbox's auto-stop (`Registry.touch`: its idle bound counts from the latest call).
+sandbox's auto-stop (`ServerCore.touch`: its idle bound counts from the latest call).
 """
 
 from __future__ import annotations
@@ -35,7 +35,7 @@ import time
 import uuid
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response, StreamingResponse
@@ -51,6 +51,12 @@ from sandboxes.server.http.endpoint import Envelope, Refused
 from sandboxes.server.http.fields import str_map
 from sandboxes.server.http.timestamps import iso
 from sandboxes.types import DirEntry, Limits
+
+if TYPE_CHECKING:
+    from sandboxes.server.http.daytona import DaytonaApi
+    from sandboxes.server.http.daytona.state import DaytonaSandbox
+    from sandboxes.server.registry import Record
+    from sandboxes.server.session import Session
 
 __all__ = ["Toolbox"]
 
@@ -110,7 +116,7 @@ def file_info(e: DirEntry) -> dict[str, Any]:
 class Toolbox:
     """The toolbox routes; `daytona` is the shared state (`DaytonaApi`)."""
 
-    def __init__(self, daytona: Any) -> None:
+    def __init__(self, daytona: DaytonaApi) -> None:
         self.daytona = daytona
         self.core = daytona.core
         self.interpreter = CodeInterpreter(self)
@@ -143,13 +149,15 @@ class Toolbox:
             *(r(path, fn, method) for path, fn, method in self.ptys.routes()),
         ]
 
-    async def target(self, conn: Request | WebSocket, owner: str | None = None) -> tuple[Any, Any]:
+    async def target(
+        self, conn: Request | WebSocket, owner: str | None = None
+    ) -> tuple[Record, DaytonaSandbox]:
         """The started sandbox a call is for (its key's own); the call is its activity."""
         owner = self.daytona.owner(conn) if owner is None else owner
         rec, sb = await self.daytona.control.live(owner, conn.path_params["sandbox_id"])
         if sb.state != "started":
             raise Refused(409, f"sandbox {sb.id} is not started")
-        self.core.registry.touch(rec)  # activity: the auto-stop (its idle bound) counts from now
+        self.core.touch(rec)  # activity: the auto-stop (its idle bound) counts from now
         return rec, sb
 
     def _route(self, path: str, fn: Any, method: str) -> Route:
@@ -167,14 +175,16 @@ class Toolbox:
         return body
 
     @staticmethod
-    def _path(sb: Any, value: str | None, what: str = "path") -> str:
+    def _path(sb: DaytonaSandbox, value: str | None, what: str = "path") -> str:
         if not isinstance(value, str) or not value or "\0" in value:
             raise Refused(400, f"{what} is required", fields={"code": "INVALID_FILE_PATH"})
         return posixpath.normpath(posixpath.join(sb.work_dir, value))
 
     # -- process -------------------------------------------------------------------------------
 
-    async def _run(self, rec: Any, sb: Any, argv: list[str], body: dict[str, Any]) -> dict[str, Any]:
+    async def _run(
+        self, rec: Record, sb: DaytonaSandbox, argv: list[str], body: dict[str, Any]
+    ) -> dict[str, Any]:
         timeout = body.get("timeout")
         if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int) or timeout < 0):
             raise Refused(400, "timeout must be a whole number of seconds")
@@ -198,7 +208,7 @@ class Toolbox:
             )
         return {"result": r.stdout.decode(errors="replace"), "exitCode": r.exit_code if not r.signal else -1}
 
-    async def execute(self, request: Request, rec: Any, sb: Any) -> Response:
+    async def execute(self, request: Request, rec: Record, sb: DaytonaSandbox) -> Response:
         body = await self._body(request)
         command = body.get("command")
         if not isinstance(command, str) or not command:
@@ -206,7 +216,7 @@ class Toolbox:
         # One stream, in order, as the platform's daemon answers it.
         return JSONResponse(await self._run(rec, sb, ["/bin/sh", "-c", "exec 2>&1\n" + command], body))
 
-    async def code_run(self, request: Request, rec: Any, sb: Any) -> Response:
+    async def code_run(self, request: Request, rec: Record, sb: DaytonaSandbox) -> Response:
         body = await self._body(request)
         code, language = body.get("code"), body.get("language") or "python"
         if not isinstance(code, str):
@@ -222,32 +232,26 @@ class Toolbox:
 
     # -- sessions ------------------------------------------------------------------------------
 
-    def _sessions(self, rec: Any) -> Sessions:
-        """`rec`'s sessions; none once its sandbox was stopped (the shells ended with it)."""
-        s = rec.attrs.get("daytona_sessions")
-        if s is not None and s.sandbox is not rec.sandbox:
-            s.close()
-            s = None
-        if s is None:
-            s = rec.attrs["daytona_sessions"] = Sessions(rec.sandbox)
-        return s
+    def _sessions(self, rec: Record) -> Sessions:
+        """`rec`'s sessions; none once its sandbox was stopped (they go with it: `core.programs`)."""
+        return Sessions.of(self.core.programs(rec))
 
-    async def create_session(self, request: Request, rec: Any, sb: Any) -> Response:
+    async def create_session(self, request: Request, rec: Record, sb: DaytonaSandbox) -> Response:
         body = await self._body(request)
         await self._sessions(rec).create(body.get("sessionId") or "", sb.work_dir, sb.env)
         return Response(status_code=201)
 
-    async def list_sessions(self, request: Request, rec: Any, sb: Any) -> Response:
+    async def list_sessions(self, request: Request, rec: Record, sb: DaytonaSandbox) -> Response:
         return JSONResponse([s.to_json() for s in self._sessions(rec).by_id.values()])
 
-    async def get_session(self, request: Request, rec: Any, sb: Any) -> Response:
+    async def get_session(self, request: Request, rec: Record, sb: DaytonaSandbox) -> Response:
         return JSONResponse(self._sessions(rec).get(request.path_params["session_id"]).to_json())
 
-    async def delete_session(self, request: Request, rec: Any, sb: Any) -> Response:
+    async def delete_session(self, request: Request, rec: Record, sb: DaytonaSandbox) -> Response:
         await self._sessions(rec).delete(request.path_params["session_id"])
         return Response(status_code=204)
 
-    async def session_exec(self, request: Request, rec: Any, sb: Any) -> Response:
+    async def session_exec(self, request: Request, rec: Record, sb: DaytonaSandbox) -> Response:
         session = self._sessions(rec).get(request.path_params["session_id"])
         body = await self._body(request)
         command = body.get("command")
@@ -274,14 +278,14 @@ class Toolbox:
             }
         )
 
-    def _command(self, rec: Any, request: Request | WebSocket) -> tuple[Any, Any]:
+    def _command(self, rec: Record, request: Request | WebSocket) -> tuple[Any, Any]:
         session = self._sessions(rec).get(request.path_params["session_id"])
         c = session.commands.get(request.path_params["command_id"])
         if c is None:
             raise Refused(404, f"command {request.path_params['command_id']} not found")
         return session, c
 
-    async def get_command(self, request: Request, rec: Any, sb: Any) -> Response:
+    async def get_command(self, request: Request, rec: Record, sb: DaytonaSandbox) -> Response:
         return JSONResponse(self._command(rec, request)[1].to_json())
 
     def websocket_routes(self) -> list[WebSocketRoute]:
@@ -320,7 +324,7 @@ class Toolbox:
         except (WebSocketDisconnect, RuntimeError, E.SandboxError):
             pass  # the client went away, or the sandbox did
 
-    async def command_logs(self, request: Request, rec: Any, sb: Any) -> Response:
+    async def command_logs(self, request: Request, rec: Record, sb: DaytonaSandbox) -> Response:
         session, c = self._command(rec, request)
         out, err = await session.logs(c)
         stdout, stderr = out.decode(errors="replace"), err.decode(errors="replace")
@@ -328,11 +332,11 @@ class Toolbox:
 
     # -- files -----------------------------------------------------------------------------------
 
-    def _files(self, rec: Any) -> Any:
+    def _files(self, rec: Record) -> Session:
         """The charged session the file calls run in."""
         return self.core.session(rec, "daytona.files")
 
-    async def list_files(self, request: Request, rec: Any, sb: Any) -> Response:
+    async def list_files(self, request: Request, rec: Record, sb: DaytonaSandbox) -> Response:
         depth = int(request.query_params.get("depth") or 1)
         if not 1 <= depth <= 64:
             raise Refused(400, "depth must be 1 to 64")
@@ -341,12 +345,12 @@ class Toolbox:
             entries = await self._files(rec).list_dir(path, depth)
         return JSONResponse([file_info(e) for e in entries])
 
-    async def file_info(self, request: Request, rec: Any, sb: Any) -> Response:
+    async def file_info(self, request: Request, rec: Record, sb: DaytonaSandbox) -> Response:
         path = self._path(sb, request.query_params.get("path"))
         with _file_errors(path):
             return JSONResponse(file_info(await self._files(rec).stat(path)))
 
-    async def delete_file(self, request: Request, rec: Any, sb: Any) -> Response:
+    async def delete_file(self, request: Request, rec: Record, sb: DaytonaSandbox) -> Response:
         path = self._path(sb, request.query_params.get("path"))
         try:
             await rec.sandbox.remove(path, recursive=request.query_params.get("recursive") == "true")
@@ -354,7 +358,7 @@ class Toolbox:
             raise missing(path) from None
         return Response(status_code=204)
 
-    async def create_folder(self, request: Request, rec: Any, sb: Any) -> Response:
+    async def create_folder(self, request: Request, rec: Record, sb: DaytonaSandbox) -> Response:
         path = self._path(sb, request.query_params.get("path"))
         mode = request.query_params.get("mode") or "755"
         if not mode.isdigit() or len(mode) > 4 or any(c > "7" for c in mode):
@@ -363,7 +367,7 @@ class Toolbox:
             await self._files(rec).make_dir(path, mode=int(mode, 8), exist_ok=True)
         return Response(status_code=201)
 
-    async def move(self, request: Request, rec: Any, sb: Any) -> Response:
+    async def move(self, request: Request, rec: Record, sb: DaytonaSandbox) -> Response:
         q = request.query_params
         source, dest = (
             self._path(sb, q.get("source"), "source"),
@@ -373,7 +377,7 @@ class Toolbox:
             await self._files(rec).move(source, dest, into_directory=True)
         return Response(status_code=200)
 
-    async def permissions(self, request: Request, rec: Any, sb: Any) -> Response:
+    async def permissions(self, request: Request, rec: Record, sb: DaytonaSandbox) -> Response:
         q = request.query_params
         path = self._path(sb, q.get("path"))
         mode, owner, group = q.get("mode") or "", q.get("owner") or "", q.get("group") or ""
@@ -385,7 +389,7 @@ class Toolbox:
             )
         return Response(status_code=200)
 
-    async def find(self, request: Request, rec: Any, sb: Any) -> Response:
+    async def find(self, request: Request, rec: Record, sb: DaytonaSandbox) -> Response:
         """Lines that contain `pattern`, under `path` (grep)."""
         q = request.query_params
         path, pattern = self._path(sb, q.get("path")), q.get("pattern") or ""
@@ -395,7 +399,7 @@ class Toolbox:
             found = await self._files(rec).search_files(path, pattern)
         return JSONResponse([{"file": m.path, "line": m.line, "content": m.content} for m in found])
 
-    async def search(self, request: Request, rec: Any, sb: Any) -> Response:
+    async def search(self, request: Request, rec: Record, sb: DaytonaSandbox) -> Response:
         """Files whose name matches the glob `pattern`, under `path`."""
         q = request.query_params
         path, pattern = self._path(sb, q.get("path")), q.get("pattern") or ""
@@ -404,7 +408,7 @@ class Toolbox:
         with _file_errors(path):
             return JSONResponse({"files": await self._files(rec).find_files(path, pattern)})
 
-    async def replace(self, request: Request, rec: Any, sb: Any) -> Response:
+    async def replace(self, request: Request, rec: Record, sb: DaytonaSandbox) -> Response:
         body = await self._body(request)
         files, pattern, new = body.get("files"), body.get("pattern"), body.get("newValue")
         if not isinstance(files, list) or not all(isinstance(f, str) for f in files):
@@ -422,7 +426,7 @@ class Toolbox:
                 results.append({"file": f, "success": False, "error": e.message})
         return JSONResponse(results)
 
-    async def upload(self, request: Request, rec: Any, sb: Any) -> Response:
+    async def upload(self, request: Request, rec: Record, sb: DaytonaSandbox) -> Response:
         # Parts are spooled to disk by the form parser; each file is read and written on its own.
         form = await request.form(max_files=1000, max_fields=1000)
         written = []
@@ -444,7 +448,7 @@ class Toolbox:
             await form.close()
         return JSONResponse({"files": written})
 
-    async def download(self, request: Request, rec: Any, sb: Any) -> Response:
+    async def download(self, request: Request, rec: Record, sb: DaytonaSandbox) -> Response:
         body = await self._body(request)
         paths = body.get("paths")
         if not isinstance(paths, list) or not paths or not all(isinstance(p, str) for p in paths):
@@ -456,7 +460,9 @@ class Toolbox:
             media_type=f"multipart/form-data; boundary={boundary}",
         )
 
-    async def _parts(self, rec: Any, sb: Any, paths: list[str], boundary: str) -> AsyncIterator[bytes]:
+    async def _parts(
+        self, rec: Record, sb: DaytonaSandbox, paths: list[str], boundary: str
+    ) -> AsyncIterator[bytes]:
         for p in paths:
             name = json.dumps(p, ensure_ascii=False)  # quoted, escaped: the SDK reads back the path as given
             try:

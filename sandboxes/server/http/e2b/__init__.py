@@ -17,10 +17,11 @@ other.
 from __future__ import annotations
 
 import json
-from typing import Any
+from collections.abc import Sequence
+from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
-from starlette.routing import Router
+from starlette.routing import BaseRoute, Router
 
 from sandboxes import errors as E
 from sandboxes.server.http.e2b.api import ControlPlane
@@ -31,8 +32,13 @@ from sandboxes.server.http.e2b.process import TARGET, Process
 from sandboxes.server.http.e2b.state import E2bSandbox
 from sandboxes.server.http.e2b.volumes import VolumeContent
 from sandboxes.server.http.endpoint import code_body
-from sandboxes.server.http.kernels import ATTR as KERNELS_ATTR
+from sandboxes.server.http.surface import Front, Surface
 from sandboxes.server.replicated import dataclass_codec
+
+if TYPE_CHECKING:
+    from sandboxes.server.auth import ApiKeys
+    from sandboxes.server.registry import Record
+    from sandboxes.server.surface_core import SurfaceCore
 
 __all__ = ["IN_SANDBOX_PORTS", "E2bApi"]
 
@@ -42,8 +48,8 @@ INTERPRETER_PORT = b"49999"
 IN_SANDBOX_PORTS = frozenset({int(ENVD_PORT), int(INTERPRETER_PORT)})
 
 
-class E2bApi:
-    def __init__(self, core: Any, auth: Any, image_key: str | None = None) -> None:
+class E2bApi(Surface):
+    def __init__(self, core: SurfaceCore, auth: ApiKeys, image_key: str | None = None) -> None:
         self.core = core
         self.auth = auth
         # A metadata key whose value, at create, names the image or template to run.
@@ -51,13 +57,16 @@ class E2bApi:
         self.control = ControlPlane(self)
         self.envd = envd_app(Process(core), Filesystem(core))
         self.interpreter = Router(routes=Interpreter(core).routes())
-        core.on_delete.append(self._ended)
         # The API's view of a sandbox reaches the other replicas of a cluster with its record.
         core.share_attr("e2b", dataclass_codec(E2bSandbox, exclude=("_digest",), on_load=_end_at))
 
-    def routes(self) -> list[Any]:
+    def routes(self) -> list[BaseRoute]:
         content = VolumeContent(self.core, self.control.volumes.tokens)
         return [*self.control.routes(), self.control.templates.upload_route(), *content.routes()]
+
+    def front(self) -> Sequence[Front]:
+        """The in-sandbox calls (`traffic`), told apart by their headers."""
+        return [self.traffic]
 
     def owner(self, request: Request) -> str:
         key = request.headers.get("x-api-key")
@@ -73,9 +82,9 @@ class E2bApi:
             return False
         sid = sandbox_id.decode("latin-1")
         port = headers.get(b"e2b-sandbox-port", ENVD_PORT)
-        rec = await self.core.registry.find(sid)
+        rec = await self.core.find_record(sid)
         sb = rec.attrs.get("e2b") if rec is not None else None
-        if sb is None:
+        if rec is None or sb is None:
             await _answer(send, 502, f"The sandbox {sid} was not found")
             return True
         token = headers.get(b"x-access-token")
@@ -107,12 +116,6 @@ class E2bApi:
             TARGET.reset(reset)
         return True
 
-    def _ended(self, rec: Any, reason: str) -> None:
-        for attr in ("e2b_processes", KERNELS_ATTR):
-            held = rec.attrs.get(attr)
-            if held is not None:
-                held.close()
-
 
 async def _answer(send: Any, status: int, message: str) -> None:
     """The platform proxy's error body (`{"code", "message"}`), sent before any routing."""
@@ -127,6 +130,6 @@ async def _answer(send: Any, status: int, message: str) -> None:
     await send({"type": "http.response.body", "body": body})
 
 
-def _end_at(rec: Any, sb: E2bSandbox) -> None:
+def _end_at(rec: Record, sb: E2bSandbox) -> None:
     """A sandbox read from the cluster ends when its record says (its TTL may have moved)."""
     sb.end_at = rec.expires_at or sb.end_at

@@ -36,7 +36,7 @@ import math
 import time
 import urllib.parse
 from collections.abc import Awaitable, Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -52,6 +52,11 @@ from sandboxes.server.http.e2b.templates import Templates
 from sandboxes.server.http.e2b.volumes import Volumes
 from sandboxes.server.http.endpoint import Envelope, Refused, code_body
 from sandboxes.server.http.fields import str_map, volume_mounts
+
+if TYPE_CHECKING:
+    from sandboxes.server.http.e2b import E2bApi
+    from sandboxes.server.registry import Record
+    from sandboxes.templates import Template
 
 __all__ = ["E2B_TEMPLATES", "ControlPlane"]
 
@@ -76,7 +81,7 @@ ENVELOPE = Envelope("e2b", code_body)
 class ControlPlane:
     """`routes()` of the REST API; `e2b` is the shared state (`E2bApi`)."""
 
-    def __init__(self, e2b: Any) -> None:
+    def __init__(self, e2b: E2bApi) -> None:
         self.e2b = e2b
         self.core = e2b.core
         self.volumes = Volumes(self)
@@ -181,7 +186,12 @@ class ControlPlane:
 
     @staticmethod
     def _attach(
-        rec: Any, template_id: str, metadata: dict[str, str], env: dict[str, str], tp: Any, network: bool
+        rec: Record,
+        template_id: str,
+        metadata: dict[str, str],
+        env: dict[str, str],
+        tp: Template | None,
+        network: bool,
     ) -> E2bSandbox:
         root = tp is not None and tp.user == "root"
         sb = E2bSandbox(
@@ -201,8 +211,8 @@ class ControlPlane:
         rec.attrs["e2b"] = sb
         return sb
 
-    async def live(self, owner: str, sandbox_id: str) -> tuple[Any, E2bSandbox]:
-        rec = await self.core.registry.find(sandbox_id, owner)
+    async def live(self, owner: str, sandbox_id: str) -> tuple[Record, E2bSandbox]:
+        rec = await self.core.find_record(sandbox_id, owner)
         if rec is None or "e2b" not in rec.attrs:
             raise E.NotFound(f"sandbox {sandbox_id} not found")
         return rec, _view(rec)
@@ -239,7 +249,7 @@ class ControlPlane:
         await self._resume(rec, sb, body)
         return JSONResponse(sb.created_json(), status_code=201)
 
-    async def _resume(self, rec: Any, sb: E2bSandbox, body: dict[str, Any]) -> bool:
+    async def _resume(self, rec: Record, sb: E2bSandbox, body: dict[str, Any]) -> bool:
         """Resume a paused sandbox as connect and resume ask (`timeout`, `memory`: false is a
         cold boot from its files); whether it was paused."""
         memory = body.get("memory", True)
@@ -285,8 +295,8 @@ class ControlPlane:
         self._set_ttl(rec, sb, float(_timeout(body["timeout"])))
         return Response(status_code=204)
 
-    def _set_ttl(self, rec: Any, sb: E2bSandbox, ttl_s: float) -> None:
-        self.core.registry.set_ttl(rec, ttl_s)
+    def _set_ttl(self, rec: Record, sb: E2bSandbox, ttl_s: float) -> None:
+        self.core.set_ttl(rec, ttl_s)
         sb.end_at = rec.expires_at or 0.0
 
     async def list_v1(self, request: Request, owner: str) -> Response:
@@ -331,7 +341,7 @@ class ControlPlane:
         return sorted(
             (
                 _view(r)
-                for r in self.core.registry.select(owner)
+                for r in self.core.records(owner)
                 if "e2b" in r.attrs
                 and r.state in states
                 and all(r.attrs["e2b"].metadata.get(k) == v for k, v in wanted.items())
@@ -353,7 +363,7 @@ def _timeout(value: Any) -> int:
     return math.ceil(value)
 
 
-def _view(rec: Any) -> E2bSandbox:
+def _view(rec: Record) -> E2bSandbox:
     """The API's view of `rec`, with its state and end as the record has them now (a TTL may
     have paused it, a resume moved its end)."""
     sb: E2bSandbox = rec.attrs["e2b"]

@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import posixpath
 import zlib
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -31,6 +31,10 @@ from sandboxes.server.http.e2b import filesystem, process
 from sandboxes.server.http.e2b.process import TARGET
 from sandboxes.server.http.endpoint import Envelope, Refused, code_body
 
+if TYPE_CHECKING:
+    from sandboxes.server.http.e2b.state import E2bSandbox
+    from sandboxes.server.registry import Record
+
 __all__ = ["ENVELOPE", "MAX_FILE_BYTES", "envd_app", "in_sandbox"]
 
 MAX_FILE_BYTES = 256 << 20
@@ -40,7 +44,7 @@ MAX_FILES_PER_UPLOAD = 1000
 ENVELOPE = Envelope("e2b envd", code_body)
 
 
-def _user(request: Request, sb: Any) -> str | None:
+def _user(request: Request, sb: E2bSandbox) -> str | None:
     """The user of the sandbox a call's `username` names (`E2bSandbox.user_of`)."""
     return sb.user_of(request.query_params.get("username"))
 
@@ -62,17 +66,17 @@ def in_sandbox(fn: Any, envelope: Envelope = ENVELOPE) -> Any:
     return envelope.guard(call)
 
 
-async def _health(request: Request, rec: Any, sb: Any) -> Response:
+async def _health(request: Request, rec: Record, sb: E2bSandbox) -> Response:
     return Response(status_code=204)
 
 
-async def _read(request: Request, rec: Any, sb: Any) -> Response:
+async def _read(request: Request, rec: Record, sb: E2bSandbox) -> Response:
     _user(request, sb)
     data = await rec.sandbox.read_file(sb.resolve(request.query_params.get("path")), max_bytes=MAX_FILE_BYTES)
     return Response(data, media_type="application/octet-stream")
 
 
-async def _write(request: Request, rec: Any, sb: Any) -> Response:
+async def _write(request: Request, rec: Record, sb: E2bSandbox) -> Response:
     user = _user(request, sb)
     declared = request.headers.get("content-length")
     content_type = request.headers.get("content-type", "")

@@ -14,7 +14,7 @@ import contextlib
 import posixpath
 from collections.abc import AsyncIterator, Iterator
 from datetime import UTC, datetime
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from connectrpc.code import Code
 from connectrpc.errors import ConnectError
@@ -25,6 +25,11 @@ from sandboxes.server.http.connect import Rpc, service_app
 from sandboxes.server.http.e2b.process import request_user, target
 from sandboxes.types import DirEntry
 
+if TYPE_CHECKING:
+    from sandboxes.server.http.e2b.state import E2bSandbox
+    from sandboxes.server.session import Session
+    from sandboxes.server.surface_core import SurfaceCore
+
 __all__ = ["SERVICE", "Filesystem", "connect_app"]
 
 SERVICE = "filesystem.Filesystem"
@@ -32,7 +37,7 @@ MAX_DEPTH = 64
 _TYPES = {"dir": fs.FILE_TYPE_DIRECTORY}
 
 
-def resolve(sb: Any, path: str) -> str:
+def resolve(sb: E2bSandbox, path: str) -> str:
     """`sb.resolve(path)`, its refusal as the call's `invalid_argument`."""
     try:
         return sb.resolve(path)
@@ -82,10 +87,10 @@ def _as_connect_errors(path: str) -> Iterator[None]:
 class Filesystem:
     """The Connect service: handlers for `connect_app`, over the server's `core`."""
 
-    def __init__(self, core: Any) -> None:
+    def __init__(self, core: SurfaceCore) -> None:
         self.core = core
 
-    def _session(self, ctx: Any, op: str) -> tuple[Any, Any, str | None]:
+    def _session(self, ctx: Any, op: str) -> tuple[Session, E2bSandbox, str | None]:
         """The call's sandbox, the charged session its operation runs in, and its user (whose
         are the directories it makes)."""
         rec, sb = target()

@@ -23,7 +23,7 @@ from __future__ import annotations
 import json
 import time
 from collections.abc import AsyncIterator, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 from starlette.responses import Response, StreamingResponse
@@ -33,6 +33,11 @@ from sandboxes.server.http.e2b.envd import in_sandbox
 from sandboxes.server.http.endpoint import Envelope, Refused, text_body
 from sandboxes.server.http.kernels import Kernels, language_of
 from sandboxes.server.http.timestamps import iso
+
+if TYPE_CHECKING:
+    from sandboxes.server.http.e2b.state import E2bSandbox
+    from sandboxes.server.registry import Record
+    from sandboxes.server.surface_core import SurfaceCore
 
 __all__ = ["Interpreter"]
 
@@ -47,9 +52,9 @@ class Interpreter:
     """The routes of the sandbox's port 49999, for the sandbox in `TARGET`, over the server's
     `core`."""
 
-    def __init__(self, core: Any) -> None:
+    def __init__(self, core: SurfaceCore) -> None:
         self.core = core
-        self.kernels = Kernels()
+        self.kernels = Kernels(core)
 
     def routes(self) -> list[Route]:
         return [
@@ -73,7 +78,7 @@ class Interpreter:
 
     # -- endpoints ---------------------------------------------------------------------------
 
-    async def execute(self, request: Request, rec: Any, sb: Any) -> Response:
+    async def execute(self, request: Request, rec: Record, sb: E2bSandbox) -> Response:
         body = await self._body(request)
         code = body.get("code")
         if not isinstance(code, str):
@@ -97,7 +102,7 @@ class Interpreter:
         return StreamingResponse(self._cell(rec, ctx, restarted, release), media_type="application/x-ndjson")
 
     async def _cell(
-        self, rec: Any, ctx: Any, restarted: bool, release: Callable[[], None]
+        self, rec: Record, ctx: Any, restarted: bool, release: Callable[[], None]
     ) -> AsyncIterator[bytes]:
         """The cell's events as NDJSON lines; its exec slot is held until the cell ends (a
         client gone mid-cell closes this generator, which interrupts the cell at once)."""
@@ -111,7 +116,7 @@ class Interpreter:
             await events.aclose()
             release()
 
-    async def create_context(self, request: Request, rec: Any, sb: Any) -> Response:
+    async def create_context(self, request: Request, rec: Record, sb: E2bSandbox) -> Response:
         body = await self._body(request)
         language = language_of(body.get("language"))
         cwd = body.get("cwd") or sb.work_dir
@@ -120,22 +125,22 @@ class Interpreter:
         ctx = await self.kernels.new(rec, language, cwd)
         return _json(ctx.json())
 
-    async def list_contexts(self, request: Request, rec: Any, sb: Any) -> Response:
+    async def list_contexts(self, request: Request, rec: Record, sb: E2bSandbox) -> Response:
         return _json([c.json() for c in self.kernels.contexts(rec).by_id.values()])
 
-    async def remove_context(self, request: Request, rec: Any, sb: Any) -> Response:
+    async def remove_context(self, request: Request, rec: Record, sb: E2bSandbox) -> Response:
         if self.kernels.contexts(rec).remove(request.path_params["context_id"]) is None:
             raise Refused(404, f"Context {request.path_params['context_id']} not found")
         return Response(status_code=204)
 
-    async def restart_context(self, request: Request, rec: Any, sb: Any) -> Response:
+    async def restart_context(self, request: Request, rec: Record, sb: E2bSandbox) -> Response:
         ctx = self.kernels.contexts(rec).by_id.get(request.path_params["context_id"])
         if ctx is None:
             raise Refused(404, f"Context {request.path_params['context_id']} not found")
         await self.kernels.restart(rec, ctx)
         return Response(status_code=204)
 
-    async def health(self, request: Request, rec: Any, sb: Any) -> Response:
+    async def health(self, request: Request, rec: Record, sb: E2bSandbox) -> Response:
         return Response(status_code=204)
 
 

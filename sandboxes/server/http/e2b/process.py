@@ -23,7 +23,7 @@ import base64
 import binascii
 import contextvars
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from connectrpc.code import Code
 from connectrpc.errors import ConnectError
@@ -32,12 +32,17 @@ from sandboxes._proto import envd_process_pb2 as pp
 from sandboxes.server.http.connect import Rpc, service_app
 from sandboxes.server.http.sessions import STREAMED_LIMITS, Programs, SandboxSessions
 
+if TYPE_CHECKING:
+    from sandboxes.server.http.e2b.state import E2bSandbox
+    from sandboxes.server.registry import Record
+    from sandboxes.server.surface_core import SurfaceCore
+
 __all__ = ["SERVICE", "TARGET", "Process", "connect_app", "request_user"]
 
 SERVICE = "process.Process"
 
 # (record, E2bSandbox) the current in-sandbox request is for (set after its token check).
-TARGET: contextvars.ContextVar[Any] = contextvars.ContextVar("sandboxes_e2b_target")
+TARGET: contextvars.ContextVar[tuple[Record, E2bSandbox]] = contextvars.ContextVar("sandboxes_e2b_target")
 
 # How the platform's daemon (Go's os.ProcessState) words a death by signal.
 _SIGNAL_WORDS = {
@@ -66,14 +71,14 @@ def _end_event(result: Any) -> Any:
     return End(exit_code=result.exit_code, exited=True, status=f"exit status {result.exit_code}")
 
 
-def target() -> tuple[Any, Any]:
+def target() -> tuple[Record, E2bSandbox]:
     value = TARGET.get(None)
     if value is None:
         raise ConnectError(Code.UNAUTHENTICATED, "no sandbox for this request")
     return value
 
 
-def request_user(ctx: Any, sb: Any) -> str | None:
+def request_user(ctx: Any, sb: E2bSandbox) -> str | None:
     """The user a call's `Authorization: Basic <user>:` names, None for the sandbox's own (or
     none named). Whether the sandbox has that user is the agent's to say: one whose programs run
     as root has every user of its `/etc/passwd`, any other only its own."""
@@ -93,7 +98,7 @@ def request_user(ctx: Any, sb: Any) -> str | None:
 class Process:
     """The Connect service: handlers for `connect_app`."""
 
-    def __init__(self, core: Any) -> None:
+    def __init__(self, core: SurfaceCore) -> None:
         self.programs = Programs(
             pp.ProcessEvent,
             _end_event,
@@ -103,7 +108,7 @@ class Process:
             limits=STREAMED_LIMITS,
         )
 
-    def _sessions(self) -> tuple[Any, Any, SandboxSessions]:
+    def _sessions(self) -> tuple[Record, E2bSandbox, SandboxSessions]:
         rec, sb = target()
         return rec, sb, self.programs.of(rec)
 

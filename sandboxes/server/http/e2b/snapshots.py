@@ -19,7 +19,7 @@ is kept until deleted, as the platform's are; a key sees only its own (another k
 from __future__ import annotations
 
 import asyncio
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -27,6 +27,10 @@ from starlette.responses import JSONResponse, Response
 from sandboxes import errors as E
 from sandboxes.server.criu import memory_snapshots_missing
 from sandboxes.server.http.endpoint import Refused
+
+if TYPE_CHECKING:
+    from sandboxes.server.http.e2b.api import ControlPlane, Handler
+    from sandboxes.state.checkpoints import Checkpoint
 
 __all__ = ["Snapshots"]
 
@@ -42,7 +46,7 @@ async def no_memory() -> str:
     )
 
 
-def snapshot_json(cp: Any) -> dict[str, Any]:
+def snapshot_json(cp: Checkpoint) -> dict[str, Any]:
     """The SDK's `SnapshotInfo`: its id (what `Sandbox.create` takes) and names."""
     return {"snapshotID": cp.id, "names": [f"{cp.name}:default"] if cp.name else [cp.id]}
 
@@ -50,11 +54,11 @@ def snapshot_json(cp: Any) -> dict[str, Any]:
 class Snapshots:
     """The snapshot routes' handlers; `control` is the control plane (its records)."""
 
-    def __init__(self, control: Any) -> None:
+    def __init__(self, control: ControlPlane) -> None:
         self.control = control
         self.core = control.core
 
-    def routes(self) -> list[tuple[str, Any, str]]:
+    def routes(self) -> list[tuple[str, Handler, str]]:
         return [
             ("/sandboxes/{sandbox_id}/snapshots", self.create, "POST"),
             ("/sandboxes/{sandbox_id}/fork", self.fork, "POST"),

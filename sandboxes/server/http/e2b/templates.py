@@ -29,7 +29,7 @@ from __future__ import annotations
 
 import os
 import tempfile
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -39,9 +39,11 @@ from sandboxes import errors as E
 from sandboxes.server.http.e2b.state import ENVD_VERSION
 from sandboxes.server.http.endpoint import Refused
 from sandboxes.server.http.timestamps import iso
-from sandboxes.server.image_templates import template_for_image
 from sandboxes.server.template_build import STEP_KINDS, BuildSpec, Step
 from sandboxes.state.built_templates import Build, BuiltTemplate, split_ref
+
+if TYPE_CHECKING:
+    from sandboxes.server.http.e2b.api import ControlPlane, Handler
 
 __all__ = ["Templates"]
 
@@ -64,12 +66,11 @@ PLATFORM_TEMPLATES = frozenset({"base", "code-interpreter-v1", "code-interpreter
 class Templates:
     """The template routes' handlers; `control` is the control plane."""
 
-    def __init__(self, control: Any) -> None:
+    def __init__(self, control: ControlPlane) -> None:
         self.control = control
         self.core = control.core
-        self.store = control.core.built
 
-    def routes(self) -> list[tuple[str, Any, str]]:
+    def routes(self) -> list[tuple[str, Handler, str]]:
         return [
             ("/v3/templates", self.request, "POST"),
             ("/templates/aliases/{alias}", self.alias, "GET"),
@@ -108,7 +109,7 @@ class Templates:
         for what, v in (("cpuCount", cpu), ("memoryMB", memory)):
             if isinstance(v, bool) or not isinstance(v, int) or v < 0:
                 raise Refused(400, f"{what} must be a non-negative integer")
-        t, b = self.store.request(owner, ref, tags, cpu, memory)
+        t, b = self.core.request_build(owner, ref, tags, cpu, memory)
         return JSONResponse(
             {
                 "templateID": t.id,
@@ -122,12 +123,12 @@ class Templates:
         )
 
     async def upload_link(self, request: Request, owner: str) -> Response:
-        t = self.store.get(owner, request.path_params["template_id"])
+        t = self.core.built_template(owner, request.path_params["template_id"])
         digest = request.path_params["files_hash"]
-        path = self.store.upload_path(t.id, digest)
+        path = self.core.upload_path(t.id, digest)
         if path.exists():
             return JSONResponse({"present": True}, status_code=201)
-        token = self.store.upload_token(t.id, digest)
+        token = self.core.upload_token(t.id, digest)
         url = str(
             request.url_for(UPLOAD_ROUTE, template_id=t.id, files_hash=digest).include_query_params(
                 token=token
@@ -137,21 +138,21 @@ class Templates:
 
     async def upload(self, request: Request) -> Response:
         template_id, digest = request.path_params["template_id"], request.path_params["files_hash"]
-        if not self.store.upload_ok(template_id, digest, request.query_params.get("token")):
+        if not self.core.upload_ok(template_id, digest, request.query_params.get("token")):
             return JSONResponse({"code": 403, "message": "this upload link is not valid"}, status_code=403)
-        if not self.store.exists(template_id):  # deleted since the link was handed out
+        if not self.core.built_template_exists(template_id):  # deleted since the link was handed out
             return JSONResponse(
                 {"code": 404, "message": f"template {template_id} not found"}, status_code=404
             )
         try:
-            path = self.store.upload_path(template_id, digest)
+            path = self.core.upload_path(template_id, digest)
         except E.InvalidRequest as e:
             return JSONResponse({"code": 400, "message": e.message}, status_code=400)
         path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=".", suffix=".part")
         size = 0
         try:
-            with os.fdopen(fd, "wb") as f, self.store.uploading(template_id) as add:
+            with os.fdopen(fd, "wb") as f, self.core.uploading(template_id) as add:
                 async for chunk in request.stream():
                     size += len(chunk)
                     if size > MAX_UPLOAD_BYTES:
@@ -168,7 +169,7 @@ class Templates:
         return Response(status_code=200)
 
     async def start(self, request: Request, owner: str) -> Response:
-        t = self.store.get(owner, request.path_params["template_id"])
+        t = self.core.built_template(owner, request.path_params["template_id"])
         b = t.builds.get(request.path_params["build_id"])
         if b is None:
             raise Refused(404, f"build {request.path_params['build_id']!r} not found")
@@ -177,7 +178,7 @@ class Templates:
         body = await self.control._body(request)
         spec = await self._spec(owner, body)
         b.digest = spec.digest()  # started: a second start is refused
-        self.core.builder.start(t, b, spec)
+        self.core.start_build(t, b, spec)
         return Response(status_code=202)
 
     async def _spec(self, owner: str, body: dict[str, Any]) -> BuildSpec:
@@ -190,24 +191,24 @@ class Templates:
         if image is not None:
             if not isinstance(image, str) or not image:
                 raise Refused(400, "fromImage must be an image name")
-            template, _ = await template_for_image(self.core.pool, image)
+            template, _ = await self.core.image_template(image)
             base = f"image:{image}"
         elif not isinstance(parent, str) or not parent:
             raise Refused(400, "fromTemplate must be a template name")
-        elif (found := self.store.ready_build(owner, parent)) is not None:
+        elif (found := self.core.ready_build(owner, parent)) is not None:
             _, pb = found
             checkpoint, work_dir, base = pb.checkpoint, pb.work_dir, f"build:{pb.digest}"
             template = self.core.checkpoint_of(owner, pb.checkpoint).template
         elif split_ref(parent)[0] in PLATFORM_TEMPLATES:
-            template, _ = await template_for_image(self.core.pool, None)
+            template, _ = await self.core.image_template(None)
             base = f"template:{split_ref(parent)[0]}"
         else:
             raise Refused(404, f"template {parent!r} not found")
         steps = body.get("steps") or []
         if not isinstance(steps, list) or len(steps) > MAX_STEPS:
             raise Refused(400, f"steps must be a list of at most {MAX_STEPS}")
-        tp = self.core.pool.templates[template]
-        root = tp.user == "root"
+        tp = self.core.template(template)
+        root = tp is not None and tp.user == "root"
         return BuildSpec(
             template=template,
             base=base,
@@ -222,7 +223,7 @@ class Templates:
         )
 
     def _build(self, owner: str, request: Request) -> tuple[BuiltTemplate, Build]:
-        t = self.store.get(owner, request.path_params["template_id"])
+        t = self.core.built_template(owner, request.path_params["template_id"])
         b = t.builds.get(request.path_params["build_id"])
         if b is None:
             raise Refused(404, f"build {request.path_params['build_id']!r} not found")
@@ -259,23 +260,23 @@ class Templates:
     async def alias(self, request: Request, owner: str) -> Response:
         # A name is registered with its first build request; a tag only once it names a ready build.
         ref = request.path_params["alias"]
-        t = self.store.find(owner, ref)
+        t = self.core.find_built(owner, ref)
         tag = split_ref(ref)[1]
-        if t is None or (tag is not None and self.store.ready_build(owner, ref) is None):
+        if t is None or (tag is not None and self.core.ready_build(owner, ref) is None):
             raise Refused(404, f"template {ref!r} not found")
         return JSONResponse({"templateID": t.id, "public": False})
 
     async def list(self, request: Request, owner: str) -> Response:
-        return JSONResponse([_template_json(t) for t in self.store.of(owner)])
+        return JSONResponse([_template_json(t) for t in self.core.built_templates(owner)])
 
     async def get(self, request: Request, owner: str) -> Response:
-        t = self.store.get(owner, request.path_params["template_id"])
+        t = self.core.built_template(owner, request.path_params["template_id"])
         builds = sorted(t.builds.values(), key=lambda b: b.created_at, reverse=True)
         return JSONResponse({**_template_json(t), "builds": [_build_json(t, b) for b in builds]})
 
     async def delete(self, request: Request, owner: str) -> Response:
         ref = request.path_params["template_id"]
-        if self.store.find(owner, ref) is None:
+        if self.core.find_built(owner, ref) is None:
             return await self.control.snapshots.delete(request, owner)
         await self.core.delete_built_template(owner, ref)
         return Response(status_code=204)
@@ -287,7 +288,7 @@ class Templates:
         target, tags = body.get("target"), _tags(body.get("tags"))
         if not isinstance(target, str) or ":" not in target:
             raise Refused(400, "target must be 'name:tag'")
-        b = self.store.assign_tags(owner, target, tags)
+        b = self.core.tag_build(owner, target, tags)
         return JSONResponse({"buildID": b.id, "tags": tags}, status_code=201)
 
     async def remove_tags(self, request: Request, owner: str) -> Response:
@@ -295,12 +296,11 @@ class Templates:
         name, tags = body.get("name"), _tags(body.get("tags"))
         if not isinstance(name, str) or not name:
             raise Refused(400, "name is required")
-        for cp in self.store.remove_tags(owner, name, tags):
-            self.core.builder._drop_checkpoint(owner, cp)
+        self.core.untag_build(owner, name, tags)
         return Response(status_code=204)
 
     async def tags(self, request: Request, owner: str) -> Response:
-        t = self.store.get(owner, request.path_params["template_id"])
+        t = self.core.built_template(owner, request.path_params["template_id"])
         return JSONResponse(
             [
                 {"tag": tag, "buildID": build_id, "createdAt": iso(t.tagged_at.get(tag, t.created_at))}

@@ -39,7 +39,7 @@ import secrets
 from collections import defaultdict
 from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
@@ -50,6 +50,11 @@ from sandboxes.server.http.bodies import read_body
 from sandboxes.server.http.endpoint import Envelope, Refused, code_body
 from sandboxes.server.http.timestamps import iso
 from sandboxes.state.volume_files import Entry, VolumeFiles
+
+if TYPE_CHECKING:
+    from sandboxes.server.http.e2b.api import ControlPlane, Handler
+    from sandboxes.server.surface_core import SurfaceCore
+    from sandboxes.state.volumes import Volume
 
 __all__ = ["VolumeContent", "Volumes"]
 
@@ -63,7 +68,7 @@ DEFAULT_DIR_MODE = 0o755
 THREADS_PER_KEY = 2
 
 
-def volume_json(vol: Any, token: str | None = None) -> dict[str, Any]:
+def volume_json(vol: Volume, token: str | None = None) -> dict[str, Any]:
     out = {"volumeID": vol.id, "name": vol.name}
     if token is not None:
         out["token"] = token
@@ -90,15 +95,16 @@ def entry_json(e: Entry) -> dict[str, Any]:
 
 
 class Tokens:
-    """Each volume's content token: an HMAC of its id under a key of the volume directory."""
+    """Each volume's content token: an HMAC of its id under a key kept in the volumes' directory
+    (`root`)."""
 
-    def __init__(self, store: Any) -> None:
-        self.store = store
+    def __init__(self, root: Path) -> None:
+        self.root = root
         self._key: bytes | None = None
 
     def _load_key(self) -> bytes:
         if self._key is None:
-            path = Path(self.store.root) / ".e2b-token-key"
+            path = self.root / ".e2b-token-key"
             path.parent.mkdir(parents=True, exist_ok=True)
             try:
                 fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL, 0o600)
@@ -123,12 +129,12 @@ class Tokens:
 class Volumes:
     """The control plane's volume routes (keyed by `X-API-KEY` through `control`)."""
 
-    def __init__(self, control: Any) -> None:
+    def __init__(self, control: ControlPlane) -> None:
         self.control = control
         self.core = control.core
-        self.tokens = Tokens(self.core.pool.volumes)
+        self.tokens = Tokens(self.core.volumes_root())
 
-    def routes(self) -> list[tuple[str, Any, str]]:
+    def routes(self) -> list[tuple[str, Handler, str]]:
         return [
             ("/volumes", self.create, "POST"),
             ("/volumes", self.list, "GET"),
@@ -136,7 +142,7 @@ class Volumes:
             ("/volumes/{volume_id}", self.delete, "DELETE"),
         ]
 
-    async def _token(self, vol: Any) -> str:
+    async def _token(self, vol: Volume) -> str:
         return await asyncio.to_thread(self.tokens.of, vol.id)
 
     async def create(self, request: Request, owner: str) -> Response:
@@ -152,7 +158,7 @@ class Volumes:
     async def list(self, request: Request, owner: str) -> Response:
         return JSONResponse([volume_json(v) for v in self.core.volumes(owner)])
 
-    def _mine(self, owner: str, volume_id: str) -> Any:
+    def _mine(self, owner: str, volume_id: str) -> Volume:
         try:
             return self.core.volume_of(owner, volume_id)
         except E.NotFound:
@@ -175,9 +181,8 @@ class VolumeContent:
     """The volume content API: each call mounts the volume (if no sandbox has it mounted) for as
     long as it runs."""
 
-    def __init__(self, core: Any, tokens: Tokens) -> None:
+    def __init__(self, core: SurfaceCore, tokens: Tokens) -> None:
         self.core = core
-        self.store = core.pool.volumes
         self.tokens = tokens
         self._threads: defaultdict[str, asyncio.Semaphore] = defaultdict(
             lambda: asyncio.Semaphore(THREADS_PER_KEY)
@@ -204,14 +209,11 @@ class VolumeContent:
             raise Refused(401, "missing or invalid token of this volume (Authorization: Bearer)")
 
         def run() -> Any:
-            root = self.store.acquire(vid)
-            try:
+            with self.core.volume_mounted(vid) as root:
                 return op(VolumeFiles(root))
-            finally:
-                self.store.release(vid)
 
         try:
-            owner = (await asyncio.to_thread(self.store.get, vid)).owner
+            owner = (await asyncio.to_thread(self.core.volume_by_id, vid)).owner
         except E.NotFound:
             raise Refused(404, f"volume {vid} not found") from None
         try:

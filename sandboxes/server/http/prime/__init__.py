@@ -7,15 +7,22 @@ ended (`_ENDINGS`, by the server's delete reason) is what the API shows of it af
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
+from starlette.routing import BaseRoute
 
 from sandboxes.server.http.prime.api import ControlPlane
 from sandboxes.server.http.prime.gateway import Gateway
 from sandboxes.server.http.prime.state import PrimeSandbox, Tombstones
+from sandboxes.server.http.surface import Surface
 from sandboxes.server.http.timestamps import iso
 from sandboxes.server.replicated import dataclass_codec
+
+if TYPE_CHECKING:
+    from sandboxes.server.auth import ApiKeys
+    from sandboxes.server.registry import Record
+    from sandboxes.server.surface_core import SurfaceCore
 
 __all__ = ["PrimeApi"]
 
@@ -30,27 +37,27 @@ _ENDINGS = {
 }
 
 
-class PrimeApi:
-    def __init__(self, core: Any, auth: Any) -> None:
+class PrimeApi(Surface):
+    def __init__(self, core: SurfaceCore, auth: ApiKeys) -> None:
         self.core = core
         self.auth = auth
         self.tombstones = Tombstones()
         self.control = ControlPlane(self)
         self.gateway = Gateway(self)
-        core.on_delete.append(self._ended)
+        core.add_delete_listener(self._ended)
         # The API's view of a sandbox reaches the other replicas of a cluster with its record.
         core.share_attr(
             "prime",
             dataclass_codec(PrimeSandbox, on_load=self.control.apply_limits),
         )
 
-    def routes(self) -> list[Any]:
-        return self.control.routes() + self.gateway.routes()
+    def routes(self) -> list[BaseRoute]:
+        return [*self.control.routes(), *self.gateway.routes()]
 
     def owner(self, request: Request) -> str:
         return self.auth.authenticate_header(request.headers.get("authorization"))
 
-    async def gateway_auth(self, request: Request, rec: Any, sb: PrimeSandbox) -> dict[str, Any]:
+    async def gateway_auth(self, request: Request, rec: Record, sb: PrimeSandbox) -> dict[str, Any]:
         """What `POST /sandbox/{id}/auth` answers: the gateway at the address the client used
         (the token, when new, is saved with the record: any replica's gateway accepts it)."""
         token, expires = sb.gateway_token()
@@ -64,13 +71,10 @@ class PrimeApi:
             "is_vm": sb.vm,
         }
 
-    def _ended(self, rec: Any, reason: str) -> None:
+    def _ended(self, rec: Record, reason: str) -> None:
         sb = rec.attrs.get("prime")
         if sb is None:
             return
         status, why, error_type, message = _ENDINGS.get(reason, ("TERMINATED", reason, None, None))
         sb.end(status, why, error_type, message)
-        sessions = rec.attrs.get("prime_sessions")
-        if sessions is not None:
-            sessions.close()
         self.tombstones.add(rec.owner, sb)

@@ -9,7 +9,7 @@ with a `checkpoint_id` restores one, with `volumes` attaches them.
 
 `timeout_minutes` is the record's TTL (its end: TIMEOUT) and `idle_timeout_minutes` its idle
 bound (its end: TERMINATED, `idle_timeout`), both the registry's; the gateway's calls are the
-activity that renews the idle bound (`Registry.touch`).
+activity that renews the idle bound (`ServerCore.touch`).
 
 Errors are `{"detail": ...}` with the status the SDK maps: 401 (UnauthorizedError), 404, 422
 (invalid request), 429 (quota), 503 (draining). A key sees only its own sandboxes; another key's
@@ -23,10 +23,10 @@ import dataclasses
 import shlex
 import uuid
 from collections.abc import Awaitable, Callable
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
 
 from sandboxes import errors as E
@@ -45,6 +45,12 @@ from sandboxes.server.http.prime.state import START_LOG, PrimeSandbox
 from sandboxes.server.http.prime.volumes import Volumes
 from sandboxes.types import Limits
 
+if TYPE_CHECKING:
+    from sandboxes.server.http.prime import PrimeApi
+    from sandboxes.server.registry import Record
+    from sandboxes.server.session import Session
+    from sandboxes.templates import Template
+
 __all__ = ["ControlPlane"]
 
 
@@ -52,7 +58,7 @@ MAX_BODY_BYTES = 4 << 20
 GB = 1 << 30
 COMMAND_OUTPUT_BYTES = 256 << 20
 
-Handler = Callable[[Request, str], Awaitable[Any]]
+Handler = Callable[[Request, str], Awaitable[Response]]
 
 
 # The platform's API answers FastAPI's `{"detail": ...}`; a bad request is 422, and a failure
@@ -63,7 +69,7 @@ ENVELOPE = Envelope("prime", detail_body, invalid=422, other=502)
 class ControlPlane:
     """`routes()` of `/api/v1/...`; `prime` is the shared state (`PrimeApi`)."""
 
-    def __init__(self, prime: Any) -> None:
+    def __init__(self, prime: PrimeApi) -> None:
         self.prime = prime
         self.core = prime.core
 
@@ -96,7 +102,7 @@ class ControlPlane:
 
     # -- lifecycle ---------------------------------------------------------------------------
 
-    async def create(self, request: Request, owner: str) -> Any:
+    async def create(self, request: Request, owner: str) -> Response:
         args = parse_create(await self._body(request))
         spec = CreateSpec(
             image=args.docker_image or None,
@@ -113,11 +119,11 @@ class ControlPlane:
         except E.ImageUnavailable as e:
             # As the platform answers an image it cannot pull: a sandbox in ERROR, whose wait
             # raises the SDK's SandboxImagePullError.
-            sb = self._failed(owner, args, None, "IMAGE_PULL_FAILED", e.message)
-            return JSONResponse(sb.to_json())
+            failed = self._failed(owner, args, None, "IMAGE_PULL_FAILED", e.message)
+            return JSONResponse(failed.to_json())
         # A retry with the same idempotency key gets the same record, already attached (attaching
         # does not await, so the first of concurrent retries attaches it for all).
-        sb = rec.attrs.get("prime")
+        sb: PrimeSandbox | None = rec.attrs.get("prime")
         if sb is None:
             if args.checkpoint_id:  # the image the checkpoint's sandbox was asked of
                 cp = self.core.checkpoint_of(owner, args.checkpoint_id)
@@ -127,14 +133,16 @@ class ControlPlane:
         auth = await self.prime.gateway_auth(request, rec, sb)
         return JSONResponse({**sb.to_json(), "gatewayAuth": auth})
 
-    def _failed(self, owner: str, args: CreateArgs, tp: Any, error_type: str, message: str) -> PrimeSandbox:
+    def _failed(
+        self, owner: str, args: CreateArgs, tp: Template | None, error_type: str, message: str
+    ) -> PrimeSandbox:
         """A sandbox that could not start: a tombstone in ERROR (get, list and waits see it)."""
         sb = self._view(f"sb-{uuid.uuid4().hex[:12]}", args, tp, template=tp.name if tp else "")
         sb.end("ERROR", "create_failed", error_type, message)
         self.prime.tombstones.add(owner, sb)
         return sb
 
-    def _attach(self, rec: Any, args: CreateArgs, tp: Any, why: str) -> PrimeSandbox:
+    def _attach(self, rec: Record, args: CreateArgs, tp: Template, why: str) -> PrimeSandbox:
         """The API's view of a newly claimed sandbox: what it was asked for, within the template."""
         sb = self._view(rec.id, args, tp, template=rec.template)
         self.apply_limits(rec, sb)
@@ -143,10 +151,10 @@ class ControlPlane:
         sb.note(f"image {args.docker_image} runs as template {rec.template!r} ({why})")
         return sb
 
-    def apply_limits(self, rec: Any, sb: PrimeSandbox) -> None:
+    def apply_limits(self, rec: Record, sb: PrimeSandbox) -> None:
         """Each command gets the memory asked for, within the sandbox's own (kernel) bound, may
         write files as large as its disk, and returns up to COMMAND_OUTPUT_BYTES of output."""
-        tp = self.core.pool.templates.get(rec.template)
+        tp = self.core.template(rec.template)
         rec.sandbox.default_limits = rec.sandbox.default_limits.merged(
             Limits(
                 memory_bytes=int(sb.memory_gb * GB),
@@ -156,7 +164,7 @@ class ControlPlane:
         )
 
     @staticmethod
-    def _view(sandbox_id: str, args: CreateArgs, tp: Any, *, template: str) -> PrimeSandbox:
+    def _view(sandbox_id: str, args: CreateArgs, tp: Template | None, *, template: str) -> PrimeSandbox:
         memory_gb = args.memory_gb
         if tp is not None and tp.memory_bytes:
             memory_gb = min(memory_gb, tp.memory_bytes / GB)
@@ -188,30 +196,30 @@ class ControlPlane:
             user="root" if root else "sandbox",
         )
 
-    async def _start_command(self, rec: Any, sb: PrimeSandbox, args: CreateArgs) -> None:
+    async def _start_command(self, rec: Record, sb: PrimeSandbox, args: CreateArgs) -> None:
         if not args.start_shell:
             return
         line = f"({args.start_shell}) > {START_LOG} 2>&1 < /dev/null &"
         r = await rec.sandbox.exec(["/bin/bash", "-c", line], keep_descendants=True, timeout=30)
         sb.note(f"start command {shlex.quote(args.start_shell)}: launched (exit {r.exit_code})")
 
-    async def _live(self, owner: str, sandbox_id: str) -> tuple[Any, PrimeSandbox]:
-        rec = await self.core.registry.find(sandbox_id, owner)
+    async def _live(self, owner: str, sandbox_id: str) -> tuple[Record, PrimeSandbox]:
+        rec = await self.core.find_record(sandbox_id, owner)
         if rec is None or "prime" not in rec.attrs:
             raise E.NotFound(f"Sandbox {sandbox_id} not found")
         return rec, rec.attrs["prime"]
 
-    def _session_of(self, owner: str) -> Any:
+    def _session_of(self, owner: str) -> Callable[[str], Awaitable[Session]]:
         """`lookup` of a session of `owner`'s live records for `jobs.statuses`."""
 
-        async def lookup(sandbox_id: str) -> Any:
+        async def lookup(sandbox_id: str) -> Session:
             return self.core.session((await self._live(owner, sandbox_id))[0], "prime.job_status")
 
         return lookup
 
     async def _any(self, owner: str, sandbox_id: str) -> PrimeSandbox:
         """A live or ended sandbox of `owner`."""
-        rec = await self.core.registry.find(sandbox_id, owner)
+        rec = await self.core.find_record(sandbox_id, owner)
         if rec is not None and "prime" in rec.attrs:
             return rec.attrs["prime"]
         sb = self.prime.tombstones.get(sandbox_id, owner)
@@ -219,16 +227,16 @@ class ControlPlane:
             raise E.NotFound(f"Sandbox {sandbox_id} not found")
         return sb
 
-    async def get(self, request: Request, owner: str) -> Any:
+    async def get(self, request: Request, owner: str) -> Response:
         return JSONResponse((await self._any(owner, request.path_params["sandbox_id"])).to_json())
 
-    async def list(self, request: Request, owner: str) -> Any:
+    async def list(self, request: Request, owner: str) -> Response:
         q = request.query_params
         page, per_page = parse_page(q)
         status = q.get("status")
         labels = set(q.getlist("labels"))
         active_only = q.get("is_active", "").lower() == "true"
-        live = [r.attrs["prime"] for r in self.core.registry.select(owner) if "prime" in r.attrs]
+        live = [r.attrs["prime"] for r in self.core.records(owner) if "prime" in r.attrs]
         ended = [] if active_only else self.prime.tombstones.of(owner)
         chosen = [
             sb
@@ -246,7 +254,7 @@ class ControlPlane:
             }
         )
 
-    async def statuses(self, request: Request, owner: str) -> Any:
+    async def statuses(self, request: Request, owner: str) -> Response:
         ids = parse_ids(await self._body(request))
         found, errors = [], []
         for sid in ids:
@@ -256,13 +264,13 @@ class ControlPlane:
                 errors.append({"sandbox_id": sid, "code": "NOT_FOUND", "message": f"Sandbox {sid} not found"})
         return JSONResponse({"statuses": found, "errors": errors})
 
-    async def delete(self, request: Request, owner: str) -> Any:
+    async def delete(self, request: Request, owner: str) -> Response:
         rec, _ = await self._live(owner, request.path_params["sandbox_id"])
         await self.core.delete_record(rec, "delete")
         # A JSON body, not 204: clients decode whatever this answers.
         return JSONResponse({})
 
-    async def bulk_delete(self, request: Request, owner: str) -> Any:
+    async def bulk_delete(self, request: Request, owner: str) -> Response:
         body = await self._body(request)
         if not isinstance(body, dict):
             raise E.InvalidRequest("the body must be a JSON object")
@@ -271,7 +279,7 @@ class ControlPlane:
             raise E.InvalidRequest("sandbox_ids and labels must be lists")
         if not ids and not labels:
             raise E.InvalidRequest("give sandbox_ids and/or labels (refusing to delete everything)")
-        chosen: dict[str, Any] = {}
+        chosen: dict[str, Record] = {}
         failed: list[dict[str, str]] = []
         for sid in ids:
             try:
@@ -281,7 +289,7 @@ class ControlPlane:
                 failed.append({"sandbox_id": str(sid), "error": e.message})
         if labels:
             want = set(map(str, labels))
-            for rec in self.core.registry.select(owner):
+            for rec in self.core.records(owner):
                 sb = rec.attrs.get("prime")
                 if sb is not None and want <= set(sb.labels):
                     chosen[rec.id] = rec
@@ -290,14 +298,14 @@ class ControlPlane:
             {"succeeded": list(chosen), "failed": failed, "message": f"deleted {len(chosen)} sandboxes"}
         )
 
-    async def auth(self, request: Request, owner: str) -> Any:
+    async def auth(self, request: Request, owner: str) -> Response:
         rec, sb = await self._live(owner, request.path_params["sandbox_id"])
         return JSONResponse(await self.prime.gateway_auth(request, rec, sb))
 
-    async def logs(self, request: Request, owner: str) -> Any:
+    async def logs(self, request: Request, owner: str) -> Response:
         sb = await self._any(owner, request.path_params["sandbox_id"])
         lines = list(sb.log)
-        rec = await self.core.registry.find(sb.id, owner)
+        rec = await self.core.find_record(sb.id, owner)
         if rec is not None and sb.start_command is not None:
             try:
                 out = await rec.sandbox.read_file(START_LOG, max_bytes=1 << 20)
@@ -306,17 +314,17 @@ class ControlPlane:
                 pass
         return JSONResponse({"logs": "\n".join(lines)})
 
-    async def error_context(self, request: Request, owner: str) -> Any:
+    async def error_context(self, request: Request, owner: str) -> Response:
         sb = await self._any(owner, request.path_params["sandbox_id"])
         return JSONResponse(
             {"status": sb.status, "errorType": sb.error_type, "errorMessage": sb.error_message}
         )
 
-    async def get_policy(self, request: Request, owner: str) -> Any:
+    async def get_policy(self, request: Request, owner: str) -> Response:
         _, sb = await self._live(owner, request.path_params["sandbox_id"])
         return JSONResponse(_policy(sb))
 
-    async def set_policy(self, request: Request, owner: str) -> Any:
+    async def set_policy(self, request: Request, owner: str) -> Response:
         rec, sb = await self._live(owner, request.path_params["sandbox_id"])
         policy = parse_policy(await self._body(request))
         await self.core.set_network(rec, policy.egress)  # applied when it returns
@@ -324,7 +332,7 @@ class ControlPlane:
         sb.policy_generation += 1
         return JSONResponse(_policy(sb))
 
-    async def job_statuses(self, request: Request, owner: str) -> Any:
+    async def job_statuses(self, request: Request, owner: str) -> Response:
         body = await self._body(request)
         wanted = body.get("jobs") if isinstance(body, dict) else None
         return JSONResponse(await jobs.statuses(wanted, self._session_of(owner)))

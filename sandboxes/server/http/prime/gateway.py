@@ -24,7 +24,8 @@ from __future__ import annotations
 
 import posixpath
 import time
-from typing import Any
+from collections.abc import Awaitable, Callable
+from typing import TYPE_CHECKING, Any
 
 from connectrpc.code import Code
 from connectrpc.errors import ConnectError
@@ -36,7 +37,12 @@ from sandboxes import errors as E
 from sandboxes.server.http.bodies import BodyTooLarge
 from sandboxes.server.http.endpoint import Envelope, Refused, detail_body
 from sandboxes.server.http.prime.sessions import COMMAND_LIMITS, SERVICE, TARGET, Sessions, sessions_app
+from sandboxes.server.http.prime.state import PrimeSandbox
 from sandboxes.server.http.timestamps import iso
+
+if TYPE_CHECKING:
+    from sandboxes.server.http.prime import PrimeApi
+    from sandboxes.server.registry import Record
 
 __all__ = ["Gateway"]
 
@@ -57,9 +63,11 @@ _GONE_EXEC = (502, "sandbox_not_found")
 # The gateway's errors are FastAPI's `{"detail": ...}`; a failure behind it is 502.
 ENVELOPE = Envelope("prime gateway", detail_body, other=502)
 
+Handler = Callable[[Request, "Record", PrimeSandbox], Awaitable[Response]]
+
 
 class Gateway:
-    def __init__(self, prime: Any) -> None:
+    def __init__(self, prime: PrimeApi) -> None:
         self.prime = prime
         self.core = prime.core
         self.connect_app = sessions_app(Sessions(prime.core))
@@ -78,23 +86,23 @@ class Gateway:
 
     # -- access ------------------------------------------------------------------------------
 
-    async def _resolve(self, sandbox_id: str, authorization: str | None) -> tuple[Any, Any]:
+    async def _resolve(self, sandbox_id: str, authorization: str | None) -> tuple[Record, PrimeSandbox]:
         """(record, PrimeSandbox) of a live sandbox whose token the caller holds; else `Refused`
         (410 for an ended sandbox whose token it was)."""
         scheme, _, token = (authorization or "").strip().partition(" ")
         if scheme.lower() != "bearer" or not token:
             raise Refused(401, "missing gateway token: send `Authorization: Bearer <token>`")
-        rec = await self.core.registry.find(sandbox_id)
+        rec = await self.core.find_record(sandbox_id)
         sb = rec.attrs.get("prime") if rec is not None else None
-        if sb is not None and sb.token_ok(token.strip()):
-            self.core.registry.touch(rec)  # activity: its idle timeout counts from now
+        if rec is not None and sb is not None and sb.token_ok(token.strip()):
+            self.core.touch(rec)  # activity: its idle timeout counts from now
             return rec, sb
         ended = self.prime.tombstones.get(sandbox_id)
         if ended is not None and ended.token_ok(token.strip()):
             raise Refused(410, f"sandbox {sandbox_id} has ended")
         raise Refused(401, "invalid or expired gateway token")
 
-    def _wrap(self, fn: Any, gone: tuple[int, str] = _GONE) -> Any:
+    def _wrap(self, fn: Handler, gone: tuple[int, str] = _GONE) -> Callable[[Request], Awaitable[Response]]:
         """`fn(request, record, sandbox)` behind the token check, its errors as HTTP statuses;
         `gone` is how an ended sandbox is answered (status, `error`)."""
 
@@ -119,7 +127,9 @@ class Gateway:
         headers = dict(scope.get("headers") or ())
         auth = headers.get(b"authorization", b"").decode("latin-1")
         try:
-            target: Any = await self._resolve(scope["path_params"]["job_id"], auth)
+            target: tuple[Record, PrimeSandbox] | ConnectError = await self._resolve(
+                scope["path_params"]["job_id"], auth
+            )
         except Refused as r:
             code = Code.NOT_FOUND if r.status == 410 else Code.UNAUTHENTICATED
             target = ConnectError(code, r.message)
@@ -142,7 +152,7 @@ class Gateway:
             raise E.InvalidRequest("path is required")
         return path
 
-    async def upload(self, request: Request, rec: Any, sb: Any) -> Response:
+    async def upload(self, request: Request, rec: Record, sb: PrimeSandbox) -> Response:
         path = self._path(request)
         declared = request.headers.get("content-length")
         if declared and declared.isdigit() and int(declared) > MAX_UPLOAD_BYTES + (1 << 20):
@@ -157,11 +167,11 @@ class Gateway:
         await rec.sandbox.write_file(path, data)
         return JSONResponse({"success": True, "path": path, "size": len(data), "timestamp": iso(time.time())})
 
-    async def download(self, request: Request, rec: Any, sb: Any) -> Response:
+    async def download(self, request: Request, rec: Record, sb: PrimeSandbox) -> Response:
         data = await rec.sandbox.read_file(self._path(request), max_bytes=MAX_DOWNLOAD_BYTES)
         return Response(data, media_type="application/octet-stream")
 
-    async def read_file(self, request: Request, rec: Any, sb: Any) -> Response:
+    async def read_file(self, request: Request, rec: Record, sb: PrimeSandbox) -> Response:
         path = self._path(request)
         q = request.query_params
         try:
@@ -197,7 +207,7 @@ class Gateway:
         )
 
     @staticmethod
-    async def _size(rec: Any, path: str) -> int:
+    async def _size(rec: Record, path: str) -> int:
         """The size of the regular file `path` (`NotFound` if there is none)."""
         parent, name = posixpath.split(path.rstrip("/") or "/")
         # A relative path is the working directory's, as every file call's is.
@@ -210,7 +220,7 @@ class Gateway:
 
     # -- the older SDKs' exec ----------------------------------------------------------------
 
-    async def exec(self, request: Request, rec: Any, sb: Any) -> Response:
+    async def exec(self, request: Request, rec: Record, sb: PrimeSandbox) -> Response:
         body = await ENVELOPE.json(request, EXEC_BODY_BYTES)
         if not isinstance(body, dict) or not isinstance(body.get("command"), str):
             raise E.InvalidRequest("command (a string) is required")

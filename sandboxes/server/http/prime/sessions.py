@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextvars
 import signal
 from collections.abc import AsyncIterator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from connectrpc.code import Code
 from connectrpc.errors import ConnectError
@@ -27,12 +27,19 @@ from sandboxes._proto import command_session_pb2 as cs
 from sandboxes.server.http.connect import Rpc, service_app
 from sandboxes.server.http.sessions import COMMAND_LIMITS, Programs, SandboxSessions
 
+if TYPE_CHECKING:
+    from sandboxes.server.http.prime.state import PrimeSandbox
+    from sandboxes.server.registry import Record
+    from sandboxes.server.surface_core import SurfaceCore
+
 __all__ = ["COMMAND_LIMITS", "SERVICE", "TARGET", "Sessions", "sessions_app"]
 
 SERVICE = "command_session.CommandSession"
 
 # The sandbox the current gateway request is for (set by the gateway after its token check).
-TARGET: contextvars.ContextVar[Any] = contextvars.ContextVar("sandboxes_prime_target")
+TARGET: contextvars.ContextVar[tuple[Record, PrimeSandbox] | ConnectError] = contextvars.ContextVar(
+    "sandboxes_prime_target"
+)
 
 
 def _end_event(result: Any) -> Any:
@@ -59,24 +66,24 @@ class Sessions:
     its key's quota (`ServerCore.exec_slot`) until its program ends; an unnamed one ends with its
     stream."""
 
-    def __init__(self, core: Any) -> None:
+    def __init__(self, core: SurfaceCore) -> None:
         self.core = core
         self.programs = Programs(
             cs.CommandSessionEvent, _end_event, core=core, kill_orphans=True, attr="prime_sessions"
         )
 
-    def _target(self) -> tuple[Any, Any, SandboxSessions]:
+    def _target(self) -> tuple[Record, PrimeSandbox, SandboxSessions]:
         target = TARGET.get(None)
         if target is None:
             raise ConnectError(Code.UNAUTHENTICATED, "no sandbox for this request")
         if isinstance(target, ConnectError):
             raise target
         rec, sb = target
-        self.core.registry.touch(rec)  # activity: its idle timeout counts from now
+        self.core.touch(rec)  # activity: its idle timeout counts from now
         return rec, sb, self.programs.of(rec)
 
     @staticmethod
-    def _argv_env(spec: Any, sb: Any) -> tuple[list[str], dict[str, str], str | None]:
+    def _argv_env(spec: Any, sb: PrimeSandbox) -> tuple[list[str], dict[str, str], str | None]:
         if not spec.cmd:
             raise ConnectError(Code.INVALID_ARGUMENT, "command.cmd is required")
         if spec.HasField("user") and spec.user not in (sb.user,):

@@ -11,15 +11,19 @@ and means nothing here. Another key's volume is the SDK's not-found.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
-from starlette.responses import JSONResponse
+from starlette.responses import JSONResponse, Response
 
 from sandboxes import errors as E
 from sandboxes.server.http.prime.checkpoints import IMAGE_LABEL, checkpoint_json
 from sandboxes.server.http.prime.requests import parse_page
 from sandboxes.server.http.timestamps import iso
+
+if TYPE_CHECKING:
+    from sandboxes.server.http.prime.api import ControlPlane, Handler
+    from sandboxes.server.volume_versions import VersionedVolume
 
 __all__ = ["Volumes"]
 
@@ -29,12 +33,11 @@ GIB = 1 << 30
 class Volumes:
     """The volume routes' handlers; `control` is the control plane (its records and views)."""
 
-    def __init__(self, control: Any) -> None:
+    def __init__(self, control: ControlPlane) -> None:
         self.control = control
         self.core = control.core
-        self.versions = control.core.volume_versions
 
-    def routes(self) -> list[tuple[str, Any, str]]:
+    def routes(self) -> list[tuple[str, Handler, str]]:
         """(path, handler, method), before the control plane's `{sandbox_id}`."""
         return [
             ("/api/v1/sandbox/volumes", self.create, "POST"),
@@ -46,10 +49,10 @@ class Volumes:
 
     def _limit_gb(self, owner: str) -> int | None:
         """The key's bound of checkpoint bytes (a volume's versions are checkpoints), in whole GiB."""
-        limit = self.core.quotas.limits_of(owner).max_checkpoint_bytes
+        limit = self.core.limits(owner).max_checkpoint_bytes
         return None if limit is None else limit // GIB
 
-    def _json(self, v: Any, owner: str | None = None) -> dict[str, Any]:
+    def _json(self, v: VersionedVolume, owner: str | None = None) -> dict[str, Any]:
         """The SDK's `Volume`; with `owner`, the account's storage too (a single volume's GET)."""
         return {
             "id": v.id,
@@ -59,19 +62,22 @@ class Volumes:
             "head_checkpoint_id": v.head,
             "created_at": iso(v.created_at),
             "occupied_bytes": v.bytes,
-            "account_storage_used_bytes": None if owner is None else self.versions.used_bytes(owner),
+            "account_storage_used_bytes": None if owner is None else self.core.versioned_bytes(owner),
             "account_storage_limit_gb": None if owner is None else self._limit_gb(owner),
         }
 
-    async def create(self, request: Request, owner: str) -> Any:
+    async def create(self, request: Request, owner: str) -> Response:
         body = await self.control._body(request)
         if not isinstance(body, dict) or set(body) - {"name", "team_id"}:
             raise E.InvalidRequest("the body is {name, team_id}")
-        return JSONResponse(self._json(self.core.create_volume_version(owner, body.get("name"))))
+        name = body.get("name")  # one that is not a string is refused as an empty one is
+        return JSONResponse(
+            self._json(self.core.create_volume_version(owner, name if isinstance(name, str) else ""))
+        )
 
-    async def list(self, request: Request, owner: str) -> Any:
+    async def list(self, request: Request, owner: str) -> Response:
         page, per_page = parse_page(request.query_params)
-        mine = self.versions.list(owner)
+        mine = self.core.versioned_volumes(owner)
         start = (page - 1) * per_page
         return JSONResponse(
             {
@@ -85,14 +91,14 @@ class Volumes:
             }
         )
 
-    async def get(self, request: Request, owner: str) -> Any:
-        return JSONResponse(self._json(self.versions.get(owner, request.path_params["name"]), owner))
+    async def get(self, request: Request, owner: str) -> Response:
+        return JSONResponse(self._json(self.core.versioned_volume(owner, request.path_params["name"]), owner))
 
-    async def delete(self, request: Request, owner: str) -> Any:
+    async def delete(self, request: Request, owner: str) -> Response:
         await self.core.delete_volume_version(owner, request.path_params["name"])
         return JSONResponse({})
 
-    async def publish(self, request: Request, owner: str) -> Any:
+    async def publish(self, request: Request, owner: str) -> Response:
         body = await self.control._body(request)
         force = body.get("force", False) if isinstance(body, dict) else None
         if not isinstance(force, bool):
