@@ -18,7 +18,7 @@ SLOW_TESTS := tests/test_frameworks.py tests/test_kube_emulator_cli.py $(wildcar
 CLIENT_VENVS ?= .venv-clients
 CLIENTS := $(patsubst tests/clients/%.txt,$(CLIENT_VENVS)/%/.ok,$(wildcard tests/clients/*.txt))
 
-.PHONY: help install clients build build-agent build-dev build-rl build-testing serve test test-rust test-python test-fast test-tools helm-test lint bench bench-table proto clean images toolchains
+.PHONY: help install clients build build-agent build-dev build-rl build-testing serve test test-rust test-python test-fast test-tools helm-test lint bench bench-table proto clean images toolchains criu
 
 help: ## list the targets
 	@grep -E '^[a-z-]+:.*## ' $(MAKEFILE_LIST) | sed 's/:.*## /\t/' | sort
@@ -83,7 +83,10 @@ toolchains: ## the host's Debian toolchains of the judge's languages (installed 
 test-tools: ## host programs the tests use (a container registry on loopback; installed when root, else listed)
 	bash deploy/test_tools.sh
 
-test-python: build clients toolchains test-tools ## pytest against the real agent binary (-rs: every skip's reason printed)
+criu: ## CRIU 4.1 or later, which memory snapshots need (installed when root: the host's package, else built from its pinned source; else said what is missing)
+	bash deploy/criu.sh
+
+test-python: build clients toolchains test-tools criu ## pytest against the real agent binary (-rs: every skip's reason printed)
 	$(PY) -m pytest -q -rs $(PYTEST_ARGS)
 
 test-fast: build ## for local work: the Python tests minus the slow ones (frameworks, kubernetes emulator, client-virtualenv scenarios)

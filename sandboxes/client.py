@@ -301,13 +301,23 @@ class AsyncSandboxClient:
         return list(msg.deleted_ids)
 
     async def health(self) -> dict[str, Any]:
-        """{"status", "version", "pools": {template: {stat: value}}, "sandboxes": n}."""
+        """{"status", "version", "pools": {template: {stat: value}}, "sandboxes": n, "criu": {"found",
+        "version", "ok", "reason"} (the server host's CRIU, which memory snapshots need; None until
+        the server has probed it)}."""
         msg = await self._call("Health", pb.HealthRequest(), retry=True)
         return {
             "status": msg.status,
             "version": msg.version,
             "pools": {t: dict(p.values) for t, p in msg.pools.items()},
             "sandboxes": msg.sandboxes,
+            "criu": {
+                "found": msg.criu.found,
+                "version": msg.criu.version,
+                "ok": msg.criu.ok,
+                "reason": msg.criu.reason,
+            }
+            if msg.HasField("criu")
+            else None,
         }
 
 

@@ -171,7 +171,7 @@ def no_leaks() -> Any:
         pytest.fail("the session leaked: " + ", ".join(found), pytrace=False)
 
 
-# --- what CI always has: a Docker engine, the loopback registry, root ----------------------------
+# --- what CI always has: a Docker engine, the loopback registry, root, CRIU ----------------------
 
 # `.ci/run` sets SANDBOXES_CI=1: there a test that finds one of them missing fails instead of
 # skipping, so a CI machine that lost one cannot pass by skipping what needs it. Elsewhere it
@@ -186,28 +186,34 @@ def skip_or_fail(reason: str) -> NoReturn:
     pytest.skip(reason)
 
 
-def _present(what: str) -> bool:
+def _missing(what: str) -> str | None:
+    """Why `what` is missing here (None: it is present)."""
     if what == "root":
-        return os.geteuid() == 0
+        return None if os.geteuid() == 0 else "needs root"
     if what == "registry":
         from sandboxes_testing.loopback_registry import REGISTRY_BIN
 
-        return os.path.exists(REGISTRY_BIN)
-    raise ValueError(f"requires({what!r}): root or registry")
+        return None if os.path.exists(REGISTRY_BIN) else "needs the loopback registry (`make test-tools`)"
+    if what == "criu":
+        from sandboxes.server.criu import probe
+
+        host = probe()
+        return None if host.ok else f"needs CRIU 4.1 or later (`make criu`): {host.reason}"
+    raise ValueError(f"requires({what!r}): root, registry or criu")
 
 
 def pytest_configure(config: Any) -> None:
     config.addinivalue_line(
         "markers",
-        "requires(what, reason=...): the test needs root or the loopback registry (`make test-tools`);"
-        " without it the test skips, in CI (SANDBOXES_CI=1) it fails",
+        "requires(what, reason=...): the test needs root, the loopback registry (`make test-tools`) or"
+        " CRIU (`make criu`); without it the test skips, in CI (SANDBOXES_CI=1) it fails",
     )
 
 
 def pytest_runtest_setup(item: Any) -> None:
     for mark in item.iter_markers("requires"):
-        if not _present(mark.args[0]):
-            skip_or_fail(mark.kwargs.get("reason") or f"needs {mark.args[0]}")
+        if (why := _missing(mark.args[0])) is not None:
+            skip_or_fail(mark.kwargs.get("reason") or why)
 
 
 # --- the Docker engine and the images `make images` builds ---------------------------------------

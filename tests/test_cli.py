@@ -171,6 +171,7 @@ async def test_serve_stops_cleanly_on_sigterm(native, tmp_path) -> None:
     run_root = Path(os.environ["SANDBOXES_RUN_DIR"])
     started = next(e for e in logs if e["msg"] == "server started")
     assert started["auth"] == "api-key"
+    assert set(started["criu"]) == {"found", "version", "ok", "reason"}  # the host's CRIU, probed at start
     assert not [
         p for p in run_root.glob("pool-*") if (p / "owner.json").exists() and _owner_pid(p) == proc.pid
     ]

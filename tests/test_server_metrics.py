@@ -11,6 +11,7 @@ from server_helpers import KEY_A, wait_for
 
 from sandboxes import errors as E
 from sandboxes.client import AsyncSandboxClient
+from sandboxes.server.criu import probe
 
 
 async def scrape(port: int) -> str:
@@ -56,6 +57,7 @@ async def test_metrics_endpoint_serves_pool_gauges(make_server) -> None:
         assert value(text, "sandboxes_errors_total", method="Get", kind="not_found") == 1
         assert value(text, "sandboxes_inflight_execs") == 0
         assert value(text, "sandboxes_live") == 1
+        assert value(text, "sandboxes_criu_ok") == (1 if probe().ok else 0)
         assert value(text, "sandboxes_pool_claim_wait_seconds_count", template="default") == 1
         await sb.close()
         text = await scrape(server.metrics_port)

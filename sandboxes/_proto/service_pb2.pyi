@@ -389,7 +389,7 @@ class PoolStats(_message.Message):
     def __init__(self, values: _Optional[_Mapping[str, float]] = ...) -> None: ...
 
 class HealthResponse(_message.Message):
-    __slots__ = ("status", "version", "pools", "sandboxes")
+    __slots__ = ("status", "version", "pools", "sandboxes", "criu")
     class PoolsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -401,11 +401,25 @@ class HealthResponse(_message.Message):
     VERSION_FIELD_NUMBER: _ClassVar[int]
     POOLS_FIELD_NUMBER: _ClassVar[int]
     SANDBOXES_FIELD_NUMBER: _ClassVar[int]
+    CRIU_FIELD_NUMBER: _ClassVar[int]
     status: str
     version: str
     pools: _containers.MessageMap[str, PoolStats]
     sandboxes: int
-    def __init__(self, status: _Optional[str] = ..., version: _Optional[str] = ..., pools: _Optional[_Mapping[str, PoolStats]] = ..., sandboxes: _Optional[int] = ...) -> None: ...
+    criu: Criu
+    def __init__(self, status: _Optional[str] = ..., version: _Optional[str] = ..., pools: _Optional[_Mapping[str, PoolStats]] = ..., sandboxes: _Optional[int] = ..., criu: _Optional[_Union[Criu, _Mapping]] = ...) -> None: ...
+
+class Criu(_message.Message):
+    __slots__ = ("found", "version", "ok", "reason")
+    FOUND_FIELD_NUMBER: _ClassVar[int]
+    VERSION_FIELD_NUMBER: _ClassVar[int]
+    OK_FIELD_NUMBER: _ClassVar[int]
+    REASON_FIELD_NUMBER: _ClassVar[int]
+    found: bool
+    version: str
+    ok: bool
+    reason: str
+    def __init__(self, found: _Optional[bool] = ..., version: _Optional[str] = ..., ok: _Optional[bool] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class CreateCheckpointRequest(_message.Message):
     __slots__ = ("sandbox_id", "name", "ttl_s", "keep")

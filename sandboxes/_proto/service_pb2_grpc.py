@@ -297,7 +297,7 @@ class SandboxesServicer:
         raise NotImplementedError('Method not implemented!')
 
     def Health(self, request, context):
-        """The server's health and its pools.
+        """The server's health, its pools and its host's CRIU.
         """
         context.set_code(grpc.StatusCode.UNIMPLEMENTED)
         context.set_details('Method not implemented!')

@@ -8,6 +8,7 @@ destroy every claimed sandbox, then close the pool (which destroys the warm ones
 from __future__ import annotations
 
 import asyncio
+import dataclasses
 import logging
 import signal
 from collections.abc import Mapping
@@ -15,6 +16,7 @@ from typing import TYPE_CHECKING, Any, Self
 
 import grpc
 
+from sandboxes.server import criu
 from sandboxes.server.auth import ApiKeys
 from sandboxes.server.core import ServerCore
 from sandboxes.server.metrics import Metrics
@@ -121,6 +123,9 @@ class Server:
         return f"{host}:{self.port}"
 
     async def start(self) -> Self:
+        # The host's CRIU is probed (once per process, in a thread: it runs `criu`) while the rest
+        # starts; start() returns with its answer in Health, the metrics and the start's log line.
+        probing = asyncio.ensure_future(asyncio.to_thread(criu.probe))
         if self.pool is None:
             from sandboxes.pool import Pool
 
@@ -195,7 +200,10 @@ class Server:
                 self.http_port = await self.http.start(self.host, self.http_port_requested)
                 if self.ports_port is None:  # sandboxes' ports are reached on the HTTP port
                     self.core.ports_base = f"{host}:{self.http_port}"
+            host_criu = await probing
+            self.metrics.criu_ok.set(1 if host_criu.ok else 0)
         except BaseException:
+            probing.cancel()
             await self._teardown(grace=0)
             raise
         log.info(
@@ -207,6 +215,7 @@ class Server:
                 "http_port": self.http_port,
                 "ports_port": self.ports_port,
                 "auth": "api-key" if self.auth.enabled else "insecure",
+                "criu": dataclasses.asdict(host_criu),
             },
         )
         return self

@@ -152,6 +152,11 @@ class Metrics:
         )
         self.inflight_execs = Gauge("sandboxes_inflight_execs", "executions in flight", registry=r)
         self.live_sandboxes = Gauge("sandboxes_live", "claimed sandboxes held by clients", registry=r)
+        self.criu_ok = Gauge(
+            "sandboxes_criu_ok",
+            "1 when the host's CRIU, which memory snapshots need, is 4.1 or later and passes its check",
+            registry=r,
+        )
         self._http: Any = None
         self._http_thread: threading.Thread | None = None
         self.port: int | None = None

@@ -12,7 +12,7 @@ import builtins
 import contextlib
 import logging
 from collections.abc import AsyncIterator, Awaitable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from typing import Any
 
 import grpc
@@ -29,6 +29,7 @@ from sandboxes._proto.convert import (
 )
 from sandboxes.egress import EgressPolicy
 from sandboxes.sandbox import check_terminal
+from sandboxes.server import criu
 from sandboxes.server.auth import ApiKeys
 from sandboxes.server.core import ServerCore, file_map
 from sandboxes.server.create import CreateSpec
@@ -555,6 +556,8 @@ class SandboxService:
                     if isinstance(v, (int, float)):
                         stats.values[str(k)] = float(v)
         resp.sandboxes = len(records)
+        if (host_criu := criu.probed()) is not None:
+            resp.criu.CopyFrom(pb.Criu(**asdict(host_criu)))
         return resp
 
 
