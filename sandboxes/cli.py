@@ -21,33 +21,20 @@ sandboxes eval humaneval --solutions canonical --workers 4 --output report.json
 from __future__ import annotations
 
 import argparse
-import asyncio
 import contextlib
 import json
 import os
 import sys
-from collections.abc import Callable, Coroutine, Sequence
+from collections.abc import Sequence
 from typing import Any
 
 from sandboxes import cli_checkpoints, cli_volumes
+from sandboxes.cli_remote import EXIT_INFRA, EXIT_TIMEOUT, err, need_address, run
 
 __all__ = ["build_parser", "load_templates", "main"]
 
-EXIT_INFRA = 125
-EXIT_TIMEOUT = 124
-
 
 # -- helpers ---------------------------------------------------------------------------------
-
-
-def _run(coro_fn: Callable[[], Coroutine[Any, Any, Any]]) -> Any:
-    """Run on uvloop when it is installed."""
-    try:
-        import uvloop
-    except ImportError:
-        return asyncio.run(coro_fn())
-    with asyncio.Runner(loop_factory=uvloop.new_event_loop) as runner:
-        return runner.run(coro_fn())
 
 
 def _pairs(values: Sequence[str] | None, what: str) -> dict[str, str]:
@@ -121,10 +108,6 @@ def _kube_config(path: str | None) -> Any:
     return KubeConfig.from_file(path) if path else KubeConfig()
 
 
-def _err(message: str) -> None:
-    print(f"sandboxes: {message}", file=sys.stderr)
-
-
 @contextlib.contextmanager
 def _status(message: str):
     """A spinner on stderr while something slow happens (only on a terminal)."""
@@ -162,7 +145,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         auth = ApiKeys.from_sources(args.api_keys_file, insecure=args.insecure)
     except SandboxError as e:
-        _err(e.message)
+        err(e.message)
         return 2
     templates = load_templates(args.template_file, args.backend) if args.template_file else None
     backend: Any = args.backend
@@ -176,7 +159,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         try:
             backend = kube_backend(config=_kube_config(args.kube_config), **overrides)
         except SandboxError as e:
-            _err(e.message)
+            err(e.message)
             return 2
     setup_logging(args.log_level)
     pool_kwargs: dict[str, Any] = {"claim_timeout": args.claim_timeout}
@@ -205,9 +188,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         image_metadata_key=args.image_metadata_key,
     )
     try:
-        _run(lambda: serve(**kwargs))
+        run(lambda: serve(**kwargs))
     except SandboxError as e:
-        _err(f"{e.kind.value}: {e.message}")
+        err(f"{e.kind.value}: {e.message}")
         return EXIT_INFRA if e.retryable else 2
     except KeyboardInterrupt:
         pass
@@ -271,44 +254,37 @@ def cmd_exec(args: argparse.Namespace) -> int:
         command = command[1:]
     if args.shell is not None:
         if command:
-            _err("give either -c COMMAND or a program with arguments, not both")
+            err("give either -c COMMAND or a program with arguments, not both")
             return 2
         argv: Any = args.shell
     elif command:
         argv = command
     else:
-        _err("nothing to run: give a program (after --) or -c COMMAND")
+        err("nothing to run: give a program (after --) or -c COMMAND")
         return 2
     env = _pairs(args.env, "--env")
     files = _files(args.file)
     stdin = sys.stdin.buffer.read() if args.stdin else b""
-    run = _exec_remote if args.address else _exec_embedded
+    execute = _exec_remote if args.address else _exec_embedded
     try:
-        result = _run(lambda: run(args, argv, env, files, stdin))
+        result = run(lambda: execute(args, argv, env, files, stdin))
     except SandboxError as e:
-        _err(f"{e.kind.value}: {e.message}")
+        err(f"{e.kind.value}: {e.message}")
         return EXIT_INFRA
     sys.stdout.buffer.write(result.stdout)
     sys.stdout.buffer.flush()
     sys.stderr.buffer.write(result.stderr)
     sys.stderr.buffer.flush()
     if result.timed_out:
-        _err(f"timed out after {args.timeout}s")
+        err(f"timed out after {args.timeout}s")
     return _exit_code(result)
-
-
-def _need_address(args: argparse.Namespace) -> int | None:
-    if not args.address:
-        _err("this command talks to a server: give --address (or $SANDBOXES_ADDRESS)")
-        return 2
-    return None
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
     from sandboxes.client import AsyncSandboxClient
     from sandboxes.errors import SandboxError
 
-    if (rc := _need_address(args)) is not None:
+    if (rc := need_address(args)) is not None:
         return rc
     labels = _pairs(args.label, "--label")
 
@@ -317,9 +293,9 @@ def cmd_ls(args: argparse.Namespace) -> int:
             return await client.list(labels or None)
 
     try:
-        sandboxes = _run(go)
+        sandboxes = run(go)
     except SandboxError as e:
-        _err(f"{e.kind.value}: {e.message}")
+        err(f"{e.kind.value}: {e.message}")
         return EXIT_INFRA
     rows = [
         {
@@ -357,11 +333,11 @@ def cmd_rm(args: argparse.Namespace) -> int:
     from sandboxes.client import AsyncSandboxClient
     from sandboxes.errors import SandboxError
 
-    if (rc := _need_address(args)) is not None:
+    if (rc := need_address(args)) is not None:
         return rc
     labels = _pairs(args.label, "--label")
     if not args.ids and not labels:
-        _err("give sandbox ids and/or --label KEY=VALUE")
+        err("give sandbox ids and/or --label KEY=VALUE")
         return 2
 
     async def go() -> list[str]:
@@ -370,15 +346,15 @@ def cmd_rm(args: argparse.Namespace) -> int:
 
     try:
         with _status("deleting…"):
-            deleted = _run(go)
+            deleted = run(go)
     except SandboxError as e:
-        _err(f"{e.kind.value}: {e.message}")
+        err(f"{e.kind.value}: {e.message}")
         return EXIT_INFRA
     for sid in deleted:
         print(sid)
     missing = set(args.ids or ()) - set(deleted)
     if missing:
-        _err(f"not found: {', '.join(sorted(missing))}")
+        err(f"not found: {', '.join(sorted(missing))}")
         return 1
     return 0
 
@@ -387,7 +363,7 @@ def cmd_health(args: argparse.Namespace) -> int:
     from sandboxes.client import AsyncSandboxClient
     from sandboxes.errors import SandboxError
 
-    if (rc := _need_address(args)) is not None:
+    if (rc := need_address(args)) is not None:
         return rc
 
     async def go() -> dict:
@@ -395,9 +371,9 @@ def cmd_health(args: argparse.Namespace) -> int:
             return await client.health()
 
     try:
-        print(json.dumps(_run(go), indent=2))
+        print(json.dumps(run(go), indent=2))
     except SandboxError as e:
-        _err(f"{e.kind.value}: {e.message}")
+        err(f"{e.kind.value}: {e.message}")
         return EXIT_INFRA
     return 0
 
@@ -406,7 +382,7 @@ def cmd_eval(args: argparse.Namespace) -> int:
     """Grade a problem set (humaneval, stdio) through an embedded pool; see `sandboxes.evaluate`."""
     from sandboxes.evaluate import main as eval_main
 
-    return eval_main(args, run=_run)
+    return eval_main(args, run=run)
 
 
 def cmd_bench(args: argparse.Namespace) -> int:
@@ -424,7 +400,7 @@ def cmd_bench(args: argparse.Namespace) -> int:
         if bench_main is not None:
             break
     if bench_main is None:
-        _err(
+        err(
             "the benchmark harness is not importable (it is the bench/ package of a source "
             "checkout; run from the repository root): " + "; ".join(errors)
         )

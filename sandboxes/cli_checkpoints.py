@@ -16,33 +16,12 @@ from __future__ import annotations
 import argparse
 import json
 import time
-from collections.abc import Callable, Coroutine
+from collections.abc import Callable
 from typing import Any
 
+from sandboxes.cli_remote import err, remote
+
 __all__ = ["add_parsers"]
-
-
-def _remote(args: argparse.Namespace, go: Callable[[Any], Coroutine[Any, Any, Any]]) -> tuple[int, Any]:
-    """Runs `go(client)` against the server of `args`; (exit code, its result)."""
-    from sandboxes import cli
-    from sandboxes.client import AsyncSandboxClient
-    from sandboxes.errors import NotFound, SandboxError
-
-    if (rc := cli._need_address(args)) is not None:
-        return rc, None
-
-    async def run() -> Any:
-        async with AsyncSandboxClient(args.address, args.api_key) as client:
-            return await go(client)
-
-    try:
-        return 0, cli._run(run)
-    except NotFound as e:
-        cli._err(e.message)
-        return 1, None
-    except SandboxError as e:
-        cli._err(f"{e.kind.value}: {e.message}")
-        return cli.EXIT_INFRA, None
 
 
 def cmd_create(args: argparse.Namespace) -> int:
@@ -53,14 +32,14 @@ def cmd_create(args: argparse.Namespace) -> int:
             name=args.name, **({"ttl_s": ttl} if ttl is not None or args.keep else {})
         )
 
-    rc, cp = _remote(args, go)
+    rc, cp = remote(args, go)
     if cp is not None:
         print(cp.id)
     return rc
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
-    rc, cps = _remote(args, lambda client: client.checkpoints())
+    rc, cps = remote(args, lambda client: client.checkpoints())
     if cps is None:
         return rc
     rows = [
@@ -100,11 +79,9 @@ def cmd_rm(args: argparse.Namespace) -> int:
                 missing.append(cid)
         return missing
 
-    rc, missing = _remote(args, go)
+    rc, missing = remote(args, go)
     if missing:
-        from sandboxes import cli
-
-        cli._err(f"not found: {', '.join(missing)}")
+        err(f"not found: {', '.join(missing)}")
         return 1
     return rc
 
@@ -113,7 +90,7 @@ def cmd_fork(args: argparse.Namespace) -> int:
     async def go(client: Any) -> Any:
         return await (await client.get(args.sandbox_id)).fork(args.n)
 
-    rc, forks = _remote(args, go)
+    rc, forks = remote(args, go)
     for f in forks or ():
         print(f.id)
     return rc

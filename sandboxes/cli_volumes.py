@@ -17,20 +17,20 @@ import json
 from collections.abc import Callable
 from typing import Any
 
-from sandboxes.cli_checkpoints import _remote
+from sandboxes.cli_remote import err, remote
 
 __all__ = ["add_parsers"]
 
 
 def cmd_create(args: argparse.Namespace) -> int:
-    rc, vol = _remote(args, lambda c: c.create_volume(args.name, size_bytes=args.size, inodes=args.inodes))
+    rc, vol = remote(args, lambda c: c.create_volume(args.name, size_bytes=args.size, inodes=args.inodes))
     if vol is not None:
         print(vol.id)
     return rc
 
 
 def cmd_ls(args: argparse.Namespace) -> int:
-    rc, vols = _remote(args, lambda c: c.volumes())
+    rc, vols = remote(args, lambda c: c.volumes())
     if vols is None:
         return rc
     rows = [
@@ -64,11 +64,9 @@ def cmd_rm(args: argparse.Namespace) -> int:
                 missing.append(ref)
         return missing
 
-    rc, missing = _remote(args, go)
+    rc, missing = remote(args, go)
     if missing:
-        from sandboxes import cli
-
-        cli._err(f"not found: {', '.join(missing)}")
+        err(f"not found: {', '.join(missing)}")
         return 1
     return rc
 
@@ -77,7 +75,7 @@ def cmd_pause(args: argparse.Namespace) -> int:
     async def go(client: Any) -> bool:
         return await (await client.get(args.sandbox_id)).pause(files_only=args.files_only)
 
-    rc, changed = _remote(args, go)
+    rc, changed = remote(args, go)
     if changed is not None:
         print("paused" if changed else "paused already")
     return rc
@@ -87,7 +85,7 @@ def cmd_resume(args: argparse.Namespace) -> int:
     async def go(client: Any) -> bool:
         return await (await client.get(args.sandbox_id)).resume(ttl_s=args.ttl)
 
-    rc, changed = _remote(args, go)
+    rc, changed = remote(args, go)
     if changed is not None:
         print("resumed" if changed else "not paused")
     return rc

@@ -32,10 +32,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from sandboxes import errors as E
+from sandboxes.server.registry import Record
 
 if TYPE_CHECKING:
     from sandboxes.backends.base import ClaimRecord, ClaimRecords
-    from sandboxes.server.registry import Record, Registry
+    from sandboxes.server.registry import Registry
 
 __all__ = ["Codec", "SharedRecords", "dataclass_codec"]
 
@@ -189,8 +190,6 @@ class SharedRecords:
         self._deleted[sandbox_id] = now
 
     def _materialize(self, claim: ClaimRecord) -> Record | None:
-        from sandboxes.server.registry import Record
-
         rec = self.registry.local(claim.sandbox_id)
         if rec is not None:
             return rec
