@@ -185,6 +185,7 @@ class Server:
                 from sandboxes.server.http.daytona import DaytonaApi
                 from sandboxes.server.http.e2b import E2bApi
                 from sandboxes.server.http.fusion import FusionApi
+                from sandboxes.server.http.opensandbox import OpenSandboxApi
                 from sandboxes.server.http.piston import PistonApi
                 from sandboxes.server.http.prime import PrimeApi
 
@@ -195,6 +196,7 @@ class Server:
                     PrimeApi(core, self.auth),
                     E2bApi(core, self.auth, image_key=self.image_metadata_key),
                     DaytonaApi(core, self.auth),
+                    OpenSandboxApi(core, self.auth),
                 ]
                 self.http = HttpServer(self.surfaces, ports=self.ports, grace_s=self.grace_s)
                 self.http_port = await self.http.start(self.host, self.http_port_requested)

@@ -1,0 +1,100 @@
+"""The OpenSandbox API, proven by the unmodified `opensandbox` SDK from PyPI (its own virtualenv,
+tests/clients/opensandbox.txt) against a real server over real sockets: the server runs here, the
+SDK in a subprocess (`clients/opensandbox_scenarios.py`) pointed at it by `OPEN_SANDBOX_DOMAIN`
+and `OPEN_SANDBOX_API_KEY` only."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+from server_helpers import KEY_A, KEY_B, run_scenario
+
+pytestmark = pytest.mark.asyncio
+
+
+async def scenario(server: Any, name: str, arg: str | None = None, *, key: str = KEY_A) -> dict[str, Any]:
+    env = {
+        "OPEN_SANDBOX_DOMAIN": f"http://127.0.0.1:{server.http_port}/opensandbox",
+        "OPEN_SANDBOX_API_KEY": key,
+    }
+    return await run_scenario("opensandbox", "opensandbox_scenarios.py", [name, *([arg] if arg else [])], env)
+
+
+async def test_lifecycle(make_server) -> None:
+    server = await make_server(http_port=0)
+    o = await scenario(server, "lifecycle")
+    assert o["info"] == ["Running", {"run": "lc", "team": "a&b=c"}, True, ["tail", "-f", "/dev/null"]], o
+    assert o["run"] == [0, "hi\nx1\n/work\n", "to-stderr\n"] and o["run_id"], o
+    assert o["cwd"] == "/tmp\n" and o["argv"] == "a b|c|"
+    assert o["exit"] == [3, "CommandExecError", "3"]
+    # Streamed as it runs (more than one chunk), then complete.
+    assert o["streamed"] == ["out1\nout2\nout3\n", True, 0]
+    assert o["timeout"] == [-1, True] and o["status_fg"] is False
+    assert o["bg_running"] == [True, "sleep 0.5; echo later; exit 5"]
+    assert o["bg"] == [5, "later\n", 6] and o["bg_tail"] == ""
+    assert o["interrupted"] == [False, -1]
+    assert o["missing_command"]["status"] == 404
+    assert o["read"] == "hello world\n" and o["read_lines"] == "hello world\n" and o["read_range"] == "hello"
+    assert o["info_files"] == [
+        ["notes/a.txt", "file", 12, 644, True],
+        ["notes/b.txt", "file", 7, 600, True],
+    ]
+    assert o["read_missing"]["status"] == 404
+    assert o["info_missing"]["status"] == 404 and o["info_missing"]["code"] == "FILE_NOT_FOUND"
+    assert o["search"] == ["a.txt", "b.txt"]
+    assert o["mkdir"] == ["directory", 700]
+    assert o["moved"] == "second\n"
+    assert o["replaced"] == [[["notes/a.txt", 1]], "hello there\n"]
+    assert o["deleted"]["status"] == 404 and o["deleted_dir"]["status"] == 404
+    assert o["endpoint"] == [True, True]
+    assert o["egress"]["ok"]["defaultAction"] in ("allow", "deny")
+    assert o["listed"] == [[True], 1] and o["listed_none"] == [0, False] and o["listed_paused"] == 0
+    assert o["renewed"] is True and o["patched"] == {"run": "lc", "phase": "two"}
+    assert o["paused"] == "Paused"
+    assert o["run_paused"]["status"] == 409
+    assert o["resumed"] == "Running" and o["ticking"] is True  # its processes lived through the pause
+    assert o["after_delete"]["status"] == 404 and o["after_delete"]["code"] == "SANDBOX::NOT_FOUND"
+    assert o["left"] == []
+    assert len(server.service.registry) == 0
+
+
+async def test_refusals_and_egress(make_server) -> None:
+    """GPUs and snapshots get the platform's own refusals; a create's network policy is the
+    sandbox's egress policy, which the egress endpoint reads and changes."""
+    server = await make_server(http_port=0)
+    o = await scenario(server, "refused")
+    assert o["gpu"]["status"] == 400 and o["gpu"]["code"] == "SANDBOX::INVALID_PARAMETER", o
+    # A status its client has no model for: the SDK keeps the body in the message.
+    assert o["snapshot"]["status"] == 501 and "SANDBOX::API_NOT_SUPPORTED" in o["snapshot"]["message"]
+    assert o["missing"]["status"] == 404
+    assert o["policy"]["defaultAction"] == "deny"
+    assert o["policy"]["egress"] == [{"action": "allow", "target": "pypi.org"}]
+    assert o["policy_after"]["egress"] == [{"action": "allow", "target": "example.com"}]
+    assert o["session"]["status"] == 501
+    assert len(server.service.registry) == 0
+
+
+async def test_sync_client(make_server) -> None:
+    server = await make_server(http_port=0)
+    o = await scenario(server, "sync_client")
+    assert o["run"] == [2, "sync\n", "e\n"], o
+    assert o["read"] == "sync file" and o["info"] == 9
+    assert o["paused"] == "Paused" and o["resumed"] == "sync file" and o["listed"] == [True]
+    assert len(server.service.registry) == 0
+
+
+async def test_keys(make_server) -> None:
+    """Another key's sandbox is not found, not listed, not deleted; a wrong key is refused."""
+    server = await make_server(http_port=0)
+    held = await scenario(server, "hold")
+    other = await scenario(server, "other_key", held["id"], key=KEY_B)
+    assert other["get"]["status"] == 404 and other["listed"] == {"ok": []}, other
+    assert other["kill"]["status"] == 404 and other["connect"]["status"] == 404
+    wrong = await scenario(server, "other_key", held["id"], key="not-a-key-0123456789")
+    assert wrong["get"]["status"] == wrong["listed"]["status"] == 401
+    assert wrong["get"]["code"] == "INVALID_API_KEY"
+    mine = await scenario(server, "other_key", held["id"])
+    assert "ok" in mine["get"] and mine["listed"] == {"ok": [held["id"]]}
+    assert mine["connect"] == {"ok": "mine\n"}
+    assert len(server.service.registry) == 0
