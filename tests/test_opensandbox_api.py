@@ -44,6 +44,13 @@ async def test_lifecycle(make_server) -> None:
     assert o["info_missing"]["status"] == 404 and o["info_missing"]["code"] == "FILE_NOT_FOUND"
     assert o["search"] == ["a.txt", "b.txt"]
     assert o["mkdir"] == ["directory", 700]
+    assert o["list_dir"] == [
+        ["a.txt", "file"],
+        ["b.txt", "file"],
+        ["sub", "directory"],
+        ["sub/deep", "directory"],
+    ]
+    assert o["chmod"] == 640
     assert o["moved"] == "second\n"
     assert o["replaced"] == [[["notes/a.txt", 1]], "hello there\n"]
     assert o["deleted"]["status"] == 404 and o["deleted_dir"]["status"] == 404
@@ -72,6 +79,19 @@ async def test_refusals_and_egress(make_server) -> None:
     assert o["policy"]["egress"] == [{"action": "allow", "target": "pypi.org"}]
     assert o["policy_after"]["egress"] == [{"action": "allow", "target": "example.com"}]
     assert o["session"]["status"] == 501
+    assert len(server.service.registry) == 0
+
+
+async def test_entrypoint_ports_and_the_server_proxy(make_server) -> None:
+    """An entrypoint runs as the sandbox's main process: a web server, reached through its
+    port's endpoint; execd answers through the server's proxy with the key, and directly only
+    with the sandbox's token."""
+    server = await make_server(http_port=0)
+    o = await scenario(server, "extras")
+    assert o["served"] == [200, "from the sandbox"], o
+    assert o["ping"] == 200 and o["wrong_token"] == [404, "SANDBOX_NOT_FOUND"]
+    assert o["proxy_endpoint"] is True
+    assert o["proxy_run"] == [0, "from the sandbox", ""] and o["proxy_read"] == "proxied"
     assert len(server.service.registry) == 0
 
 

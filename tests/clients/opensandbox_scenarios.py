@@ -18,7 +18,14 @@ from typing import Any
 
 from opensandbox import Sandbox, SandboxManager, SandboxManagerSync, SandboxSync
 from opensandbox.models.execd import ExecutionHandlers, RunCommandOpts
-from opensandbox.models.filesystem import ContentReplaceEntry, MoveEntry, SearchEntry, WriteEntry
+from opensandbox.models.filesystem import (
+    ContentReplaceEntry,
+    DirectoryListEntry,
+    MoveEntry,
+    SearchEntry,
+    SetPermissionEntry,
+    WriteEntry,
+)
 from opensandbox.models.sandboxes import NetworkPolicy, NetworkRule, SandboxFilter
 
 IMAGE = "python:3.11-slim"
@@ -133,6 +140,10 @@ async def lifecycle() -> dict[str, Any]:
     await fs.create_directories([WriteEntry(path="notes/sub/deep", mode=700)])
     d = (await fs.get_file_info(["notes/sub/deep"]))["notes/sub/deep"]
     out["mkdir"] = [d.entry_type, d.mode]
+    listed = await fs.list_directory(DirectoryListEntry(path="notes", depth=2))
+    out["list_dir"] = sorted([e.path.split("notes/", 1)[-1], e.entry_type] for e in listed)
+    await fs.set_permissions([SetPermissionEntry(path="notes/b.txt", mode=640)])
+    out["chmod"] = (await fs.get_file_info(["notes/b.txt"]))["notes/b.txt"].mode
     await fs.move_files([MoveEntry(src="notes/b.txt", dest="notes/sub/b.txt")])
     out["moved"] = await fs.read_file("notes/sub/b.txt")
     res = await fs.replace_contents_detailed(
@@ -250,7 +261,46 @@ async def other_key(sandbox_id: str) -> dict[str, Any]:
     return out
 
 
-SCENARIOS = {"lifecycle": lifecycle, "refused": refused, "hold": hold, "other_key": other_key}
+async def extras() -> dict[str, Any]:
+    """An entrypoint as the sandbox's main process, serving a port reached through its endpoint;
+    execd through the server's proxy (`use_server_proxy`); execd's token."""
+    import httpx
+    from opensandbox.config import ConnectionConfig
+
+    out: dict[str, Any] = {}
+    sb = await Sandbox.create(IMAGE, entrypoint=["python3", "-m", "http.server", "8080"])
+    await sb.files.write_file("served.txt", "from the sandbox")
+    ep = await sb.get_endpoint(8080)
+    async with httpx.AsyncClient() as http:
+        for _ in range(100):  # the server starts with the sandbox, not before create returns
+            r = await http.get(f"http://{ep.endpoint}/served.txt", headers=ep.headers)
+            if r.status_code != 502:  # 502: nothing listens on the port yet
+                break
+            await asyncio.sleep(0.1)
+        out["served"] = [r.status_code, r.text]
+        execd = (await sb.get_endpoint(44772)).endpoint
+        out["ping"] = (await http.get(f"http://{execd}/ping")).status_code
+        wrong = execd.rsplit("/", 1)[0] + "/not-the-token"
+        r = await http.get(f"http://{wrong}/ping")
+        out["wrong_token"] = [r.status_code, r.json().get("code")]
+    proxied = await Sandbox.connect(sb.id, connection_config=ConnectionConfig(use_server_proxy=True))
+    out["proxy_endpoint"] = "/v1/sandboxes/" in (await proxied.get_endpoint(44772)).endpoint
+    out["proxy_run"] = text(await proxied.commands.run("cat served.txt"))
+    await proxied.files.write_file("via-proxy.txt", "proxied", mode=644)
+    out["proxy_read"] = await sb.files.read_file("via-proxy.txt")
+    await proxied.close()
+    await sb.kill()
+    await sb.close()
+    return out
+
+
+SCENARIOS = {
+    "lifecycle": lifecycle,
+    "extras": extras,
+    "refused": refused,
+    "hold": hold,
+    "other_key": other_key,
+}
 
 
 def main() -> None:

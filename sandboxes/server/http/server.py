@@ -2,9 +2,9 @@
 
 An ASGI application (Starlette routing, the Connect services mounted into it) served by uvicorn
 on a socket bound here, so port 0 works and the bound port is known before serving. It serves a
-list of surfaces (`surface.py`: `fusion.py`, `piston.py`, `prime/`, `e2b/`, `daytona/`), each
-contributing its routes and WebSocket routes; a surface whose requests are told apart by a header
-rather than a path (E2B's in-sandbox calls) contributes a `front` hook, which sees every request
+list of surfaces (`surface.py`: `fusion.py`, `piston.py`, `prime/`, `e2b/`, `daytona/`,
+`opensandbox/`), each contributing its routes and WebSocket routes; a surface whose requests are
+told apart by a header rather than a path (E2B's in-sandbox calls) contributes a `front` hook, which sees every request
 first; each is closed once the port stops. A connection whose first request names a sandbox's
 port (its Host `{port}-{id}.domain`, as E2B's `get_host` and Daytona's preview links form it) is
 handed, before any of it is parsed as a request here, to the server's port carrier (`ports.py`).

@@ -32,7 +32,8 @@ __all__ = ["OpenSandboxApi"]
 
 KEY_HEADER = "open-sandbox-api-key"
 MAIN = "opensandbox.main"  # the kind of a sandbox's entrypoint among its long-lived programs
-MAIN_LIFETIME_S = 30 * 24 * 3600.0  # the entrypoint runs for the sandbox's life (bounded by its TTL)
+# The entrypoint runs for the sandbox's life, at most the agent's ceiling of a program's wall time.
+MAIN_LIFETIME_S = 24 * 3600.0
 MAIN_LIMITS = Limits(wall_time_s=MAIN_LIFETIME_S, cpu_time_s=MAIN_LIFETIME_S)
 
 

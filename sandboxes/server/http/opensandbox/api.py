@@ -18,7 +18,7 @@ A create names an image, which picks the server's template as for the other APIs
 `resourceLimits` (`{"cpu": "1", "memory": "2Gi"}` unless told): a sandbox gets its template's
 bounds, so they are read only to refuse what cannot be granted (GPUs). An `entrypoint` other
 than the SDK's placeholder (`tail -f /dev/null`) runs as the sandbox's main process, in its
-work dir, for the sandbox's life. Endpoints: port 44772 is the sandbox's execd and 18080 its
+work dir, for the sandbox's life (at most a day: the agent's ceiling on a program's wall time). Endpoints: port 44772 is the sandbox's execd and 18080 its
 egress sidecar, both served by this server (`execd.py`, `egress.py`) at a path that carries the
 sandbox's own token (the SDK sends no key to them); any other port is the sandbox's own, through
 the server's port routing (`ServerCore.port_access`). With `use_server_proxy` the execd and
