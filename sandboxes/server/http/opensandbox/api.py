@@ -8,7 +8,7 @@ GET    /v1/sandboxes/{id}                     200 Sandbox
 PATCH  /v1/sandboxes/{id}/metadata            200 Sandbox (a null value removes its key)
 DELETE /v1/sandboxes/{id}                     204
 POST   /v1/sandboxes/{id}/pause | resume      202 (pause keeps its memory: the cgroup freezer)
-POST   /v1/sandboxes/{id}/renew-expiration    200 {expiresAt}
+POST   /v1/sandboxes/{id}/renew-expiration    200 {expiresAt} (409 while paused)
 GET    /v1/sandboxes/{id}/endpoints/{port}    {endpoint: "host:port/path", headers?}
 ```
 

@@ -15,7 +15,8 @@ chunks as they come, then `execution_complete` (`execution_time` in ms) for a co
 exited 0, else `error` (`ename` "CommandExecError", `evalue` its exit code as text: -1 for a
 signal or a timeout, as Go reports them), with `ping` frames while it is quiet. A background
 command's stream ends at once with `execution_complete`; its output (both streams, in order) is
-kept for `/logs` (the last `MAX_LOG_BYTES`). A foreground command whose client goes away is
+kept for `/logs` (the last `MAX_LOG_BYTES`; a sandbox forgets its oldest finished commands past
+`MAX_COMMANDS` of them or `MAX_KEPT_BYTES` of their output). A foreground command whose client goes away is
 killed, as execd kills it when its request's context ends.
 
 Shell text runs under bash where the image has it, else sh; `argv` runs as given. A command runs
@@ -61,6 +62,8 @@ DEFAULT_TIMEOUT_S = 24 * 3600.0  # a command without a timeout
 LIMITS = Limits(cpu_time_s=DEFAULT_TIMEOUT_S, max_output_bytes=1 << 30)
 MAX_LOG_BYTES = 16 << 20  # of a background command's output kept for /logs
 MAX_COMMANDS = 1000  # kept per sandbox (the oldest finished ones are forgotten first)
+# Output of finished commands a sandbox keeps: past it, the oldest finished ones are forgotten.
+MAX_KEPT_BYTES = 64 << 20
 LISTENER_CHUNKS = 256  # output chunks a slow stream may have unread before the command waits
 PING_S = 3.0  # a quiet stream's keepalive
 INTERRUPT_GRACE_S = 3.0
@@ -146,11 +149,14 @@ class SandboxCommands:
         self.by_id: dict[str, Command] = {}
 
     def add(self, c: Command) -> None:
-        while len(self.by_id) >= MAX_COMMANDS:
-            old = next((k for k, v in self.by_id.items() if v.exit_code is not None), None)
-            if old is None:
-                raise Refused(429, f"at most {MAX_COMMANDS} commands run at once in a sandbox")
-            del self.by_id[old]
+        """Keeps `c`, forgetting the oldest finished commands past `MAX_COMMANDS` or past
+        `MAX_KEPT_BYTES` of their output."""
+        finished = [k for k, v in self.by_id.items() if v.exit_code is not None]
+        kept = sum(len(self.by_id[k].output) for k in finished)
+        while finished and (len(self.by_id) >= MAX_COMMANDS or kept > MAX_KEPT_BYTES):
+            kept -= len(self.by_id.pop(finished.pop(0)).output)
+        if len(self.by_id) >= MAX_COMMANDS:
+            raise Refused(429, f"at most {MAX_COMMANDS} commands run at once in a sandbox")
         self.by_id[c.id] = c
 
     def get(self, command_id: str) -> Command:
