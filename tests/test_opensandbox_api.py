@@ -90,6 +90,7 @@ async def test_entrypoint_ports_and_the_server_proxy(make_server) -> None:
     o = await scenario(server, "extras")
     assert o["served"] == [200, "from the sandbox"], o
     assert o["ping"] == 200 and o["wrong_token"] == [404, "SANDBOX_NOT_FOUND"]
+    assert o["abandoned"] == [False, -1]  # killed once its client went away
     assert o["proxy_endpoint"] is True
     assert o["proxy_run"] == [0, "from the sandbox", ""] and o["proxy_read"] == "proxied"
     assert len(server.service.registry) == 0

@@ -283,6 +283,21 @@ async def extras() -> dict[str, Any]:
         wrong = execd.rsplit("/", 1)[0] + "/not-the-token"
         r = await http.get(f"http://{wrong}/ping")
         out["wrong_token"] = [r.status_code, r.json().get("code")]
+    # A foreground command whose client goes away ends.
+    started: asyncio.Future = asyncio.get_running_loop().create_future()
+
+    async def on_init(init: Any) -> None:
+        started.set_result(init.id)
+
+    task = asyncio.create_task(sb.commands.run("sleep 30", handlers=ExecutionHandlers(on_init=on_init)))
+    cid = await started
+    task.cancel()
+    for _ in range(100):
+        status = await sb.commands.get_command_status(cid)
+        if not status.running:
+            break
+        await asyncio.sleep(0.1)
+    out["abandoned"] = [status.running, status.exit_code]
     proxied = await Sandbox.connect(sb.id, connection_config=ConnectionConfig(use_server_proxy=True))
     out["proxy_endpoint"] = "/v1/sandboxes/" in (await proxied.get_endpoint(44772)).endpoint
     out["proxy_run"] = text(await proxied.commands.run("cat served.txt"))

@@ -35,7 +35,7 @@ import json
 import signal
 import time
 import uuid
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
@@ -123,6 +123,15 @@ class Command:
             self.stream.cancel()  # over: its exec slot is given back
             self.finish()
 
+    def abandon(self) -> None:
+        """Its stream is over: what it prints from now on is dropped, and it ends if it runs
+        (a client that went away ends its command, as execd's request context does)."""
+        q, self.listener = self.listener, None
+        while q is not None and not q.empty():  # a pump waiting for room goes on
+            q.get_nowait()
+        if not self.done.is_set():
+            self.stream.cancel()
+
     def finish(self) -> None:
         r = self.stream.result
         if r is None:
@@ -168,6 +177,21 @@ class SandboxCommands:
 
 def _frame(kind: str, **fields: Any) -> bytes:
     return json.dumps({"type": kind, **fields, "timestamp": int(time.time() * 1000)}).encode() + b"\n\n"
+
+
+class _EventStream(StreamingResponse):
+    """A stream of frames that calls `on_close` once it is over, however it ended (a client that
+    goes away before its first frame included: its generator's own cleanup never runs then)."""
+
+    def __init__(self, frames: AsyncIterator[bytes], on_close: Callable[[], object]) -> None:
+        super().__init__(frames, media_type="text/event-stream", headers={"Cache-Control": "no-cache"})
+        self.on_close = on_close
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.on_close()
 
 
 class Commands:
@@ -235,10 +259,9 @@ class Commands:
             c.listener = asyncio.Queue(LISTENER_CHUNKS)
         commands.add(c)
         c.pump = asyncio.create_task(c.run(), name=f"opensandbox-command-{cid}")
-        frames = self._background(c) if background else self._foreground(c)
-        return StreamingResponse(
-            frames, media_type="text/event-stream", headers={"Cache-Control": "no-cache"}
-        )
+        if background:
+            return _EventStream(self._background(c), lambda: None)
+        return _EventStream(self._foreground(c), c.abandon)
 
     async def _background(self, c: Command) -> AsyncIterator[bytes]:
         yield _frame("init", text=c.id)
@@ -249,12 +272,10 @@ class Commands:
         assert q is not None
         try:
             yield _frame("init", text=c.id)
-            while True:
+            while not (c.done.is_set() and q.empty()):  # (its end may not have fit in a full queue)
                 try:
                     kind, data = await asyncio.wait_for(q.get(), PING_S)
                 except TimeoutError:
-                    if c.done.is_set() and q.empty():
-                        break  # its end did not fit in a full queue
                     yield _frame("ping", text="pong")
                     continue
                 if kind is _END:
@@ -269,11 +290,7 @@ class Commands:
                     error={"ename": "CommandExecError", "evalue": str(c.exit_code), "traceback": [c.error]},
                 )
         finally:
-            c.listener = None
-            while not q.empty():  # a pump waiting for room goes on
-                q.get_nowait()
-            if not c.done.is_set():  # its client went away: it ends, as execd's request context does
-                c.stream.cancel()
+            c.abandon()
 
     async def status(self, request: Request, rec: Record, sb: OpenSandbox) -> Response:
         return JSONResponse(self.of(rec).get(request.path_params["command_id"]).status_json())
