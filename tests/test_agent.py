@@ -145,6 +145,27 @@ async def test_the_agent_itself_serves_under_the_deny_list(agent: tuple[Any, Any
         assert status["Seccomp_filters"] == "1", status
 
 
+async def test_the_agent_holds_no_fd_of_its_launcher_but_its_own(native: Any) -> None:
+    """Read from the host: an inheritable fd of the process that launches sandboxes (a client's
+    own, a library's opened without close-on-exec) does not reach the agent, which holds only
+    the fds it opened itself and the ones it was handed (stdio, socket, readiness, token)."""
+    fd = os.open("/etc/hostname", os.O_RDONLY)
+    high = os.dup2(fd, 777, inheritable=True)
+    os.close(fd)
+    try:
+        local = await native.launch_local(
+            native.LaunchConfig(_bridge.agent_path(), str(RUN_ROOT / f"agent-{uuid.uuid4().hex[:8]}"))
+        )
+        try:
+            await still_serving(native.AgentClient(local.endpoint, local.token))
+            held = {int(f) for f in os.listdir(f"/proc/{local.pid}/fd")}
+            assert high not in held, sorted(held)
+        finally:
+            local.kill()
+    finally:
+        os.close(high)
+
+
 async def test_wrong_token_is_refused_and_the_agent_keeps_serving(
     agent: tuple[Any, Any], native: Any
 ) -> None:

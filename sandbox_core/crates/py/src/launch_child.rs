@@ -166,6 +166,9 @@ unsafe fn child(m: &ChildMemory) -> ! {
             fail(Step::Fds, r);
         }
     }
+    // Nothing else of this process reaches the agent: every other fd is closed at the exec (the
+    // client's own inheritable fds, a library's opened without O_CLOEXEC), `err_w` among them.
+    close_others_on_exec(6);
     // No handler of the parent may run here: caught signals back to their defaults (an exec
     // would do the same), then unblock.
     let dfl = KernelSigaction::default();
@@ -202,6 +205,46 @@ unsafe fn child(m: &ChildMemory) -> ! {
         ],
     );
     fail(Step::ExecAgent, r)
+}
+
+/// Marks every fd from `first` up close-on-exec: `close_range` (Linux 5.11), else one `fcntl` per
+/// fd below the soft `RLIMIT_NOFILE` (no fd can be above it). Raw calls only (see the module docs).
+unsafe fn close_others_on_exec(first: usize) {
+    let r = sys(
+        libc::SYS_close_range,
+        [
+            first,
+            libc::c_uint::MAX as usize,
+            libc::CLOSE_RANGE_CLOEXEC as usize,
+        ],
+    );
+    if r == 0 {
+        return;
+    }
+    let mut limit = libc::rlimit64 {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    let r = sys4(
+        libc::SYS_prlimit64,
+        [
+            0,
+            libc::RLIMIT_NOFILE as usize,
+            0,
+            &mut limit as *mut libc::rlimit64 as usize,
+        ],
+    );
+    let top = if r == 0 {
+        limit.rlim_cur.min(1 << 20) as usize
+    } else {
+        1 << 16
+    };
+    for fd in first..top {
+        sys(
+            libc::SYS_fcntl,
+            [fd, libc::F_SETFD as usize, libc::FD_CLOEXEC as usize],
+        );
+    }
 }
 
 /// The kernel's `struct sigaction` for rt_sigaction (the same layout on x86_64 and aarch64).
