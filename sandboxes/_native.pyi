@@ -5,7 +5,8 @@ Only flat values, bytes and opaque handles cross this boundary. Every failure is
 Checked against the built module by `make lint` (`python -m mypy.stubtest sandboxes._native`).
 """
 
-from typing import Self, final
+from io import BufferedIOBase
+from typing import IO, Self, final
 
 __all__ = [
     "AgentClient",
@@ -22,6 +23,7 @@ __all__ = [
     "NativeError",
     "RunTestsReport",
     "agent_version",
+    "apply_layer",
     "egress_rules",
     "error_kinds",
     "kind_of_status_code",
@@ -29,6 +31,8 @@ __all__ = [
     "launch_local",
     "non_public_networks",
     "own_cgroup_dirs",
+    "pack_layer",
+    "squash_layers",
     "steps",
 ]
 
@@ -368,3 +372,25 @@ def languages() -> list[tuple[str, list[str], str, list[str] | None, list[str], 
     """The judge's language table: (name, aliases with the name first, source file, compile argv
     or None, run argv, takes check scripts, version command); paths relative to the program's
     directory."""
+
+def pack_layer(
+    layer: str,
+    dest: str,
+    relocate: dict[str, str] = ...,  # {} (default): nothing moved
+    under: str = ...,  # "" (default): the layer at the tar's top
+) -> tuple[str, str, int]:
+    """The layer directory `layer` (an overlay's lower-layer form) written to `dest` as a gzipped
+    OCI layer tar, the same bytes for the same layer: the contents of each directory `relocate`
+    names (relative to the layer's top) moved to its value, and with `under` the whole layer
+    below that directory. Returns (digest of the gzip, diff_id of the tar, both "sha256:<hex>";
+    size of the gzip)."""
+
+def squash_layers(layers: list[str], dest: str) -> None:
+    """The layer directories `layers` (bottom first) merged into the empty directory `dest` as one
+    bottom layer: whiteouts applied and dropped, opaque directories replacing, files hard-linked."""
+
+def apply_layer(src: IO[bytes] | BufferedIOBase, dest: str) -> None:
+    """The OCI layer tar `src` holds (a seekable binary file of the uncompressed tar, read twice
+    from its start) applied onto the root file system at `dest`: whiteouts delete what lower
+    layers made, owners and modes are kept, nothing is written outside `dest`. Raises
+    NativeError(kind="launch", step="image") when it cannot."""

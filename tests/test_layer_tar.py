@@ -14,9 +14,12 @@ from pathlib import Path
 
 import pytest
 
-from sandboxes.state.layer_tar import OPAQUE_XATTR, write_layer
+from sandboxes.state.layer_tar import write_layer
 
 pytestmark = pytest.mark.requires("root", reason="whiteouts and trusted xattrs need root")
+
+# The overlay attribute of an opaque directory.
+OPAQUE_XATTR = "trusted.overlay.opaque"
 
 
 def make_layer(root: Path) -> None:

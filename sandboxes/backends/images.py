@@ -17,18 +17,23 @@ does.
 
 from __future__ import annotations
 
+import bz2
 import contextlib
 import fcntl
+import gzip
 import hashlib
+import io
 import json
+import lzma
 import os
 import shutil
 import tarfile
 import tempfile
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from pathlib import Path
 from typing import IO
 
+from .._bridge import api
 from ..errors import LaunchError
 from ..tar_stream import entries
 
@@ -38,8 +43,6 @@ CACHE_ENV = "SANDBOXES_IMAGE_CACHE"
 # Entries of a `docker save` archive itself (its layers are tarballs inside it, read as streams);
 # read by name, so indexed in memory.
 MAX_SAVED_MEMBERS = 100_000
-WHITEOUT = ".wh."
-OPAQUE = ".wh..wh..opq"
 
 
 def cache_root() -> Path:
@@ -137,7 +140,7 @@ def _from_engine(name: str, root: Path) -> Path:
                     archive.write(chunk)
                 archive.seek(0)
                 with tarfile.open(fileobj=archive) as t:
-                    _unpack_saved(t, dest)
+                    _unpack_saved(t, dest, repr(name))
 
         return _cached(root, key, unpack)
     except docker.errors.DockerException as e:
@@ -156,9 +159,10 @@ def _unpack_file(p: Path, dest: Path) -> None:
             )
         if saved:
             with tarfile.open(p) as t:  # indexed: its entries are its layers and their records
-                _unpack_saved(t, dest)
+                _unpack_saved(t, dest, str(p))
         else:
-            _apply_layer(lambda: tarfile.open(p, mode="r|*"), dest)  # noqa: SIM115 - it closes each
+            with p.open("rb") as f:
+                _apply_layer(f, dest, str(p))
     except tarfile.TarError as e:
         raise LaunchError(f"image {p} is not a tar archive: {e}", step="image") from e
 
@@ -174,8 +178,8 @@ def _scan(p: Path) -> tuple[bool, int]:
     return saved, n
 
 
-def _unpack_saved(t: tarfile.TarFile, dest: Path) -> None:
-    """A `docker save` archive: its manifest's layers, bottom first."""
+def _unpack_saved(t: tarfile.TarFile, dest: Path, what: str) -> None:
+    """A `docker save` archive (of the image `what` names): its manifest's layers, bottom first."""
     manifest = _json(t, "manifest.json")
     if not isinstance(manifest, list) or not manifest or "Layers" not in manifest[0]:
         raise LaunchError("image archive has no usable manifest.json", step="image")
@@ -184,12 +188,7 @@ def _unpack_saved(t: tarfile.TarFile, dest: Path) -> None:
         if f is None:
             raise LaunchError(f"image archive lacks its layer {layer}", step="image")
         with f:
-
-            def reopen(f: IO[bytes] = f) -> tarfile.TarFile:
-                f.seek(0)
-                return tarfile.open(fileobj=f, mode="r|*")
-
-            _apply_layer(reopen, dest)
+            _apply_layer(f, dest, f"{what} layer {layer}")
 
 
 def _json(t: tarfile.TarFile, name: str) -> object:
@@ -200,64 +199,34 @@ def _json(t: tarfile.TarFile, name: str) -> object:
         return json.load(f)
 
 
-def _apply_layer(open_layer: Callable[[], tarfile.TarFile], dest: Path) -> None:
-    """One layer onto `dest`, read twice as a stream (never a list of its entries): first its
-    whiteouts delete what lower layers made (before anything of this layer is written: an opaque
-    directory's marker may come after the directory's new files), then the rest is extracted with
-    owners and modes kept, and nothing lands outside `dest` (see `_inside`)."""
-    with open_layer() as t:
-        for m in entries(t):
-            parent, _, base = m.name.rstrip("/").rpartition("/")
-            target = dest / parent
-            if base == OPAQUE:
-                if target.is_dir():
-                    for child in target.iterdir():
-                        _remove(child)
-            elif base.startswith(WHITEOUT):
-                _remove(target / base[len(WHITEOUT) :])
-
-    def members(t: tarfile.TarFile) -> Iterator[tarfile.TarInfo]:
-        for m in entries(t):
-            base = m.name.rstrip("/").rpartition("/")[2]
-            if base.startswith(WHITEOUT) or m.isdev():
-                continue
-            existing = dest / m.name
-            if existing.is_symlink() or (existing.exists() and not (existing.is_dir() and m.isdir())):
-                _remove(existing)
-            yield m
-
-    with open_layer() as t:
-        t.extractall(dest, members=members(t), filter=_inside(dest), numeric_owner=True)
+def _apply_layer(f: IO[bytes], dest: Path, what: str) -> None:
+    """One layer (a tar, compressed or not: gzip, bzip2 or xz, as `tarfile`'s "r|*" reads it)
+    onto `dest`, by the native `sandbox-layer` crate (`_native.apply_layer`): its whiteouts delete
+    what lower layers made, the rest is extracted with owners and modes kept, and nothing lands
+    outside `dest` (a symlink the layer makes may point anywhere: it is read inside the sandbox,
+    whose root `dest` is; one on an entry's way is followed only inside `dest`; a hard link's
+    target must be inside). `what` names the layer in errors."""
+    native = api()
+    with _uncompressed(f) as layer:
+        try:
+            native.apply_layer(layer, str(dest))
+        except LaunchError as e:
+            raise LaunchError(f"image {what}: {e.detail}", detail=e.detail, step="image") from e
 
 
-def _inside(dest: Path):
-    """A filter that keeps every member as it is (absolute symlinks included: they point into the
-    sandbox's root at run time) but refuses one that would be written outside `dest`: an absolute
-    or `..` name, a parent that is a symlink leading out (checked as extraction goes, so a link
-    planted by an earlier member counts), or a hard link to something outside."""
-    top = os.path.realpath(dest)
-
-    def within(p: str) -> bool:
-        real = os.path.realpath(p)
-        return real == top or real.startswith(top + os.sep)
-
-    def check(member: tarfile.TarInfo, path: str) -> tarfile.TarInfo:
-        name = member.name
-        if name.startswith("/") or ".." in Path(name).parts:
-            raise LaunchError(f"image member {name!r} leaves the image", step="image")
-        if not within(os.path.join(path, os.path.dirname(name.rstrip("/")))):
-            raise LaunchError(
-                f"image member {name!r} is written through a link that leaves the image", step="image"
-            )
-        if member.islnk() and not within(os.path.join(path, member.linkname)):
-            raise LaunchError(f"image hard link {name!r} points outside the image", step="image")
-        return member
-
-    return check
-
-
-def _remove(p: Path) -> None:
-    if p.is_symlink() or p.is_file():
-        p.unlink(missing_ok=True)
-    elif p.is_dir():
-        shutil.rmtree(p, ignore_errors=True)
+@contextlib.contextmanager
+def _uncompressed(f: IO[bytes]) -> Iterator[IO[bytes] | io.BufferedIOBase]:
+    """`f` decompressed as it is read (seekable back to its start), told by its first bytes."""
+    head = f.read(10)
+    f.seek(0)
+    if head.startswith(b"\x1f\x8b\x08"):
+        with gzip.GzipFile(fileobj=f, mode="rb") as gz:
+            yield gz
+    elif head[:3] == b"BZh" and head[4:10] == b"1AY&SY":
+        with bz2.BZ2File(f) as bz:
+            yield bz
+    elif head.startswith((b"\x5d\x00\x00\x80", b"\xfd7zXZ")):
+        with lzma.LZMAFile(f) as xz:
+            yield xz
+    else:
+        yield f

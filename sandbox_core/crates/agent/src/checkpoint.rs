@@ -15,12 +15,10 @@ use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::path::{Path, PathBuf};
 
+use sandbox_layer::whiteout::{self, OPAQUE};
+
 use crate::setup::layers::Changes;
 
-/// Prefix of an OCI whiteout: `.wh.NAME` deletes NAME of the layers beneath.
-const WHITEOUT: &str = ".wh.";
-/// An OCI opaque directory marker: nothing of the layers beneath shows through its directory.
-const OPAQUE: &str = ".wh..wh..opq";
 /// Ids of a user namespace (the programs' ids 0..65535 are the host's id base + the same).
 const IDS: u32 = 65536;
 
@@ -182,7 +180,7 @@ impl<W: Write> Walk<W> {
             self.marker(&rel.join(OPAQUE))?;
         }
         for name in names(dir)? {
-            if name.as_bytes().starts_with(WHITEOUT.as_bytes()) {
+            if whiteout::is_marker(OsStr::from_bytes(name.as_bytes())) {
                 continue;
             }
             let path = rel.join(OsStr::from_bytes(name.as_bytes()));
@@ -236,8 +234,7 @@ impl<W: Write> Walk<W> {
                     self.tar.append_link(&mut h, &path, &target)?;
                 }
                 libc::S_IFCHR if st.st_rdev == 0 => {
-                    let mut marker = OsStr::new(WHITEOUT).to_os_string();
-                    marker.push(OsStr::from_bytes(name.as_bytes()));
+                    let marker = whiteout::deleting(OsStr::from_bytes(name.as_bytes()));
                     self.marker(&rel.join(marker))?;
                 }
                 _ => {} // sockets, FIFOs, devices
@@ -375,7 +372,7 @@ impl Read for Segments {
 
 /// Whether overlay marked `dir` opaque (it hides the layers' directory of that name).
 fn opaque(dir: RawFd) -> bool {
-    ["trusted.overlay.opaque", "user.overlay.opaque"]
+    [whiteout::OPAQUE_XATTR, "user.overlay.opaque"]
         .iter()
         .any(|attr| {
             let attr = CString::new(*attr).unwrap_or_default();

@@ -97,6 +97,20 @@ pub fn launch_err(step: Step, detail: impl Into<String>) -> PyErr {
     new_err(Kind::Launch, detail.into(), Some(step), "")
 }
 
+/// A failure of the host's own files (a layer written, merged or applied here): its kind by what
+/// the system said, `what` naming the work.
+pub fn from_io(what: &str, e: std::io::Error) -> PyErr {
+    use std::io::ErrorKind as K;
+    let kind = match e.kind() {
+        K::NotFound => Kind::NotFound,
+        K::StorageFull | K::QuotaExceeded => Kind::NoSpace,
+        K::FileTooLarge => Kind::TooLarge,
+        K::InvalidData | K::InvalidInput => Kind::InvalidRequest,
+        _ => Kind::Internal,
+    };
+    err(kind, format!("{what}: {e}"))
+}
+
 /// The agent's reason for a RESOURCE_EXHAUSTED status (`sandboxes-error-reason`), which the status
 /// code alone does not tell.
 const REASON_KEY: &str = "sandboxes-error-reason";

@@ -1,8 +1,10 @@
 //! `sandboxes._native`: the native data path of the Python package.
 //!
 //! Only flat values, bytes and opaque handles cross this boundary: an agent client (tonic over a
-//! unix socket or TCP) and the local launcher (an agent in fresh namespaces). Every failure is a
-//! `NativeError` with a `kind` (and, for a failed step, its `step`), translated into `sandboxes.errors` on the Python side in one place.
+//! unix socket or TCP), the local launcher (an agent in fresh namespaces) and the host's layer
+//! conversions (`layers.rs`; an image's layer is read from the Python file that holds it). Every
+//! failure is a `NativeError` with a `kind` (and, for a failed step, its `step`), translated into
+//! `sandboxes.errors` on the Python side in one place.
 
 mod batch;
 mod cgroup;
@@ -14,6 +16,7 @@ mod forward;
 mod languages;
 mod launch_child;
 mod launcher;
+mod layers;
 mod runtime;
 mod stream;
 mod values;
@@ -51,5 +54,8 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_function(wrap_pyfunction!(errors::error_kinds, m)?)?;
     m.add_function(wrap_pyfunction!(errors::steps, m)?)?;
     m.add_function(wrap_pyfunction!(errors::kind_of_status_code, m)?)?;
+    m.add_function(wrap_pyfunction!(layers::pack_layer, m)?)?;
+    m.add_function(wrap_pyfunction!(layers::squash_layers, m)?)?;
+    m.add_function(wrap_pyfunction!(layers::apply_layer, m)?)?;
     Ok(())
 }
