@@ -36,7 +36,9 @@ async def test_workspace(make_server) -> None:
     # The runtime's url is an address of its own, no path; health opens without the session key.
     assert o["host_has_no_path"] is True and o["alive"] is True
     assert o["health"][0] == 200
-    assert o["api_without_key"] == 401 and o["api_wrong_key"] == 401
+    # The session key is checked on the way in (the gate's own answer, before the agent server's).
+    assert o["api_without_key"] == [401, "X-Session-API-Key is required\n"] and o["api_wrong_key"] == 401
+    assert o["raw"] == {"pipelined": [1, "200"], "sockets": ["404", True], "elsewhere": "401"}
     assert o["session"] == ["running", "ready", True] and o["session_fields"] == ["session_api_key", "url"]
     assert o["runtime"] is True and len(o["listed"]) == 1 and o["batch"] == o["listed"]
     # A command and a file through the agent server inside the sandbox.

@@ -37,7 +37,6 @@ import os
 import re
 import secrets
 import socket
-import urllib.parse
 from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
@@ -68,23 +67,20 @@ def port_token(rec: Any) -> str:
 @dataclass(frozen=True)
 class PortGate:
     """What opens a port that has a listener of its own (`PortProxy.listen`): `key` in the
-    request header `header` (or the query parameter `query`); a GET (or HEAD) of one of
+    request header `header`; a GET (or HEAD) of one of
     `open_paths` (a health check), sent on with `Connection: close` so that the next request of
     its client is checked again; a WebSocket upgrade under one of `upgrade_paths`, whose server
     inside takes the key in the socket's first message (the connection is then that socket)."""
 
     header: str
     key: str
-    query: str = ""
     open_paths: frozenset[str] = frozenset()
     upgrade_paths: tuple[str, ...] = ()
 
     def opens(self, method: str, target: str, headers: dict[str, str]) -> str | None:
         """None when the request may not pass, else how: "key", "open" or "upgrade"."""
-        path, _, qs = target.partition("?")
+        path = target.partition("?")[0]
         given = headers.get(self.header.lower(), "")
-        if not given and self.query:
-            given = next((v for k, v in urllib.parse.parse_qsl(qs) if k == self.query), "")
         if given and hmac.compare_digest(given.encode(), self.key.encode()):
             return "key"
         if method in ("GET", "HEAD") and path in self.open_paths:

@@ -9,6 +9,7 @@ agent server's shapes: `/alive`, `/health`, `/server_info` without a key; with t
     GET  /api/bash/bash_events/search?command_id__eq&order__gt  -> {items: [BashOutput], next_page_id}
     POST /api/file/upload?path=P   (multipart `file`)            -> {success, file_size}
     GET  /api/file/download?path=P                               -> the bytes
+    GET  /sockets/...   (no key: the real server reads it in the socket's first message)  -> 404
 
     openhands-agent-server --port N
 """
@@ -80,6 +81,8 @@ class Handler(BaseHTTPRequestHandler):
             return self.answer(200, {"status": "ok"})
         if url.path == "/server_info":
             return self.answer(200, {"version": "stand-in", "keys": len(KEYS)})
+        if url.path.startswith("/sockets/"):  # the real server takes the key in the socket's first message
+            return self.answer(404, {"detail": "Not Found"})
         if not self.allowed():
             return None
         if url.path == "/api/bash/bash_events/search":

@@ -16,10 +16,12 @@ import base64
 import io
 import json
 import os
+import socket
 import sys
 import tarfile
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 import uuid
 from pathlib import Path
@@ -88,6 +90,50 @@ def get(url: str, headers: dict[str, str] | None = None) -> list[Any]:
         return [None, str(e.reason)]
 
 
+def exchange(host: str, request: bytes, *, until_closed: bool = True) -> bytes:
+    """What the runtime's url answers to `request` (raw bytes): all it sends before it closes
+    the connection, or (`until_closed` false) its first response."""
+    netloc = urllib.parse.urlsplit(host)
+    with socket.create_connection((netloc.hostname, netloc.port), timeout=10) as s:
+        s.sendall(request)
+        got = b""
+        while chunk := s.recv(65536):
+            got += chunk
+            head, sep, body = got.partition(b"\r\n\r\n")
+            if not until_closed and sep:
+                length = next(
+                    (
+                        int(v)
+                        for k, _, v in (ln.partition(b":") for ln in head.split(b"\r\n"))
+                        if k.lower() == b"content-length"
+                    ),
+                    0,
+                )
+                if len(body) >= length:
+                    break
+    return got
+
+
+def raw_checks(host: str) -> dict[str, Any]:
+    """The gate of the runtime's url, on raw connections."""
+    h = "Host: x\r\n"
+    health = f"GET /health HTTP/1.1\r\n{h}Connection: keep-alive\r\n\r\n"
+    then = f"GET /api/file/download?path=/etc/hostname HTTP/1.1\r\n{h}Connection: close\r\n\r\n"
+    pipelined = exchange(host, (health + then).encode())
+    upgrade = "Upgrade: websocket\r\nConnection: Upgrade\r\nSec-WebSocket-Version: 13\r\nSec-WebSocket-Key: dGhlIHNhbXBsZSBub25jZQ==\r\n"
+    sockets = exchange(
+        host, f"GET /sockets/events/x HTTP/1.1\r\n{h}{upgrade}\r\n".encode(), until_closed=False
+    )
+    elsewhere = exchange(host, f"GET /api/anything HTTP/1.1\r\n{h}{upgrade}\r\n".encode())
+    return {
+        # A health check opens no keep-alive connection: its next request is never answered.
+        "pipelined": [pipelined.count(b"HTTP/1.1 "), pipelined.split(b" ", 2)[1].decode()],
+        # A WebSocket under /sockets/ reaches the agent server (here: its 404, in its JSON).
+        "sockets": [sockets.split(b" ", 2)[1].decode(), b'"Not Found"' in sockets],
+        "elsewhere": elsewhere.split(b" ", 2)[1].decode(),
+    }
+
+
 def workspace() -> dict[str, Any]:
     out: dict[str, Any] = {}
     api = httpx.Client(headers={"X-API-Key": KEY}, timeout=60)
@@ -114,7 +160,8 @@ def workspace() -> dict[str, Any]:
         out["host_has_no_path"] = host.count("/") == 2
         out["alive"] = ws.alive
         out["health"] = get(f"{host}/health")
-        out["api_without_key"] = get(f"{host}/api/file/download?path=/etc/hostname")[0]
+        out["api_without_key"] = get(f"{host}/api/file/download?path=/etc/hostname")
+        out["raw"] = raw_checks(host)
         out["api_wrong_key"] = get(
             f"{host}/api/file/download?path=/etc/hostname", {"X-Session-API-Key": "wrong"}
         )[0]

@@ -17,8 +17,7 @@ with `sh -c` in `working_dir` with `environment`, the build's ENV under it, and 
 session key as `SESSION_API_KEY` and `OH_SESSION_API_KEYS_0` (the agent server's own check). Its
 `url` is the agent server's port (`--port N` of the command, else 60000) on a listener of its own
 (`ServerCore.port_listener`): no path, since the client makes it the base URL of its HTTP client,
-and HTTP and WebSockets alike. That port opens with the session key in `X-Session-API-Key` (or
-`?session_api_key=`); `/alive`, `/health`, `/ready` and `/server_info` open without it, and so
+and HTTP and WebSockets alike. That port opens with the session key in `X-Session-API-Key`; `/alive`, `/health`, `/ready` and `/server_info` open without it, and so
 does a WebSocket under `/sockets/`, whose key the agent server reads in the socket's first message.
 `pod_status` is `ready` while the agent server runs (the client then polls `{url}/health`),
 `failed` with `pod_logs` (its output's tail) once it ended, `paused` while paused.
@@ -191,7 +190,6 @@ class Runtimes:
         gate = PortGate(
             SESSION_KEY_HEADER,
             rt.session_api_key,
-            query="session_api_key",
             open_paths=OPEN_PATHS,
             upgrade_paths=("/sockets/",),
         )
