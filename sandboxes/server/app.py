@@ -177,6 +177,8 @@ class Server:
                 from sandboxes.server.ports import PortProxy
 
                 self.ports = PortProxy(self.core, reserved=IN_SANDBOX_PORTS)
+                self.core.ports = self.ports
+                self.core.ports_bind = (self.host, host)
             if self.ports_port_requested is not None:
                 self.ports_port = await self.ports.start(self.host, self.ports_port_requested)
                 self.core.ports_base = f"{host}:{self.ports_port}"
@@ -185,6 +187,7 @@ class Server:
                 from sandboxes.server.http.daytona import DaytonaApi
                 from sandboxes.server.http.e2b import E2bApi
                 from sandboxes.server.http.fusion import FusionApi
+                from sandboxes.server.http.openhands import OpenHandsApi
                 from sandboxes.server.http.opensandbox import OpenSandboxApi
                 from sandboxes.server.http.piston import PistonApi
                 from sandboxes.server.http.prime import PrimeApi
@@ -197,6 +200,7 @@ class Server:
                     E2bApi(core, self.auth, image_key=self.image_metadata_key),
                     DaytonaApi(core, self.auth),
                     OpenSandboxApi(core, self.auth),
+                    OpenHandsApi(core, self.auth),
                 ]
                 self.http = HttpServer(self.surfaces, ports=self.ports, grace_s=self.grace_s)
                 self.http_port = await self.http.start(self.host, self.http_port_requested)

@@ -37,7 +37,7 @@ from sandboxes.errors import Step
 from sandboxes.server.create import CreateSpec, Source, resolve
 from sandboxes.server.image_templates import template_for_image
 from sandboxes.server.metrics import Metrics
-from sandboxes.server.ports import TOKEN_ATTR, port_token
+from sandboxes.server.ports import TOKEN_ATTR, PortGate, PortProxy, port_token
 from sandboxes.server.programs import Holder, end_programs, holder_of
 from sandboxes.server.quota import QuotaLimits, Quotas
 from sandboxes.server.registry import Record, Registry
@@ -100,6 +100,10 @@ class ServerCore:
         # Where sandboxes' ports are reached (`host:port` of the ports listener, else of the HTTP
         # port; None: neither is served).
         self.ports_base: str | None = None
+        # The carrier of sandboxes' ports and the host its own listeners bind (`port_listener`),
+        # with the name clients reach that host by; set by the server that serves ports.
+        self.ports: PortProxy | None = None
+        self.ports_bind: tuple[str, str] = ("127.0.0.1", "127.0.0.1")
         self._active = 0  # calls being served (a draining server waits for them)
         self._idle = asyncio.Event()
         self._idle.set()
@@ -111,6 +115,7 @@ class ServerCore:
         self.attr_codecs: dict[str, Codec] = {TOKEN_ATTR: Codec(str, str)}
         # Called with (record, reason) as a sandbox leaves the registry (delete, ttl, shutdown...).
         self.on_delete: list[Callable[[Record, str], None]] = []
+        self.on_delete.append(self._close_port_listeners)
         # Templates built through the APIs (`built_templates.py`), beside the pool's checkpoints.
         self.built = BuiltTemplates(pool.checkpoints.root / "templates")
         # Volumes kept as versions (`volume_versions.py`), beside them too.
@@ -898,6 +903,28 @@ class ServerCore:
             f"{port}-{rec.id}.{self.ports_base}",
             token,
         )
+
+    def port_listener(self, rec: Record, port: int, gate: PortGate) -> str:
+        """The URL (`http://host:port`, no path) of a listener of its own that carries every
+        connection to `port` of `rec`'s sandbox, opened by `gate` (`ports.PortGate`), for clients
+        that take a sandbox's port as the base URL of an API; closed as the sandbox is deleted.
+        InvalidRequest where this server does not serve ports."""
+        if self.ports is None:
+            raise E.InvalidRequest(
+                "this server does not serve sandboxes' ports (serve --http-port or --ports-port)"
+            )
+        if not isinstance(port, int) or not 0 < port < 65536:
+            raise E.InvalidRequest(f"port must be 1..65535, got {port!r}")
+        bind, name = self.ports_bind
+        try:
+            n = self.ports.listen(bind, rec.id, port, gate)
+        except OSError as e:
+            raise E.BackendUnavailable(f"no port for sandbox {rec.id}'s port {port}: {e}") from None
+        return f"http://{'[' + name + ']' if ':' in name else name}:{n}"
+
+    def _close_port_listeners(self, rec: Record, reason: str) -> None:
+        if self.ports is not None:
+            self.ports.close(rec.id)
 
     def _pausing(self, rec: Record) -> asyncio.Lock:
         lock = rec.attrs.get(_PAUSE_LOCK)

@@ -19,6 +19,12 @@ Once routed, the bytes go both ways in the native module (`AgentClient.forward`)
 buffered whole: HTTP/1.1, WebSocket or anything else over TCP. A missing or wrong token is 401,
 an unknown (or another key's: tokens are per sandbox) sandbox 404, a paused one 409, a port
 nothing listens on 502.
+
+A client that takes a sandbox's port as the base URL of its API (OpenHands' runtime URL: no path,
+and no header of ours) gets a listener of its own (`listen`): every connection it accepts goes to
+that one port of that one sandbox, opened by the key the surface gave (`PortGate`: its header,
+and the GET paths that open without it, each such request on a connection of its own), closed
+with the sandbox (`close`).
 """
 
 from __future__ import annotations
@@ -31,13 +37,14 @@ import os
 import re
 import secrets
 import socket
+from dataclasses import dataclass
 from http import HTTPStatus
 from typing import Any
 
 from sandboxes import errors as E
 from sandboxes.server.http.endpoint import Refused
 
-__all__ = ["MAX_CONNECTIONS", "TOKEN_ATTR", "PortProxy", "port_token"]
+__all__ = ["MAX_CONNECTIONS", "TOKEN_ATTR", "PortGate", "PortProxy", "port_token"]
 
 log = logging.getLogger(__name__)
 
@@ -57,6 +64,37 @@ def port_token(rec: Any) -> str:
     return str(token)
 
 
+@dataclass(frozen=True)
+class PortGate:
+    """What opens a port that has a listener of its own (`PortProxy.listen`): `key` in the
+    request header `header`; a GET (or HEAD) of one of
+    `open_paths` (a health check), sent on with `Connection: close` so that the next request of
+    its client is checked again; a WebSocket upgrade under one of `upgrade_paths`, whose server
+    inside takes the key in the socket's first message (the connection is then that socket)."""
+
+    header: str
+    key: str
+    open_paths: frozenset[str] = frozenset()
+    upgrade_paths: tuple[str, ...] = ()
+
+    def opens(self, method: str, target: str, headers: dict[str, str]) -> str | None:
+        """None when the request may not pass, else how: "key", "open" or "upgrade"."""
+        path = target.partition("?")[0]
+        given = headers.get(self.header.lower(), "")
+        if given and hmac.compare_digest(given.encode(), self.key.encode()):
+            return "key"
+        if method in ("GET", "HEAD") and path in self.open_paths:
+            return "open"
+        if (
+            method == "GET"
+            and headers.get("upgrade", "").lower() == "websocket"
+            and path.startswith(self.upgrade_paths)
+            and self.upgrade_paths
+        ):
+            return "upgrade"
+        return None
+
+
 class PortProxy:
     """Carries connections to sandboxes' ports: those of its own listener (`start`) and those the
     HTTP port hands over (`adopt`). `reserved`: ports a Host route never names here (a surface's
@@ -69,6 +107,8 @@ class PortProxy:
         self._sock: socket.socket | None = None
         self._accepting: asyncio.Task | None = None
         self._conns: set[asyncio.Task] = set()
+        # sandbox id -> {its port: (listener, accepting task)} (`listen`)
+        self._own: dict[str, dict[int, tuple[socket.socket, asyncio.Task]]] = {}
 
     async def start(self, host: str, port: int) -> int:
         family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -79,7 +119,7 @@ class PortProxy:
         sock.setblocking(False)
         self._sock = sock
         self.port = sock.getsockname()[1]
-        self._accepting = asyncio.create_task(self._accept(), name="sandboxes-ports")
+        self._accepting = asyncio.create_task(self._accept(sock), name="sandboxes-ports")
         return self.port
 
     def names_a_port(self, head: bytes) -> bool:
@@ -106,7 +146,37 @@ class PortProxy:
         self._conns.add(task)
         task.add_done_callback(self._conns.discard)
 
+    def listen(self, host: str, sandbox_id: str, port: int, gate: PortGate) -> int:
+        """A listener on `host` (a port the kernel picks) whose every connection goes to `port`
+        of sandbox `sandbox_id`, opened by `gate`; its port number. One per sandbox and port:
+        asked again, the same."""
+        mine = self._own.setdefault(sandbox_id, {})
+        if port in mine:
+            return int(mine[port][0].getsockname()[1])
+        family = socket.AF_INET6 if ":" in host else socket.AF_INET
+        sock = socket.socket(family, socket.SOCK_STREAM)
+        try:
+            sock.bind((host, 0))
+            sock.listen(128)
+            sock.setblocking(False)
+        except OSError:
+            sock.close()
+            raise
+        task = asyncio.create_task(
+            self._accept(sock, (sandbox_id, port, gate)), name=f"sandboxes-port-{sandbox_id}"
+        )
+        mine[port] = (sock, task)
+        return int(sock.getsockname()[1])
+
+    def close(self, sandbox_id: str) -> None:
+        """Closes the listeners of sandbox `sandbox_id` (`listen`); its connections end with it."""
+        for sock, task in self._own.pop(sandbox_id, {}).values():
+            task.cancel()
+            sock.close()
+
     async def stop(self) -> None:
+        for sid in list(self._own):
+            self.close(sid)
         if self._accepting is not None:
             self._accepting.cancel()
             await asyncio.gather(self._accepting, return_exceptions=True)
@@ -116,26 +186,30 @@ class PortProxy:
         if self._sock is not None:
             self._sock.close()
 
-    async def _accept(self) -> None:
+    async def _accept(self, sock: socket.socket, fixed: tuple[str, int, PortGate] | None = None) -> None:
         loop = asyncio.get_running_loop()
-        assert self._sock is not None
         while True:
-            conn, _ = await loop.sock_accept(self._sock)
+            conn, _ = await loop.sock_accept(sock)
             if len(self._conns) >= MAX_CONNECTIONS:
                 conn.close()
                 continue
             conn.setblocking(False)
-            task = asyncio.create_task(self._serve(conn))
+            task = asyncio.create_task(self._serve(conn, fixed=fixed))
             self._conns.add(task)
             task.add_done_callback(self._conns.discard)
 
-    async def _serve(self, conn: socket.socket, received: bytes = b"") -> None:
+    async def _serve(
+        self, conn: socket.socket, received: bytes = b"", fixed: tuple[str, int, PortGate] | None = None
+    ) -> None:
         loop = asyncio.get_running_loop()
         try:
             try:
                 async with asyncio.timeout(HEAD_TIMEOUT_S):
                     head, rest = await _read_head(loop, conn, received)
-                rec, port, head = await self._route(head)
+                if fixed is None:
+                    rec, port, head = await self._route(head)
+                else:
+                    rec, port, head = await self._gated(head, *fixed)
             except Refused as r:
                 await _answer(loop, conn, r.status, r.message)
                 return
@@ -190,6 +264,31 @@ class PortProxy:
             raise Refused(401, f"a token of sandbox {sid} is required")
         if rec.state == "paused":
             raise Refused(409, f"sandbox {sid} is paused")
+        return rec, port, head
+
+    async def _gated(self, head: bytes, sid: str, port: int, gate: PortGate) -> tuple[Any, int, bytes]:
+        """The route of a connection to a listener of one sandbox's port (`listen`)."""
+        lines = head.decode("latin-1").split("\r\n")
+        parts = lines[0].split(" ")
+        if len(parts) != 3:
+            raise Refused(400, "not an HTTP/1.x request")
+        headers = {}
+        for line in lines[1:]:
+            name, sep, value = line.partition(":")
+            if sep:
+                headers[name.strip().lower()] = value.strip()
+        rec = await self.core.registry.find(sid)
+        if rec is None:
+            raise Refused(404, f"no sandbox {sid}")
+        how = gate.opens(parts[0], parts[1], headers)
+        if how is None:
+            raise Refused(401, f"{gate.header} is required")
+        if rec.state == "paused":
+            raise Refused(409, f"sandbox {sid} is paused")
+        if how == "open":  # no upgrade either: a tunnel would pass unchecked
+            lines = [ln for ln in lines if not ln.lower().startswith(("connection:", "upgrade:"))]
+            lines.insert(1, "Connection: close")
+            head = "\r\n".join(lines).encode("latin-1")
         return rec, port, head
 
 

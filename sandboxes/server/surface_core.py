@@ -18,6 +18,7 @@ if TYPE_CHECKING:
     from sandboxes.egress import EgressPolicy
     from sandboxes.sandbox import SandboxBase
     from sandboxes.server.create import CreateSpec, Source
+    from sandboxes.server.ports import PortGate
     from sandboxes.server.programs import Holder
     from sandboxes.server.quota import QuotaLimits
     from sandboxes.server.registry import Record
@@ -75,6 +76,7 @@ class SurfaceCore(Protocol):
     def network_of(self, rec: Record) -> EgressPolicy | bool: ...
     async def set_network(self, rec: Record, policy: EgressPolicy) -> None: ...
     def port_access(self, rec: Record, port: int) -> tuple[str, str, str]: ...
+    def port_listener(self, rec: Record, port: int, gate: PortGate) -> str: ...
 
     # -- running programs --------------------------------------------------------------------
 
