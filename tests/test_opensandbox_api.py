@@ -67,13 +67,13 @@ async def test_lifecycle(make_server) -> None:
 
 
 async def test_refusals_and_egress(make_server) -> None:
-    """GPUs and snapshots get the platform's own refusals; a create's network policy is the
+    """GPUs and templates get the platform's own refusals; a create's network policy is the
     sandbox's egress policy, which the egress endpoint reads and changes."""
     server = await make_server(http_port=0)
     o = await scenario(server, "refused")
     assert o["gpu"]["status"] == 400 and o["gpu"]["code"] == "SANDBOX::INVALID_PARAMETER", o
     # A status its client has no model for: the SDK keeps the body in the message.
-    assert o["snapshot"]["status"] == 501 and "SANDBOX::API_NOT_SUPPORTED" in o["snapshot"]["message"]
+    assert o["template"]["status"] == 501 and "SANDBOX::API_NOT_SUPPORTED" in o["template"]["message"]
     assert o["missing"]["status"] == 404
     assert o["policy"]["defaultAction"] == "deny"
     assert o["policy"]["egress"] == [{"action": "allow", "target": "pypi.org"}]
@@ -118,4 +118,27 @@ async def test_keys(make_server) -> None:
     mine = await scenario(server, "other_key", held["id"])
     assert "ok" in mine["get"] and mine["listed"] == {"ok": [held["id"]]}
     assert mine["connect"] == {"ok": "mine\n"}
+    assert len(server.service.registry) == 0
+
+
+async def test_snapshots(make_server) -> None:
+    """A snapshot keeps the sandbox's files: a file written before it is in a sandbox made from
+    it (with the image and work dir of the one it was taken of), not what was written after; it
+    outlives its sandbox until deleted, and another key can neither see nor use it."""
+    server = await make_server(http_port=0)
+    o = await scenario(server, "snapshots")
+    sid = o["id"]
+    assert o["taken"][1:] == ["v1", "Ready", True], o
+    assert o["got"] == o["taken"][:3] and o["listed"] == [[True], 1], o
+    assert o["by_name"] == [True] and o["by_other_name"] == 0
+    assert o["missing"]["status"] == 404
+    assert o["restored"] == ["before the snapshot", "deep\n/work\n", "python:3.11-slim"], o
+    assert o["original"] == "after the snapshot"
+    assert o["from_missing"]["status"] == 404, o
+    assert o["outlives"] == o["taken"][:3]
+    other = await scenario(server, "snapshot_other_key", sid, key=KEY_B)
+    assert other["get"]["status"] == 404 and other["listed"] == 0, other
+    assert other["delete"]["status"] == 404 and other["create"]["status"] == 404, other
+    gone = await scenario(server, "snapshot_delete", sid)
+    assert gone["after"]["status"] == 404 and gone["listed"] == 0, gone
     assert len(server.service.registry) == 0
