@@ -306,7 +306,10 @@ async def test_nemo_gym_opensandbox_provider_runs_its_agents_sandboxes(make_serv
     o = await scenario("nemo-gym", "nemo_gym_scenario.py", [], env)
     assert o["exec"] == [0, "t-1\n42\n"], o
     assert o["cwd"] == "/tmp\n", o
-    assert o["failed"][0] == 4 and "oops" in o["failed"][1], o
+    # Its commands run in the background, polled: their output one stream, stderr the status's
+    # error; one past its timeout is killed (-1, as execd reports it).
+    assert o["failed"] == [4, "exit status 4"] and o["failed_output"] == "oops\n", o
+    assert o["timeout"] == [-1, None], o
     assert o["uploaded"] == "uploaded\n" and o["downloaded"] == "21\n", o
     assert o["status"] == "running" and o["paused"] == "paused" and o["ticking"] is True, o
     assert o["restored"] == [0, "from-the-snapshot\n21\n"], o
