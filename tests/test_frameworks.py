@@ -295,7 +295,8 @@ async def test_harbor_opensandbox_environment_runs_a_trial(make_server, tmp_path
 async def test_nemo_gym_opensandbox_provider_runs_its_agents_sandboxes(make_server) -> None:
     """NeMo-Gym's OpenSandbox provider (its shipped config: through the server proxy, commands in
     the background polled for status and logs, its aiohttp transport): a sandbox with its spec's
-    environment and files, commands, files both ways, status, pause and resume with a process
+    environment and files, commands, files both ways, status, terminals (one-shot, a live shell,
+    detached), pause and resume with a process
     living through them, a sandbox from a snapshot, its snapshot tool, stop."""
     server = await make_server(http_port=0, warm=1)
     env = {
@@ -310,6 +311,8 @@ async def test_nemo_gym_opensandbox_provider_runs_its_agents_sandboxes(make_serv
     # error; one past its timeout is killed (-1, as execd reports it).
     assert o["failed"] == [4, "exit status 4"] and o["failed_output"] == "oops\n", o
     assert o["timeout"] == [-1, None], o
+    assert o["pty_exec"] == [3, True] and o["pipe_exec"] == [2, "out\n", "err\n"], o
+    assert o["pty_session"] == [0, True] and o["pty_detached"] == [0, True], o
     assert o["uploaded"] == "uploaded\n" and o["downloaded"] == "21\n", o
     assert o["status"] == "running" and o["paused"] == "paused" and o["ticking"] is True, o
     assert o["restored"] == [0, "from-the-snapshot\n21\n"], o

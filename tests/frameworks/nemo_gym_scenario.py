@@ -10,8 +10,8 @@ unmodified, from its wheel, configured by the provider configs it ships) against
 
 What its agents do with a sandbox: start one (the spec's image, environment and files), run
 commands (a cwd, a failing one, one past its timeout), upload and download a file, read its
-status, stop it. On OpenSandbox also what its provider adds: pause and resume (a process living
-through them), a sandbox started from a snapshot (`provider_options.snapshot_id`; the snapshot
+status, stop it. On OpenSandbox also what its provider adds: terminals (execd's PTY sessions),
+pause and resume (a process living through them), a sandbox started from a snapshot (`provider_options.snapshot_id`; the snapshot
 taken with the OpenSandbox SDK, as NeMo-Gym takes none itself), and its snapshot tool
 (`providers/opensandbox/snapshots.py`) auditing and reaping it. Prints one JSON object.
 """
@@ -84,6 +84,21 @@ async def opensandbox_extras(sb: AsyncSandbox) -> dict:
     # Its background commands' logs are one stream (stdout), its stderr the status's error.
     r = await sb.exec("echo oops >&2; exit 4")
     out["failed_output"] = r.stdout
+
+    # Terminals: a one-shot command on a terminal and on pipes, a live shell keeping its state,
+    # and a command run detached (re-attached to drain what it wrote meanwhile).
+    r = await sb.pty.exec("echo on-a-terminal; (exit 3)")
+    out["pty_exec"] = [r.return_code, "on-a-terminal" in r.stdout]
+    r = await sb.pty.exec("echo out; echo err >&2; exit 2", pty=False)
+    out["pipe_exec"] = [r.return_code, r.stdout, r.stderr]
+    shell = await sb.pty.create()
+    await sb.pty.exec("cd /tmp/task; X=kept", session=shell)
+    r = await sb.pty.exec('echo "$X $(pwd)"', session=shell)
+    out["pty_session"] = [r.return_code, "kept /tmp/task" in r.stdout]
+    r = await sb.pty.exec("sleep 1; echo done-detached", detach=True, poll_interval_s=0.3)
+    out["pty_detached"] = [r.return_code, "done-detached" in r.stdout]
+    await shell.close()
+
     await sb.exec("nohup sh -c 'while true; do echo tick >> /tmp/ticks; sleep 0.1; done' >/dev/null 2>&1 &")
     await sb.pause()
     out["paused"] = str(getattr(await sb.status(), "value", "")).lower()
