@@ -222,21 +222,33 @@ async def test_nemo_gym_providers_run_its_agents_sandboxes(make_server, provider
     assert len(server.service.registry) == 0
 
 
-def harbor_task(at: Path, copy: bool = True) -> Path:
+def harbor_task(at: Path, copy: bool = True, prebuilt: bool = False) -> Path:
     """A Harbor task: its environment a Dockerfile (a file copied in unless not `copy`, a RUN step,
-    a work dir), its verifier a test script that rewards the answer 42."""
+    a work dir), or with `prebuilt` a prebuilt image (`docker_image`) and a work dir that the
+    environment's files are uploaded to; its verifier a test script that rewards the answer 42."""
     (at / "environment").mkdir(parents=True)
     (at / "tests").mkdir()
+    image = 'docker_image = "python:3.11-slim"\nworkdir = "/workdir"\n' if prebuilt else ""
     (at / "task.toml").write_text(
         'version = "1.0"\n\n[verifier]\ntimeout_sec = 120.0\n\n[agent]\ntimeout_sec = 120.0\n\n'
-        "[environment]\nbuild_timeout_sec = 600.0\n"
+        f"[environment]\nbuild_timeout_sec = 600.0\n{image}"
     )
     (at / "instruction.md").write_text("Write the answer to /workdir/answer.txt.\n")
     (at / "environment" / "data.txt").write_text("data\n")
-    copied = "COPY data.txt /opt/data.txt\n" if copy else "RUN echo data > /opt/data.txt\n"
-    (at / "environment" / "Dockerfile").write_text(
-        f"FROM python:3.11-slim\nWORKDIR /workdir\n{copied}RUN echo setup > /opt/setup.txt\n"
-    )
+    if prebuilt:  # the oracle's solution answers 42 if the environment's files are in the work dir
+        (at / "environment" / "setup.txt").write_text("setup\n")
+        (at / "solution").mkdir()
+        solve = at / "solution" / "solve.sh"
+        solve.write_text(
+            '#!/bin/bash\nif [ "$(cat data.txt setup.txt; pwd)" = "$(printf \'data\\nsetup\\n/workdir\')" ];'
+            " then echo -n 42 > /workdir/answer.txt; fi\n"
+        )
+        solve.chmod(0o755)
+    else:
+        copied = "COPY data.txt /opt/data.txt\n" if copy else "RUN echo data > /opt/data.txt\n"
+        (at / "environment" / "Dockerfile").write_text(
+            f"FROM python:3.11-slim\nWORKDIR /workdir\n{copied}RUN echo setup > /opt/setup.txt\n"
+        )
     test = at / "tests" / "test.sh"
     test.write_text(
         "#!/bin/bash\n"
@@ -262,4 +274,47 @@ async def test_harbor_and_trl_run_a_task_and_its_verifier(make_server, tmp_path,
     assert right["instruction"] == "Write the answer to /workdir/answer.txt.", o
     assert right["seen"] == "data\nsetup\n/workdir\n", o
     assert (right["reward"], wrong["reward"]) == (1.0, 0.0), o
+    assert len(server.service.registry) == 0
+
+
+async def test_harbor_opensandbox_environment_runs_a_trial(make_server, tmp_path) -> None:
+    """Harbor's OpenSandbox environment under Harbor's own trial runner (`--env opensandbox
+    --ek protocol=http`; TRL's `HarborBashEnv` cannot pass `protocol`, so it reaches an https
+    server only: tests/frameworks/harbor_opensandbox_scenario.py): a prebuilt-image task, its
+    environment's files in its work dir, the oracle's solution and the verifier's reward; the
+    nop agent's trial rewards nothing."""
+    server = await make_server(http_port=0, warm=1)
+    task = harbor_task(tmp_path / "task", prebuilt=True)
+    env = {"OPENSANDBOX_DOMAIN": f"{http(server)}/opensandbox", "OPENSANDBOX_API_KEY": KEY_A}
+    o = await scenario("harbor", "harbor_opensandbox_scenario.py", [str(task), str(tmp_path / "trials")], env)
+    assert o["oracle"] == {"reward": 1.0, "error": None}, o
+    assert o["nop"] == {"reward": 0.0, "error": None}, o
+    assert len(server.service.registry) == 0
+
+
+async def test_nemo_gym_opensandbox_provider_runs_its_agents_sandboxes(make_server) -> None:
+    """NeMo-Gym's OpenSandbox provider (its shipped config: through the server proxy, commands in
+    the background polled for status and logs, its aiohttp transport): a sandbox with its spec's
+    environment and files, commands, files both ways, status, terminals (one-shot, a live shell,
+    detached), pause and resume with a process
+    living through them, a sandbox from a snapshot, its snapshot tool, stop."""
+    server = await make_server(http_port=0, warm=1)
+    env = {
+        "OPENSANDBOX_DOMAIN": f"{http(server)}/opensandbox",
+        "OPENSANDBOX_API_KEY": KEY_A,
+        "SCENARIO_PROVIDER": "opensandbox",
+    }
+    o = await scenario("nemo-gym", "nemo_gym_scenario.py", [], env)
+    assert o["exec"] == [0, "t-1\n42\n"], o
+    assert o["cwd"] == "/tmp\n", o
+    # Its commands run in the background, polled: their output one stream, stderr the status's
+    # error; one past its timeout is killed (-1, as execd reports it).
+    assert o["failed"] == [4, "exit status 4"] and o["failed_output"] == "oops\n", o
+    assert o["timeout"] == [-1, None], o
+    assert o["pty_exec"] == [3, True] and o["pipe_exec"] == [2, "out\n", "err\n"], o
+    assert o["pty_session"] == [0, True] and o["pty_detached"] == [0, True], o
+    assert o["uploaded"] == "uploaded\n" and o["downloaded"] == "21\n", o
+    assert o["status"] == "running" and o["paused"] == "paused" and o["ticking"] is True, o
+    assert o["restored"] == [0, "from-the-snapshot\n21\n"], o
+    assert o["snapshot_tool"] == [0, 0, True] and o["snapshots_left"] == 0, o
     assert len(server.service.registry) == 0

@@ -67,13 +67,13 @@ async def test_lifecycle(make_server) -> None:
 
 
 async def test_refusals_and_egress(make_server) -> None:
-    """GPUs and snapshots get the platform's own refusals; a create's network policy is the
+    """GPUs and templates get the platform's own refusals; a create's network policy is the
     sandbox's egress policy, which the egress endpoint reads and changes."""
     server = await make_server(http_port=0)
     o = await scenario(server, "refused")
     assert o["gpu"]["status"] == 400 and o["gpu"]["code"] == "SANDBOX::INVALID_PARAMETER", o
     # A status its client has no model for: the SDK keeps the body in the message.
-    assert o["snapshot"]["status"] == 501 and "SANDBOX::API_NOT_SUPPORTED" in o["snapshot"]["message"]
+    assert o["template"]["status"] == 501 and "SANDBOX::API_NOT_SUPPORTED" in o["template"]["message"]
     assert o["missing"]["status"] == 404
     assert o["policy"]["defaultAction"] == "deny"
     assert o["policy"]["egress"] == [{"action": "allow", "target": "pypi.org"}]
@@ -118,4 +118,103 @@ async def test_keys(make_server) -> None:
     mine = await scenario(server, "other_key", held["id"])
     assert "ok" in mine["get"] and mine["listed"] == {"ok": [held["id"]]}
     assert mine["connect"] == {"ok": "mine\n"}
+    assert len(server.service.registry) == 0
+
+
+async def test_snapshots(make_server) -> None:
+    """A snapshot keeps the sandbox's files: a file written before it is in a sandbox made from
+    it (with the image and work dir of the one it was taken of), not what was written after; it
+    outlives its sandbox until deleted, and another key can neither see nor use it."""
+    server = await make_server(http_port=0)
+    o = await scenario(server, "snapshots")
+    sid = o["id"]
+    assert o["taken"][1:] == ["v1", "Ready", True], o
+    assert o["got"] == o["taken"][:3] and o["listed"] == [[True], 1], o
+    assert o["by_name"] == [True] and o["by_other_name"] == 0
+    assert o["missing"]["status"] == 404
+    assert o["restored"] == ["before the snapshot", "deep\n/work\n", "python:3.11-slim"], o
+    assert o["original"] == "after the snapshot"
+    assert o["from_missing"]["status"] == 404, o
+    assert o["outlives"] == o["taken"][:3]
+    other = await scenario(server, "snapshot_other_key", sid, key=KEY_B)
+    assert other["get"]["status"] == 404 and other["listed"] == 0, other
+    assert other["delete"]["status"] == 404 and other["create"]["status"] == 404, other
+    gone = await scenario(server, "snapshot_delete", sid)
+    assert gone["after"]["status"] == 404 and gone["listed"] == 0, gone
+    assert len(server.service.registry) == 0
+
+
+async def test_pty_sessions(make_server) -> None:
+    """execd's PTY sessions on the wire (the SDK has no PTY API; NeMo-Gym's provider drives them in
+    tests/test_frameworks.py): a program on pipes, its exit, its output replayed from an offset to
+    a later connection, takeover; the sandbox's token or its owner's key, nobody else's."""
+    import json
+
+    import aiohttp
+
+    server = await make_server(http_port=0)
+    held = await scenario(server, "hold")
+    api = f"http://127.0.0.1:{server.http_port}/opensandbox/v1"
+    key_a, key_b = {"OPEN-SANDBOX-API-KEY": KEY_A}, {"OPEN-SANDBOX-API-KEY": KEY_B}
+    async with aiohttp.ClientSession() as http:
+        async with http.get(f"{api}/sandboxes/{held['id']}/endpoints/44772", headers=key_a) as r:
+            execd = "http://" + (await r.json())["endpoint"]
+        proxied = f"{api}/sandboxes/{held['id']}/proxy/44772"
+
+        async def session(command: str) -> str:
+            async with http.post(f"{execd}/pty", json={"command": command}) as r:
+                assert r.status == 200, await r.text()
+                sid: str = (await r.json())["session_id"]
+                return sid
+
+        async def frames(ws: aiohttp.ClientWebSocketResponse) -> list[Any]:
+            got: list[Any] = []
+            async for m in ws:
+                got.append(json.loads(m.data) if m.type == aiohttp.WSMsgType.TEXT else bytes(m.data))
+            return got
+
+        sid = await session("read line; echo got $line; echo to-err >&2; exit 5")
+        async with http.ws_connect(f"{execd.replace('http', 'ws', 1)}/pty/{sid}/ws?pty=0") as ws:
+            first = await ws.receive_json()
+            await ws.send_bytes(b"\x00hello\n")
+            rest = await frames(ws)
+        assert first["type"] == "connected" and first["mode"] == "pipe", first
+        assert b"\x01got hello\n" in rest and b"\x02to-err\n" in rest, rest
+        assert rest[-1] == {"type": "exit", "exit_code": 5}, rest
+        async with http.get(f"{execd}/pty/{sid}") as r:
+            assert (await r.json())["exit_code"] == 5
+        # A later connection replays what was kept from the offset it names, then the exit.
+        async with http.ws_connect(f"{execd.replace('http', 'ws', 1)}/pty/{sid}/ws?since=4") as ws:
+            replay = await frames(ws)
+        assert replay[1][:9] == b"\x03" + (4).to_bytes(8, "big") and replay[1][9:].startswith(b"hello\n"), (
+            replay
+        )
+        assert replay[-1] == {"type": "exit", "exit_code": 5}
+
+        # One connection at a time; another takes the session over or is turned away.
+        sid = await session("sleep 30")
+        ws_url = f"{proxied.replace('http', 'ws', 1)}/pty/{sid}/ws"
+        async with http.ws_connect(ws_url, headers=key_a) as holder:
+            assert (await holder.receive_json())["type"] == "connected"
+            async with http.ws_connect(ws_url, headers=key_a) as turned:
+                await turned.receive()
+                assert turned.close_code == 1008
+            async with http.ws_connect(ws_url + "?takeover=1", headers=key_a) as taker:
+                assert (await taker.receive_json())["type"] == "connected"
+                await holder.receive()
+                assert holder.close_code == 4001
+        # Nobody else's: another key, a wrong token.
+        async with http.get(f"{proxied}/pty/{sid}", headers=key_b) as r:
+            assert r.status == 404
+        with pytest.raises(aiohttp.WSServerHandshakeError):
+            await http.ws_connect(ws_url, headers=key_b)
+        wrong = execd.rsplit("/", 1)[0] + "/not-the-token"
+        async with http.get(f"{wrong}/pty/{sid}") as r:
+            assert r.status == 404 and (await r.json())["code"] == "SANDBOX_NOT_FOUND"
+        async with http.delete(f"{execd}/pty/{sid}") as r:
+            assert r.status == 200
+        async with http.get(f"{execd}/pty/{sid}") as r:
+            assert r.status == 404 and (await r.json())["code"] == "CONTEXT_NOT_FOUND"
+        async with http.delete(f"{api}/sandboxes/{held['id']}", headers=key_a) as r:
+            assert r.status == 204
     assert len(server.service.registry) == 0

@@ -26,7 +26,7 @@ from opensandbox.models.filesystem import (
     SetPermissionEntry,
     WriteEntry,
 )
-from opensandbox.models.sandboxes import NetworkPolicy, NetworkRule, SandboxFilter
+from opensandbox.models.sandboxes import NetworkPolicy, NetworkRule, SandboxFilter, SnapshotFilter
 
 IMAGE = "python:3.11-slim"
 
@@ -199,7 +199,7 @@ async def refused() -> dict[str, Any]:
     out: dict[str, Any] = {}
     out["gpu"] = await aattempt(Sandbox.create(IMAGE, resource={"cpu": "1", "memory": "1Gi", "gpu": "1"}))
     async with await SandboxManager.create() as m:
-        out["snapshot"] = await aattempt(m.get_snapshot("snap-1"))
+        out["template"] = await aattempt(m.get_template("tpl-1"))
         out["missing"] = await aattempt(m.get_sandbox_info("sb-does-not-exist"))
     sb = await Sandbox.create(
         IMAGE,
@@ -261,6 +261,64 @@ async def other_key(sandbox_id: str) -> dict[str, Any]:
     return out
 
 
+def snap(info: Any) -> list[Any]:
+    return [info.sandbox_id, info.name, info.status.state]
+
+
+async def snapshots() -> dict[str, Any]:
+    """A snapshot of a sandbox's files: taken, got, listed, and a sandbox made from it (kept for
+    `snapshot_other_key` and `snapshot_delete`)."""
+    out: dict[str, Any] = {}
+    sb = await Sandbox.create(IMAGE, metadata={"run": "snap"})
+    await sb.files.write_file("kept.txt", "before the snapshot")
+    await sb.commands.run("mkdir -p /tmp/deep && echo deep > /tmp/deep/f")
+    taken = await sb.create_snapshot(name="v1")
+    out["id"] = taken.id
+    out["taken"] = [*snap(taken), taken.sandbox_id == sb.id]
+    await sb.files.write_file("kept.txt", "after the snapshot")
+    async with await SandboxManager.create() as m:
+        out["got"] = snap(await m.get_snapshot(taken.id))
+        listed = await m.list_snapshots(SnapshotFilter(sandbox_id=sb.id))
+        out["listed"] = [[s.id == taken.id for s in listed.snapshot_infos], listed.pagination.total_items]
+        by_name = await m.list_snapshots(SnapshotFilter(name="v1", states=["Ready"]))
+        out["by_name"] = [s.id == taken.id for s in by_name.snapshot_infos]
+        out["by_other_name"] = len((await m.list_snapshots(SnapshotFilter(name="v2"))).snapshot_infos)
+        out["missing"] = await aattempt(m.get_snapshot("snap-does-not-exist"))
+    restored = await Sandbox.create(snapshot_id=taken.id)
+    out["restored"] = [
+        await restored.files.read_file("kept.txt"),
+        text(await restored.commands.run("cat /tmp/deep/f; pwd"))[1],
+        (await restored.get_info()).image.image,
+    ]
+    out["original"] = await sb.files.read_file("kept.txt")
+    out["from_missing"] = await aattempt(Sandbox.create(snapshot_id="snap-does-not-exist"))
+    await restored.kill()
+    await sb.kill()
+    await restored.close()
+    await sb.close()
+    out["outlives"] = snap(await (await SandboxManager.create()).get_snapshot(taken.id))
+    return out
+
+
+async def snapshot_other_key(snapshot_id: str) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    async with await SandboxManager.create() as m:
+        out["get"] = await aattempt(m.get_snapshot(snapshot_id))
+        out["listed"] = len((await m.list_snapshots(SnapshotFilter())).snapshot_infos)
+        out["delete"] = await aattempt(m.delete_snapshot(snapshot_id))
+    out["create"] = await aattempt(Sandbox.create(snapshot_id=snapshot_id))
+    return out
+
+
+async def snapshot_delete(snapshot_id: str) -> dict[str, Any]:
+    async with await SandboxManager.create() as m:
+        await m.delete_snapshot(snapshot_id)
+        return {
+            "after": await aattempt(m.get_snapshot(snapshot_id)),
+            "listed": len((await m.list_snapshots(SnapshotFilter())).snapshot_infos),
+        }
+
+
 async def extras() -> dict[str, Any]:
     """An entrypoint as the sandbox's main process, serving a port reached through its endpoint;
     execd through the server's proxy (`use_server_proxy`); execd's token."""
@@ -315,6 +373,9 @@ SCENARIOS = {
     "refused": refused,
     "hold": hold,
     "other_key": other_key,
+    "snapshots": snapshots,
+    "snapshot_other_key": snapshot_other_key,
+    "snapshot_delete": snapshot_delete,
 }
 
 

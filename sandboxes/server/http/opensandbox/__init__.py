@@ -12,7 +12,7 @@ import asyncio
 import contextlib
 from typing import TYPE_CHECKING
 
-from starlette.requests import Request
+from starlette.requests import HTTPConnection
 from starlette.routing import BaseRoute
 
 from sandboxes import errors as E
@@ -49,7 +49,10 @@ class OpenSandboxApi(Surface):
     def routes(self) -> list[BaseRoute]:
         return [*self.control.routes(), *self.execd.routes()]
 
-    def owner(self, request: Request) -> str:
+    def websocket_routes(self) -> list[BaseRoute]:
+        return [*self.execd.websocket_routes()]
+
+    def owner(self, request: HTTPConnection) -> str:
         key = request.headers.get(KEY_HEADER)
         return self.auth.authenticate_header(f"Bearer {key}" if key else None)
 

@@ -25,8 +25,9 @@ the server's port routing (`ServerCore.port_access`). With `use_server_proxy` th
 egress endpoints are the platform's proxy path (`/v1/sandboxes/{id}/proxy/{port}`), where the
 key is checked instead.
 
-Refused with the platform's body (`{code, message}`) and statuses: snapshots, templates, the
-network-policy and diagnostics routes (501), a create from a snapshot or template, volumes,
+Snapshots (`snapshots.py`) are routes of this plane too; a create with a `snapshotId` starts
+from one. Refused with the platform's body (`{code, message}`) and statuses: templates, the
+network-policy and diagnostics routes (501), a create from a template, volumes,
 lifecycle hooks, a credential proxy, GPUs, another platform than linux/amd64 (400). A key sees
 only its own sandboxes; another key's is 404.
 """
@@ -37,10 +38,11 @@ import math
 import re
 import time
 import urllib.parse
-from collections.abc import Awaitable, Callable
+from collections.abc import Awaitable, Callable, Sequence
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
+from starlette.datastructures import QueryParams
 from starlette.requests import Request
 from starlette.responses import JSONResponse, Response
 from starlette.routing import Route
@@ -50,6 +52,7 @@ from sandboxes.egress import EgressPolicy
 from sandboxes.server.create import BuildNotReady, CreateSpec
 from sandboxes.server.http.endpoint import Envelope, Refused
 from sandboxes.server.http.fields import str_map
+from sandboxes.server.http.opensandbox.snapshots import IMAGE_LABEL, WORK_DIR_LABEL, Snapshots
 from sandboxes.server.http.opensandbox.state import ATTR, OpenSandbox, view
 from sandboxes.server.http.timestamps import iso
 
@@ -105,6 +108,7 @@ class ControlPlane:
     def __init__(self, api: OpenSandboxApi) -> None:
         self.api = api
         self.core = api.core
+        self.snapshots = Snapshots(self)
 
     def routes(self) -> list[Route]:
         r = self._route
@@ -118,6 +122,7 @@ class ControlPlane:
             r("/sandboxes/{sandbox_id}/resume", self.resume, "POST"),
             r("/sandboxes/{sandbox_id}/renew-expiration", self.renew, "POST"),
             r("/sandboxes/{sandbox_id}/endpoints/{port}", self.endpoint, "GET"),
+            *(r(path, fn, method) for path, fn, method in self.snapshots.routes()),
             *(
                 Route(API + path, ENVELOPE.guard(self._unsupported(what)), methods=methods)
                 for path, what, methods in _UNSUPPORTED
@@ -157,8 +162,15 @@ class ControlPlane:
                 raise Refused(400, f"{what} ({key}) is not supported by this server")
         image = body.get("image")
         uri = image.get("uri") if isinstance(image, dict) else None
-        if not isinstance(uri, str) or not uri:
-            raise Refused(400, "image.uri is required: this server creates sandboxes from images")
+        snapshot_id = body.get("snapshotId")
+        snapshot = None
+        if snapshot_id is not None:
+            if not isinstance(snapshot_id, str) or uri:
+                raise Refused(400, "a create names one of image.uri and snapshotId")
+            snapshot = self.snapshots.of(owner, snapshot_id)
+            uri = snapshot.labels.get(IMAGE_LABEL, snapshot.template)
+        elif not isinstance(uri, str) or not uri:
+            raise Refused(400, "image.uri (or snapshotId) is required")
         if isinstance(image, dict) and image.get("auth"):
             raise Refused(400, "private registries (image.auth) are not supported by this server")
         entrypoint = body.get("entrypoint") or PLACEHOLDER_ENTRYPOINT
@@ -175,7 +187,8 @@ class ControlPlane:
         if timeout is not None and (isinstance(timeout, bool) or not isinstance(timeout, int) or timeout < 1):
             raise Refused(400, "timeout must be a whole number of seconds, at least 1 (or null: none)")
         spec = CreateSpec(
-            image=uri,
+            image=uri if snapshot is None else None,
+            checkpoint=snapshot.id if snapshot is not None else None,
             env=env,
             network=_policy(body.get("networkPolicy")),
             ttl_s=float(timeout) if timeout is not None else None,
@@ -189,7 +202,12 @@ class ControlPlane:
         tp = self.core.template_of(rec)
         if source.build is not None:
             env = {**source.build.env, **env}  # a built template's ENV, under the create's own
-        work_dir = (source.build.work_dir if source.build is not None else "") or tp.work_dir or "/work"
+        work_dir = (
+            (snapshot.labels.get(WORK_DIR_LABEL, "") if snapshot is not None else "")
+            or (source.build.work_dir if source.build is not None else "")
+            or tp.work_dir
+            or "/work"
+        )
         sb = OpenSandbox(
             id=rec.id,
             image=uri,
@@ -221,12 +239,6 @@ class ControlPlane:
         q = request.query_params
         wanted = _metadata_filter(q.get("metadata"))
         states = {s.lower() for s in q.getlist("state")}
-        page, size = (
-            _int(q.get("page"), "page", 1, 1),
-            _int(q.get("pageSize"), "pageSize", DEFAULT_PAGE_SIZE, 1),
-        )
-        if size > MAX_PAGE_SIZE:
-            raise Refused(400, f"pageSize must be at most {MAX_PAGE_SIZE}")
         chosen = []
         for rec in self.core.records(owner):
             if ATTR not in rec.attrs:
@@ -238,21 +250,29 @@ class ControlPlane:
                 continue
             chosen.append((rec, sb))
         chosen.sort(key=lambda p: (p[1].created_at, p[1].id), reverse=True)
-        total = len(chosen)
-        pages = math.ceil(total / size)
-        shown = chosen[(page - 1) * size : page * size]
-        return JSONResponse(
-            {
-                "items": [sb.to_json(rec.expires_at) for rec, sb in shown],
-                "pagination": {
-                    "page": page,
-                    "pageSize": size,
-                    "totalItems": total,
-                    "totalPages": pages,
-                    "hasNextPage": page < pages,
-                },
-            }
+        return JSONResponse(self.paged(q, [sb.to_json(rec.expires_at) for rec, sb in chosen]))
+
+    @staticmethod
+    def paged(q: QueryParams, items: Sequence[dict[str, Any]]) -> dict[str, Any]:
+        """The page of `items` that `q` (`page`, `pageSize`) asks for: `{items, pagination}`."""
+        page, size = (
+            _int(q.get("page"), "page", 1, 1),
+            _int(q.get("pageSize"), "pageSize", DEFAULT_PAGE_SIZE, 1),
         )
+        if size > MAX_PAGE_SIZE:
+            raise Refused(400, f"pageSize must be at most {MAX_PAGE_SIZE}")
+        total = len(items)
+        pages = math.ceil(total / size)
+        return {
+            "items": [*items[(page - 1) * size : page * size]],
+            "pagination": {
+                "page": page,
+                "pageSize": size,
+                "totalItems": total,
+                "totalPages": pages,
+                "hasNextPage": page < pages,
+            },
+        }
 
     async def patch_metadata(self, request: Request, owner: str) -> Response:
         rec, sb = await self.live(owner, request.path_params["sandbox_id"])
@@ -337,9 +357,6 @@ class ControlPlane:
 
 # Lifecycle routes of the platform this server does not serve (501, the platform's answer).
 _UNSUPPORTED: tuple[tuple[str, str, list[str]], ...] = (
-    ("/sandboxes/{sandbox_id}/snapshots", "snapshots", ["GET", "POST"]),
-    ("/snapshots", "snapshots", ["GET"]),
-    ("/snapshots/{snapshot_id}", "snapshots", ["GET", "DELETE"]),
     ("/templates", "templates", ["GET", "POST"]),
     ("/templates/{template_id}", "templates", ["GET", "DELETE"]),
     (
@@ -353,7 +370,6 @@ _UNSUPPORTED: tuple[tuple[str, str, list[str]], ...] = (
 
 # Create fields this server refuses (400): what it cannot give a sandbox.
 _REFUSED_AT_CREATE = (
-    ("snapshotId", "a create from a snapshot"),
     ("templateId", "a create from a template"),
     ("volumes", "volumes"),
     ("lifecycle", "lifecycle hooks"),

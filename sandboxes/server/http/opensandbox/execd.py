@@ -16,8 +16,9 @@ GET    /ping                   200 (execd answers: the sandbox is ready)
 /policy                        the egress policy (`egress.py`, on the egress endpoint)
 ```
 
-Refused with execd's body (`{code, message}`, 501 `NOT_SUPPORTED`): the code interpreter
-(`/code`), bash sessions (`/session`), metrics, pseudo-terminals and isolated sessions. A call to
+PTY sessions (`/pty`, their WebSocket at both endpoints) are `pty.py`'s. Refused with execd's
+body (`{code, message}`, 501 `NOT_SUPPORTED`): the code interpreter (`/code`), bash sessions
+(`/session`), metrics, listing PTY sessions and isolated sessions. A call to
 a paused sandbox is 409. Every call is activity for the sandbox (`ServerCore.touch`).
 """
 
@@ -28,13 +29,16 @@ from typing import TYPE_CHECKING, Any
 
 from starlette.requests import Request
 from starlette.responses import Response
-from starlette.routing import Route
+from starlette.routing import Route, WebSocketRoute
+from starlette.websockets import WebSocket
 
+from sandboxes import errors as E
 from sandboxes.server.http.endpoint import SHUTTING_DOWN, Envelope, Refused
 from sandboxes.server.http.opensandbox.api import API, EGRESS_PORT, EXECD_PORT, PREFIX
 from sandboxes.server.http.opensandbox.commands import Commands
 from sandboxes.server.http.opensandbox.egress import Egress
 from sandboxes.server.http.opensandbox.files import Files
+from sandboxes.server.http.opensandbox.pty import Ptys
 from sandboxes.server.http.opensandbox.state import ATTR, view
 
 if TYPE_CHECKING:
@@ -69,8 +73,7 @@ _UNSUPPORTED = (
     ("/session/{rest:path}", "bash sessions", ["GET", "POST", "DELETE"]),
     ("/metrics", "metrics", ["GET"]),
     ("/metrics/watch", "metrics", ["GET"]),
-    ("/pty", "pseudo-terminals", ["GET", "POST"]),
-    ("/pty/{rest:path}", "pseudo-terminals", ["GET", "POST", "DELETE"]),
+    ("/pty", "listing pseudo-terminals", ["GET"]),
     ("/v1/isolated/{rest:path}", "isolated sessions", ["GET", "POST", "DELETE"]),
 )
 
@@ -84,12 +87,14 @@ class Execd:
         self.commands = Commands(self)
         self.files = Files(self)
         self.egress = Egress(self)
+        self.ptys = Ptys(self)
 
     def routes(self) -> list[Route]:
         execd: list[tuple[str, Any, str]] = [
             ("/ping", self.ping, "GET"),
             *self.commands.routes(),
             *self.files.routes(),
+            *self.ptys.routes(),
         ]
         for path, what, methods in _UNSUPPORTED:
             execd += [(path, self._unsupported(what), m) for m in methods]
@@ -131,6 +136,26 @@ class Execd:
             ),
             Route(f"{API}/sandboxes/{{sandbox_id}}/proxy/{port}{path}", keyed, methods=[method]),
         ]
+
+    def websocket_routes(self) -> list[WebSocketRoute]:
+        """The PTY sessions' WebSockets (`pty.py`), at both endpoints of execd."""
+        tail = "/pty/{session_id}/ws"
+        return [
+            WebSocketRoute(f"{PREFIX}/execd/{{sandbox_id}}/{{token}}{tail}", self._pty_ws),
+            WebSocketRoute(f"{API}/sandboxes/{{sandbox_id}}/proxy/{EXECD_PORT}{tail}", self._pty_ws),
+        ]
+
+    async def _pty_ws(self, ws: WebSocket) -> None:
+        token = ws.path_params.get("token")
+        try:
+            if self.core.draining:
+                raise Refused(503, SHUTTING_DOWN)
+            owner = None if token is not None else self.api.owner(ws)
+            rec, _ = await self.target(ws.path_params["sandbox_id"], owner, token)
+        except (E.SandboxError, Refused):
+            await ws.close(code=1008)  # before the handshake: the upgrade is refused (403)
+            return
+        await self.ptys.connect(ws, rec)
 
     async def target(
         self, sandbox_id: str, owner: str | None, token: str | None
