@@ -22,7 +22,6 @@ context.
 
 from __future__ import annotations
 
-import posixpath
 import time
 from collections.abc import Awaitable, Callable
 from typing import TYPE_CHECKING, Any
@@ -206,17 +205,15 @@ class Gateway:
             }
         )
 
-    @staticmethod
-    async def _size(rec: Record, path: str) -> int:
+    async def _size(self, rec: Record, path: str) -> int:
         """The size of the regular file `path` (`NotFound` if there is none)."""
-        parent, name = posixpath.split(path.rstrip("/") or "/")
-        # A relative path is the working directory's, as every file call's is.
-        for entry in await rec.sandbox.list_dir(parent or "."):
-            if entry.name == name:
-                if entry.is_dir:
-                    raise E.InvalidRequest(f"{path} is a directory")
-                return int(entry.size)
-        raise E.NotFound(f"File not found: {path}")
+        try:
+            entry = await self.core.session(rec, "file_op").stat(path)
+        except E.NotFound:
+            raise E.NotFound(f"File not found: {path}") from None
+        if entry.is_dir:
+            raise E.InvalidRequest(f"{path} is a directory")
+        return int(entry.size)
 
     # -- the older SDKs' exec ----------------------------------------------------------------
 
