@@ -229,15 +229,7 @@ class PortProxy:
 
     async def _route(self, head: bytes) -> tuple[Any, int, bytes]:
         """The record and port a request head names, and the head to send on."""
-        lines = head.decode("latin-1").split("\r\n")
-        parts = lines[0].split(" ")
-        if len(parts) != 3:
-            raise Refused(400, "not an HTTP/1.x request")
-        headers = {}
-        for line in lines[1:]:
-            name, sep, value = line.partition(":")
-            if sep:
-                headers[name.strip().lower()] = value.strip()
+        lines, parts, headers = _parse_head(head)
         host = _HOST.match(headers.get("host", ""))
         path = _PATH.match(parts[1])
         if host is not None:
@@ -268,15 +260,7 @@ class PortProxy:
 
     async def _gated(self, head: bytes, sid: str, port: int, gate: PortGate) -> tuple[Any, int, bytes]:
         """The route of a connection to a listener of one sandbox's port (`listen`)."""
-        lines = head.decode("latin-1").split("\r\n")
-        parts = lines[0].split(" ")
-        if len(parts) != 3:
-            raise Refused(400, "not an HTTP/1.x request")
-        headers = {}
-        for line in lines[1:]:
-            name, sep, value = line.partition(":")
-            if sep:
-                headers[name.strip().lower()] = value.strip()
+        lines, parts, headers = _parse_head(head)
         rec = await self.core.registry.find(sid)
         if rec is None:
             raise Refused(404, f"no sandbox {sid}")
@@ -290,6 +274,20 @@ class PortProxy:
             lines.insert(1, "Connection: close")
             head = "\r\n".join(lines).encode("latin-1")
         return rec, port, head
+
+
+def _parse_head(head: bytes) -> tuple[list[str], list[str], dict[str, str]]:
+    """A request head's lines, its request line's three parts and its headers (names lowered)."""
+    lines = head.decode("latin-1").split("\r\n")
+    parts = lines[0].split(" ")
+    if len(parts) != 3:
+        raise Refused(400, "not an HTTP/1.x request")
+    headers = {}
+    for line in lines[1:]:
+        name, sep, value = line.partition(":")
+        if sep:
+            headers[name.strip().lower()] = value.strip()
+    return lines, parts, headers
 
 
 def _token_ok(rec: Any, token: str) -> bool:
