@@ -14,7 +14,7 @@
 
 use std::collections::HashMap;
 use std::io::{self, Read};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use crate::safe::{self, bad, checked, clear, clear_children, context, plain, resolve, Resolve};
@@ -149,14 +149,7 @@ fn extract(src: impl Read, dest: &Path) -> io::Result<()> {
                 attributes(&target, mode, uid, gid, mtime)?;
             }
             _ => {
-                let mut file = std::fs::OpenOptions::new()
-                    .write(true)
-                    .create_new(true)
-                    .mode(0o600)
-                    .custom_flags(libc::O_NOFOLLOW)
-                    .open(&target)?;
-                io::copy(&mut entry, &mut file)?;
-                drop(file);
+                safe::write_new(&target, &mut entry)?;
                 attributes(&target, mode, uid, gid, mtime)?;
             }
         }

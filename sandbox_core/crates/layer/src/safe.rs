@@ -141,6 +141,20 @@ pub fn context(what: impl std::fmt::Display, e: io::Error) -> io::Error {
     io::Error::new(e.kind(), format!("{what}: {e}"))
 }
 
+/// A new regular file at `p` (never through a symlink, never over an existing one) holding what
+/// `src` gives, mode 0600 until its attributes are set.
+pub fn write_new(p: &Path, src: &mut impl io::Read) -> io::Result<()> {
+    use std::os::unix::fs::OpenOptionsExt;
+    let mut file = std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .mode(0o600)
+        .custom_flags(libc::O_NOFOLLOW)
+        .open(p)?;
+    io::copy(src, &mut file)?;
+    Ok(())
+}
+
 pub fn c_path(p: &Path) -> io::Result<CString> {
     CString::new(p.as_os_str().as_bytes()).map_err(|_| bad("a path with a NUL byte"))
 }

@@ -15,11 +15,11 @@
 
 use std::collections::HashMap;
 use std::io::{self, Read};
-use std::os::unix::fs::{DirBuilderExt, OpenOptionsExt, PermissionsExt};
+use std::os::unix::fs::{DirBuilderExt, PermissionsExt};
 use std::path::{Path, PathBuf};
 
 use crate::digest::{hex, HashingReader};
-use crate::safe::{allocated, bad, checked, clear, lchown, name, parents, set_mtime};
+use crate::safe::{allocated, bad, checked, clear, lchown, name, parents, set_mtime, write_new};
 use crate::whiteout::{self, Marker};
 
 /// What `unpack` made.
@@ -109,14 +109,7 @@ pub fn unpack(src: impl Read, dest: &Path, limits: Limits) -> io::Result<Unpacke
                 }
                 tar::EntryType::Regular => {
                     clear(&target)?;
-                    let mut file = std::fs::OpenOptions::new()
-                        .write(true)
-                        .create_new(true)
-                        .mode(0o600)
-                        .custom_flags(libc::O_NOFOLLOW)
-                        .open(&target)?;
-                    io::copy(&mut entry, &mut file)?;
-                    drop(file);
+                    write_new(&target, &mut entry)?;
                     lchown(&target, uid, gid, false)?;
                     std::fs::set_permissions(&target, std::fs::Permissions::from_mode(mode))?;
                     set_mtime(&target, mtime)?;
