@@ -1,7 +1,8 @@
 """The server's core under its transports: every surface's execution (gRPC, SandboxFusion,
 Piston, the Prime API through its unmodified SDK, the E2B API through its unmodified SDKs, the
 Daytona API through its unmodified SDK: its toolbox's commands, code_run, file calls, sessions,
-terminals and interpreter cells) takes a slot of the same per-key exec quota, so a key at its
+terminals and interpreter cells, the OpenSandbox API through its unmodified SDK: execd's
+commands, streamed and in the background, and its file search) takes a slot of the same per-key exec quota, so a key at its
 limit is refused on each, in each API's own shape, and served on each once a slot is free."""
 
 from __future__ import annotations
@@ -61,10 +62,17 @@ async def _sdks(server: Any) -> dict[str, Any]:
         ["executions"],
         {"DAYTONA_API_URL": f"{base}/daytona", "DAYTONA_API_KEY": KEY_A},
     )
-    return {"prime": prime, "e2b": e2b, "daytona": daytona}
+    opensandbox = await run_scenario(
+        "opensandbox",
+        "opensandbox_scenarios.py",
+        ["executions"],
+        {"OPEN_SANDBOX_DOMAIN": f"{base}/opensandbox", "OPEN_SANDBOX_API_KEY": KEY_A},
+    )
+    return {"prime": prime, "e2b": e2b, "daytona": daytona, "opensandbox": opensandbox}
 
 
 DAYTONA_EXECUTIONS = ("exec", "code_run", "files", "session", "terminal", "cell")
+OPENSANDBOX_EXECUTIONS = ("command", "background", "search")
 
 
 async def test_every_surface_takes_the_same_exec_slots(make_server) -> None:
@@ -82,6 +90,8 @@ async def test_every_surface_takes_the_same_exec_slots(make_server) -> None:
         sdks = await _sdks(server)
         refused = [sdks["prime"]["command"], *(sdks["e2b"][k] for k in ("command", "list", "cell"))]
         refused += [sdks["daytona"][k] for k in DAYTONA_EXECUTIONS]
+        refused += [sdks["opensandbox"][k] for k in OPENSANDBOX_EXECUTIONS]
+        assert {sdks["opensandbox"][k].get("status") for k in OPENSANDBOX_EXECUTIONS} == {429}, sdks
         for o in refused:
             assert "exec quota" in o.get("message", ""), sdks
 
@@ -105,6 +115,11 @@ async def test_every_surface_takes_the_same_exec_slots(make_server) -> None:
             "session": {"ok": "ran\n"},
             "terminal": {"ok": [5, True]},
             "cell": {"ok": "42\n"},
+        }, sdks
+        assert sdks["opensandbox"] == {
+            "command": {"ok": "ran\n"},
+            "background": {"ok": True},
+            "search": {"ok": True},
         }, sdks
         await sb.close()
     assert server.core.quotas.execs(OWNER) == 0

@@ -367,8 +367,46 @@ async def extras() -> dict[str, Any]:
     return out
 
 
+async def executions() -> dict[str, Any]:
+    """Every kind of execution the SDK makes in a sandbox: a command streamed, one in the
+    background, a file search (a walk the agent makes); each one's result, or the error the SDK
+    raised (or the command's own error event)."""
+    sb = await Sandbox.create(IMAGE)
+    try:
+        cmds = sb.commands
+
+        async def command() -> Any:
+            r = await cmds.run("echo ran")
+            if r.error is not None:
+                return {"error": r.error.name, "message": f"{r.error.name}: {r.error.value}"}
+            return text(r)[1]
+
+        async def background() -> Any:
+            r = await cmds.run("echo ran", opts=RunCommandOpts(background=True))
+            if r.error is not None:
+                return {"error": r.error.name, "message": f"{r.error.name}: {r.error.value}"}
+            return bool(r.id)
+
+        async def search() -> Any:
+            return isinstance(await sb.files.search(SearchEntry(path="/tmp", pattern="*")), list)
+
+        out = {
+            "command": await aattempt(command()),
+            "background": await aattempt(background()),
+            "search": await aattempt(search()),
+        }
+        for k, v in out.items():  # a command's own error event is the SDK's answer too
+            if isinstance(v.get("ok"), dict) and "error" in v["ok"]:
+                out[k] = v["ok"]
+        return out
+    finally:
+        await sb.kill()
+        await sb.close()
+
+
 SCENARIOS = {
     "lifecycle": lifecycle,
+    "executions": executions,
     "extras": extras,
     "refused": refused,
     "hold": hold,
