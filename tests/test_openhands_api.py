@@ -16,19 +16,17 @@ from server_helpers import KEY_A, KEY_B, run_scenario
 pytestmark = pytest.mark.asyncio
 
 
-async def scenario(server: Any, name: str) -> dict[str, Any]:
+async def scenario(server: Any, name: str, base: str | None = None) -> dict[str, Any]:
     env = {
         "OH_RUNTIME_API_URL": f"http://127.0.0.1:{server.http_port}/openhands",
         "OH_RUNTIME_API_KEY": KEY_A,
         "OH_OTHER_KEY": KEY_B,
         "HOME": "/tmp",
     }
-    return await run_scenario("openhands", "openhands_scenarios.py", [name], env)
+    return await run_scenario("openhands", "openhands_scenarios.py", [name, *([base] if base else [])], env)
 
 
-async def test_workspace(make_server) -> None:
-    server = await make_server(http_port=0)
-    o = await scenario(server, "workspace")
+def check_workspace(o: dict[str, Any]) -> None:
     # The image: a template built through /build, found by /image_exists once ready.
     assert o["exists_before"] is False and o["exists_after"] is True, o
     assert o["build"]["status"] == "SUCCESS" and o["build"]["image"] == "runtime:oh-stand-in"
@@ -56,16 +54,35 @@ async def test_workspace(make_server) -> None:
     # Stop deletes it: its session, runtime and address are gone.
     assert o["stopped"] == 404 and o["stopped_runtime"] == 404
     assert o["health_stopped"] != 200
+
+
+async def test_workspace(make_server) -> None:
+    server = await make_server(http_port=0)
+    check_workspace(await scenario(server, "workspace"))
     assert len(server.service.registry) == 0
 
 
-async def test_refusals_and_a_failed_server(make_server) -> None:
-    server = await make_server(http_port=0)
-    o = await scenario(server, "refused")
+@pytest.mark.timeout(1800)
+async def test_on_the_docker_backend(make_server, dev_image) -> None:
+    """The same on docker: the stand-in's image is built `FROM` the dev image (its `RUN` in a
+    container of it), and the runtime is a container of that build; a server that ends at once
+    fails its runtime with its output."""
+    server = await make_server(http_port=0, backend="docker")
+    check_workspace(await scenario(server, "workspace", dev_image))
+    check_refused(await scenario(server, "refused", dev_image))
+    assert len(server.service.registry) == 0
+
+
+def check_refused(o: dict[str, Any]) -> None:
     assert o["no_image"] == [400, {"detail": "image is required"}], o
     assert o["bad_factor"] == 400
     assert o["copy"][0] == 400 and "COPY" in o["copy"][1]["detail"]
     assert o["no_build"] == 404 and o["pause_unknown"] == 404
     assert o["failed"] == [201, "failed", "dying\n", 4]
     assert o["stop"] == [200, {"runtime_id": o["stop"][1]["runtime_id"], "status": "stopped"}]
+
+
+async def test_refusals_and_a_failed_server(make_server) -> None:
+    server = await make_server(http_port=0)
+    check_refused(await scenario(server, "refused"))
     assert len(server.service.registry) == 0

@@ -21,9 +21,7 @@ async def scenario(server: Any, name: str, arg: str | None = None, *, key: str =
     return await run_scenario("opensandbox", "opensandbox_scenarios.py", [name, *([arg] if arg else [])], env)
 
 
-async def test_lifecycle(make_server) -> None:
-    server = await make_server(http_port=0)
-    o = await scenario(server, "lifecycle")
+def check_lifecycle(o: dict[str, Any]) -> None:
     assert o["info"] == ["Running", {"run": "lc", "team": "a&b=c"}, True, ["tail", "-f", "/dev/null"]], o
     assert o["run"] == [0, "hi\nx1\n/work\n", "to-stderr\n"] and o["run_id"], o
     assert o["cwd"] == "/tmp\n" and o["argv"] == "a b|c|"
@@ -63,6 +61,19 @@ async def test_lifecycle(make_server) -> None:
     assert o["resumed"] == "Running" and o["ticking"] is True  # its processes lived through the pause
     assert o["after_delete"]["status"] == 404 and o["after_delete"]["code"] == "SANDBOX::NOT_FOUND"
     assert o["left"] == []
+
+
+def check_extras(o: dict[str, Any]) -> None:
+    assert o["served"] == [200, "from the sandbox"], o
+    assert o["ping"] == 200 and o["wrong_token"] == [404, "SANDBOX_NOT_FOUND"]
+    assert o["abandoned"] == [False, -1]  # killed once its client went away
+    assert o["proxy_endpoint"] is True
+    assert o["proxy_run"] == [0, "from the sandbox", ""] and o["proxy_read"] == "proxied"
+
+
+async def test_lifecycle(make_server) -> None:
+    server = await make_server(http_port=0)
+    check_lifecycle(await scenario(server, "lifecycle"))
     assert len(server.service.registry) == 0
 
 
@@ -87,12 +98,19 @@ async def test_entrypoint_ports_and_the_server_proxy(make_server) -> None:
     port's endpoint; execd answers through the server's proxy with the key, and directly only
     with the sandbox's token."""
     server = await make_server(http_port=0)
-    o = await scenario(server, "extras")
-    assert o["served"] == [200, "from the sandbox"], o
-    assert o["ping"] == 200 and o["wrong_token"] == [404, "SANDBOX_NOT_FOUND"]
-    assert o["abandoned"] == [False, -1]  # killed once its client went away
-    assert o["proxy_endpoint"] is True
-    assert o["proxy_run"] == [0, "from the sandbox", ""] and o["proxy_read"] == "proxied"
+    check_extras(await scenario(server, "extras"))
+    assert len(server.service.registry) == 0
+
+
+@pytest.mark.timeout(1800)
+async def test_on_the_docker_backend(make_server, dev_image) -> None:
+    """The same on docker: the sandbox is a container of the image asked for; its commands,
+    files, pause and resume, a port of its own reached through its endpoint, its snapshots."""
+    server = await make_server(http_port=0, backend="docker")
+    check_lifecycle(await scenario(server, "lifecycle", dev_image))
+    check_extras(await scenario(server, "extras", dev_image))
+    await check_snapshots(server, dev_image)
+    assert server.pool.checkpoints.list() == []
     assert len(server.service.registry) == 0
 
 
@@ -121,18 +139,15 @@ async def test_keys(make_server) -> None:
     assert len(server.service.registry) == 0
 
 
-async def test_snapshots(make_server) -> None:
-    """A snapshot keeps the sandbox's files: a file written before it is in a sandbox made from
-    it (with the image and work dir of the one it was taken of), not what was written after; it
-    outlives its sandbox until deleted, and another key can neither see nor use it."""
-    server = await make_server(http_port=0)
-    o = await scenario(server, "snapshots")
+async def check_snapshots(server: Any, image: str = "python:3.11-slim") -> None:
+    """Runs the snapshot scenarios of sandboxes of `image` on `server`."""
+    o = await scenario(server, "snapshots", image)
     sid = o["id"]
     assert o["taken"][1:] == ["v1", "Ready", True], o
     assert o["got"] == o["taken"][:3] and o["listed"] == [[True], 1], o
     assert o["by_name"] == [True] and o["by_other_name"] == 0
     assert o["missing"]["status"] == 404
-    assert o["restored"] == ["before the snapshot", "deep\n/work\n", "python:3.11-slim"], o
+    assert o["restored"] == ["before the snapshot", "deep\n/work\n", image], o
     assert o["original"] == "after the snapshot"
     assert o["from_missing"]["status"] == 404, o
     assert o["outlives"] == o["taken"][:3]
@@ -141,6 +156,14 @@ async def test_snapshots(make_server) -> None:
     assert other["delete"]["status"] == 404 and other["create"]["status"] == 404, other
     gone = await scenario(server, "snapshot_delete", sid)
     assert gone["after"]["status"] == 404 and gone["listed"] == 0, gone
+
+
+async def test_snapshots(make_server) -> None:
+    """A snapshot keeps the sandbox's files: a file written before it is in a sandbox made from
+    it (with the image and work dir of the one it was taken of), not what was written after; it
+    outlives its sandbox until deleted, and another key can neither see nor use it."""
+    server = await make_server(http_port=0)
+    await check_snapshots(server)
     assert len(server.service.registry) == 0
 
 

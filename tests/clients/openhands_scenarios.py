@@ -2,12 +2,12 @@
 `sandboxes serve`, run inside the client virtualenv (tests/clients/openhands.txt) by
 tests/test_openhands_api.py:
 
-    python openhands_scenarios.py SCENARIO    (OH_RUNTIME_API_URL, OH_RUNTIME_API_KEY, OH_OTHER_KEY set)
+    python openhands_scenarios.py SCENARIO [BASE]    (OH_RUNTIME_API_URL, OH_RUNTIME_API_KEY, OH_OTHER_KEY set)
 
 The image of the runtime is built first through the API's image routes as OpenHands' V0
 `RemoteRuntimeBuilder` calls them (a Dockerfile in a base64 tar.gz): it installs a stand-in agent
-server (`openhands_agent_server.py`) where the workspace's command starts one. Each scenario
-prints one JSON object of what it observed.
+server (`openhands_agent_server.py`) where the workspace's command starts one, `FROM` the image
+BASE (python:3.11-slim without). Each scenario prints one JSON object of what it observed.
 """
 
 from __future__ import annotations
@@ -36,11 +36,11 @@ OTHER = os.environ.get("OH_OTHER_KEY", "")
 BASE = "python:3.11-slim"
 
 
-def dockerfile() -> str:
+def dockerfile(base: str) -> str:
     server = base64.b64encode((Path(__file__).parent / "openhands_agent_server.py").read_bytes()).decode()
     path = "/usr/local/bin/openhands-agent-server"
     return (
-        f"FROM {BASE}\n"
+        f"FROM {base}\n"
         f"RUN mkdir -p /usr/local/bin && echo {server} | base64 -d > {path} && chmod 755 {path}\n"
         "ENV OH_STAND_IN=1\n"
     )
@@ -56,9 +56,9 @@ def context(text: str) -> str:
     return base64.b64encode(buf.getvalue()).decode()
 
 
-def build(api: httpx.Client, target: str) -> dict[str, Any]:
+def build(api: httpx.Client, target: str, base: str) -> dict[str, Any]:
     """The image build as the V0 builder does it: `/build`, then `/build_status` until done."""
-    files = [("context", ("context.tar.gz", context(dockerfile()))), ("target_image", (None, target))]
+    files = [("context", ("context.tar.gz", context(dockerfile(base)))), ("target_image", (None, target))]
     started = api.post(f"{URL}/build", files=files)
     started.raise_for_status()
     build_id = started.json()["build_id"]
@@ -134,13 +134,13 @@ def raw_checks(host: str) -> dict[str, Any]:
     }
 
 
-def workspace() -> dict[str, Any]:
+def workspace(base: str = BASE) -> dict[str, Any]:
     out: dict[str, Any] = {}
     api = httpx.Client(headers={"X-API-Key": KEY}, timeout=60)
     prefix = api.get(f"{URL}/registry_prefix").json()["registry_prefix"]
     image = f"{prefix}/runtime:oh-stand-in"
     out["exists_before"] = api.get(f"{URL}/image_exists", params={"image": image}).json()["exists"]
-    out["build"] = build(api, image)
+    out["build"] = build(api, image, base)
     exists = api.get(f"{URL}/image_exists", params={"image": image}).json()
     out["exists_after"] = exists["exists"]
     out["unknown_session"] = status_of(api.get(f"{URL}/sessions/no-such-session"))
@@ -216,13 +216,13 @@ def workspace() -> dict[str, Any]:
     return out
 
 
-def refused() -> dict[str, Any]:
+def refused(base: str = BASE) -> dict[str, Any]:
     """What the API refuses, in the platform's `{"detail": ...}`."""
     api = httpx.Client(headers={"X-API-Key": KEY}, timeout=60)
     out: dict[str, Any] = {}
     out["no_image"] = status_of(api.post(f"{URL}/start", json={"command": "x"}))
     out["bad_factor"] = status_of(
-        api.post(f"{URL}/start", json={"image": BASE, "command": "x", "resource_factor": 3})
+        api.post(f"{URL}/start", json={"image": base, "command": "x", "resource_factor": 3})
     )[0]
     files = [
         ("context", ("context.tar.gz", context("FROM python:3.11-slim\nCOPY . /app\n"))),
@@ -235,7 +235,7 @@ def refused() -> dict[str, Any]:
     started = api.post(
         f"{URL}/start",
         json={
-            "image": BASE,
+            "image": base,
             "command": "echo dying; exit 4",
             "session_id": "short-lived",
             "working_dir": "/",
@@ -256,7 +256,7 @@ SCENARIOS = {"workspace": workspace, "refused": refused}
 
 
 def main() -> None:
-    print(json.dumps(SCENARIOS[sys.argv[1]](), default=str))
+    print(json.dumps(SCENARIOS[sys.argv[1]](*sys.argv[2:]), default=str))
 
 
 if __name__ == "__main__":

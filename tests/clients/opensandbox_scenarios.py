@@ -3,6 +3,9 @@ client virtualenv (tests/clients/opensandbox.txt) by tests/test_opensandbox_api.
 
     python opensandbox_scenarios.py SCENARIO [ARG]    (OPEN_SANDBOX_DOMAIN, OPEN_SANDBOX_API_KEY set)
 
+`lifecycle`, `extras` and `snapshots` take the image to create from as their ARG (python:3.11-slim
+without).
+
 Each drives the SDK as its users do and prints one JSON object of what it observed; exceptions
 are recorded by class name, HTTP status and error code, since those are the contract.
 """
@@ -65,13 +68,13 @@ def text(execution: Any) -> list[Any]:
     ]
 
 
-async def lifecycle() -> dict[str, Any]:
+async def lifecycle(image: str = IMAGE) -> dict[str, Any]:
     """Create from an image, commands (streamed, failing, timed out, in the background,
     interrupted), files, endpoints, the egress policy, list, renew, pause / resume, delete."""
     out: dict[str, Any] = {}
     t0 = time.perf_counter()
     sb = await Sandbox.create(
-        IMAGE,
+        image,
         env={"GREETING": "hi"},
         metadata={"run": "lc", "team": "a&b=c"},
         timeout=timedelta(minutes=10),
@@ -265,11 +268,11 @@ def snap(info: Any) -> list[Any]:
     return [info.sandbox_id, info.name, info.status.state]
 
 
-async def snapshots() -> dict[str, Any]:
+async def snapshots(image: str = IMAGE) -> dict[str, Any]:
     """A snapshot of a sandbox's files: taken, got, listed, and a sandbox made from it (kept for
     `snapshot_other_key` and `snapshot_delete`)."""
     out: dict[str, Any] = {}
-    sb = await Sandbox.create(IMAGE, metadata={"run": "snap"})
+    sb = await Sandbox.create(image, metadata={"run": "snap"})
     await sb.files.write_file("kept.txt", "before the snapshot")
     await sb.commands.run("mkdir -p /tmp/deep && echo deep > /tmp/deep/f")
     taken = await sb.create_snapshot(name="v1")
@@ -319,14 +322,14 @@ async def snapshot_delete(snapshot_id: str) -> dict[str, Any]:
         }
 
 
-async def extras() -> dict[str, Any]:
+async def extras(image: str = IMAGE) -> dict[str, Any]:
     """An entrypoint as the sandbox's main process, serving a port reached through its endpoint;
     execd through the server's proxy (`use_server_proxy`); execd's token."""
     import httpx
     from opensandbox.config import ConnectionConfig
 
     out: dict[str, Any] = {}
-    sb = await Sandbox.create(IMAGE, entrypoint=["python3", "-m", "http.server", "8080"])
+    sb = await Sandbox.create(image, entrypoint=["python3", "-m", "http.server", "8080"])
     await sb.files.write_file("served.txt", "from the sandbox")
     ep = await sb.get_endpoint(8080)
     async with httpx.AsyncClient() as http:
