@@ -13,6 +13,7 @@ pub mod cgroup;
 pub mod child_stack;
 pub mod error;
 pub mod fdpass;
+pub mod fds;
 pub mod landlock;
 pub mod limits;
 pub mod pty;

@@ -23,7 +23,7 @@
 use std::collections::BTreeMap;
 use std::ffi::{CString, OsStr};
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::os::fd::{AsRawFd, OwnedFd, RawFd};
 use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
@@ -409,9 +409,9 @@ impl Stdio {
         // or a dup2 could clobber another one.
         Ok(Stdio {
             child: [
-                above_stdio(stdin_r).map_err(err)?,
-                above_stdio(stdout_w).map_err(err)?,
-                above_stdio(stderr_w).map_err(err)?,
+                crate::fds::at_least(stdin_r, 3).map_err(err)?,
+                crate::fds::at_least(stdout_w, 3).map_err(err)?,
+                crate::fds::at_least(stderr_w, 3).map_err(err)?,
             ],
             stdin: stdin_w,
             stdout: stdout_r,
@@ -428,7 +428,7 @@ impl Stdio {
             source: e,
         };
         let pair = crate::pty::open(size).map_err(err)?;
-        let program = above_stdio(pair.program).map_err(err)?;
+        let program = crate::fds::at_least(pair.program, 3).map_err(err)?;
         let (stderr, _closed) = pipe().map_err(err)?;
         nonblocking(&stderr).map_err(err)?;
         Ok(Stdio {
@@ -567,19 +567,14 @@ pub(crate) fn rlimits(limits: &Limits, iso: &Isolation<'_>) -> Vec<(i32, libc::r
 }
 
 pub(crate) fn pipe() -> io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [0; 2];
-    // SAFETY: valid out-array of two fds. Close-on-exec so no other exec inherits them; blocking
-    // (O_NONBLOCK would apply to the child's end too), the agent's ends are switched later.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: both fds were just created and are owned by nobody else.
-    let ends = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    // Close-on-exec so no other exec inherits them; blocking (O_NONBLOCK would apply to the
+    // child's end too), the agent's ends are switched later.
+    let ends = crate::fds::pipe()?;
     // The pipe's inode is the agent's, mode 0600: a program reopening its own stdio by name
     // (`> /dev/stderr`, `open("/dev/stdout")`, i.e. /proc/self/fd/N) would be refused. Reaching
     // it by name takes access to the program's /proc/PID/fd, so this opens it to nobody else.
     // SAFETY: plain syscall on an fd we own.
-    if unsafe { libc::fchmod(fds[0], 0o666) } < 0 {
+    if unsafe { libc::fchmod(ends.0.as_raw_fd(), 0o666) } < 0 {
         return Err(io::Error::last_os_error());
     }
     Ok(ends)
@@ -593,19 +588,6 @@ pub(crate) fn nonblocking(fd: &OwnedFd) -> io::Result<()> {
         return Err(io::Error::last_os_error());
     }
     Ok(())
-}
-
-fn above_stdio(fd: OwnedFd) -> io::Result<OwnedFd> {
-    if fd.as_raw_fd() > 2 {
-        return Ok(fd);
-    }
-    // SAFETY: plain syscall on an fd we own.
-    let new = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 3) };
-    if new < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `new` was just created by fcntl.
-    Ok(unsafe { OwnedFd::from_raw_fd(new) })
 }
 
 fn step_from_u8(b: u8) -> Step {

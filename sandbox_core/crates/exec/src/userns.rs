@@ -131,16 +131,6 @@ fn make(base: u32, map: &str) -> Result<OwnedFd, SetupError> {
 const MSG_LEN: usize = 16;
 
 fn pipe() -> std::io::Result<(std::fs::File, std::fs::File)> {
-    let mut fds = [0; 2];
-    // SAFETY: pipe2 into a valid array.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: both fds were just created and are owned by nobody else.
-    Ok(unsafe {
-        (
-            std::fs::File::from_raw_fd(fds[0]),
-            std::fs::File::from_raw_fd(fds[1]),
-        )
-    })
+    let (r, w) = crate::fds::pipe()?;
+    Ok((r.into(), w.into()))
 }

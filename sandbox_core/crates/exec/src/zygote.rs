@@ -325,7 +325,7 @@ impl Drop for Zygote {
 
 fn start_live(start: &dyn Fn(RawFd) -> Result<Running, SpawnError>) -> io::Result<Live> {
     let (ours, theirs) = socketpair()?;
-    let theirs = above_stdio(theirs)?;
+    let theirs = crate::fds::at_least(theirs, 4)?;
     let timeout = libc::timeval {
         tv_sec: REPLY_TIMEOUT.as_secs() as libc::time_t,
         tv_usec: 0,
@@ -740,19 +740,6 @@ fn socketpair() -> io::Result<(OwnedFd, OwnedFd)> {
     }
     // SAFETY: both fds were just created and are owned by nobody else.
     Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
-}
-
-fn above_stdio(fd: OwnedFd) -> io::Result<OwnedFd> {
-    if fd.as_raw_fd() > 3 {
-        return Ok(fd);
-    }
-    // SAFETY: plain syscall on an fd we own.
-    let new = unsafe { libc::fcntl(fd.as_raw_fd(), libc::F_DUPFD_CLOEXEC, 4) };
-    if new < 0 {
-        return Err(io::Error::last_os_error());
-    }
-    // SAFETY: `new` was just created by fcntl.
-    Ok(unsafe { OwnedFd::from_raw_fd(new) })
 }
 
 /// One datagram with `fds` attached (SCM_RIGHTS).

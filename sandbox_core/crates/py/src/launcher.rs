@@ -19,6 +19,7 @@ use pyo3::prelude::*;
 use tokio::io::AsyncReadExt;
 
 use sandbox_exec::cgroup::Version;
+use sandbox_exec::fds;
 use sandbox_exec::readiness::{self, Report};
 use sandbox_exec::Step;
 
@@ -385,16 +386,6 @@ impl LocalSandbox {
     }
 }
 
-fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [0; 2];
-    // SAFETY: pipe2 fills two fds we then own.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: both fds were just created.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
-}
-
 fn random_token() -> std::io::Result<String> {
     let mut buf = [0u8; 24];
     // SAFETY: getrandom into a buffer of the given length.
@@ -566,8 +557,10 @@ fn start(config: LaunchConfig) -> PyResult<Started> {
         config.gid = 0;
     }
 
-    let pipes = (|| -> std::io::Result<_> { Ok((pipe()?, pipe()?, pipe()?, pipe()?)) })()
-        .map_err(|e| launch_err(Step::Pipe, e.to_string()))?;
+    let pipes = (|| -> std::io::Result<_> {
+        Ok((fds::pipe()?, fds::pipe()?, fds::pipe()?, fds::pipe()?))
+    })()
+    .map_err(|e| launch_err(Step::Pipe, e.to_string()))?;
     let ((sync_r, sync_w), (ready_r, ready_w), (token_r, token_w), (err_r, err_w)) = pipes;
     let devnull = std::fs::OpenOptions::new()
         .read(true)

@@ -73,7 +73,8 @@ pub fn start(
     }
     // Read here, in the outside's file system: the helper reads no file after the fork.
     let resolver = Config::read();
-    let (ready_r, ready_w) = pipe().map_err(|e| format!("egress helper: pipe: {e}"))?;
+    let (ready_r, ready_w) =
+        sandbox_exec::fds::pipe().map_err(|e| format!("egress helper: pipe: {e}"))?;
     // SAFETY: getpid has no preconditions.
     let agent = unsafe { libc::getpid() };
     // SAFETY: the agent has no thread yet, so the child is an ordinary process.
@@ -116,16 +117,6 @@ pub fn start(
         channels: Mutex::new(ours),
         permits: tokio::sync::Semaphore::new(CHANNELS),
     })
-}
-
-fn pipe() -> std::io::Result<(OwnedFd, OwnedFd)> {
-    let mut fds = [0; 2];
-    // SAFETY: pipe2 into an array of two.
-    if unsafe { libc::pipe2(fds.as_mut_ptr(), libc::O_CLOEXEC) } != 0 {
-        return Err(std::io::Error::last_os_error());
-    }
-    // SAFETY: both just returned by the kernel, ours.
-    Ok(unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) })
 }
 
 fn os(what: &str) -> String {
