@@ -14,6 +14,7 @@ import pytest
 from sandboxes_testing.loopback_registry import cluster_pool
 from test_e2b_api import scenario
 from test_e2b_templates import scenario as template_scenario
+from test_opensandbox_api import check_snapshots as check_opensandbox_snapshots
 
 import sandboxes
 
@@ -131,3 +132,13 @@ async def test_e2b_snapshots_on_kubernetes(images, tmp_path, make_server) -> Non
                 call
             ]
         assert (o["deleted"], o["deleted_again"]) == (True, False)
+
+
+async def test_opensandbox_snapshots_on_kubernetes(images, tmp_path, make_server) -> None:
+    """The unmodified opensandbox SDK's snapshots on the (emulated) cluster: a sandbox of the
+    registry's image, a snapshot of it in the cluster's registry, a sandbox made from it with the
+    files of its moment; another key neither sees nor uses it."""
+    async with cluster_pool(tmp_path, "agent") as (pool, image, _):
+        server = await make_server(pool=pool, own_pool=False, http_port=0)
+        await check_opensandbox_snapshots(server, image)
+        assert len(server.service.registry) == 0
