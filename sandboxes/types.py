@@ -125,6 +125,11 @@ class ExecResult:
         return self.exit_code == 0 and not self.timed_out and not self.oom_killed
 
     @property
+    def shell_status(self) -> int:
+        """The status as a shell reports it (`$?`): the exit code, or 128 + the killing signal."""
+        return 128 + self.signal if self.signal else self.exit_code
+
+    @property
     def output_truncated(self) -> bool:
         return self.stdout_truncated or self.stderr_truncated
 

@@ -393,7 +393,7 @@ class _Run:
             return -1
         if result.timed_out:
             self.b.log(f"timed out after {STEP_TIMEOUT_S:.0f} s", "error", step)
-        return result.exit_code if not result.signal else 128 + result.signal
+        return result.shell_status
 
     def _line(self, line: bytes, kind: str, step: str) -> None:
         text = line[: MAX_LOG_LINE * 4].decode(errors="replace").rstrip("\r")[:MAX_LOG_LINE]

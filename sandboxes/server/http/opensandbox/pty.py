@@ -108,8 +108,7 @@ class Pty:
                             self.start += drop
                         await self._send(bytes([STDOUT if ev.kind == "stdout" else STDERR]) + ev.data)
                 elif ev.kind == "exit" and ev.result is not None:
-                    r = ev.result
-                    self.exit_code = r.exit_code if not r.signal else 128 + r.signal
+                    self.exit_code = ev.result.shell_status
         except E.SandboxError:
             pass
         finally:

@@ -251,7 +251,7 @@ class Gateway:
         )
         if r.timed_out:
             raise Refused(408, f"command timed out after {timeout:g}s")
-        code = 128 + r.signal if r.signal else r.exit_code
+        code = r.shell_status
         return JSONResponse(
             {
                 "stdout": r.stdout.decode("utf-8", "replace"),
