@@ -364,35 +364,6 @@ fn start(args: cli::Args) -> Result<i32, StartError> {
     served
 }
 
-/// A started sandbox is warm only if its first exec costs what the next ones do. The first one
-/// would otherwise start the spawner and reaper threads, attach the seccomp filter, create the
-/// first exec cgroup (kept in the pool for the next exec) and fault in the whole exec path
-/// (measured through a pool: a claimed sandbox's first exec 3.0 ms without this, 2.2 ms with it,
-/// like the second; ~1.3 ms more per cold create). One `/bin/true`, isolated like any program,
-/// pays for that before the agent says it is ready. Its failure only costs the warm-up.
-async fn warm_up(executor: &Executor) {
-    let cmd = sandbox_exec::Command {
-        argv: vec!["/bin/true".into()],
-        env: Default::default(),
-        clear_env: true,
-        cwd: None,
-        limits: executor.config().default_limits.clone(),
-        write_within: None,
-        keep_descendants: false,
-        zygote_entry: None,
-        terminal: None,
-        account: None,
-    };
-    match executor.run(cmd, Default::default()).await {
-        Ok(o) if o.exit_code == Some(0) => {}
-        Ok(o) => eprintln!(
-            "sandbox-agent: warm-up exec ended with {:?}/{:?}",
-            o.exit_code, o.signal
-        ),
-        Err(e) => eprintln!("sandbox-agent: warm-up exec failed: {e}"),
-    }
-}
-
 async fn serve(
     args: cli::Args,
     token: String,
@@ -424,7 +395,6 @@ async fn serve(
     if let Err(e) = executor.wear_seccomp_on_this_thread() {
         eprintln!("sandbox-agent: {e}; programs start from the spawner thread");
     }
-    warm_up(&executor).await;
     if args.python_zygote != "off" {
         let eager = args.python_zygote == "eager";
         executor.enable_python_zygote(

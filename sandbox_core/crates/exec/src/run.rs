@@ -326,7 +326,7 @@ impl Executor {
     }
 
     /// Reuse exec cgroups instead of creating and removing one per exec, keeping up to `max_idle`
-    /// idle ones (a few are created right away). Only cgroup v1 hierarchies are pooled; elsewhere,
+    /// idle ones (one is created right away: the first exec of a sandbox finds it ready). Only cgroup v1 hierarchies are pooled; elsewhere,
     /// and when called a second time, this does nothing. Isolation is the same: every exec still
     /// runs alone in its cgroup with its own limits, and a cgroup is reused only once it is empty
     /// and clean (no oom kill, no refused fork, next to no memory charged), with its peak-memory
@@ -340,7 +340,7 @@ impl Executor {
             let pool = inner
                 .cgroups
                 .as_ref()
-                .and_then(|c| Pool::new(c, max_idle, max_idle.min(2)));
+                .and_then(|c| Pool::new(c, max_idle, max_idle.min(1)));
             tracing::debug!(?pool, "exec cgroup pool");
             pool
         });
