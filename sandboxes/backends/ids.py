@@ -41,8 +41,11 @@ def id_dir() -> Path:
 
 @contextlib.contextmanager
 def _locked(root: Path) -> Iterator[None]:
-    root.mkdir(mode=0o700, parents=True, exist_ok=True)
-    fd = os.open(root / ".lock", os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
+    try:
+        fd = os.open(root / ".lock", os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
+    except FileNotFoundError:
+        root.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(root / ".lock", os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
     try:
         fcntl.flock(fd, fcntl.LOCK_EX)
         yield
@@ -50,8 +53,15 @@ def _locked(root: Path) -> Iterator[None]:
         os.close(fd)
 
 
+_OWNERS: dict[int, str] = {}
+
+
 def _owner() -> str:
-    return f"{os.getpid()} {starttime(os.getpid())}"
+    """This process as a slot's owner: its pid and start time (read once per process)."""
+    pid = os.getpid()
+    if pid not in _OWNERS:
+        _OWNERS[pid] = f"{pid} {starttime(pid)}"
+    return _OWNERS[pid]
 
 
 def _stale(path: Path) -> bool:
