@@ -52,6 +52,7 @@ import sys, time
 n = int(sys.argv[1])
 while True:
     n += 1
+    print(n, flush=True)
     with open("/tmp/count", "w") as f:
         f.write(str(n))
     time.sleep(0.02)
@@ -110,6 +111,8 @@ async def test_a_running_program_dumped_in_one_sandbox_counts_on_in_another(
             assert _ns(restored, "user") == os.readlink(f"/proc/{agent_b}/fd/{memory.USERNS_FD}")
             assert _status(restored, "NSpid").split()[-1] == str(program.pid)
             assert _status(restored, "Seccomp") == "2"  # its filter came with it
+            # Its stdout, a pipe to A's agent, is B's /dev/null: it prints on.
+            assert [os.readlink(f"/proc/{restored}/fd/{fd}") for fd in (0, 1, 2)] == ["/dev/null"] * 3
             for d in memory.sandbox_cgroup_dirs(agent_b):
                 assert str(restored) in (d / memory.RESTORED_CGROUP / "cgroup.procs").read_text().split()
             in_a = [_status(p, "NSpid").split()[-1] for p in memory.programs_of(agent_a)]

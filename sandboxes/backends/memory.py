@@ -31,6 +31,8 @@ own error line.
 
 from __future__ import annotations
 
+import contextlib
+import json
 import os
 import re
 import shutil
@@ -49,6 +51,7 @@ __all__ = ["DumpedProgram", "dump_programs", "programs_of", "restore_programs", 
 USERNS_FD = 1021  # sandbox_exec::seccomp::USERNS_FD: the agent's handle on the programs' user namespace
 CRIU_TIMEOUT_S = 120.0
 RESTORED_CGROUP = "restored"
+EXTERNAL_PIPES = "agent-pipes.json"  # in a program's images: the pipes its agent held the other end of
 _NAMESPACES = ["-m", "-p", "-n", "-i", "-u", "-C"]  # all of the agent's but its user namespace
 
 
@@ -131,7 +134,22 @@ def _last_error(log: Path, fallback: str) -> str:
     return fallback
 
 
-def _run(argv: list[str], images: Path, log: Path, stage: str) -> float:
+def _agent_pipes(agent_pid: int, host_pid: int) -> list[int]:
+    """The inodes of the pipes `host_pid` shares with its agent: its stdio, whose other ends are
+    the agent's (an exec's stream), which a restored program does not have."""
+
+    def pipes(pid: int) -> set[int]:
+        found = set()
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            with contextlib.suppress(OSError):
+                if m := re.fullmatch(r"pipe:\[(\d+)\]", os.readlink(fd)):
+                    found.add(int(m.group(1)))
+        return found
+
+    return sorted(pipes(host_pid) & pipes(agent_pid))
+
+
+def _run(argv: list[str], images: Path, log: Path, stage: str, fds: Sequence[int] = ()) -> float:
     """Runs CRIU with `images` open at an inherited fd, named in `argv` as `@IMAGES@`
     (`/proc/self/fd/N` reaches it from inside the sandbox's mount namespace); raises
     `MemorySnapshotError` with CRIU's error."""
@@ -141,7 +159,12 @@ def _run(argv: list[str], images: Path, log: Path, stage: str) -> float:
         t = time.monotonic()
         try:
             r = subprocess.run(
-                argv, capture_output=True, text=True, timeout=CRIU_TIMEOUT_S, pass_fds=(fd,), check=False
+                argv,
+                capture_output=True,
+                text=True,
+                timeout=CRIU_TIMEOUT_S,
+                pass_fds=(fd, *fds),
+                check=False,
             )
         except subprocess.TimeoutExpired as e:
             raise MemorySnapshotError(f"CRIU's {stage} took over {CRIU_TIMEOUT_S:.0f} s", stage=stage) from e
@@ -170,6 +193,7 @@ def dump_programs(agent_pid: int, dest: Path) -> list[DumpedProgram]:
             images = dest / str(pid)
             images.mkdir(mode=0o755)
             images.chmod(0o755)  # the restorer reads it from inside a user namespace
+            (images / EXTERNAL_PIPES).write_text(json.dumps(_agent_pipes(agent_pid, host_pid)))
             argv = ["nsenter", "-t", str(agent_pid), *_NAMESPACES, criu, "dump", "-t", str(pid)]
             argv += ["--leave-running", "-D", "@IMAGES@", "-o", "dump.log"]
             took = _run(argv, images, images / "dump.log", "dump")
@@ -201,7 +225,17 @@ def restore_programs(agent_pid: int, programs: Sequence[DumpedProgram] | Path) -
         argv = ["sh", "-ec", join, "sh", *procs, "--", "nsenter", "-t", str(agent_pid), *_NAMESPACES]
         argv += [criu, "restore", "-D", "@IMAGES@", "-o", "restore.log", "--restore-detached"]
         argv += ["--join-ns", f"user:/proc/1/fd/{USERNS_FD}", "--manage-cgroups=ignore"]
-        took.append(_run(argv, images, images / "restore.log", "restore"))
+        # What the programs' stdio pipes to their old agent become: the target's own /dev/null,
+        # an fd of its own for each (CRIU takes each inherited fd over).
+        nulls: list[int] = []
+        try:
+            for inode in json.loads((images / EXTERNAL_PIPES).read_text()):
+                nulls.append(os.open(f"/proc/{agent_pid}/root/dev/null", os.O_RDWR | os.O_CLOEXEC))
+                argv += ["--inherit-fd", f"fd[{nulls[-1]}]:pipe:[{inode}]"]
+            took.append(_run(argv, images, images / "restore.log", "restore", fds=nulls))
+        finally:
+            for fd in nulls:
+                os.close(fd)
     return took
 
 
