@@ -15,11 +15,12 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import shutil
 from collections.abc import Mapping, Sequence
 from typing import Protocol
 
 from .backends import Backend
-from .errors import InvalidRequest, NotFound
+from .errors import InvalidRequest, NotFound, TooLarge
 from .sandbox import Data, Sandbox
 from .state.checkpoints import Checkpoint, CheckpointStore
 from .state.volumes import Volume, VolumeStore
@@ -134,9 +135,22 @@ class DerivedPools:
         if checkpoint is not None and not mounts and not layered and warm_ahead:
             self._linger(tp)
         try:
-            return await self.pool._claim(tp, env, files, labels, timeout)
+            sb = await self.pool._claim(tp, env, files, labels, timeout)
+            if checkpoint is not None and checkpoint.memory:
+                await self._restore_memory(tp, sb, checkpoint)
+            return sb
         finally:
             self.retire_if_idle(tp)
+
+    async def _restore_memory(self, tp: TemplatePool, sb: Sandbox, cp: Checkpoint) -> None:
+        """`cp`'s programs run on in `sb`, a fresh sandbox of its files; when they cannot, `sb`
+        is released and the error raised."""
+        try:
+            with self.checkpoints.using_memory(cp) as images:
+                await tp.backend.restore_memory(sb.handle, images)
+        except BaseException:
+            await asyncio.shield(sb.close())
+            raise
 
     def _resolve_volumes(self, volumes: Mapping[str, str | tuple[str, bool]], owner: str | None) -> Mounts:
         """(volume id, path, read-only) of each asked mount, sorted by path."""
@@ -172,20 +186,52 @@ class DerivedPools:
         ttl_s: float | None,
         labels: dict[str, str] | None,
         max_bytes: int | None,
+        memory: bool = False,
     ) -> Checkpoint:
-        """`Pool.checkpoint`: `sb`'s writes captured as one more layer of its own."""
-        _, base, layers = self._chain(sb)
-        digest, size, _ = await sb.call_agent(self.checkpoints.capture, max_bytes=max_bytes)
-        return self.checkpoints.add(
-            template=base,
-            layers=(*layers, digest),
-            owner=owner,
-            name=name,
-            source=sb.id,
-            size=size,
-            ttl_s=ttl_s,
-            labels=labels,
-        )
+        """`Pool.checkpoint`: `sb`'s writes captured as one more layer of its own; with `memory`,
+        its running programs dumped first and left stopped until the files are captured (the
+        files are those the programs' images expect), then continued."""
+        tp, base, layers = self._chain(sb)
+        if not memory:
+            digest, size, _ = await sb.call_agent(self.checkpoints.capture, max_bytes=max_bytes)
+            return self.checkpoints.add(
+                template=base,
+                layers=(*layers, digest),
+                owner=owner,
+                name=name,
+                source=sb.id,
+                size=size,
+                ttl_s=ttl_s,
+                labels=labels,
+            )
+        if not tp.backend.memory_snapshots:
+            raise InvalidRequest(
+                f"the {tp.backend.name} backend takes no memory snapshots ({tp.backend.no_memory_snapshots_why})"
+            )
+        images = self.checkpoints.memory_tmp()
+        try:
+            mem_bytes, carry_on = await tp.backend.dump_memory(sb.handle, images)
+            try:
+                if max_bytes is not None and mem_bytes > max_bytes:
+                    raise TooLarge(f"the sandbox's programs take {mem_bytes} bytes, over {max_bytes}")
+                left = None if max_bytes is None else max_bytes - mem_bytes
+                digest, size, _ = await sb.call_agent(self.checkpoints.capture, max_bytes=left)
+            finally:
+                carry_on()
+            return self.checkpoints.add(
+                template=base,
+                layers=(*layers, digest),
+                owner=owner,
+                name=name,
+                source=sb.id,
+                size=size + mem_bytes,
+                ttl_s=ttl_s,
+                labels=labels,
+                memory=images,
+            )
+        finally:
+            if images.exists():
+                await asyncio.to_thread(shutil.rmtree, images, True)
 
     async def capture_volume(self, sb: Sandbox, path: str, max_bytes: int | None) -> tuple[str, int]:
         """`Pool.capture_volume`: the writes of `sb` into its layered volume at `path`."""

@@ -487,12 +487,20 @@ class Pool:
         ttl_s: float | None = DEFAULT_TTL_S,
         labels: dict[str, str] | None = None,
         max_bytes: int | None = None,
+        memory: bool = False,
     ) -> Checkpoint:
         """`sb`'s file system now, as a checkpoint of `owner`'s (kept `ttl_s`, None: until
         deleted; `labels` kept with it). `sb` keeps running; a sandbox made from the checkpoint sees exactly this state.
-        Past `max_bytes` of changes (or the store's own bounds) it raises `TooLarge`."""
+        Past `max_bytes` of changes (or the store's own bounds) it raises `TooLarge`.
+
+        With `memory`, its running programs too (the local backend, with the host's CRIU:
+        `backends/memory.py`), stopped for the moment of the dump and the files' capture: each
+        sandbox made from the checkpoint runs them on from that moment, in its own namespaces and
+        cgroup, their standard streams its `/dev/null`. Their images count in the checkpoint's
+        bytes. A program CRIU cannot dump makes it raise `MemorySnapshotError` naming what, and
+        `sb` runs on as it was."""
         return await self.derived.checkpoint(
-            sb, owner=owner, name=name, ttl_s=ttl_s, labels=labels, max_bytes=max_bytes
+            sb, owner=owner, name=name, ttl_s=ttl_s, labels=labels, max_bytes=max_bytes, memory=memory
         )
 
     async def capture_volume(self, sb: Sandbox, path: str, max_bytes: int | None = None) -> tuple[str, int]:

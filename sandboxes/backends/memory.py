@@ -36,6 +36,7 @@ import json
 import os
 import re
 import shutil
+import signal
 import struct
 import subprocess
 import time
@@ -46,7 +47,14 @@ from pathlib import Path
 from .. import _bridge
 from ..errors import MemorySnapshotError
 
-__all__ = ["DumpedProgram", "dump_programs", "programs_of", "restore_programs", "sandbox_cgroup_dirs"]
+__all__ = [
+    "DumpedProgram",
+    "continue_programs",
+    "dump_programs",
+    "programs_of",
+    "restore_programs",
+    "sandbox_cgroup_dirs",
+]
 
 USERNS_FD = 1021  # sandbox_exec::seccomp::USERNS_FD: the agent's handle on the programs' user namespace
 CRIU_TIMEOUT_S = 120.0
@@ -58,12 +66,14 @@ _NAMESPACES = ["-m", "-p", "-n", "-i", "-u", "-C"]  # all of the agent's but its
 @dataclass(frozen=True)
 class DumpedProgram:
     """One program's images: `pid` in its sandbox's pid namespace, `dir` its images directory,
-    `seconds` the dump's duration, `bytes` the images' size."""
+    `seconds` the dump's duration, `bytes` the images' size; `stopped` the host pids of its tree
+    a dump with `leave_stopped` stopped (`continue_programs` continues them)."""
 
     pid: int
     dir: Path
     seconds: float
     bytes: int
+    stopped: tuple[int, ...] = ()
 
 
 def _criu() -> str:
@@ -75,10 +85,7 @@ def _criu() -> str:
 
 def _ns_pid(host_pid: int) -> int:
     """`host_pid`'s pid in its own (innermost) pid namespace."""
-    for line in Path(f"/proc/{host_pid}/status").read_text().splitlines():
-        if line.startswith("NSpid:"):
-            return int(line.split()[-1])
-    raise MemorySnapshotError(f"process {host_pid} has no NSpid", stage="dump")
+    return int(_status_field(host_pid, "NSpid").split()[-1])
 
 
 def _cgroups(pid: int) -> dict[str, str]:
@@ -180,30 +187,123 @@ def _run(argv: list[str], images: Path, log: Path, stage: str, fds: Sequence[int
     return took
 
 
-def dump_programs(agent_pid: int, dest: Path) -> list[DumpedProgram]:
+def _tree(host_pid: int) -> list[int]:
+    """`host_pid` and its descendants (those that ended while listed left out)."""
+    found, todo = [], [host_pid]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        with contextlib.suppress(OSError):
+            for task in Path(f"/proc/{pid}/task").iterdir():
+                todo += [int(c) for c in (task / "children").read_text().split()]
+    return found
+
+
+# Kinds of fd CRIU cannot dump (an io_uring cannot even be passed to its parasite).
+_UNSUPPORTED_FDS = (
+    "anon_inode:[io_uring]",
+    "anon_inode:[perf_event]",
+    "anon_inode:bpf-",
+    "anon_inode:[userfaultfd]",
+)
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return "?"
+
+
+def _unsupported_fd(tree: Sequence[int]) -> str:
+    """The first fd of `tree` of a kind CRIU cannot dump, in words ("" when none)."""
+    for pid in tree:
+        with contextlib.suppress(OSError):
+            for fd in sorted(Path(f"/proc/{pid}/fd").iterdir(), key=lambda p: int(p.name)):
+                with contextlib.suppress(OSError):
+                    target = os.readlink(fd)
+                    if target.startswith(_UNSUPPORTED_FDS):
+                        return f"fd {fd.name} of {_comm(pid)} ({_ns_pid(pid)}) is {target}, which CRIU cannot dump"
+    return ""
+
+
+def _refuse_undumpable(tree: Sequence[int]) -> None:
+    """A process that made itself undumpable (`prctl(PR_SET_DUMPABLE, 0)`, or a set-id exec)
+    refused its memory to anyone but root: its memory is not taken. The kernel shows it as
+    the files of its /proc directory owned by its user namespace's root instead of its own
+    user (a program running as that root is not told apart)."""
+    for pid in tree:
+        try:
+            euid = int(_status_field(pid, "Uid").split()[1])
+            owner = os.stat(f"/proc/{pid}/status").st_uid
+        except (OSError, MemorySnapshotError):
+            continue  # it ended
+        if owner != euid:
+            what = f"{_comm(pid)} ({_ns_pid(pid)}) made itself undumpable"
+            raise MemorySnapshotError(f"{what}: its memory is not taken", stage="dump", what=what)
+
+
+def _status_field(pid: int, name: str) -> str:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(name + ":"):
+            return line.split(":", 1)[1].strip()
+    raise MemorySnapshotError(f"process {pid} has no {name}", stage="dump")
+
+
+def _stopped(pid: int) -> bool:
+    """Whether `pid` is stopped by a signal (state T) or gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat[stat.rindex(")") + 2] == "T"
+
+
+def dump_programs(agent_pid: int, dest: Path, *, leave_stopped: bool = False) -> list[DumpedProgram]:
     """Dumps every program of the sandbox whose agent is `agent_pid` (host pid) into
-    `dest/<pid>/`, leaving them running. `dest` must not exist; it is made only root can enter
-    (and removed again when a dump fails)."""
+    `dest/<pid>/`, leaving them running, or with `leave_stopped` stopped (SIGSTOP) until
+    `continue_programs`: what they write meanwhile (their files) is what the images expect. `dest`
+    must not exist; it is made only root can enter. When a dump fails, `dest` is removed and the
+    programs dumped before it are continued: the sandbox runs on as it was."""
     criu = _criu()
     dest.mkdir(mode=0o700)
+    dumped: list[DumpedProgram] = []
     try:
-        dumped = []
         for host_pid in programs_of(agent_pid):
             pid = _ns_pid(host_pid)
             images = dest / str(pid)
             images.mkdir(mode=0o755)
             images.chmod(0o755)  # the restorer reads it from inside a user namespace
             (images / EXTERNAL_PIPES).write_text(json.dumps(_agent_pipes(agent_pid, host_pid)))
+            tree = _tree(host_pid)
+            _refuse_undumpable(tree)
+            # A task stopped already (by its own signal) stays so: it is not ours to continue.
+            running = [p for p in tree if not _stopped(p)]
             argv = ["nsenter", "-t", str(agent_pid), *_NAMESPACES, criu, "dump", "-t", str(pid)]
-            argv += ["--leave-running", "-D", "@IMAGES@", "-o", "dump.log"]
-            took = _run(argv, images, images / "dump.log", "dump")
+            argv += ["--leave-stopped" if leave_stopped else "--leave-running", "-D", "@IMAGES@"]
+            argv += ["-o", "dump.log"]
+            try:
+                took = _run(argv, images, images / "dump.log", "dump")
+            except MemorySnapshotError as e:
+                if cause := _unsupported_fd(tree):
+                    raise MemorySnapshotError(f"{cause}: {e}", stage="dump", what=cause) from e
+                raise
             _as_own_user_namespace(images)
             size = sum(f.stat().st_size for f in images.iterdir())
-            dumped.append(DumpedProgram(pid, images, took, size))
+            dumped.append(DumpedProgram(pid, images, took, size, tuple(running) if leave_stopped else ()))
         return dumped
     except BaseException:
+        continue_programs(dumped)
         shutil.rmtree(dest, ignore_errors=True)
         raise
+
+
+def continue_programs(dumped: Sequence[DumpedProgram]) -> None:
+    """Continues what a dump with `leave_stopped` stopped (SIGCONT)."""
+    for program in dumped:
+        for pid in program.stopped:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
 
 
 def restore_programs(agent_pid: int, programs: Sequence[DumpedProgram] | Path) -> list[float]:
