@@ -4,6 +4,7 @@ moment, each copy on its own, and the source runs on; what CRIU cannot dump is r
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import os
 from collections.abc import Awaitable, Callable
@@ -87,7 +88,8 @@ async def test_sandboxes_made_from_a_memory_checkpoint_count_on_from_its_moment(
             await wait_until(lambda: _above(a, at_checkpoint), what="the source counting on")
             assert (await anext(program)).kind == "stdout"
 
-            copies = [await pool.claim(checkpoint=cp) for _ in range(2)]
+            # Two at once: restores read the images side by side.
+            copies = list(await asyncio.gather(pool.claim(checkpoint=cp), pool.claim(checkpoint=cp)))
             try:
                 for b in copies:
                     # The checkpoint's files hold its moment's count; the program, the source's

@@ -39,6 +39,7 @@ import shutil
 import signal
 import struct
 import subprocess
+import tempfile
 import time
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -156,13 +157,21 @@ def _agent_pipes(agent_pid: int, host_pid: int) -> list[int]:
     return sorted(pipes(host_pid) & pipes(agent_pid))
 
 
-def _run(argv: list[str], images: Path, log: Path, stage: str, fds: Sequence[int] = ()) -> float:
-    """Runs CRIU with `images` open at an inherited fd, named in `argv` as `@IMAGES@`
-    (`/proc/self/fd/N` reaches it from inside the sandbox's mount namespace); raises
-    `MemorySnapshotError` with CRIU's error."""
-    fd = os.open(images, os.O_RDONLY | os.O_DIRECTORY)
+def _run(
+    argv: list[str], images: Path, stage: str, fds: Sequence[int] = (), work: Path | None = None
+) -> float:
+    """Runs CRIU with `images` (and `work`, where its log `<stage>.log` goes; default: `images`)
+    open at inherited fds, named in `argv` as `@IMAGES@` and `@WORK@` (`/proc/self/fd/N` reaches
+    them from inside the sandbox's mount namespace); raises `MemorySnapshotError` with CRIU's
+    error, the log's last lines its detail."""
+    work = work or images
+    image_fd = os.open(images, os.O_RDONLY | os.O_DIRECTORY)
+    work_fd = os.open(work, os.O_RDONLY | os.O_DIRECTORY)
     try:
-        argv = [a.replace("@IMAGES@", f"/proc/self/fd/{fd}") for a in argv]
+        argv = [
+            a.replace("@IMAGES@", f"/proc/self/fd/{image_fd}").replace("@WORK@", f"/proc/self/fd/{work_fd}")
+            for a in argv
+        ]
         t = time.monotonic()
         try:
             r = subprocess.run(
@@ -170,19 +179,28 @@ def _run(argv: list[str], images: Path, log: Path, stage: str, fds: Sequence[int
                 capture_output=True,
                 text=True,
                 timeout=CRIU_TIMEOUT_S,
-                pass_fds=(fd, *fds),
+                pass_fds=(image_fd, work_fd, *fds),
                 check=False,
             )
         except subprocess.TimeoutExpired as e:
             raise MemorySnapshotError(f"CRIU's {stage} took over {CRIU_TIMEOUT_S:.0f} s", stage=stage) from e
         took = time.monotonic() - t
     finally:
-        os.close(fd)
+        os.close(image_fd)
+        os.close(work_fd)
     if r.returncode != 0:
+        log = work / f"{stage}.log"
         said = (r.stderr or r.stdout).strip().splitlines()
         what = _last_error(log, said[-1] if said else "")
+        try:
+            detail = "\n".join(log.read_text(errors="replace").splitlines()[-20:])
+        except OSError:
+            detail = "\n".join(said[-20:])
         raise MemorySnapshotError(
-            f"CRIU refused the {stage}: {what or f'exit {r.returncode}'}", stage=stage, what=what
+            f"CRIU refused the {stage}: {what or f'exit {r.returncode}'}",
+            stage=stage,
+            what=what,
+            detail=detail,
         )
     return took
 
@@ -281,9 +299,9 @@ def dump_programs(agent_pid: int, dest: Path, *, leave_stopped: bool = False) ->
             running = [p for p in tree if not _stopped(p)]
             argv = ["nsenter", "-t", str(agent_pid), *_NAMESPACES, criu, "dump", "-t", str(pid)]
             argv += ["--leave-stopped" if leave_stopped else "--leave-running", "-D", "@IMAGES@"]
-            argv += ["-o", "dump.log"]
+            argv += ["-W", "@WORK@", "-o", "dump.log"]
             try:
-                took = _run(argv, images, images / "dump.log", "dump")
+                took = _run(argv, images, "dump")
             except MemorySnapshotError as e:
                 if cause := _unsupported_fd(tree):
                     raise MemorySnapshotError(f"{cause}: {e}", stage="dump", what=cause) from e
@@ -323,19 +341,22 @@ def restore_programs(agent_pid: int, programs: Sequence[DumpedProgram] | Path) -
     took = []
     for images in dirs:
         argv = ["sh", "-ec", join, "sh", *procs, "--", "nsenter", "-t", str(agent_pid), *_NAMESPACES]
-        argv += [criu, "restore", "-D", "@IMAGES@", "-o", "restore.log", "--restore-detached"]
-        argv += ["--join-ns", f"user:/proc/1/fd/{USERNS_FD}", "--manage-cgroups=ignore"]
+        argv += [criu, "restore", "-D", "@IMAGES@", "-W", "@WORK@", "-o", "restore.log"]
+        argv += ["--restore-detached", "--join-ns", f"user:/proc/1/fd/{USERNS_FD}", "--manage-cgroups=ignore"]
         # What the programs' stdio pipes to their old agent become: the target's own /dev/null,
         # an fd of its own for each (CRIU takes each inherited fd over).
         nulls: list[int] = []
+        # The images are only read (restores from one run at once); CRIU's log and stats go here.
+        work = Path(tempfile.mkdtemp(prefix="criu-restore-"))
         try:
             for inode in json.loads((images / EXTERNAL_PIPES).read_text()):
                 nulls.append(os.open(f"/proc/{agent_pid}/root/dev/null", os.O_RDWR | os.O_CLOEXEC))
                 argv += ["--inherit-fd", f"fd[{nulls[-1]}]:pipe:[{inode}]"]
-            took.append(_run(argv, images, images / "restore.log", "restore", fds=nulls))
+            took.append(_run(argv, images, "restore", fds=nulls, work=work))
         finally:
             for fd in nulls:
                 os.close(fd)
+            shutil.rmtree(work, ignore_errors=True)
     return took
 
 
