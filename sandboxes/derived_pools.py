@@ -17,6 +17,7 @@ import asyncio
 import hashlib
 import shutil
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Protocol
 
 from .backends import Backend
@@ -204,10 +205,7 @@ class DerivedPools:
                 ttl_s=ttl_s,
                 labels=labels,
             )
-        if not tp.backend.memory_snapshots:
-            raise InvalidRequest(
-                f"the {tp.backend.name} backend takes no memory snapshots ({tp.backend.no_memory_snapshots_why})"
-            )
+        self._check_memory(tp)
         images = self.checkpoints.memory_tmp()
         try:
             mem_bytes, carry_on = await tp.backend.dump_memory(sb.handle, images)
@@ -248,24 +246,68 @@ class DerivedPools:
         env: Mapping[str, str] | None,
         labels: Mapping[str, str] | None,
         timeout: float | None,
+        memory: bool = False,
     ) -> list[Sandbox]:
         """`Pool.fork`: one layer of `sb`'s writes now (kept while they run), and `n` sandboxes
-        made from it; all or none."""
-        _, base, layers = self._chain(sb)
-        digest, _, _ = await sb.call_agent(self.checkpoints.capture)
-        tp = self._layered(base, (*layers, digest))
+        made from it; all or none. With `memory`, `sb`'s running programs too, dumped as for a
+        checkpoint and restored into each fork (their images removed once they are)."""
+        source, base, layers = self._chain(sb)
+        images = self.checkpoints.memory_tmp()
         try:
-            made = await asyncio.gather(
-                *(self.pool._claim(tp, env, None, labels, timeout) for _ in range(n)), return_exceptions=True
-            )
-            failed = [r for r in made if isinstance(r, BaseException)]
-            forks = [r for r in made if isinstance(r, Sandbox)]
-            if failed:
-                await asyncio.gather(*(f.close() for f in forks), return_exceptions=True)
-                raise failed[0]
-            return forks
+            if memory:
+                self._check_memory(source)
+                _, carry_on = await source.backend.dump_memory(sb.handle, images)
+                try:
+                    digest, _, _ = await sb.call_agent(self.checkpoints.capture)
+                finally:
+                    carry_on()
+            else:
+                digest, _, _ = await sb.call_agent(self.checkpoints.capture)
+            tp = self._layered(base, (*layers, digest))
+            try:
+                made = await asyncio.gather(
+                    *(
+                        self._claim_restored(tp, env, labels, timeout, images if memory else None)
+                        for _ in range(n)
+                    ),
+                    return_exceptions=True,
+                )
+                failed = [r for r in made if isinstance(r, BaseException)]
+                forks = [r for r in made if isinstance(r, Sandbox)]
+                if failed:
+                    await asyncio.gather(*(f.close() for f in forks), return_exceptions=True)
+                    raise failed[0]
+                return forks
+            finally:
+                self.retire_if_idle(tp)
         finally:
-            self.retire_if_idle(tp)
+            if images.exists():
+                await asyncio.to_thread(shutil.rmtree, images, True)
+
+    async def _claim_restored(
+        self,
+        tp: TemplatePool,
+        env: Mapping[str, str] | None,
+        labels: Mapping[str, str] | None,
+        timeout: float | None,
+        images: Path | None,
+    ) -> Sandbox:
+        """A claim of one of `tp`'s sandboxes, with the programs of `images` restored into it."""
+        sb = await self.pool._claim(tp, env, None, labels, timeout)
+        if images is not None:
+            try:
+                await tp.backend.restore_memory(sb.handle, images)
+            except BaseException:
+                await asyncio.shield(sb.close())
+                raise
+        return sb
+
+    @staticmethod
+    def _check_memory(tp: TemplatePool) -> None:
+        if not tp.backend.memory_snapshots:
+            raise InvalidRequest(
+                f"the {tp.backend.name} backend takes no memory snapshots ({tp.backend.no_memory_snapshots_why})"
+            )
 
     def checkpoint_dropped(self, cp: Checkpoint) -> list[asyncio.Task[None]]:
         """A deleted or expired checkpoint's sandboxes are kept warm no longer (the store's

@@ -30,6 +30,7 @@ class OwningPool(Protocol[SandboxT]):
         env: Mapping[str, str] | None = ...,
         labels: Mapping[str, str] | None = ...,
         timeout: float | None = ...,
+        memory: bool = ...,
     ) -> list[SandboxT]: ...
 
     async def pause(self, sb: SandboxT) -> bool: ...

@@ -517,13 +517,15 @@ class Pool:
         env: Mapping[str, str] | None = None,
         labels: Mapping[str, str] | None = None,
         timeout: float | None = None,
+        memory: bool = False,
     ) -> list[Sandbox]:
         """`n` new sandboxes of `sb`'s file system now: one checkpoint layer (kept while they
         run) and `n` sandboxes made from it, each with its own writes. All or none: when one
-        cannot be made, those made are released and the error raised."""
+        cannot be made, those made are released and the error raised. With `memory`, `sb`'s
+        running programs run on in each (as for `checkpoint(memory=True)`)."""
         if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 1024:
             raise InvalidRequest(f"fork count must be an int in [1, 1024], got {n!r}")
-        return await self.derived.fork(sb, n, env, labels, timeout)
+        return await self.derived.fork(sb, n, env, labels, timeout, memory=memory)
 
     async def delete_checkpoint(self, checkpoint_id: str, owner: str | None = None) -> Checkpoint:
         """Deletes a checkpoint (`CheckpointStore.delete`); returns once its warm sandboxes are

@@ -672,7 +672,7 @@ class Sandbox(SandboxBase):
 
     async def fork(self, n: int = 1, **kwargs: Any) -> list[Sandbox]:
         """`n` new sandboxes of this sandbox's file system now, each with writes of its own
-        (`Pool.fork`)."""
+        (`Pool.fork`); `memory=True`: its running programs run on in each."""
         return await self._owner_pool().fork(self, n, **kwargs)
 
     async def pause(self) -> bool:

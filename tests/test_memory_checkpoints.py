@@ -123,6 +123,30 @@ async def test_sandboxes_made_from_a_memory_checkpoint_count_on_from_its_moment(
     assert not pool.checkpoints.memory_path(cp.id).exists()
 
 
+async def test_forks_with_memory_count_on_and_leave_no_images(
+    make_pool: Callable[..., Awaitable[Pool]],
+) -> None:
+    pool = await make_pool(warm=0)
+    async with pool.sandbox() as a:
+        await a.write_file("/tmp/counter.py", COUNTER)
+        async with a.exec_stream(["python3", "/tmp/counter.py", str(START)]) as program:
+            assert (await anext(program)).kind == "started"
+            await wait_until(lambda: _above(a, START), what="the source counting")
+            forks = await a.fork(2, memory=True)
+            try:
+                for b in forks:
+                    at_fork = await _count(b)
+                    await wait_until(functools.partial(_above, b, at_fork), what="a fork counting on")
+                    assert memory.programs_of(_agent(b))  # its own copy, a child of its own agent
+                a_now = await _count(a)
+                await wait_until(lambda: _above(a, a_now), what="the source counting on")
+            finally:
+                for b in forks:
+                    await b.close()
+    assert pool.checkpoints.list() == []
+    assert list(pool.checkpoints.tmp_dir.iterdir()) == []
+
+
 async def test_a_memory_checkpoint_is_missing_to_another_owner(
     make_pool: Callable[..., Awaitable[Pool]],
 ) -> None:
