@@ -147,6 +147,28 @@ async def test_forks_with_memory_count_on_and_leave_no_images(
     assert list(pool.checkpoints.tmp_dir.iterdir()) == []
 
 
+async def test_a_memory_checkpoint_outlives_its_source_and_its_pool(
+    make_pool: Callable[..., Awaitable[Pool]],
+) -> None:
+    first = await make_pool(warm=0)
+    async with first.sandbox() as a:
+        await a.write_file("/tmp/counter.py", COUNTER)
+        async with a.exec_stream(["python3", "/tmp/counter.py", str(START)]) as program:
+            assert (await anext(program)).kind == "started"
+            await wait_until(lambda: _above(a, START), what="the source counting")
+            cp = await a.checkpoint(memory=True, ttl_s=None)
+    await first.close()
+
+    # Another pool over the same store (a server restarted) makes sandboxes from it.
+    second = await make_pool(warm=0)
+    async with second.sandbox(checkpoint=cp.id) as b:
+        at_copy = await _count(b)
+        assert at_copy > START
+        await wait_until(functools.partial(_above, b, at_copy), what="the copy counting on")
+    await second.delete_checkpoint(cp.id)
+    assert not second.checkpoints.memory_path(cp.id).exists()
+
+
 async def test_a_memory_checkpoint_is_missing_to_another_owner(
     make_pool: Callable[..., Awaitable[Pool]],
 ) -> None:
