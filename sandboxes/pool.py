@@ -509,6 +509,16 @@ class Pool:
         one are the volume as `sb` sees it now; `sb` keeps running, unaffected."""
         return await self.derived.capture_volume(sb, path, max_bytes)
 
+    def memory_snapshots_missing(self, sb: Sandbox) -> str:
+        """Why `sb`'s running programs cannot go into a checkpoint or a fork here ("" when its
+        backend takes them; the host's CRIU is the backend's to find)."""
+        tp = self._template_pool(sb.template)
+        if tp is None:
+            return f"sandbox {sb.id} is not one of this pool's"
+        if not tp.backend.memory_snapshots:
+            return f"the {tp.backend.name} backend takes no memory snapshots ({tp.backend.no_memory_snapshots_why})"
+        return ""
+
     async def fork(
         self,
         sb: Sandbox,

@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from sandboxes import errors as E
 from sandboxes.egress import EgressPolicy
 from sandboxes.errors import Step
+from sandboxes.server import criu
 from sandboxes.server.create import CreateSpec, Source, resolve
 from sandboxes.server.image_templates import template_for_image
 from sandboxes.server.metrics import Metrics
@@ -551,17 +552,26 @@ class ServerCore:
         name: str = "",
         ttl_s: float | None = DEFAULT_CHECKPOINT_TTL_S,
         labels: dict[str, str] | None = None,
+        memory: bool = False,
     ) -> Any:
-        """A checkpoint of `rec`'s sandbox, its owner's (counted in the owner's quota)."""
+        """A checkpoint of `rec`'s sandbox, its owner's (counted in the owner's quota); with
+        `memory`, its running programs too (`memory_snapshots_missing` says whether they can be)."""
         count, size = self.pool.checkpoints.usage(rec.owner)
         left = self.quotas.check_checkpoints(rec.owner, count, size)
         if len(name) > 256:
             raise E.InvalidRequest("a checkpoint's name is at most 256 characters")
         cp = await self.pool.checkpoint(
-            rec.sandbox, owner=rec.owner, name=name, ttl_s=ttl_s, labels=labels, max_bytes=left
+            rec.sandbox, owner=rec.owner, name=name, ttl_s=ttl_s, labels=labels, max_bytes=left, memory=memory
         )
         log.info("checkpoint taken", extra={"sandbox_id": rec.id, "checkpoint_id": cp.id, "owner": rec.owner})
         return cp
+
+    async def memory_snapshots_missing(self, rec: Record) -> str:
+        """Why `rec`'s sandbox cannot be checkpointed with its running programs ("" when it can):
+        its backend's reason, else the host's CRIU's (probed once, off the loop)."""
+        return self.pool.memory_snapshots_missing(rec.sandbox) or await asyncio.to_thread(
+            criu.memory_snapshots_missing
+        )
 
     def checkpoints(self, owner: str) -> list[Any]:
         """`owner`'s checkpoints (not those that hold built templates or volumes' versions: they are
