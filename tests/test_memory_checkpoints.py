@@ -8,11 +8,15 @@ import asyncio
 import functools
 import os
 from collections.abc import Awaitable, Callable
+from typing import Any
 
 import pytest
 from helpers import wait_until
+from server_helpers import KEY_A
+from test_cli import run_cli
 
 from sandboxes import NotFound, Pool, Sandbox
+from sandboxes.client import AsyncSandboxClient
 from sandboxes.backends import memory
 from sandboxes.errors import MemorySnapshotError
 
@@ -57,12 +61,12 @@ while True:
 """
 
 
-async def _count(sb: Sandbox) -> int:
+async def _count(sb: Any) -> int:
     r = await sb.exec(["sh", "-c", "cat /tmp/count 2>/dev/null || echo 0"])
     return int(r.stdout.strip() or 0)
 
 
-async def _above(sb: Sandbox, n: int) -> bool:
+async def _above(sb: Any, n: int) -> bool:
     return await _count(sb) > n
 
 
@@ -202,3 +206,41 @@ async def test_a_program_criu_cannot_take_is_named_and_its_sandbox_runs_on(
             await wait_until(lambda: _above(a, now), what="the program running on")
             assert pool.checkpoints.list() == []
             assert list(pool.checkpoints.tmp_dir.iterdir()) == []
+
+
+async def test_memory_checkpoints_and_forks_over_grpc_and_the_cli(server) -> None:
+    """Through the server: `checkpoint(memory=True)` by our gRPC client and `sandboxes checkpoint
+    create --memory` / `sandboxes fork --memory` by the CLI; in each sandbox made, the counter the
+    source started counts on above the start only the source was given."""
+    addr = {"SANDBOXES_ADDRESS": server.address, "SANDBOXES_API_KEY": KEY_A}
+
+    async def counting(sb: Any, above: int) -> bool:
+        first = await _count(sb)
+        await asyncio.sleep(0.3)
+        return above < first < await _count(sb)
+
+    async with AsyncSandboxClient(server.address, KEY_A) as client:
+        sb = await client.create()
+        await sb.write_file("/tmp/counter.py", COUNTER.encode())
+        await sb.exec(
+            ["sh", "-c", f"setsid python3 /tmp/counter.py {START} >/dev/null 2>&1 &"], keep_descendants=True
+        )
+        await wait_until(lambda: _above(sb, START), what="the source's counter")
+        cp = await sb.checkpoint(memory=True)
+        assert cp.memory and [c.memory for c in await client.checkpoints()] == [True]
+        made = await client.create(checkpoint=cp.id)
+        assert await counting(made, START)
+        await made.close()
+        rc, out, err = await run_cli("checkpoint", "create", sb.id, "--memory", "--keep", **addr)
+        assert rc == 0, err
+        rc, out, err = await run_cli(
+            "exec", "--checkpoint", out.decode().strip(), "--", "pgrep", "-f", "[c]ounter", **addr
+        )
+        assert rc == 0 and out.split(), err  # the counter runs there, restored, not started
+        rc, out, err = await run_cli("fork", sb.id, "-n", "2", "--memory", **addr)
+        assert rc == 0, err
+        for fid in out.decode().split():
+            fork = await client.get(fid)
+            assert await counting(fork, START)
+            await fork.close()
+        await sb.close()

@@ -598,9 +598,11 @@ class ServerCore:
         ttl_s: float | None = None,
         attrs: dict[str, Any] | None = None,
         idle_s: float | None = None,
+        memory: bool = False,
     ) -> list[Record]:
-        """`count` sandboxes of `rec`'s file system now, each registered as its owner's (one unit
-        of sandbox quota each: all or none), with the lifetime `ttl_s` and `idle_s` give."""
+        """`count` sandboxes of `rec`'s file system now (with `memory`, its running programs too),
+        each registered as its owner's (one unit of sandbox quota each: all or none), with the
+        lifetime `ttl_s` and `idle_s` give."""
         owner = rec.owner
         self._admit(rec.template)
         if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_FORK:
@@ -610,7 +612,7 @@ class ServerCore:
             for _ in range(count):
                 self.quotas.acquire_sandbox(owner)
                 held += 1
-            forks = await self.pool.fork(rec.sandbox, count, labels=labels or None)
+            forks = await self.pool.fork(rec.sandbox, count, labels=labels or None, memory=memory)
         except BaseException:
             for _ in range(held):
                 self.quotas.release_sandbox(owner)

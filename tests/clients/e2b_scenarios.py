@@ -454,7 +454,7 @@ def memory(port: str | None) -> dict[str, Any]:
     sb.commands.run(f"python3 /tmp/counter.py {START}", background=True)
     sb.commands.run(f"python3 -m http.server {port} --bind 127.0.0.1 --directory /tmp", background=True)
     sb.commands.run(
-        f"for i in $(seq 100); do test -s /tmp/count && python3 -c \"import socket; "
+        f'for i in $(seq 100); do test -s /tmp/count && python3 -c "import socket; '
         f"socket.create_connection(('127.0.0.1', {port}))\" && exit 0; sleep 0.1; done; exit 1"
     )
 
@@ -466,7 +466,11 @@ def memory(port: str | None) -> dict[str, Any]:
         time.sleep(0.5)
         host = s.get_host(int(str(port)))
         conn = http.client.HTTPConnection(host.split(".", 1)[1], timeout=30)
-        conn.request("GET", "/page.txt", headers={"Host": host, "e2b-traffic-access-token": s.traffic_access_token or ""})
+        conn.request(
+            "GET",
+            "/page.txt",
+            headers={"Host": host, "e2b-traffic-access-token": s.traffic_access_token or ""},
+        )
         r = conn.getresponse()
         return {
             "first": first,

@@ -107,8 +107,9 @@ class Snapshots:
             raise Refused(400, f"count must be an integer in [1, {MAX_FORKS}]")
         if why := await no_memory(self.core, rec):
             raise Refused(
-                501, f"forking carries the sandbox's running processes: {why}; take a snapshot with "
-                "mode='filesystem' and create sandboxes from it"
+                501,
+                f"forking carries the sandbox's running processes: {why}; take a snapshot with "
+                "mode='filesystem' and create sandboxes from it",
             )
         cp = await self.core.checkpoint(rec, ttl_s=None, memory=True)
         made = {
@@ -119,7 +120,8 @@ class Snapshots:
         }
         try:
             forks = await asyncio.gather(
-                *(self.control.made(owner, made, snapshot_of=cp.id) for _ in range(count)), return_exceptions=True
+                *(self.control.made(owner, made, snapshot_of=cp.id) for _ in range(count)),
+                return_exceptions=True,
             )
         finally:
             # Each fork holds what it was made from; the snapshot itself is not the caller's to keep.
