@@ -16,8 +16,8 @@ from server_helpers import KEY_A
 from test_cli import run_cli
 
 from sandboxes import NotFound, Pool, Sandbox
-from sandboxes.client import AsyncSandboxClient
 from sandboxes.backends import memory
+from sandboxes.client import AsyncSandboxClient
 from sandboxes.errors import MemorySnapshotError
 
 pytestmark = [pytest.mark.requires("criu"), pytest.mark.asyncio]
