@@ -11,7 +11,7 @@ from typing import Any
 
 import aiohttp
 import pytest
-from helpers import http_answering
+from helpers import http_answering, wait_until
 from server_helpers import KEY_A, KEY_B, KEYS, run_scenario
 
 pytestmark = pytest.mark.asyncio
@@ -295,6 +295,29 @@ async def test_memory_snapshots_and_forks(make_server) -> None:
     # The fork's own snapshot is not kept; the full snapshot is, until deleted.
     kept = [cp.id for cp in server.service.core.pool.checkpoints.list()]
     assert kept == [o["snapshot_id"]], kept
+    assert len(server.service.registry) == 0
+
+
+@pytest.mark.requires("criu")
+async def test_a_paused_sandbox_evicted_keeps_its_processes(make_server) -> None:
+    """e2b's `pause()` of a sandbox running a counter; the server evicts it past its bound of a
+    pause (its agent ends, its files and running programs kept in a memory checkpoint);
+    `connect()` resumes it under the same id: the counter counts on, above the start only its
+    command line was given."""
+    from sandboxes.server.service import ServiceConfig
+    from sandboxes.server.validation import Bounds
+
+    # Evicted once paused this long; the evicted record is then kept as long again.
+    server = await e2b_server(make_server, config=ServiceConfig(bounds=Bounds(max_paused_s=6.0)))
+    paused = await scenario(server, "pause_evicted")
+    assert paused["paused"] is True and paused["before"] > 1_000_000, paused
+    rec = server.service.registry.get(paused["id"])
+    assert rec is not None
+    old = rec.sandbox
+    await wait_until(lambda: rec.evicted is not None, timeout=60, what="the paused sandbox evicted")
+    assert old.closed  # its agent is gone; what is kept is the checkpoint
+    o = await scenario(server, "pause_evicted", paused["id"])
+    assert paused["before"] <= o["first"] < o["then"] and o["counters"] == 1, (paused, o)
     assert len(server.service.registry) == 0
 
 

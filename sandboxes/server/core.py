@@ -830,7 +830,8 @@ class ServerCore:
     async def pause(self, rec: Record, *, memory: bool = True) -> bool:
         """Pause `rec`'s sandbox; its lifetime stops (what is left of its TTL is kept, its idle
         bound does not count while it is paused). With `memory`, where it runs (`Pool.pause`:
-        processes kept), evicted to a filesystem checkpoint after `Bounds.max_paused_s`; without,
+        processes kept), evicted after `Bounds.max_paused_s` to a checkpoint of its files and, where
+        they can be taken, its running programs (resuming runs them on); without,
         or on a backend that checkpoints but cannot keep processes (kubernetes: the pod ends),
         evicted at once: its files are kept, its processes end, and resuming starts a new
         sandbox from the files. False when it was paused already."""
@@ -944,15 +945,34 @@ class ServerCore:
             lock = rec.attrs[_PAUSE_LOCK] = asyncio.Lock()
         return lock
 
-    async def _evict(self, rec: Record) -> None:
+    async def _evict(self, rec: Record, *, processes: bool = False) -> None:
         """`rec`'s sandbox ends, its files kept in a checkpoint the record holds (no one's
-        listing, no quota: it is the paused sandbox itself)."""
+        listing, no quota: it is the paused sandbox itself); with `processes`, its running
+        programs too where they can be taken (`memory_snapshots_missing`), so resuming runs them
+        on (a program CRIU refuses leaves the files alone, as a pause without memory would)."""
         sb = rec.sandbox
         if sb.paused:
             await self.pool.resume(sb)  # the checkpoint is its agent's work
-        cp = await self.pool.checkpoint(
-            sb, owner=_evicted_owner(rec.owner), name=rec.id, ttl_s=self.bounds.max_paused_s + 60.0
-        )
+
+        async def kept(memory: bool) -> Any:
+            return await self.pool.checkpoint(
+                sb,
+                owner=_evicted_owner(rec.owner),
+                name=rec.id,
+                ttl_s=self.bounds.max_paused_s + 60.0,
+                memory=memory,
+            )
+
+        cp = None
+        if processes and not await self.memory_snapshots_missing(rec):
+            try:
+                cp = await kept(True)
+            except E.MemorySnapshotError as e:
+                log.warning(
+                    "evicting sandbox %s keeps its files only: %s", rec.id, e, extra={"sandbox_id": rec.id}
+                )
+        if cp is None:
+            cp = await kept(False)
         rec.evicted = cp.id
         sb._paused = True  # its calls are refused as a paused sandbox's from now on
         self.registry.expire_at(rec, time.time() + self.bounds.max_paused_s)
@@ -1058,8 +1078,8 @@ class ServerCore:
     async def _expire(self, rec: Record) -> None:
         """Its lifetime ended (`rec.ended_by`: its TTL or its idle bound): deleted with that
         reason ("ttl", "idle"), or paused when the record asks (`on_ttl`); a sandbox paused with
-        its processes past `max_paused_s` is evicted to its files instead, where its backend can
-        checkpoint."""
+        its processes past `max_paused_s` is evicted to its files (and its programs, where they can
+        be taken) instead, where its backend can checkpoint."""
         try:
             if rec.state == "running" and rec.on_ttl == "pause":
                 await self.pause(rec, memory=rec.pause_memory)
@@ -1067,7 +1087,7 @@ class ServerCore:
             if rec.state == "paused" and not rec.evicted and self.pool.can_checkpoint(rec.sandbox):
                 async with self._pausing(rec):
                     if not rec.evicted:
-                        await self._evict(rec)
+                        await self._evict(rec, processes=True)
                 return
         except E.SandboxError as e:
             log.warning("pausing or evicting sandbox %s at its TTL failed (%s); deleting it", rec.id, e)

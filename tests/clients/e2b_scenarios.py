@@ -503,6 +503,28 @@ def memory(port: str | None) -> dict[str, Any]:
     return o
 
 
+def pause_evicted(sandbox_id: str | None) -> dict[str, Any]:
+    """A sandbox with a counter running, paused (the server evicts it past its bound of a pause);
+    then, given its id, `connect` resumes it: the counter counts on."""
+    if sandbox_id is None:
+        sb = Sandbox.create(timeout=300)
+        sb.files.write("/tmp/counter.py", COUNTER)
+        sb.commands.run(f"python3 /tmp/counter.py {START}", background=True)
+        sb.commands.run("for i in $(seq 100); do test -s /tmp/count && exit 0; sleep 0.1; done; exit 1")
+        before = int(sb.files.read("/tmp/count"))
+        return {"id": sb.sandbox_id, "before": before, "paused": sb.pause()}
+    sb = Sandbox.connect(sandbox_id, timeout=120)
+    first = int(sb.files.read("/tmp/count"))
+    time.sleep(0.5)
+    o = {
+        "first": first,
+        "then": int(sb.files.read("/tmp/count")),
+        "counters": len(sb.commands.run("pgrep -f [c]ounter.py || true").stdout.split()),
+    }
+    sb.kill()
+    return o
+
+
 TICKER = "while true; do date +%s.%N >> /tmp/ticks; sleep 0.05; done"
 
 
@@ -854,6 +876,7 @@ SCENARIOS = {
     "snapshots": snapshots,
     "memory": memory,
     "memory_refused": memory_refused,
+    "pause_evicted": pause_evicted,
     "snapshot_other": snapshot_other,
     "pause": pause,
     "pause_files": pause_files,
