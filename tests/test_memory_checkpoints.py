@@ -5,8 +5,10 @@ moment, each copy on its own, and the source runs on; what CRIU cannot dump is r
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import functools
 import os
+import stat
 from collections.abc import Awaitable, Callable
 from typing import Any
 
@@ -244,3 +246,93 @@ async def test_memory_checkpoints_and_forks_over_grpc_and_the_cli(server) -> Non
             assert await counting(fork, START)
             await fork.close()
         await sb.close()
+
+
+# Holds a listening socket, a file it wrote and a pipe, and counts.
+HOLDER = """
+import os, socket, sys, time
+srv = socket.socket()
+srv.bind(("127.0.0.1", 8123))
+srv.listen()
+held = open("/tmp/held", "w")
+r, w = os.pipe()
+n = int(sys.argv[1])
+while True:
+    n += 1
+    with open("/tmp/count", "w") as f:
+        f.write(str(n))
+    time.sleep(0.02)
+"""
+
+
+def _fds(pid: int) -> dict[int, str]:
+    out = {}
+    for fd in os.listdir(f"/proc/{pid}/fd"):
+        with contextlib.suppress(FileNotFoundError):
+            out[int(fd)] = os.readlink(f"/proc/{pid}/fd/{fd}")
+    return out
+
+
+def _tree(pid: int) -> list[int]:
+    with open(f"/proc/{pid}/task/{pid}/children") as f:
+        kids = [int(p) for p in f.read().split()]
+    return [pid, *(k for c in kids for k in _tree(c))]
+
+
+async def test_a_restored_sandbox_holds_nothing_of_the_host_or_of_its_source(
+    make_pool: Callable[..., Awaitable[Pool]],
+) -> None:
+    """Checked from the host: a restored program (a listening socket, a file, a pipe) is in the new sandbox's namespaces (its programs' user namespace, its agent's others), sees
+    its root, sits in its cgroup, and holds no socket, pipe or file of the source's processes; its
+    files are the new sandbox's, and the host's are not among them."""
+    pool = await make_pool(warm=0)
+    async with pool.sandbox() as a:
+        await a.write_file("/tmp/holder.py", HOLDER)
+        async with a.exec_stream(["python3", "/tmp/holder.py", str(START)]) as program:
+            assert (await anext(program)).kind == "started"
+            await wait_until(lambda: _above(a, START), what="the source counting")
+            cp = await a.checkpoint(memory=True)
+            async with pool.sandbox(checkpoint=cp) as b:
+                [src] = memory.programs_of(_agent(a))
+                [dst] = memory.programs_of(_agent(b))
+                agent_b = _agent(b)
+                for ns in ("pid", "mnt", "net", "ipc", "uts", "cgroup"):
+                    assert os.readlink(f"/proc/{dst}/ns/{ns}") == os.readlink(f"/proc/{agent_b}/ns/{ns}"), ns
+                    assert os.readlink(f"/proc/{dst}/ns/{ns}") != os.readlink(f"/proc/{src}/ns/{ns}"), ns
+                assert os.readlink(f"/proc/{dst}/ns/user") == os.readlink(f"/proc/{agent_b}/fd/1021")
+                root_b, root_dst = os.stat(f"/proc/{agent_b}/root/"), os.stat(f"/proc/{dst}/root/")
+                assert (root_dst.st_dev, root_dst.st_ino) == (root_b.st_dev, root_b.st_ino)
+                # Its cgroups (memory and pids, which bound it) are below the new sandbox's own.
+                names = {d.name for d in memory.sandbox_cgroup_dirs(agent_b)}
+                bounding = [
+                    line.split(":", 2)[2]
+                    for line in open(f"/proc/{dst}/cgroup").read().splitlines()
+                    if {"memory", "pids"} & set(line.split(":", 2)[1].split(","))
+                ]
+                assert bounding and all(any(f"/{n}/" in f"{path}/" for n in names) for path in bounding), (
+                    names,
+                    bounding,
+                )
+                # Nothing of the source's tree or of the host: sockets and pipes are objects of
+                # their own, files are the new sandbox's (its mount namespace's), not the host's.
+                source_objects = {
+                    t for p in _tree(src) for t in _fds(p).values() if t.startswith(("socket:", "pipe:"))
+                }
+                restored = [t for p in _tree(dst) for t in _fds(p).values()]
+                assert [t for t in restored if t.startswith("socket:")], restored  # its listener
+                assert not source_objects & set(restored), (source_objects, restored)
+                for p in _tree(dst):
+                    for fd, target in _fds(p).items():
+                        if target.startswith("/"):
+                            st = os.stat(f"/proc/{p}/fd/{fd}")
+                            if stat.S_ISCHR(st.st_mode):
+                                continue  # /dev/null and the like: the devices every sandbox binds
+                            host = os.stat(target) if os.path.exists(target) else None
+                            assert host is None or (host.st_dev, host.st_ino) != (st.st_dev, st.st_ino), (
+                                target
+                            )
+                r = await b.exec(
+                    ["python3", "-c", "import socket; socket.create_connection(('127.0.0.1', 8123))"]
+                )
+                assert r.exit_code == 0, r.stderr  # its listener listens in the new sandbox
+    await pool.delete_checkpoint(cp.id)
