@@ -10,6 +10,7 @@ import functools
 import os
 import stat
 from collections.abc import Awaitable, Callable
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -306,7 +307,7 @@ async def test_a_restored_sandbox_holds_nothing_of_the_host_or_of_its_source(
                 names = {d.name for d in memory.sandbox_cgroup_dirs(agent_b)}
                 bounding = [
                     line.split(":", 2)[2]
-                    for line in open(f"/proc/{dst}/cgroup").read().splitlines()
+                    for line in Path(f"/proc/{dst}/cgroup").read_text().splitlines()
                     if {"memory", "pids"} & set(line.split(":", 2)[1].split(","))
                 ]
                 assert bounding and all(any(f"/{n}/" in f"{path}/" for n in names) for path in bounding), (
