@@ -190,8 +190,40 @@ async def test_a_memory_checkpoint_is_missing_to_another_owner(
     await pool.delete_checkpoint(cp.id, owner="k1")
 
 
+THREADED = """
+import threading, time
+n = 0
+def count():
+    global n
+    while True:
+        n += 1
+        open("/tmp/count", "w").write(str(n))
+        time.sleep(0.02)
+threading.Thread(target=count, daemon=True).start()
+while True:
+    time.sleep(1)
+"""
+
+PARENT = """
+import os, time
+if os.fork() == 0:
+    time.sleep(3600)
+n = 0
+while True:
+    n += 1
+    open("/tmp/count", "w").write(str(n))
+    time.sleep(0.02)
+"""
+
+
 @pytest.mark.parametrize(
-    ("program", "named"), [(IO_URING, "anon_inode:[io_uring]"), (UNDUMPABLE, "made itself undumpable")]
+    ("program", "named"),
+    [
+        (IO_URING, "anon_inode:[io_uring]"),
+        (UNDUMPABLE, "made itself undumpable"),
+        (THREADED, "runs 2 threads"),
+        (PARENT, "has child processes (1)"),
+    ],
 )
 async def test_a_program_criu_cannot_take_is_named_and_its_sandbox_runs_on(
     make_pool: Callable[..., Awaitable[Pool]], program: str, named: str

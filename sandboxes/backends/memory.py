@@ -261,6 +261,33 @@ def _refuse_undumpable(tree: Sequence[int]) -> None:
             raise MemorySnapshotError(f"{what}: its memory is not taken", stage="dump", what=what)
 
 
+def _refuse_more_than_one_task(tree: Sequence[int]) -> None:
+    """A program of more than one task (a thread, or a child process) cannot be restored here:
+    CRIU gives each restored task its dumped id, which the kernel grants only to a process with
+    CAP_CHECKPOINT_RESTORE over the sandbox's pid namespace, and every task but the first is made
+    by the program itself, inside its user namespace, which has none. Refused before anything is
+    dumped, rather than a snapshot that no sandbox can be made from."""
+    for pid in tree:
+        try:
+            threads = int(_status_field(pid, "Threads"))
+        except (OSError, ValueError, MemorySnapshotError):
+            continue  # it ended
+        if threads > 1:
+            what = f"{_comm(pid)} ({_ns_pid(pid)}) runs {threads} threads"
+            raise MemorySnapshotError(
+                f"{what}: only single-threaded programs without child processes can be restored here",
+                stage="dump",
+                what=what,
+            )
+    if len(tree) > 1:
+        what = f"{_comm(tree[0])} ({_ns_pid(tree[0])}) has child processes ({len(tree) - 1})"
+        raise MemorySnapshotError(
+            f"{what}: only single-threaded programs without child processes can be restored here",
+            stage="dump",
+            what=what,
+        )
+
+
 def _status_field(pid: int, name: str) -> str:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith(name + ":"):
@@ -295,6 +322,7 @@ def dump_programs(agent_pid: int, dest: Path, *, leave_stopped: bool = False) ->
             (images / EXTERNAL_PIPES).write_text(json.dumps(_agent_pipes(agent_pid, host_pid)))
             tree = _tree(host_pid)
             _refuse_undumpable(tree)
+            _refuse_more_than_one_task(tree)
             # A task stopped already (by its own signal) stays so: it is not ours to continue.
             running = [p for p in tree if not _stopped(p)]
             argv = ["nsenter", "-t", str(agent_pid), *_NAMESPACES, criu, "dump", "-t", str(pid)]
