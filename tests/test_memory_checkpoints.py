@@ -21,7 +21,7 @@ from test_cli import run_cli
 from sandboxes import NotFound, Pool, Sandbox
 from sandboxes.backends import memory
 from sandboxes.client import AsyncSandboxClient
-from sandboxes.errors import MemorySnapshotError
+from sandboxes.errors import Conflict, MemorySnapshotError
 
 pytestmark = [pytest.mark.requires("criu"), pytest.mark.asyncio]
 
@@ -278,6 +278,15 @@ async def test_memory_checkpoints_and_forks_over_grpc_and_the_cli(server) -> Non
             fork = await client.get(fid)
             assert await counting(fork, START)
             await fork.close()
+        # A program CRIU cannot take: refused by name (FAILED_PRECONDITION), the sandbox runs on.
+        await sb.write_file("/tmp/threaded.py", THREADED.encode())
+        await sb.exec(
+            ["sh", "-c", "setsid python3 /tmp/threaded.py >/dev/null 2>&1 &"], keep_descendants=True
+        )
+        await wait_until(lambda: _above(sb, 0), what="the threaded program")
+        with pytest.raises(Conflict, match="runs 2 threads"):
+            await sb.checkpoint(memory=True)
+        assert (await sb.exec(["true"])).exit_code == 0
         await sb.close()
 
 
