@@ -108,6 +108,7 @@ async def test_a_running_program_dumped_in_one_sandbox_counts_on_in_another(
             # From the host: B's copy is in B's pid namespace, programs' user namespace and cgroup.
             [restored] = memory.programs_of(agent_b)
             assert _ns(restored, "pid") == _ns(agent_b, "pid") != _ns(agent_a, "pid")
+            assert _ns(restored, "time") == _ns(agent_b, "time")  # none of CRIU's making
             assert _ns(restored, "user") == os.readlink(f"/proc/{agent_b}/fd/{memory.USERNS_FD}")
             assert _status(restored, "NSpid").split()[-1] == str(program.pid)
             assert _status(restored, "Seccomp") == "2"  # its filter came with it

@@ -147,6 +147,12 @@ async def test_forks_with_memory_count_on_and_leave_no_images(
                     assert memory.programs_of(_agent(b))  # its own copy, a child of its own agent
                 a_now = await _count(a)
                 await wait_until(lambda: _above(a, a_now), what="the source counting on")
+                # A restored program is its sandbox's own: a checkpoint of the fork carries it on.
+                cp = await forks[0].checkpoint(memory=True)
+                async with pool.sandbox(checkpoint=cp) as c:
+                    at_c = await _count(c)
+                    await wait_until(functools.partial(_above, c, at_c), what="the fork's copy counting on")
+                await pool.delete_checkpoint(cp.id)
             finally:
                 for b in forks:
                     await b.close()
@@ -174,6 +180,39 @@ async def test_a_memory_checkpoint_outlives_its_source_and_its_pool(
         await wait_until(functools.partial(_above, b, at_copy), what="the copy counting on")
     await second.delete_checkpoint(cp.id)
     assert not second.checkpoints.memory_path(cp.id).exists()
+
+
+async def test_a_python_program_of_the_zygote_is_carried_and_the_zygote_is_not(
+    make_pool: Callable[..., Awaitable[Pool]],
+) -> None:
+    # Every sandbox of this template starts its own zygote at start: the copy keeps its own.
+    pool = await make_pool(warm=0, python_zygote="eager")
+    async with pool.sandbox() as a:
+        await a.write_file("/tmp/counter.py", COUNTER)
+        async with a.exec_stream(["python3", "/tmp/counter.py", str(START)]) as program:
+            assert (await anext(program)).kind == "started"
+            await wait_until(lambda: _above(a, START), what="the source counting")
+            assert [memory._ns_pid(p) for p in memory.programs_of(_agent(a))] == [program.pid]
+            cp = await a.checkpoint(memory=True)
+        async with pool.sandbox(checkpoint=cp) as b:
+            at_copy = await _count(b)
+            await wait_until(functools.partial(_above, b, at_copy), what="the copy counting on")
+            r = await b.exec(["python3", "-c", "print(6 * 7)"])  # its own zygote serves it
+            assert r.stdout.strip() == b"42", r
+    await pool.delete_checkpoint(cp.id)
+
+
+async def test_a_sandbox_without_cgroups_is_refused_not_copied_without_its_programs(
+    make_pool: Callable[..., Awaitable[Pool]],
+) -> None:
+    pool = await make_pool(warm=0, cgroups=False)
+    async with pool.sandbox() as a:
+        await a.write_file("/tmp/counter.py", COUNTER)
+        async with a.exec_stream(["python3", "/tmp/counter.py", "0"]) as program:
+            assert (await anext(program)).kind == "started"
+            with pytest.raises(MemorySnapshotError, match="no cgroups"):
+                await a.checkpoint(memory=True)
+    assert pool.checkpoints.list() == []
 
 
 async def test_a_memory_checkpoint_is_missing_to_another_owner(

@@ -14,8 +14,9 @@ namespaces (`nsenter -t <agent>`) but not its user namespace:
   source sandbox runs on. The images say the programs' user namespace is one to create (it is not
   CRIU's own): `inventory.img` is rewritten so that it is CRIU's root one and `userns-*.img` goes,
   and the restore joins the target's instead.
-- restore: `criu restore --restore-detached --join-ns user:<target's USERNS_FD>` in the target's
-  namespaces, CRIU itself first moved into a cgroup `restored` below the target sandbox's own in
+- restore: `criu restore --restore-detached --join-ns time:<the target's> --join-ns user:<the
+  target's USERNS_FD>` (in that order: the time namespace is the host's) in the target's
+  namespaces, CRIU itself first moved into a cgroup `exec-restored` below the target sandbox's own in
   every hierarchy (`--manage-cgroups=ignore`): the programs count against the target's limits,
   freeze with it, and die with it. They become children of the target's agent.
 
@@ -59,7 +60,7 @@ __all__ = [
 
 USERNS_FD = 1021  # sandbox_exec::seccomp::USERNS_FD: the agent's handle on the programs' user namespace
 CRIU_TIMEOUT_S = 120.0
-RESTORED_CGROUP = "restored"
+RESTORED_CGROUP = "exec-restored"  # an exec cgroup: restored programs are programs of their new sandbox
 EXTERNAL_PIPES = "agent-pipes.json"  # in a program's images: the pipes its agent held the other end of
 _NAMESPACES = ["-m", "-p", "-n", "-i", "-u", "-C"]  # all of the agent's but its user namespace
 
@@ -99,15 +100,26 @@ def _cgroups(pid: int) -> dict[str, str]:
 
 
 def programs_of(agent_pid: int) -> list[int]:
-    """The host pids of the agent's programs: its children outside its own cgroups (each
-    program runs in an exec cgroup of its own; the agent's helpers run in the agent's)."""
-    own = _cgroups(agent_pid)
+    """The host pids of the agent's programs: its children in an exec cgroup (`exec-*`, one per
+    program); its helpers (the Python zygote in `zygote-*`, others in the agent's own cgroup)
+    are the sandbox's own, started again by every new sandbox. A sandbox without cgroups
+    cannot tell them apart: `MemorySnapshotError`."""
+    if not sandbox_cgroup_dirs(agent_pid):
+        raise MemorySnapshotError(
+            "the sandbox has no cgroups (its template's cgroups=False): its programs cannot be told "
+            "from its agent's own processes",
+            stage="dump",
+        )
     children: list[int] = []
     for task in Path(f"/proc/{agent_pid}/task").iterdir():
         with open(task / "children") as f:
             children += [int(p) for p in f.read().split()]
     try:
-        return sorted(pid for pid in children if _cgroups(pid) != own)
+        return sorted(
+            pid
+            for pid in children
+            if any(Path(path).name.startswith("exec-") for path in _cgroups(pid).values())
+        )
     except FileNotFoundError:  # a program ended while listed
         return programs_of(agent_pid)
 
@@ -370,7 +382,10 @@ def restore_programs(agent_pid: int, programs: Sequence[DumpedProgram] | Path) -
     for images in dirs:
         argv = ["sh", "-ec", join, "sh", *procs, "--", "nsenter", "-t", str(agent_pid), *_NAMESPACES]
         argv += [criu, "restore", "-D", "@IMAGES@", "-W", "@WORK@", "-o", "restore.log"]
-        argv += ["--restore-detached", "--join-ns", f"user:/proc/1/fd/{USERNS_FD}", "--manage-cgroups=ignore"]
+        # The target's time namespace is joined before its user namespace (as root of the host):
+        # CRIU would otherwise make one of its own for the programs, which no later dump enters.
+        argv += ["--restore-detached", "--join-ns", "time:/proc/1/ns/time"]
+        argv += ["--join-ns", f"user:/proc/1/fd/{USERNS_FD}", "--manage-cgroups=ignore"]
         # What the programs' stdio pipes to their old agent become: the target's own /dev/null,
         # an fd of its own for each (CRIU takes each inherited fd over).
         nulls: list[int] = []
