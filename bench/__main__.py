@@ -33,6 +33,7 @@ BENCHMARKS = {
     "volumes": "bench.volumes",
     "volume_versions": "bench.volume_versions",
     "k8s_checkpoints": "bench.k8s_checkpoints",
+    "memory_snapshots": "bench.memory_snapshots",
 }
 
 

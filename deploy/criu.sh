@@ -1,34 +1,45 @@
 #!/usr/bin/env bash
 # CRIU, which checkpoints a sandbox's running processes for memory snapshots (the server probes it
-# at start: sandboxes/server/criu.py). It must be 4.1 or later: older releases fail `criu check` on
-# kernels that map `[vvar_vclock]` ("vdso: Unexpected rt vDSO area bounds").
+# at start: sandboxes/server/criu.py). It is the pinned upstream release 4.1.1 (4.1 or later: older
+# releases fail `criu check` on kernels that map `[vvar_vclock]`, "vdso: Unexpected rt vDSO area
+# bounds") with the patches of deploy/criu-patches/ applied in order:
+#   0001 SO_PASSCRED/SO_PASSSEC dumped only for the families that have them (kernels from 6.16
+#        refuse them on TCP sockets; upstream in 4.2);
+#   0002 socket buffer sizes restored with SO_SNDBUF/SO_RCVBUF when the FORCE variants are refused
+#        (a root without CAP_NET_ADMIN over the sandbox's network namespace);
+#   0003 a task's rlimits read from /proc/PID/limits when prlimit64() is refused (a root without
+#        CAP_SYS_RESOURCE over the sandbox's user namespace).
+# The binary carries the patch set's mark in its own `criu --version` ("GitID: sandboxes-<sha256
+# of the patches, 12 digits>"), so a CRIU built without them, or with another set, is rebuilt.
 #
-# Does nothing when a `criu` on the PATH is 4.1 or later and passes `criu check`. Otherwise, as root
-# with apt: the host's own package when its apt offers 4.1 or later; else the pinned upstream release
-# (the orig tarball of Debian's criu 4.1.1-1, from the host's Debian mirror, checked against SHA256),
-# built in a temporary directory against Debian's build dependencies; only its `criu` binary is
-# installed, to /usr/local/sbin/criu. Not root: says what is missing (memory snapshots are refused).
+# Does nothing when the `criu` on the PATH is that build and passes `criu check`. Otherwise, as root
+# with apt: the orig tarball of Debian's criu 4.1.1-1 (from the host's Debian mirror, checked
+# against SHA256) is patched and built in a temporary directory against Debian's build
+# dependencies; only its `criu` binary is installed, to /usr/local/sbin/criu. Not root: says what
+# is missing (memory snapshots are refused).
 set -euo pipefail
-MIN=4.1
 VERSION=4.1.1
 SHA256=f80a66cb3726bb2116266d4759ce3bcbfab7abdb6b6d430bf20dd41911717afe
 POOL=pool/main/c/criu/criu_$VERSION.orig.tar.xz
 TARGET=/usr/local/sbin/criu
 APT=(apt-get -o DPkg::Lock::Timeout=600) # waits for another apt run rather than failing
-BUILD_DEPS=(gcc make pkg-config xz-utils libprotobuf-dev libprotobuf-c-dev protobuf-c-compiler
+PATCHES=$(cd "$(dirname "${BASH_SOURCE[0]}")/criu-patches" && pwd)
+MARK=sandboxes-$(cat "$PATCHES"/*.patch | sha256sum | cut -c1-12)
+BUILD_DEPS=(gcc make pkg-config patch xz-utils libprotobuf-dev libprotobuf-c-dev protobuf-c-compiler
   libnl-3-dev libnl-route-3-dev libnet1-dev libnftables-dev libcap-dev libaio-dev libbsd-dev uuid-dev
   libgnutls28-dev)
 
-version_ge() { # VERSION >= MIN (dotted numbers)
-  [ -n "$1" ] && [ "$(printf '%s\n' "$2" "$1" | sort -V | head -n1)" = "$2" ]
+version_of() { # "Version: 4.1.1" -> 4.1.1; "GitID: ..." with `version_of CRIU GitID`
+  "$1" --version 2>/dev/null | sed -n "s/^${2:-Version}: *//p" || true
 }
 
-criu_version() { # of the `criu` on the PATH ("Version: 4.1.1"), empty without one
-  command -v criu >/dev/null && criu --version 2>/dev/null | sed -n 's/^Version: *//p' || true
+criu_version() { # of the `criu` on the PATH, empty without one
+  command -v criu >/dev/null && version_of criu || true
 }
 
-criu_ok() {
-  version_ge "$(criu_version)" "$MIN" && criu check >/dev/null 2>&1
+criu_ok() { # the PATH's criu is the patched build and passes its check
+  [ "$(criu_version)" = "$VERSION" ] && [ "$(version_of criu GitID)" = "$MARK" ] \
+    && criu check >/dev/null 2>&1
 }
 
 debian_mirror() { # the Debian mirror the host's apt uses for its own release
@@ -50,34 +61,33 @@ build() { # the pinned release's `criu` binary, installed to $TARGET
   quietly /usr/lib/apt/apt-helper download-file "$(debian_mirror)$POOL" "$TMP/dl/criu.tar.xz" \
     "SHA256:$SHA256" || return 1
   tar -xJf "$TMP/dl/criu.tar.xz" -C "$TMP" || return 1
-  quietly make -C "$src" -j"$(nproc)" criu || return 1
+  for p in "$PATCHES"/*.patch; do
+    quietly patch -d "$src" -p1 -N -i "$p" || return 1
+  done
+  # GITID is what `criu --version` says after its version: the patch set's mark
+  quietly make -C "$src" -j"$(nproc)" criu GITID="$MARK" || return 1
   install -D -m 0755 "$src/criu/criu" "$TARGET"
 }
 
-install_criu() { # the host's package when its apt offers MIN or later, else the pinned build
-  local candidate
+install_criu() { # the pinned release, patched (a distribution's package lacks the patches)
   export DEBIAN_FRONTEND=noninteractive
   quietly "${APT[@]}" update -qq || return 1
-  candidate=$(apt-cache policy criu | sed -n 's/^ *Candidate: *//p' | sed 's/^[0-9]*://; s/[-+~].*//')
-  if version_ge "$candidate" "$MIN"; then
-    quietly "${APT[@]}" install -y -qq --no-install-recommends criu
-  else
-    quietly "${APT[@]}" install -y -qq --no-install-recommends "${BUILD_DEPS[@]}" && build
-  fi
+  quietly "${APT[@]}" install -y -qq --no-install-recommends "${BUILD_DEPS[@]}" && build
 }
 
 criu_ok && exit 0
 if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
   found=$(criu_version)
-  if version_ge "$found" "$MIN"; then
+  if [ "$found" = "$VERSION" ] && [ "$(version_of criu GitID)" = "$MARK" ]; then
     echo "CRIU $found fails \`criu check\` as this user: $(criu check 2>&1 | head -n1)" >&2
   else
-    echo "missing CRIU $MIN or later passing \`criu check\` (found: ${found:-none});" \
+    echo "missing CRIU $VERSION with deploy/criu-patches/ ($MARK) passing \`criu check\`" \
+      "(found: ${found:-none} $(version_of criu GitID));" \
       "run deploy/criu.sh as root with apt (memory snapshots are refused without it)" >&2
   fi
   exit 0
 fi
-if [ -x "$TARGET" ] && [ "$("$TARGET" --version 2>/dev/null | sed -n 's/^Version: *//p')" = "$VERSION" ]; then
+if [ -x "$TARGET" ] && [ "$(version_of "$TARGET")" = "$VERSION" ] && [ "$(version_of "$TARGET" GitID)" = "$MARK" ]; then
   # built before: a rebuild would not change what its check says about this host
   if "$TARGET" check >/dev/null 2>&1; then
     echo "CRIU $VERSION at $TARGET passes \`criu check\`, but the PATH's criu is another one or none" >&2

@@ -1,14 +1,15 @@
 """`sandboxes checkpoint …` and `sandboxes fork`: a server's checkpoints of your API key.
 
 ```
-sandboxes checkpoint create SANDBOX_ID [--name NAME] [--ttl SECONDS | --keep]   # prints its id
+sandboxes checkpoint create SANDBOX_ID [--name NAME] [--ttl SECONDS | --keep] [--memory]   # its id
 sandboxes checkpoint ls [--json]
 sandboxes checkpoint rm CHECKPOINT_ID ...
-sandboxes fork SANDBOX_ID [-n COUNT]                                            # prints the new ids
+sandboxes fork SANDBOX_ID [-n COUNT] [--memory]                                 # prints the new ids
 ```
 
 A sandbox is made from a checkpoint with `sandboxes exec --checkpoint ID` (or the client's
-`create(checkpoint=...)`).
+`create(checkpoint=...)`). With `--memory` the sandbox's running programs go too, and run on in
+each sandbox made from it.
 """
 
 from __future__ import annotations
@@ -29,7 +30,7 @@ def cmd_create(args: argparse.Namespace) -> int:
 
     async def go(client: Any) -> Any:
         return await (await client.get(args.sandbox_id)).checkpoint(
-            name=args.name, **({"ttl_s": ttl} if ttl is not None or args.keep else {})
+            name=args.name, memory=args.memory, **({"ttl_s": ttl} if ttl is not None or args.keep else {})
         )
 
     rc, cp = remote(args, go)
@@ -51,6 +52,7 @@ def cmd_ls(args: argparse.Namespace) -> int:
             "size_bytes": cp.bytes,
             "created_at": cp.created_at,
             "expires_at": cp.expires_at,
+            "memory": cp.memory,
         }
         for cp in cps
     ]
@@ -88,7 +90,7 @@ def cmd_rm(args: argparse.Namespace) -> int:
 
 def cmd_fork(args: argparse.Namespace) -> int:
     async def go(client: Any) -> Any:
-        return await (await client.get(args.sandbox_id)).fork(args.n)
+        return await (await client.get(args.sandbox_id)).fork(args.n, memory=args.memory)
 
     rc, forks = remote(args, go)
     for f in forks or ():
@@ -108,6 +110,9 @@ def add_parsers(sub: Any, remote_args: Callable[[argparse.ArgumentParser], None]
         "--ttl", type=float, default=None, metavar="SECONDS", help="kept this long (default: a day)"
     )
     c.add_argument("--keep", action="store_true", help="kept until deleted")
+    c.add_argument(
+        "--memory", action="store_true", help="its running programs too (they run on in each copy)"
+    )
     c.set_defaults(fn=cmd_create)
     c = verbs.add_parser("ls", help="list your checkpoints")
     remote_args(c)
@@ -121,4 +126,5 @@ def add_parsers(sub: Any, remote_args: Callable[[argparse.ArgumentParser], None]
     remote_args(p)
     p.add_argument("sandbox_id")
     p.add_argument("-n", type=int, default=1, help="how many (default 1)")
+    p.add_argument("--memory", action="store_true", help="its running programs run on in each")
     p.set_defaults(fn=cmd_fork)

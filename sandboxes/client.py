@@ -354,6 +354,7 @@ def _checkpoint(msg: pb.Checkpoint) -> Checkpoint:
         bytes=msg.size_bytes,
         created_at=msg.created_at,
         expires_at=msg.expires_at or None,
+        memory=msg.memory,
     )
 
 
@@ -469,21 +470,28 @@ class RemoteSandbox(SandboxBase):
         return info_from_pb(await self._client._call("Info", pb.InfoRequest(sandbox_id=self.id), retry=True))
 
     async def checkpoint(
-        self, *, name: str = "", ttl_s: float | None = DEFAULT_CHECKPOINT_TTL_S
+        self, *, name: str = "", ttl_s: float | None = DEFAULT_CHECKPOINT_TTL_S, memory: bool = False
     ) -> Checkpoint:
         """This sandbox's file system now, as a checkpoint of this key's (kept `ttl_s`, None:
-        until deleted); it keeps running."""
+        until deleted); it keeps running. With `memory`, its running programs too: each sandbox
+        made from it runs them on."""
         req = pb.CreateCheckpointRequest(
-            sandbox_id=self.id, name=name, ttl_s=float(ttl_s or 0.0), keep=ttl_s is None
+            sandbox_id=self.id, name=name, ttl_s=float(ttl_s or 0.0), keep=ttl_s is None, memory=memory
         )
         return _checkpoint(await self._client._call("CreateCheckpoint", req))
 
     async def fork(
-        self, n: int = 1, *, labels: Mapping[str, str] | None = None, ttl_s: float | None = None
+        self,
+        n: int = 1,
+        *,
+        labels: Mapping[str, str] | None = None,
+        ttl_s: float | None = None,
+        memory: bool = False,
     ) -> list[RemoteSandbox]:
-        """`n` new sandboxes of this sandbox's file system now, each with writes of its own."""
+        """`n` new sandboxes of this sandbox's file system now, each with writes of its own; with
+        `memory`, its running programs run on in each."""
         req = pb.ForkRequest(
-            sandbox_id=self.id, count=n, labels=dict(labels or {}), ttl_s=float(ttl_s or 0.0)
+            sandbox_id=self.id, count=n, labels=dict(labels or {}), ttl_s=float(ttl_s or 0.0), memory=memory
         )
         msg = await self._client._call("Fork", req, timeout=self._client.timeout + _NETWORK_MARGIN_S)
         return [RemoteSandbox(self._client, s) for s in msg.sandboxes]

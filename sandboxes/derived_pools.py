@@ -15,11 +15,13 @@ from __future__ import annotations
 
 import asyncio
 import hashlib
+import shutil
 from collections.abc import Mapping, Sequence
+from pathlib import Path
 from typing import Protocol
 
 from .backends import Backend
-from .errors import InvalidRequest, NotFound
+from .errors import InvalidRequest, NotFound, TooLarge
 from .sandbox import Data, Sandbox
 from .state.checkpoints import Checkpoint, CheckpointStore
 from .state.volumes import Volume, VolumeStore
@@ -134,9 +136,22 @@ class DerivedPools:
         if checkpoint is not None and not mounts and not layered and warm_ahead:
             self._linger(tp)
         try:
-            return await self.pool._claim(tp, env, files, labels, timeout)
+            sb = await self.pool._claim(tp, env, files, labels, timeout)
+            if checkpoint is not None and checkpoint.memory:
+                await self._restore_memory(tp, sb, checkpoint)
+            return sb
         finally:
             self.retire_if_idle(tp)
+
+    async def _restore_memory(self, tp: TemplatePool, sb: Sandbox, cp: Checkpoint) -> None:
+        """`cp`'s programs run on in `sb`, a fresh sandbox of its files; when they cannot, `sb`
+        is released and the error raised."""
+        try:
+            with self.checkpoints.using_memory(cp) as images:
+                await tp.backend.restore_memory(sb.handle, images)
+        except BaseException:
+            await asyncio.shield(sb.close())
+            raise
 
     def _resolve_volumes(self, volumes: Mapping[str, str | tuple[str, bool]], owner: str | None) -> Mounts:
         """(volume id, path, read-only) of each asked mount, sorted by path."""
@@ -172,20 +187,49 @@ class DerivedPools:
         ttl_s: float | None,
         labels: dict[str, str] | None,
         max_bytes: int | None,
+        memory: bool = False,
     ) -> Checkpoint:
-        """`Pool.checkpoint`: `sb`'s writes captured as one more layer of its own."""
-        _, base, layers = self._chain(sb)
-        digest, size, _ = await sb.call_agent(self.checkpoints.capture, max_bytes=max_bytes)
-        return self.checkpoints.add(
-            template=base,
-            layers=(*layers, digest),
-            owner=owner,
-            name=name,
-            source=sb.id,
-            size=size,
-            ttl_s=ttl_s,
-            labels=labels,
-        )
+        """`Pool.checkpoint`: `sb`'s writes captured as one more layer of its own; with `memory`,
+        its running programs dumped first and left stopped until the files are captured (the
+        files are those the programs' images expect), then continued."""
+        tp, base, layers = self._chain(sb)
+        if not memory:
+            digest, size, _ = await sb.call_agent(self.checkpoints.capture, max_bytes=max_bytes)
+            return self.checkpoints.add(
+                template=base,
+                layers=(*layers, digest),
+                owner=owner,
+                name=name,
+                source=sb.id,
+                size=size,
+                ttl_s=ttl_s,
+                labels=labels,
+            )
+        self._check_memory(tp)
+        images = self.checkpoints.memory_tmp()
+        try:
+            mem_bytes, carry_on = await tp.backend.dump_memory(sb.handle, images)
+            try:
+                if max_bytes is not None and mem_bytes > max_bytes:
+                    raise TooLarge(f"the sandbox's programs take {mem_bytes} bytes, over {max_bytes}")
+                left = None if max_bytes is None else max_bytes - mem_bytes
+                digest, size, _ = await sb.call_agent(self.checkpoints.capture, max_bytes=left)
+            finally:
+                carry_on()
+            return self.checkpoints.add(
+                template=base,
+                layers=(*layers, digest),
+                owner=owner,
+                name=name,
+                source=sb.id,
+                size=size + mem_bytes,
+                ttl_s=ttl_s,
+                labels=labels,
+                memory=images,
+            )
+        finally:
+            if images.exists():
+                await asyncio.to_thread(shutil.rmtree, images, True)
 
     async def capture_volume(self, sb: Sandbox, path: str, max_bytes: int | None) -> tuple[str, int]:
         """`Pool.capture_volume`: the writes of `sb` into its layered volume at `path`."""
@@ -202,24 +246,68 @@ class DerivedPools:
         env: Mapping[str, str] | None,
         labels: Mapping[str, str] | None,
         timeout: float | None,
+        memory: bool = False,
     ) -> list[Sandbox]:
         """`Pool.fork`: one layer of `sb`'s writes now (kept while they run), and `n` sandboxes
-        made from it; all or none."""
-        _, base, layers = self._chain(sb)
-        digest, _, _ = await sb.call_agent(self.checkpoints.capture)
-        tp = self._layered(base, (*layers, digest))
+        made from it; all or none. With `memory`, `sb`'s running programs too, dumped as for a
+        checkpoint and restored into each fork (their images removed once they are)."""
+        source, base, layers = self._chain(sb)
+        images = self.checkpoints.memory_tmp()
         try:
-            made = await asyncio.gather(
-                *(self.pool._claim(tp, env, None, labels, timeout) for _ in range(n)), return_exceptions=True
-            )
-            failed = [r for r in made if isinstance(r, BaseException)]
-            forks = [r for r in made if isinstance(r, Sandbox)]
-            if failed:
-                await asyncio.gather(*(f.close() for f in forks), return_exceptions=True)
-                raise failed[0]
-            return forks
+            if memory:
+                self._check_memory(source)
+                _, carry_on = await source.backend.dump_memory(sb.handle, images)
+                try:
+                    digest, _, _ = await sb.call_agent(self.checkpoints.capture)
+                finally:
+                    carry_on()
+            else:
+                digest, _, _ = await sb.call_agent(self.checkpoints.capture)
+            tp = self._layered(base, (*layers, digest))
+            try:
+                made = await asyncio.gather(
+                    *(
+                        self._claim_restored(tp, env, labels, timeout, images if memory else None)
+                        for _ in range(n)
+                    ),
+                    return_exceptions=True,
+                )
+                failed = [r for r in made if isinstance(r, BaseException)]
+                forks = [r for r in made if isinstance(r, Sandbox)]
+                if failed:
+                    await asyncio.gather(*(f.close() for f in forks), return_exceptions=True)
+                    raise failed[0]
+                return forks
+            finally:
+                self.retire_if_idle(tp)
         finally:
-            self.retire_if_idle(tp)
+            if images.exists():
+                await asyncio.to_thread(shutil.rmtree, images, True)
+
+    async def _claim_restored(
+        self,
+        tp: TemplatePool,
+        env: Mapping[str, str] | None,
+        labels: Mapping[str, str] | None,
+        timeout: float | None,
+        images: Path | None,
+    ) -> Sandbox:
+        """A claim of one of `tp`'s sandboxes, with the programs of `images` restored into it."""
+        sb = await self.pool._claim(tp, env, None, labels, timeout)
+        if images is not None:
+            try:
+                await tp.backend.restore_memory(sb.handle, images)
+            except BaseException:
+                await asyncio.shield(sb.close())
+                raise
+        return sb
+
+    @staticmethod
+    def _check_memory(tp: TemplatePool) -> None:
+        if not tp.backend.memory_snapshots:
+            raise InvalidRequest(
+                f"the {tp.backend.name} backend takes no memory snapshots ({tp.backend.no_memory_snapshots_why})"
+            )
 
     def checkpoint_dropped(self, cp: Checkpoint) -> list[asyncio.Task[None]]:
         """A deleted or expired checkpoint's sandboxes are kept warm no longer (the store's

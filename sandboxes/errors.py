@@ -26,6 +26,7 @@ __all__ = [
     "ImageUnavailable",
     "InvalidRequest",
     "LaunchError",
+    "MemorySnapshotError",
     "NoSpace",
     "NotFound",
     "PoolExhausted",
@@ -179,6 +180,17 @@ class Conflict(InvalidRequest):
     that is no longer its newest, another change of the same thing in flight."""
 
     kind = ErrorKind.CONFLICT
+
+
+class MemorySnapshotError(Conflict):
+    """CRIU refused to dump a sandbox's running programs, or to restore them into a new sandbox
+    (`stage`: "dump" or "restore"); `what` is CRIU's own error line. A refused dump leaves the
+    sandbox running as it was: the caller gets this, never a copy of its files alone."""
+
+    def __init__(self, message: str = "", *, detail: str = "", stage: str = "", what: str = "") -> None:
+        super().__init__(message, detail=detail)
+        self.stage = stage
+        self.what = what
 
 
 class NoSpace(SandboxError, OSError):

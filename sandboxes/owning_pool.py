@@ -18,7 +18,9 @@ class OwningPool(Protocol[SandboxT]):
     """The calls `Sandbox.checkpoint`, `fork`, `pause` and `resume` hand to its pool, and the
     backend's fence of its egress (`Sandbox.set_egress_policy`)."""
 
-    async def checkpoint(self, sb: SandboxT, *, name: str = ..., ttl_s: float | None = ...) -> Checkpoint: ...
+    async def checkpoint(
+        self, sb: SandboxT, *, name: str = ..., ttl_s: float | None = ..., memory: bool = ...
+    ) -> Checkpoint: ...
 
     async def fork(
         self,
@@ -28,6 +30,7 @@ class OwningPool(Protocol[SandboxT]):
         env: Mapping[str, str] | None = ...,
         labels: Mapping[str, str] | None = ...,
         timeout: float | None = ...,
+        memory: bool = ...,
     ) -> list[SandboxT]: ...
 
     async def pause(self, sb: SandboxT) -> bool: ...

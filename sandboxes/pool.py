@@ -487,12 +487,20 @@ class Pool:
         ttl_s: float | None = DEFAULT_TTL_S,
         labels: dict[str, str] | None = None,
         max_bytes: int | None = None,
+        memory: bool = False,
     ) -> Checkpoint:
         """`sb`'s file system now, as a checkpoint of `owner`'s (kept `ttl_s`, None: until
         deleted; `labels` kept with it). `sb` keeps running; a sandbox made from the checkpoint sees exactly this state.
-        Past `max_bytes` of changes (or the store's own bounds) it raises `TooLarge`."""
+        Past `max_bytes` of changes (or the store's own bounds) it raises `TooLarge`.
+
+        With `memory`, its running programs too (the local backend, with the host's CRIU:
+        `backends/memory.py`), stopped for the moment of the dump and the files' capture: each
+        sandbox made from the checkpoint runs them on from that moment, in its own namespaces and
+        cgroup, their standard streams its `/dev/null`. Their images count in the checkpoint's
+        bytes. A program CRIU cannot dump makes it raise `MemorySnapshotError` naming what, and
+        `sb` runs on as it was."""
         return await self.derived.checkpoint(
-            sb, owner=owner, name=name, ttl_s=ttl_s, labels=labels, max_bytes=max_bytes
+            sb, owner=owner, name=name, ttl_s=ttl_s, labels=labels, max_bytes=max_bytes, memory=memory
         )
 
     async def capture_volume(self, sb: Sandbox, path: str, max_bytes: int | None = None) -> tuple[str, int]:
@@ -500,6 +508,16 @@ class Pool:
         layer of this pool's checkpoint store: `(digest, bytes)`. The volume's layers plus this
         one are the volume as `sb` sees it now; `sb` keeps running, unaffected."""
         return await self.derived.capture_volume(sb, path, max_bytes)
+
+    def memory_snapshots_missing(self, sb: Sandbox) -> str:
+        """Why `sb`'s running programs cannot go into a checkpoint or a fork here ("" when its
+        backend takes them; the host's CRIU is the backend's to find)."""
+        tp = self._template_pool(sb.template)
+        if tp is None:
+            return f"sandbox {sb.id} is not one of this pool's"
+        if not tp.backend.memory_snapshots:
+            return f"the {tp.backend.name} backend takes no memory snapshots ({tp.backend.no_memory_snapshots_why})"
+        return ""
 
     async def fork(
         self,
@@ -509,13 +527,15 @@ class Pool:
         env: Mapping[str, str] | None = None,
         labels: Mapping[str, str] | None = None,
         timeout: float | None = None,
+        memory: bool = False,
     ) -> list[Sandbox]:
         """`n` new sandboxes of `sb`'s file system now: one checkpoint layer (kept while they
         run) and `n` sandboxes made from it, each with its own writes. All or none: when one
-        cannot be made, those made are released and the error raised."""
+        cannot be made, those made are released and the error raised. With `memory`, `sb`'s
+        running programs run on in each (as for `checkpoint(memory=True)`)."""
         if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 1024:
             raise InvalidRequest(f"fork count must be an int in [1, 1024], got {n!r}")
-        return await self.derived.fork(sb, n, env, labels, timeout)
+        return await self.derived.fork(sb, n, env, labels, timeout, memory=memory)
 
     async def delete_checkpoint(self, checkpoint_id: str, owner: str | None = None) -> Checkpoint:
         """Deletes a checkpoint (`CheckpointStore.delete`); returns once its warm sandboxes are

@@ -661,15 +661,18 @@ class Sandbox(SandboxBase):
         self._pool: OwningPool[Sandbox] | None = None  # set by the pool that made it
         self.egress: EgressPolicy | None = None  # set by `set_network`; None: its template's
 
-    async def checkpoint(self, *, name: str = "", ttl_s: float | None = DEFAULT_TTL_S) -> Checkpoint:
+    async def checkpoint(
+        self, *, name: str = "", ttl_s: float | None = DEFAULT_TTL_S, memory: bool = False
+    ) -> Checkpoint:
         """This sandbox's file system now, as a checkpoint (`Pool.checkpoint`): kept `ttl_s`
         seconds (None: until deleted); new sandboxes are made from it with
-        `pool.claim(checkpoint=cp)`. This sandbox keeps running, unaffected."""
-        return await self._owner_pool().checkpoint(self, name=name, ttl_s=ttl_s)
+        `pool.claim(checkpoint=cp)`. This sandbox keeps running, unaffected. With `memory`, its
+        running programs too: they run on in each sandbox made from it."""
+        return await self._owner_pool().checkpoint(self, name=name, ttl_s=ttl_s, memory=memory)
 
     async def fork(self, n: int = 1, **kwargs: Any) -> list[Sandbox]:
         """`n` new sandboxes of this sandbox's file system now, each with writes of its own
-        (`Pool.fork`)."""
+        (`Pool.fork`); `memory=True`: its running programs run on in each."""
         return await self._owner_pool().fork(self, n, **kwargs)
 
     async def pause(self) -> bool:

@@ -104,7 +104,7 @@ def status_of(exc: BaseException) -> grpc.StatusCode:
     """The status code a server answers for `exc`."""
     if isinstance(exc, Unauthenticated):
         return grpc.StatusCode.UNAUTHENTICATED
-    if isinstance(exc, E.SandboxPaused):
+    if isinstance(exc, E.SandboxPaused | E.MemorySnapshotError):
         return grpc.StatusCode.FAILED_PRECONDITION
     return _CODE_OF_KIND.get(_kind_of(exc), grpc.StatusCode.INTERNAL)
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import aiohttp
 import pytest
-from helpers import http_answering
+from helpers import http_answering, wait_until
 from server_helpers import KEY_A, KEY_B, KEYS, run_scenario
 
 pytestmark = pytest.mark.asyncio
@@ -37,6 +37,12 @@ async def scenario(server: Any, name: str, arg: str | None = None, *, key: str =
     return await run_scenario(VENV, "e2b_scenarios.py", [name, *([arg] if arg else [])], env)
 
 
+def check_memory_refused(o: dict[str, Any]) -> None:
+    """A full snapshot and a fork where processes cannot be taken: 501, saying so."""
+    for call in ("full", "fork"):
+        assert o[call]["message"].startswith("501: ") and "memory snapshots" in o[call]["message"], o[call]
+
+
 def check_lifecycle(o: dict[str, Any]) -> None:
     assert o["info"] == {
         "id": True,
@@ -52,7 +58,6 @@ def check_lifecycle(o: dict[str, Any]) -> None:
     assert o["paging"] == {"first": 1, "has_next": True, "second": 1, "ids": True}
     assert o["metadata_filter"]
     assert o["metrics"] == {"ok": []}
-    assert o["snapshot"]["error"] == "SandboxException" and o["snapshot"]["message"].startswith("501: ")
     assert o["running"] and o["kill"] is True and o["kill_again"] is False and o["running_after"] is False
     assert o["info_after"]["error"] == o["connect_after"]["error"] == "SandboxNotFoundException"
     assert o["command_after"]["error"] == o["file_after"]["error"] == "SandboxNotRunningException"
@@ -238,22 +243,20 @@ async def test_on_the_docker_backend(make_server, images) -> None:
     check_commands(await scenario(server, "commands"))
     check_files(await scenario(server, "files", "100"), "/work")
     check_interpreter(await scenario(server, "interpreter"))
+    check_memory_refused(await scenario(server, "memory_refused"))
     assert len(server.service.registry) == 0
 
 
 async def test_filesystem_snapshots(make_server) -> None:
     """e2b's `create_snapshot(mode="filesystem")`, `Sandbox.create(snapshot_id)` (twice: each
     made sandbox writes its own, without the source's processes), `list_snapshots`,
-    `delete_snapshot`; a full snapshot and `fork` (memory state) are refused, saying why; another
-    key's snapshot is missing to it."""
+    `delete_snapshot`; another key's snapshot is missing to it."""
     server = await e2b_server(make_server)
     o = await scenario(server, "snapshots")
     assert o["snapshot"] == {"names": ["warm:default"], "id": True}
     assert o["made"] == ["mine", "before"] and o["parent"] == "after"
     assert o["made_processes"] == ""
     assert o["listed"] == [True] and o["by_name"] == [True]
-    for call in ("full", "fork"):
-        assert o[call]["message"].startswith("501: ") and "memory snapshots" in o[call]["message"], o[call]
     assert (o["deleted"], o["deleted_again"]) == (True, False)
     assert "error" in o["create_deleted"]
     mine = await scenario(server, "snapshots", "keep")
@@ -262,6 +265,73 @@ async def test_filesystem_snapshots(make_server) -> None:
     assert mine["other_key_id"] in [
         cp.id for cp in server.service.core.pool.checkpoints.list()
     ]  # still there
+
+
+@pytest.mark.requires("criu")
+@pytest.mark.timeout(600)
+async def test_memory_snapshots_and_forks(make_server) -> None:
+    """e2b's full snapshot (the SDK's default) of a sandbox running a counter and an HTTP server,
+    two sandboxes made from it and `fork(count=2)`: each copy's counter counts on from the
+    snapshot's moment (above the start only the source's command line was given), its server
+    answers through `get_host`, and each copy is a machine of its own (the first's file and its
+    stopped counter are not the second's). Another key's memory snapshot is missing to it."""
+    server = await e2b_server(make_server, ports_port=0)
+    o = await scenario(server, "memory", "8000")
+    before = o["before"]
+    for copy in o["copies"]:
+        assert before <= copy["first"] < copy["then"], o
+        assert copy["counters"] == 1, o
+    assert o["copies"][0]["served"] == [200, "changed in the first copy\n"], o
+    assert o["copies"][1]["served"] == [200, "served from the snapshot\n"], o
+    assert o["stopped_stays"] and o["other_runs_on"], o
+    assert o["source"]["first"] < o["source"]["then"] and o["source"]["served"][0] == 200, o
+    assert len(o["forks"]) == 2, o
+    for fork in o["forks"]:
+        assert o["before_fork"] <= fork["first"] < fork["then"], o
+        assert fork["served"] == [200, "served from the snapshot\n"] and fork["counters"] == 1, o
+    assert o["source_id_kept"], o
+    theirs = await scenario(server, "snapshot_other", o["snapshot_id"], key=KEY_B)
+    assert "error" in theirs["create"] and theirs["listed"] == [] and theirs["delete"] is False
+    # The fork's own snapshot is not kept; the full snapshot is, until deleted.
+    kept = [cp.id for cp in server.service.core.pool.checkpoints.list()]
+    assert kept == [o["snapshot_id"]], kept
+    assert len(server.service.registry) == 0
+
+
+@pytest.mark.requires("criu")
+async def test_a_paused_sandbox_evicted_keeps_its_processes(make_server) -> None:
+    """e2b's `pause()` of a sandbox running a counter; the server evicts it past its bound of a
+    pause (its agent ends, its files and running programs kept in a memory checkpoint);
+    `connect()` resumes it under the same id: the counter counts on, above the start only its
+    command line was given."""
+    from sandboxes.server.service import ServiceConfig
+    from sandboxes.server.validation import Bounds
+
+    # Evicted once paused this long; the evicted record is then kept as long again.
+    server = await e2b_server(make_server, config=ServiceConfig(bounds=Bounds(max_paused_s=6.0)))
+    paused = await scenario(server, "pause_evicted")
+    assert paused["paused"] is True and paused["before"] > 1_000_000, paused
+    rec = server.service.registry.get(paused["id"])
+    assert rec is not None
+    old = rec.sandbox
+    await wait_until(lambda: rec.evicted is not None, timeout=60, what="the paused sandbox evicted")
+    assert old.closed  # its agent is gone; what is kept is the checkpoint
+    o = await scenario(server, "pause_evicted", paused["id"])
+    assert paused["before"] <= o["first"] < o["then"] and o["counters"] == 1, (paused, o)
+    assert len(server.service.registry) == 0
+
+
+async def test_memory_snapshots_refused_without_criu(make_server, monkeypatch) -> None:
+    """On a host whose CRIU cannot run, a full snapshot and a fork are 501, naming what is missing
+    (never a copy of the files alone)."""
+    from sandboxes.server import criu
+
+    monkeypatch.setattr(criu, "_answer", criu.Criu(False, "", False, "CRIU is not installed on this host"))
+    server = await e2b_server(make_server)
+    o = await scenario(server, "memory_refused")
+    check_memory_refused(o)
+    assert "CRIU is not installed" in o["full"]["message"], o
+    assert len(server.service.registry) == 0
 
 
 async def test_pause_and_resume(make_server) -> None:

@@ -422,19 +422,21 @@ class Criu(_message.Message):
     def __init__(self, found: _Optional[bool] = ..., version: _Optional[str] = ..., ok: _Optional[bool] = ..., reason: _Optional[str] = ...) -> None: ...
 
 class CreateCheckpointRequest(_message.Message):
-    __slots__ = ("sandbox_id", "name", "ttl_s", "keep")
+    __slots__ = ("sandbox_id", "name", "ttl_s", "keep", "memory")
     SANDBOX_ID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     TTL_S_FIELD_NUMBER: _ClassVar[int]
     KEEP_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_FIELD_NUMBER: _ClassVar[int]
     sandbox_id: str
     name: str
     ttl_s: float
     keep: bool
-    def __init__(self, sandbox_id: _Optional[str] = ..., name: _Optional[str] = ..., ttl_s: _Optional[float] = ..., keep: _Optional[bool] = ...) -> None: ...
+    memory: bool
+    def __init__(self, sandbox_id: _Optional[str] = ..., name: _Optional[str] = ..., ttl_s: _Optional[float] = ..., keep: _Optional[bool] = ..., memory: _Optional[bool] = ...) -> None: ...
 
 class Checkpoint(_message.Message):
-    __slots__ = ("id", "name", "template", "source_sandbox_id", "size_bytes", "layers", "created_at", "expires_at")
+    __slots__ = ("id", "name", "template", "source_sandbox_id", "size_bytes", "layers", "created_at", "expires_at", "memory")
     ID_FIELD_NUMBER: _ClassVar[int]
     NAME_FIELD_NUMBER: _ClassVar[int]
     TEMPLATE_FIELD_NUMBER: _ClassVar[int]
@@ -443,6 +445,7 @@ class Checkpoint(_message.Message):
     LAYERS_FIELD_NUMBER: _ClassVar[int]
     CREATED_AT_FIELD_NUMBER: _ClassVar[int]
     EXPIRES_AT_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_FIELD_NUMBER: _ClassVar[int]
     id: str
     name: str
     template: str
@@ -451,7 +454,8 @@ class Checkpoint(_message.Message):
     layers: int
     created_at: float
     expires_at: float
-    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., template: _Optional[str] = ..., source_sandbox_id: _Optional[str] = ..., size_bytes: _Optional[int] = ..., layers: _Optional[int] = ..., created_at: _Optional[float] = ..., expires_at: _Optional[float] = ...) -> None: ...
+    memory: bool
+    def __init__(self, id: _Optional[str] = ..., name: _Optional[str] = ..., template: _Optional[str] = ..., source_sandbox_id: _Optional[str] = ..., size_bytes: _Optional[int] = ..., layers: _Optional[int] = ..., created_at: _Optional[float] = ..., expires_at: _Optional[float] = ..., memory: _Optional[bool] = ...) -> None: ...
 
 class Volume(_message.Message):
     __slots__ = ("id", "name", "size_bytes", "inodes", "created_at")
@@ -530,7 +534,7 @@ class DeleteCheckpointResponse(_message.Message):
     def __init__(self) -> None: ...
 
 class ForkRequest(_message.Message):
-    __slots__ = ("sandbox_id", "count", "labels", "ttl_s")
+    __slots__ = ("sandbox_id", "count", "labels", "ttl_s", "memory")
     class LabelsEntry(_message.Message):
         __slots__ = ("key", "value")
         KEY_FIELD_NUMBER: _ClassVar[int]
@@ -542,11 +546,13 @@ class ForkRequest(_message.Message):
     COUNT_FIELD_NUMBER: _ClassVar[int]
     LABELS_FIELD_NUMBER: _ClassVar[int]
     TTL_S_FIELD_NUMBER: _ClassVar[int]
+    MEMORY_FIELD_NUMBER: _ClassVar[int]
     sandbox_id: str
     count: int
     labels: _containers.ScalarMap[str, str]
     ttl_s: float
-    def __init__(self, sandbox_id: _Optional[str] = ..., count: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., ttl_s: _Optional[float] = ...) -> None: ...
+    memory: bool
+    def __init__(self, sandbox_id: _Optional[str] = ..., count: _Optional[int] = ..., labels: _Optional[_Mapping[str, str]] = ..., ttl_s: _Optional[float] = ..., memory: _Optional[bool] = ...) -> None: ...
 
 class ForkResponse(_message.Message):
     __slots__ = ("sandboxes",)

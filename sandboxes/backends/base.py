@@ -18,6 +18,8 @@ from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 from ..templates import Template
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from ..egress import EgressPolicy
 
 __all__ = ["Backend", "ClaimListener", "ClaimRecord", "ClaimRecords", "LostListener", "SandboxHandle"]
@@ -166,6 +168,14 @@ class Backend(abc.ABC):
     and connections kept) and resumed (`pause` / `resume`); False: `Pool.pause` refuses its
     sandboxes."""
 
+    memory_snapshots: bool = False
+    """Whether its sandboxes' running programs can be dumped into a checkpoint and restored into
+    sandboxes made from it (`dump_memory` / `restore_memory`); False: `Pool.checkpoint(memory=
+    True)` refuses its sandboxes."""
+
+    no_memory_snapshots_why: str = "it cannot dump a sandbox's processes"
+    """Why it takes no memory snapshots, for the refusal (when `memory_snapshots` is False)."""
+
     records: ClaimRecords[Any] | None = None
     """The claimed sandboxes' records this backend keeps where every replica of a cluster reads
     them (kubernetes with `KubeConfig.shared`); None: claims are this process's alone."""
@@ -197,6 +207,19 @@ class Backend(abc.ABC):
     async def resume(self, handle: SandboxHandle) -> None:
         """Continue every process of a paused sandbox. Only called when `pauses`."""
         raise NotImplementedError(f"the {self.name} backend cannot resume a sandbox")
+
+    async def dump_memory(self, handle: SandboxHandle, dest: Path) -> tuple[int, Callable[[], None]]:
+        """Dumps the sandbox's running programs into `dest` (made here) and leaves them stopped:
+        `(bytes of the images, a function that continues them)`, to call once the sandbox's
+        files are captured. Raises `MemorySnapshotError` naming what could not be dumped, with
+        the programs running on. Only called when `memory_snapshots`."""
+        raise NotImplementedError(f"the {self.name} backend takes no memory snapshots")
+
+    async def restore_memory(self, handle: SandboxHandle, src: Path) -> None:
+        """Restores programs dumped by `dump_memory` into a new sandbox of the same template and
+        files; they run on there. Raises `MemorySnapshotError`. Only called when
+        `memory_snapshots`."""
+        raise NotImplementedError(f"the {self.name} backend takes no memory snapshots")
 
     async def set_egress(self, handle: SandboxHandle, policy: EgressPolicy) -> None:
         """Give the cluster's own fence of the sandbox's egress the policy its agent is about to

@@ -23,13 +23,14 @@ import signal
 import subprocess
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from .. import _bridge
 from ..errors import LaunchError, SandboxLost
 from ..templates import Template
-from . import ids, images, watchdog
+from . import ids, images, memory, watchdog
 from .base import Backend, SandboxHandle
 from .rundirs import (
     OWNER_FILE,
@@ -67,6 +68,7 @@ class LocalBackend(Backend):
     pauses = True  # the sandbox's cgroup freezer
     volumes = True
     layered_volumes = True
+    memory_snapshots = True  # CRIU (`memory.py`), when the host has it
 
     name = "local"
 
@@ -102,6 +104,21 @@ class LocalBackend(Backend):
             local.freeze(frozen)
         except Exception as e:
             raise _bridge.translate(e) from e
+
+    async def dump_memory(self, handle: SandboxHandle, dest: Path) -> tuple[int, Callable[[], None]]:
+        dumped = await asyncio.to_thread(
+            memory.dump_programs, self._agent_pid(handle), dest, leave_stopped=True
+        )
+        return sum(p.bytes for p in dumped), lambda: memory.continue_programs(dumped)
+
+    async def restore_memory(self, handle: SandboxHandle, src: Path) -> None:
+        await asyncio.to_thread(memory.restore_programs, self._agent_pid(handle), src)
+
+    def _agent_pid(self, handle: SandboxHandle) -> int:
+        local = self._live.get(handle.id)
+        if local is None or not local.alive():
+            raise SandboxLost(f"sandbox {handle.id} is not running")
+        return int(local.pid)
 
     async def create(self, template: Template, sandbox_id: str) -> SandboxHandle:
         """Launch one agent for `template`; returns when it is serving."""

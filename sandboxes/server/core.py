@@ -34,6 +34,7 @@ from typing import TYPE_CHECKING, Any
 from sandboxes import errors as E
 from sandboxes.egress import EgressPolicy
 from sandboxes.errors import Step
+from sandboxes.server import criu
 from sandboxes.server.create import CreateSpec, Source, resolve
 from sandboxes.server.image_templates import template_for_image
 from sandboxes.server.metrics import Metrics
@@ -551,17 +552,26 @@ class ServerCore:
         name: str = "",
         ttl_s: float | None = DEFAULT_CHECKPOINT_TTL_S,
         labels: dict[str, str] | None = None,
+        memory: bool = False,
     ) -> Any:
-        """A checkpoint of `rec`'s sandbox, its owner's (counted in the owner's quota)."""
+        """A checkpoint of `rec`'s sandbox, its owner's (counted in the owner's quota); with
+        `memory`, its running programs too (`memory_snapshots_missing` says whether they can be)."""
         count, size = self.pool.checkpoints.usage(rec.owner)
         left = self.quotas.check_checkpoints(rec.owner, count, size)
         if len(name) > 256:
             raise E.InvalidRequest("a checkpoint's name is at most 256 characters")
         cp = await self.pool.checkpoint(
-            rec.sandbox, owner=rec.owner, name=name, ttl_s=ttl_s, labels=labels, max_bytes=left
+            rec.sandbox, owner=rec.owner, name=name, ttl_s=ttl_s, labels=labels, max_bytes=left, memory=memory
         )
         log.info("checkpoint taken", extra={"sandbox_id": rec.id, "checkpoint_id": cp.id, "owner": rec.owner})
         return cp
+
+    async def memory_snapshots_missing(self, rec: Record) -> str:
+        """Why `rec`'s sandbox cannot be checkpointed with its running programs ("" when it can):
+        its backend's reason, else the host's CRIU's (probed once, off the loop)."""
+        return self.pool.memory_snapshots_missing(rec.sandbox) or await asyncio.to_thread(
+            criu.memory_snapshots_missing
+        )
 
     def checkpoints(self, owner: str) -> list[Any]:
         """`owner`'s checkpoints (not those that hold built templates or volumes' versions: they are
@@ -588,9 +598,11 @@ class ServerCore:
         ttl_s: float | None = None,
         attrs: dict[str, Any] | None = None,
         idle_s: float | None = None,
+        memory: bool = False,
     ) -> list[Record]:
-        """`count` sandboxes of `rec`'s file system now, each registered as its owner's (one unit
-        of sandbox quota each: all or none), with the lifetime `ttl_s` and `idle_s` give."""
+        """`count` sandboxes of `rec`'s file system now (with `memory`, its running programs too),
+        each registered as its owner's (one unit of sandbox quota each: all or none), with the
+        lifetime `ttl_s` and `idle_s` give."""
         owner = rec.owner
         self._admit(rec.template)
         if isinstance(count, bool) or not isinstance(count, int) or not 1 <= count <= MAX_FORK:
@@ -600,7 +612,7 @@ class ServerCore:
             for _ in range(count):
                 self.quotas.acquire_sandbox(owner)
                 held += 1
-            forks = await self.pool.fork(rec.sandbox, count, labels=labels or None)
+            forks = await self.pool.fork(rec.sandbox, count, labels=labels or None, memory=memory)
         except BaseException:
             for _ in range(held):
                 self.quotas.release_sandbox(owner)
@@ -818,7 +830,8 @@ class ServerCore:
     async def pause(self, rec: Record, *, memory: bool = True) -> bool:
         """Pause `rec`'s sandbox; its lifetime stops (what is left of its TTL is kept, its idle
         bound does not count while it is paused). With `memory`, where it runs (`Pool.pause`:
-        processes kept), evicted to a filesystem checkpoint after `Bounds.max_paused_s`; without,
+        processes kept), evicted after `Bounds.max_paused_s` to a checkpoint of its files and, where
+        they can be taken, its running programs (resuming runs them on); without,
         or on a backend that checkpoints but cannot keep processes (kubernetes: the pod ends),
         evicted at once: its files are kept, its processes end, and resuming starts a new
         sandbox from the files. False when it was paused already."""
@@ -932,15 +945,34 @@ class ServerCore:
             lock = rec.attrs[_PAUSE_LOCK] = asyncio.Lock()
         return lock
 
-    async def _evict(self, rec: Record) -> None:
+    async def _evict(self, rec: Record, *, processes: bool = False) -> None:
         """`rec`'s sandbox ends, its files kept in a checkpoint the record holds (no one's
-        listing, no quota: it is the paused sandbox itself)."""
+        listing, no quota: it is the paused sandbox itself); with `processes`, its running
+        programs too where they can be taken (`memory_snapshots_missing`), so resuming runs them
+        on (a program CRIU refuses leaves the files alone, as a pause without memory would)."""
         sb = rec.sandbox
         if sb.paused:
             await self.pool.resume(sb)  # the checkpoint is its agent's work
-        cp = await self.pool.checkpoint(
-            sb, owner=_evicted_owner(rec.owner), name=rec.id, ttl_s=self.bounds.max_paused_s + 60.0
-        )
+
+        async def kept(memory: bool) -> Any:
+            return await self.pool.checkpoint(
+                sb,
+                owner=_evicted_owner(rec.owner),
+                name=rec.id,
+                ttl_s=self.bounds.max_paused_s + 60.0,
+                memory=memory,
+            )
+
+        cp = None
+        if processes and not await self.memory_snapshots_missing(rec):
+            try:
+                cp = await kept(True)
+            except E.MemorySnapshotError as e:
+                log.warning(
+                    "evicting sandbox %s keeps its files only: %s", rec.id, e, extra={"sandbox_id": rec.id}
+                )
+        if cp is None:
+            cp = await kept(False)
         rec.evicted = cp.id
         sb._paused = True  # its calls are refused as a paused sandbox's from now on
         self.registry.expire_at(rec, time.time() + self.bounds.max_paused_s)
@@ -1046,8 +1078,8 @@ class ServerCore:
     async def _expire(self, rec: Record) -> None:
         """Its lifetime ended (`rec.ended_by`: its TTL or its idle bound): deleted with that
         reason ("ttl", "idle"), or paused when the record asks (`on_ttl`); a sandbox paused with
-        its processes past `max_paused_s` is evicted to its files instead, where its backend can
-        checkpoint."""
+        its processes past `max_paused_s` is evicted to its files (and its programs, where they can
+        be taken) instead, where its backend can checkpoint."""
         try:
             if rec.state == "running" and rec.on_ttl == "pause":
                 await self.pause(rec, memory=rec.pause_memory)
@@ -1055,7 +1087,7 @@ class ServerCore:
             if rec.state == "paused" and not rec.evicted and self.pool.can_checkpoint(rec.sandbox):
                 async with self._pausing(rec):
                     if not rec.evicted:
-                        await self._evict(rec)
+                        await self._evict(rec, processes=True)
                 return
         except E.SandboxError as e:
             log.warning("pausing or evicting sandbox %s at its TTL failed (%s); deleting it", rec.id, e)

@@ -5,7 +5,7 @@ refused with it.
 Probed once per process, at server start (in a thread: it runs `criu`): `criu` on the PATH, its
 `criu --version` (4.1 or later: older releases fail on kernels that map `[vvar_vclock]`) and its
 own `criu check`. `deploy/criu.sh` (`make criu`) installs one. A CRIU that passes is reported as
-ok; this server still restores files only, and its refusals say so.
+ok, and the local backend's memory snapshots (`backends/memory.py`) are served with it.
 """
 
 from __future__ import annotations
@@ -20,7 +20,6 @@ __all__ = ["MIN_VERSION", "Criu", "check", "memory_snapshots_missing", "parse_ve
 
 CHECK_TIMEOUT_S = 30.0
 MIN_VERSION = (4, 1)
-_NOT_USED = "this server restores a sandbox's files, not its processes (CRIU is not used)"
 _NOT_INSTALLED = "CRIU, which checkpoints running processes, is not installed on this host"
 
 
@@ -36,8 +35,9 @@ class Criu:
 
     @property
     def missing(self) -> str:
-        """Why memory snapshots cannot be served here, in words for the caller's error."""
-        return _NOT_USED if self.ok else self.reason
+        """Why memory snapshots cannot be served here, in words for the caller's error ("" when
+        they can)."""
+        return "" if self.ok else self.reason
 
 
 def parse_version(text: str) -> tuple[int, ...] | None:
@@ -98,5 +98,6 @@ def probed() -> Criu | None:
 
 
 def memory_snapshots_missing() -> str:
-    """Why memory snapshots cannot be served here, in words for the caller's error."""
+    """Why this host's CRIU cannot take memory snapshots, in words for the caller's error ("" when
+    it can)."""
     return probe().missing

@@ -233,7 +233,15 @@ class SandboxService:
             layers=len(cp.layers),
             created_at=cp.created_at,
             expires_at=cp.expires_at or 0.0,
+            memory=cp.memory,
         )
+
+    async def _memory(self, rec: Any, asked: bool) -> bool:
+        """`asked`, once checked that `rec`'s running programs can be taken: else the refusal
+        names what is missing (no copy of its files alone is made)."""
+        if asked and (missing := await self.core.memory_snapshots_missing(rec)):
+            raise E.InvalidRequest(f"memory snapshots are not available for this sandbox: {missing}")
+        return asked
 
     async def create_checkpoint(
         self, req: pb.CreateCheckpointRequest, context: Any, owner: str
@@ -243,7 +251,10 @@ class SandboxService:
         if req.keep and ttl:
             raise E.InvalidRequest("a kept checkpoint has no ttl_s")
         cp = await self.core.checkpoint(
-            rec, name=req.name, ttl_s=None if req.keep else (ttl or DEFAULT_CHECKPOINT_TTL_S)
+            rec,
+            name=req.name,
+            ttl_s=None if req.keep else (ttl or DEFAULT_CHECKPOINT_TTL_S),
+            memory=await self._memory(rec, req.memory),
         )
         return self._checkpoint_pb(cp)
 
@@ -271,6 +282,7 @@ class SandboxService:
             req.count,
             labels=self.validate.labels(req.labels) or None,
             ttl_s=self.validate.seconds("ttl_s", req.ttl_s, b.max_ttl_s) or self.config.default_ttl_s,
+            memory=await self._memory(rec, req.memory),
         )
         return pb.ForkResponse(sandboxes=[self._sandbox_pb(r) for r in recs])
 

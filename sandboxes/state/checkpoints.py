@@ -10,7 +10,9 @@ writable place an overlay with the layer beneath its own disk).
 
 On disk (`root`, `$SANDBOXES_CHECKPOINT_DIR`, else `checkpoints` beside the image cache):
 `layers/<sha256>/` the unpacked layers, `records/<id>.json` the checkpoints (written to a
-temporary file and renamed), `tmp/` layers being unpacked. Records and layers survive the process;
+temporary file and renamed), `memory/<id>/` the running programs' images of a checkpoint taken
+with its memory (`backends/memory.py`; removed with its record, or after the restores reading
+them), `tmp/` layers being unpacked and programs being dumped. Records and layers survive the process;
 a layer is removed once no record names it and no sandbox of this process runs on it (a deleted
 checkpoint's layers stay until the sandboxes made from it end). Checkpoints expire `ttl_s` after
 they are taken unless kept (`ttl_s=None`). Each belongs to an owner (an API key's id; "" for an
@@ -29,7 +31,7 @@ import shutil
 import tempfile
 import time
 import uuid
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -75,6 +77,9 @@ class Checkpoint:
     expires_at: float | None = None  # None: kept until deleted
     # What the surface that took it keeps with it (e.g. the image a Prime sandbox was asked for).
     labels: dict[str, str] = field(default_factory=dict)
+    # Its sandbox's running programs too (`memory/<id>/`, counted in `bytes`): a sandbox made from
+    # it runs them on.
+    memory: bool = False
 
     def expired(self, now: float | None = None) -> bool:
         return self.expires_at is not None and (now or time.time()) >= self.expires_at
@@ -104,7 +109,9 @@ class CheckpointStore:
         self.layers_dir = self.root / "layers"
         self.records_dir = self.root / "records"
         self.tmp_dir = self.root / "tmp"
+        self.memory_dir = self.root / "memory"
         self._in_use: collections.Counter[str] = collections.Counter()
+        self._memory_in_use: collections.Counter[str] = collections.Counter()
         self._records: dict[str, Checkpoint] | None = None
         self.max_capture_bytes = MAX_CAPTURE_BYTES
         self.max_capture_entries = MAX_CAPTURE_ENTRIES
@@ -118,7 +125,7 @@ class CheckpointStore:
         """The records, read from the directory when first needed or `fresh` (other processes
         sharing the directory, the replicas of a cluster, add and delete records too)."""
         if self._records is None or fresh:
-            for d in (self.layers_dir, self.records_dir, self.tmp_dir):
+            for d in (self.layers_dir, self.records_dir, self.tmp_dir, self.memory_dir):
                 d.mkdir(parents=True, exist_ok=True, mode=0o700)
             self._records = {cp.id: cp for cp in read_records(self.records_dir, Checkpoint.from_json)}
         return self._records
@@ -137,12 +144,18 @@ class CheckpointStore:
         size: int = 0,
         ttl_s: float | None = DEFAULT_TTL_S,
         labels: dict[str, str] | None = None,
+        memory: Path | None = None,
     ) -> Checkpoint:
-        """Records a checkpoint of layers already stored."""
+        """Records a checkpoint of layers already stored; with `memory`, a directory of this
+        store's `memory_tmp()` holding its programs' images (moved into the store; `size`
+        counts them)."""
         _check_ttl(ttl_s)
         now = time.time()
+        cp_id = f"cp-{uuid.uuid4().hex[:16]}"
+        if memory is not None:
+            os.rename(memory, self.memory_path(cp_id))
         cp = Checkpoint(
-            id=f"cp-{uuid.uuid4().hex[:16]}",
+            id=cp_id,
             template=template,
             layers=tuple(layers),
             owner=owner,
@@ -152,6 +165,7 @@ class CheckpointStore:
             created_at=now,
             expires_at=None if ttl_s is None else now + ttl_s,
             labels=dict(labels or {}),
+            memory=memory is not None,
         )
         self._load()[cp.id] = cp
         self._write(cp)
@@ -187,6 +201,7 @@ class CheckpointStore:
         for fn in self.on_drop:
             fn(cp)
         self.collect(cp.layers)
+        self._collect_memory(cp.id)
 
     def expire(self) -> int:
         """Drops the checkpoints past their time; returns how many."""
@@ -200,6 +215,37 @@ class CheckpointStore:
         """`owner`'s live checkpoints: how many, and the bytes of their own layers."""
         mine = self.list(owner)
         return len(mine), sum(cp.bytes for cp in mine)
+
+    # --- memory: the programs' images of a checkpoint that has them -----------------------------
+
+    def memory_path(self, checkpoint_id: str) -> Path:
+        return self.memory_dir / checkpoint_id
+
+    def memory_tmp(self) -> Path:
+        """A fresh path (not made) in this store for a dump's images, before `add` takes them."""
+        self._load()
+        return self.tmp_dir / f"memory-{uuid.uuid4().hex[:16]}"
+
+    @contextlib.contextmanager
+    def using_memory(self, cp: Checkpoint) -> Iterator[Path]:
+        """`cp`'s images, kept while the block restores from them (a deletion meanwhile removes
+        them after it)."""
+        path = self.memory_path(cp.id)
+        if not cp.memory or not path.is_dir():
+            raise NotFound(f"checkpoint {cp.id} has no memory on this host")
+        self._memory_in_use[cp.id] += 1
+        try:
+            yield path
+        finally:
+            self._memory_in_use[cp.id] -= 1
+            if self._memory_in_use[cp.id] <= 0:
+                del self._memory_in_use[cp.id]
+            self._collect_memory(cp.id)
+
+    def _collect_memory(self, checkpoint_id: str) -> None:
+        """Removes a checkpoint's images once no record names it and no restore reads them."""
+        if checkpoint_id not in self._load() and not self._memory_in_use.get(checkpoint_id):
+            shutil.rmtree(self.memory_path(checkpoint_id), ignore_errors=True)
 
     # --- layers ----------------------------------------------------------------------------------
 

@@ -80,7 +80,6 @@ def lifecycle(_: str | None) -> dict[str, Any]:
     a.set_timeout(600)
     o["extended"] = round((a.get_info().end_at - a.get_info().started_at).total_seconds()) >= 590
     o["metrics"] = attempt(lambda: a.get_metrics())
-    o["snapshot"] = attempt(a.create_snapshot)
     other = attempt(Sandbox.create, template="no-such-image:latest")
     o["unknown_template"] = other if "error" in other else {"ok": other["ok"].kill()}
     o["running"] = a.is_running()
@@ -389,8 +388,8 @@ async def first_commands(shape: str | None) -> dict[str, list[float]]:
 
 
 def snapshots(keep: str | None) -> dict[str, Any]:
-    """A filesystem snapshot, sandboxes made from it (each with writes of its own), list, delete;
-    the full snapshot (the SDK's default) and fork, which carry processes, are refused."""
+    """A filesystem snapshot, sandboxes made from it (each with writes of its own and none of the
+    source's processes), list, delete."""
     o: dict[str, Any] = {}
     sb = Sandbox.create(timeout=120)
     sb.files.write("state.txt", "before")
@@ -407,8 +406,6 @@ def snapshots(keep: str | None) -> dict[str, Any]:
     o["by_name"] = [
         s.snapshot_id == snap.snapshot_id for s in Sandbox.list_snapshots(name="warm").next_items()
     ]
-    o["full"] = attempt(sb.create_snapshot)
-    o["fork"] = attempt(sb.fork)
     o["other_key_id"] = snap.snapshot_id
     for m in made:
         m.kill()
@@ -418,6 +415,112 @@ def snapshots(keep: str | None) -> dict[str, Any]:
     o["deleted"] = Sandbox.delete_snapshot(snap.snapshot_id)
     o["deleted_again"] = Sandbox.delete_snapshot(snap.snapshot_id)
     o["create_deleted"] = attempt(Sandbox.create, snap.snapshot_id)
+    sb.kill()
+    return o
+
+
+def memory_refused(_: str | None) -> dict[str, Any]:
+    """The full snapshot (the SDK's default) and fork, which carry processes, where they cannot
+    be taken."""
+    sb = Sandbox.create(timeout=120)
+    o = {"full": attempt(sb.create_snapshot), "fork": attempt(sb.fork)}
+    sb.kill()
+    return o
+
+
+COUNTER = """import os, sys, time
+n = int(sys.argv[1])
+while True:
+    n += 1
+    with open("/tmp/count.tmp", "w") as f:
+        f.write(str(n))
+    os.replace("/tmp/count.tmp", "/tmp/count")
+    time.sleep(0.02)
+"""
+START = 1_000_000  # given to the source's counter only: a count above it elsewhere is its memory
+
+
+def memory(port: str | None) -> dict[str, Any]:
+    """A full snapshot (the default) of a sandbox running a counter and an HTTP server, two
+    sandboxes made from it, and `fork(count=2)`: in each copy the counter counts on from the
+    snapshot's moment and the server answers through `get_host`; each copy is a machine of its
+    own (its own files, its own processes)."""
+    import http.client
+
+    o: dict[str, Any] = {}
+    sb = Sandbox.create(timeout=300)
+    sb.files.write("/tmp/counter.py", COUNTER)
+    sb.files.write("/tmp/page.txt", "served from the snapshot\n")
+    sb.commands.run(f"python3 /tmp/counter.py {START}", background=True)
+    sb.commands.run(f"python3 -m http.server {port} --bind 127.0.0.1 --directory /tmp", background=True)
+    sb.commands.run(
+        f'for i in $(seq 100); do test -s /tmp/count && python3 -c "import socket; '
+        f"socket.create_connection(('127.0.0.1', {port}))\" && exit 0; sleep 0.1; done; exit 1"
+    )
+
+    def count(s: Any) -> int:
+        return int(s.files.read("/tmp/count"))
+
+    def look(s: Any) -> dict[str, Any]:
+        first = count(s)
+        time.sleep(0.5)
+        host = s.get_host(int(str(port)))
+        conn = http.client.HTTPConnection(host.split(".", 1)[1], timeout=30)
+        conn.request(
+            "GET",
+            "/page.txt",
+            headers={"Host": host, "e2b-traffic-access-token": s.traffic_access_token or ""},
+        )
+        r = conn.getresponse()
+        return {
+            "first": first,
+            "then": count(s),
+            "served": [r.status, r.read().decode()],
+            "counters": len(s.commands.run("pgrep -f [c]ounter.py || true").stdout.split()),
+        }
+
+    before = count(sb)
+    snap = sb.create_snapshot()
+    o["snapshot_id"] = snap.snapshot_id
+    o["before"] = before
+    copies = [Sandbox.create(snap.snapshot_id, timeout=120) for _ in range(2)]
+    copies[0].files.write("/tmp/page.txt", "changed in the first copy\n")
+    o["copies"] = [look(c) for c in copies]
+    # The first copy's counter stopped: the second's runs on (a process of its own).
+    copies[0].commands.run("pkill -f [c]ounter.py")
+    stopped = count(copies[0])
+    time.sleep(0.3)
+    o["stopped_stays"] = count(copies[0]) == stopped
+    o["other_runs_on"] = look(copies[1])["then"] > o["copies"][1]["then"]
+    o["source"] = look(sb)
+    before_fork = count(sb)
+    forks = sb.fork(count=2)
+    o["forks"] = [look(f) if not isinstance(f, Exception) else err(f) for f in forks]
+    o["before_fork"] = before_fork
+    o["source_id_kept"] = sb.get_info().sandbox_id == sb.sandbox_id
+    for s in [*copies, *[f for f in forks if not isinstance(f, Exception)], sb]:
+        s.kill()
+    return o
+
+
+def pause_evicted(sandbox_id: str | None) -> dict[str, Any]:
+    """A sandbox with a counter running, paused (the server evicts it past its bound of a pause);
+    then, given its id, `connect` resumes it: the counter counts on."""
+    if sandbox_id is None:
+        sb = Sandbox.create(timeout=300)
+        sb.files.write("/tmp/counter.py", COUNTER)
+        sb.commands.run(f"python3 /tmp/counter.py {START}", background=True)
+        sb.commands.run("for i in $(seq 100); do test -s /tmp/count && exit 0; sleep 0.1; done; exit 1")
+        before = int(sb.files.read("/tmp/count"))
+        return {"id": sb.sandbox_id, "before": before, "paused": sb.pause()}
+    sb = Sandbox.connect(sandbox_id, timeout=120)
+    first = int(sb.files.read("/tmp/count"))
+    time.sleep(0.5)
+    o = {
+        "first": first,
+        "then": int(sb.files.read("/tmp/count")),
+        "counters": len(sb.commands.run("pgrep -f [c]ounter.py || true").stdout.split()),
+    }
     sb.kill()
     return o
 
@@ -771,6 +874,9 @@ SCENARIOS = {
     "bench": bench,
     "first_commands": first_commands,
     "snapshots": snapshots,
+    "memory": memory,
+    "memory_refused": memory_refused,
+    "pause_evicted": pause_evicted,
     "snapshot_other": snapshot_other,
     "pause": pause,
     "pause_files": pause_files,

@@ -23,8 +23,9 @@ than the server's bound, or a `memory: false` pause, keeps only its files (the p
 the sandbox restarts from them on resume, the platform's cold boot; `on_resume="reboot"` asks
 for that too). The timeout stops while paused; resuming sets the timeout given, or what was left.
 
-Snapshots (filesystem ones; a full one and a fork are 501) are `snapshots.py`'s; `create` with a
-snapshot's id as `templateID` makes a sandbox from it.
+Snapshots (filesystem ones, and full ones and forks, which carry the running processes where the
+backend and the host's CRIU take them, else 501) are `snapshots.py`'s; `create` with a snapshot's
+id as `templateID` makes a sandbox from it.
 
 The key is `X-API-KEY` (a server key). Errors are `{"code": <status>, "message": ...}`, the body
 the SDK parses for every status it knows. A key sees only its own sandboxes; another key's is 404.
@@ -123,6 +124,14 @@ class ControlPlane:
 
     async def create(self, request: Request, owner: str) -> Response:
         body = await self._body(request)
+        sb = await self.made(owner, body, request.headers.get("idempotency-key"))
+        return JSONResponse(sb.created_json(), status_code=201)
+
+    async def made(
+        self, owner: str, body: dict[str, Any], idem: str | None = None, *, snapshot_of: str | None = None
+    ) -> E2bSandbox:
+        """A sandbox made as a create's `body` asks; a fork's (`snapshots.py`) is made from the
+        snapshot `snapshot_of` and shows its source's `templateID`."""
         template_id = body.get("templateID")
         if not isinstance(template_id, str) or not template_id:
             raise Refused(400, "templateID is required")
@@ -143,9 +152,8 @@ class ControlPlane:
             self.core, owner, body.get("volumeMounts"), volume="name", path="path", what="volumeMounts"
         )
         # The server's option: a metadata entry that names the image or template to run.
-        ref = (metadata.get(self.e2b.image_key) if self.e2b.image_key else None) or template_id
+        ref = snapshot_of or (metadata.get(self.e2b.image_key) if self.e2b.image_key else None) or template_id
         snapshot = ref.startswith("cp-")  # a snapshot of this key's (`snapshots.py`)
-        idem = request.headers.get("idempotency-key")
         spec = CreateSpec(
             image=None if snapshot or ref in E2B_TEMPLATES else ref,
             checkpoint=ref if snapshot else None,
@@ -182,7 +190,7 @@ class ControlPlane:
             if auto_pause:
                 sb.on_timeout, sb.auto_resume = "pause", auto_resume
             await self.core.save(rec)  # any replica of a cluster serves it from now on
-        return JSONResponse(sb.created_json(), status_code=201)
+        return sb
 
     @staticmethod
     def _attach(

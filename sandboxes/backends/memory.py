@@ -1,0 +1,499 @@
+"""Memory snapshots on the local backend: a sandbox's running programs (their processes, memory,
+open files, pipes, timers, cwd) dumped by CRIU while they run, and restored into a new sandbox of
+the same template, where they run on from the dumped state.
+
+A sandbox's programs are children of its agent (pid 1 of its pid namespace), each its own
+session leader in an exec cgroup of its own and in the programs' user namespace, which the agent
+holds open at `USERNS_FD`. The agent itself, in the host's user namespace, is never dumped: its
+socket lives in the host's network namespace, and a new sandbox has an agent of its own.
+
+CRIU runs as host root, entered into the sandbox's mount, pid, network, ipc, uts and cgroup
+namespaces (`nsenter -t <agent>`) but not its user namespace:
+
+- dump: `criu dump --leave-running -t <program>` per program, one images directory each; the
+  source sandbox runs on. The images say the programs' user namespace is one to create (it is not
+  CRIU's own): `inventory.img` is rewritten so that it is CRIU's root one and `userns-*.img` goes,
+  and the restore joins the target's instead.
+- restore: `criu restore --restore-detached --join-ns time:<the target's> --join-ns user:<the
+  target's USERNS_FD>` (in that order: the time namespace is the host's) in the target's
+  namespaces, CRIU itself first moved into a cgroup `exec-restored` below the target sandbox's own in
+  every hierarchy (`--manage-cgroups=ignore`): the programs count against the target's limits,
+  freeze with it, and die with it. They become children of the target's agent.
+
+Pids: CRIU gives the programs their dumped pids, so the target must not run a process at one of
+them; a fresh sandbox of the same template runs its own processes at the pids the source ran them.
+The images directory is readable by others (the restorer, in the target's user namespace, has no
+right over root's files) and lives in a directory only root can enter.
+
+Requires the CRIU of `deploy/criu.sh` (its patches: CRIU without CAP_SYS_RESOURCE and
+CAP_NET_ADMIN over the sandbox). What CRIU refuses comes back as `MemorySnapshotError` naming its
+own error line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import shutil
+import signal
+import struct
+import subprocess
+import tempfile
+import time
+from collections.abc import Sequence
+from dataclasses import dataclass
+from pathlib import Path
+
+from .. import _bridge
+from ..errors import MemorySnapshotError
+
+__all__ = [
+    "DumpedProgram",
+    "continue_programs",
+    "dump_programs",
+    "programs_of",
+    "restore_programs",
+    "sandbox_cgroup_dirs",
+]
+
+USERNS_FD = 1021  # sandbox_exec::seccomp::USERNS_FD: the agent's handle on the programs' user namespace
+CRIU_TIMEOUT_S = 120.0
+RESTORED_CGROUP = "exec-restored"  # an exec cgroup: restored programs are programs of their new sandbox
+EXTERNAL_PIPES = "agent-pipes.json"  # in a program's images: the pipes its agent held the other end of
+_NAMESPACES = ["-m", "-p", "-n", "-i", "-u", "-C"]  # all of the agent's but its user namespace
+
+
+@dataclass(frozen=True)
+class DumpedProgram:
+    """One program's images: `pid` in its sandbox's pid namespace, `dir` its images directory,
+    `seconds` the dump's duration, `bytes` the images' size; `stopped` the host pids of its tree
+    a dump with `leave_stopped` stopped (`continue_programs` continues them)."""
+
+    pid: int
+    dir: Path
+    seconds: float
+    bytes: int
+    stopped: tuple[int, ...] = ()
+
+
+def _criu() -> str:
+    criu = shutil.which("criu")
+    if criu is None:
+        raise MemorySnapshotError("CRIU is not installed on this host (deploy/criu.sh)", stage="dump")
+    return criu
+
+
+def _ns_pid(host_pid: int) -> int:
+    """`host_pid`'s pid in its own (innermost) pid namespace."""
+    return int(_status_field(host_pid, "NSpid").split()[-1])
+
+
+def _cgroups(pid: int) -> dict[str, str]:
+    """`pid`'s cgroup path per hierarchy (its controllers joined by commas; "" for v2)."""
+    paths = {}
+    for line in Path(f"/proc/{pid}/cgroup").read_text().splitlines():
+        _, ctrls, path = line.split(":", 2)
+        paths[ctrls] = path
+    return paths
+
+
+def programs_of(agent_pid: int) -> list[int]:
+    """The host pids of the agent's programs: its children in an exec cgroup (`exec-*`, one per
+    program); its helpers (the Python zygote in `zygote-*`, others in the agent's own cgroup)
+    are the sandbox's own, started again by every new sandbox. A sandbox without cgroups
+    cannot tell them apart: `MemorySnapshotError`."""
+    if not sandbox_cgroup_dirs(agent_pid):
+        raise MemorySnapshotError(
+            "the sandbox has no cgroups (its template's cgroups=False): its programs cannot be told "
+            "from its agent's own processes",
+            stage="dump",
+        )
+    children: list[int] = []
+    for task in Path(f"/proc/{agent_pid}/task").iterdir():
+        with open(task / "children") as f:
+            children += [int(p) for p in f.read().split()]
+    try:
+        return sorted(
+            pid
+            for pid in children
+            if any(Path(path).name.startswith("exec-") for path in _cgroups(pid).values())
+        )
+    except FileNotFoundError:  # a program ended while listed
+        return programs_of(agent_pid)
+
+
+def sandbox_cgroup_dirs(agent_pid: int) -> list[Path]:
+    """The host directories of the sandbox's cgroup, one per hierarchy it has one in (the
+    agent's own cgroup, or its parent where the agent moved itself into the leaf `agent`)."""
+    mine = _cgroups(os.getpid())
+    dirs = []
+    for ctrls, own_dir in _bridge.api().own_cgroup_dirs():
+        path = _cgroups(agent_pid).get(ctrls)
+        base = mine.get(ctrls)
+        if path is None or base is None or path == base:
+            continue
+        rel = Path(path).relative_to(base)
+        if rel.name == "agent":
+            rel = rel.parent
+        dirs.append(Path(own_dir) / rel)
+    return dirs
+
+
+def _last_error(log: Path, fallback: str) -> str:
+    """CRIU's first fatal error line in its log (the errors it logs and survives excluded)."""
+    survived = ("tun: Unable to create tun", "Can't setup RLIMIT_NOFILE for self")
+    try:
+        lines = log.read_text(errors="replace").splitlines()
+    except OSError:
+        return fallback
+    for line in lines:
+        if "Error (" in line and not any(s in line for s in survived):
+            return re.sub(r"^\(\s*[\d.]+\)\s*(\d+:\s*)?", "", line).strip()
+    return fallback
+
+
+def _agent_pipes(agent_pid: int, host_pid: int) -> list[int]:
+    """The inodes of the pipes `host_pid` shares with its agent: its stdio, whose other ends are
+    the agent's (an exec's stream), which a restored program does not have."""
+
+    def pipes(pid: int) -> set[int]:
+        found = set()
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            with contextlib.suppress(OSError):
+                if m := re.fullmatch(r"pipe:\[(\d+)\]", os.readlink(fd)):
+                    found.add(int(m.group(1)))
+        return found
+
+    return sorted(pipes(host_pid) & pipes(agent_pid))
+
+
+def _run(
+    argv: list[str], images: Path, stage: str, fds: Sequence[int] = (), work: Path | None = None
+) -> float:
+    """Runs CRIU with `images` (and `work`, where its log `<stage>.log` goes; default: `images`)
+    open at inherited fds, named in `argv` as `@IMAGES@` and `@WORK@` (`/proc/self/fd/N` reaches
+    them from inside the sandbox's mount namespace); raises `MemorySnapshotError` with CRIU's
+    error, the log's last lines its detail."""
+    work = work or images
+    image_fd = os.open(images, os.O_RDONLY | os.O_DIRECTORY)
+    work_fd = os.open(work, os.O_RDONLY | os.O_DIRECTORY)
+    try:
+        argv = [
+            a.replace("@IMAGES@", f"/proc/self/fd/{image_fd}").replace("@WORK@", f"/proc/self/fd/{work_fd}")
+            for a in argv
+        ]
+        t = time.monotonic()
+        try:
+            r = subprocess.run(
+                argv,
+                capture_output=True,
+                text=True,
+                timeout=CRIU_TIMEOUT_S,
+                pass_fds=(image_fd, work_fd, *fds),
+                check=False,
+            )
+        except subprocess.TimeoutExpired as e:
+            raise MemorySnapshotError(f"CRIU's {stage} took over {CRIU_TIMEOUT_S:.0f} s", stage=stage) from e
+        took = time.monotonic() - t
+    finally:
+        os.close(image_fd)
+        os.close(work_fd)
+    if r.returncode != 0:
+        log = work / f"{stage}.log"
+        said = (r.stderr or r.stdout).strip().splitlines()
+        what = _last_error(log, said[-1] if said else "")
+        try:
+            detail = "\n".join(log.read_text(errors="replace").splitlines()[-20:])
+        except OSError:
+            detail = "\n".join(said[-20:])
+        raise MemorySnapshotError(
+            f"CRIU refused the {stage}: {what or f'exit {r.returncode}'}",
+            stage=stage,
+            what=what,
+            detail=detail,
+        )
+    return took
+
+
+def _tree(host_pid: int) -> list[int]:
+    """`host_pid` and its descendants (those that ended while listed left out)."""
+    found, todo = [], [host_pid]
+    while todo:
+        pid = todo.pop()
+        found.append(pid)
+        with contextlib.suppress(OSError):
+            for task in Path(f"/proc/{pid}/task").iterdir():
+                todo += [int(c) for c in (task / "children").read_text().split()]
+    return found
+
+
+# Kinds of fd CRIU cannot dump (an io_uring cannot even be passed to its parasite).
+_UNSUPPORTED_FDS = (
+    "anon_inode:[io_uring]",
+    "anon_inode:[perf_event]",
+    "anon_inode:bpf-",
+    "anon_inode:[userfaultfd]",
+)
+
+
+def _comm(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/comm").read_text().strip()
+    except OSError:
+        return "?"
+
+
+def _unsupported_fd(tree: Sequence[int]) -> str:
+    """The first fd of `tree` of a kind CRIU cannot dump, in words ("" when none)."""
+    for pid in tree:
+        with contextlib.suppress(OSError):
+            for fd in sorted(Path(f"/proc/{pid}/fd").iterdir(), key=lambda p: int(p.name)):
+                with contextlib.suppress(OSError):
+                    target = os.readlink(fd)
+                    if target.startswith(_UNSUPPORTED_FDS):
+                        return f"fd {fd.name} of {_comm(pid)} ({_ns_pid(pid)}) is {target}, which CRIU cannot dump"
+    return ""
+
+
+def _refuse_undumpable(tree: Sequence[int]) -> None:
+    """A process that made itself undumpable (`prctl(PR_SET_DUMPABLE, 0)`, or a set-id exec)
+    refused its memory to anyone but root: its memory is not taken. The kernel shows it as
+    the files of its /proc directory owned by its user namespace's root instead of its own
+    user (a program running as that root is not told apart)."""
+    for pid in tree:
+        try:
+            euid = int(_status_field(pid, "Uid").split()[1])
+            owner = os.stat(f"/proc/{pid}/status").st_uid
+        except (OSError, MemorySnapshotError):
+            continue  # it ended
+        if owner != euid:
+            what = f"{_comm(pid)} ({_ns_pid(pid)}) made itself undumpable"
+            raise MemorySnapshotError(f"{what}: its memory is not taken", stage="dump", what=what)
+
+
+def _refuse_more_than_one_task(tree: Sequence[int]) -> None:
+    """A program of more than one task (a thread, or a child process) cannot be restored here:
+    CRIU gives each restored task its dumped id, which the kernel grants only to a process with
+    CAP_CHECKPOINT_RESTORE over the sandbox's pid namespace, and every task but the first is made
+    by the program itself, inside its user namespace, which has none. Refused before anything is
+    dumped, rather than a snapshot that no sandbox can be made from."""
+    for pid in tree:
+        try:
+            threads = int(_status_field(pid, "Threads"))
+        except (OSError, ValueError, MemorySnapshotError):
+            continue  # it ended
+        if threads > 1:
+            what = f"{_comm(pid)} ({_ns_pid(pid)}) runs {threads} threads"
+            raise MemorySnapshotError(
+                f"{what}: only single-threaded programs without child processes can be restored here",
+                stage="dump",
+                what=what,
+            )
+    if len(tree) > 1:
+        what = f"{_comm(tree[0])} ({_ns_pid(tree[0])}) has child processes ({len(tree) - 1})"
+        raise MemorySnapshotError(
+            f"{what}: only single-threaded programs without child processes can be restored here",
+            stage="dump",
+            what=what,
+        )
+
+
+def _status_field(pid: int, name: str) -> str:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith(name + ":"):
+            return line.split(":", 1)[1].strip()
+    raise MemorySnapshotError(f"process {pid} has no {name}", stage="dump")
+
+
+def _stopped(pid: int) -> bool:
+    """Whether `pid` is stopped by a signal (state T) or gone."""
+    try:
+        stat = Path(f"/proc/{pid}/stat").read_text()
+    except OSError:
+        return True
+    return stat[stat.rindex(")") + 2] == "T"
+
+
+def dump_programs(agent_pid: int, dest: Path, *, leave_stopped: bool = False) -> list[DumpedProgram]:
+    """Dumps every program of the sandbox whose agent is `agent_pid` (host pid) into
+    `dest/<pid>/`, leaving them running, or with `leave_stopped` stopped (SIGSTOP) until
+    `continue_programs`: what they write meanwhile (their files) is what the images expect. `dest`
+    must not exist; it is made only root can enter. When a dump fails, `dest` is removed and the
+    programs dumped before it are continued: the sandbox runs on as it was."""
+    criu = _criu()
+    dest.mkdir(mode=0o700)
+    dumped: list[DumpedProgram] = []
+    try:
+        for host_pid in programs_of(agent_pid):
+            pid = _ns_pid(host_pid)
+            images = dest / str(pid)
+            images.mkdir(mode=0o755)
+            images.chmod(0o755)  # the restorer reads it from inside a user namespace
+            (images / EXTERNAL_PIPES).write_text(json.dumps(_agent_pipes(agent_pid, host_pid)))
+            tree = _tree(host_pid)
+            _refuse_undumpable(tree)
+            _refuse_more_than_one_task(tree)
+            # A task stopped already (by its own signal) stays so: it is not ours to continue.
+            running = [p for p in tree if not _stopped(p)]
+            argv = ["nsenter", "-t", str(agent_pid), *_NAMESPACES, criu, "dump", "-t", str(pid)]
+            argv += ["--leave-stopped" if leave_stopped else "--leave-running", "-D", "@IMAGES@"]
+            argv += ["-W", "@WORK@", "-o", "dump.log"]
+            try:
+                took = _run(argv, images, "dump")
+            except MemorySnapshotError as e:
+                if cause := _unsupported_fd(tree):
+                    raise MemorySnapshotError(f"{cause}: {e}", stage="dump", what=cause) from e
+                raise
+            _as_own_user_namespace(images)
+            size = sum(f.stat().st_size for f in images.iterdir())
+            dumped.append(DumpedProgram(pid, images, took, size, tuple(running) if leave_stopped else ()))
+        return dumped
+    except BaseException:
+        continue_programs(dumped)
+        shutil.rmtree(dest, ignore_errors=True)
+        raise
+
+
+def continue_programs(dumped: Sequence[DumpedProgram]) -> None:
+    """Continues what a dump with `leave_stopped` stopped (SIGCONT)."""
+    for program in dumped:
+        for pid in program.stopped:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGCONT)
+
+
+def restore_programs(agent_pid: int, programs: Sequence[DumpedProgram] | Path) -> list[float]:
+    """Restores dumped programs (`dump_programs`' answer, or its `dest`) into the sandbox whose
+    agent is `agent_pid`; returns each restore's duration. The images are left as they are."""
+    criu = _criu()
+    if isinstance(programs, Path):
+        dirs = sorted((d for d in programs.iterdir() if d.is_dir()), key=lambda d: int(d.name))
+    else:
+        dirs = [p.dir for p in programs]
+    procs = []
+    for d in sandbox_cgroup_dirs(agent_pid):
+        (d / RESTORED_CGROUP).mkdir(exist_ok=True)
+        procs.append(str(d / RESTORED_CGROUP / "cgroup.procs"))
+    # The shell joins the target's cgroups, then becomes nsenter and CRIU: what CRIU forks is born there.
+    join = 'while [ "$1" != -- ]; do echo $$ > "$1"; shift; done; shift; exec "$@"'
+    took = []
+    for images in dirs:
+        argv = ["sh", "-ec", join, "sh", *procs, "--", "nsenter", "-t", str(agent_pid), *_NAMESPACES]
+        argv += [criu, "restore", "-D", "@IMAGES@", "-W", "@WORK@", "-o", "restore.log"]
+        # The target's time namespace is joined before its user namespace (as root of the host):
+        # CRIU would otherwise make one of its own for the programs, which no later dump enters.
+        argv += ["--restore-detached", "--join-ns", "time:/proc/1/ns/time"]
+        argv += ["--join-ns", f"user:/proc/1/fd/{USERNS_FD}", "--manage-cgroups=ignore"]
+        # What the programs' stdio pipes to their old agent become: the target's own /dev/null,
+        # an fd of its own for each (CRIU takes each inherited fd over).
+        nulls: list[int] = []
+        # The images are only read (restores from one run at once); CRIU's log and stats go here.
+        work = Path(tempfile.mkdtemp(prefix="criu-restore-"))
+        try:
+            for inode in json.loads((images / EXTERNAL_PIPES).read_text()):
+                nulls.append(os.open(f"/proc/{agent_pid}/root/dev/null", os.O_RDWR | os.O_CLOEXEC))
+                argv += ["--inherit-fd", f"fd[{nulls[-1]}]:pipe:[{inode}]"]
+            took.append(_run(argv, images, "restore", fds=nulls, work=work))
+        finally:
+            for fd in nulls:
+                os.close(fd)
+            shutil.rmtree(work, ignore_errors=True)
+    return took
+
+
+# --- the images' user namespace ------------------------------------------------------------------
+# CRIU images are protobuf messages after a 4-byte magic (8 bytes: two magics, but for the
+# inventory), each message preceded by its 4-byte little-endian size. `root_ids` is field 3 of
+# `inventory_entry`; `user_ns_id` field 10 of `task_kobj_ids_entry`; `pid` field 1 of `pstree_entry`
+# (criu/images/*.proto).
+
+_ROOT_IDS = 3
+_PSTREE_PID = 1
+_USER_NS_ID = 10
+
+
+def _varint(b: bytes, i: int) -> tuple[int, int]:
+    v = shift = 0
+    while True:
+        c = b[i]
+        i += 1
+        v |= (c & 0x7F) << shift
+        shift += 7
+        if c < 0x80:
+            return v, i
+
+
+def _enc_varint(v: int) -> bytes:
+    out = bytearray()
+    while True:
+        c, v = v & 0x7F, v >> 7
+        out.append(c | 0x80 if v else c)
+        if not v:
+            return bytes(out)
+
+
+def _fields(b: bytes) -> list[tuple[int, int, int | bytes]]:
+    """A message's fields in order: (number, wire type, value)."""
+    out: list[tuple[int, int, int | bytes]] = []
+    i = 0
+    while i < len(b):
+        key, i = _varint(b, i)
+        num, wt = key >> 3, key & 7
+        v: int | bytes
+        if wt == 0:
+            v, i = _varint(b, i)
+        elif wt == 2:
+            n, i = _varint(b, i)
+            v, i = b[i : i + n], i + n
+        elif wt in (1, 5):
+            n = 8 if wt == 1 else 4
+            v, i = b[i : i + n], i + n
+        else:
+            raise MemorySnapshotError(f"unexpected protobuf wire type {wt} in CRIU's images", stage="dump")
+        out.append((num, wt, v))
+    return out
+
+
+def _encode(fields: list[tuple[int, int, int | bytes]]) -> bytes:
+    out = bytearray()
+    for num, wt, v in fields:
+        out += _enc_varint(num << 3 | wt)
+        if wt == 0:
+            assert isinstance(v, int)
+            out += _enc_varint(v)
+        else:
+            assert isinstance(v, bytes)
+            out += (_enc_varint(len(v)) if wt == 2 else b"") + v
+    return bytes(out)
+
+
+def _message(path: Path, header: int) -> tuple[bytes, bytes, bytes]:
+    """(the magic, the first message, what follows it) of a CRIU image."""
+    b = path.read_bytes()
+    (size,) = struct.unpack_from("<I", b, header)
+    return b[:header], b[header + 4 : header + 4 + size], b[header + 4 + size :]
+
+
+def _as_own_user_namespace(images: Path) -> None:
+    """Rewrites `images` so that the dumped tree's user namespace is the restoring CRIU's own
+    (the restore joins the target's with `--join-ns`): the inventory's root user namespace id
+    becomes the tree's, and the user namespace's own image goes."""
+    _, root, _ = _message(images / "pstree.img", 8)  # the first entry: the tree's root task
+    pid = {n: v for n, _, v in _fields(root)}.get(_PSTREE_PID)
+    if not isinstance(pid, int):
+        raise MemorySnapshotError(f"no root task in {images}/pstree.img", stage="dump")
+    _, first, _ = _message(images / f"ids-{pid}.img", 8)
+    user_ns = {n: v for n, _, v in _fields(first)}.get(_USER_NS_ID)
+    inventory = images / "inventory.img"
+    magic, inv, rest = _message(inventory, 4)
+    fields = []
+    for num, wt, v in _fields(inv):
+        if num == _ROOT_IDS and isinstance(v, bytes) and user_ns is not None:
+            v = _encode([(n, w, user_ns if n == _USER_NS_ID else x) for n, w, x in _fields(v)])
+        fields.append((num, wt, v))
+    body = _encode(fields)
+    inventory.write_bytes(magic + struct.pack("<I", len(body)) + body + rest)
+    for image in images.glob("userns-*.img"):
+        image.unlink()
