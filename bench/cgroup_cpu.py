@@ -66,10 +66,12 @@ def _membership() -> tuple[dict[str, str], str | None]:
 
 @dataclass
 class Budget:
-    """A reading: CPU seconds of the scope (or the machine) and of this process alone."""
+    """A reading: CPU seconds of the scope (or the machine), of this process alone, and of the
+    machine (/proc/stat: the other work on it included, for comparison)."""
 
     total: float
     manager: float
+    machine: float
 
 
 class CpuScope:
@@ -152,8 +154,9 @@ class CpuScope:
         raise RuntimeError(f"no usage_usec in {self.dir / 'cpu.stat'}")
 
     def now(self) -> Budget:
-        """The scope's CPU and this process's own (`process_time`: every thread, ns clock)."""
-        return Budget(self.cpu_s(), time.process_time())
+        """The scope's CPU, this process's own (`process_time`: every thread, ns clock) and the
+        machine's."""
+        return Budget(self.cpu_s(), time.process_time(), machine_cpu_s())
 
     @staticmethod
     def split(b0: Budget, b1: Budget, n: int, digits: int = 1) -> dict[str, float]:

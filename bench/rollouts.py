@@ -25,7 +25,8 @@ rounds; each row's wall and CPU are the medians of its rounds. CPU is counted th
 holds this process and everything it starts (`bench/cgroup_cpu.py`: the pool's agents, their
 programs and zygotes, the baselines' jails and interpreters), not the other work on the machine and
 not kernel threads; where no cgroup is usable it falls back to /proc/stat (machine-wide) and says
-so in `cpu source`. The budget per rollout splits it into the manager (this process: pool, client,
+so in `cpu source`; the machine's CPU per row (/proc/stat, the other work on the machine included)
+is recorded beside it for comparison. The budget per rollout splits it into the manager (this process: pool, client,
 gRPC; for the baselines, the threads that start the processes) and the rest (agents and programs).
 
 Time to first command, one at a time and in bursts, through every way in: `bench/first_command.py`.
@@ -150,6 +151,7 @@ def run() -> Report:
     walls: dict[str, list[float]] = {r: [] for r in rows}
     cpus: dict[str, list[float]] = {r: [] for r in rows}
     budgets: dict[str, list[dict[str, float]]] = {r: [] for r in rows}
+    machine: dict[str, list[float]] = {r: [] for r in rows}
     accepted: dict[str, int] = {r: n for r in rows}
     with CpuScope() as scope:
         for _ in range(ROUNDS):
@@ -161,6 +163,7 @@ def run() -> Report:
                 budget = CpuScope.split(b0, b1, n)
                 budgets[name].append(budget)
                 cpus[name].append(budget["total"])
+                machine[name].append((b1.machine - b0.machine) * 1000 / n)
                 accepted[name] = min(accepted[name], ok)
     cpu = {r: statistics.median(v) for r, v in cpus.items()}
     stats = {r: rep.add(Stats.of(f"{n} rollouts: {r} (wall)", w)) for r, w in walls.items()}
@@ -171,6 +174,9 @@ def run() -> Report:
             f"{c:.1f}" for c in cpus[r]
         )
         rep.extra[f"CPU budget ms per rollout: {r} (last round)"] = budgets[r][-1]
+        rep.extra[f"machine CPU ms per rollout: {r} (/proc/stat, the other work included; rounds)"] = (
+            ", ".join(f"{c:.1f}" for c in machine[r])
+        )
         rep.extra[f"accepted: {r}"] = f"{accepted[r]}/{n}"
     for r, why in skipped.items():
         rep.extra[f"{r}"] = f"skipped: {why}"
