@@ -141,17 +141,29 @@ class CpuScope:
 
     # -- reading -----------------------------------------------------------------------------------
 
-    def cpu_s(self) -> float:
-        """CPU seconds spent in the scope so far (or by the whole machine, without a cgroup)."""
-        if self.dir is None:
+    def cpu_s(self, sub: Path | None = None) -> float:
+        """CPU seconds spent in the scope so far (or by the whole machine, without a cgroup); of
+        the cgroup `sub` (from `child`) only when given."""
+        d = sub or self.dir
+        if d is None:
             return machine_cpu_s()
         if self.version == "v1":
-            return int((self.dir / "cpuacct.usage").read_text()) / 1e9
-        for line in (self.dir / "cpu.stat").read_text().splitlines():
+            return int((d / "cpuacct.usage").read_text()) / 1e9
+        for line in (d / "cpu.stat").read_text().splitlines():
             key, value = line.split()
             if key == "usage_usec":
                 return int(value) / 1e6
-        raise RuntimeError(f"no usage_usec in {self.dir / 'cpu.stat'}")
+        raise RuntimeError(f"no usage_usec in {d / 'cpu.stat'}")
+
+    def child(self, name: str) -> Path | None:
+        """A cgroup under the scope for a process tree to be counted apart (e.g. a server with its
+        sandboxes: started with `join(dir)` as its `preexec_fn`, it makes their cgroups under
+        its own); None without a cgroup. Removed with the scope."""
+        if self.dir is None:
+            return None
+        d = self.dir / name
+        d.mkdir(exist_ok=True)
+        return d
 
     def now(self) -> Budget:
         """The scope's CPU, this process's own (`process_time`: every thread, ns clock) and the
@@ -169,6 +181,11 @@ class CpuScope:
             "agents and programs": round((total - manager) * ms, digits),
             "total": round(total * ms, digits),
         }
+
+
+def join(d: Path) -> None:
+    """Moves the calling process into the cgroup `d` (a `preexec_fn`: the child, before its exec)."""
+    (d / "cgroup.procs").write_text(str(os.getpid()))
 
 
 def _rmdir(d: Path) -> None:
