@@ -21,7 +21,7 @@ ones (a row that does not grade all of them says so in `accepted`):
 - a fresh `python3 -c` of a clean venv per problem, no isolation: the baseline of the ratios.
 
 The baselines run as many at once as the machine has cores. Rows are interleaved over `ROUNDS`
-rounds; each row's wall and CPU are the medians of its rounds. CPU is counted through a cgroup that
+rounds (`BENCH_ROUNDS`, 3 by default); each row's wall and CPU are the medians of its rounds. CPU is counted through a cgroup that
 holds this process and everything it starts (`bench/cgroup_cpu.py`: the pool's agents, their
 programs and zygotes, the baselines' jails and interpreters), not the other work on the machine and
 not kernel threads; where no cgroup is usable it falls back to /proc/stat (machine-wide) and says
@@ -48,7 +48,7 @@ from bench.common import Report, Stats
 from bench.reward import TIME_LIMIT_S, clean_python, humaneval_submissions, nsjail_binary
 
 IN_FLIGHT = 64
-ROUNDS = int(os.environ.get("BENCH_ROUNDS", "2"))
+ROUNDS = int(os.environ.get("BENCH_ROUNDS", "3"))
 SYSTEM_PYTHON = "/usr/bin/python3"  # not the `python3` on PATH: a version-manager shim there costs more
 NOBODY = "65534"
 # The host's usr-merged root as the jails show it: /usr read-only, the top-level links into it.
@@ -201,8 +201,8 @@ def run() -> Report:
         if base not in rows:
             continue
         rep.headline(
-            f"CPU per RL rollout, a sandbox each: {n} HumanEval rewards, {IN_FLIGHT} in flight "
-            f"(vs {what}; CPU of every process, through a cgroup)",
+            f"CPU per RL rollout, a sandbox each ({n} HumanEval rewards, {IN_FLIGHT} in flight; every "
+            f"process, through a cgroup) vs {what}",
             cell("ours"),
             cell(base),
             f"rollouts: ours / {base} (CPU{targets.get(base, '')})",
