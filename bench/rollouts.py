@@ -21,13 +21,14 @@ ones (a row that does not grade all of them says so in `accepted`):
 - a fresh `python3 -c` of a clean venv per problem, no isolation: the baseline of the ratios.
 
 The baselines run as many at once as the machine has cores. Rows are interleaved over `ROUNDS`
-rounds (`BENCH_ROUNDS`, 3 by default); each row's wall and CPU are the medians of its rounds. CPU is counted through a cgroup that
-holds this process and everything it starts (`bench/cgroup_cpu.py`: the pool's agents, their
-programs and zygotes, the baselines' jails and interpreters), not the other work on the machine and
-not kernel threads; where no cgroup is usable it falls back to /proc/stat (machine-wide) and says
-so in `cpu source`; the machine's CPU per row (/proc/stat, the other work on the machine included)
-is recorded beside it for comparison. The budget per rollout splits it into the manager (this process: pool, client,
-gRPC; for the baselines, the threads that start the processes) and the rest (agents and programs).
+rounds (`BENCH_ROUNDS`, 3 by default); each row's wall and CPU are the medians of its rounds. CPU
+is counted through a cgroup that holds this process and everything it starts
+(`bench/cgroup_cpu.py`: the pool's agents, their programs and zygotes, the baselines' jails and
+interpreters), not the other work on the machine and not kernel threads; where no cgroup is usable
+it falls back to /proc/stat (machine-wide) and says so in `cpu source`; the machine's CPU per row
+(/proc/stat, the other work on the machine included) is recorded beside it for comparison. The
+budget per rollout splits it into the manager (this process: pool, client, gRPC; for the baselines,
+the threads that start the processes) and the rest (agents and programs).
 
 Time to first command, one at a time and in bursts, through every way in: `bench/first_command.py`.
 """
