@@ -333,6 +333,27 @@ async def bench(n: str | None) -> dict[str, Any]:
         return {"exec_true": times}
 
 
+async def first_commands(shape: str | None) -> dict[str, list[float]]:
+    """Seconds from `create()` to `process.exec("true")` done, one at a time, then in each burst
+    (`SEQUENTIAL,BURST,...`); each sandbox deleted after (bench/first_command.py)."""
+    sequential, *bursts = (int(n) for n in str(shape or "10").split(","))
+    async with AsyncDaytona() as d:
+
+        async def one() -> float:
+            t = time.perf_counter()
+            sb = await d.create(timeout=0)
+            await sb.process.exec("true")
+            dt = time.perf_counter() - t
+            await sb.delete()
+            return dt
+
+        out = {"sequential": [await one() for _ in range(sequential)]}
+        for n in bursts:
+            await asyncio.sleep(2.0)
+            out[str(n)] = list(await asyncio.gather(*(one() for _ in range(n))))
+        return out
+
+
 async def executions(_: str | None) -> dict[str, Any]:
     """Every kind of execution the SDK makes in a sandbox: a command, code_run, a file listing
     (a program the toolbox runs), a session's command, a terminal and an interpreter cell; each
@@ -423,6 +444,7 @@ SCENARIOS = {
     "hold": hold,
     "other_key": other_key,
     "bench": bench,
+    "first_commands": first_commands,
 }
 
 
