@@ -11,6 +11,15 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 
 RESULTS = Path(__file__).parent / "results"
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def client_python(venv: str) -> Path:
+    """The interpreter of a client SDK's virtualenv (`make clients`; `CLIENT_VENVS` names their
+    directory, as the Makefile and the tests read it)."""
+    return ROOT / os.environ.get("CLIENT_VENVS", ".venv-clients") / venv / "bin" / "python"
+
+
 MAX_SAMPLES = 1000
 
 

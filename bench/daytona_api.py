@@ -9,11 +9,11 @@ from __future__ import annotations
 import asyncio
 from pathlib import Path
 
-from bench.common import Report, Stats
+from bench.common import Report, Stats, client_python
 from bench.e2b_api import native
 
 ROOT = Path(__file__).resolve().parent.parent
-CLIENT = ROOT / ".venv-clients" / "daytona" / "bin" / "python"
+CLIENT = client_python("daytona")
 SCENARIOS = ROOT / "tests" / "clients" / "daytona_scenarios.py"
 CALLS = 300
 

@@ -12,10 +12,10 @@ import sys
 import time
 from pathlib import Path
 
-from bench.common import Report, Stats
+from bench.common import Report, Stats, client_python
 
 ROOT = Path(__file__).resolve().parent.parent
-CLIENT = ROOT / ".venv-clients" / "e2b" / "bin" / "python"
+CLIENT = client_python("e2b")
 SCENARIOS = ROOT / "tests" / "clients" / "e2b_scenarios.py"
 CALLS = 300
 

@@ -17,8 +17,8 @@ from __future__ import annotations
 import asyncio
 import time
 
+from bench.cgroup_cpu import machine_cpu_s
 from bench.common import Report, Stats
-from bench.rollouts import machine_cpu_s
 
 N = 30
 SPIN = "(while :; do :; done) >/dev/null 2>&1 &"

@@ -15,10 +15,10 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.common import Report, Stats
+from bench.common import Report, Stats, client_python
 
 ROOT = Path(__file__).resolve().parent.parent
-CLIENT = ROOT / ".venv-clients" / "prime-current" / "bin" / "python"
+CLIENT = client_python("prime-current")
 CREATES, EXECS, JOBS = 50, 300, 50
 
 

@@ -1,6 +1,7 @@
 """`served(...)`: a `sandboxes serve` process as a user runs it (the CLI, its defaults), on free
 ports, for the benchmarks of the server's APIs; its addresses are read from its "server started"
-log line. Stopped with SIGTERM (graceful) on exit."""
+log line. Stopped with SIGTERM (graceful) on exit. With `cgroup`, the server starts in that
+cgroup (`bench/cgroup_cpu.py`), and so do the sandboxes it makes: its CPU counted apart."""
 
 from __future__ import annotations
 
@@ -11,7 +12,10 @@ import os
 import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
+
+from bench.cgroup_cpu import join
 
 __all__ = ["Served", "run_driver", "served"]
 
@@ -24,8 +28,11 @@ class Served:
 
 
 @contextlib.asynccontextmanager
-async def served(*args: str, key: str = "bench-key-0123456789") -> AsyncIterator[Served]:
+async def served(
+    *args: str, key: str = "bench-key-0123456789", cgroup: Path | None = None
+) -> AsyncIterator[Served]:
     env = {**os.environ, "SANDBOXES_API_KEYS": f"bench:{key}"}
+    extra: dict[str, Any] = {} if cgroup is None else {"preexec_fn": lambda: join(cgroup)}
     proc = await asyncio.create_subprocess_exec(
         sys.executable,
         "-m",
@@ -38,6 +45,7 @@ async def served(*args: str, key: str = "bench-key-0123456789") -> AsyncIterator
         *args,
         env=env,
         stderr=asyncio.subprocess.PIPE,
+        **extra,
     )
     try:
         assert proc.stderr is not None

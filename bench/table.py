@@ -39,6 +39,7 @@ README_ROWS = {
     "exec_true": 1,
     "pool": 2,
     "docker": 2,
+    "rollouts": 2,
     "reward": 1,
     "e2b_api": 1,
     "prime_api": 1,

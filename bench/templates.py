@@ -21,10 +21,10 @@ import zipfile
 from pathlib import Path
 from typing import Any
 
-from bench.common import Report, Stats
+from bench.common import Report, Stats, client_python
 
 ROOT = Path(__file__).resolve().parent.parent
-CLIENT = ROOT / ".venv-clients" / "e2b" / "bin" / "python"
+CLIENT = client_python("e2b")
 SCENARIOS = ROOT / "tests" / "clients" / "e2b_template_scenarios.py"
 DEV_IMAGE = "sandboxes-dev:bookworm"
 FIRST_COMMANDS = 20

@@ -19,8 +19,8 @@ import tempfile
 import time
 from pathlib import Path
 
+from bench.cgroup_cpu import machine_cpu_s
 from bench.common import Report, Stats
-from bench.rollouts import machine_cpu_s
 
 N = 5
 MB = 50

@@ -333,6 +333,37 @@ async def bench(n: str | None) -> dict[str, Any]:
         return {"exec_true": times}
 
 
+async def first_commands(shape: str | None) -> dict[str, list[float]]:
+    """Seconds from `create()` to `process.exec("true")` done, one at a time, then in each burst
+    (`SEQUENTIAL,BURST,...`); each sandbox deleted after (bench/first_command.py). A failed one is
+    NaN, its error on stderr."""
+    sequential, *bursts = (int(n) for n in str(shape or "10").split(","))
+    async with AsyncDaytona() as d:
+
+        async def one() -> float:
+            t = time.perf_counter()
+            sb = None
+            try:
+                sb = await d.create(timeout=0)
+                r = await sb.process.exec("true")
+                dt = time.perf_counter() - t if r.exit_code == 0 else float("nan")
+            except Exception as e:  # noqa: BLE001 - counted by the benchmark (NaN), not fatal
+                print(f"first command failed: {type(e).__name__}: {e}", file=sys.stderr)
+                dt = float("nan")
+            if sb is not None:
+                try:
+                    await sb.delete()
+                except Exception:  # noqa: BLE001, S110 - best effort: the server reaps it anyway
+                    pass
+            return dt
+
+        out = {"sequential": [await one() for _ in range(sequential)]}
+        for n in bursts:
+            await asyncio.sleep(2.0)
+            out[str(n)] = list(await asyncio.gather(*(one() for _ in range(n))))
+        return out
+
+
 async def executions(_: str | None) -> dict[str, Any]:
     """Every kind of execution the SDK makes in a sandbox: a command, code_run, a file listing
     (a program the toolbox runs), a session's command, a terminal and an interpreter cell; each
@@ -423,6 +454,7 @@ SCENARIOS = {
     "hold": hold,
     "other_key": other_key,
     "bench": bench,
+    "first_commands": first_commands,
 }
 
 
