@@ -13,13 +13,14 @@ import socket
 import subprocess
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from ... import _bridge
 from ...errors import BackendUnavailable, LaunchError, SandboxLost
 from ...templates import Template
-from .. import ids, images, readiness, watchdog
+from .. import ids, images, memory, readiness, watchdog
 from ..base import Backend, SandboxHandle
 from ..rundirs import alive, default_run_root, make_pool_dir, starttime
 from . import engine, rundir
@@ -65,6 +66,9 @@ class DockerBackend(Backend):
     pauses = True  # the engine's pause (its cgroup freezer)
     volumes = True
     layered_volumes = True
+    # The host's CRIU entered into the container's namespaces, as on the local backend
+    # (`memory.py`): the agent is the container's pid 1, its programs its children.
+    memory_snapshots = True
 
     name = "docker"
 
@@ -193,6 +197,22 @@ class DockerBackend(Backend):
 
     async def resume(self, handle: SandboxHandle) -> None:
         await self.engine.run(engine.pause_container, self._name(handle), False)
+
+    async def dump_memory(self, handle: SandboxHandle, dest: Path) -> tuple[int, Callable[[], None]]:
+        dumped = await asyncio.to_thread(
+            memory.dump_programs, self._agent_pid(handle), dest, leave_stopped=True
+        )
+        return sum(p.bytes for p in dumped), lambda: memory.continue_programs(dumped)
+
+    async def restore_memory(self, handle: SandboxHandle, src: Path) -> None:
+        await asyncio.to_thread(memory.restore_programs, self._agent_pid(handle), src)
+
+    def _agent_pid(self, handle: SandboxHandle) -> int:
+        """The container's agent as this host sees it (its socket's peer, checked by start time)."""
+        ds: DockerSandbox | None = handle.backend_data
+        if ds is None or handle.id not in self._live or ds.pid is None or not ds.alive():
+            raise SandboxLost(f"sandbox {handle.id} is not running")
+        return ds.pid
 
     def _name(self, handle: SandboxHandle) -> str:
         ds: DockerSandbox | None = handle.backend_data
