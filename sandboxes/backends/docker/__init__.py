@@ -43,8 +43,9 @@ image has no agent); end-of-file means the agent died unreported (`agent_start`)
 Memory snapshots (`memory_snapshots`): the host's CRIU dumps a container's programs and restores
 them into another container of the same template as on the local backend (`memory.py`), from
 the agent's host pid (its socket's peer, the engine's `State.Pid`). The engine's own checkpoint
-(`docker checkpoint`, experimental) is not used: it dumps the whole container, the agent with its
-socket in the host's run dir included, and restores it under the same container only.
+(`docker checkpoint`, experimental; runc's `checkpoint`) dumps the whole container, and CRIU
+refuses a sandbox's: its programs' user namespace is nested in the container's ("Can't dump
+nested user namespace").
 
 A pool that dies without closing (`orphans.py`): its containers live on until their agents'
 leases lapse, then remove themselves; the pool's watchdog (`watchdog.py`) removes each one's run
