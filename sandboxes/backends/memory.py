@@ -70,8 +70,8 @@ USERNS_FD = 1021  # sandbox_exec::seccomp::USERNS_FD: the agent's handle on the 
 CRIU_TIMEOUT_S = 120.0
 RESTORED_CGROUP = "exec-restored"  # an exec cgroup: restored programs are programs of their new sandbox
 EXTERNAL_PIPES = "agent-pipes.json"  # in a program's images: the pipes its agent held the other end of
-# All of the agent's namespaces but its user namespace, and its mount namespace, which CRIU enters
-# itself once loaded (`MNTNS_PRELOAD`).
+# The agent's namespaces nsenter enters: all but its user namespace (a restore joins the programs'
+# own) and its mount namespace (entered by `MNTNS_PRELOAD` once CRIU is loaded).
 _NAMESPACES = ["-p", "-n", "-i", "-u", "-C"]
 # deploy/criu-mntns.c, installed by deploy/criu.sh beside CRIU (<prefix>/sbin/criu ->
 # <prefix>/lib/sandboxes/criu-mntns.so): preloaded into CRIU, it enters the mount namespace
