@@ -21,6 +21,7 @@ from test_memory_checkpoints import COUNTER, START, _above, _count
 
 from sandboxes import Pool, Sandbox
 from sandboxes.backends import memory
+from sandboxes.errors import MemorySnapshotError
 from sandboxes.templates import Template
 
 pytestmark = [pytest.mark.requires("criu"), pytest.mark.asyncio, pytest.mark.timeout(900)]
@@ -186,3 +187,20 @@ async def test_criu_loads_nothing_from_a_containers_root(
                     r = await sb.exec(["sh", "-c", f"test -e /etc/ld.so.preload && test ! -e {mark}"])
                     assert r.exit_code == 0, "CRIU loaded the sandbox's library"
     assert not os.path.exists(mark), "CRIU loaded the sandbox's library on the host"
+
+
+async def test_a_container_without_cgroups_is_refused_and_runs_on(docker_pool: MakePool) -> None:
+    """Without cgroups (`cgroups=False`) the container's programs share its agent's cgroups, so
+    nothing tells them from the agent's own processes: refused, never a copy of the files alone."""
+    pool = await docker_pool(cgroups=False)
+    async with pool.sandbox() as a:
+        await a.write_file("/tmp/counter.py", COUNTER)
+        async with a.exec_stream(["python3", "/tmp/counter.py", "0"]) as program:
+            assert (await anext(program)).kind == "started"
+            await wait_until(lambda: _above(a, 0), what="the program running")
+            with pytest.raises(MemorySnapshotError, match="no cgroups") as refused:
+                await a.checkpoint(memory=True)
+            assert refused.value.stage == "dump"
+            now = await _count(a)
+            await wait_until(lambda: _above(a, now), what="the program running on")
+    assert pool.checkpoints.list() == []

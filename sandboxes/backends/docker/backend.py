@@ -18,7 +18,7 @@ from pathlib import Path
 from typing import Any
 
 from ... import _bridge
-from ...errors import BackendUnavailable, LaunchError, SandboxLost
+from ...errors import BackendUnavailable, LaunchError, MemorySnapshotError, SandboxLost
 from ...templates import Template
 from .. import ids, images, memory, readiness, watchdog
 from ..base import Backend, SandboxHandle
@@ -36,12 +36,15 @@ _MAX_SOCKET_PATH = 107
 class DockerSandbox:
     """What the docker backend knows of one sandbox (`SandboxHandle.backend_data`)."""
 
-    def __init__(self, container_id: str, name: str, image: str, run_dir: Path, id_base: int = 0) -> None:
+    def __init__(
+        self, container_id: str, name: str, image: str, run_dir: Path, id_base: int = 0, cgroups: bool = True
+    ) -> None:
         self.container_id = container_id
         self.name = name
         self.image = image
         self.run_dir = run_dir
         self.id_base = id_base  # a root sandbox's host id range (0: none)
+        self.cgroups = cgroups  # its agent puts each program in an exec cgroup (`Template.cgroups`)
         self.pid: int | None = None  # the agent's pid as this host sees it (None: unknown)
         self.starttime: int | None = None
 
@@ -155,7 +158,7 @@ class DockerBackend(Backend):
         ds: DockerSandbox | None = None
         try:
             container_id = await asyncio.shield(start)
-            ds = DockerSandbox(container_id, name, place.image, run_dir, place.id_base)
+            ds = DockerSandbox(container_id, name, place.image, run_dir, place.id_base, template.cgroups)
             self._live[sandbox_id] = ds
             fd, ready_fd = ready_fd, -1  # await_ready owns (and closes) it from here
             failed = readiness.launch_error(
@@ -199,9 +202,14 @@ class DockerBackend(Backend):
         await self.engine.run(engine.pause_container, self._name(handle), False)
 
     async def dump_memory(self, handle: SandboxHandle, dest: Path) -> tuple[int, Callable[[], None]]:
-        dumped = await asyncio.to_thread(
-            memory.dump_programs, self._agent_pid(handle), dest, leave_stopped=True
-        )
+        agent = self._agent_pid(handle)
+        if not handle.backend_data.cgroups:  # the container's own cgroups hold the agent and all
+            raise MemorySnapshotError(
+                "the sandbox has no cgroups (its template's cgroups=False): its programs cannot be told "
+                "from its agent's own processes",
+                stage="dump",
+            )
+        dumped = await asyncio.to_thread(memory.dump_programs, agent, dest, leave_stopped=True)
         return sum(p.bytes for p in dumped), lambda: memory.continue_programs(dumped)
 
     async def restore_memory(self, handle: SandboxHandle, src: Path) -> None:
