@@ -107,6 +107,17 @@ async def test_containers_made_from_a_memory_checkpoint_count_on(
                 second_now, a_now = await _count(copies[1]), await _count(a)
                 await wait_until(lambda: _above(copies[1], second_now), what="the other copy counting on")
                 await wait_until(lambda: _above(a, a_now), what="the source counting on")
+                # A copy's restored program is a program of its container: it is carried on again.
+                [again] = await copies[1].fork(1, memory=True)
+                try:
+                    at_again = await _count(again)
+                    assert at_again > second_now
+                    await wait_until(
+                        functools.partial(_above, again, at_again), what="a copy's fork counting on"
+                    )
+                    _restored_in_its_container(docker_api, again)
+                finally:
+                    await again.close()
             finally:
                 for b in copies:
                     await b.close()
