@@ -302,16 +302,22 @@ async def test_memory_snapshots_and_forks(make_server, request, backend: str) ->
 
 
 @pytest.mark.requires("criu")
-async def test_a_paused_sandbox_evicted_keeps_its_processes(make_server) -> None:
+@pytest.mark.parametrize("backend", ["local", "docker"])
+async def test_a_paused_sandbox_evicted_keeps_its_processes(make_server, request, backend: str) -> None:
     """e2b's `pause()` of a sandbox running a counter; the server evicts it past its bound of a
     pause (its agent ends, its files and running programs kept in a memory checkpoint);
     `connect()` resumes it under the same id: the counter counts on, above the start only its
-    command line was given."""
+    command line was given. On the local backend (its cgroup frozen) and on containers (the
+    engine's pause)."""
     from sandboxes.server.service import ServiceConfig
     from sandboxes.server.validation import Bounds
 
+    if backend == "docker":
+        request.getfixturevalue("images")
     # Evicted once paused this long; the evicted record is then kept as long again.
-    server = await e2b_server(make_server, config=ServiceConfig(bounds=Bounds(max_paused_s=6.0)))
+    server = await e2b_server(
+        make_server, backend=backend, config=ServiceConfig(bounds=Bounds(max_paused_s=6.0))
+    )
     paused = await scenario(server, "pause_evicted")
     assert paused["paused"] is True and paused["before"] > 1_000_000, paused
     rec = server.service.registry.get(paused["id"])

@@ -523,7 +523,7 @@ def pause_evicted(sandbox_id: str | None) -> dict[str, Any]:
     o = {
         "first": first,
         "then": int(sb.files.read("/tmp/count")),
-        "counters": len(sb.commands.run("pgrep -f [c]ounter.py || true").stdout.split()),
+        "counters": len(sb.commands.run(COUNTERS).stdout.split()),
     }
     sb.kill()
     return o
