@@ -88,8 +88,10 @@ preload_ok() { # the preload is built from this source
 
 install_preload() { # gcc (from apt when missing), then the preload built in a temporary directory
   local dir
-  command -v gcc >/dev/null || "${APT[@]}" install -y -qq --no-install-recommends gcc libc6-dev >/dev/null \
-    || return 1
+  if ! command -v gcc >/dev/null; then
+    "${APT[@]}" update -qq >/dev/null && "${APT[@]}" install -y -qq --no-install-recommends gcc libc6-dev \
+      >/dev/null || return 1
+  fi
   dir=$(mktemp -d)
   gcc -shared -fPIC -O2 -Wall -Wextra -Werror -o "$dir/criu-mntns.so" "$PRELOAD_SRC" \
     && install -D -m 0644 "$dir/criu-mntns.so" "$PRELOAD" \
