@@ -83,7 +83,7 @@ toolchains: ## the host's Debian toolchains of the judge's languages (installed 
 test-tools: ## host programs the tests use (a container registry on loopback; installed when root, else listed)
 	bash deploy/test_tools.sh
 
-criu: ## CRIU 4.1.1 with deploy/criu-patches/, which memory snapshots need (built from its pinned source when root and missing; else said what is missing)
+criu: ## CRIU 4.1.1 with deploy/criu-patches/ and the preload deploy/criu-mntns.c, which memory snapshots need (built from its pinned source when root and missing; else said what is missing)
 	bash deploy/criu.sh
 
 test-python: build clients toolchains test-tools criu ## pytest against the real agent binary (-rs: every skip's reason printed)

@@ -1,20 +1,26 @@
-"""Memory snapshots of a sandbox (`backends/memory.py`, the local backend), against CRIU run by
-hand on the same program on the host, in the same run (the Docker engine here has no checkpoint:
-it needs its experimental mode and CRIU of its own):
+"""Memory snapshots of a sandbox (`backends/memory.py`) on the local and docker backends, against
+baselines run in the same run:
 
 - dump, left running, of a sandbox's program holding 256 MB of memory, and its restore into a
-  fresh sandbox of the same template, against `criu dump --leave-running` and `criu restore
-  --restore-detached` of the same program started directly on the host;
+  fresh sandbox of the same template: on the local backend against `criu dump --leave-running`
+  and `criu restore --restore-detached` of the same program started directly on the host; on the
+  docker backend against the engine's own checkpoint of a container running the same program on
+  the same image. `docker checkpoint create` needs the daemon's experimental mode (the engine
+  here runs without it), so its mechanism is run directly: `runc checkpoint --leave-running` and
+  `runc restore` of a plain runc container (the sandbox's own container cannot be dumped so:
+  CRIU refuses its programs' nested user namespace);
 - time to first command of a sandbox made from a memory checkpoint of that program (claim, the
   restore, then `true`) against a cold start of the same service: a sandbox claimed, the program
-  started, its memory filled.
+  started, its memory filled, on each backend.
 
-Needs root and the CRIU of `deploy/criu.sh` (`make criu`).
+Needs root and the CRIU of `deploy/criu.sh` (`make criu`); the docker rows the Docker engine,
+`make images` and `runc` (the engine's runtime).
 """
 
 from __future__ import annotations
 
 import asyncio
+import json
 import os
 import shutil
 import signal
@@ -42,12 +48,12 @@ async def _ready(sb, path: str) -> None:  # type: ignore[no-untyped-def]
         await asyncio.sleep(0.02)
 
 
-async def ours() -> dict[str, list[float]]:
+async def ours(backend: str) -> dict[str, list[float]]:
     import sandboxes
     from sandboxes.backends import memory
 
     out: dict[str, list[float]] = {"dump": [], "restore": [], "first": [], "cold": []}
-    async with sandboxes.Pool(warm=0, memory_bytes=2 << 30) as pool:
+    async with sandboxes.Pool(backend=backend, warm=0, memory_bytes=2 << 30) as pool:
         for _ in range(N):
             # Cold: the service started in a fresh sandbox, up to its first command.
             t = time.perf_counter()
@@ -132,10 +138,71 @@ def by_hand() -> dict[str, list[float]]:
     return out
 
 
+def _runc(root: Path, *args: str) -> None:
+    subprocess.run(
+        ["runc", "--root", str(root), *args],
+        check=True,
+        stdin=subprocess.DEVNULL,
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+
+
+def engine_checkpoint() -> dict[str, list[float]]:
+    """The same program in a plain container of the sandbox image (its root the backend's
+    unpacked copy, read-only; /tmp a tmpfs; a host directory at /run/bench for its ready file),
+    dumped and restored by the engine's checkpoint mechanism: runc with the host's CRIU."""
+    from sandboxes.backends import images
+    from sandboxes.backends.docker import DEFAULT_IMAGE
+
+    rootfs = str(images.resolve(DEFAULT_IMAGE))
+    out: dict[str, list[float]] = {"dump": [], "restore": []}
+    for i in range(N):
+        d = Path(tempfile.mkdtemp())
+        bundle, state, images_dir, shared = d / "bundle", d / "runc", d / "images", d / "shared"
+        for p in (bundle, state, images_dir, shared):
+            p.mkdir()
+        subprocess.run(["runc", "spec", "--bundle", str(bundle)], check=True)
+        spec = json.loads((bundle / "config.json").read_text())
+        spec["root"] = {"path": rootfs, "readonly": True}
+        spec["process"]["terminal"] = False
+        spec["process"]["args"] = ["python3", "-c", SERVICE, str(MB), "/run/bench/ready"]
+        spec["mounts"] += [
+            {"destination": "/tmp", "type": "tmpfs", "source": "tmpfs", "options": ["nosuid", "nodev"]},
+            {"destination": "/run/bench", "type": "bind", "source": str(shared), "options": ["rbind", "rw"]},
+        ]
+        spec["linux"]["cgroupsPath"] = f"/sandboxes-bench-{os.getpid()}-{i}"  # runc removes it
+        (bundle / "config.json").write_text(json.dumps(spec))
+        made = []
+        try:
+            made.append("source")
+            _runc(state, "run", "-d", "--bundle", str(bundle), "source")
+            while not (shared / "ready").exists():
+                time.sleep(0.02)
+            cr = ["--image-path", str(images_dir), "--work-path", str(images_dir)]
+            t = time.perf_counter()
+            _runc(state, "checkpoint", "--leave-running", *cr, "source")
+            out["dump"].append(time.perf_counter() - t)
+            _runc(state, "delete", "-f", "source")
+            made.append("copy")
+            t = time.perf_counter()
+            _runc(state, "restore", "-d", *cr, "--bundle", str(bundle), "copy")
+            out["restore"].append(time.perf_counter() - t)
+        finally:
+            for name in made:
+                subprocess.run(
+                    ["runc", "--root", str(state), "delete", "-f", name], capture_output=True, check=False
+                )
+            shutil.rmtree(d, ignore_errors=True)
+    return out
+
+
 def run() -> Report:
     rep = Report("memory_snapshots")
-    o = asyncio.run(ours())
+    o = asyncio.run(ours("local"))
     h = by_hand()
+    od = asyncio.run(ours("docker"))
+    e = engine_checkpoint()
     s = {
         "dump": rep.add(Stats.of(f"dump of a sandbox's {MB} MB program", o["dump"])),
         "restore": rep.add(Stats.of(f"restore into a fresh sandbox, {MB} MB", o["restore"])),
@@ -144,6 +211,23 @@ def run() -> Report:
         "first": rep.add(Stats.of("first command from a memory checkpoint", o["first"])),
         "cold": rep.add(Stats.of(f"cold start of the {MB} MB service", o["cold"])),
     }
+    d = {
+        "dump": rep.add(Stats.of(f"docker: dump of a container's {MB} MB program", od["dump"])),
+        "restore": rep.add(Stats.of(f"docker: restore into a fresh container, {MB} MB", od["restore"])),
+        "engine dump": rep.add(Stats.of(f"docker: runc checkpoint of a plain container, {MB} MB", e["dump"])),
+        "engine restore": rep.add(
+            Stats.of(f"docker: runc restore of a plain container, {MB} MB", e["restore"])
+        ),
+        "first": rep.add(Stats.of("docker: first command from a memory checkpoint", od["first"])),
+        "cold": rep.add(Stats.of(f"docker: cold start of the {MB} MB service", od["cold"])),
+    }
+    rep.ratios["docker: dump / the engine's checkpoint"] = d["dump"].median_ms / d["engine dump"].median_ms
+    rep.ratios["docker: restore / the engine's restore"] = (
+        d["restore"].median_ms / d["engine restore"].median_ms
+    )
+    rep.ratios["docker: first command from a memory checkpoint / cold start"] = (
+        d["first"].median_ms / d["cold"].median_ms
+    )
     rep.ratios["dump / criu by hand"] = s["dump"].median_ms / s["criu dump"].median_ms
     rep.ratios["restore / criu by hand"] = s["restore"].median_ms / s["criu restore"].median_ms
     rep.ratios["first command from a memory checkpoint / cold start"] = (
@@ -160,5 +244,17 @@ def run() -> Report:
         s["first"],
         s["cold"],
         "first command from a memory checkpoint / cold start",
+    )
+    rep.headline(
+        f"Docker: dump + restore of a container's {MB} MB program vs the engine's checkpoint (runc)",
+        f"{d['dump'].median_ms:.3g} + {d['restore'].median_ms:.3g} ms median",
+        f"{d['engine dump'].median_ms:.3g} + {d['engine restore'].median_ms:.3g} ms median",
+        "docker: restore / the engine's restore",
+    )
+    rep.headline(
+        f"Docker: first command from a memory checkpoint of a {MB} MB service vs its cold start",
+        d["first"],
+        d["cold"],
+        "docker: first command from a memory checkpoint / cold start",
     )
     return rep

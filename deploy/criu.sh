@@ -12,6 +12,11 @@
 # The binary carries the patch set's mark in its own `criu --version` ("GitID: sandboxes-<sha256
 # of the patches, 12 digits>"), so a CRIU built without them, or with another set, is rebuilt.
 #
+# Beside it, /usr/local/lib/sandboxes/criu-mntns.so (deploy/criu-mntns.c): preloaded into CRIU, it
+# enters a sandbox's mount namespace once CRIU is loaded from the host's root
+# (sandboxes/backends/memory.py). Built with gcc when missing or older than its source (the
+# source's SHA256 is kept beside it).
+#
 # Does nothing when the `criu` on the PATH is that build and passes `criu check`. Otherwise, as root
 # with apt: the orig tarball of Debian's criu 4.1.1-1 (from the host's Debian mirror, checked
 # against SHA256) is patched and built in a temporary directory against Debian's build
@@ -24,6 +29,8 @@ POOL=pool/main/c/criu/criu_$VERSION.orig.tar.xz
 TARGET=/usr/local/sbin/criu
 APT=(apt-get -o DPkg::Lock::Timeout=600) # waits for another apt run rather than failing
 PATCHES=$(cd "$(dirname "${BASH_SOURCE[0]}")/criu-patches" && pwd)
+PRELOAD_SRC=$(cd "$(dirname "${BASH_SOURCE[0]}")" && pwd)/criu-mntns.c
+PRELOAD=/usr/local/lib/sandboxes/criu-mntns.so
 MARK=sandboxes-$(cat "$PATCHES"/*.patch | sha256sum | cut -c1-12)
 BUILD_DEPS=(gcc make pkg-config patch xz-utils libprotobuf-dev libprotobuf-c-dev protobuf-c-compiler
   libnl-3-dev libnl-route-3-dev libnet1-dev libnftables-dev libcap-dev libaio-dev libbsd-dev uuid-dev
@@ -75,6 +82,33 @@ install_criu() { # the pinned release, patched (a distribution's package lacks t
   quietly "${APT[@]}" install -y -qq --no-install-recommends "${BUILD_DEPS[@]}" && build
 }
 
+preload_ok() { # the preload is built from this source
+  [ -f "$PRELOAD" ] && [ "$(cat "$PRELOAD.sha256" 2>/dev/null)" = "$(sha256sum <"$PRELOAD_SRC" | cut -c1-64)" ]
+}
+
+install_preload() { # gcc (from apt when missing), then the preload built in a temporary directory
+  local dir
+  if ! command -v gcc >/dev/null; then
+    "${APT[@]}" update -qq >/dev/null && "${APT[@]}" install -y -qq --no-install-recommends gcc libc6-dev \
+      >/dev/null || return 1
+  fi
+  dir=$(mktemp -d)
+  gcc -shared -fPIC -O2 -Wall -Wextra -Werror -o "$dir/criu-mntns.so" "$PRELOAD_SRC" \
+    && install -D -m 0644 "$dir/criu-mntns.so" "$PRELOAD" \
+    && sha256sum <"$PRELOAD_SRC" | cut -c1-64 >"$PRELOAD.sha256"
+  local rc=$?
+  rm -rf "$dir"
+  return $rc
+}
+
+if ! preload_ok; then
+  if [ "$(id -u)" = 0 ] && command -v apt-get >/dev/null; then
+    install_preload || echo "building $PRELOAD failed: memory snapshots are refused" >&2
+  else
+    echo "missing $PRELOAD (from deploy/criu-mntns.c); run deploy/criu.sh as root with apt" \
+      "(memory snapshots are refused without it)" >&2
+  fi
+fi
 criu_ok && exit 0
 if [ "$(id -u)" != 0 ] || ! command -v apt-get >/dev/null; then
   found=$(criu_version)

@@ -9,16 +9,22 @@ from pathlib import Path
 
 import pytest
 
+from sandboxes.backends.memory import MNTNS_PRELOAD
 from sandboxes.server import criu
 from sandboxes.server.criu import Criu, check, parse_version
 
 
-def fake_criu(tmp_path: Path, version: str, check_script: str) -> str:
-    """A `criu` answering `--version` with `version` and `check` with `check_script`."""
-    path = tmp_path / "criu"
+def fake_criu(tmp_path: Path, version: str, check_script: str, preload: bool = True) -> str:
+    """A `criu` answering `--version` with `version` and `check` with `check_script`, in `sbin/`
+    (the PATH returned), with (`preload`) the preload where deploy/criu.sh puts it beside it."""
+    path = tmp_path / "sbin" / "criu"
+    path.parent.mkdir()
     path.write_text(f'#!/bin/sh\ncase "$1" in\n--version) {version} ;;\ncheck) {check_script} ;;\nesac\n')
     path.chmod(path.stat().st_mode | stat.S_IXUSR)
-    return str(tmp_path)
+    if preload:
+        (tmp_path / MNTNS_PRELOAD).parent.mkdir(parents=True)
+        (tmp_path / MNTNS_PRELOAD).write_bytes(b"")
+    return str(path.parent)
 
 
 @pytest.mark.parametrize(
@@ -78,6 +84,14 @@ def test_a_passing_check_is_ok_and_misses_nothing(monkeypatch, tmp_path: Path) -
     host = check()
     assert host == Criu(True, "4.1.1", True, "")
     assert host.missing == ""
+
+
+def test_a_missing_preload_is_named(monkeypatch, tmp_path: Path) -> None:
+    monkeypatch.setenv("PATH", fake_criu(tmp_path, 'echo "Version: 4.1.1"', "exit 0", preload=False))
+    host = check()
+    assert not host.ok and host.missing == (
+        f"{tmp_path / MNTNS_PRELOAD}, which enters CRIU into a sandbox, is missing (deploy/criu.sh)"
+    )
 
 
 def test_probed_once_by_threads_that_ask_at_once(monkeypatch) -> None:

@@ -1,14 +1,19 @@
-"""Memory snapshots on the local backend: a sandbox's running programs (their processes, memory,
-open files, pipes, timers, cwd) dumped by CRIU while they run, and restored into a new sandbox of
-the same template, where they run on from the dumped state.
+"""Memory snapshots on the local and docker backends: a sandbox's running programs (their
+processes, memory, open files, pipes, timers, cwd) dumped by CRIU while they run, and restored
+into a new sandbox of the same template, where they run on from the dumped state.
 
-A sandbox's programs are children of its agent (pid 1 of its pid namespace), each its own
-session leader in an exec cgroup of its own and in the programs' user namespace, which the agent
-holds open at `USERNS_FD`. The agent itself, in the host's user namespace, is never dumped: its
-socket lives in the host's network namespace, and a new sandbox has an agent of its own.
+A sandbox's programs are children of its agent (pid 1 of its pid namespace: the local
+launcher's, or a container's init), each its own session leader in an exec cgroup of its own and
+in the programs' user namespace, which the agent holds open at `USERNS_FD`. The agent itself, in
+the host's user namespace, is never dumped: its socket lives outside the sandbox, and a new
+sandbox has an agent of its own. Everything here starts from the agent's host pid.
 
-CRIU runs as host root, entered into the sandbox's mount, pid, network, ipc, uts and cgroup
-namespaces (`nsenter -t <agent>`) but not its user namespace:
+CRIU runs as host root in the sandbox's mount, pid, network, ipc, uts and cgroup namespaces but
+not its user namespace. `nsenter -t <agent>` enters all but the mount namespace; CRIU and its
+libraries are loaded from the host's root, and only then does a preload (`deploy/criu-mntns.c`,
+`MNTNS_PRELOAD`) enter the sandbox's mount namespace. The sandbox's root may be one it writes (a
+container's, an image's: its own /etc/ld.so.preload, its libraries, /usr/lib/criu): a host-root
+process takes no code from it. CRIU's plugins are looked for in its own work dir.
 
 - dump: `criu dump --leave-running -t <program>` per program, one images directory each; the
   source sandbox runs on. The images say the programs' user namespace is one to create (it is not
@@ -16,18 +21,22 @@ namespaces (`nsenter -t <agent>`) but not its user namespace:
   and the restore joins the target's instead.
 - restore: `criu restore --restore-detached --join-ns time:<the target's> --join-ns user:<the
   target's USERNS_FD>` (in that order: the time namespace is the host's) in the target's
-  namespaces, CRIU itself first moved into a cgroup `exec-restored` below the target sandbox's own in
-  every hierarchy (`--manage-cgroups=ignore`): the programs count against the target's limits,
-  freeze with it, and die with it. They become children of the target's agent.
+  namespaces, CRIU itself first moved into a cgroup `exec-restored` below the target sandbox's own
+  in every hierarchy it has one in (`--manage-cgroups=ignore`): the local launcher's `<own>/
+  sandboxes/<id>`, or a container's cgroup wherever the engine put it, every v1 hierarchy
+  included (devices, cpuset, blkio). The programs count against the target's limits, freeze with
+  it, and die with it. They become children of the target's agent.
 
 Pids: CRIU gives the programs their dumped pids, so the target must not run a process at one of
-them; a fresh sandbox of the same template runs its own processes at the pids the source ran them.
-The images directory is readable by others (the restorer, in the target's user namespace, has no
-right over root's files) and lives in a directory only root can enter.
+them. A fresh sandbox of the same template runs none there, but gives its next pid to whatever
+starts first, CRIU included: before a restore the target's next pids are moved above the dumped
+trees' highest (its pid namespace's `ns_last_pid`). The images directory is readable by others
+(the restorer, in the target's user namespace, has no right over root's files) and lives in a
+directory only root can enter.
 
-Requires the CRIU of `deploy/criu.sh` (its patches: CRIU without CAP_SYS_RESOURCE and
-CAP_NET_ADMIN over the sandbox). What CRIU refuses comes back as `MemorySnapshotError` naming its
-own error line.
+Requires the CRIU of `deploy/criu.sh` and its preload (its patches: CRIU without
+CAP_SYS_RESOURCE and CAP_NET_ADMIN over the sandbox). What CRIU refuses comes back as
+`MemorySnapshotError` naming its own error line.
 """
 
 from __future__ import annotations
@@ -46,7 +55,6 @@ from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
-from .. import _bridge
 from ..errors import MemorySnapshotError
 
 __all__ = [
@@ -62,7 +70,14 @@ USERNS_FD = 1021  # sandbox_exec::seccomp::USERNS_FD: the agent's handle on the 
 CRIU_TIMEOUT_S = 120.0
 RESTORED_CGROUP = "exec-restored"  # an exec cgroup: restored programs are programs of their new sandbox
 EXTERNAL_PIPES = "agent-pipes.json"  # in a program's images: the pipes its agent held the other end of
-_NAMESPACES = ["-m", "-p", "-n", "-i", "-u", "-C"]  # all of the agent's but its user namespace
+# The agent's namespaces nsenter enters: all but its user namespace (a restore joins the programs'
+# own) and its mount namespace (entered by `MNTNS_PRELOAD` once CRIU is loaded).
+_NAMESPACES = ["-p", "-n", "-i", "-u", "-C"]
+# deploy/criu-mntns.c, installed by deploy/criu.sh beside CRIU (<prefix>/sbin/criu ->
+# <prefix>/lib/sandboxes/criu-mntns.so): preloaded into CRIU, it enters the mount namespace
+# open at the fd its variable names.
+MNTNS_PRELOAD = Path("lib/sandboxes/criu-mntns.so")
+_MNTNS_FD_VAR = "SANDBOXES_CRIU_MNTNS_FD"
 
 
 @dataclass(frozen=True)
@@ -78,11 +93,58 @@ class DumpedProgram:
     stopped: tuple[int, ...] = ()
 
 
-def _criu() -> str:
+def _criu(stage: str) -> str:
     criu = shutil.which("criu")
     if criu is None:
-        raise MemorySnapshotError("CRIU is not installed on this host (deploy/criu.sh)", stage="dump")
+        raise MemorySnapshotError("CRIU is not installed on this host (deploy/criu.sh)", stage=stage)
     return criu
+
+
+def mntns_preload(criu: str) -> Path:
+    """The preload that enters CRIU into a sandbox's mount namespace, beside `criu` (its real path)."""
+    return Path(os.path.realpath(criu)).parent.parent / MNTNS_PRELOAD
+
+
+def _criu_in(agent_pid: int, mntns_fd: int, stage: str) -> list[str]:
+    """The command running the host's CRIU in the namespaces of the sandbox whose agent is
+    `agent_pid` but its user namespace: `nsenter` enters the others and forks into its pid
+    namespace; CRIU and its libraries are loaded from the host's root, then the preload enters
+    the mount namespace open at `mntns_fd` (inherited). The sandbox's root, which it may own
+    (a container's, an image's), is never where CRIU's code comes from; CRIU's plugins are
+    looked for in its work dir (`-L @WORK@`: none), not in that root's /usr/lib/criu."""
+    criu = _criu(stage)
+    preload = mntns_preload(criu)
+    if not preload.is_file():
+        raise MemorySnapshotError(
+            f"{preload}, which enters CRIU into a sandbox's mount namespace, is not installed "
+            "(deploy/criu.sh)",
+            stage=stage,
+        )
+    env = shutil.which("env") or "/usr/bin/env"
+    argv = ["nsenter", "-t", str(agent_pid), *_NAMESPACES, env, f"LD_PRELOAD={preload}"]
+    return [*argv, f"{_MNTNS_FD_VAR}={mntns_fd}", criu, "-L", "@WORK@"]
+
+
+# Run in the target's pid namespace (nsenter's child; this host's root and /proc, whose
+# ns_last_pid is the writer's own pid namespace's): its next pids are above $1.
+_ALLOCATE_ABOVE = 'f=/proc/sys/kernel/ns_last_pid; [ "$(cat "$f")" -ge "$1" ] || echo "$1" > "$f"'
+
+
+def _allocate_above(agent_pid: int, pid: int) -> None:
+    """Makes the sandbox's next pids higher than `pid` (a dumped tree's highest): CRIU's restore
+    gives the tree its dumped pids, and CRIU itself and its helpers, forked into the sandbox's
+    pid namespace first, must not take one of them (the first pid a fresh container gives is
+    the one its source gave its first program)."""
+    argv = ["nsenter", "-t", str(agent_pid), "-p", "sh", "-c", _ALLOCATE_ABOVE, "sh", str(pid)]
+    r = subprocess.run(argv, capture_output=True, text=True, timeout=CRIU_TIMEOUT_S, check=False)
+    if r.returncode != 0:
+        raise MemorySnapshotError(
+            f"cannot move the sandbox's next pid above {pid}: {r.stderr.strip()}", stage="restore"
+        )
+
+
+def _open_mntns(agent_pid: int) -> int:
+    return os.open(f"/proc/{agent_pid}/ns/mnt", os.O_RDONLY | os.O_CLOEXEC)
 
 
 def _ns_pid(host_pid: int) -> int:
@@ -124,21 +186,57 @@ def programs_of(agent_pid: int) -> list[int]:
         return programs_of(agent_pid)
 
 
+def _hierarchy_mounts() -> dict[str, tuple[Path, str]]:
+    """This host's cgroup hierarchies as `/proc/PID/cgroup` names them (controllers joined by
+    commas, `name=...`; "" for v2): (a mount point, the hierarchy's path at that mount)."""
+    controllers = {line.split()[0] for line in Path("/proc/cgroups").read_text().splitlines()[1:]}
+    mounts: dict[str, tuple[Path, str]] = {}
+    for line in Path("/proc/self/mountinfo").read_text().splitlines():
+        fields, _, after = line.partition(" - ")
+        parts, (fstype, _source, options) = fields.split(), after.split(maxsplit=2)
+        if fstype == "cgroup2":
+            key = ""
+        elif fstype == "cgroup":
+            opts = options.split(",")
+            key = ",".join(o for o in opts if o in controllers or o.startswith("name="))
+        else:
+            continue
+        mounts.setdefault(key, (Path(parts[4].replace("\\040", " ")), parts[3]))
+    return mounts
+
+
 def sandbox_cgroup_dirs(agent_pid: int) -> list[Path]:
     """The host directories of the sandbox's cgroup, one per hierarchy it has one in (the
-    agent's own cgroup, or its parent where the agent moved itself into the leaf `agent`)."""
+    agent's own cgroup, or its parent where the agent moved itself into the leaf `agent`):
+    every hierarchy where the agent is elsewhere than this process, whether below this
+    process's own (the local backend's `<own>/sandboxes/<id>`) or not (a container's
+    `/docker/<id>`, in every hierarchy the engine places it, e.g. devices and cpuset)."""
     mine = _cgroups(os.getpid())
+    mounts = _hierarchy_mounts()
     dirs = []
-    for ctrls, own_dir in _bridge.api().own_cgroup_dirs():
-        path = _cgroups(agent_pid).get(ctrls)
-        base = mine.get(ctrls)
-        if path is None or base is None or path == base:
+    for ctrls, path in _cgroups(agent_pid).items():
+        if ctrls not in mounts or path == mine.get(ctrls):
             continue
-        rel = Path(path).relative_to(base)
+        mount, root = mounts[ctrls]
+        try:
+            rel = Path(path).relative_to(root)
+        except ValueError:
+            continue  # outside what this host mounts of the hierarchy
         if rel.name == "agent":
             rel = rel.parent
-        dirs.append(Path(own_dir) / rel)
+        dirs.append(mount / rel)
     return dirs
+
+
+def _make_child_cgroup(parent: Path, name: str) -> Path:
+    """`parent/name`, made when missing; a v1 cpuset child gets its parent's cpus and memory
+    nodes (it starts with none, and takes no task so)."""
+    child = parent / name
+    child.mkdir(exist_ok=True)
+    for knob in ("cpuset.cpus", "cpuset.mems"):
+        if (child / knob).exists() and not (child / knob).read_text().strip():
+            (child / knob).write_text((parent / knob).read_text())
+    return child
 
 
 def _last_error(log: Path, fallback: str) -> str:
@@ -322,7 +420,17 @@ def dump_programs(agent_pid: int, dest: Path, *, leave_stopped: bool = False) ->
     `continue_programs`: what they write meanwhile (their files) is what the images expect. `dest`
     must not exist; it is made only root can enter. When a dump fails, `dest` is removed and the
     programs dumped before it are continued: the sandbox runs on as it was."""
-    criu = _criu()
+    mntns = _open_mntns(agent_pid)
+    try:
+        criu = _criu_in(agent_pid, mntns, "dump")
+        return _dump(agent_pid, dest, criu, mntns, leave_stopped)
+    finally:
+        os.close(mntns)
+
+
+def _dump(
+    agent_pid: int, dest: Path, criu: list[str], mntns: int, leave_stopped: bool
+) -> list[DumpedProgram]:
     dest.mkdir(mode=0o700)
     dumped: list[DumpedProgram] = []
     try:
@@ -337,11 +445,11 @@ def dump_programs(agent_pid: int, dest: Path, *, leave_stopped: bool = False) ->
             _refuse_more_than_one_task(tree)
             # A task stopped already (by its own signal) stays so: it is not ours to continue.
             running = [p for p in tree if not _stopped(p)]
-            argv = ["nsenter", "-t", str(agent_pid), *_NAMESPACES, criu, "dump", "-t", str(pid)]
+            argv = [*criu, "dump", "-t", str(pid)]
             argv += ["--leave-stopped" if leave_stopped else "--leave-running", "-D", "@IMAGES@"]
             argv += ["-W", "@WORK@", "-o", "dump.log"]
             try:
-                took = _run(argv, images, "dump")
+                took = _run(argv, images, "dump", fds=[mntns])
             except MemorySnapshotError as e:
                 if cause := _unsupported_fd(tree):
                     raise MemorySnapshotError(f"{cause}: {e}", stage="dump", what=cause) from e
@@ -367,21 +475,32 @@ def continue_programs(dumped: Sequence[DumpedProgram]) -> None:
 def restore_programs(agent_pid: int, programs: Sequence[DumpedProgram] | Path) -> list[float]:
     """Restores dumped programs (`dump_programs`' answer, or its `dest`) into the sandbox whose
     agent is `agent_pid`; returns each restore's duration. The images are left as they are."""
-    criu = _criu()
+    mntns = _open_mntns(agent_pid)
+    try:
+        criu = _criu_in(agent_pid, mntns, "restore")
+        return _restore(agent_pid, programs, criu, mntns)
+    finally:
+        os.close(mntns)
+
+
+def _restore(
+    agent_pid: int, programs: Sequence[DumpedProgram] | Path, criu: list[str], mntns: int
+) -> list[float]:
     if isinstance(programs, Path):
         dirs = sorted((d for d in programs.iterdir() if d.is_dir()), key=lambda d: int(d.name))
     else:
         dirs = [p.dir for p in programs]
+    if dirs:
+        _allocate_above(agent_pid, max(_highest_pid(images) for images in dirs))
     procs = []
     for d in sandbox_cgroup_dirs(agent_pid):
-        (d / RESTORED_CGROUP).mkdir(exist_ok=True)
-        procs.append(str(d / RESTORED_CGROUP / "cgroup.procs"))
+        procs.append(str(_make_child_cgroup(d, RESTORED_CGROUP) / "cgroup.procs"))
     # The shell joins the target's cgroups, then becomes nsenter and CRIU: what CRIU forks is born there.
     join = 'while [ "$1" != -- ]; do echo $$ > "$1"; shift; done; shift; exec "$@"'
     took = []
     for images in dirs:
-        argv = ["sh", "-ec", join, "sh", *procs, "--", "nsenter", "-t", str(agent_pid), *_NAMESPACES]
-        argv += [criu, "restore", "-D", "@IMAGES@", "-W", "@WORK@", "-o", "restore.log"]
+        argv = ["sh", "-ec", join, "sh", *procs, "--", *criu]
+        argv += ["restore", "-D", "@IMAGES@", "-W", "@WORK@", "-o", "restore.log"]
         # The target's time namespace is joined before its user namespace (as root of the host):
         # CRIU would otherwise make one of its own for the programs, which no later dump enters.
         argv += ["--restore-detached", "--join-ns", "time:/proc/1/ns/time"]
@@ -395,7 +514,7 @@ def restore_programs(agent_pid: int, programs: Sequence[DumpedProgram] | Path) -
             for inode in json.loads((images / EXTERNAL_PIPES).read_text()):
                 nulls.append(os.open(f"/proc/{agent_pid}/root/dev/null", os.O_RDWR | os.O_CLOEXEC))
                 argv += ["--inherit-fd", f"fd[{nulls[-1]}]:pipe:[{inode}]"]
-            took.append(_run(argv, images, "restore", fds=nulls, work=work))
+            took.append(_run(argv, images, "restore", fds=[mntns, *nulls], work=work))
         finally:
             for fd in nulls:
                 os.close(fd)
@@ -406,11 +525,12 @@ def restore_programs(agent_pid: int, programs: Sequence[DumpedProgram] | Path) -
 # --- the images' user namespace ------------------------------------------------------------------
 # CRIU images are protobuf messages after a 4-byte magic (8 bytes: two magics, but for the
 # inventory), each message preceded by its 4-byte little-endian size. `root_ids` is field 3 of
-# `inventory_entry`; `user_ns_id` field 10 of `task_kobj_ids_entry`; `pid` field 1 of `pstree_entry`
+# `inventory_entry`; `user_ns_id` field 10 of `task_kobj_ids_entry`; `pid` field 1 and `threads` field 5 of `pstree_entry`
 # (criu/images/*.proto).
 
 _ROOT_IDS = 3
 _PSTREE_PID = 1
+_PSTREE_THREADS = 5
 _USER_NS_ID = 10
 
 
@@ -474,6 +594,35 @@ def _message(path: Path, header: int) -> tuple[bytes, bytes, bytes]:
     b = path.read_bytes()
     (size,) = struct.unpack_from("<I", b, header)
     return b[:header], b[header + 4 : header + 4 + size], b[header + 4 + size :]
+
+
+def _messages(path: Path, header: int) -> list[bytes]:
+    """Every message of a CRIU image."""
+    b = path.read_bytes()
+    out, i = [], header
+    while i < len(b):
+        (size,) = struct.unpack_from("<I", b, i)
+        out.append(b[i + 4 : i + 4 + size])
+        i += 4 + size
+    return out
+
+
+def _highest_pid(images: Path) -> int:
+    """The highest pid (of a task or a thread) of the tree dumped in `images`."""
+    top = 0
+    for entry in _messages(images / "pstree.img", 8):
+        for num, _, v in _fields(entry):
+            if num == _PSTREE_PID and isinstance(v, int):
+                top = max(top, v)
+            elif num == _PSTREE_THREADS:
+                if isinstance(v, int):
+                    top = max(top, v)
+                else:  # packed
+                    i = 0
+                    while i < len(v):
+                        tid, i = _varint(v, i)
+                        top = max(top, tid)
+    return top
 
 
 def _as_own_user_namespace(images: Path) -> None:

@@ -3,9 +3,10 @@ server's Health shows it, and the calls that promise processes (e2b's full snaps
 refused with it.
 
 Probed once per process, at server start (in a thread: it runs `criu`): `criu` on the PATH, its
-`criu --version` (4.1 or later: older releases fail on kernels that map `[vvar_vclock]`) and its
-own `criu check`. `deploy/criu.sh` (`make criu`) installs one. A CRIU that passes is reported as
-ok, and the local backend's memory snapshots (`backends/memory.py`) are served with it.
+`criu --version` (4.1 or later: older releases fail on kernels that map `[vvar_vclock]`), its
+own `criu check` and the preload installed beside it that enters CRIU into a sandbox's mount
+namespace (`backends/memory.py`). `deploy/criu.sh` (`make criu`) installs one. A CRIU that passes is reported as
+ok, and the local and docker backends' memory snapshots (`backends/memory.py`) are served with it.
 """
 
 from __future__ import annotations
@@ -15,6 +16,8 @@ import shutil
 import subprocess
 import threading
 from dataclasses import dataclass
+
+from ..backends.memory import mntns_preload
 
 __all__ = ["MIN_VERSION", "Criu", "check", "memory_snapshots_missing", "parse_version", "probe", "probed"]
 
@@ -76,6 +79,10 @@ def check() -> Criu:
         return Criu(True, "", False, f"CRIU cannot run on this host ({e})")
     if r.returncode != 0:
         return Criu(True, version, False, f"CRIU fails its own check on this host ({_last_line(r)})")
+    if not (preload := mntns_preload(criu)).is_file():
+        return Criu(
+            True, version, False, f"{preload}, which enters CRIU into a sandbox, is missing (deploy/criu.sh)"
+        )
     return Criu(True, version, True)
 
 

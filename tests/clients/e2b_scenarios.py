@@ -438,6 +438,10 @@ while True:
     time.sleep(0.02)
 """
 START = 1_000_000  # given to the source's counter only: a count above it elsewhere is its memory
+# The counters' /proc entries, and a command ending them: by /proc alone (an image may have no
+# procps); the pattern does not match the command line of the grep that looks for it.
+COUNTERS = "grep -l '[c]ounter.py' /proc/[0-9]*/cmdline 2>/dev/null || true"
+STOP_COUNTERS = f"for f in $({COUNTERS}); do p=${{f#/proc/}}; kill ${{p%/cmdline}}; done"
 
 
 def memory(port: str | None) -> dict[str, Any]:
@@ -476,7 +480,7 @@ def memory(port: str | None) -> dict[str, Any]:
             "first": first,
             "then": count(s),
             "served": [r.status, r.read().decode()],
-            "counters": len(s.commands.run("pgrep -f [c]ounter.py || true").stdout.split()),
+            "counters": len(s.commands.run(COUNTERS).stdout.split()),
         }
 
     before = count(sb)
@@ -487,7 +491,7 @@ def memory(port: str | None) -> dict[str, Any]:
     copies[0].files.write("/tmp/page.txt", "changed in the first copy\n")
     o["copies"] = [look(c) for c in copies]
     # The first copy's counter stopped: the second's runs on (a process of its own).
-    copies[0].commands.run("pkill -f [c]ounter.py")
+    copies[0].commands.run(STOP_COUNTERS)
     stopped = count(copies[0])
     time.sleep(0.3)
     o["stopped_stays"] = count(copies[0]) == stopped
@@ -519,7 +523,7 @@ def pause_evicted(sandbox_id: str | None) -> dict[str, Any]:
     o = {
         "first": first,
         "then": int(sb.files.read("/tmp/count")),
-        "counters": len(sb.commands.run("pgrep -f [c]ounter.py || true").stdout.split()),
+        "counters": len(sb.commands.run(COUNTERS).stdout.split()),
     }
     sb.kill()
     return o

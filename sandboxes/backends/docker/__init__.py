@@ -40,6 +40,13 @@ boundary, so the shell bridges it). The backend awaits the FIFO with `loop.add_r
 ready; a failure record names the step that failed (the agent's, or the shell's `agent` when the
 image has no agent); end-of-file means the agent died unreported (`agent_start`).
 
+Memory snapshots (`memory_snapshots`): the host's CRIU dumps a container's programs and restores
+them into another container of the same template as on the local backend (`memory.py`), from
+the agent's host pid (its socket's peer, the engine's `State.Pid`). The engine's own checkpoint
+(`docker checkpoint`, experimental; runc's `checkpoint`) dumps the whole container, and CRIU
+refuses a sandbox's: its programs' user namespace is nested in the container's ("Can't dump
+nested user namespace").
+
 A pool that dies without closing (`orphans.py`): its containers live on until their agents'
 leases lapse, then remove themselves; the pool's watchdog (`watchdog.py`) removes each one's run
 dir and host id range as it ends, and the pool dir after the last. A later pool's start removes

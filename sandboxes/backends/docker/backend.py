@@ -13,13 +13,14 @@ import socket
 import subprocess
 import time
 import uuid
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from ... import _bridge
-from ...errors import BackendUnavailable, LaunchError, SandboxLost
+from ...errors import BackendUnavailable, LaunchError, MemorySnapshotError, SandboxLost
 from ...templates import Template
-from .. import ids, images, readiness, watchdog
+from .. import ids, images, memory, readiness, watchdog
 from ..base import Backend, SandboxHandle
 from ..rundirs import alive, default_run_root, make_pool_dir, starttime
 from . import engine, rundir
@@ -35,12 +36,15 @@ _MAX_SOCKET_PATH = 107
 class DockerSandbox:
     """What the docker backend knows of one sandbox (`SandboxHandle.backend_data`)."""
 
-    def __init__(self, container_id: str, name: str, image: str, run_dir: Path, id_base: int = 0) -> None:
+    def __init__(
+        self, container_id: str, name: str, image: str, run_dir: Path, id_base: int = 0, cgroups: bool = True
+    ) -> None:
         self.container_id = container_id
         self.name = name
         self.image = image
         self.run_dir = run_dir
         self.id_base = id_base  # a root sandbox's host id range (0: none)
+        self.cgroups = cgroups  # its agent puts each program in an exec cgroup (`Template.cgroups`)
         self.pid: int | None = None  # the agent's pid as this host sees it (None: unknown)
         self.starttime: int | None = None
 
@@ -65,6 +69,9 @@ class DockerBackend(Backend):
     pauses = True  # the engine's pause (its cgroup freezer)
     volumes = True
     layered_volumes = True
+    # The host's CRIU entered into the container's namespaces, as on the local backend
+    # (`memory.py`): the agent is the container's pid 1, its programs its children.
+    memory_snapshots = True
 
     name = "docker"
 
@@ -151,7 +158,7 @@ class DockerBackend(Backend):
         ds: DockerSandbox | None = None
         try:
             container_id = await asyncio.shield(start)
-            ds = DockerSandbox(container_id, name, place.image, run_dir, place.id_base)
+            ds = DockerSandbox(container_id, name, place.image, run_dir, place.id_base, template.cgroups)
             self._live[sandbox_id] = ds
             fd, ready_fd = ready_fd, -1  # await_ready owns (and closes) it from here
             failed = readiness.launch_error(
@@ -193,6 +200,27 @@ class DockerBackend(Backend):
 
     async def resume(self, handle: SandboxHandle) -> None:
         await self.engine.run(engine.pause_container, self._name(handle), False)
+
+    async def dump_memory(self, handle: SandboxHandle, dest: Path) -> tuple[int, Callable[[], None]]:
+        agent = self._agent_pid(handle)
+        if not handle.backend_data.cgroups:  # the container's own cgroups hold the agent and all
+            raise MemorySnapshotError(
+                "the sandbox has no cgroups (its template's cgroups=False): its programs cannot be told "
+                "from its agent's own processes",
+                stage="dump",
+            )
+        dumped = await asyncio.to_thread(memory.dump_programs, agent, dest, leave_stopped=True)
+        return sum(p.bytes for p in dumped), lambda: memory.continue_programs(dumped)
+
+    async def restore_memory(self, handle: SandboxHandle, src: Path) -> None:
+        await asyncio.to_thread(memory.restore_programs, self._agent_pid(handle), src)
+
+    def _agent_pid(self, handle: SandboxHandle) -> int:
+        """The container's agent as this host sees it (its socket's peer, checked by start time)."""
+        ds: DockerSandbox | None = handle.backend_data
+        if ds is None or handle.id not in self._live or ds.pid is None or not ds.alive():
+            raise SandboxLost(f"sandbox {handle.id} is not running")
+        return ds.pid
 
     def _name(self, handle: SandboxHandle) -> str:
         ds: DockerSandbox | None = handle.backend_data
