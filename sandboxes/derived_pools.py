@@ -16,7 +16,7 @@ from __future__ import annotations
 import asyncio
 import hashlib
 import shutil
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Protocol
 
@@ -188,10 +188,11 @@ class DerivedPools:
         labels: dict[str, str] | None,
         max_bytes: int | None,
         memory: bool = False,
+        leave_out: Collection[int] = (),
     ) -> Checkpoint:
         """`Pool.checkpoint`: `sb`'s writes captured as one more layer of its own; with `memory`,
-        its running programs dumped first and left stopped until the files are captured (the
-        files are those the programs' images expect), then continued."""
+        its running programs (but those of `leave_out`) dumped first and left stopped until the
+        files are captured (the files are those the programs' images expect), then continued."""
         tp, base, layers = self._chain(sb)
         if not memory:
             digest, size, _ = await sb.call_agent(self.checkpoints.capture, max_bytes=max_bytes)
@@ -208,7 +209,7 @@ class DerivedPools:
         self._check_memory(tp)
         images = self.checkpoints.memory_tmp()
         try:
-            mem_bytes, carry_on = await tp.backend.dump_memory(sb.handle, images)
+            mem_bytes, carry_on = await tp.backend.dump_memory(sb.handle, images, leave_out)
             try:
                 if max_bytes is not None and mem_bytes > max_bytes:
                     raise TooLarge(f"the sandbox's programs take {mem_bytes} bytes, over {max_bytes}")
@@ -247,6 +248,7 @@ class DerivedPools:
         labels: Mapping[str, str] | None,
         timeout: float | None,
         memory: bool = False,
+        leave_out: Collection[int] = (),
     ) -> list[Sandbox]:
         """`Pool.fork`: one layer of `sb`'s writes now (kept while they run), and `n` sandboxes
         made from it; all or none. With `memory`, `sb`'s running programs too, dumped as for a
@@ -256,7 +258,7 @@ class DerivedPools:
         try:
             if memory:
                 self._check_memory(source)
-                _, carry_on = await source.backend.dump_memory(sb.handle, images)
+                _, carry_on = await source.backend.dump_memory(sb.handle, images, leave_out)
                 try:
                     digest, _, _ = await sb.call_agent(self.checkpoints.capture)
                 finally:

@@ -17,7 +17,7 @@ import contextlib
 import logging
 import os
 import uuid
-from collections.abc import AsyncIterator, Mapping, Sequence
+from collections.abc import AsyncIterator, Collection, Mapping, Sequence
 from pathlib import Path
 from typing import Any, Self
 
@@ -488,6 +488,7 @@ class Pool:
         labels: dict[str, str] | None = None,
         max_bytes: int | None = None,
         memory: bool = False,
+        leave_out: Collection[int] = (),
     ) -> Checkpoint:
         """`sb`'s file system now, as a checkpoint of `owner`'s (kept `ttl_s`, None: until
         deleted; `labels` kept with it). `sb` keeps running; a sandbox made from the checkpoint sees exactly this state.
@@ -498,9 +499,17 @@ class Pool:
         sandbox made from the checkpoint runs them on from that moment, in its own namespaces and
         cgroup, their standard streams its `/dev/null`. Their images count in the checkpoint's
         bytes. A program CRIU cannot dump makes it raise `MemorySnapshotError` naming what, and
-        `sb` runs on as it was."""
+        `sb` runs on as it was. `leave_out`: pids (in the sandbox) of programs not taken, which
+        the caller makes afresh in each copy (a code interpreter's kernel, say)."""
         return await self.derived.checkpoint(
-            sb, owner=owner, name=name, ttl_s=ttl_s, labels=labels, max_bytes=max_bytes, memory=memory
+            sb,
+            owner=owner,
+            name=name,
+            ttl_s=ttl_s,
+            labels=labels,
+            max_bytes=max_bytes,
+            memory=memory,
+            leave_out=leave_out,
         )
 
     async def capture_volume(self, sb: Sandbox, path: str, max_bytes: int | None = None) -> tuple[str, int]:
@@ -528,6 +537,7 @@ class Pool:
         labels: Mapping[str, str] | None = None,
         timeout: float | None = None,
         memory: bool = False,
+        leave_out: Collection[int] = (),
     ) -> list[Sandbox]:
         """`n` new sandboxes of `sb`'s file system now: one checkpoint layer (kept while they
         run) and `n` sandboxes made from it, each with its own writes. All or none: when one
@@ -535,7 +545,7 @@ class Pool:
         running programs run on in each (as for `checkpoint(memory=True)`)."""
         if isinstance(n, bool) or not isinstance(n, int) or not 1 <= n <= 1024:
             raise InvalidRequest(f"fork count must be an int in [1, 1024], got {n!r}")
-        return await self.derived.fork(sb, n, env, labels, timeout, memory=memory)
+        return await self.derived.fork(sb, n, env, labels, timeout, memory=memory, leave_out=leave_out)
 
     async def delete_checkpoint(self, checkpoint_id: str, owner: str | None = None) -> Checkpoint:
         """Deletes a checkpoint (`CheckpointStore.delete`); returns once its warm sandboxes are

@@ -330,6 +330,23 @@ async def test_a_paused_sandbox_evicted_keeps_its_processes(make_server, request
     assert len(server.service.registry) == 0
 
 
+@pytest.mark.requires("criu")
+async def test_a_code_interpreters_sandbox_is_snapshotted_without_its_kernel(make_server) -> None:
+    """A full snapshot of a sandbox with a code interpreter context (its kernel runs threads,
+    which a memory snapshot cannot take): the kernel is left out, the counter is carried, the
+    copy's cells run in a fresh context, and the source's context keeps its state."""
+    server = await e2b_server(make_server)
+    o = await scenario(server, "memory_interpreter")
+    assert o == {
+        "source_cell": "42",
+        "copy_counts_on": True,
+        "copy_x": "NameError",
+        "copy_cell": "42",
+        "source_after": "43",
+    }, o
+    assert len(server.service.registry) == 0
+
+
 async def test_memory_snapshots_refused_without_criu(make_server, monkeypatch) -> None:
     """On a host whose CRIU cannot run, a full snapshot and a fork are 501, naming what is missing
     (never a copy of the files alone)."""

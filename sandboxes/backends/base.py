@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import abc
 import time
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, TypeVar
 
@@ -208,8 +208,11 @@ class Backend(abc.ABC):
         """Continue every process of a paused sandbox. Only called when `pauses`."""
         raise NotImplementedError(f"the {self.name} backend cannot resume a sandbox")
 
-    async def dump_memory(self, handle: SandboxHandle, dest: Path) -> tuple[int, Callable[[], None]]:
-        """Dumps the sandbox's running programs into `dest` (made here) and leaves them stopped:
+    async def dump_memory(
+        self, handle: SandboxHandle, dest: Path, leave_out: Collection[int] = ()
+    ) -> tuple[int, Callable[[], None]]:
+        """Dumps the sandbox's running programs (but those whose pid in the sandbox is in
+        `leave_out`) into `dest` (made here) and leaves them stopped:
         `(bytes of the images, a function that continues them)`, to call once the sandbox's
         files are captured. Raises `MemorySnapshotError` naming what could not be dumped, with
         the programs running on. Only called when `memory_snapshots`."""

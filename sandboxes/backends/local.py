@@ -23,7 +23,7 @@ import signal
 import subprocess
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
@@ -105,9 +105,11 @@ class LocalBackend(Backend):
         except Exception as e:
             raise _bridge.translate(e) from e
 
-    async def dump_memory(self, handle: SandboxHandle, dest: Path) -> tuple[int, Callable[[], None]]:
+    async def dump_memory(
+        self, handle: SandboxHandle, dest: Path, leave_out: Collection[int] = ()
+    ) -> tuple[int, Callable[[], None]]:
         dumped = await asyncio.to_thread(
-            memory.dump_programs, self._agent_pid(handle), dest, leave_stopped=True
+            memory.dump_programs, self._agent_pid(handle), dest, leave_stopped=True, leave_out=leave_out
         )
         return sum(p.bytes for p in dumped), lambda: memory.continue_programs(dumped)
 

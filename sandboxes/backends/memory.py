@@ -51,7 +51,7 @@ import struct
 import subprocess
 import tempfile
 import time
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -414,8 +414,11 @@ def _stopped(pid: int) -> bool:
     return stat[stat.rindex(")") + 2] == "T"
 
 
-def dump_programs(agent_pid: int, dest: Path, *, leave_stopped: bool = False) -> list[DumpedProgram]:
-    """Dumps every program of the sandbox whose agent is `agent_pid` (host pid) into
+def dump_programs(
+    agent_pid: int, dest: Path, *, leave_stopped: bool = False, leave_out: Collection[int] = ()
+) -> list[DumpedProgram]:
+    """Dumps every program of the sandbox whose agent is `agent_pid` (host pid), but those whose
+    pid in the sandbox is in `leave_out` (what the caller makes afresh), into
     `dest/<pid>/`, leaving them running, or with `leave_stopped` stopped (SIGSTOP) until
     `continue_programs`: what they write meanwhile (their files) is what the images expect. `dest`
     must not exist; it is made only root can enter. When a dump fails, `dest` is removed and the
@@ -423,19 +426,21 @@ def dump_programs(agent_pid: int, dest: Path, *, leave_stopped: bool = False) ->
     mntns = _open_mntns(agent_pid)
     try:
         criu = _criu_in(agent_pid, mntns, "dump")
-        return _dump(agent_pid, dest, criu, mntns, leave_stopped)
+        return _dump(agent_pid, dest, criu, mntns, leave_stopped, set(leave_out))
     finally:
         os.close(mntns)
 
 
 def _dump(
-    agent_pid: int, dest: Path, criu: list[str], mntns: int, leave_stopped: bool
+    agent_pid: int, dest: Path, criu: list[str], mntns: int, leave_stopped: bool, leave_out: set[int]
 ) -> list[DumpedProgram]:
     dest.mkdir(mode=0o700)
     dumped: list[DumpedProgram] = []
     try:
         for host_pid in programs_of(agent_pid):
             pid = _ns_pid(host_pid)
+            if pid in leave_out:
+                continue
             images = dest / str(pid)
             images.mkdir(mode=0o755)
             images.chmod(0o755)  # the restorer reads it from inside a user namespace

@@ -561,7 +561,14 @@ class ServerCore:
         if len(name) > 256:
             raise E.InvalidRequest("a checkpoint's name is at most 256 characters")
         cp = await self.pool.checkpoint(
-            rec.sandbox, owner=rec.owner, name=name, ttl_s=ttl_s, labels=labels, max_bytes=left, memory=memory
+            rec.sandbox,
+            owner=rec.owner,
+            name=name,
+            ttl_s=ttl_s,
+            labels=labels,
+            max_bytes=left,
+            memory=memory,
+            leave_out=self.programs(rec).left_out() if memory else (),
         )
         log.info("checkpoint taken", extra={"sandbox_id": rec.id, "checkpoint_id": cp.id, "owner": rec.owner})
         return cp
@@ -612,7 +619,13 @@ class ServerCore:
             for _ in range(count):
                 self.quotas.acquire_sandbox(owner)
                 held += 1
-            forks = await self.pool.fork(rec.sandbox, count, labels=labels or None, memory=memory)
+            forks = await self.pool.fork(
+                rec.sandbox,
+                count,
+                labels=labels or None,
+                memory=memory,
+                leave_out=self.programs(rec).left_out() if memory else (),
+            )
         except BaseException:
             for _ in range(held):
                 self.quotas.release_sandbox(owner)
@@ -961,6 +974,7 @@ class ServerCore:
                 name=rec.id,
                 ttl_s=self.bounds.max_paused_s + 60.0,
                 memory=memory,
+                leave_out=self.programs(rec).left_out() if memory else (),
             )
 
         cp = None

@@ -55,15 +55,25 @@ class Holder:
         self.sandbox = rec.sandbox  # the one its programs run in
         self.closed = False
         self._running: dict[tuple[str, str], ExecStream] = {}
+        self._left_out: set[ExecStream] = set()  # what a memory snapshot does not take
         self._state: dict[str, Any] = {}
         self._keys = itertools.count(1)
 
     def start(
-        self, kind: str, key: str | None, argv: Any, *, charge: str | None, **kwargs: Any
+        self,
+        kind: str,
+        key: str | None,
+        argv: Any,
+        *,
+        charge: str | None,
+        carried: bool = True,
+        **kwargs: Any,
     ) -> ExecStream:
         """Starts `argv` in the sandbox (`Sandbox.exec_stream` with `kwargs`) as the program `key`
         of `kind` (None: a key of its own), held until its stream is over. `charge`: the method
-        it is counted as, holding one of the owner's exec slots until then; None: not charged."""
+        it is counted as, holding one of the owner's exec slots until then; None: not charged.
+        `carried`: whether a memory snapshot takes it (a terminal never is: its other end is the
+        agent's)."""
         if self.closed:
             raise E.SandboxLost(f"sandbox {self.rec.id} ended, and its programs with it")
         key = f"#{next(self._keys)}" if key is None else key
@@ -76,13 +86,22 @@ class Holder:
             release()
             raise
         self._running[kind, key] = stream
+        if not carried or kwargs.get("terminal") is not None:
+            self._left_out.add(stream)
         stream.on_end(release)
         stream.on_end(lambda: self._forget(kind, key, stream))
         return stream
 
     def _forget(self, kind: str, key: str, stream: ExecStream) -> None:
+        self._left_out.discard(stream)
         if self._running.get((kind, key)) is stream:
             del self._running[kind, key]
+
+    def left_out(self) -> set[int]:
+        """The pids (in the sandbox) of the running programs a memory snapshot does not take:
+        those started with `carried=False` and terminals. A copy has neither: its surfaces
+        start them afresh."""
+        return {s.pid for s in self._left_out if s.pid is not None}
 
     def running(self, kind: str | None = None) -> list[str]:
         """The keys of the running programs of `kind` (None: `kind/key` of every one)."""

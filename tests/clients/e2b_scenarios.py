@@ -444,6 +444,32 @@ COUNTERS = "grep -l '[c]ounter.py' /proc/[0-9]*/cmdline 2>/dev/null || true"
 STOP_COUNTERS = f"for f in $({COUNTERS}); do p=${{f#/proc/}}; kill ${{p%/cmdline}}; done"
 
 
+def memory_interpreter(_: str | None) -> dict[str, Any]:
+    """A full snapshot of a code interpreter's sandbox with a context holding state and a counter
+    running: the counter counts on in the copy, whose cells run in a fresh context (a context's
+    kernel is not carried); the source's context keeps its state."""
+    o: dict[str, Any] = {}
+    sb = e2b_code_interpreter.Sandbox.create(timeout=120)
+    o["source_cell"] = sb.run_code("x = 41\nx + 1").text
+    sb.files.write("/tmp/counter.py", COUNTER)
+    sb.commands.run(f"python3 /tmp/counter.py {START}", background=True)
+    sb.commands.run("for i in $(seq 100); do test -s /tmp/count && exit 0; sleep 0.1; done; exit 1")
+    before = int(sb.files.read("/tmp/count"))
+    snap = sb.create_snapshot()
+    copy = e2b_code_interpreter.Sandbox.create(snap.snapshot_id, timeout=120)
+    first = int(copy.files.read("/tmp/count"))
+    time.sleep(0.5)
+    o["copy_counts_on"] = before <= first < int(copy.files.read("/tmp/count"))
+    missing = copy.run_code("x")
+    o["copy_x"] = missing.error.name if missing.error else missing.text
+    o["copy_cell"] = copy.run_code("y = 2\ny * 21").text
+    o["source_after"] = sb.run_code("x + 2").text
+    copy.kill()
+    sb.kill()
+    Sandbox.delete_snapshot(snap.snapshot_id)
+    return o
+
+
 def memory(port: str | None) -> dict[str, Any]:
     """A full snapshot (the default) of a sandbox running a counter and an HTTP server, two
     sandboxes made from it, and `fork(count=2)`: in each copy the counter counts on from the
@@ -879,6 +905,7 @@ SCENARIOS = {
     "first_commands": first_commands,
     "snapshots": snapshots,
     "memory": memory,
+    "memory_interpreter": memory_interpreter,
     "memory_refused": memory_refused,
     "pause_evicted": pause_evicted,
     "snapshot_other": snapshot_other,

@@ -13,7 +13,7 @@ import socket
 import subprocess
 import time
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Collection
 from pathlib import Path
 from typing import Any
 
@@ -201,7 +201,9 @@ class DockerBackend(Backend):
     async def resume(self, handle: SandboxHandle) -> None:
         await self.engine.run(engine.pause_container, self._name(handle), False)
 
-    async def dump_memory(self, handle: SandboxHandle, dest: Path) -> tuple[int, Callable[[], None]]:
+    async def dump_memory(
+        self, handle: SandboxHandle, dest: Path, leave_out: Collection[int] = ()
+    ) -> tuple[int, Callable[[], None]]:
         agent = self._agent_pid(handle)
         if not handle.backend_data.cgroups:  # the container's own cgroups hold the agent and all
             raise MemorySnapshotError(
@@ -209,7 +211,9 @@ class DockerBackend(Backend):
                 "from its agent's own processes",
                 stage="dump",
             )
-        dumped = await asyncio.to_thread(memory.dump_programs, agent, dest, leave_stopped=True)
+        dumped = await asyncio.to_thread(
+            memory.dump_programs, agent, dest, leave_stopped=True, leave_out=leave_out
+        )
         return sum(p.bytes for p in dumped), lambda: memory.continue_programs(dumped)
 
     async def restore_memory(self, handle: SandboxHandle, src: Path) -> None:

@@ -126,6 +126,7 @@ class Kernels:
             ctx.id,
             ["python3", "-u", "-c", KERNEL_SOURCE],
             charge=None,
+            carried=False,  # a copy of the sandbox has no contexts: its cells start a fresh kernel
             cwd=ctx.cwd,
             stdin=None,
             timeout=KERNEL_LIMITS.cpu_time_s,
