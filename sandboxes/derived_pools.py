@@ -194,8 +194,8 @@ class DerivedPools:
         its running programs (but those of `leave_out`) dumped first and left stopped until the
         files are captured (the files are those the programs' images expect), then continued."""
         tp, base, layers = self._chain(sb)
-        if not memory:
-            digest, size, _ = await sb.call_agent(self.checkpoints.capture, max_bytes=max_bytes)
+
+        def add(digest: str, size: int, images: Path | None = None) -> Checkpoint:
             return self.checkpoints.add(
                 template=base,
                 layers=(*layers, digest),
@@ -205,7 +205,12 @@ class DerivedPools:
                 size=size,
                 ttl_s=ttl_s,
                 labels=labels,
+                memory=images,
             )
+
+        if not memory:
+            digest, size, _ = await sb.call_agent(self.checkpoints.capture, max_bytes=max_bytes)
+            return add(digest, size)
         self._check_memory(tp)
         images = self.checkpoints.memory_tmp()
         try:
@@ -217,17 +222,7 @@ class DerivedPools:
                 digest, size, _ = await sb.call_agent(self.checkpoints.capture, max_bytes=left)
             finally:
                 carry_on()
-            return self.checkpoints.add(
-                template=base,
-                layers=(*layers, digest),
-                owner=owner,
-                name=name,
-                source=sb.id,
-                size=size + mem_bytes,
-                ttl_s=ttl_s,
-                labels=labels,
-                memory=images,
-            )
+            return add(digest, size + mem_bytes, images)
         finally:
             if images.exists():
                 await asyncio.to_thread(shutil.rmtree, images, True)
