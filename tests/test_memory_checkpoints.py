@@ -25,9 +25,10 @@ from sandboxes.errors import Conflict, MemorySnapshotError
 
 pytestmark = [pytest.mark.requires("criu"), pytest.mark.asyncio]
 
-# Counts from its argument, prints each value, keeps /tmp/count and appends to an open log.
+# Counts from its argument, prints each value, keeps /tmp/count (replaced whole, so a snapshot
+# taken at any instant holds a count) and appends to an open log.
 COUNTER = """
-import sys, time
+import os, sys, time
 n = int(sys.argv[1])
 log = open("/tmp/log", "a")
 while True:
@@ -35,8 +36,9 @@ while True:
     print(n, flush=True)
     log.write(f"{n}\\n")
     log.flush()
-    with open("/tmp/count", "w") as f:
+    with open("/tmp/count.tmp", "w") as f:
         f.write(str(n))
+    os.replace("/tmp/count.tmp", "/tmp/count")
     time.sleep(0.02)
 """
 START = 1_000_000  # given to the source's program only: a count above it elsewhere is its memory
