@@ -136,22 +136,21 @@ class DerivedPools:
         if checkpoint is not None and not mounts and not layered and warm_ahead:
             self._linger(tp)
         try:
-            sb = await self.pool._claim(tp, env, files, labels, timeout)
-            if checkpoint is not None and checkpoint.memory:
-                await self._restore_memory(tp, sb, checkpoint)
+            if checkpoint is None or not checkpoint.memory:
+                return await self.pool._claim(tp, env, files, labels, timeout)
+            # The programs first: a file written starts a thread of the agent's, which could
+            # hold a pid of theirs (`backends.memory`).
+            with self.checkpoints.using_memory(checkpoint) as images:
+                sb = await self._claim_restored(tp, env, labels, timeout, images)
+            if files:
+                try:
+                    await sb.write_files(files)
+                except BaseException:
+                    await asyncio.shield(sb.close())
+                    raise
             return sb
         finally:
             self.retire_if_idle(tp)
-
-    async def _restore_memory(self, tp: TemplatePool, sb: Sandbox, cp: Checkpoint) -> None:
-        """`cp`'s programs run on in `sb`, a fresh sandbox of its files; when they cannot, `sb`
-        is released and the error raised."""
-        try:
-            with self.checkpoints.using_memory(cp) as images:
-                await tp.backend.restore_memory(sb.handle, images)
-        except BaseException:
-            await asyncio.shield(sb.close())
-            raise
 
     def _resolve_volumes(self, volumes: Mapping[str, str | tuple[str, bool]], owner: str | None) -> Mounts:
         """(volume id, path, read-only) of each asked mount, sorted by path."""

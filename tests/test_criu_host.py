@@ -18,6 +18,7 @@ from helpers import wait_until
 from sandboxes import Pool, Sandbox
 from sandboxes.backends import memory
 from sandboxes.client import AsyncSandboxClient
+from sandboxes.errors import MemorySnapshotError
 from sandboxes.server.criu import MIN_VERSION, parse_version, probe
 
 
@@ -97,6 +98,13 @@ async def test_a_running_program_dumped_in_one_sandbox_counts_on_in_another(
             dumped = await asyncio.to_thread(memory.dump_programs, agent_a, tmp_path / "images")
             assert [p.pid for p in dumped] == [program.pid]
             assert await _count(b) == 0  # B has never run it
+            # A program's pid is above every pid of a fresh sandbox's start-up (the agent moves
+            # its pid namespace's last pid up once started), which B's tasks hold.
+            b_tasks = [
+                int(_status(int(t.name), "NSpid").split()[-1])
+                for t in Path(f"/proc/{agent_b}/task").iterdir()
+            ]
+            assert max(b_tasks) < program.pid
             await asyncio.to_thread(memory.restore_programs, agent_b, dumped)
 
             # B's copy goes on from the dumped count, and A's original runs on.
@@ -118,3 +126,12 @@ async def test_a_running_program_dumped_in_one_sandbox_counts_on_in_another(
                 assert str(restored) in (d / memory.RESTORED_CGROUP / "cgroup.procs").read_text().split()
             in_a = [_status(p, "NSpid").split()[-1] for p in memory.programs_of(agent_a)]
             assert in_a == [str(program.pid)]  # A's original, still its only program
+
+            # B's copy holds the pid: a second restore into B is refused before CRIU runs, naming
+            # it, and the copy counts on.
+            taken = f"pid {program.pid} is taken in the new sandbox by python3"
+            with pytest.raises(MemorySnapshotError, match=taken):
+                await asyncio.to_thread(memory.restore_programs, agent_b, dumped)
+            assert memory.programs_of(agent_b) == [restored]
+            b_now = await _count(b)
+            await wait_until(lambda: _above(b, b_now), what="B counting on after the refusal")

@@ -27,12 +27,15 @@ process takes no code from it. CRIU's plugins are looked for in its own work dir
   included (devices, cpuset, blkio). The programs count against the target's limits, freeze with
   it, and die with it. They become children of the target's agent.
 
-Pids: CRIU gives the programs their dumped pids, so the target must not run a process at one of
-them. A fresh sandbox of the same template runs none there, but gives its next pid to whatever
-starts first, CRIU included: before a restore the target's next pids are moved above the dumped
-trees' highest (its pid namespace's `ns_last_pid`). The images directory is readable by others
-(the restorer, in the target's user namespace, has no right over root's files) and lives in a
-directory only root can enter.
+Pids: CRIU gives the programs their dumped pids, so the target must not run a task at one of
+them. The agent's start-up takes its pid namespace's first pids and then moves the namespace's
+last pid above them (`sandbox_core/crates/agent/src/setup/pids.rs`): programs' pids are above
+every pid a fresh sandbox holds, and a claim from a memory checkpoint restores before it writes
+anything into the sandbox (which would start a thread). Before a restore the target's next pids
+are moved above the dumped trees' highest (its pid namespace's `ns_last_pid`), so CRIU and what
+it forks take none of them either; a pid still taken is refused by name. The images directory
+is readable by others (the restorer, in the target's user namespace, has no right over root's
+files) and lives in a directory only root can enter.
 
 Requires the CRIU of `deploy/criu.sh` and its preload (its patches: CRIU without
 CAP_SYS_RESOURCE and CAP_NET_ADMIN over the sandbox). What CRIU refuses comes back as
@@ -141,6 +144,20 @@ def _allocate_above(agent_pid: int, pid: int) -> None:
         raise MemorySnapshotError(
             f"cannot move the sandbox's next pid above {pid}: {r.stderr.strip()}", stage="restore"
         )
+
+
+def _check_free(agent_pid: int, dumped: set[int]) -> None:
+    """Refuses a restore that would give a task of the sandbox's a pid one of its own tasks (the
+    agent's threads, its programs) holds: CRIU would fail on it half-way."""
+    for host_pid in _tree(agent_pid):
+        with contextlib.suppress(OSError):
+            for task in Path(f"/proc/{host_pid}/task").iterdir():
+                pid = _ns_pid(int(task.name))
+                if pid in dumped:
+                    what = f"pid {pid} is taken in the new sandbox by {_comm(int(task.name))}"
+                    raise MemorySnapshotError(
+                        f"{what}: the programs cannot have their pids", stage="restore", what=what
+                    )
 
 
 def _open_mntns(agent_pid: int) -> int:
@@ -496,7 +513,9 @@ def _restore(
     else:
         dirs = [p.dir for p in programs]
     if dirs:
-        _allocate_above(agent_pid, max(_highest_pid(images) for images in dirs))
+        dumped = set().union(*(_dumped_pids(images) for images in dirs))
+        _allocate_above(agent_pid, max(dumped))
+        _check_free(agent_pid, dumped)
     procs = []
     for d in sandbox_cgroup_dirs(agent_pid):
         procs.append(str(_make_child_cgroup(d, RESTORED_CGROUP) / "cgroup.procs"))
@@ -612,22 +631,22 @@ def _messages(path: Path, header: int) -> list[bytes]:
     return out
 
 
-def _highest_pid(images: Path) -> int:
-    """The highest pid (of a task or a thread) of the tree dumped in `images`."""
-    top = 0
+def _dumped_pids(images: Path) -> set[int]:
+    """The pids (of tasks and of threads) of the tree dumped in `images`."""
+    pids: set[int] = set()
     for entry in _messages(images / "pstree.img", 8):
         for num, _, v in _fields(entry):
             if num == _PSTREE_PID and isinstance(v, int):
-                top = max(top, v)
+                pids.add(v)
             elif num == _PSTREE_THREADS:
                 if isinstance(v, int):
-                    top = max(top, v)
+                    pids.add(v)
                 else:  # packed
                     i = 0
                     while i < len(v):
                         tid, i = _varint(v, i)
-                        top = max(top, tid)
-    return top
+                        pids.add(tid)
+    return pids
 
 
 def _as_own_user_namespace(images: Path) -> None:

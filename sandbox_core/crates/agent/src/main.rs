@@ -456,6 +456,10 @@ async fn serve(
         Ok::<_, StartError>(proxy)
     });
     let egress = egress.transpose()?;
+    // Start-up is done: programs' pids start above every pid it took.
+    if let Err(e) = setup::pids::start_programs_above_start_up() {
+        eprintln!("sandbox-agent: programs' pids go on from start-up's: {e}");
+    }
     let listener = match (bound, args.listen_fd) {
         (Some(b), _) => listen::serve(b),
         (None, Some(fd)) => listen::from_fd(fd),

@@ -3,6 +3,7 @@
 
 pub mod layers;
 pub mod net;
+pub mod pids;
 pub mod rootfs;
 pub mod volumes;
 
