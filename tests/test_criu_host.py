@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from helpers import wait_until
 
-from sandboxes import Pool, Sandbox
+from sandboxes import Limits, Pool, Sandbox
 from sandboxes.backends import memory
 from sandboxes.client import AsyncSandboxClient
 from sandboxes.errors import MemorySnapshotError
@@ -90,7 +90,8 @@ async def test_a_running_program_dumped_in_one_sandbox_counts_on_in_another(
     async with pool.sandbox() as a, pool.sandbox() as b:
         agent_a, agent_b = a.handle.backend_data.pid, b.handle.backend_data.pid
         await a.write_file("/tmp/counter.py", COUNTER)
-        async with a.exec_stream(["python3", "/tmp/counter.py", str(START)]) as program:
+        limits = Limits(memory_bytes=300 << 20, max_pids=7)
+        async with a.exec_stream(["python3", "/tmp/counter.py", str(START)], limits=limits) as program:
             assert (await anext(program)).kind == "started"
             await wait_until(lambda: _above(a, START), what="A counting")
             before_dump = await _count(a)
@@ -123,7 +124,12 @@ async def test_a_running_program_dumped_in_one_sandbox_counts_on_in_another(
             # Its stdout, a pipe to A's agent, is B's /dev/null: it prints on.
             assert [os.readlink(f"/proc/{restored}/fd/{fd}") for fd in (0, 1, 2)] == ["/dev/null"] * 3
             for d in memory.sandbox_cgroup_dirs(agent_b):
-                assert str(restored) in (d / memory.RESTORED_CGROUP / "cgroup.procs").read_text().split()
+                own = d / f"{memory.RESTORED_CGROUP}{program.pid}"
+                assert str(restored) in (own / "cgroup.procs").read_text().split()
+            # ... which holds the limits its exec had in A.
+            kept = memory._exec_limits(restored)
+            assert kept["pids.max"] == "7"
+            assert kept.get("memory.max", kept.get("memory.limit_in_bytes")) == str(300 << 20)
             in_a = [_status(p, "NSpid").split()[-1] for p in memory.programs_of(agent_a)]
             assert in_a == [str(program.pid)]  # A's original, still its only program
 

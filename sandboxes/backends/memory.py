@@ -21,11 +21,13 @@ process takes no code from it. CRIU's plugins are looked for in its own work dir
   and the restore joins the target's instead.
 - restore: `criu restore --restore-detached --join-ns time:<the target's> --join-ns user:<the
   target's USERNS_FD>` (in that order: the time namespace is the host's) in the target's
-  namespaces, CRIU itself first moved into a cgroup `exec-restored` below the target sandbox's own
-  in every hierarchy it has one in (`--manage-cgroups=ignore`): the local launcher's `<own>/
-  sandboxes/<id>`, or a container's cgroup wherever the engine put it, every v1 hierarchy
-  included (devices, cpuset, blkio). The programs count against the target's limits, freeze with
-  it, and die with it. They become children of the target's agent.
+  namespaces, CRIU itself first moved into a cgroup `exec-restored-<pid>` below the target
+  sandbox's own in every hierarchy it has one in (`--manage-cgroups=ignore`): the local
+  launcher's `<own>/sandboxes/<id>`, or a container's cgroup wherever the engine put it, every v1
+  hierarchy included (devices, cpuset, blkio). That cgroup holds the limits the program's exec
+  cgroup had (its memory and pids, read at the dump): the program keeps its own limits, counts
+  against the target's, freezes with it and dies with it. It becomes a child of the target's
+  agent.
 
 Pids: CRIU gives the programs their dumped pids, so the target must not run a task at one of
 them. The agent's start-up takes its pid namespace's first pids and then moves the namespace's
@@ -54,7 +56,7 @@ import struct
 import subprocess
 import tempfile
 import time
-from collections.abc import Collection, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -71,8 +73,20 @@ __all__ = [
 
 USERNS_FD = 1021  # sandbox_exec::seccomp::USERNS_FD: the agent's handle on the programs' user namespace
 CRIU_TIMEOUT_S = 120.0
-RESTORED_CGROUP = "exec-restored"  # an exec cgroup: restored programs are programs of their new sandbox
+# A restored program's cgroup, `exec-restored-<its pid>`: an exec cgroup of its new sandbox.
+RESTORED_CGROUP = "exec-restored-"
 EXTERNAL_PIPES = "agent-pipes.json"  # in a program's images: the pipes its agent held the other end of
+LIMITS = "limits.json"  # in a program's images: the limits of its exec cgroup, knob by knob
+# The knobs of an exec cgroup that hold the program's own limits (the agent's per-exec memory and
+# pids), in the order a fresh cgroup takes them (v1: memory before memory+swap when lowering).
+_LIMIT_KNOBS = (
+    "memory.limit_in_bytes",
+    "memory.memsw.limit_in_bytes",
+    "memory.max",
+    "memory.swap.max",
+    "memory.oom.group",
+    "pids.max",
+)
 # The agent's namespaces nsenter enters: all but its user namespace (a restore joins the programs'
 # own) and its mount namespace (entered by `MNTNS_PRELOAD` once CRIU is loaded).
 _NAMESPACES = ["-p", "-n", "-i", "-u", "-C"]
@@ -254,6 +268,49 @@ def _make_child_cgroup(parent: Path, name: str) -> Path:
         if (child / knob).exists() and not (child / knob).read_text().strip():
             (child / knob).write_text((parent / knob).read_text())
     return child
+
+
+def _exec_cgroup_dirs(host_pid: int) -> list[Path]:
+    """The host directories of `host_pid`'s exec cgroup, one per hierarchy it has one in."""
+    mounts = _hierarchy_mounts()
+    dirs = []
+    for ctrls, path in _cgroups(host_pid).items():
+        if ctrls in mounts and Path(path).name.startswith("exec-"):
+            mount, root = mounts[ctrls]
+            with contextlib.suppress(ValueError):
+                dirs.append(mount / Path(path).relative_to(root))
+    return dirs
+
+
+def _exec_limits(host_pid: int) -> dict[str, str]:
+    """The limits of `host_pid`'s exec cgroup (`_LIMIT_KNOBS` it has), which its restore keeps."""
+    limits = {}
+    for d in _exec_cgroup_dirs(host_pid):
+        for knob in _LIMIT_KNOBS:
+            with contextlib.suppress(OSError):
+                limits[knob] = (d / knob).read_text().strip()
+    return limits
+
+
+def _restored_cgroups(sandbox_dirs: Sequence[Path], pid: int, limits: Mapping[str, str]) -> list[Path]:
+    """A restored program's exec cgroup below the sandbox's own in every hierarchy, named by its
+    pid (unique in the sandbox) and holding its exec cgroup's limits; their `cgroup.procs`."""
+    procs = []
+    for d in sandbox_dirs:
+        with contextlib.suppress(OSError):
+            (d / f"{RESTORED_CGROUP}{pid}").rmdir()  # an earlier program's at this pid, ended
+        child = _make_child_cgroup(d, f"{RESTORED_CGROUP}{pid}")
+        for knob in _LIMIT_KNOBS:
+            if knob in limits and (child / knob).exists():
+                try:
+                    (child / knob).write_text(limits[knob])
+                except OSError as e:
+                    raise MemorySnapshotError(
+                        f"cannot give the restored program {pid} its limit {knob}={limits[knob]}: {e}",
+                        stage="restore",
+                    ) from e
+        procs.append(child / "cgroup.procs")
+    return procs
 
 
 def _last_error(log: Path, fallback: str) -> str:
@@ -462,6 +519,7 @@ def _dump(
             images.mkdir(mode=0o755)
             images.chmod(0o755)  # the restorer reads it from inside a user namespace
             (images / EXTERNAL_PIPES).write_text(json.dumps(_agent_pipes(agent_pid, host_pid)))
+            (images / LIMITS).write_text(json.dumps(_exec_limits(host_pid)))
             tree = _tree(host_pid)
             _refuse_undumpable(tree)
             _refuse_more_than_one_task(tree)
@@ -516,13 +574,13 @@ def _restore(
         dumped = set().union(*(_dumped_pids(images) for images in dirs))
         _allocate_above(agent_pid, max(dumped))
         _check_free(agent_pid, dumped)
-    procs = []
-    for d in sandbox_cgroup_dirs(agent_pid):
-        procs.append(str(_make_child_cgroup(d, RESTORED_CGROUP) / "cgroup.procs"))
+    sandbox_dirs = sandbox_cgroup_dirs(agent_pid)
     # The shell joins the target's cgroups, then becomes nsenter and CRIU: what CRIU forks is born there.
     join = 'while [ "$1" != -- ]; do echo $$ > "$1"; shift; done; shift; exec "$@"'
     took = []
     for images in dirs:
+        limits = json.loads((images / LIMITS).read_text()) if (images / LIMITS).exists() else {}
+        procs = [str(p) for p in _restored_cgroups(sandbox_dirs, int(images.name), limits)]
         argv = ["sh", "-ec", join, "sh", *procs, "--", *criu]
         argv += ["restore", "-D", "@IMAGES@", "-W", "@WORK@", "-o", "restore.log"]
         # The target's time namespace is joined before its user namespace (as root of the host):
