@@ -456,9 +456,13 @@ async fn serve(
         Ok::<_, StartError>(proxy)
     });
     let egress = egress.transpose()?;
-    // Start-up is done: programs' pids start above every pid it took.
-    if let Err(e) = setup::pids::start_programs_above_start_up() {
-        eprintln!("sandbox-agent: programs' pids go on from start-up's: {e}");
+    // Start-up is done: programs' pids start above every pid it took. Without the capability
+    // (a pod's agent) pids go on as they are; nothing there restores a memory snapshot.
+    match setup::pids::start_programs_above_start_up() {
+        Err(e) if e.kind() != std::io::ErrorKind::PermissionDenied => {
+            eprintln!("sandbox-agent: programs' pids go on from start-up's: {e}");
+        }
+        _ => {}
     }
     let listener = match (bound, args.listen_fd) {
         (Some(b), _) => listen::serve(b),

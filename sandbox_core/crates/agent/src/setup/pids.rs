@@ -16,9 +16,10 @@ pub const FLOOR: u32 = 300;
 const NS_LAST_PID: &str = "/proc/sys/kernel/ns_last_pid";
 
 /// Moves this pid namespace's last pid up to [`FLOOR`] (the writer's own pid namespace's: the
-/// agent is its init). Needs CAP_SYS_ADMIN or CAP_CHECKPOINT_RESTORE over the namespace's owner;
-/// without them pids go on from where start-up left them, and a restore that would reuse one in
-/// use is refused by the manager, naming it.
+/// agent is its init). Needs CAP_SYS_ADMIN or CAP_CHECKPOINT_RESTORE over the namespace's owner,
+/// which the local and docker backends' agents have (PermissionDenied elsewhere: a pod's); without
+/// them pids go on from where start-up left them, and a restore that would reuse one in use is
+/// refused by the manager, naming it.
 pub fn start_programs_above_start_up() -> std::io::Result<()> {
     let mut f = std::fs::OpenOptions::new()
         .read(true)
