@@ -282,12 +282,15 @@ async fn forward(
     let mut forwarded: u64 = 0;
     let mut truncated = false;
     let mut consumer_gone = false;
-    let mut buf = vec![0u8; READ_CHUNK];
+    // Read into spare capacity (`read_buf`): no chunk is zeroed first, and a page of it is
+    // touched only when output fills it.
+    let mut buf: Vec<u8> = Vec::with_capacity(READ_CHUNK);
     loop {
+        buf.clear();
         let drain_at = *drain.borrow();
         let n = tokio::select! {
             biased;
-            r = pipe.read(&mut buf) => match r {
+            r = pipe.read_buf(&mut buf) => match r {
                 Ok(0) => break,
                 Ok(n) => n,
                 Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
@@ -330,9 +333,10 @@ async fn forward(
 }
 
 async fn discard(mut pipe: tokio::net::unix::pipe::Receiver) {
-    let mut buf = vec![0u8; READ_CHUNK];
+    let mut buf: Vec<u8> = Vec::with_capacity(READ_CHUNK);
     loop {
-        match pipe.read(&mut buf).await {
+        buf.clear();
+        match pipe.read_buf(&mut buf).await {
             Ok(0) => return,
             Ok(_) => {}
             Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
