@@ -444,6 +444,59 @@ async def test_a_started_pool_serves_a_template_added_later(make_pool) -> None:
     assert pool.stats()["extra"]["created_total"] == 1
 
 
+async def test_claims_and_releases_waiting_for_the_hosts_id_lock_leave_the_event_loop_running(
+    tmp_path: Path,
+) -> None:
+    """Another process holds the host's id lock (another pool's claim): a claim waits for it in a
+    thread while the event loop runs on, a release is finished once the lock is free, and a claim
+    cancelled while it waits frees what its thread claims."""
+    root = tmp_path / "ids"
+    base = ids.claim("sb-a", root)
+    held_by_a = root / str((base - ids.FIRST_ID) // ids.RANGE)
+    lock = "import fcntl, os, sys; fd = os.open(sys.argv[1], os.O_RDWR); fcntl.flock(fd, fcntl.LOCK_EX)"
+    other = await asyncio.create_subprocess_exec(
+        sys.executable,
+        "-c",
+        f"{lock}; print('held', flush=True); sys.stdin.read()",
+        str(root / ".lock"),
+        stdin=asyncio.subprocess.PIPE,
+        stdout=asyncio.subprocess.PIPE,
+    )
+    assert other.stdin is not None and other.stdout is not None
+    try:
+        assert await other.stdout.readline() == b"held\n"
+        ticks = 0
+
+        async def tick() -> None:
+            nonlocal ticks
+            while True:
+                ticks += 1
+                await asyncio.sleep(0.01)
+
+        ticking = asyncio.create_task(tick())
+        claim_b = asyncio.create_task(ids.claim_async("sb-b", root))
+        claim_c = asyncio.create_task(ids.claim_async("sb-c", root))
+        ids.release_soon(base, "sb-a", root)
+        await asyncio.sleep(0.3)
+        assert ticks >= 10 and not claim_b.done() and held_by_a.exists()
+        claim_c.cancel()
+        other.stdin.close()
+        await other.wait()
+        assert (await asyncio.wait_for(claim_b, 30)) >= ids.FIRST_ID
+        with pytest.raises(asyncio.CancelledError):
+            await claim_c
+        await wait_until(lambda: not held_by_a.exists(), what="sb-a's range released")
+        await wait_until(
+            lambda: sorted(p.read_text().split()[2] for p in root.iterdir() if p.name.isdigit()) == ["sb-b"],
+            what="sb-c's range, claimed for nobody, freed",
+        )
+        ticking.cancel()
+    finally:
+        if other.returncode is None:
+            other.kill()
+            await other.wait()
+
+
 async def test_an_id_range_stays_held_while_its_sandbox_may_outlive_its_pool(
     tmp_path: Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:

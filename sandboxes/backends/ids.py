@@ -11,13 +11,17 @@ agent's lease lapses), a holder path (its run dir, removed with the container). 
 owner is gone and whose holder path is gone too is free again: a pool killed with SIGKILL leaks
 none, and no new sandbox gets the ids of a container still running.
 A manager that is not root (a docker-group user of the docker backend) claims in its own run
-root instead (`id_dir`): its ranges are unique among its own pools.
+root instead (`id_dir`): its ranges are unique among its own pools. A backend claims and
+releases from its event loop (`claim_async`, `release_soon`): there while the lock is free, in a
+thread while another process holds it.
 """
 
 from __future__ import annotations
 
+import asyncio
 import contextlib
 import fcntl
+import functools
 import os
 import random
 from collections.abc import Iterator
@@ -26,7 +30,18 @@ from pathlib import Path
 from ..errors import LaunchError
 from .rundirs import alive, default_run_root, starttime
 
-__all__ = ["FIRST_ID", "ID_DIR", "RANGE", "SLOTS", "claim", "id_dir", "release", "release_owned_by"]
+__all__ = [
+    "FIRST_ID",
+    "ID_DIR",
+    "RANGE",
+    "SLOTS",
+    "claim",
+    "claim_async",
+    "id_dir",
+    "release",
+    "release_owned_by",
+    "release_soon",
+]
 
 RANGE = 1 << 16
 FIRST_ID = 1 << 28
@@ -39,15 +54,22 @@ def id_dir() -> Path:
     return ID_DIR if os.geteuid() == 0 else default_run_root() / "ids"
 
 
+class _Busy(Exception):
+    """The lock is held by someone else (`block=False`)."""
+
+
 @contextlib.contextmanager
-def _locked(root: Path) -> Iterator[None]:
+def _locked(root: Path, block: bool = True) -> Iterator[None]:
     try:
         fd = os.open(root / ".lock", os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
     except FileNotFoundError:
         root.mkdir(mode=0o700, parents=True, exist_ok=True)
         fd = os.open(root / ".lock", os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
     try:
-        fcntl.flock(fd, fcntl.LOCK_EX)
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | (0 if block else fcntl.LOCK_NB))
+        except BlockingIOError:
+            raise _Busy from None
         yield
     finally:
         os.close(fd)
@@ -77,18 +99,44 @@ def _held(rest: list[str]) -> bool:
     return len(rest) > 1 and os.path.lexists(rest[1].rstrip("\n"))
 
 
-def claim(sandbox_id: str, root: Path | None = None, *, holder: Path | None = None) -> int:
+def claim(
+    sandbox_id: str, root: Path | None = None, *, holder: Path | None = None, block: bool = True
+) -> int:
     """The first host id of a range no live sandbox of this host holds; `holder`: a path that
-    exists as long as the sandbox may run (the range stays held while it does)."""
+    exists as long as the sandbox may run (the range stays held while it does). Without `block`,
+    `_Busy` when another claim or release holds the host's lock."""
     root = root or id_dir()
     try:
-        return _claim(sandbox_id, root, holder)
+        return _claim(sandbox_id, root, holder, block)
     except OSError as e:
         raise LaunchError(f"cannot claim a host id range in {root}: {e}", step="id_range") from e
 
 
-def _claim(sandbox_id: str, root: Path, holder: Path | None) -> int:
-    with _locked(root):
+async def claim_async(sandbox_id: str, root: Path | None = None, *, holder: Path | None = None) -> int:
+    """`claim` from an event loop: on the loop while the host's lock is free (the usual case, a
+    fraction of a millisecond), else in a thread, so that another process holding the lock never
+    stalls the loop."""
+    try:
+        return claim(sandbox_id, root, holder=holder, block=False)
+    except _Busy:
+        pass
+    made = asyncio.get_running_loop().run_in_executor(
+        None, functools.partial(claim, sandbox_id, root, holder=holder)
+    )
+    try:
+        return await asyncio.shield(made)
+    except asyncio.CancelledError:
+        # The thread's claim goes on: what it claims for nobody is freed as soon as it is made.
+        def free(f: asyncio.Future[int]) -> None:
+            if not f.cancelled() and f.exception() is None:
+                release_soon(f.result(), sandbox_id, root)
+
+        made.add_done_callback(free)
+        raise
+
+
+def _claim(sandbox_id: str, root: Path, holder: Path | None, block: bool) -> int:
+    with _locked(root, block):
         start = random.randrange(SLOTS)  # few collisions between hosts' pools, no list to shuffle
         for i in range(SLOTS):
             slot = (start + i) % SLOTS
@@ -102,20 +150,31 @@ def _claim(sandbox_id: str, root: Path, holder: Path | None) -> int:
     raise LaunchError(f"all {SLOTS} id ranges of this host are in use", step="id_range")
 
 
-def release(base: int, sandbox_id: str, root: Path | None = None) -> None:
-    """Frees the range starting at `base` if `sandbox_id` holds it (idempotent)."""
+def release(base: int, sandbox_id: str, root: Path | None = None, *, block: bool = True) -> None:
+    """Frees the range starting at `base` if `sandbox_id` holds it (idempotent). Without `block`,
+    `_Busy` when another claim or release holds the host's lock."""
     root = root or id_dir()
     slot, rest = divmod(base - FIRST_ID, RANGE)
     if rest or not 0 <= slot < SLOTS:
         return
     path = root / str(slot)
-    with _locked(root):
+    with _locked(root, block):
         try:
             held = path.read_text().split()
         except OSError:
             return
         if held[2:3] == [sandbox_id]:
             path.unlink(missing_ok=True)
+
+
+def release_soon(base: int, sandbox_id: str, root: Path | None = None) -> None:
+    """`release` from an event loop, which it never stalls: there while the host's lock is free,
+    else in a thread of the loop's that finishes it whatever becomes of the caller (a cancelled
+    destroy still frees its range)."""
+    try:
+        release(base, sandbox_id, root, block=False)
+    except _Busy:
+        asyncio.get_running_loop().run_in_executor(None, release, base, sandbox_id, root)
 
 
 def release_owned_by(pid: int, starttime: int | None, root: Path | None = None) -> int:

@@ -133,12 +133,12 @@ class LocalBackend(Backend):
                 step="run_dir",
             )
         # Every sandbox of a root launcher gets host ids of its own (root sandboxes need them).
-        id_base = ids.claim(sandbox_id) if template.user == "root" or os.geteuid() == 0 else 0
+        id_base = await ids.claim_async(sandbox_id) if template.user == "root" or os.geteuid() == 0 else 0
         try:
             local = await self._launch(template, run_dir, id_base)
         except BaseException:
             if id_base:
-                ids.release(id_base, sandbox_id)
+                ids.release_soon(id_base, sandbox_id)
             raise
         # No await from here on: the agent is recorded before anything can cancel us.
         self._live[sandbox_id] = local
@@ -203,7 +203,7 @@ class LocalBackend(Backend):
         finally:
             self._live.pop(handle.id, None)
             if id_base := self._id_bases.pop(handle.id, 0):
-                ids.release(id_base, handle.id)
+                ids.release_soon(id_base, handle.id)
             _unlink(self.pool_dir / f"{handle.id}.json")
 
     def alive(self, handle: SandboxHandle) -> bool:
@@ -225,7 +225,7 @@ class LocalBackend(Backend):
                 log.exception("killing sandbox %s failed", sid)
             self._live.pop(sid, None)
             if id_base := self._id_bases.pop(sid, 0):
-                ids.release(id_base, sid)
+                ids.release_soon(id_base, sid)
         await asyncio.to_thread(watchdog.stop, self._watchdog)
         self._watchdog = None
         shutil.rmtree(self.pool_dir, ignore_errors=True)

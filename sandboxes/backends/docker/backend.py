@@ -110,7 +110,7 @@ class DockerBackend(Backend):
         image_root = await self._image_root(image)
         # Held while its run dir exists too: the container may outlive this pool (until its lease
         # lapses, or a later pool reaps it), and its ids must not go to another sandbox meanwhile.
-        id_base = ids.claim(sandbox_id, holder=self.pool_dir / sandbox_id)
+        id_base = await ids.claim_async(sandbox_id, holder=self.pool_dir / sandbox_id)
         try:
             self._ensure_pool_dir()
             run_dir = self.pool_dir / sandbox_id
@@ -127,7 +127,7 @@ class DockerBackend(Backend):
             return await self._create(template, sandbox_id, place)
         except BaseException:
             if id_base:
-                ids.release(id_base, sandbox_id)
+                ids.release_soon(id_base, sandbox_id)
             raise
 
     async def _image_root(self, image: str) -> str:
@@ -243,7 +243,7 @@ class DockerBackend(Backend):
         finally:
             await asyncio.to_thread(shutil.rmtree, ds.run_dir, True)
             if ds.id_base:
-                ids.release(ds.id_base, handle.id)
+                ids.release_soon(ds.id_base, handle.id)
 
     def alive(self, handle: SandboxHandle) -> bool:
         """The agent process runs (as this host sees it; no request)."""
@@ -276,7 +276,7 @@ class DockerBackend(Backend):
                 log.exception("removing container %s failed", ds.name)
             self._live.pop(sid, None)
             if ds.id_base:
-                ids.release(ds.id_base, sid)
+                ids.release_soon(ds.id_base, sid)
         await asyncio.to_thread(watchdog.stop, self._watchdog)
         self._watchdog = None
         await asyncio.to_thread(shutil.rmtree, self.pool_dir, True)
