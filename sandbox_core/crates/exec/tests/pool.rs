@@ -58,8 +58,11 @@ async fn pooled_cgroups() {
 
 async fn counters_start_afresh() {
     let ex = executor();
+    // The exec cgroup made to find the hierarchies writable is the pool's first, not made again.
+    assert_eq!(cgroup_count(&ex), 1, "the probe's exec cgroup");
     ex.enable_cgroup_pool(2);
     assert_eq!(ex.idle_cgroups(), 1, "one created ahead of demand");
+    assert_eq!(cgroup_count(&ex), 1, "the probe's, adopted");
     let first = own_cgroup(&ex).await;
     assert!(first.starts_with("exec-"), "{first}");
     back_in_pool(&ex, 1).await;

@@ -73,6 +73,45 @@ pub struct Cgroups {
     memory: Option<PathBuf>,
     pids: Option<PathBuf>,
     cpu: Option<PathBuf>,
+    /// The v1 exec cgroup made to find the hierarchies writable, kept for the pool to adopt as
+    /// its first idle cgroup (`Pool::new`) rather than removed and made again.
+    probed: Option<Arc<Probed>>,
+}
+
+/// A v1 exec cgroup made by `detect`'s probe: its name and directories, removed when no pool
+/// adopted it by the time the last `Cgroups` holding it goes.
+#[derive(Debug)]
+pub(super) struct Probed {
+    pub(super) name: String,
+    dirs: Vec<PathBuf>,
+    adopted: AtomicBool,
+}
+
+impl Probed {
+    /// Its name, once, for a pool that takes its directories over.
+    pub(super) fn adopt(&self) -> Option<&str> {
+        (!self.adopted.swap(true, Ordering::AcqRel)).then_some(self.name.as_str())
+    }
+
+    /// Removes its directories unless a pool took them over: an executor without a pool makes
+    /// its first exec's cgroup, and keeps no other.
+    fn discard(&self) {
+        if !self.adopted.swap(true, Ordering::AcqRel) {
+            for d in &self.dirs {
+                let _ = fs::remove_dir(d);
+            }
+        }
+    }
+}
+
+impl Drop for Probed {
+    fn drop(&mut self) {
+        if !*self.adopted.get_mut() {
+            for d in &self.dirs {
+                let _ = fs::remove_dir(d);
+            }
+        }
+    }
 }
 
 /// What an exec's cgroup saw.
@@ -121,15 +160,41 @@ impl Cgroups {
                 }
             }
         }
-        let find = |ctrl: &str| -> Option<PathBuf> {
+        // Each hierarchy is probed by making in it the exec cgroup a pool would make first: it
+        // is either adopted by the pool or removed (`Probed`).
+        let n = pool::POOL_COUNTER.fetch_add(1, Ordering::Relaxed);
+        let name = format!("exec-{}-p{n}", std::process::id());
+        let mut made: Vec<PathBuf> = Vec::new();
+        let mut find = |ctrl: &str| -> Option<PathBuf> {
             let path = m.v1.get(ctrl)?;
             let dir = mounts
                 .iter()
                 .filter(|mt| mt.fstype == "cgroup" && mt.controllers().any(|c| c == ctrl))
                 .find_map(|mt| mt.dir_of(path))?;
-            probe(&dir).then_some(dir)
+            let child = dir.join(&name);
+            if made.contains(&child) {
+                return Some(dir); // a hierarchy of several of these controllers
+            }
+            match fs::create_dir(&child) {
+                Ok(()) => {
+                    made.push(child);
+                    Some(dir)
+                }
+                Err(e) => {
+                    tracing::debug!(dir = %dir.display(), error = %e, "cgroup hierarchy not writable");
+                    None
+                }
+            }
         };
-        Self::v1(find("memory"), find("pids"), find("cpuacct"))
+        let (memory, pids, cpu) = (find("memory"), find("pids"), find("cpuacct"));
+        let probed = Arc::new(Probed {
+            name,
+            dirs: made,
+            adopted: AtomicBool::new(false),
+        });
+        let mut cgroups = Self::v1(memory, pids, cpu)?;
+        cgroups.probed = Some(probed);
+        Some(cgroups)
     }
 
     fn from_parent(parent: &Path, mounts: &[Mount]) -> Result<Cgroups, SetupError> {
@@ -172,6 +237,7 @@ impl Cgroups {
             memory,
             pids,
             cpu,
+            probed: None,
         })
     }
 
@@ -204,6 +270,9 @@ impl Cgroups {
 
     /// Creates the cgroup `name` in every usable hierarchy and applies the limits.
     pub fn create(&self, name: &str, limits: &Limits) -> Result<ExecCgroup, SpawnError> {
+        if let Some(p) = &self.probed {
+            p.discard();
+        }
         // On error the slot is dropped, which removes what was created so far.
         let mut slot = self.create_slot(name, false, true)?;
         slot.apply(limits)?;
@@ -213,6 +282,19 @@ impl Cgroups {
     /// Creates the directories of one exec cgroup; `keep_files`: also open the files the hot path
     /// uses (v1 only); `replace`: remove an existing directory of that name first.
     fn create_slot(&self, name: &str, keep_files: bool, replace: bool) -> Result<Slot, SpawnError> {
+        self.make_slot(
+            name,
+            keep_files,
+            if replace { Made::Replace } else { Made::New },
+        )
+    }
+
+    /// The slot `name` whose directories `detect`'s probe made (`Probed`), taken over as is.
+    pub(in crate::cgroup) fn adopt_slot(&self, name: &str) -> Result<Slot, SpawnError> {
+        self.make_slot(name, true, Made::Adopted)
+    }
+
+    fn make_slot(&self, name: &str, keep_files: bool, made: Made) -> Result<Slot, SpawnError> {
         let mut slot = Slot {
             version: self.version,
             memory: None,
@@ -230,12 +312,12 @@ impl Cgroups {
                 };
                 let dir = parent.join(name);
                 if !slot.dirs.contains(&dir) {
-                    let made = if replace {
-                        make_dir(&dir)
-                    } else {
-                        fs::create_dir(&dir)
+                    let result = match made {
+                        Made::Replace => make_dir(&dir),
+                        Made::New => fs::create_dir(&dir),
+                        Made::Adopted => Ok(()),
                     };
-                    made.map_err(|e| isolation(Step::CreateCgroup, &dir, e))?;
+                    result.map_err(|e| isolation(Step::CreateCgroup, &dir, e))?;
                     slot.dirs.push(dir.clone());
                 }
                 Ok(Some(dir))
@@ -248,6 +330,17 @@ impl Cgroups {
         }
         Ok(slot)
     }
+}
+
+/// How `make_slot` comes by a slot's directories.
+#[derive(Clone, Copy)]
+enum Made {
+    /// Made anew; an existing one of that name is an error.
+    New,
+    /// Made anew, replacing an existing one of that name.
+    Replace,
+    /// Made already (`Probed`).
+    Adopted,
 }
 
 /// OOM kills so far in the cgroup this process lives in, as seen at the usual mount points (inside
@@ -386,6 +479,7 @@ fn setup_v2(dir: &Path) -> io::Result<Cgroups> {
         memory,
         pids,
         cpu: Some(dir),
+        probed: None,
     })
 }
 

@@ -38,7 +38,21 @@ impl Pool {
             max_idle,
             drained: AtomicBool::new(false),
         });
-        for _ in 0..prefill.min(max_idle) {
+        let mut prefill = prefill.min(max_idle);
+        if let Some(name) = prefill
+            .checked_sub(1)
+            .and(cgroups.probed.as_ref())
+            .and_then(|p| p.adopt())
+        {
+            match cgroups.adopt_slot(name) {
+                Ok(slot) => {
+                    pool.lock().push(slot);
+                    prefill -= 1;
+                }
+                Err(e) => tracing::warn!(error = %e, "cannot adopt the probe's exec cgroup"),
+            }
+        }
+        for _ in 0..prefill {
             match pool.fresh() {
                 Ok(slot) => pool.lock().push(slot),
                 Err(e) => {
