@@ -365,6 +365,8 @@ class Pool:
             if fut.done() and not fut.cancelled() and fut.exception() is None:
                 self._unclaim(tp, fut.result())
             fut.cancel()
+            with contextlib.suppress(ValueError):
+                tp.waiters.remove(fut)
             raise
         if not done:
             fut.cancel()

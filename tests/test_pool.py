@@ -123,6 +123,7 @@ async def test_cancelled_waiter_does_not_lose_a_sandbox(make_pool: MakePool) -> 
     gone.cancel()
     with pytest.raises(asyncio.CancelledError):
         await gone
+    assert stat(pool, "waiting") == 0
     await held.close()
     async with pool.sandbox(timeout=60) as sb:
         assert (await sb.exec(["true"])).exit_code == 0
@@ -321,7 +322,7 @@ async def test_a_pool_killed_with_sigkill_leaves_nothing(native: Any, tmp_path: 
             )
             and not os.path.exists(state["pool_dir"])
             # the watchdog frees the id range last, after the pool dir
-            and (slot is None or not (ids.ID_DIR / str(slot)).exists())
+            and (slot is None or not (ids.id_dir() / str(slot)).exists())
         )
 
     await wait_until(gone, timeout=30, what="the dead pool's agents, cgroups, run dirs and id range to go")

@@ -308,8 +308,8 @@ async def test_id_ranges_are_released_and_a_dead_owners_are_reclaimed(root_pool,
     async with root_pool.sandbox(template="root") as sb:
         base = int((await sh(sb, "cat /proc/self/uid_map")).stdout.split()[1])
         slot = (base - ids.FIRST_ID) // ids.RANGE
-        assert (ids.ID_DIR / str(slot)).exists()
-    assert not (ids.ID_DIR / str(slot)).exists()
+        assert (ids.id_dir() / str(slot)).exists()
+    assert not (ids.id_dir() / str(slot)).exists()
     # A slot file whose owner is gone (a pool killed with SIGKILL) counts as free.
     for s in range(ids.SLOTS):
         (tmp_path / str(s)).write_text(f"{2**22 + 7} 1 gone-{s}\n")

@@ -5,7 +5,8 @@ A sandbox's programs run in a user namespace mapping its ids 0..65535 to the hos
 kernel limits (processes, inotify instances, message queues) and file ownership are never
 shared between sandboxes. Ranges are slots above every ordinary account and subordinate-id range
 (`FIRST_ID` = 2**28), claimed host-wide (across pools and processes) by a file per slot under
-`ID_DIR`, written under an exclusive lock and holding its owner (pid and start time of the pool's
+`id_dir()` (`sandboxes-ids` in the host's volatile run dir: `/run`, else `/dev/shm`), written
+under an exclusive lock and holding its owner (pid and start time of the pool's
 process) and, for a sandbox that can outlive its pool (a docker container lives on until its
 agent's lease lapses), a holder path (its run dir, removed with the container). A slot whose
 owner is gone and whose holder path is gone too is free again: a pool killed with SIGKILL leaks
@@ -28,11 +29,10 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ..errors import LaunchError
-from .rundirs import alive, default_run_root, starttime
+from .rundirs import alive, default_run_root, make_private_dir, starttime, volatile_dir
 
 __all__ = [
     "FIRST_ID",
-    "ID_DIR",
     "RANGE",
     "SLOTS",
     "claim",
@@ -46,25 +46,26 @@ __all__ = [
 RANGE = 1 << 16
 FIRST_ID = 1 << 28
 SLOTS = 16384
-ID_DIR = Path("/run/sandboxes-ids")
 
 
 def id_dir() -> Path:
-    """Where this manager claims ranges: `ID_DIR` (host-wide) for root, else its own run root."""
-    return ID_DIR if os.geteuid() == 0 else default_run_root() / "ids"
+    """Where this manager claims ranges: host-wide for root, else in its own run root."""
+    return volatile_dir("/run") / "sandboxes-ids" if os.geteuid() == 0 else default_run_root() / "ids"
 
 
 class _Busy(Exception):
     """The lock is held by someone else (`block=False`)."""
 
 
+_PRIVATE: set[Path] = set()  # id dirs this process made or checked (`make_private_dir`)
+
+
 @contextlib.contextmanager
 def _locked(root: Path, block: bool = True) -> Iterator[None]:
-    try:
-        fd = os.open(root / ".lock", os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
-    except FileNotFoundError:
-        root.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd = os.open(root / ".lock", os.O_CREAT | os.O_RDWR | os.O_CLOEXEC, 0o600)
+    if root not in _PRIVATE:
+        make_private_dir(root)  # once per process: it may be in /dev/shm, which everyone writes
+        _PRIVATE.add(root)
+    fd = os.open(root / ".lock", os.O_CREAT | os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | (0 if block else fcntl.LOCK_NB))

@@ -1,7 +1,8 @@
 """The embedded default backend: each sandbox is an agent process in fresh Linux namespaces.
 
 Layout on the host (root: `/run/sandboxes`, else `$XDG_RUNTIME_DIR/sandboxes`, else
-`/tmp/sandboxes-<uid>`; env `SANDBOXES_RUN_DIR` overrides):
+`/tmp/sandboxes-<uid>`, with `/dev/shm` in place of `/run` or `/tmp` where only it is a tmpfs:
+`rundirs.volatile_dir`; env `SANDBOXES_RUN_DIR` overrides):
 
     <root>/pool-<pool_id>/owner.json     {"pid", "starttime"} of the managing process
     <root>/pool-<pool_id>/<sandbox>/     run dir of one agent (its socket lives here)

@@ -4,8 +4,11 @@ is never taken for its owner), and small atomic JSON records."""
 
 from __future__ import annotations
 
+import contextlib
+import functools
 import json
 import os
+import stat
 import time
 from pathlib import Path
 from typing import Any
@@ -22,6 +25,7 @@ __all__ = [
     "make_private_dir",
     "read_json",
     "starttime",
+    "volatile_dir",
     "write_json",
 ]
 
@@ -36,11 +40,42 @@ def default_run_root() -> Path:
     if env:
         return Path(env)
     if os.geteuid() == 0:
-        return Path("/run/sandboxes")
+        return volatile_dir("/run") / "sandboxes"
     xdg = os.environ.get("XDG_RUNTIME_DIR")
     if xdg:
         return Path(xdg) / "sandboxes"
-    return Path(f"/tmp/sandboxes-{os.getuid()}")
+    return volatile_dir("/tmp") / f"sandboxes-{os.getuid()}"
+
+
+@functools.cache
+def volatile_dir(preferred: str) -> Path:
+    """`preferred` where it is a tmpfs (as `/run` is on a systemd host), else `/dev/shm` where
+    that is one (a container's `/run`, a host whose `/run` or `/tmp` is on its disk), else
+    `preferred`. Every sandbox makes and removes a few small files in its run root and id dir (a
+    dir, a socket, records): on a journaled disk's file system that costs more CPU than the rest
+    of the manager's work for a create (`python -m bench rollouts`)."""
+    for d in (preferred, "/dev/shm"):
+        if _filesystem(d) == "tmpfs":
+            return Path(d)
+    return Path(preferred)
+
+
+def _filesystem(path: str) -> str | None:
+    """The type of the file system `path` is on (the longest mount point above it), None if
+    unknown."""
+    try:
+        real = os.path.realpath(path)
+        with open("/proc/self/mounts") as f:
+            mounts = [line.split()[1:3] for line in f]
+    except OSError:
+        return None
+    best, kind = "", None
+    for point, fstype in mounts:
+        point = point.replace("\\040", " ")
+        inside = real == point or real.startswith(point.rstrip("/") + "/")
+        if inside and len(point) >= len(best):
+            best, kind = point, fstype
+    return kind
 
 
 def starttime(pid: int) -> int | None:
@@ -68,10 +103,18 @@ def alive(pid: Any, starttime: Any) -> bool:
 
 
 def make_private_dir(p: Path) -> None:
-    p.mkdir(mode=0o700, parents=True, exist_ok=True)
-    st = p.stat()
+    """`p` made if missing; a directory of ours (not a link to one) that only we can enter. It
+    may live in a directory everyone writes (`/dev/shm`, `/tmp`), where another user could have
+    made it first."""
+    with contextlib.suppress(FileExistsError):
+        p.mkdir(mode=0o700, parents=True)
+    st = p.lstat()
+    if not stat.S_ISDIR(st.st_mode):
+        raise LaunchError(f"run dir {p} is not a directory", step="run_dir")
     if st.st_uid != os.geteuid():
         raise LaunchError(f"run dir {p} is owned by uid {st.st_uid}, not us", step="run_dir")
+    if stat.S_IMODE(st.st_mode) != 0o700:
+        os.chmod(p, 0o700)
 
 
 def write_json(path: Path, obj: dict) -> None:
