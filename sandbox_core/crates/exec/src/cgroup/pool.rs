@@ -26,8 +26,9 @@ pub(super) const REUSE_MAX_CHARGE: u64 = 1 << 20;
 pub(super) static POOL_COUNTER: AtomicU64 = AtomicU64::new(0);
 
 impl Pool {
-    /// A pool keeping up to `max_idle` idle cgroups, `prefill` of them created now. `None` where
-    /// pooling does not apply (cgroup v2, `max_idle` 0).
+    /// A pool keeping up to `max_idle` idle cgroups, `prefill` of them ready now: the first is the
+    /// cgroup the hierarchies were probed with, where it is still there, the others created now.
+    /// `None` where pooling does not apply (cgroup v2, `max_idle` 0).
     pub fn new(cgroups: &Cgroups, max_idle: usize, prefill: usize) -> Option<Arc<Pool>> {
         if cgroups.version != Version::V1 || max_idle == 0 {
             return None;
