@@ -25,6 +25,7 @@ pub mod spawn;
 mod spawner;
 pub mod step;
 mod supervise;
+pub mod template;
 mod tree;
 pub mod userns;
 mod zygote;

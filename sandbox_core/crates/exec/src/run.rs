@@ -216,6 +216,8 @@ struct Inner {
     active: Mutex<HashMap<u64, Weak<Tree>>>,
     /// The Python fast path, once enabled (see `Executor::enable_python_zygote`).
     zygote: OnceLock<Option<crate::zygote::Zygote>>,
+    /// Where zygotes are made from, once given (see `Executor::enable_python_template`).
+    template: OnceLock<crate::template::Template>,
 }
 
 /// What `launch` starts.
@@ -307,6 +309,7 @@ impl Executor {
                 running: AtomicU32::new(0),
                 active: Mutex::new(HashMap::new()),
                 zygote: OnceLock::new(),
+                template: OnceLock::new(),
                 _userns_fd: userns_fd,
             }),
         })
@@ -380,6 +383,27 @@ impl Executor {
             z.warm(&|fd| self.launch(self.zygote_command(z), Launch::Zygote(fd)));
         }
         enabled
+    }
+
+    /// Make the Python zygote (`enable_python_zygote` first) by asking a template process over
+    /// `conn` for a fork of its interpreter that enters this executor's namespaces and takes its
+    /// programs' isolation (see `template`), instead of starting one: the first Python execution
+    /// takes it. Needs the programs' own user namespace and ids; the zygote is spawned as before
+    /// whenever the template cannot make one. Returns whether zygotes are now made so.
+    pub fn enable_python_template(&self, conn: OwnedFd) -> std::io::Result<bool> {
+        let Some(z) = self.zygote() else {
+            return Ok(false);
+        };
+        let i = &self.inner.identity;
+        if i.userns.is_none() || i.uid.is_none() || i.gid.is_none() {
+            return Ok(false);
+        }
+        let template = crate::template::Template::new(conn)?;
+        if self.inner.template.set(template).is_err() {
+            return Ok(true);
+        }
+        z.made_from_template();
+        Ok(true)
     }
 
     /// Whether Python executions can take the zygote fast path.
@@ -591,7 +615,17 @@ impl Executor {
             None => None,
         };
         let zygote = forked.is_some();
-        let spawned = match forked {
+        let made = match (forked, launch, inner.template.get()) {
+            (Some(s), _, _) => Some(s),
+            (None, Launch::Zygote(_), Some(t)) => t
+                .make_zygote(&prepared, &cmd.limits, &iso, inner.reaper)
+                .inspect_err(|e| {
+                    tracing::warn!(error = %e, "the template made no python zygote; spawning it")
+                })
+                .ok(),
+            _ => None,
+        };
+        let spawned = match made {
             Some(s) => s,
             None => crate::spawn::spawn(&prepared, &cmd.limits, &iso, inner.reaper)?,
         };

@@ -77,6 +77,23 @@ impl std::fmt::Debug for Filter {
 }
 
 impl Filter {
+    /// The program as hex of its `sock_filter`s in memory (what a process that installs it
+    /// itself passes to `prctl(PR_SET_SECCOMP)`, see `template.rs`).
+    pub(crate) fn hex(&self) -> String {
+        use std::fmt::Write as _;
+        let mut s = String::with_capacity(self.program.len() * 16);
+        for f in &self.program {
+            for b in f.code.to_ne_bytes() {
+                let _ = write!(s, "{b:02x}");
+            }
+            let _ = write!(s, "{:02x}{:02x}", f.jt, f.jf);
+            for b in f.k.to_ne_bytes() {
+                let _ = write!(s, "{b:02x}");
+            }
+        }
+        s
+    }
+
     /// Assembles the filter for the architecture this binary runs on.
     pub fn build() -> Result<Filter, SetupError> {
         if !cfg!(any(target_arch = "x86_64", target_arch = "aarch64")) {

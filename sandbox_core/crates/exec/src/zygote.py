@@ -347,6 +347,177 @@ def fork_worker(msg, fds):
     return pid
 
 
+# -- the template role ------------------------------------------------------------------------
+# `python3 -I -c SOURCE PRELUDE template`, started by the manager as host root outside every
+# sandbox, with a listening SOCK_SEQPACKET socket as fd 3: a zygote that sandboxes are made from
+# instead of starting one each. It never runs a sandbox's code and never reads a sandbox's request:
+# per connection (one per agent) it takes datagrams of one fd each, a socket of that request, and
+# forks a child that alone reads the request from it and makes the sandbox's zygote:
+#   agent -> request socket: JSON {"uid", "gid", "groups", "rlimits", "cwd", "env", "seccomp"
+#       (the BPF program, hex)} + SCM_RIGHTS [stdin, stdout, stderr, the zygote's control socket,
+#       net, ipc, uts, pid, mnt, cgroup namespaces, the programs' user namespace, join files...]
+#   template's child -> agent: {"pid": the new zygote's pid in the sandbox} or {"error": "..."}
+# The child enters the sandbox's namespaces (but user and cgroup) as host root and forks twice, so
+# that the new zygote is a child of the agent (pid 1 of the sandbox's pid namespace) once the middle
+# one exits. The new zygote then does what a spawned program's start does before exec (spawn.rs
+# `child_main`): joins its cgroup, its cgroup and user namespaces, sets its session, rlimits, cwd,
+# groups, gid and uid, drops every capability exec would not have given it, sets no_new_privs and
+# wears the programs' seccomp filter, keeps only its stdio and control socket, and serves the agent
+# like a zygote it spawned. What every sandbox made from one template shares: the template's
+# address-space layout and its string-hash seed; the random module reseeds itself in every fork.
+NS_ORDER = ("net", "ipc", "uts", "pid", "mnt")  # entered by the template's child; then cgroup, user
+N_STDIO_CTL = 4
+LIBC.setns.argtypes = [ctypes.c_int, ctypes.c_int]
+LIBC.setns.restype = ctypes.c_int
+LIBC.capset.argtypes = [ctypes.c_void_p, ctypes.c_void_p]
+LIBC.capset.restype = ctypes.c_int
+PR_SET_NO_NEW_PRIVS, PR_SET_SECCOMP, SECCOMP_MODE_FILTER = 38, 22, 2
+
+
+class SockFprog(ctypes.Structure):
+    _fields_ = [("len", ctypes.c_ushort), ("filter", ctypes.c_void_p)]
+
+
+def check(ok, what):
+    if not ok:
+        raise OSError(ctypes.get_errno(), what)
+
+
+def drop_capabilities():
+    """What exec does for a non-root uid: no permitted, effective or inheritable capability left
+    (a fork keeps the ones setns gave it in the programs' user namespace)."""
+    header = (ctypes.c_uint32 * 2)(0x20080522, 0)  # _LINUX_CAPABILITY_VERSION_3, this process
+    data = (ctypes.c_uint32 * 6)()
+    check(LIBC.capset(header, data) == 0, "capset")
+
+
+def become_zygote(req, fds):
+    """In the new zygote, inside the sandbox's pid namespace: every step of a program's start,
+    then `serve`. Never returns."""
+    try:
+        stdio, ctl = fds[:3], fds[3]
+        n_ns = len(NS_ORDER) + 2
+        nss = dict(zip((*NS_ORDER, "cgroup", "user"), fds[N_STDIO_CTL : N_STDIO_CTL + n_ns]))
+        for fd in fds[N_STDIO_CTL + n_ns :]:
+            check(os.write(fd, b"0") == 1, "join cgroup")
+        check(LIBC.setns(nss["cgroup"], 0) == 0, "setns cgroup")
+        os.setsid()
+        for res, soft, hard in req["rlimits"]:
+            resource.setrlimit(res, (soft, hard))
+        os.chdir(req["cwd"])
+        check(LIBC.setns(nss["user"], 0) == 0, "setns user")
+        os.setgroups(req["groups"])
+        os.setresgid(req["gid"], req["gid"], req["gid"])
+        os.setresuid(req["uid"], req["uid"], req["uid"])
+        if req["uid"] != 0:
+            drop_capabilities()
+        check(LIBC.prctl(PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) == 0, "no_new_privs")
+        if req.get("seccomp"):
+            code = bytes.fromhex(req["seccomp"])
+            buf = ctypes.create_string_buffer(code, len(code))
+            prog = SockFprog(len(code) // 8, ctypes.cast(buf, ctypes.c_void_p))
+            installed = LIBC.prctl(PR_SET_SECCOMP, SECCOMP_MODE_FILTER, ctypes.addressof(prog), 0, 0)
+            check(installed == 0, "seccomp")
+        for target, fd in enumerate(stdio):
+            os.dup2(fd, target)
+        os.dup2(ctl, CONTROL_FD)
+        os.closerange(CONTROL_FD + 1, MAX_FD)
+        os.environ.clear()
+        os.environ.update(req["env"])
+        make_undumpable()  # a change of ids made it dumpable again
+    except BaseException:  # noqa: BLE001
+        try:
+            traceback.print_exc()
+        finally:
+            os._exit(127)
+    try:
+        serve()
+    finally:
+        os._exit(0)
+
+
+def make_for(sock):
+    """The template's child: reads one request from `sock` and answers it with the new zygote's
+    pid. Never returns."""
+    try:
+        # Nothing of the template's but its stdio (its log) reaches the sandbox's zygote.
+        os.closerange(3, sock)
+        os.closerange(sock + 1, MAX_FD)
+        s = socket.socket(fileno=sock)
+        msg, ancdata, _flags, _addr = s.recvmsg(1 << 20, socket.CMSG_LEN(64 * 4))
+        s.detach()
+        fds = []
+        for level, kind, data in ancdata:
+            if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                fds += array.array("i", data[: len(data) - len(data) % 4])
+        req = DECODE(msg.decode())[0]
+        if len(fds) < N_STDIO_CTL + len(NS_ORDER) + 2:
+            raise ValueError(f"got {len(fds)} fds for the request")
+        for name, fd in zip(NS_ORDER, fds[N_STDIO_CTL:]):
+            check(LIBC.setns(fd, 0) == 0, f"setns {name}")
+        r, w = os.pipe()
+        middle = os.fork()
+        if middle == 0:
+            os.close(r)
+            zygote = os.fork()
+            if zygote == 0:
+                os.close(w)
+                os.close(sock)
+                become_zygote(req, fds)
+            os.write(w, str(zygote).encode())
+            os._exit(0)
+        os.close(w)
+        pid = int(os.read(r, 32) or b"0")
+        os.waitpid(middle, 0)
+        reply = b'{"pid":%d}' % pid if pid > 0 else b'{"error":"fork failed"}'
+    except Exception as e:  # noqa: BLE001
+        reply = json.dumps({"error": f"{type(e).__name__}: {e}"}).encode()
+    try:
+        os.write(sock, reply)
+    finally:
+        os._exit(0)
+
+
+def serve_template():
+    """Accepts agents' connections; per datagram (one request socket), forks `make_for`."""
+    import selectors
+
+    listener = socket.socket(fileno=CONTROL_FD)
+    sel = selectors.DefaultSelector()
+    sel.register(listener, selectors.EVENT_READ)
+    fds_size = socket.CMSG_LEN(4)
+    while True:
+        for key, _ in sel.select():
+            if key.fileobj is listener:
+                try:
+                    conn, _ = listener.accept()
+                except OSError:
+                    continue
+                sel.register(conn, selectors.EVENT_READ)
+                continue
+            conn = key.fileobj
+            try:
+                msg, ancdata, flags, _addr = conn.recvmsg(64, fds_size)
+            except OSError:
+                msg, ancdata, flags = b"", [], 0
+            fds = []
+            for level, kind, data in ancdata:
+                if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
+                    fds += array.array("i", data[: len(data) - len(data) % 4])
+            if not msg and not fds:
+                sel.unregister(conn)
+                conn.close()
+                continue
+            if len(fds) == 1 and not flags & socket.MSG_CTRUNC:
+                child = os.fork()
+                if child == 0:
+                    make_for(fds[0])
+                os.waitpid(child, 0)
+            for fd in fds:
+                os.close(fd)
+
+
+MAX_FD = 1 << 20
 PARENT_FORK = ParentFork()
 # The agent's own programs (argv[1] of `python3 -I -c SOURCE PRELUDE`), compiled once here: a
 # request's "entry" names one of their functions, which the worker calls instead of reading and
@@ -360,4 +531,7 @@ compile("pass", "<string>", "exec")
 LANDLOCK_RESTRICT_SELF(SYS_LANDLOCK_RESTRICT_SELF, -1, 0)  # EBADF: builds the call's converters
 gc.collect()
 gc.freeze()
-serve()
+if sys.argv[2:3] == ["template"]:
+    serve_template()
+else:
+    serve()

@@ -53,6 +53,9 @@ pub(crate) struct Zygote {
     /// sandbox that runs Python once (one grading per sandbox, as RL rollouts do) never pays for
     /// it; the second one starts it.
     asked: AtomicBool,
+    /// Zygotes are made from a template's (`template.rs`): cheap, so the first Python execution
+    /// takes one, and ready at once, so an execution waits for it instead of being spawned.
+    from_template: AtomicBool,
 }
 
 /// A running zygote.
@@ -115,7 +118,14 @@ impl Zygote {
             prelude,
             live: Mutex::new(None),
             asked: AtomicBool::new(false),
+            from_template: AtomicBool::new(false),
         })
+    }
+
+    /// From now on zygotes are made from a template's (the executor makes them so).
+    pub(crate) fn made_from_template(&self) {
+        self.from_template.store(true, Ordering::Release);
+        self.asked.store(true, Ordering::Release);
     }
 
     /// Whether a zygote process is up now.
@@ -291,7 +301,11 @@ impl Zygote {
             let Some(l) = live.as_mut() else {
                 return Ok(None);
             };
-            match poll_ready(l) {
+            let ready = match poll_ready(l) {
+                Ok(false) if self.from_template.load(Ordering::Acquire) => wait_ready(l),
+                r => r,
+            };
+            match ready {
                 Ok(true) => {}
                 Ok(false) => return Ok(None), // still starting: this one is spawned
                 Err(e) => {
@@ -326,25 +340,7 @@ impl Drop for Zygote {
 fn start_live(start: &dyn Fn(RawFd) -> Result<Running, SpawnError>) -> io::Result<Live> {
     let (ours, theirs) = socketpair()?;
     let theirs = crate::fds::at_least(theirs, 4)?;
-    let timeout = libc::timeval {
-        tv_sec: REPLY_TIMEOUT.as_secs() as libc::time_t,
-        tv_usec: 0,
-    };
-    for opt in [libc::SO_RCVTIMEO, libc::SO_SNDTIMEO] {
-        // SAFETY: plain syscall on our own socket with a valid option value.
-        let r = unsafe {
-            libc::setsockopt(
-                ours.as_raw_fd(),
-                libc::SOL_SOCKET,
-                opt,
-                (&timeout as *const libc::timeval).cast(),
-                std::mem::size_of::<libc::timeval>() as libc::socklen_t,
-            )
-        };
-        if r != 0 {
-            return Err(io::Error::last_os_error());
-        }
-    }
+    set_timeouts(&ours)?;
     let mut running = start(theirs.as_raw_fd()).map_err(io::Error::other)?;
     drop(theirs);
     // EOF on its stdin; its output (normally none) goes to the log.
@@ -377,6 +373,30 @@ fn start_live(start: &dyn Fn(RawFd) -> Result<Running, SpawnError>) -> io::Resul
     })
 }
 
+/// Sends and receives on `sock` give up after `REPLY_TIMEOUT`.
+pub(crate) fn set_timeouts(sock: &OwnedFd) -> io::Result<()> {
+    let timeout = libc::timeval {
+        tv_sec: REPLY_TIMEOUT.as_secs() as libc::time_t,
+        tv_usec: 0,
+    };
+    for opt in [libc::SO_RCVTIMEO, libc::SO_SNDTIMEO] {
+        // SAFETY: plain syscall on our own socket with a valid option value.
+        let r = unsafe {
+            libc::setsockopt(
+                sock.as_raw_fd(),
+                libc::SOL_SOCKET,
+                opt,
+                (&timeout as *const libc::timeval).cast(),
+                std::mem::size_of::<libc::timeval>() as libc::socklen_t,
+            )
+        };
+        if r != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
 /// Whether the zygote has said it is ready, without waiting for it.
 fn poll_ready(live: &mut Live) -> io::Result<bool> {
     if live.ready {
@@ -391,6 +411,18 @@ fn poll_ready(live: &mut Live) -> io::Result<bool> {
         return Err(io::Error::other(format!(
             "expected the ready message, got {:?}",
             String::from_utf8_lossy(&buf[..n])
+        )));
+    }
+    live.ready = true;
+    Ok(true)
+}
+
+/// Waits (up to `REPLY_TIMEOUT`) for the zygote to say it is ready.
+fn wait_ready(live: &mut Live) -> io::Result<bool> {
+    let reply = recv_text(&live.ctl, 0)?;
+    if reply.as_bytes() != READY {
+        return Err(io::Error::other(format!(
+            "expected the ready message, got {reply:?}"
         )));
     }
     live.ready = true;
@@ -551,7 +583,7 @@ fn request(
 }
 
 /// One datagram from the zygote or a worker, as text.
-fn recv_text(sock: &OwnedFd, flags: libc::c_int) -> io::Result<String> {
+pub(crate) fn recv_text(sock: &OwnedFd, flags: libc::c_int) -> io::Result<String> {
     let mut buf = [0u8; 4096];
     let n = recv(sock, &mut buf, flags)?;
     Ok(String::from_utf8_lossy(&buf[..n]).into_owned())
@@ -629,7 +661,7 @@ fn env_changes(env: &[std::ffi::CString], base: &BTreeMap<String, String>) -> Op
     Some(EnvChanges { set, unset })
 }
 
-fn parse_pid(reply: &str) -> Option<libc::pid_t> {
+pub(crate) fn parse_pid(reply: &str) -> Option<libc::pid_t> {
     let rest = reply.trim().strip_prefix("{\"pid\":")?;
     let rest = rest.trim_start().strip_suffix('}')?;
     rest.trim().parse().ok().filter(|p| *p > 0)
@@ -684,7 +716,18 @@ fn request_json(
     }
     s.push_str("],\"cwd\":");
     json_str(&mut s, &req.cwd);
-    s.push_str(",\"rlimits\":[");
+    s.push_str(",\"rlimits\":");
+    rlimits_json(&mut s, rlimits);
+    let _ = write!(
+        s,
+        ",\"isolated\":{},\"unbuffered\":{},\"no_bytecode\":{},\"landlock\":{},\"join\":{}}}",
+        req.isolated, req.unbuffered, req.no_bytecode, landlock, joins
+    );
+    s
+}
+
+/// `[[resource, soft, hard], ...]`, -1 meaning unlimited (`resource.RLIM_INFINITY` on Linux).
+pub(crate) fn rlimits_json(s: &mut String, rlimits: &[(i32, libc::rlimit)]) {
     let value = |v: libc::rlim_t| -> i128 {
         if v == libc::RLIM_INFINITY {
             -1
@@ -692,21 +735,17 @@ fn request_json(
             v as i128
         }
     };
+    s.push('[');
     for (i, (res, lim)) in rlimits.iter().enumerate() {
         if i > 0 {
             s.push(',');
         }
         let _ = write!(s, "[{res},{},{}]", value(lim.rlim_cur), value(lim.rlim_max));
     }
-    let _ = write!(
-        s,
-        "],\"isolated\":{},\"unbuffered\":{},\"no_bytecode\":{},\"landlock\":{},\"join\":{}}}",
-        req.isolated, req.unbuffered, req.no_bytecode, landlock, joins
-    );
-    s
+    s.push(']');
 }
 
-fn json_str(out: &mut String, v: &str) {
+pub(crate) fn json_str(out: &mut String, v: &str) {
     out.push('"');
     for c in v.chars() {
         match c {
@@ -724,7 +763,7 @@ fn json_str(out: &mut String, v: &str) {
     out.push('"');
 }
 
-fn socketpair() -> io::Result<(OwnedFd, OwnedFd)> {
+pub(crate) fn socketpair() -> io::Result<(OwnedFd, OwnedFd)> {
     let mut fds = [0; 2];
     // SAFETY: valid out-array of two fds.
     if unsafe {
@@ -743,7 +782,7 @@ fn socketpair() -> io::Result<(OwnedFd, OwnedFd)> {
 }
 
 /// One datagram with `fds` attached (SCM_RIGHTS).
-fn send_with_fds(sock: &OwnedFd, data: &[u8], fds: &[RawFd]) -> io::Result<()> {
+pub(crate) fn send_with_fds(sock: &OwnedFd, data: &[u8], fds: &[RawFd]) -> io::Result<()> {
     let fds_len = std::mem::size_of_val(fds);
     // SAFETY: CMSG_SPACE is a pure computation.
     let space = unsafe { libc::CMSG_SPACE(fds_len as u32) } as usize;
