@@ -295,6 +295,7 @@ class LaunchConfig:
     volumes: list[str]
     layered_volumes: list[str]
     egress_allow: list[str] | None
+    python_template: str
 
     def __new__(
         cls,
@@ -324,6 +325,7 @@ class LaunchConfig:
         layers: list[str] | None = None,  # checkpoint layers, bottom first (see Template.layers)
         volumes: list[str] | None = None,  # "SRC:DST[:ro]" host directories bound in the sandbox
         layered_volumes: list[str] | None = None,  # "rw|ro:DST[:LAYER...]" (see Template.layered_volumes)
+        python_template: str = ...,  # a Python template's socket (default "": none; see backends/python_template.py)
     ) -> Self: ...
 
 @final
@@ -352,6 +354,10 @@ async def launch_local(config: LaunchConfig) -> LocalSandbox:
     or the agent's start-up step it reported on its readiness channel."""
 
 def agent_version() -> str: ...
+def python_template_command(python: str, listen_fd: int, retire_fd: int) -> list[str]:
+    """The command line of a Python template process serving on its listening socket `listen_fd`
+    until the write end of its pipe `retire_fd` is closed (backends/python_template.py)."""
+
 def own_cgroup_dirs() -> list[tuple[str, str]]:
     """This process's own cgroup directory in each hierarchy a sandbox's cgroup is made in:
     (controllers joined by commas, or "" for cgroup v2, directory); on cgroup v1 also the

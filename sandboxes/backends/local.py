@@ -33,6 +33,7 @@ from ..errors import LaunchError, SandboxLost
 from ..templates import Template
 from . import ids, images, memory, watchdog
 from .base import Backend, SandboxHandle
+from .python_template import PythonTemplates
 from .rundirs import (
     OWNER_FILE,
     RUN_DIR_ENV,
@@ -87,6 +88,7 @@ class LocalBackend(Backend):
         self._id_bases: dict[str, int] = {}  # sandbox id -> its host id range (0: none)
         self._watchdog: subprocess.Popen[bytes] | None = None
         self._images: dict[str, str] = {}  # template image -> its unpacked root
+        self._python_templates = PythonTemplates(self.pool_dir)
         self._dir_ready = False
 
     # --- Backend protocol ------------------------------------------------------------------------
@@ -186,6 +188,7 @@ class LocalBackend(Backend):
                 for dst, ro, layer_dirs in template.layered_volumes
             ]
             or None,
+            python_template=await self._python_templates.path_for(template),
         )
         return await native.launch_local(config)
 
@@ -227,6 +230,7 @@ class LocalBackend(Backend):
             self._live.pop(sid, None)
             if id_base := self._id_bases.pop(sid, 0):
                 ids.release_soon(id_base, sid)
+        await self._python_templates.close()
         await asyncio.to_thread(watchdog.stop, self._watchdog)
         self._watchdog = None
         shutil.rmtree(self.pool_dir, ignore_errors=True)

@@ -95,6 +95,11 @@ pub struct Args {
     /// ready, once the zygote is, waiting at most 10 s), `off` disables it.
     #[arg(long, default_value = "lazy", value_parser = ["lazy", "eager", "off"])]
     pub python_zygote: String,
+    /// An inherited connection to a Python template process outside the sandbox: the zygote is a
+    /// fork of its prewarmed interpreter that enters this sandbox (sandbox_exec::template), made
+    /// for the first Python execution, instead of a started one.
+    #[arg(long)]
+    pub python_template_fd: Option<i32>,
     /// Build a fresh root file system (tmpfs, read-only /usr, private /tmp and work dir) and pivot
     /// into it. Needs fresh mount, pid and cgroup namespaces (the local launcher makes them).
     #[arg(long)]

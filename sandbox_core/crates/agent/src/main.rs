@@ -395,13 +395,24 @@ async fn serve(
     if let Err(e) = executor.wear_seccomp_on_this_thread() {
         eprintln!("sandbox-agent: {e}; programs start from the spawner thread");
     }
+    // SAFETY: the launcher handed this fd over for us alone; nothing else owns it.
+    let template = args
+        .python_template_fd
+        .map(|fd| unsafe { std::os::fd::OwnedFd::from_raw_fd(fd) });
     if args.python_zygote != "off" {
         let eager = args.python_zygote == "eager";
-        executor.enable_python_zygote(
-            PathBuf::from("/usr/bin/python3"),
-            eager,
-            sandbox_judge::languages::PYTHON_ZYGOTE_PRELUDE,
-        );
+        let python = PathBuf::from("/usr/bin/python3");
+        let prelude = sandbox_judge::languages::PYTHON_ZYGOTE_PRELUDE;
+        executor.enable_python_zygote(python.clone(), eager && template.is_none(), prelude);
+        if let Some(conn) = template {
+            match executor.enable_python_template(conn) {
+                Ok(true) if eager => {
+                    executor.enable_python_zygote(python, true, prelude);
+                }
+                Ok(_) => {}
+                Err(e) => eprintln!("sandbox-agent: python template: {e}; starting zygotes"),
+            }
+        }
         if eager {
             // A sandbox started with `eager` is ready when its first Python execution can be a
             // fork: wait (bounded) for the zygote's start-up before listening or saying ready.

@@ -36,6 +36,11 @@ pub(crate) struct Template {
 impl Template {
     /// `conn`: a connected SOCK_SEQPACKET socket to a template process.
     pub(crate) fn new(conn: OwnedFd) -> io::Result<Template> {
+        // An inherited connection: no program may inherit it in turn.
+        // SAFETY: plain syscall on an fd we own.
+        if unsafe { libc::fcntl(conn.as_raw_fd(), libc::F_SETFD, libc::FD_CLOEXEC) } != 0 {
+            return Err(io::Error::last_os_error());
+        }
         let namespaces = NAMESPACES
             .iter()
             .map(|ns| std::fs::File::open(format!("/proc/self/ns/{ns}")).map(OwnedFd::from))
@@ -54,14 +59,18 @@ impl Template {
     ) -> Result<Spawned, SpawnError> {
         use crate::spawn::{nonblocking, pipe};
         let fail = |step| move |source| SpawnError::Isolation { step, source };
-        let (Some(uid), Some(gid), Some(userns), Some(fd3)) = (
+        // It leaves the template's cgroup for one of the sandbox's: without one it would stay
+        // outside the sandbox's limits.
+        let (Some(uid), Some(gid), Some(userns), Some(fd3), Some(cgroup)) = (
             iso.identity.uid,
             iso.identity.gid,
             iso.identity.userns,
             iso.fd3,
+            iso.cgroup,
         ) else {
             return Err(SpawnError::Invalid(
-                "a zygote made from a template needs the programs' user namespace and ids".into(),
+                "a zygote made from a template needs the programs' user namespace, ids and a cgroup"
+                    .into(),
             ));
         };
         let (stdin_r, stdin_w) = pipe().map_err(fail(Step::Pipe))?;
@@ -69,7 +78,7 @@ impl Template {
         let (stderr_r, stderr_w) = pipe().map_err(fail(Step::Pipe))?;
         nonblocking(&stdout_r).map_err(fail(Step::Pipe))?;
         nonblocking(&stderr_r).map_err(fail(Step::Pipe))?;
-        let joins = iso.cgroup.map(|cg| cg.join_files()).transpose()?;
+        let joins = cgroup.join_files()?;
         let (ours, theirs) = crate::zygote::socketpair().map_err(fail(Step::Fork))?;
         crate::zygote::set_timeouts(&ours).map_err(fail(Step::Fork))?;
         let json = request_json(prep, limits, iso, uid, gid);
@@ -81,7 +90,7 @@ impl Template {
         ];
         fds.extend(self.namespaces.iter().map(AsRawFd::as_raw_fd));
         fds.push(userns);
-        fds.extend(joins.as_ref().map_or(&[][..], |j| j.raw()));
+        fds.extend(joins.raw());
         // From here until the zygote is registered, the reaper must not reap it as an orphan.
         let adoption = reaper.begin_adopt();
         crate::zygote::send_with_fds(&self.conn, b"z", &[theirs.as_raw_fd()])
@@ -157,9 +166,12 @@ fn request_json(
 }
 
 /// The command line of a template process of `python` whose zygotes run the agent's `prelude`
-/// (the one `Executor::enable_python_zygote` is given); it listens on its fd 3, a listening
-/// SOCK_SEQPACKET socket, and needs an empty environment (its zygotes set theirs).
-pub fn command(python: &str, prelude: &str) -> Vec<String> {
+/// (the one `Executor::enable_python_zygote` is given), serving on its fd `listen_fd`, a listening
+/// SOCK_SEQPACKET socket, until the other end of its fd `retire_fd`, a pipe's read end, is closed
+/// and its last connection after that. It says `ready` on its stdout once it serves, needs an
+/// empty environment (its zygotes set theirs) and dies with its parent.
+pub fn command(python: &str, prelude: &str, listen_fd: i32, retire_fd: i32) -> Vec<String> {
+    let (listen, retire) = (listen_fd.to_string(), retire_fd.to_string());
     [
         python,
         "-I",
@@ -167,6 +179,8 @@ pub fn command(python: &str, prelude: &str) -> Vec<String> {
         crate::zygote::SOURCE,
         prelude,
         "template",
+        &listen,
+        &retire,
     ]
     .map(String::from)
     .to_vec()

@@ -19,6 +19,7 @@
 # the worker while it decodes and joins, and watches it meanwhile: a worker that dies before its
 # report does not hold the agent up.
 import os
+import signal
 import socket
 import sys
 
@@ -33,6 +34,7 @@ import gc
 import io
 import json
 import resource
+import struct
 import traceback
 import types
 
@@ -348,8 +350,9 @@ def fork_worker(msg, fds):
 
 
 # -- the template role ------------------------------------------------------------------------
-# `python3 -I -c SOURCE PRELUDE template`, started by the manager as host root outside every
-# sandbox, with a listening SOCK_SEQPACKET socket as fd 3: a zygote that sandboxes are made from
+# `python3 -I -c SOURCE PRELUDE template LISTEN RETIRE`, started by the manager as host root outside
+# every sandbox, with a listening SOCK_SEQPACKET socket as fd LISTEN and the read end of a pipe
+# whose end the manager holds as fd RETIRE: a zygote that sandboxes are made from
 # instead of starting one each. It never runs a sandbox's code and never reads a sandbox's request:
 # per connection (one per agent) it takes datagrams of one fd each, a socket of that request, and
 # forks a child that alone reads the request from it and makes the sandbox's zygote:
@@ -436,6 +439,32 @@ def become_zygote(req, fds):
         os._exit(0)
 
 
+def join_cgroups_of(pid):
+    """Into every cgroup `pid` (the agent, here in the host's view) is in, in every hierarchy: a
+    spawned zygote inherits them (the freezer that pauses the sandbox, its devices rules, ...),
+    and the zygote's own cgroup, joined later, covers only some."""
+    mounts = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            pre, _, post = line.partition(" - ")
+            fstype, _source, options = post.split()[:3]
+            if fstype in ("cgroup", "cgroup2") and pre.split()[3] == "/":
+                mounts.append((fstype, set(options.split(",")), pre.split()[4]))
+    with open(f"/proc/{pid}/cgroup") as f:
+        lines = f.read().splitlines()
+    for line in lines:
+        hid, controllers, path = line.split(":", 2)
+        if hid == "0":
+            where = [m for t, _o, m in mounts if t == "cgroup2"]
+        else:
+            want = set(controllers.split(","))
+            where = [m for t, o, m in mounts if t == "cgroup" and want <= o]
+        if not where:
+            continue  # a hierarchy this host does not mount: nothing to be moved in
+        with open(f"{where[0]}{path}/cgroup.procs", "w") as procs:
+            procs.write("0")
+
+
 def make_for(sock):
     """The template's child: reads one request from `sock` and answers it with the new zygote's
     pid. Never returns."""
@@ -445,7 +474,10 @@ def make_for(sock):
         os.closerange(sock + 1, MAX_FD)
         s = socket.socket(fileno=sock)
         msg, ancdata, _flags, _addr = s.recvmsg(1 << 20, socket.CMSG_LEN(64 * 4))
+        # The agent made the socket pair: its pid, as this (the host's) pid namespace sees it.
+        agent = struct.unpack("3i", s.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[0]
         s.detach()
+        join_cgroups_of(agent)
         fds = []
         for level, kind, data in ancdata:
             if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
@@ -478,16 +510,30 @@ def make_for(sock):
         os._exit(0)
 
 
-def serve_template():
-    """Accepts agents' connections; per datagram (one request socket), forks `make_for`."""
+def serve_template(listen_fd, retire_fd):
+    """Accepts agents' connections; per datagram (one request socket), forks `make_for`. Once the
+    manager closes its end of `retire_fd` (it made another template, or it is gone), it accepts no
+    more and serves the agents it has until they are gone too, then exits. It dies with the
+    manager."""
     import selectors
 
-    listener = socket.socket(fileno=CONTROL_FD)
+    PR_SET_PDEATHSIG = 1
+    check(LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0, "pdeathsig")
+    if os.getppid() == 1:
+        return
+    listener = socket.socket(fileno=listen_fd)
     sel = selectors.DefaultSelector()
     sel.register(listener, selectors.EVENT_READ)
+    sel.register(retire_fd, selectors.EVENT_READ)
     fds_size = socket.CMSG_LEN(4)
-    while True:
+    os.write(1, b"ready\n")
+    while len(sel.get_map()) > 0:
         for key, _ in sel.select():
+            if key.fileobj == retire_fd:
+                sel.unregister(retire_fd)
+                sel.unregister(listener)
+                listener.close()
+                continue
             if key.fileobj is listener:
                 try:
                     conn, _ = listener.accept()
@@ -532,6 +578,6 @@ LANDLOCK_RESTRICT_SELF(SYS_LANDLOCK_RESTRICT_SELF, -1, 0)  # EBADF: builds the c
 gc.collect()
 gc.freeze()
 if sys.argv[2:3] == ["template"]:
-    serve_template()
+    serve_template(int(sys.argv[3]), int(sys.argv[4]))
 else:
     serve()

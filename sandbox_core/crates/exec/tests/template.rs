@@ -35,20 +35,34 @@ impl TemplateProcess {
         let path = PathBuf::from(format!("/tmp/sbx-template-{}-{n}.sock", std::process::id()));
         let _ = std::fs::remove_file(&path);
         let listener = listen(&path);
-        let argv = template::command(PYTHON, "");
+        // Its retirement pipe: the write end is ours (closed at our exit: it then ends).
+        let mut pipe = [0; 2];
+        // SAFETY: valid out-array.
+        assert_eq!(
+            unsafe { libc::pipe2(pipe.as_mut_ptr(), libc::O_CLOEXEC) },
+            0
+        );
+        let retire_r = pipe[0];
+        let argv = template::command(PYTHON, "", 3, 4);
         let fd = listener.as_raw_fd();
         let mut cmd = std::process::Command::new(&argv[0]);
         cmd.args(&argv[1..]).env_clear();
         // SAFETY: dup2 is async-signal-safe.
         unsafe {
             cmd.pre_exec(move || {
-                if libc::dup2(fd, 3) != 3 {
+                if libc::dup2(fd, 3) != 3 || libc::dup2(retire_r, 4) != 4 {
                     return Err(std::io::Error::last_os_error());
                 }
                 Ok(())
             });
         }
-        let child = cmd.spawn().expect("template");
+        cmd.stdout(std::process::Stdio::piped());
+        let mut child = cmd.spawn().expect("template");
+        // SAFETY: our copy of the read end, no longer needed.
+        unsafe { libc::close(retire_r) };
+        let mut ready = [0u8; 6];
+        std::io::Read::read_exact(child.stdout.as_mut().unwrap(), &mut ready).expect("ready");
+        assert_eq!(&ready, b"ready\n");
         TemplateProcess {
             pid: child.id() as i32,
             child,

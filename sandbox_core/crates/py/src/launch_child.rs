@@ -37,7 +37,12 @@ pub struct ChildPlan {
     pub new_cgroupns: bool,
     /// v1 `tasks` files of the sandbox's cgroups, which the child joins itself (writing "0").
     pub join: Vec<RawFd>,
+    /// A connection to a Python template process, handed over at `TEMPLATE_FD` (-1: none).
+    pub template: RawFd,
 }
+
+/// Where the agent finds its connection to a Python template (`--python-template-fd`).
+pub const TEMPLATE_FD: RawFd = 6;
 
 /// The memory a running child uses: its plan, the pointer arrays for execve, and its stack.
 /// Dropping it while the child has neither exec'd nor died would pull memory from under it, so
@@ -140,11 +145,14 @@ unsafe fn child(m: &ChildMemory) -> ! {
     if r < 0 {
         fail(Step::SetSid, r);
     }
-    // Move every fd we hand over out of the way of 0..5 first, then into place (dup3 clears
-    // CLOEXEC): listen -> 3, ready -> 4, token -> 5, /dev/null -> 0 and 1.
-    let srcs = [p.listen, p.ready_w, p.token_r, p.devnull];
-    let mut high = [0usize; 4];
+    // Move every fd we hand over out of the way of 0..6 first, then into place (dup3 clears
+    // CLOEXEC): listen -> 3, ready -> 4, token -> 5, /dev/null -> 0 and 1, the template -> 6.
+    let srcs = [p.listen, p.ready_w, p.token_r, p.devnull, p.template];
+    let mut high = [0usize; 5];
     for (i, fd) in srcs.iter().enumerate() {
+        if *fd < 0 {
+            continue;
+        }
         let r = sys(
             libc::SYS_fcntl,
             [*fd as usize, libc::F_DUPFD_CLOEXEC as usize, 100],
@@ -160,7 +168,11 @@ unsafe fn child(m: &ChildMemory) -> ! {
         (high[2], 5),
         (high[3], 0),
         (high[3], 1),
+        (high[4], TEMPLATE_FD as usize),
     ] {
+        if from == 0 {
+            continue; // no template
+        }
         let r = sys(libc::SYS_dup3, [from, to, 0]);
         if r < 0 {
             fail(Step::Fds, r);
@@ -168,7 +180,11 @@ unsafe fn child(m: &ChildMemory) -> ! {
     }
     // Nothing else of this process reaches the agent: every other fd is closed at the exec (the
     // client's own inheritable fds, a library's opened without O_CLOEXEC), `err_w` among them.
-    close_others_on_exec(6);
+    close_others_on_exec(if p.template >= 0 {
+        TEMPLATE_FD as usize + 1
+    } else {
+        6
+    });
     // No handler of the parent may run here: caught signals back to their defaults (an exec
     // would do the same), then unblock.
     let dfl = KernelSigaction::default();

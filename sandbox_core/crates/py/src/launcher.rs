@@ -70,12 +70,16 @@ pub struct LaunchConfig {
     /// which opens connections in this process's network namespace, and whose policy can be
     /// replaced while it runs. None: `network` decides (none, or the host's).
     egress_allow: Option<Vec<String>>,
+    /// The listening socket of a template process (`sandbox_exec::template`) the agent makes its
+    /// Python zygote from ("": it starts its own). Reached here, outside the sandbox: the agent
+    /// gets a connection to it.
+    python_template: String,
 }
 
 #[pymethods]
 impl LaunchConfig {
     #[new]
-    #[pyo3(signature = (agent_path, run_dir, *, uid=65534, gid=65534, lease_ttl_s=30.0, memory_bytes=0, max_pids=0, cpu_quota=0.0, work_dir="/work".to_string(), work_size_bytes=0, tmp_size_bytes=0, network=false, seccomp=true, cgroups=true, ro_binds=None, env=None, python_zygote="lazy".to_string(), user="sandbox".to_string(), id_base=0, root_size_bytes=0, image_root="".to_string(), egress_allow=None, layers=None, volumes=None, layered_volumes=None))]
+    #[pyo3(signature = (agent_path, run_dir, *, uid=65534, gid=65534, lease_ttl_s=30.0, memory_bytes=0, max_pids=0, cpu_quota=0.0, work_dir="/work".to_string(), work_size_bytes=0, tmp_size_bytes=0, network=false, seccomp=true, cgroups=true, ro_binds=None, env=None, python_zygote="lazy".to_string(), user="sandbox".to_string(), id_base=0, root_size_bytes=0, image_root="".to_string(), egress_allow=None, layers=None, volumes=None, layered_volumes=None, python_template="".to_string()))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         agent_path: String,
@@ -103,6 +107,7 @@ impl LaunchConfig {
         layers: Option<Vec<String>>,
         volumes: Option<Vec<String>>,
         layered_volumes: Option<Vec<String>>,
+        python_template: String,
     ) -> PyResult<Self> {
         let layers = layers.unwrap_or_default();
         let volumes = volumes.unwrap_or_default();
@@ -211,6 +216,7 @@ impl LaunchConfig {
             volumes,
             layered_volumes,
             egress_allow,
+            python_template,
         })
     }
 }
@@ -575,7 +581,18 @@ fn start(config: LaunchConfig) -> PyResult<Started> {
         Some(Ok(files)) => files,
         None => vec![],
     };
-    let argv_s = agent_argv(&config, &namespaces);
+    // A template that is gone (the manager starts another) only means the agent starts its own
+    // zygote, as without one.
+    let template = (!config.python_template.is_empty())
+        .then(|| sandbox_exec::template::connect(std::path::Path::new(&config.python_template)))
+        .and_then(Result::ok);
+    let mut argv_s = agent_argv(&config, &namespaces);
+    if template.is_some() {
+        argv_s.push(format!(
+            "--python-template-fd={}",
+            launch_child::TEMPLATE_FD
+        ));
+    }
     let plan = launch_child::ChildPlan {
         path: cstring(config.agent_path.as_bytes())?,
         argv: argv_s.iter().map(cstring).collect::<PyResult<_>>()?,
@@ -588,6 +605,7 @@ fn start(config: LaunchConfig) -> PyResult<Started> {
         devnull: devnull.as_raw_fd(),
         new_cgroupns: cgroup.is_some(),
         join: join_files.iter().map(AsRawFd::as_raw_fd).collect(),
+        template: template.as_ref().map_or(-1, AsRawFd::as_raw_fd),
     };
     let spawned = launch_child::spawn(plan, flags);
     drop(join_files);
@@ -601,7 +619,7 @@ fn start(config: LaunchConfig) -> PyResult<Started> {
             ));
         }
     };
-    drop((sync_r, ready_w, token_r, err_w, listener, devnull));
+    drop((sync_r, ready_w, token_r, err_w, listener, devnull, template));
     let inner = Arc::new(Inner {
         pid,
         run_dir: run_dir.clone(),

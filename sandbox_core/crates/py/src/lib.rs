@@ -23,6 +23,19 @@ mod values;
 
 use pyo3::prelude::*;
 
+/// The command line of a Python template process (`sandbox_exec::template::command`) whose
+/// zygotes serve the agent's programs: `python` as the sandbox sees it at /usr/bin/python3, its
+/// listening socket at fd `listen_fd`, its retirement pipe's read end at fd `retire_fd`.
+#[pyfunction]
+fn python_template_command(python: &str, listen_fd: i32, retire_fd: i32) -> Vec<String> {
+    sandbox_exec::template::command(
+        python,
+        sandbox_judge::languages::PYTHON_ZYGOTE_PRELUDE,
+        listen_fd,
+        retire_fd,
+    )
+}
+
 #[pyfunction]
 fn agent_version() -> &'static str {
     sandbox_proto::AGENT_VERSION
@@ -47,6 +60,7 @@ fn _native(m: &Bound<'_, PyModule>) -> PyResult<()> {
     m.add_class::<launcher::LocalSandbox>()?;
     m.add_function(wrap_pyfunction!(launcher::launch_local, m)?)?;
     m.add_function(wrap_pyfunction!(agent_version, m)?)?;
+    m.add_function(wrap_pyfunction!(python_template_command, m)?)?;
     m.add_function(wrap_pyfunction!(languages::languages, m)?)?;
     m.add_function(wrap_pyfunction!(egress::egress_rules, m)?)?;
     m.add_function(wrap_pyfunction!(egress::non_public_networks, m)?)?;
