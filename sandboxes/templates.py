@@ -77,12 +77,16 @@ class Template:
     allow-list, or a deny-list); an empty list starts it with nothing allowed.
 
     `python_zygote` is when the agent starts its prewarmed Python interpreter, from which Python
-    executions and test cases are forked: `"lazy"` on the second Python execution (the first,
-    and any until the zygote is up, start a fresh interpreter: a sandbox that runs Python once,
-    as a sandbox per RL rollout does, never pays for the zygote), `"eager"` when the sandbox
-    starts, so that a warm sandbox's first Python execution is already a fork (its interpreter's
-    start-up CPU and ~10 MiB of memory per sandbox, also for sandboxes that never run Python: on
-    a loaded host it costs more than it saves, `python -m bench rollouts`), `"off"` never.
+    executions and test cases are forked. Where the sandbox's `/usr` is the host's (no `image`,
+    no `layers`) and the manager is root, the zygote is itself a fork of the local backend's
+    template interpreter (`backends/python_template.py`): `"lazy"` makes it for the first Python
+    execution, which is already a fork, `"eager"` when the sandbox starts. Elsewhere it is a
+    started interpreter: `"lazy"` starts it on the second Python execution (the first, and any
+    until the zygote is up, start a fresh interpreter: a sandbox that runs Python once, as a
+    sandbox per RL rollout does, never pays for the zygote), `"eager"` when the sandbox starts,
+    so that a warm sandbox's first Python execution is already a fork (its interpreter's start-up
+    CPU and ~10 MiB of memory per sandbox, also for sandboxes that never run Python: on a loaded
+    host it costs more than it saves, `python -m bench rollouts`). `"off"`: never.
 
     `layers` are the checkpoint layers (unpacked directories of this host) a sandbox is made
     from, bottom first: the pool sets them on the template it serves a checkpoint's sandboxes
