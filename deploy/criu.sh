@@ -8,7 +8,10 @@
 #   0002 socket buffer sizes restored with SO_SNDBUF/SO_RCVBUF when the FORCE variants are refused
 #        (a root without CAP_NET_ADMIN over the sandbox's network namespace);
 #   0003 a task's rlimits read from /proc/PID/limits when prlimit64() is refused (a root without
-#        CAP_SYS_RESOURCE over the sandbox's user namespace).
+#        CAP_SYS_RESOURCE over the sandbox's user namespace);
+#   0004 a file mapped from a mount outside the dumped mount namespace (a program forked from the
+#        Python template, which started outside the sandbox) dumped as the same file (device and
+#        inode) at its path in the namespace.
 # The binary carries the patch set's mark in its own `criu --version` ("GitID: sandboxes-<sha256
 # of the patches, 12 digits>"), so a CRIU built without them, or with another set, is rebuilt.
 #

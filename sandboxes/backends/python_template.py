@@ -36,6 +36,7 @@ MAX_SANDBOXES = 1000
 MAX_AGE_S = 600.0
 START_TIMEOUT_S = 10.0
 RETRY_S = 30.0
+STOP_S = 5.0
 
 
 def eligible(template: Template) -> bool:
@@ -156,7 +157,11 @@ class PythonTemplates:
         self._retired.append(p)
 
     async def _stop(self, p: _Process) -> None:
+        """Retired, it ends by itself once its agents are gone (they are, at the backend's close):
+        killed while it forks, its child would be left to this process to reap."""
         p.retire_now()
+        with contextlib.suppress(TimeoutError):
+            await asyncio.wait_for(asyncio.shield(p.proc.wait()), STOP_S)
         if p.proc.returncode is None:
             with contextlib.suppress(ProcessLookupError):
                 p.proc.kill()

@@ -288,8 +288,8 @@ class ParentFork:
     CLONE_PARENT, CLONE_CHILD_SETTID, CLONE_CHILD_CLEARTID, SIGCHLD = 0x8000, 0x01000000, 0x00200000, 17
     SYS_CLONE, SYS_GETTID, TID_OFFSET = 56, 186, 0x2D0  # x86_64
 
-    def __init__(self):
-        self.ok = False
+    def __init__(self, probe=True):
+        self.ok, self.probe_pid = False, 0
         if os.uname().machine != "x86_64":
             return
         py = ctypes.PyDLL(None)  # calls keep the GIL, as os.fork() does
@@ -301,6 +301,9 @@ class ParentFork:
         self.tid_addr = LIBC.pthread_self() + self.TID_OFFSET
         if ctypes.c_int.from_address(self.tid_addr).value != self.syscall(self.SYS_GETTID, 0, 0, 0, 0, 0):
             return
+        if not probe:
+            self.ok = None  # to be probed (see `template_parent_fork`)
+            return
         r, w = os.pipe()
         pid = self.fork()
         if pid == 0:
@@ -309,6 +312,7 @@ class ParentFork:
             os._exit(0)
         os.close(w)
         self.ok = pid > 0 and os.read(r, 1) == b"y"
+        self.probe_pid = max(pid, 0)
         os.close(r)
 
     def fork(self):
@@ -473,6 +477,7 @@ def make_for(sock):
         os.closerange(3, sock)
         os.closerange(sock + 1, MAX_FD)
         s = socket.socket(fileno=sock)
+        s.settimeout(REQUEST_TIMEOUT_S)  # an agent that never sends holds the template no longer
         msg, ancdata, _flags, _addr = s.recvmsg(1 << 20, socket.CMSG_LEN(64 * 4))
         # The agent made the socket pair: its pid, as this (the host's) pid namespace sees it.
         agent = struct.unpack("3i", s.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[0]
@@ -563,8 +568,32 @@ def serve_template(listen_fd, retire_fd):
                 os.close(fd)
 
 
+def template_parent_fork():
+    """The template's `ParentFork`, probed from a child of its own: the probe's child is the
+    prober's sibling, so the template's to reap (a probe of its own would leave a child to the
+    manager, its parent). The zygotes made from the template inherit the result."""
+    pf = ParentFork(probe=False)
+    if pf.ok is None:
+        r, w = os.pipe()
+        prober = os.fork()
+        if prober == 0:
+            os.close(r)
+            probed = ParentFork()
+            os.write(w, b"%d %d" % (probed.ok, probed.probe_pid))
+            os._exit(0)
+        os.close(w)
+        ok, probe = (int(x) for x in (os.read(r, 64) or b"0 0").split())
+        os.close(r)
+        os.waitpid(prober, 0)
+        if probe > 0:
+            os.waitpid(probe, 0)
+        pf.ok = bool(ok)
+    return pf
+
+
 MAX_FD = 1 << 20
-PARENT_FORK = ParentFork()
+REQUEST_TIMEOUT_S = 10.0
+PARENT_FORK = template_parent_fork() if sys.argv[2:3] == ["template"] else ParentFork()
 # The agent's own programs (argv[1] of `python3 -I -c SOURCE PRELUDE`), compiled once here: a
 # request's "entry" names one of their functions, which the worker calls instead of reading and
 # compiling the file (see `Command::zygote_entry`).
