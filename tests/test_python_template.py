@@ -62,11 +62,26 @@ async def py(sb, code: str, *flags: str) -> str:
 async def test_a_first_python_run_is_a_fork_with_a_spawned_programs_isolation(make_pool, template) -> None:
     pool = await make_pool(templates={template.name: template}, warm=1)
     async with pool.sandbox(template.name) as sb:
+        agent = sb.handle.backend_data.pid
         first = await sb.exec(["python3", "-c", FORKED])
         assert (first.path, first.stdout) == ("zygote", b"True\n"), first
         forked = await py(sb, STATE)
         spawned = await py(sb, STATE, "-S")  # -S: never the zygote's
         assert await py(sb, FORKED, "-S") == "False\n"
+        # From the host: the zygote is the agent's child, in the agent's cgroup in every hierarchy
+        # (the freezer that pauses the sandbox, the cpu controller's share) but where its own is.
+        children = [
+            int(p)
+            for t in Path(f"/proc/{agent}/task").iterdir()
+            for p in (t / "children").read_text().split()
+        ]
+        [zygote] = [p for p in children if Path(f"/proc/{p}/comm").read_text().startswith("python3")]
+        theirs = Path(f"/proc/{agent}/cgroup").read_text().splitlines()
+        for mine, its in zip(Path(f"/proc/{zygote}/cgroup").read_text().splitlines(), theirs, strict=True):
+            assert mine == its or re.fullmatch(re.escape(its).rstrip("/") + r"/zygote-[0-9]+-[0-9]+", mine), (
+                mine,
+                its,
+            )
     assert forked == spawned
     caps = forked.splitlines()[1]
     if template.user == "root":

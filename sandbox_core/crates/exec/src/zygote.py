@@ -364,10 +364,11 @@ def fork_worker(msg, fds):
 #       (the BPF program, hex)} + SCM_RIGHTS [stdin, stdout, stderr, the zygote's control socket,
 #       net, ipc, uts, pid, mnt, cgroup namespaces, the programs' user namespace, join files...]
 #   template's child -> agent: {"pid": the new zygote's pid in the sandbox} or {"error": "..."}
-# The child enters the sandbox's namespaces (but user and cgroup) as host root and forks twice, so
-# that the new zygote is a child of the agent (pid 1 of the sandbox's pid namespace) once the middle
-# one exits. The new zygote then does what a spawned program's start does before exec (spawn.rs
-# `child_main`): joins its cgroup, its cgroup and user namespaces, sets its session, rlimits, cwd,
+# The child joins the zygote's cgroup (join files) and, in the other hierarchies, the agent's; it
+# enters the sandbox's namespaces (but user and cgroup) as host root and forks twice, so that the
+# new zygote is a child of the agent (pid 1 of the sandbox's pid namespace) once the middle one
+# exits. The new zygote then does what a spawned program's start does before exec (spawn.rs
+# `child_main`): joins its cgroup and user namespaces, sets its session, rlimits, cwd,
 # groups, gid and uid, drops every capability exec would not have given it, sets no_new_privs and
 # wears the programs' seccomp filter, keeps only its stdio and control socket, and serves the agent
 # like a zygote it spawned. What every sandbox made from one template shares: the template's
@@ -405,8 +406,6 @@ def become_zygote(req, fds):
         stdio, ctl = fds[:3], fds[3]
         n_ns = len(NS_ORDER) + 2
         nss = dict(zip((*NS_ORDER, "cgroup", "user"), fds[N_STDIO_CTL : N_STDIO_CTL + n_ns]))
-        for fd in fds[N_STDIO_CTL + n_ns :]:
-            check(os.write(fd, b"0") == 1, "join cgroup")
         check(LIBC.setns(nss["cgroup"], 0) == 0, "setns cgroup")
         os.setsid()
         for res, soft, hard in req["rlimits"]:
@@ -443,10 +442,21 @@ def become_zygote(req, fds):
         os._exit(0)
 
 
-def join_cgroups_of(pid):
-    """Into every cgroup `pid` (the agent, here in the host's view) is in, in every hierarchy: a
-    spawned zygote inherits them (the freezer that pauses the sandbox, its devices rules, ...),
-    and the zygote's own cgroup, joined later, covers only some."""
+def cgroups_of(pid="self"):
+    """{"hierarchy id:controllers": that line of /proc/PID/cgroup}"""
+    with open(f"/proc/{pid}/cgroup") as f:
+        return {line.rsplit(":", 1)[0]: line for line in f.read().splitlines()}
+
+
+def join_cgroups_of(pid, join_files):
+    """Into the zygote's own cgroup (`join_files`, some hierarchies) and, in every other
+    hierarchy, into the cgroup `pid` (the agent, here in the host's view) is in: a spawned zygote
+    inherits those (the freezer that pauses the sandbox, the cpu controller's share, ...). Only
+    where this process is not there yet: each move takes the kernel's cgroup lock."""
+    template = cgroups_of()
+    for fd in join_files:
+        check(os.write(fd, b"0") == 1, "join cgroup")
+    joined = cgroups_of()
     mounts = []
     with open("/proc/self/mountinfo") as f:
         for line in f:
@@ -454,9 +464,9 @@ def join_cgroups_of(pid):
             fstype, _source, options = post.split()[:3]
             if fstype in ("cgroup", "cgroup2") and pre.split()[3] == "/":
                 mounts.append((fstype, set(options.split(",")), pre.split()[4]))
-    with open(f"/proc/{pid}/cgroup") as f:
-        lines = f.read().splitlines()
-    for line in lines:
+    for key, line in cgroups_of(pid).items():
+        if joined.get(key) != template.get(key) or joined.get(key) == line:
+            continue  # moved into the zygote's cgroup, or already where the agent is
         hid, controllers, path = line.split(":", 2)
         if hid == "0":
             where = [m for t, _o, m in mounts if t == "cgroup2"]
@@ -482,14 +492,16 @@ def make_for(sock):
         # The agent made the socket pair: its pid, as this (the host's) pid namespace sees it.
         agent = struct.unpack("3i", s.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[0]
         s.detach()
-        join_cgroups_of(agent)
         fds = []
         for level, kind, data in ancdata:
             if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
                 fds += array.array("i", data[: len(data) - len(data) % 4])
         req = DECODE(msg.decode())[0]
-        if len(fds) < N_STDIO_CTL + len(NS_ORDER) + 2:
+        n_ns = len(NS_ORDER) + 2
+        if len(fds) < N_STDIO_CTL + n_ns:
             raise ValueError(f"got {len(fds)} fds for the request")
+        # Its children inherit the cgroups (the zygote's own first): none moves again.
+        join_cgroups_of(agent, fds[N_STDIO_CTL + n_ns :])
         for name, fd in zip(NS_ORDER, fds[N_STDIO_CTL:]):
             check(LIBC.setns(fd, 0) == 0, f"setns {name}")
         r, w = os.pipe()
@@ -516,10 +528,10 @@ def make_for(sock):
 
 
 def serve_template(listen_fd, retire_fd):
-    """Accepts agents' connections; per datagram (one request socket), forks `make_for`. Once the
-    manager closes its end of `retire_fd` (it made another template, or it is gone), it accepts no
-    more and serves the agents it has until they are gone too, then exits. It dies with the
-    manager."""
+    """Accepts agents' connections; per datagram (one request socket), forks `make_for`, and
+    reaps those children as they end. Once the manager closes its end of `retire_fd` (it made
+    another template, or it is gone), it accepts no more and serves the agents it has until they
+    are gone too, then exits. It dies with the manager."""
     import selectors
 
     PR_SET_PDEATHSIG = 1
@@ -532,8 +544,17 @@ def serve_template(listen_fd, retire_fd):
     sel.register(retire_fd, selectors.EVENT_READ)
     fds_size = socket.CMSG_LEN(4)
     os.write(1, b"ready\n")
-    while len(sel.get_map()) > 0:
-        for key, _ in sel.select():
+    # Children making zygotes run side by side (each waits on cgroup moves and its own forks);
+    # the ended ones are reaped as the loop goes round.
+    making = 0
+    while len(sel.get_map()) > 0 or making:
+        while making and os.waitpid(-1, os.WNOHANG)[0] > 0:
+            making -= 1
+        if not sel.get_map():
+            os.waitpid(-1, 0)
+            making -= 1
+            continue
+        for key, _ in sel.select(timeout=0.05 if making else None):
             if key.fileobj == retire_fd:
                 sel.unregister(retire_fd)
                 sel.unregister(listener)
@@ -560,10 +581,9 @@ def serve_template(listen_fd, retire_fd):
                 conn.close()
                 continue
             if len(fds) == 1 and not flags & socket.MSG_CTRUNC:
-                child = os.fork()
-                if child == 0:
+                if os.fork() == 0:
                     make_for(fds[0])
-                os.waitpid(child, 0)
+                making += 1
             for fd in fds:
                 os.close(fd)
 
