@@ -32,6 +32,7 @@ __all__ = [
     "non_public_networks",
     "own_cgroup_dirs",
     "pack_layer",
+    "python_template_command",
     "squash_layers",
     "steps",
 ]
