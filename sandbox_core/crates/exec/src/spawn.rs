@@ -116,6 +116,28 @@ pub struct Spawned {
     pub terminal: Option<OwnedFd>,
 }
 
+impl Spawned {
+    /// `child` (spawned, or forked by a zygote or a template and adopted), with the agent's ends
+    /// of its pipes and its terminal.
+    pub(crate) fn of(
+        child: crate::reaper::Child,
+        stdin: OwnedFd,
+        stdout: OwnedFd,
+        stderr: OwnedFd,
+        terminal: Option<OwnedFd>,
+    ) -> Spawned {
+        Spawned {
+            pid: child.pid,
+            exit: child.exit,
+            pidfd: child.pidfd,
+            stdin,
+            stdout,
+            stderr,
+            terminal,
+        }
+    }
+}
+
 /// A command checked and converted to what `execve` takes.
 #[derive(Debug)]
 pub struct Prepared {
@@ -354,15 +376,7 @@ pub fn spawn(
     } = ends;
     drop(child_ends);
     match (failed.step != 0).then(|| (step_from_u8(failed.step), failed.errno)) {
-        None => Ok(Spawned {
-            pid: child.pid,
-            exit: child.exit,
-            pidfd: child.pidfd,
-            stdin,
-            stdout,
-            stderr,
-            terminal,
-        }),
+        None => Ok(Spawned::of(child, stdin, stdout, stderr, terminal)),
         Some((step, errno)) => {
             // The child is in `_exit(127)`; reap it so no zombie and no cgroup member remains.
             drop(child.pidfd);

@@ -107,15 +107,7 @@ impl Template {
         };
         // The middle process exited before the reply: the zygote is our child now.
         let child = adoption.adopt(pid).map_err(fail(Step::Fork))?;
-        Ok(Spawned {
-            pid,
-            exit: child.exit,
-            pidfd: child.pidfd,
-            stdin: stdin_w,
-            stdout: stdout_r,
-            stderr: stderr_r,
-            terminal: None,
-        })
+        Ok(Spawned::of(child, stdin_w, stdout_r, stderr_r, None))
     }
 }
 

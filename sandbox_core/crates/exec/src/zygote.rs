@@ -571,15 +571,7 @@ fn request(
     // already (EPIPE) the supervisor sees its exit.
     unsafe { libc::write(go_w.as_raw_fd(), b"G".as_ptr().cast(), 1) };
     drop(go_w);
-    Ok(Spawned {
-        pid,
-        exit: child.exit,
-        pidfd: child.pidfd,
-        stdin: stdin_w,
-        stdout: stdout_r,
-        stderr: stderr_r,
-        terminal: None,
-    })
+    Ok(Spawned::of(child, stdin_w, stdout_r, stderr_r, None))
 }
 
 /// One datagram from the zygote or a worker, as text.
