@@ -1,5 +1,5 @@
-//! A sandbox's Python zygote made from a template's instead of started: the manager keeps one
-//! prewarmed interpreter per template outside every sandbox (`zygote.py`, its template role), and
+//! A sandbox's Python zygote made from a template's instead of started: the manager keeps a
+//! prewarmed interpreter outside every sandbox (`zygote.py`, its template role), and
 //! the agent, which holds a connection to it, asks it for a fork that enters this sandbox and
 //! serves as its zygote. What the new zygote does between the fork and serving is what a spawned
 //! program does between clone and exec (`spawn.rs`), done by itself: the same cgroup, session,
