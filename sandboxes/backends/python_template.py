@@ -9,8 +9,9 @@ is given the template's socket path; the launcher connects and hands the agent t
 The template never runs a sandbox's code and never reads a sandbox's request; what its zygotes
 share is its address-space layout and string-hash seed, so it is replaced after `MAX_SANDBOXES`
 sandboxes or `MAX_AGE_S` seconds: its socket is removed and its retirement pipe closed, it serves
-the sandboxes it has until they are gone, then exits. It dies with this process. A template that does not start in time is
-retried after `RETRY_S`; meanwhile sandboxes start their own zygotes, as they do without one.
+the sandboxes it has until they are gone, then exits. It dies with this process. A template that
+does not start in time is retried after `RETRY_S`; meanwhile sandboxes start their own zygotes, as
+they do without one.
 """
 
 from __future__ import annotations
