@@ -231,6 +231,34 @@ async def test_the_agent_and_its_programs_are_in_the_sandbox_cgroup_everywhere(m
         assert (program_paths[k] + "/").startswith(p.rstrip("/") + "/"), (k, program_paths[k], p)
 
 
+async def test_sandbox_cgroups_follow_the_manager_into_another_cgroup(make_pool: MakePool) -> None:
+    """A sandbox's cgroup is made under the manager's own cgroup as it is at that create (the
+    launcher keeps its discovery of the hierarchies only while the manager stays where it is): a
+    manager moved into another cgroup (here the benchmarks' CPU scope) makes the next sandbox's
+    there, and back where it was once it has left. Read from the host's /proc."""
+    from bench.cgroup_cpu import CpuScope
+
+    pool = await make_pool(warm=0)
+
+    async def paths() -> list[str]:
+        async with pool.sandbox() as sb:
+            local = sb.handle.backend_data
+            if not local.cgroup:
+                pytest.skip("no usable cgroup hierarchy here")
+            lines = Path(f"/proc/{local.pid}/cgroup").read_text().splitlines()
+            return [line.split(":", 2)[2] for line in lines]
+
+    first = await paths()
+    with CpuScope() as scope:
+        if scope.dir is None:
+            pytest.skip(scope.source)
+        mark = f"/{scope.dir.name}/sandboxes/"
+        inside = await paths()
+    after = await paths()
+    assert any(mark in p for p in inside), (mark, inside)
+    assert not any(mark in p for p in first + after), (mark, first, after)
+
+
 async def test_close_destroys_warm_and_claimed(make_pool: MakePool) -> None:
     pool = await make_pool(warm=2)
     await wait_until(lambda: stat(pool, "warm") == 2, what="the warm set to fill")

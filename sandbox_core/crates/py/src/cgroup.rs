@@ -6,20 +6,53 @@ use std::path::{Path, PathBuf};
 
 use sandbox_exec::cgroup::Version;
 
-/// Directories of this process's own cgroup: (controllers, or "" for v2, directory); the exec
-/// crate's discovery.
-fn own_dirs() -> Vec<(String, PathBuf)> {
-    sandbox_exec::cgroup::own_dirs().unwrap_or_default()
+/// This process's own cgroup as the exec crate discovers it: (controllers, or "" for v2,
+/// directory) of each hierarchy a sandbox's cgroup is made in, and the v1 freezer hierarchy's
+/// directory (where paused sandboxes are frozen).
+#[derive(Clone)]
+struct Own {
+    dirs: Vec<(String, PathBuf)>,
+    freezer: Option<PathBuf>,
 }
 
-/// `_native.own_cgroup_dirs()`: the same, plus the v1 freezer hierarchy's (where paused
-/// sandboxes are frozen), for the local backend's reaping (Python).
+/// The last discovery and the membership (/proc/self/cgroup) it was made for. Discovery parses
+/// /proc/self/mountinfo and stats each hierarchy, which costs about as much CPU as making a
+/// sandbox's cgroups; the membership is a few short lines, read at every create, so a process
+/// moved to another cgroup discovers again. A create that fails forgets it (`forget_own`): a
+/// hierarchy mounted or unmounted since is found then.
+static OWN: std::sync::Mutex<Option<(String, Own)>> = std::sync::Mutex::new(None);
+
+fn own() -> Own {
+    let membership = std::fs::read_to_string("/proc/self/cgroup").unwrap_or_default();
+    let mut cached = OWN.lock().unwrap_or_else(|e| e.into_inner());
+    if let Some((m, own)) = cached.as_ref() {
+        if *m == membership {
+            return own.clone();
+        }
+    }
+    let dirs = sandbox_exec::cgroup::own_dirs().unwrap_or_default();
+    let freezer = if dirs.iter().all(|(k, _)| !k.is_empty()) {
+        sandbox_exec::cgroup::own_v1_dir("freezer")
+    } else {
+        None
+    };
+    let own = Own { dirs, freezer };
+    if !membership.is_empty() {
+        *cached = Some((membership, own.clone()));
+    }
+    own
+}
+
+fn forget_own() {
+    *OWN.lock().unwrap_or_else(|e| e.into_inner()) = None;
+}
+
+/// `_native.own_cgroup_dirs()`: the same, the freezer's as ("freezer", dir), for the local
+/// backend's reaping (Python).
 #[pyo3::pyfunction]
 pub fn own_cgroup_dirs() -> Vec<(String, String)> {
-    let mut dirs = own_dirs();
-    if dirs.iter().all(|(k, _)| !k.is_empty()) {
-        dirs.extend(sandbox_exec::cgroup::own_v1_dir("freezer").map(|d| ("freezer".into(), d)));
-    }
+    let Own { mut dirs, freezer } = own();
+    dirs.extend(freezer.map(|d| ("freezer".into(), d)));
     dirs.into_iter()
         .map(|(k, d)| (k, d.display().to_string()))
         .collect()
@@ -51,8 +84,16 @@ fn write(dir: &Path, file: &str, value: &str) -> std::io::Result<()> {
 impl SandboxCgroup {
     /// Creates `<own>/sandboxes/<name>` in every usable hierarchy and sets the sandbox's limits.
     pub fn create(name: &str, limits: &CgroupLimits) -> Result<Self, String> {
+        let made = Self::create_in(own(), name, limits);
+        if made.is_err() {
+            forget_own();
+        }
+        made
+    }
+
+    fn create_in(own: Own, name: &str, limits: &CgroupLimits) -> Result<Self, String> {
+        let Own { dirs: own, freezer } = own;
         let mut dirs = Vec::new();
-        let own = own_dirs();
         if own.is_empty() {
             return Err("no cgroup hierarchy found".into());
         }
@@ -138,7 +179,7 @@ impl SandboxCgroup {
         }
         // Without a freezer hierarchy the sandbox still runs; only pausing it is refused.
         let freezer = match version {
-            Version::V1 => sandbox_exec::cgroup::own_v1_dir("freezer")
+            Version::V1 => freezer
                 .map(|base| base.join("sandboxes").join(name))
                 .filter(|dir| std::fs::create_dir_all(dir).is_ok()),
             Version::V2 => None,
