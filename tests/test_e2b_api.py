@@ -323,8 +323,11 @@ async def test_a_paused_sandbox_evicted_keeps_its_processes(make_server, request
     rec = server.service.registry.get(paused["id"])
     assert rec is not None
     old = rec.sandbox
-    await wait_until(lambda: rec.evicted is not None, timeout=60, what="the paused sandbox evicted")
-    assert old.closed  # its agent is gone; what is kept is the checkpoint
+    # Evicted: the record names its checkpoint first, then its agent is ended; what is kept is
+    # the checkpoint.
+    await wait_until(
+        lambda: rec.evicted is not None and old.closed, timeout=60, what="the paused sandbox evicted"
+    )
     o = await scenario(server, "pause_evicted", paused["id"])
     assert paused["before"] <= o["first"] < o["then"] and o["counters"] == 1, (paused, o)
     assert len(server.service.registry) == 0
