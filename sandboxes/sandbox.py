@@ -167,6 +167,11 @@ class ExecStream:
         self.pid: int | None = None
         self.result: ExecResult | None = None
 
+    @property
+    def terminal(self) -> bool:
+        """Whether the program runs on a terminal (started with `terminal=`)."""
+        return self._terminal
+
     def __aiter__(self) -> Self:
         return self
 
@@ -213,10 +218,15 @@ class ExecStream:
     async def resize(self, rows: int, cols: int) -> None:
         """Give the program's terminal a new size (a stream started with `terminal=`): its
         foreground process group sees SIGWINCH."""
+        await self._source.resize(*self.check_resize(rows, cols))
+
+    def check_resize(self, rows: object, cols: object) -> tuple[int, int]:
+        """The terminal size a resize to `rows` x `cols` asks for; `InvalidRequest` if the size
+        is absurd or the program has no terminal."""
         size = check_terminal(rows, cols)
-        if not self._terminal:
+        if not self.terminal:
             raise InvalidRequest("this program runs without a terminal: start it with terminal=")
-        await self._source.resize(*size)
+        return size
 
     def cancel(self) -> None:
         """Kill the program (no-op once it exited)."""

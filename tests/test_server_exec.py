@@ -4,6 +4,7 @@ the program (checked from outside with pgrep)."""
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import signal
 import uuid
 
@@ -149,4 +150,33 @@ async def test_stdin_after_exit_does_not_fail_the_stream(client: AsyncSandboxCli
             else:
                 await stream.send_stdin(b"nobody reads this")
     assert result is not None and result.exit_code == 0
+    await sb.close()
+
+
+async def test_input_racing_the_exit_never_fails_the_stream(client: AsyncSandboxClient) -> None:
+    """Stdin, close_stdin and signals sent while the program exits (some reach the server after
+    the agent's stream has ended, before the exit event is out) leave the call to end with the
+    exit event, every time."""
+    sb = await client.create()
+    for _ in range(40):
+        async with sb.exec_stream(["true"]) as stream:
+
+            async def flood(stream=stream) -> None:
+                for i in range(10_000):
+                    if i % 3 == 0:
+                        await stream.send_stdin(b"x")
+                    elif i % 3 == 1:
+                        await stream.signal(signal.SIGCONT)
+                    else:
+                        await stream.close_stdin()
+
+            writer = asyncio.ensure_future(flood())
+            result = None
+            async for ev in stream:
+                if ev.kind == "exit":
+                    result = ev.result
+            writer.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await writer  # input sent after the end is dropped, not an error
+        assert result is not None and result.exit_code == 0
     await sb.close()

@@ -488,7 +488,8 @@ class SandboxService:
                     raise E.InvalidRequest(f"signal {msg.signal} is not a signal number (1-64)")
                 forward = stream.signal(msg.signal)
             elif kind == "resize":
-                forward = stream.resize(*check_terminal(msg.resize.rows, msg.resize.cols))
+                stream.check_resize(msg.resize.rows, msg.resize.cols)
+                forward = stream.resize(msg.resize.rows, msg.resize.cols)
             elif kind == "start":
                 raise E.InvalidRequest("ExecStream got a second `start` message")
             else:
@@ -584,10 +585,10 @@ def _shown(pool: Any, template: str, records: list[Any]) -> bool:
 
 
 async def _forward(call: Awaitable[Any], what: str) -> None:
+    """Deliver one validated input message. Its failure means the program has ended (the native
+    stream refuses input then), which the exit event reports: the call goes on."""
     try:
         await call
-    except E.InvalidRequest:
-        raise  # the caller's mistake (a resize of a program without a terminal): fails the call
     except E.SandboxError as e:
         log.debug("exec stream %s not delivered: %s", what, e)
 
