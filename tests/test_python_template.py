@@ -31,7 +31,7 @@ print(os.getcwd(), oct(os.umask(0o22)), sorted(os.environ.items()))
 print([resource.getrlimit(getattr(resource, r)) for r in sorted(dir(resource)) if r.startswith('RLIMIT_')])
 print([str(signal.getsignal(s)) for s in range(1, signal.NSIG) if s not in (9, 19, 32, 33)])
 print(sorted(os.listdir('/proc/self/fd')), open('/proc/self/oom_score_adj').read().strip())
-print(re.sub(r'exec-[0-9]+-[0-9]+', 'exec', open('/proc/self/cgroup').read()))
+print(re.sub(r'exec-[0-9]+-p?[0-9]+', 'exec', open('/proc/self/cgroup').read()))
 print(os.getsid(0) == os.getpid(), os.getpgid(0) == os.getpid())
 print(sorted(os.listdir('/proc/self/ns')), [os.readlink('/proc/self/ns/' + n) for n in ('net', 'mnt', 'pid', 'user')])
 """
@@ -59,30 +59,39 @@ async def py(sb, code: str, *flags: str) -> str:
 
 
 @pytest.mark.parametrize("template", [Template(name="default"), ROOT], ids=["sandbox user", "root"])
-async def test_a_first_python_run_is_a_fork_with_a_spawned_programs_isolation(make_pool, template) -> None:
+async def test_python_runs_made_from_the_template_have_a_spawned_programs_isolation(make_pool, template) -> None:
     pool = await make_pool(templates={template.name: template}, warm=1)
     async with pool.sandbox(template.name) as sb:
         agent = sb.handle.backend_data.pid
-        first = await sb.exec(["python3", "-c", FORKED])
-        assert (first.path, first.stdout) == ("zygote", b"True\n"), first
+
+        def pythons() -> list[int]:
+            children = [
+                int(p)
+                for t in Path(f"/proc/{agent}/task").iterdir()
+                for p in (t / "children").read_text().split()
+            ]
+            return [p for p in children if Path(f"/proc/{p}/comm").read_text().startswith("python3")]
+
+        # The first run: a process the template made, which ran it in place of serving.
+        first = await sb.exec(["python3", "-c", STATE])
+        assert first.path == "zygote" and first.exit_code == 0, first
+        placed = first.stdout.decode()
+        assert pythons() == [], "no zygote after the first run"
+        # The second: a worker of the zygote the template made.
+        assert await py(sb, FORKED) == "True\n"
         forked = await py(sb, STATE)
         spawned = await py(sb, STATE, "-S")  # -S: never the zygote's
         assert await py(sb, FORKED, "-S") == "False\n"
         # From the host: the zygote is the agent's child, in the agent's cgroup in every hierarchy
         # (the freezer that pauses the sandbox, the cpu controller's share) but where its own is.
-        children = [
-            int(p)
-            for t in Path(f"/proc/{agent}/task").iterdir()
-            for p in (t / "children").read_text().split()
-        ]
-        [zygote] = [p for p in children if Path(f"/proc/{p}/comm").read_text().startswith("python3")]
+        [zygote] = pythons()
         theirs = Path(f"/proc/{agent}/cgroup").read_text().splitlines()
         for mine, its in zip(Path(f"/proc/{zygote}/cgroup").read_text().splitlines(), theirs, strict=True):
             assert mine == its or re.fullmatch(re.escape(its).rstrip("/") + r"/zygote-[0-9]+-[0-9]+", mine), (
                 mine,
                 its,
             )
-    assert forked == spawned
+    assert placed == forked == spawned
     caps = forked.splitlines()[1]
     if template.user == "root":
         assert "'0000000000000000'" not in caps.split(",")[2], caps  # root keeps its capabilities

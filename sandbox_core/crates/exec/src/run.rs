@@ -605,13 +605,27 @@ impl Executor {
         };
         // On error the cgroup is dropped here, which removes it.
         let forked = match fast {
-            Some((z, req)) => z.fork(
-                &req,
-                &crate::spawn::rlimits(&cmd.limits, &iso),
-                &iso,
-                inner.reaper,
-                &|fd| self.launch(self.zygote_command(z), Launch::Zygote(fd)),
-            )?,
+            Some((z, req)) => {
+                let rlimits = crate::spawn::rlimits(&cmd.limits, &iso);
+                let placed = match inner.template.get() {
+                    Some(t) if z.first_run_in_place() => {
+                        let run =
+                            crate::zygote::request_json(&req, &rlimits, iso.landlock.is_some(), 0);
+                        t.make_program(&prepared, &cmd.limits, &iso, &run, inner.reaper)
+                            .inspect_err(|e| {
+                                tracing::warn!(error = %e, "the template made no python program; forking a zygote's worker")
+                            })
+                            .ok()
+                    }
+                    _ => None,
+                };
+                match placed {
+                    Some(s) => Some(s),
+                    None => z.fork(&req, &rlimits, &iso, inner.reaper, &|fd| {
+                        self.launch(self.zygote_command(z), Launch::Zygote(fd))
+                    })?,
+                }
+            }
             None => None,
         };
         let zygote = forked.is_some();

@@ -7,7 +7,9 @@
 //! `no_new_privs`, the programs' seccomp filter, its stdio and control socket as fds 0-3 and
 //! nothing else, the zygote's environment. It ends up a child of the agent (which is pid 1 of the
 //! sandbox's pid namespace), adopted like a zygote's worker, and is supervised, limited and killed
-//! exactly as a spawned zygote.
+//! exactly as a spawned zygote. A sandbox's first Python execution is made the same way, and then
+//! takes a worker's steps and runs in place of serving (`make_program`): one fork and exit of the
+//! interpreter fewer than a zygote and its worker, for a sandbox that runs Python once.
 //!
 //! The template never reads a request: per zygote the agent sends it one datagram carrying a
 //! socket of the request's own, and the template's child alone reads the request (the sandbox's
@@ -15,7 +17,7 @@
 //! memory every later sandbox of the template starts from.
 
 use std::io;
-use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
 
 use crate::error::{SpawnError, Step};
 use crate::limits::Limits;
@@ -57,19 +59,86 @@ impl Template {
         iso: &Isolation<'_>,
         reaper: &Reaper,
     ) -> Result<Spawned, SpawnError> {
+        let Some(fd3) = iso.fd3 else {
+            return Err(SpawnError::Invalid(
+                "a zygote made from a template needs its control socket".into(),
+            ));
+        };
+        let made = self.make(prep, limits, iso, fd3, None, reaper)?;
+        Ok(Spawned::of(
+            made.child,
+            made.stdin,
+            made.stdout,
+            made.stderr,
+            None,
+        ))
+    }
+
+    /// The program `prep` (a Python execution the zygote would serve, `run` its worker request,
+    /// `zygote::request_json` with no join file) made from the template: a process that takes
+    /// every step of a zygote's start and then of a worker's, and runs the program in place of
+    /// serving. Returned once it reported like a worker, released to run.
+    pub(crate) fn make_program(
+        &self,
+        prep: &Prepared,
+        limits: &Limits,
+        iso: &Isolation<'_>,
+        run: &str,
+        reaper: &Reaper,
+    ) -> Result<Spawned, SpawnError> {
+        use crate::spawn::pipe;
+        let fail = |step| move |source| SpawnError::Isolation { step, source };
+        let (ours, theirs) = crate::zygote::socketpair().map_err(fail(Step::Fork))?;
+        crate::zygote::set_timeouts(&ours).map_err(fail(Step::Fork))?;
+        let (go_r, go_w) = pipe().map_err(fail(Step::Pipe))?;
+        let mut run_fds = vec![go_r.as_raw_fd()];
+        run_fds.extend(iso.landlock);
+        let made = self.make(
+            prep,
+            limits,
+            iso,
+            theirs.as_raw_fd(),
+            Some((run, &run_fds)),
+            reaper,
+        )?;
+        // Only the program holds these now: its death is seen on the socket.
+        drop((theirs, go_r));
+        let child = crate::zygote::accept_program(&ours, made.child, reaper)?;
+        // SAFETY: plain syscall; a 1-byte write to a fresh pipe never blocks. If the program is
+        // gone already (EPIPE) the supervisor sees its exit.
+        unsafe { libc::write(go_w.as_raw_fd(), b"G".as_ptr().cast(), 1) };
+        Ok(Spawned::of(
+            child,
+            made.stdin,
+            made.stdout,
+            made.stderr,
+            None,
+        ))
+    }
+
+    /// A process made from the template with `fd3` as its control socket: a zygote, or with
+    /// `run` (a worker request and its fds: `go`, then the Landlock ruleset if any) a program.
+    fn make(
+        &self,
+        prep: &Prepared,
+        limits: &Limits,
+        iso: &Isolation<'_>,
+        fd3: RawFd,
+        run: Option<(&str, &[RawFd])>,
+        reaper: &Reaper,
+    ) -> Result<Made, SpawnError> {
         use crate::spawn::{nonblocking, pipe};
         let fail = |step| move |source| SpawnError::Isolation { step, source };
         // It leaves the template's cgroup for one of the sandbox's: without one it would stay
         // outside the sandbox's limits.
-        let (Some(uid), Some(gid), Some(userns), Some(fd3), Some(cgroup)) = (
+        let (Some(uid), Some(gid), Some(userns), Some(cgroup)) = (
             iso.identity.uid,
             iso.identity.gid,
             iso.identity.userns,
-            iso.fd3,
             iso.cgroup,
         ) else {
             return Err(SpawnError::Invalid(
-                "a zygote made from a template needs the programs' user namespace, ids and a cgroup"
+                "a process made from a template needs the programs' user namespace, ids and a cgroup"
                     .into(),
             ));
         };
@@ -81,7 +150,7 @@ impl Template {
         let joins = cgroup.join_files()?;
         let (ours, theirs) = crate::zygote::socketpair().map_err(fail(Step::Fork))?;
         crate::zygote::set_timeouts(&ours).map_err(fail(Step::Fork))?;
-        let json = request_json(prep, limits, iso, uid, gid);
+        let mut json = request_json(prep, limits, iso, uid, gid);
         let mut fds = vec![
             stdin_r.as_raw_fd(),
             stdout_w.as_raw_fd(),
@@ -91,7 +160,14 @@ impl Template {
         fds.extend(self.namespaces.iter().map(AsRawFd::as_raw_fd));
         fds.push(userns);
         fds.extend(joins.raw());
-        // From here until the zygote is registered, the reaper must not reap it as an orphan.
+        if let Some((request, run_fds)) = run {
+            json.pop(); // its closing brace
+            json.push_str(",\"run\":");
+            crate::zygote::json_str(&mut json, request);
+            json.push_str(&format!(",\"run_fds\":{}}}", run_fds.len()));
+            fds.extend(run_fds);
+        }
+        // From here until the process is registered, the reaper must not reap it as an orphan.
         let adoption = reaper.begin_adopt();
         crate::zygote::send_with_fds(&self.conn, b"z", &[theirs.as_raw_fd()])
             .map_err(fail(Step::Fork))?;
@@ -105,10 +181,23 @@ impl Template {
                 source: io::Error::other(format!("the template said {reply:?}")),
             });
         };
-        // The middle process exited before the reply: the zygote is our child now.
+        // The middle process exited before the reply: the new process is our child now.
         let child = adoption.adopt(pid).map_err(fail(Step::Fork))?;
-        Ok(Spawned::of(child, stdin_w, stdout_r, stderr_r, None))
+        Ok(Made {
+            child,
+            stdin: stdin_w,
+            stdout: stdout_r,
+            stderr: stderr_r,
+        })
     }
+}
+
+/// A process the template made, and the agent's ends of its stdio.
+struct Made {
+    child: crate::reaper::Child,
+    stdin: OwnedFd,
+    stdout: OwnedFd,
+    stderr: OwnedFd,
 }
 
 /// The request the template's child reads (see `zygote.py`'s template role).

@@ -90,7 +90,8 @@ def run_worker(msg, fds):
     # Never return into the serve loop: whatever happens, this process ends here.
     try:
         req = join(msg, fds)
-        os.setsid()
+        if os.getsid(0) != os.getpid():  # a program made in place of a zygote has its session
+            os.setsid()
         stdin, stdout, stderr, go = fds[:4]
         os.dup2(stdin, 0)
         os.dup2(stdout, 1)
@@ -363,6 +364,10 @@ def fork_worker(msg, fds):
 #   agent -> request socket: JSON {"uid", "gid", "groups", "rlimits", "cwd", "env", "seccomp"
 #       (the BPF program, hex)} + SCM_RIGHTS [stdin, stdout, stderr, the zygote's control socket,
 #       net, ipc, uts, pid, mnt, cgroup namespaces, the programs' user namespace, join files...]
+#       A program's first Python run comes with "run" (its worker request) and "run_fds" (that
+#       many fds last: its `go` pipe, then its Landlock ruleset if any): the new process runs it
+#       in place of serving, as a worker would (reporting on the control socket), with the
+#       exec's cgroup in the join files.
 #   template's child -> agent: {"pid": the new zygote's pid in the sandbox} or {"error": "..."}
 # The child joins the zygote's cgroup (join files) and, in the other hierarchies, the agent's; it
 # enters the sandbox's namespaces (but user and cgroup) as host root and forks twice, so that the
@@ -427,7 +432,13 @@ def become_zygote(req, fds):
         for target, fd in enumerate(stdio):
             os.dup2(fd, target)
         os.dup2(ctl, CONTROL_FD)
-        os.closerange(CONTROL_FD + 1, MAX_FD)
+        # A program's own fds (`go`, a Landlock ruleset) come last, numbered above every target.
+        run_fds = fds[len(fds) - req.get("run_fds", 0) :]
+        if run_fds and min(run_fds) <= CONTROL_FD + len(run_fds):
+            raise ValueError("the program's fds are numbered too low")
+        for i, fd in enumerate(run_fds):
+            os.dup2(fd, CONTROL_FD + 1 + i)
+        os.closerange(CONTROL_FD + 1 + len(run_fds), MAX_FD)
         os.environ.clear()
         os.environ.update(req["env"])
         make_undumpable()  # a change of ids made it dumpable again
@@ -436,6 +447,9 @@ def become_zygote(req, fds):
             traceback.print_exc()
         finally:
             os._exit(127)
+    if "run" in req:
+        # Made to run one program in place of serving: the rest of its start is a worker's.
+        run_worker(req["run"].encode(), [0, 1, 2, *range(CONTROL_FD + 1, CONTROL_FD + 1 + len(run_fds))])
     try:
         serve()
     finally:
@@ -497,11 +511,11 @@ def make_for(sock):
             if level == socket.SOL_SOCKET and kind == socket.SCM_RIGHTS:
                 fds += array.array("i", data[: len(data) - len(data) % 4])
         req = DECODE(msg.decode())[0]
-        n_ns = len(NS_ORDER) + 2
-        if len(fds) < N_STDIO_CTL + n_ns:
+        n_ns, n_run = len(NS_ORDER) + 2, req.get("run_fds", 0)
+        if len(fds) < N_STDIO_CTL + n_ns + n_run:
             raise ValueError(f"got {len(fds)} fds for the request")
         # Its children inherit the cgroups (the zygote's own first): none moves again.
-        join_cgroups_of(agent, fds[N_STDIO_CTL + n_ns :])
+        join_cgroups_of(agent, fds[N_STDIO_CTL + n_ns : len(fds) - n_run])
         for name, fd in zip(NS_ORDER, fds[N_STDIO_CTL:]):
             check(LIBC.setns(fd, 0) == 0, f"setns {name}")
         r, w = os.pipe()

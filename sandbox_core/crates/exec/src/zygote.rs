@@ -17,7 +17,9 @@
 //! than one spawned interpreter (`python -m bench rollouts`). Nobody waits for it to start: it
 //! loads its modules in the background and says `{"ready":true}` on its socket when done; until
 //! then, and whenever it cannot serve a request, a Python execution is spawned like any other
-//! program.
+//! program. Where zygotes are made from a template's (`template.rs`), the first Python execution
+//! is a process the template makes that runs it in place of serving, and the second takes a
+//! zygote.
 
 use std::collections::BTreeMap;
 use std::ffi::OsStr;
@@ -53,9 +55,12 @@ pub(crate) struct Zygote {
     /// sandbox that runs Python once (one grading per sandbox, as RL rollouts do) never pays for
     /// it; the second one starts it.
     asked: AtomicBool,
-    /// Zygotes are made from a template's (`template.rs`): cheap, so the first Python execution
-    /// takes one, and ready at once, so an execution waits for it instead of being spawned.
+    /// Zygotes are made from a template's (`template.rs`): cheap, and ready at once, so an
+    /// execution waits for one instead of being spawned.
     from_template: AtomicBool,
+    /// Set once the template made the first Python execution's process, which runs it in place
+    /// of serving as a zygote (see `first_run_in_place`).
+    placed: AtomicBool,
 }
 
 /// A running zygote.
@@ -119,6 +124,7 @@ impl Zygote {
             live: Mutex::new(None),
             asked: AtomicBool::new(false),
             from_template: AtomicBool::new(false),
+            placed: AtomicBool::new(false),
         })
     }
 
@@ -126,6 +132,16 @@ impl Zygote {
     pub(crate) fn made_from_template(&self) {
         self.from_template.store(true, Ordering::Release);
         self.asked.store(true, Ordering::Release);
+    }
+
+    /// Whether this Python execution, the first, is to be made by the template as a process that
+    /// runs it in place of serving as a zygote: one fork and one exit of the interpreter fewer
+    /// than a zygote and its worker, for a sandbox that runs Python once (a sandbox per RL
+    /// rollout, graded once). The second execution takes a zygote. True once at most.
+    pub(crate) fn first_run_in_place(&self) -> bool {
+        self.from_template.load(Ordering::Acquire)
+            && !self.is_running()
+            && !self.placed.swap(true, Ordering::AcqRel)
     }
 
     /// Whether a zygote process is up now.
@@ -511,13 +527,6 @@ fn request(
     };
     // The worker's parent exited before the reply: it is our child now (alive, blocked on `go`).
     let child = adoption.adopt(pid).map_err(Failure::Transport)?;
-    // Past this point a worker that will not run is killed and reaped before we return.
-    let abandon = |child: Child, failure: Failure| {
-        let _ = reaper.signal_pid(pid, libc::SIGKILL);
-        drop(child.pidfd);
-        let _ = reaper.reap_blocking(pid, child.exit);
-        Err(failure)
-    };
     if let Some(cg) = agent_join {
         let joined = cg.join_files().and_then(|files| {
             let text = pid.to_string();
@@ -534,44 +543,73 @@ fn request(
             Ok(())
         });
         if let Err(e) = joined {
-            return abandon(child, Failure::Exec(e));
+            return Err(abandon(child, Failure::Exec(e), reaper));
         }
     }
-    let report = match worker {
-        Some(r) => Some(r),
-        None => match worker_report(&live.ctl, child.pidfd.as_ref()) {
-            Ok(r) => r,
-            Err(e) => return abandon(child, Failure::Transport(e)),
-        },
-    };
-    match report {
-        Some(r) if r.contains("\"worker_ok\"") => {}
-        Some(r) if r.contains("\"join_error\"") => {
-            let source = io::Error::other(r);
-            return abandon(
-                child,
-                Failure::Exec(SpawnError::Isolation {
-                    step: Step::JoinCgroup,
-                    source,
-                }),
-            );
-        }
-        Some(r) if r.contains("\"worker_error\"") => return abandon(child, Failure::Refused(r)),
-        Some(r) => {
-            let e = io::Error::other(format!("bad worker report {r:?}"));
-            return abandon(child, Failure::Transport(e));
-        }
-        // Killed before it reported (only a program of this sandbox can do that): spawn instead.
-        None => {
-            let why = "the worker ended before it reported".to_string();
-            return abandon(child, Failure::Refused(why));
-        }
-    }
+    let child = accept_worker(&live.ctl, child, worker, reaper)?;
     // SAFETY: plain syscall; a 1-byte write to a fresh pipe never blocks. If the worker is gone
     // already (EPIPE) the supervisor sees its exit.
     unsafe { libc::write(go_w.as_raw_fd(), b"G".as_ptr().cast(), 1) };
     drop(go_w);
     Ok(Spawned::of(child, stdin_w, stdout_r, stderr_r, None))
+}
+
+/// Kills and reaps a worker that will not run; `failure` is why.
+fn abandon(child: Child, failure: Failure, reaper: &Reaper) -> Failure {
+    let _ = reaper.signal_pid(child.pid, libc::SIGKILL);
+    drop(child.pidfd);
+    let _ = reaper.reap_blocking(child.pid, child.exit);
+    failure
+}
+
+/// The worker `child`, once its report (`early` if it came already, else read from `ctl`) says it
+/// decoded its request and joined its cgroup; otherwise it is killed and reaped and the failure
+/// says why.
+fn accept_worker(
+    ctl: &OwnedFd,
+    child: Child,
+    early: Option<String>,
+    reaper: &Reaper,
+) -> Result<Child, Failure> {
+    let report = match early {
+        Some(r) => Some(r),
+        None => match worker_report(ctl, child.pidfd.as_ref()) {
+            Ok(r) => r,
+            Err(e) => return Err(abandon(child, Failure::Transport(e), reaper)),
+        },
+    };
+    let failure = match report {
+        Some(r) if r.contains("\"worker_ok\"") => return Ok(child),
+        Some(r) if r.contains("\"join_error\"") => Failure::Exec(SpawnError::Isolation {
+            step: Step::JoinCgroup,
+            source: io::Error::other(r),
+        }),
+        Some(r) if r.contains("\"worker_error\"") => Failure::Refused(r),
+        Some(r) => Failure::Transport(io::Error::other(format!("bad worker report {r:?}"))),
+        // Killed before it reported (only a program of this sandbox can do that): spawn instead.
+        None => Failure::Refused("the worker ended before it reported".to_string()),
+    };
+    Err(abandon(child, failure, reaper))
+}
+
+/// A program made in place of a zygote (see `template.rs`): `child` once it reported like a
+/// worker on `ctl`, else killed and reaped, with why.
+pub(crate) fn accept_program(
+    ctl: &OwnedFd,
+    child: Child,
+    reaper: &Reaper,
+) -> Result<Child, SpawnError> {
+    accept_worker(ctl, child, None, reaper).map_err(|f| match f {
+        Failure::Exec(e) => e,
+        Failure::Refused(why) => SpawnError::Isolation {
+            step: Step::Fork,
+            source: io::Error::other(why),
+        },
+        Failure::Transport(source) => SpawnError::Isolation {
+            step: Step::Fork,
+            source,
+        },
+    })
 }
 
 /// One datagram from the zygote or a worker, as text.
@@ -661,7 +699,7 @@ pub(crate) fn parse_pid(reply: &str) -> Option<libc::pid_t> {
 
 /// `landlock`: a Landlock ruleset fd follows the four stdio/go fds; the worker enforces it.
 /// `joins`: that many cgroup join files follow, which the worker writes itself into.
-fn request_json(
+pub(crate) fn request_json(
     req: &Request,
     rlimits: &[(i32, libc::rlimit)],
     landlock: bool,

@@ -141,11 +141,19 @@ async fn zygotes_made_from_a_template_carry_the_programs_isolation_and_nothing_o
     }
     let tp = TemplateProcess::start();
     let ex = tp.executor(true);
+    // The first execution: a process the template made, which ran it in place of serving.
+    let first = run(&ex, py(REPORT)).await;
+    assert!(
+        first.zygote,
+        "the template made the first execution: {first:?}"
+    );
+    assert!(ex.zygote_pid().is_none(), "it ran in place: no zygote yet");
+    // The second: a worker of the zygote the template made.
     let o = run(&ex, py(REPORT)).await;
-    assert!(o.zygote, "the first execution forks the zygote: {o:?}");
+    assert!(o.zygote, "the second execution forks the zygote: {o:?}");
     let out = text(&o.stdout);
     let lines: Vec<&str> = out.lines().collect();
-    // The programs' ids, no capability, no_new_privs, the filter; stdio only.
+    // The programs' ids, no capability, no_new_privs, the filter; stdio only: both ways alike.
     assert_eq!(
         lines[0],
         "65534 65534 0000000000000000 1 2",
@@ -153,6 +161,13 @@ async fn zygotes_made_from_a_template_carry_the_programs_isolation_and_nothing_o
         text(&o.stderr)
     );
     assert_eq!(lines[1], "['0', '1', '2', '3']", "{out}");
+    let first_out = text(&first.stdout);
+    assert_eq!(first_out.lines().take(2).collect::<Vec<_>>(), lines[..2]);
+    assert_ne!(
+        first_out.lines().nth(2),
+        lines.get(2).copied(),
+        "random streams of their own"
+    );
 
     // The zygote: this process's child, in its namespaces but the programs' user namespace,
     // under the programs' isolation, holding its stdio and control socket only.
@@ -204,6 +219,43 @@ async fn zygotes_made_from_a_template_carry_the_programs_isolation_and_nothing_o
     let b = text(&o2.stdout).lines().nth(2).unwrap().to_string();
     assert_ne!(a, b);
     drop(other);
+
+    // A first execution made in place wears the Landlock ruleset it is sent, like a worker:
+    // writes beneath its directory only.
+    if sandbox_exec::landlock::abi() > 0 {
+        let ex = tp.executor(true);
+        let root = temp_dir("template-landlock");
+        let inside = root.join("inside");
+        std::fs::create_dir(&inside).unwrap();
+        // SAFETY: plain syscall on a path we made.
+        let path = std::ffi::CString::new(inside.to_str().unwrap()).unwrap();
+        assert_eq!(
+            unsafe { libc::chown(path.as_ptr(), BASE + 65534, BASE + 65534) },
+            0
+        );
+        // Writable by the programs' user but for the ruleset.
+        use std::os::unix::fs::PermissionsExt;
+        std::fs::set_permissions(&root, std::fs::Permissions::from_mode(0o777)).unwrap();
+        let outside = root.join("outside.txt");
+        let code = format!(
+            "open('here.txt', 'w').write('x')\n\
+             try:\n    open({outside:?}, 'w')\nexcept PermissionError:\n    print('refused')\n",
+            outside = outside.display().to_string()
+        );
+        let mut c = py(&code);
+        c.cwd = Some(inside.clone());
+        c.write_within = Some(inside.clone());
+        let o = run(&ex, c).await;
+        assert!(
+            o.zygote && ex.zygote_pid().is_none(),
+            "made in place: {o:?}"
+        );
+        assert_eq!(text(&o.stdout), "refused\n", "{}", text(&o.stderr));
+        assert!(inside.join("here.txt").exists());
+        assert!(!outside.exists());
+        drop(ex);
+        std::fs::remove_dir_all(&root).unwrap();
+    }
 
     // Without its template, an executor spawns its zygote as before.
     let last = tp.executor(false);
