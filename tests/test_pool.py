@@ -419,7 +419,8 @@ async def test_an_eager_template_starts_the_python_zygote_with_the_sandbox(make_
     ready once the zygote is (bounded at 10 s), so a claimed sandbox's first Python execution is
     already a fork of it. With "lazy" (the default) no interpreter runs until Python does: where
     the zygote is made from the backend's template (a root manager, the host's /usr), the first
-    Python execution makes it and is a fork of it; elsewhere the second Python execution starts
+    Python execution is a fork of the template, run in place of a zygote, and the second makes the
+    zygote and is a fork of it; elsewhere the second Python execution starts
     it and is spawned (the first starts nothing: a sandbox that runs Python once never pays for
     it). With "off" Python is always spawned. Watched from the host too: the zygote is the
     agent's child."""
@@ -437,6 +438,9 @@ async def test_an_eager_template_starts_the_python_zygote_with_the_sandbox(make_
         assert (await sb.exec(["true"])).exit_code == 0
         assert python_children(agent) == []
         if python_template.eligible(templates["lazy"]):
+            # The first run: a fork of the template, which ran it in place of a zygote.
+            assert (await sb.exec(["python3", "-c", "print(1)"])).path == "zygote"
+            assert python_children(agent) == []
             assert (await sb.exec(["python3", "-c", "print(1)"])).path == "zygote"
             assert python_children(agent) != []
         else:

@@ -471,13 +471,7 @@ def join_cgroups_of(pid, join_files):
     for fd in join_files:
         check(os.write(fd, b"0") == 1, "join cgroup")
     joined = cgroups_of()
-    mounts = []
-    with open("/proc/self/mountinfo") as f:
-        for line in f:
-            pre, _, post = line.partition(" - ")
-            fstype, _source, options = post.split()[:3]
-            if fstype in ("cgroup", "cgroup2") and pre.split()[3] == "/":
-                mounts.append((fstype, set(options.split(",")), pre.split()[4]))
+    mounts = CGROUP_MOUNTS
     for key, line in cgroups_of(pid).items():
         if joined.get(key) != template.get(key) or joined.get(key) == line:
             continue  # moved into the zygote's cgroup, or already where the agent is
@@ -491,6 +485,20 @@ def join_cgroups_of(pid, join_files):
             continue  # a hierarchy this host does not mount: nothing to be moved in
         with open(f"{where[0]}{path}/cgroup.procs", "w") as procs:
             procs.write("0")
+
+
+def cgroup_mounts():
+    """[(fstype, options, mount point)] of the cgroup hierarchies this host mounts at their root:
+    read by the template once (each child's parse would copy pages of the inherited heap), which
+    lives 10 minutes at most."""
+    mounts = []
+    with open("/proc/self/mountinfo") as f:
+        for line in f:
+            pre, _, post = line.partition(" - ")
+            fstype, _source, options = post.split()[:3]
+            if fstype in ("cgroup", "cgroup2") and pre.split()[3] == "/":
+                mounts.append((fstype, set(options.split(",")), pre.split()[4]))
+    return mounts
 
 
 def make_for(sock):
@@ -552,6 +560,8 @@ def serve_template(listen_fd, retire_fd):
     check(LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0, "pdeathsig")
     if os.getppid() == 1:
         return
+    global CGROUP_MOUNTS
+    CGROUP_MOUNTS = cgroup_mounts()
     listener = socket.socket(fileno=listen_fd)
     sel = selectors.DefaultSelector()
     sel.register(listener, selectors.EVENT_READ)
@@ -627,6 +637,7 @@ def template_parent_fork():
 
 MAX_FD = 1 << 20
 REQUEST_TIMEOUT_S = 10.0
+CGROUP_MOUNTS = []  # the template's `cgroup_mounts()`
 PARENT_FORK = template_parent_fork() if sys.argv[2:3] == ["template"] else ParentFork()
 # The agent's own programs (argv[1] of `python3 -I -c SOURCE PRELUDE`), compiled once here: a
 # request's "entry" names one of their functions, which the worker calls instead of reading and
