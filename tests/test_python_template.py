@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from helpers import wait_until
 
-from sandboxes import Template
+from sandboxes import Limits, Template
 from sandboxes.backends import python_template
 
 ROOT = Template(name="root", user="root")
@@ -155,3 +155,14 @@ async def test_a_template_is_replaced_after_its_bound_and_ends_with_its_sandboxe
     await pool.close()
     assert last is not None and last.proc.returncode is not None
     assert not any(p.name.startswith("python-template") for p in last.path.parent.glob("*"))
+
+
+async def test_a_first_python_run_under_a_low_pids_limit_takes_the_zygotes_path(make_pool) -> None:
+    """A run made in place is made inside its exec's cgroup, where the template's child and the
+    middle process count while they fork: under a pids limit below 3 the first run takes the
+    zygote's path instead, with no pids limit reported for it."""
+    pool = await make_pool(warm=1)
+    for pids in (1, 2):
+        async with pool.sandbox() as sb:
+            r = await sb.exec(["python3", "-c", "print(1)"], limits=Limits(max_pids=pids))
+            assert (r.exit_code, r.stdout, r.path, r.pids_limited) == (0, b"1\n", "zygote", False), (pids, r)
