@@ -59,7 +59,9 @@ async def py(sb, code: str, *flags: str) -> str:
 
 
 @pytest.mark.parametrize("template", [Template(name="default"), ROOT], ids=["sandbox user", "root"])
-async def test_python_runs_made_from_the_template_have_a_spawned_programs_isolation(make_pool, template) -> None:
+async def test_python_runs_made_from_the_template_have_a_spawned_programs_isolation(
+    make_pool, template
+) -> None:
     pool = await make_pool(templates={template.name: template}, warm=1)
     async with pool.sandbox(template.name) as sb:
         agent = sb.handle.backend_data.pid
