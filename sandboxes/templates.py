@@ -79,8 +79,9 @@ class Template:
     `python_zygote` is when the agent starts its prewarmed Python interpreter, from which Python
     executions and test cases are forked. Where the sandbox's `/usr` is the host's (no `image`,
     no `layers`) and the manager is root, the zygote is itself a fork of the local backend's
-    template interpreter (`backends/python_template.py`): `"lazy"` makes it for the first Python
-    execution, which is already a fork, `"eager"` when the sandbox starts. Elsewhere it is a
+    template interpreter (`backends/python_template.py`): `"lazy"` makes the first Python
+    execution a fork of the template that runs it in place of a zygote and makes the zygote for
+    the second, `"eager"` makes the zygote when the sandbox starts. Elsewhere it is a
     started interpreter: `"lazy"` starts it on the second Python execution (the first, and any
     until the zygote is up, start a fresh interpreter: a sandbox that runs Python once, as a
     sandbox per RL rollout does, never pays for the zygote), `"eager"` when the sandbox starts,

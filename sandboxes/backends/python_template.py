@@ -1,6 +1,7 @@
 """The local backend's Python templates: one prewarmed interpreter outside every sandbox, from which
-each sandbox's Python zygote is a fork (`sandbox_exec::template`, `zygote.py`'s template role), so
-that a sandbox's first Python run costs a fork, not an interpreter's start.
+each sandbox's Python zygote, and its first Python run, made in place of one, are forks
+(`sandbox_exec::template`, `zygote.py`'s template role), so that a sandbox's first Python run costs
+a fork, not an interpreter's start.
 
 The template is `/usr/bin/python3` of this host, started as root with an empty environment; it
 serves the sandboxes whose `/usr` is this host's (no image, no checkpoint layers) of a root
