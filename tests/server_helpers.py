@@ -99,3 +99,23 @@ async def run_scenario(
     line prints."""
     out = await run_client(venv, [str(CLIENTS / script), *args], env, timeout=timeout)
     return json.loads(out.strip().splitlines()[-1])
+
+
+async def drive_exec_stream(server: Server, sandbox_id: str, argv: list[str]) -> tuple[asyncio.Queue, Any]:
+    """The service's `ExecStream` of `argv` in `sandbox_id`, driven directly (no transport, so the
+    order of input and events is the test's): the queue its input messages are put on (None ends
+    the input) and the stream of its events, whose first (`started`) is taken."""
+    from sandboxes._proto import service_pb2 as pb
+
+    rec = await server.service.registry.find(sandbox_id)
+    inputs: asyncio.Queue = asyncio.Queue()
+
+    async def requests() -> Any:
+        while (msg := await inputs.get()) is not None:
+            yield msg
+
+    await inputs.put(pb.ExecInput(start=pb.ExecRequest(sandbox_id=sandbox_id, argv=argv)))
+    events = server.service.exec_stream(requests(), None, rec.owner)
+    first = await asyncio.wait_for(events.__anext__(), 10)
+    assert first.WhichOneof("kind") == "started", first
+    return inputs, events

@@ -9,7 +9,7 @@ import uuid
 
 import pytest
 from helpers import pgrep
-from server_helpers import bearer, wait_for
+from server_helpers import bearer, drive_exec_stream, wait_for
 
 from sandboxes import errors as E
 from sandboxes._proto import service_pb2 as pb
@@ -158,17 +158,7 @@ async def test_input_after_the_agent_ended_the_stream_leaves_the_exit_event(serv
     service's stream is driven directly, so the order is certain (through a real client the
     race is a matter of timing)."""
     sb = await client.create()
-    rec = await server.service.registry.find(sb.id)
-    inputs: asyncio.Queue = asyncio.Queue()
-
-    async def requests():
-        while (msg := await inputs.get()) is not None:
-            yield msg
-
-    await inputs.put(pb.ExecInput(start=pb.ExecRequest(sandbox_id=sb.id, argv=["true"])))
-    events = server.service.exec_stream(requests(), None, rec.owner)
-    first = await asyncio.wait_for(events.__anext__(), 10)
-    assert first.WhichOneof("kind") == "started", first
+    inputs, events = await drive_exec_stream(server, sb.id, ["true"])
     await asyncio.sleep(0.5)  # `true` exits and the agent's stream ends meanwhile
     for msg in (pb.ExecInput(stdin=b"late"), pb.ExecInput(signal=signal.SIGCONT)):
         await inputs.put(msg)

@@ -11,7 +11,7 @@ import math
 
 import grpc
 import pytest
-from server_helpers import KEY_A, bearer
+from server_helpers import KEY_A, bearer, drive_exec_stream
 
 from sandboxes import errors as E
 from sandboxes._proto import common_pb2 as cpb
@@ -202,17 +202,7 @@ async def test_a_bad_message_read_while_an_event_is_being_sent_fails_the_stream(
     the next event, instead of being lost while the program waits for stdin that never comes.
     The service's stream is driven directly, so the order is certain."""
     sb = await client.create()
-    rec = await server.service.registry.find(sb.id)
-    inputs: asyncio.Queue = asyncio.Queue()
-
-    async def requests():
-        while (msg := await inputs.get()) is not None:
-            yield msg
-
-    await inputs.put(pb.ExecInput(start=pb.ExecRequest(sandbox_id=sb.id, argv=["cat"])))
-    events = server.service.exec_stream(requests(), None, rec.owner)
-    first = await asyncio.wait_for(events.__anext__(), 10)
-    assert first.WhichOneof("kind") == "started", first
+    inputs, events = await drive_exec_stream(server, sb.id, ["cat"])
     await inputs.put(pb.ExecInput(signal=999))  # read and refused while the generator is suspended
     await asyncio.sleep(0.2)
     with pytest.raises(E.InvalidRequest, match="signal"):
