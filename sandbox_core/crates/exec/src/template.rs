@@ -103,10 +103,7 @@ impl Template {
         )?;
         // Only the program holds these now: its death is seen on the socket.
         drop((theirs, go_r));
-        let child = crate::zygote::accept_program(&ours, made.child, reaper)?;
-        // SAFETY: plain syscall; a 1-byte write to a fresh pipe never blocks. If the program is
-        // gone already (EPIPE) the supervisor sees its exit.
-        unsafe { libc::write(go_w.as_raw_fd(), b"G".as_ptr().cast(), 1) };
+        let child = crate::zygote::accept_program(&ours, made.child, go_w, reaper)?;
         Ok(Spawned::of(
             child,
             made.stdin,

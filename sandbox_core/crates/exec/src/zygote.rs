@@ -546,11 +546,7 @@ fn request(
             return Err(abandon(child, Failure::Exec(e), reaper));
         }
     }
-    let child = accept_worker(&live.ctl, child, worker, reaper)?;
-    // SAFETY: plain syscall; a 1-byte write to a fresh pipe never blocks. If the worker is gone
-    // already (EPIPE) the supervisor sees its exit.
-    unsafe { libc::write(go_w.as_raw_fd(), b"G".as_ptr().cast(), 1) };
-    drop(go_w);
+    let child = accept_worker(&live.ctl, child, worker, go_w, reaper)?;
     Ok(Spawned::of(child, stdin_w, stdout_r, stderr_r, None))
 }
 
@@ -562,13 +558,14 @@ fn abandon(child: Child, failure: Failure, reaper: &Reaper) -> Failure {
     failure
 }
 
-/// The worker `child`, once its report (`early` if it came already, else read from `ctl`) says it
-/// decoded its request and joined its cgroup; otherwise it is killed and reaped and the failure
-/// says why.
+/// The worker `child`, released to run (one byte on `go`) once its report (`early` if it came
+/// already, else read from `ctl`) says it decoded its request and joined its cgroup; otherwise it
+/// is killed and reaped and the failure says why.
 fn accept_worker(
     ctl: &OwnedFd,
     child: Child,
     early: Option<String>,
+    go: OwnedFd,
     reaper: &Reaper,
 ) -> Result<Child, Failure> {
     let report = match early {
@@ -579,7 +576,12 @@ fn accept_worker(
         },
     };
     let failure = match report {
-        Some(r) if r.contains("\"worker_ok\"") => return Ok(child),
+        Some(r) if r.contains("\"worker_ok\"") => {
+            // SAFETY: plain syscall; a 1-byte write to a fresh pipe never blocks. If the worker
+            // is gone already (EPIPE) the supervisor sees its exit.
+            unsafe { libc::write(go.as_raw_fd(), b"G".as_ptr().cast(), 1) };
+            return Ok(child);
+        }
         Some(r) if r.contains("\"join_error\"") => Failure::Exec(SpawnError::Isolation {
             step: Step::JoinCgroup,
             source: io::Error::other(r),
@@ -592,14 +594,15 @@ fn accept_worker(
     Err(abandon(child, failure, reaper))
 }
 
-/// A program made in place of a zygote (see `template.rs`): `child` once it reported like a
-/// worker on `ctl`, else killed and reaped, with why.
+/// A program made in place of a zygote (see `template.rs`): `child` released on `go` once it
+/// reported like a worker on `ctl`, else killed and reaped, with why.
 pub(crate) fn accept_program(
     ctl: &OwnedFd,
     child: Child,
+    go: OwnedFd,
     reaper: &Reaper,
 ) -> Result<Child, SpawnError> {
-    accept_worker(ctl, child, None, reaper).map_err(|f| match f {
+    accept_worker(ctl, child, None, go, reaper).map_err(|f| match f {
         Failure::Exec(e) => e,
         Failure::Refused(why) => SpawnError::Isolation {
             step: Step::Fork,
