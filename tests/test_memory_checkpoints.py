@@ -231,30 +231,73 @@ async def test_a_memory_checkpoint_is_missing_to_another_owner(
     await pool.delete_checkpoint(cp.id, owner="k1")
 
 
-THREADED = """
-import threading, time
+# A thread counts, which the main thread writes to /tmp/count; a child process (a shell, which
+# starts a process per step) counts in /tmp/child.
+FAMILY = """
+import os, subprocess, threading, time
 n = 0
 def count():
     global n
     while True:
         n += 1
-        open("/tmp/count", "w").write(str(n))
-        time.sleep(0.02)
+        time.sleep(0.01)
 threading.Thread(target=count, daemon=True).start()
+step = "i=$((i+1)); echo $i > /tmp/child.tmp; mv /tmp/child.tmp /tmp/child; sleep 0.02"
+subprocess.Popen(["sh", "-c", f"i=0; while :; do {step}; done"])
 while True:
-    time.sleep(1)
-"""
-
-PARENT = """
-import os, time
-if os.fork() == 0:
-    time.sleep(3600)
-n = 0
-while True:
-    n += 1
-    open("/tmp/count", "w").write(str(n))
+    with open("/tmp/count.tmp", "w") as f:
+        f.write(str(n))
+    os.replace("/tmp/count.tmp", "/tmp/count")
     time.sleep(0.02)
 """
+
+
+async def _child_count(sb: Any) -> int:
+    r = await sb.exec(["sh", "-c", "cat /tmp/child 2>/dev/null || echo 0"])
+    return int(r.stdout.strip() or 0)
+
+
+async def test_a_program_with_threads_and_child_processes_is_carried(
+    make_pool: Callable[..., Awaitable[Pool]],
+) -> None:
+    """A program of several tasks (a thread of its own, a child shell and the processes that shell
+    starts) is restored whole into each copy: its pid namespace belongs to its programs' user
+    namespace, where the restored tasks may take their pids. Each copy's thread and child count on
+    from the checkpoint's moment, on their own."""
+    pool = await make_pool(warm=0)
+    async with pool.sandbox() as a:
+        await a.write_file("/tmp/family.py", FAMILY)
+        async with a.exec_stream(["python3", "/tmp/family.py"]) as program:
+            assert (await anext(program)).kind == "started"
+            await wait_until(lambda: _above(a, 0), what="the thread counting")
+
+            async def child_counting(sb: Any, n: int) -> bool:
+                return await _child_count(sb) > n
+
+            await wait_until(lambda: child_counting(a, 0), what="the child counting")
+            cp = await a.checkpoint(memory=True)
+        copies = list(await asyncio.gather(pool.claim(checkpoint=cp), pool.claim(checkpoint=cp)))
+        try:
+            for b in copies:
+                at_copy, child_at = await _count(b), await _child_count(b)
+                assert at_copy > 0 and child_at > 0  # the checkpoint's files
+                await wait_until(functools.partial(_above, b, at_copy), what="a copy's thread counting on")
+                await wait_until(lambda: child_counting(b, child_at), what="a copy's child counting on")
+                [restored] = memory.programs_of(_agent(b))
+                assert memory._status_field(restored, "Threads") == "2"
+                assert memory._tree(restored)[1:], "the child shell is restored with its parent"
+            # Each copy is its own: the first's program and its child end, the second's count on.
+            first, second = copies
+            [restored] = memory.programs_of(_agent(first))
+            for pid in memory._tree(restored):
+                os.kill(pid, 9)
+            await wait_until(lambda: not memory.programs_of(_agent(first)), what="the copy's program gone")
+            now = await _count(second)
+            await wait_until(functools.partial(_above, second, now), what="the other copy counting on")
+        finally:
+            for b in copies:
+                await b.close()
+    await pool.delete_checkpoint(cp.id)
 
 
 @pytest.mark.parametrize(
@@ -262,8 +305,6 @@ while True:
     [
         (IO_URING, "anon_inode:[io_uring]"),
         (UNDUMPABLE, "made itself undumpable"),
-        (THREADED, "runs 2 threads"),
-        (PARENT, "has child processes (1)"),
     ],
 )
 async def test_a_program_criu_cannot_take_is_named_and_its_sandbox_runs_on(
@@ -320,12 +361,12 @@ async def test_memory_checkpoints_and_forks_over_grpc_and_the_cli(server) -> Non
             assert await counting(fork, START)
             await fork.close()
         # A program CRIU cannot take: refused by name (FAILED_PRECONDITION), the sandbox runs on.
-        await sb.write_file("/tmp/threaded.py", THREADED.encode())
+        await sb.write_file("/tmp/undumpable.py", UNDUMPABLE.encode())
         await sb.exec(
-            ["sh", "-c", "setsid python3 /tmp/threaded.py >/dev/null 2>&1 &"], keep_descendants=True
+            ["sh", "-c", "setsid python3 /tmp/undumpable.py >/dev/null 2>&1 &"], keep_descendants=True
         )
-        await wait_until(lambda: _above(sb, 0), what="the threaded program")
-        with pytest.raises(Conflict, match="runs 2 threads"):
+        await wait_until(lambda: _above(sb, 0), what="the undumpable program")
+        with pytest.raises(Conflict, match="made itself undumpable"):
             await sb.checkpoint(memory=True)
         assert (await sb.exec(["true"])).exit_code == 0
         await sb.close()

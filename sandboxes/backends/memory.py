@@ -162,8 +162,9 @@ def _allocate_above(agent_pid: int, pid: int) -> None:
 
 def _check_free(agent_pid: int, dumped: set[int]) -> None:
     """Refuses a restore that would give a task of the sandbox's a pid one of its own tasks (the
-    agent's threads, its programs) holds: CRIU would fail on it half-way."""
-    for host_pid in _tree(agent_pid):
+    agent's threads, its programs, those restored before) holds: CRIU would fail on it half-way."""
+    tasks = _tree(agent_pid) + [t for p in programs_of(agent_pid) for t in _tree(p)]
+    for host_pid in tasks:
         with contextlib.suppress(OSError):
             for task in Path(f"/proc/{host_pid}/task").iterdir():
                 pid = _ns_pid(int(task.name))
@@ -194,19 +195,27 @@ def _cgroups(pid: int) -> dict[str, str]:
 
 def programs_of(agent_pid: int) -> list[int]:
     """The host pids of the agent's programs: its children in an exec cgroup (`exec-*`, one per
-    program); its helpers (the Python zygote in `zygote-*`, others in the agent's own cgroup)
-    are the sandbox's own, started again by every new sandbox. A sandbox without cgroups
-    cannot tell them apart: `MemorySnapshotError`."""
-    if not sandbox_cgroup_dirs(agent_pid):
+    program), and the programs restored into the sandbox (each the first of its
+    `exec-restored-*` cgroup: a child of the agent where the agent is its pid namespace's init,
+    else of that init, which took it when its restorer ended). The agent's helpers (the Python
+    zygote in `zygote-*`, others in the agent's own cgroup) are the sandbox's own, started again
+    by every new sandbox. A sandbox without cgroups cannot tell them apart:
+    `MemorySnapshotError`."""
+    dirs = sandbox_cgroup_dirs(agent_pid)
+    if not dirs:
         raise MemorySnapshotError(
             "the sandbox has no cgroups (its template's cgroups=False): its programs cannot be told "
             "from its agent's own processes",
             stage="dump",
         )
-    children: list[int] = []
+    children: set[int] = set()
     for task in Path(f"/proc/{agent_pid}/task").iterdir():
         with open(task / "children") as f:
-            children += [int(p) for p in f.read().split()]
+            children.update(int(p) for p in f.read().split())
+    for restored in dirs[0].glob(f"{RESTORED_CGROUP}*"):
+        with contextlib.suppress(OSError):
+            procs = {int(p) for p in (restored / "cgroup.procs").read_text().split()}
+            children.update(p for p in procs if _parent(p) not in procs)
     try:
         return sorted(
             pid
@@ -215,6 +224,42 @@ def programs_of(agent_pid: int) -> list[int]:
         )
     except FileNotFoundError:  # a program ended while listed
         return programs_of(agent_pid)
+
+
+def _parent(pid: int) -> int:
+    try:
+        return int(_status_field(pid, "PPid"))
+    except (OSError, MemorySnapshotError):
+        return 0
+
+
+# ioctl(2) of a namespace's fd: its owner user namespace, as a new fd (linux/nsfs.h).
+_NS_GET_USERNS = 0xB701
+
+
+def _pid_ns_owned_by_programs(agent_pid: int) -> bool:
+    """Whether the sandbox's pid namespace belongs to its programs' user namespace (the local
+    launcher's sandboxes with an id range): there a restored program's children and threads
+    can be given their pids. A container's or a pod's belongs to the host's."""
+    import fcntl
+
+    try:
+        ns = os.open(f"/proc/{agent_pid}/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+    except OSError:
+        return False
+    try:
+        owner = fcntl.ioctl(ns, _NS_GET_USERNS)
+    except OSError:
+        return False
+    finally:
+        os.close(ns)
+    try:
+        mine, programs = os.fstat(owner), os.stat(f"/proc/{agent_pid}/fd/{USERNS_FD}")
+    except OSError:
+        return False
+    finally:
+        os.close(owner)
+    return (mine.st_dev, mine.st_ino) == (programs.st_dev, programs.st_ino)
 
 
 def _hierarchy_mounts() -> dict[str, tuple[Path, str]]:
@@ -446,11 +491,13 @@ def _refuse_undumpable(tree: Sequence[int]) -> None:
 
 
 def _refuse_more_than_one_task(tree: Sequence[int]) -> None:
-    """A program of more than one task (a thread, or a child process) cannot be restored here:
-    CRIU gives each restored task its dumped id, which the kernel grants only to a process with
-    CAP_CHECKPOINT_RESTORE over the sandbox's pid namespace, and every task but the first is made
-    by the program itself, inside its user namespace, which has none. Refused before anything is
-    dumped, rather than a snapshot that no sandbox can be made from."""
+    """A program of more than one task (a thread, or a child process) cannot be restored into a
+    sandbox whose pid namespace is the host's user namespace's (a container's, a pod's): CRIU
+    gives each restored task its dumped id, which the kernel grants only to a process with
+    CAP_CHECKPOINT_RESTORE over the pid namespace's owner, and every task but the first is made
+    by the program itself, inside its user namespace, which has none there. Refused before
+    anything is dumped, rather than a snapshot that no sandbox can be made from. (A local
+    sandbox's pid namespace is its programs' user namespace's: `_pid_ns_owned_by_programs`.)"""
     for pid in tree:
         try:
             threads = int(_status_field(pid, "Threads"))
@@ -510,6 +557,7 @@ def _dump(
 ) -> list[DumpedProgram]:
     dest.mkdir(mode=0o700)
     dumped: list[DumpedProgram] = []
+    children_restorable = _pid_ns_owned_by_programs(agent_pid)
     try:
         for host_pid in programs_of(agent_pid):
             pid = _ns_pid(host_pid)
@@ -522,7 +570,8 @@ def _dump(
             (images / LIMITS).write_text(json.dumps(_exec_limits(host_pid)))
             tree = _tree(host_pid)
             _refuse_undumpable(tree)
-            _refuse_more_than_one_task(tree)
+            if not children_restorable:
+                _refuse_more_than_one_task(tree)
             # A task stopped already (by its own signal) stays so: it is not ours to continue.
             running = [p for p in tree if not _stopped(p)]
             argv = [*criu, "dump", "-t", str(pid)]
@@ -575,6 +624,7 @@ def _restore(
         _allocate_above(agent_pid, max(dumped))
         _check_free(agent_pid, dumped)
     sandbox_dirs = sandbox_cgroup_dirs(agent_pid)
+    agent = _ns_pid(agent_pid)  # in the sandbox's pid namespace: its init, or the init's child
     # The shell joins the target's cgroups, then becomes nsenter and CRIU: what CRIU forks is born there.
     join = 'while [ "$1" != -- ]; do echo $$ > "$1"; shift; done; shift; exec "$@"'
     took = []
@@ -585,8 +635,8 @@ def _restore(
         argv += ["restore", "-D", "@IMAGES@", "-W", "@WORK@", "-o", "restore.log"]
         # The target's time namespace is joined before its user namespace (as root of the host):
         # CRIU would otherwise make one of its own for the programs, which no later dump enters.
-        argv += ["--restore-detached", "--join-ns", "time:/proc/1/ns/time"]
-        argv += ["--join-ns", f"user:/proc/1/fd/{USERNS_FD}", "--manage-cgroups=ignore"]
+        argv += ["--restore-detached", "--join-ns", f"time:/proc/{agent}/ns/time"]
+        argv += ["--join-ns", f"user:/proc/{agent}/fd/{USERNS_FD}", "--manage-cgroups=ignore"]
         # What the programs' stdio pipes to their old agent become: the target's own /dev/null,
         # an fd of its own for each (CRIU takes each inherited fd over).
         nulls: list[int] = []

@@ -51,6 +51,10 @@ pub struct Args {
     /// First host id of a root sandbox's user namespace (the launcher gives each sandbox its own).
     #[arg(long, default_value_t = 0)]
     pub id_base: u32,
+    /// The programs' user namespace, inherited at this fd, made by the launcher with --id-base's
+    /// ids (instead of made by the agent): it owns the agent's pid namespace.
+    #[arg(long)]
+    pub userns_fd: Option<i32>,
     /// With --user root, for an agent that is root of a user-namespaced pod (`hostUsers: false`),
     /// which has 65,536 ids and cannot idmap its root file system: the programs' user namespace
     /// maps ids 0..65534 to the same ids of the pod's (root inside owns the image's files), and

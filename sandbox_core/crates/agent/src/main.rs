@@ -9,6 +9,7 @@ mod error;
 mod lease;
 mod listen;
 mod paths;
+mod pid_ns_init;
 mod server;
 mod setup;
 mod start_error;
@@ -169,7 +170,11 @@ fn programs(args: &cli::Args, is_root: bool) -> Result<Programs, StartError> {
             userns::RANGE
         )));
     }
-    let ns = userns::create(args.id_base).map_err(StartError::UserNs)?;
+    let ns = match args.userns_fd {
+        Some(fd) => userns::adopt(fd),
+        None => userns::create(args.id_base),
+    }
+    .map_err(StartError::UserNs)?;
     Ok(Programs {
         uid,
         gid,
@@ -260,6 +265,9 @@ fn pod_nameservers() -> Vec<std::net::Ipv4Addr> {
 /// Starts the agent; a start-up step that fails is reported on the readiness channel (and
 /// stderr), and the agent exits with status 2.
 fn main() {
+    if std::env::args_os().nth(1).as_deref() == Some(std::ffi::OsStr::new(pid_ns_init::FLAG)) {
+        pid_ns_init::run();
+    }
     let args = cli::Args::parse();
     let ready_fd = args.ready_fd;
     match start(args) {

@@ -1,12 +1,15 @@
 //! The user namespace programs of a root sandbox run in: ids 0..65536 inside are the host's
 //! `base..base+65536`, a range no other sandbox has (the launcher allocates it); or, for an agent
 //! that is root of a user-namespaced pod (`create_in_pod`), ids 0..65535 of the pod's own, the
-//! one left (`AGENT_ID`) being the agent's. Root inside has
-//! capabilities only over what that namespace owns, and it owns nothing the agent made: the mount,
-//! pid, network and cgroup namespaces belong to the host's user namespace, so a program that is
-//! root inside still cannot mount, trace the agent, open raw sockets or load modules.
+//! one left (`AGENT_ID`) being the agent's. Root inside has capabilities only over what that
+//! namespace owns: the mount, network and cgroup namespaces belong to the host's user namespace,
+//! so a program that is root inside still cannot mount, trace the agent, open raw sockets or load
+//! modules. The local launcher makes it itself (`adopt`), and there it owns the agent's pid
+//! namespace, so that programs restored from a memory snapshot can be given their pids (the
+//! launcher's `programs_ns` says what root inside gains by it); elsewhere (a container's or a
+//! pod's agent) the pid namespace is the host's too.
 //!
-//! Made once, before the agent starts any thread: a forked child takes the sandbox's own root id
+//! Elsewhere it is made once, before the agent starts any thread: a forked child takes the sandbox's own root id
 //! (so that id, not the host's root, owns the namespace), unshares its user namespace, sends the
 //! agent an fd of it (over a socket pair: opening another uid's `/proc/<pid>/ns/user` would need
 //! CAP_SYS_PTRACE, which a container's agent does not have) and waits; the agent (root on the
@@ -45,6 +48,28 @@ pub fn create(base: u32) -> Result<OwnedFd, SetupError> {
 /// program's reach.
 pub fn create_in_pod() -> Result<OwnedFd, SetupError> {
     make(0, &format!("0 0 {AGENT_ID}\n"))
+}
+
+/// A user namespace made for the agent (the local launcher's, which owns the agent's pid
+/// namespace), inherited at `fd`: moved where the executor uses it.
+pub fn adopt(fd: std::os::fd::RawFd) -> Result<OwnedFd, SetupError> {
+    // SAFETY: the fd was handed over to this process, which owns it from here on.
+    let inherited = unsafe { OwnedFd::from_raw_fd(fd) };
+    place(&inherited)
+}
+
+/// `ns` moved where the executor uses it (the fd the seccomp filter lets `setns` take): placed
+/// while the agent has one thread, since growing the fd table later, with threads, waits for an
+/// RCU grace period (~10 ms here).
+fn place(ns: &OwnedFd) -> Result<OwnedFd, SetupError> {
+    let at = crate::seccomp::USERNS_FD;
+    // SAFETY: fcntl on a valid fd; the result, when valid, is ours.
+    let fd = unsafe { libc::fcntl(ns.as_raw_fd(), libc::F_DUPFD_CLOEXEC, at) };
+    if fd < 0 {
+        return Err(err("place ns fd")(std::io::Error::last_os_error()));
+    }
+    // SAFETY: just returned by fcntl.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
 }
 
 /// A new user namespace owned by id `base` (which the child making it takes), with `map` as
@@ -108,17 +133,7 @@ fn make(base: u32, map: &str) -> Result<OwnedFd, SetupError> {
         let proc = format!("/proc/{host_pid}");
         std::fs::write(format!("{proc}/uid_map"), map).map_err(err("uid_map"))?;
         std::fs::write(format!("{proc}/gid_map"), map).map_err(err("gid_map"))?;
-        // Where the executor uses it (the fd the seccomp filter lets `setns` take), placed now
-        // while the agent has one thread: growing the fd table later, with threads, waits for
-        // an RCU grace period (~10 ms here).
-        let at = crate::seccomp::USERNS_FD;
-        // SAFETY: fcntl on a valid fd; the result, when valid, is ours.
-        let fd = unsafe { libc::fcntl(ns.as_raw_fd(), libc::F_DUPFD_CLOEXEC, at) };
-        if fd < 0 {
-            return Err(err("place ns fd")(std::io::Error::last_os_error()));
-        }
-        // SAFETY: just returned by fcntl.
-        Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+        place(&ns)
     })();
     let _ = done_w.write_all(b"x");
     drop(done_w);

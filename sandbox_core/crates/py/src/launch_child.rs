@@ -39,10 +39,14 @@ pub struct ChildPlan {
     pub join: Vec<RawFd>,
     /// A connection to a Python template process, handed over at `TEMPLATE_FD` (-1: none).
     pub template: RawFd,
+    /// The programs' user namespace (`programs_ns`), handed over at `USERNS_FD` (-1: none).
+    pub userns: RawFd,
 }
 
 /// Where the agent finds its connection to a Python template (`--python-template-fd`).
 pub const TEMPLATE_FD: RawFd = 6;
+/// Where the agent finds the programs' user namespace the launcher made (`--userns-fd`).
+pub const USERNS_FD: RawFd = 7;
 
 /// The memory a running child uses: its plan, the pointer arrays for execve, and its stack.
 /// Dropping it while the child has neither exec'd nor died would pull memory from under it, so
@@ -146,9 +150,10 @@ unsafe fn child(m: &ChildMemory) -> ! {
         fail(Step::SetSid, r);
     }
     // Move every fd we hand over out of the way of 0..6 first, then into place (dup3 clears
-    // CLOEXEC): listen -> 3, ready -> 4, token -> 5, /dev/null -> 0 and 1, the template -> 6.
-    let srcs = [p.listen, p.ready_w, p.token_r, p.devnull, p.template];
-    let mut high = [0usize; 5];
+    // CLOEXEC): listen -> 3, ready -> 4, token -> 5, /dev/null -> 0 and 1, the template -> 6,
+    // the programs' user namespace -> 7.
+    let srcs = [p.listen, p.ready_w, p.token_r, p.devnull, p.template, p.userns];
+    let mut high = [0usize; 6];
     for (i, fd) in srcs.iter().enumerate() {
         if *fd < 0 {
             continue;
@@ -162,6 +167,10 @@ unsafe fn child(m: &ChildMemory) -> ! {
         }
         high[i] = r as usize;
     }
+    // Nothing else of this process reaches the agent: every fd from 6 up is closed at the exec
+    // (the client's own inheritable fds, a library's opened without O_CLOEXEC), `err_w` among
+    // them, but those placed next (dup3 clears CLOEXEC).
+    close_others_on_exec(6);
     for (from, to) in [
         (high[0], 3),
         (high[1], 4),
@@ -169,22 +178,16 @@ unsafe fn child(m: &ChildMemory) -> ! {
         (high[3], 0),
         (high[3], 1),
         (high[4], TEMPLATE_FD as usize),
+        (high[5], USERNS_FD as usize),
     ] {
         if from == 0 {
-            continue; // no template
+            continue; // no template, no user namespace
         }
         let r = sys(libc::SYS_dup3, [from, to, 0]);
         if r < 0 {
             fail(Step::Fds, r);
         }
     }
-    // Nothing else of this process reaches the agent: every other fd is closed at the exec (the
-    // client's own inheritable fds, a library's opened without O_CLOEXEC), `err_w` among them.
-    close_others_on_exec(if p.template >= 0 {
-        TEMPLATE_FD as usize + 1
-    } else {
-        6
-    });
     // No handler of the parent may run here: caught signals back to their defaults (an exec
     // would do the same), then unblock.
     let dfl = KernelSigaction::default();
@@ -282,7 +285,7 @@ fn unreachable_exit() -> ! {
 
 /// A system call with three arguments; failure is a negative errno, and nothing but registers
 /// is written.
-unsafe fn sys(n: libc::c_long, a: [usize; 3]) -> isize {
+pub(crate) unsafe fn sys(n: libc::c_long, a: [usize; 3]) -> isize {
     sys4(n, [a[0], a[1], a[2], 0])
 }
 

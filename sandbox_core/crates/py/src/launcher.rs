@@ -26,6 +26,7 @@ use sandbox_exec::Step;
 use crate::cgroup::{CgroupLimits, SandboxCgroup};
 use crate::errors::{err, launch_err, Kind};
 use crate::launch_child::{self, ChildMemory};
+use crate::programs_ns;
 use crate::runtime;
 
 const READY_TIMEOUT: Duration = Duration::from_secs(30);
@@ -234,6 +235,9 @@ struct Inner {
     /// What the child runs in until it execs the agent (it shares our memory until then); kept
     /// until the agent said it is ready, or the child is reaped.
     child_memory: Mutex<Option<Box<ChildMemory>>>,
+    /// The init of the agent's pid namespace, when not the agent (`programs_ns`); taken once
+    /// killed and reaped.
+    init: Mutex<Option<i32>>,
     /// Dropped on a blocking-pool thread already (see `Drop`): kill right here.
     offloaded: bool,
 }
@@ -264,6 +268,7 @@ impl Drop for Inner {
                         .unwrap_or_else(|e| e.into_inner())
                         .take(),
                 ),
+                init: Mutex::new(self.init.get_mut().unwrap_or_else(|e| e.into_inner()).take()),
                 offloaded: true,
             };
             state.cleaned = true;
@@ -302,6 +307,12 @@ impl Inner {
         if self.state.lock().unwrap_or_else(|e| e.into_inner()).cleaned {
             return;
         }
+        let init = self.init.lock().unwrap_or_else(|e| e.into_inner()).take();
+        if let Some(init) = init {
+            // SAFETY: signalling our own unreaped child (reaped below), so the pid cannot have
+            // been reused. The kernel kills every process of its pid namespace with it.
+            unsafe { libc::kill(init, libc::SIGKILL) };
+        }
         if self.reap(false).is_none() {
             // SAFETY: signalling our own unreaped child, so the pid cannot have been reused.
             unsafe { libc::kill(self.pid, libc::SIGKILL) };
@@ -312,6 +323,9 @@ impl Inner {
             // The kernel kills every process of the pid namespace with its init; this returns
             // once they are gone.
             self.reap(true);
+        }
+        if let Some(init) = init {
+            programs_ns::kill_init(init);
         }
         if let Some(cg) = &self.cgroup {
             cg.remove();
@@ -581,12 +595,47 @@ fn start(config: LaunchConfig) -> PyResult<Started> {
         Some(Ok(files)) => files,
         None => vec![],
     };
+    // A sandbox with an id range of its own: its programs' user namespace is made here, and owns
+    // the pid namespace the agent is cloned into, whose init it also makes (`programs_ns`).
+    let programs_ns = if root && config.id_base > 0 {
+        let joins: Vec<_> = join_files.iter().map(AsRawFd::as_raw_fd).collect();
+        let made = cstring(config.agent_path.as_bytes()).and_then(|agent| {
+            programs_ns::make(config.id_base, &agent, &joins)
+                .map_err(|e| launch_err(Step::UserNs, e.to_string()))
+        });
+        let joined = match (&made, &cgroup) {
+            (Ok(ns), Some(cg)) if cg.version == Version::V2 => cg
+                .join(ns.init)
+                .map_err(|e| launch_err(Step::JoinCgroup, e.to_string())),
+            _ => Ok(()),
+        };
+        match (made, joined) {
+            (Ok(ns), Ok(())) => Some(ns),
+            (made, joined) => {
+                if let Ok(ns) = &made {
+                    programs_ns::kill_init(ns.init);
+                }
+                cleanup_early(&cgroup);
+                return Err(made.err().or(joined.err()).unwrap_or_else(|| {
+                    launch_err(Step::UserNs, "the pid namespace's init".to_string())
+                }));
+            }
+        }
+    } else {
+        None
+    };
+    if programs_ns.is_some() {
+        flags &= !libc::CLONE_NEWPID;
+    }
     // A template that is gone (the manager starts another) only means the agent starts its own
     // zygote, as without one.
     let template = (!config.python_template.is_empty())
         .then(|| sandbox_exec::template::connect(std::path::Path::new(&config.python_template)))
         .and_then(Result::ok);
     let mut argv_s = agent_argv(&config, &namespaces);
+    if programs_ns.is_some() {
+        argv_s.push(format!("--userns-fd={}", launch_child::USERNS_FD));
+    }
     if template.is_some() {
         argv_s.push(format!(
             "--python-template-fd={}",
@@ -606,12 +655,20 @@ fn start(config: LaunchConfig) -> PyResult<Started> {
         new_cgroupns: cgroup.is_some(),
         join: join_files.iter().map(AsRawFd::as_raw_fd).collect(),
         template: template.as_ref().map_or(-1, AsRawFd::as_raw_fd),
+        userns: programs_ns.as_ref().map_or(-1, |ns| ns.user.as_raw_fd()),
     };
-    let spawned = launch_child::spawn(plan, flags);
+    let spawned = match &programs_ns {
+        Some(ns) => programs_ns::in_pid_ns(&ns.pid, || launch_child::spawn(plan, flags)),
+        None => launch_child::spawn(plan, flags),
+    };
+    let init = programs_ns.map(|ns| ns.init);
     drop(join_files);
     let (pid, child_memory) = match spawned {
         Ok(spawned) => spawned,
         Err(e) => {
+            if let Some(init) = init {
+                programs_ns::kill_init(init);
+            }
             cleanup_early(&cgroup);
             return Err(launch_err(
                 Step::Clone,
@@ -629,6 +686,7 @@ fn start(config: LaunchConfig) -> PyResult<Started> {
             cleaned: false,
         }),
         child_memory: Mutex::new(Some(child_memory)),
+        init: Mutex::new(init),
         offloaded: false,
     });
     let handle = LocalSandbox {

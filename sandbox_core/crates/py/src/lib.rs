@@ -17,6 +17,7 @@ mod languages;
 mod launch_child;
 mod launcher;
 mod layers;
+mod programs_ns;
 mod runtime;
 mod stream;
 mod values;

@@ -7,7 +7,7 @@
 //! /bin /lib .. symlinks into /usr as on the host (or read-only binds)
 //! /etc         a few host files read-only (ld.so.cache, alternatives, ...) + our passwd/group/hosts
 //! /dev         null zero full random urandom tty, shm
-//! /proc        this pid namespace only, other users' processes hidden
+//! /proc        this pid namespace only, other users' processes hidden; /proc/sys read-only
 //! /sys/fs/cgroup  the sandbox's own cgroup subtree (cgroup namespace), root-owned
 //! /tmp, /mnt, <work>  private tmpfs, size-limited; the work dir belongs to the sandbox user
 //! /judge       the judge's scratch: a private tmpfs only the agent creates entries in
@@ -455,7 +455,23 @@ fn proc_fs(root: &Path) -> Result<(), SetupError> {
         Some("hidepid=invisible"),
     )
     .or_else(|_| mount(None, &target, Some("proc"), flags, Some("hidepid=2")))
-    .or_else(|_| mount(None, &target, Some("proc"), flags, None))
+    .or_else(|_| mount(None, &target, Some("proc"), flags, None))?;
+    // The kernel's knobs are read-only. Root of a local sandbox's programs' user namespace, which
+    // owns the pid namespace there (the launcher's `programs_ns`), could otherwise set its
+    // `ns_last_pid` and `pid_max`; the agent's own write of the first comes later, through an fd
+    // opened now (`pids::hold`).
+    if let Err(e) = super::pids::hold(&target) {
+        eprintln!("sandbox-agent: programs' pids will go on from start-up's: {e}");
+    }
+    let sys = target.join("sys");
+    mount(Some(&sys), &sys, None, libc::MS_BIND, None)?;
+    mount(
+        None,
+        &sys,
+        None,
+        libc::MS_BIND | libc::MS_REMOUNT | libc::MS_RDONLY | flags,
+        None,
+    )
 }
 
 /// Mounts the sandbox's own cgroup subtree (we are in a fresh cgroup namespace, so the

@@ -1,0 +1,74 @@
+//! `sandbox-agent --pid-ns-init`: the init of a local sandbox's pid namespace, which belongs to
+//! the programs' user namespace (the launcher's `programs_ns` says why), run as root of that
+//! user namespace.
+//!
+//! It is a process of the programs' own user namespace, so root inside may trace it or write its
+//! memory (`/proc/1/mem`): it must hold nothing of the host's. It is started with no fd, no
+//! environment and no argument but this flag, and before anything else it leaves every
+//! namespace it was born in but the pid and time ones (the host's mount, network, ipc, uts and
+//! cgroup namespaces) for empty ones of its own, with an empty read-only root. Then it waits
+//! forever; its children (the orphans no subreaper takes: a restored program whose restorer
+//! ended) are reaped by the kernel (SIGCHLD ignored). Signals from inside its pid namespace
+//! reach it only for those it handles (none); the launcher kills it, and every process of the
+//! namespace with it.
+
+use std::ffi::CStr;
+
+/// The flag, first and only argument, that runs this instead of the agent.
+pub const FLAG: &str = "--pid-ns-init";
+
+pub fn run() -> ! {
+    // SAFETY: raw system calls on static strings; this process has one thread.
+    let code = unsafe { isolate() };
+    if code != 0 {
+        // Never wait with the host's view: the launcher's clone of the agent into this
+        // namespace then fails, and the launch with it.
+        std::process::exit(code);
+    }
+    // SAFETY: signal disposition and pause have no preconditions.
+    unsafe {
+        libc::signal(libc::SIGCHLD, libc::SIG_IGN);
+        loop {
+            libc::pause();
+        }
+    }
+}
+
+/// Empty namespaces of its own and an empty read-only root; the step that failed (1..) or 0.
+unsafe fn isolate() -> i32 {
+    let c = |s: &'static CStr| s.as_ptr();
+    // The /dev/null the runtime may have opened for a closed stdio of the host's: closed too.
+    libc::syscall(libc::SYS_close_range, 0, libc::c_uint::MAX, 0);
+    let flags = libc::CLONE_NEWNS
+        | libc::CLONE_NEWNET
+        | libc::CLONE_NEWIPC
+        | libc::CLONE_NEWUTS
+        | libc::CLONE_NEWCGROUP;
+    if libc::unshare(flags) != 0 {
+        return 1;
+    }
+    let none = std::ptr::null::<libc::c_char>();
+    if libc::mount(none, c(c"/"), none, libc::MS_REC | libc::MS_PRIVATE, std::ptr::null()) != 0 {
+        return 2;
+    }
+    // Any directory of the old root serves as the new root's mount point: it is gone once
+    // the old root is detached.
+    let at = c"/tmp";
+    let ro = libc::MS_RDONLY | libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
+    if libc::mount(c(c"none"), c(at), c(c"tmpfs"), ro, c(c"size=4k").cast()) != 0 {
+        return 3;
+    }
+    if libc::chdir(c(at)) != 0 {
+        return 4;
+    }
+    if libc::syscall(libc::SYS_pivot_root, c(c"."), c(c".")) != 0 {
+        return 5;
+    }
+    if libc::umount2(c(c"."), libc::MNT_DETACH) != 0 {
+        return 6;
+    }
+    if libc::chdir(c(c"/")) != 0 {
+        return 7;
+    }
+    0
+}
