@@ -6,8 +6,8 @@
 //! memory (`/proc/1/mem`): it must hold nothing of the host's. It is started with no fd, no
 //! environment and no argument but this flag, and before anything else it leaves every
 //! namespace it was born in but the pid and time ones (the host's mount, network, ipc, uts and
-//! cgroup namespaces) for empty ones of its own, with an empty read-only root. Then it waits
-//! forever; its children (the orphans no subreaper takes: a restored program whose restorer
+//! cgroup namespaces) for empty ones of its own, with an empty read-only root, and wears a
+//! seccomp filter that lets it only wait and end. Then it waits forever; its children (the orphans no subreaper takes: a restored program whose restorer
 //! ended) are reaped by the kernel (SIGCHLD ignored). Signals from inside its pid namespace
 //! reach it only for those it handles (none); the launcher kills it, and every process of the
 //! namespace with it.
@@ -25,13 +25,74 @@ pub fn run() -> ! {
         // namespace then fails, and the launch with it.
         std::process::exit(code);
     }
-    // SAFETY: signal disposition and pause have no preconditions.
+    // SAFETY: signal disposition, prctl and sigsuspend on local values.
     unsafe {
         libc::signal(libc::SIGCHLD, libc::SIG_IGN);
+        if confine() != 0 {
+            std::process::exit(8);
+        }
+        let none: libc::sigset_t = std::mem::zeroed();
         loop {
-            libc::pause();
+            libc::sigsuspend(&none);
         }
     }
+}
+
+#[cfg(target_arch = "x86_64")]
+const AUDIT_ARCH: u32 = 0xC000_003E;
+#[cfg(target_arch = "aarch64")]
+const AUDIT_ARCH: u32 = 0xC000_00B7;
+
+/// A seccomp filter that lets it wait and end, nothing else: code written into its memory by
+/// root inside (whose user namespace it is in) can do no more than end it, which ends the
+/// sandbox. Any other call kills it.
+unsafe fn confine() -> i32 {
+    let allowed = [
+        libc::SYS_rt_sigsuspend,
+        libc::SYS_rt_sigreturn,
+        libc::SYS_restart_syscall,
+        libc::SYS_exit,
+        libc::SYS_exit_group,
+    ];
+    let stmt = |code: u32, k: u32| libc::sock_filter {
+        code: code as u16,
+        jt: 0,
+        jf: 0,
+        k,
+    };
+    let jeq = |k: u32, jt: u8, jf: u8| libc::sock_filter {
+        code: (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16,
+        jt,
+        jf,
+        k,
+    };
+    let load = (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u32;
+    let ret = (libc::BPF_RET | libc::BPF_K) as u32;
+    let n = allowed.len() as u8;
+    let mut prog = vec![
+        stmt(load, 4), // seccomp_data.arch
+        jeq(AUDIT_ARCH, 1, 0),
+        stmt(ret, libc::SECCOMP_RET_KILL_PROCESS),
+        stmt(load, 0), // seccomp_data.nr
+    ];
+    for (i, nr) in allowed.iter().enumerate() {
+        // To the allow below the kill: past the rest of the checks and the kill.
+        prog.push(jeq(*nr as u32, n - i as u8, 0));
+    }
+    prog.push(stmt(ret, libc::SECCOMP_RET_KILL_PROCESS));
+    prog.push(stmt(ret, libc::SECCOMP_RET_ALLOW));
+    let fprog = libc::sock_fprog {
+        len: prog.len() as u16,
+        filter: prog.as_mut_ptr(),
+    };
+    if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0 {
+        return 1;
+    }
+    libc::prctl(
+        libc::PR_SET_SECCOMP,
+        libc::SECCOMP_MODE_FILTER,
+        &fprog as *const libc::sock_fprog,
+    )
 }
 
 /// Empty namespaces of its own and an empty read-only root; the step that failed (1..) or 0.
