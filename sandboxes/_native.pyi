@@ -297,6 +297,7 @@ class LaunchConfig:
     layered_volumes: list[str]
     egress_allow: list[str] | None
     python_template: str
+    programs_pid_ns: bool
 
     def __new__(
         cls,
@@ -327,6 +328,7 @@ class LaunchConfig:
         volumes: list[str] | None = None,  # "SRC:DST[:ro]" host directories bound in the sandbox
         layered_volumes: list[str] | None = None,  # "rw|ro:DST[:LAYER...]" (see Template.layered_volumes)
         python_template: str = ...,  # a Python template's socket (default "": none; see backends/python_template.py)
+        programs_pid_ns: bool = False,  # the pid namespace is the programs' user namespace's (Template.memory_restores)
     ) -> Self: ...
 
 @final

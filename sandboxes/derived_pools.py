@@ -83,10 +83,14 @@ class WarmSets(Protocol):
     def _destroy_soon(self, tp: TemplatePool, sb: Sandbox) -> asyncio.Task[None]: ...
 
 
-def derived_name(base: str, layers: tuple[str, ...], volumes: Mounts, layered: Layered = ()) -> str:
-    """The name of the template pool of `base` made from `layers`, `volumes` and `layered`."""
+def derived_name(
+    base: str, layers: tuple[str, ...], volumes: Mounts, layered: Layered = (), memory: bool = False
+) -> str:
+    """The name of the template pool of `base` made from `layers`, `volumes` and `layered` (and
+    that restores memory snapshots' programs: `Template.memory_restores`)."""
     parts = (
         base,
+        *(["memory"] if memory else []),
         *layers,
         *(f"{v}:{p}:{int(ro)}" for v, p, ro in volumes),
         *(f"layered:{p}:{int(ro)}:{','.join(ds)}" for p, ro, ds in layered),
@@ -132,7 +136,8 @@ class DerivedPools:
             else:
                 checkpoint = self.checkpoints.get(checkpoint, owner)
             base, layers = checkpoint.template, checkpoint.layers
-        tp = await self._derived(base, layers, mounts, layered)
+        memory = checkpoint is not None and checkpoint.memory
+        tp = await self._derived(base, layers, mounts, layered, memory)
         if checkpoint is not None and not mounts and not layered and warm_ahead:
             self._linger(tp)
         try:
@@ -259,7 +264,7 @@ class DerivedPools:
                     carry_on()
             else:
                 digest, _, _ = await sb.call_agent(self.checkpoints.capture)
-            tp = self._layered(base, (*layers, digest))
+            tp = self._layered(base, (*layers, digest), memory=memory)
             try:
                 made = await asyncio.gather(
                     *(
@@ -393,14 +398,14 @@ class DerivedPools:
     # --- the template pools ----------------------------------------------------------------------
 
     async def _derived(
-        self, base: str, layers: tuple[str, ...], volumes: Mounts, layered: Layered = ()
+        self, base: str, layers: tuple[str, ...], volumes: Mounts, layered: Layered = (), memory: bool = False
     ) -> TemplatePool:
         """`_layered`, mounting the volumes off the event loop first."""
-        name = derived_name(base, layers, volumes, layered)
+        name = derived_name(base, layers, volumes, layered, memory)
         if (tp := self.pool._template_pool(name)) is not None:
             return tp
         if not volumes:
-            return self._layered(base, layers, layered=layered)
+            return self._layered(base, layers, layered=layered, memory=memory)
         t = self.pool._template(base)
         backend = self.pool._backend(t.backend) if t is not None else None
         hosts = await asyncio.to_thread(self._mount, volumes, backend is not None and backend.volume_claims)
@@ -408,7 +413,7 @@ class DerivedPools:
             await asyncio.to_thread(self._unmount, volumes)
             return tp
         try:
-            return self._layered(base, layers, volumes, hosts, layered)
+            return self._layered(base, layers, volumes, hosts, layered, memory)
         except BaseException:
             await asyncio.to_thread(self._unmount, volumes)
             raise
@@ -420,12 +425,14 @@ class DerivedPools:
         volumes: Mounts = (),
         hosts: tuple[str, ...] = (),
         layered: Layered = (),
+        memory: bool = False,
     ) -> TemplatePool:
         """The template pool of sandboxes of template `base` made from `layers`, with `volumes`
         mounted from their `hosts` directories (mounted for it: it unmounts them when retired)
         and `layered` volumes, served while it has sandboxes or claims; its layers are in use
-        meanwhile."""
-        name = derived_name(base, layers, volumes, layered)
+        meanwhile. With `memory`, its sandboxes are what memory snapshots' programs are restored
+        into (`Template.memory_restores`)."""
+        name = derived_name(base, layers, volumes, layered, memory)
         if (tp := self.pool._template_pool(name)) is not None:
             return tp
         t = self.pool._template(base)
@@ -449,7 +456,14 @@ class DerivedPools:
             self.checkpoints.release(layers)
             raise
         mounts = tuple((host, path, ro) for host, (_, path, ro) in zip(hosts, volumes, strict=True))
-        t = t.replace(name=name, layers=tuple(paths), volumes=mounts, layered_volumes=layered_dirs, warm=0)
+        t = t.replace(
+            name=name,
+            layers=tuple(paths),
+            volumes=mounts,
+            layered_volumes=layered_dirs,
+            warm=0,
+            memory_restores=memory,
+        )
         tp = self.pool._add_template(t)
         tp.base, tp.layers, tp.volumes, tp.layered = base, layers, volumes, layered
         return tp

@@ -104,6 +104,12 @@ class Template:
     are private to it (bounded like its work dir) and a checkpoint of that path alone
     (`Pool.capture_volume`) is a new layer of it: the versions of a volume
     (`sandboxes.server.volume_versions`). The pool sets them (`Pool.claim(layered_volumes=...)`).
+
+    `memory_restores`: the pool sets it on the template it restores a memory snapshot's programs
+    into (`Pool.claim` of a memory checkpoint, `Pool.fork(memory=True)`). On the local backend
+    such a sandbox's pid namespace belongs to its programs' user namespace, with an init of its
+    own, so that restored programs get their threads' and children's pids (docs/sandbox.md,
+    "Memory snapshots"); its Python runs do not start from the backend's template process.
     """
 
     name: str = "default"
@@ -134,6 +140,7 @@ class Template:
     layers: tuple[str, ...] = ()
     volumes: tuple[tuple[str, str, bool], ...] = ()
     layered_volumes: tuple[tuple[str, bool, tuple[str, ...]], ...] = ()
+    memory_restores: bool = False
 
     def __post_init__(self) -> None:
         # Frozen, but copy the mutable containers so callers cannot change a template later.
@@ -185,6 +192,8 @@ class Template:
         _check_network(self.network)
         if not isinstance(self.agent_mount, bool):
             raise InvalidRequest(f"agent_mount must be a bool, got {self.agent_mount!r}")
+        if not isinstance(self.memory_restores, bool):
+            raise InvalidRequest(f"memory_restores must be a bool, got {self.memory_restores!r}")
         if not self.work_dir.startswith("/"):
             raise InvalidRequest(f"work_dir must be absolute, got {self.work_dir!r}")
         for p in self.ro_binds:

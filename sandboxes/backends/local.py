@@ -112,7 +112,12 @@ class LocalBackend(Backend):
         self, handle: SandboxHandle, dest: Path, leave_out: Collection[int] = ()
     ) -> tuple[int, Callable[[], None]]:
         dumped = await asyncio.to_thread(
-            memory.dump_programs, self._agent_pid(handle), dest, leave_stopped=True, leave_out=leave_out
+            memory.dump_programs,
+            self._agent_pid(handle),
+            dest,
+            leave_stopped=True,
+            leave_out=leave_out,
+            many_tasks=True,  # restored into `Template.memory_restores` sandboxes
         )
         return sum(p.bytes for p in dumped), lambda: memory.continue_programs(dumped)
 
@@ -188,7 +193,10 @@ class LocalBackend(Backend):
                 for dst, ro, layer_dirs in template.layered_volumes
             ]
             or None,
-            python_template=await self._python_templates.path_for(template),
+            # A template's zygote reaches the agent as an orphan its pid namespace's init takes,
+            # which a restore target's is not (`Template.memory_restores`).
+            python_template="" if template.memory_restores else await self._python_templates.path_for(template),
+            programs_pid_ns=template.memory_restores,
         )
         return await native.launch_local(config)
 

@@ -239,8 +239,8 @@ _NS_GET_USERNS = 0xB701
 
 def _pid_ns_owned_by_programs(agent_pid: int) -> bool:
     """Whether the sandbox's pid namespace belongs to its programs' user namespace (the local
-    launcher's sandboxes with an id range): there a restored program's children and threads
-    can be given their pids. A container's or a pod's belongs to the host's."""
+    launcher's with `programs_pid_ns`): there a restored program's children and threads can be
+    given their pids. A container's or a pod's belongs to the host's."""
     import fcntl
 
     try:
@@ -536,28 +536,41 @@ def _stopped(pid: int) -> bool:
 
 
 def dump_programs(
-    agent_pid: int, dest: Path, *, leave_stopped: bool = False, leave_out: Collection[int] = ()
+    agent_pid: int,
+    dest: Path,
+    *,
+    leave_stopped: bool = False,
+    leave_out: Collection[int] = (),
+    many_tasks: bool = False,
 ) -> list[DumpedProgram]:
     """Dumps every program of the sandbox whose agent is `agent_pid` (host pid), but those whose
     pid in the sandbox is in `leave_out` (what the caller makes afresh), into
     `dest/<pid>/`, leaving them running, or with `leave_stopped` stopped (SIGSTOP) until
     `continue_programs`: what they write meanwhile (their files) is what the images expect. `dest`
     must not exist; it is made only root can enter. When a dump fails, `dest` is removed and the
-    programs dumped before it are continued: the sandbox runs on as it was."""
+    programs dumped before it are continued: the sandbox runs on as it was. Programs of more
+    than one task (threads, child processes) only with `many_tasks`: where the sandboxes they
+    are restored into have a pid namespace of their programs' user namespace's
+    (`Template.memory_restores` on the local backend)."""
     mntns = _open_mntns(agent_pid)
     try:
         criu = _criu_in(agent_pid, mntns, "dump")
-        return _dump(agent_pid, dest, criu, mntns, leave_stopped, set(leave_out))
+        return _dump(agent_pid, dest, criu, mntns, leave_stopped, set(leave_out), many_tasks)
     finally:
         os.close(mntns)
 
 
 def _dump(
-    agent_pid: int, dest: Path, criu: list[str], mntns: int, leave_stopped: bool, leave_out: set[int]
+    agent_pid: int,
+    dest: Path,
+    criu: list[str],
+    mntns: int,
+    leave_stopped: bool,
+    leave_out: set[int],
+    many_tasks: bool,
 ) -> list[DumpedProgram]:
     dest.mkdir(mode=0o700)
     dumped: list[DumpedProgram] = []
-    children_restorable = _pid_ns_owned_by_programs(agent_pid)
     try:
         for host_pid in programs_of(agent_pid):
             pid = _ns_pid(host_pid)
@@ -570,7 +583,7 @@ def _dump(
             (images / LIMITS).write_text(json.dumps(_exec_limits(host_pid)))
             tree = _tree(host_pid)
             _refuse_undumpable(tree)
-            if not children_restorable:
+            if not many_tasks:
                 _refuse_more_than_one_task(tree)
             # A task stopped already (by its own signal) stays so: it is not ours to continue.
             running = [p for p in tree if not _stopped(p)]
@@ -620,7 +633,14 @@ def _restore(
     else:
         dirs = [p.dir for p in programs]
     if dirs:
-        dumped = set().union(*(_dumped_pids(images) for images in dirs))
+        per_program = [_dumped_pids(images) for images in dirs]
+        if any(len(pids) > 1 for pids in per_program) and not _pid_ns_owned_by_programs(agent_pid):
+            raise MemorySnapshotError(
+                "programs of more than one task (threads, child processes) are restored only into a "
+                "sandbox whose pid namespace is its programs' user namespace's (Template.memory_restores)",
+                stage="restore",
+            )
+        dumped = set().union(*per_program)
         _allocate_above(agent_pid, max(dumped))
         _check_free(agent_pid, dumped)
     sandbox_dirs = sandbox_cgroup_dirs(agent_pid)

@@ -75,12 +75,16 @@ pub struct LaunchConfig {
     /// Python zygote from ("": it starts its own). Reached here, outside the sandbox: the agent
     /// gets a connection to it.
     python_template: String,
+    /// The sandbox's pid namespace belongs to its programs' user namespace, with an init of its
+    /// own (`programs_ns`): what a memory snapshot's programs with threads or children are
+    /// restored into. Needs an id range (`id_base`) and a launcher that is root; no template.
+    programs_pid_ns: bool,
 }
 
 #[pymethods]
 impl LaunchConfig {
     #[new]
-    #[pyo3(signature = (agent_path, run_dir, *, uid=65534, gid=65534, lease_ttl_s=30.0, memory_bytes=0, max_pids=0, cpu_quota=0.0, work_dir="/work".to_string(), work_size_bytes=0, tmp_size_bytes=0, network=false, seccomp=true, cgroups=true, ro_binds=None, env=None, python_zygote="lazy".to_string(), user="sandbox".to_string(), id_base=0, root_size_bytes=0, image_root="".to_string(), egress_allow=None, layers=None, volumes=None, layered_volumes=None, python_template="".to_string()))]
+    #[pyo3(signature = (agent_path, run_dir, *, uid=65534, gid=65534, lease_ttl_s=30.0, memory_bytes=0, max_pids=0, cpu_quota=0.0, work_dir="/work".to_string(), work_size_bytes=0, tmp_size_bytes=0, network=false, seccomp=true, cgroups=true, ro_binds=None, env=None, python_zygote="lazy".to_string(), user="sandbox".to_string(), id_base=0, root_size_bytes=0, image_root="".to_string(), egress_allow=None, layers=None, volumes=None, layered_volumes=None, python_template="".to_string(), programs_pid_ns=false))]
     #[allow(clippy::too_many_arguments)]
     fn new(
         agent_path: String,
@@ -109,6 +113,7 @@ impl LaunchConfig {
         volumes: Option<Vec<String>>,
         layered_volumes: Option<Vec<String>>,
         python_template: String,
+        programs_pid_ns: bool,
     ) -> PyResult<Self> {
         let layers = layers.unwrap_or_default();
         let volumes = volumes.unwrap_or_default();
@@ -218,6 +223,7 @@ impl LaunchConfig {
             layered_volumes,
             egress_allow,
             python_template,
+            programs_pid_ns,
         })
     }
 }
@@ -597,7 +603,7 @@ fn start(config: LaunchConfig) -> PyResult<Started> {
     };
     // A sandbox with an id range of its own: its programs' user namespace is made here, and owns
     // the pid namespace the agent is cloned into, whose init it also makes (`programs_ns`).
-    let programs_ns = if root && config.id_base > 0 {
+    let programs_ns = if root && config.id_base > 0 && config.programs_pid_ns {
         let joins: Vec<_> = join_files.iter().map(AsRawFd::as_raw_fd).collect();
         let made = cstring(config.agent_path.as_bytes()).and_then(|agent| {
             programs_ns::make(config.id_base, &agent, &joins)
@@ -629,7 +635,9 @@ fn start(config: LaunchConfig) -> PyResult<Started> {
     }
     // A template that is gone (the manager starts another) only means the agent starts its own
     // zygote, as without one.
-    let template = (!config.python_template.is_empty())
+    // A template's zygote is made a child of the agent by becoming an orphan in the agent's pid
+    // namespace, which only the namespace's init takes: not the agent when `programs_ns`.
+    let template = (!config.python_template.is_empty() && programs_ns.is_none())
         .then(|| sandbox_exec::template::connect(std::path::Path::new(&config.python_template)))
         .and_then(Result::ok);
     let mut argv_s = agent_argv(&config, &namespaces);
