@@ -269,6 +269,28 @@ async def test_filesystem_snapshots(make_server) -> None:
 @pytest.mark.requires("criu")
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("backend", ["local", "docker"])
+async def test_a_memory_snapshot_of_programs_with_children_and_threads(make_server, request, backend: str) -> None:
+    """e2b's full snapshot of a sandbox running a shell that starts a process per step and a
+    Python program with a thread of its own: on the local backend a sandbox made from it runs
+    both on from the snapshot's moment (its pid namespace is its programs' user namespace's:
+    `Template.memory_restores`); on containers the snapshot is refused, naming the program, and
+    the source runs on."""
+    if backend == "docker":
+        request.getfixturevalue("images")
+    server = await e2b_server(make_server, ports_port=0, backend=backend)
+    o = await scenario(server, "memory_family", None)
+    if backend == "local":
+        first, then = o["copy"]["first"], o["copy"]["then"]
+        assert all(a > 0 for a in first) and all(b > a for a, b in zip(first, then, strict=True)), o
+    else:
+        message = o["snapshot"]["message"]
+        assert "child processes" in message or "threads" in message, o
+        assert o["source_runs_on"], o
+
+
+@pytest.mark.requires("criu")
+@pytest.mark.timeout(900)
+@pytest.mark.parametrize("backend", ["local", "docker"])
 async def test_memory_snapshots_and_forks(make_server, request, backend: str) -> None:
     """e2b's full snapshot (the SDK's default) of a sandbox running a counter and an HTTP server,
     two sandboxes made from it and `fork(count=2)`: each copy's counter counts on from the

@@ -533,6 +533,63 @@ def memory(port: str | None) -> dict[str, Any]:
     return o
 
 
+# A shell counting in /tmp/shcount, a process per step (its children), and a Python program
+# whose thread counts in /tmp/tcount.
+SHELL_COUNTER = (
+    "i=0; while :; do i=$((i+1)); echo $i > /tmp/shcount.tmp; mv /tmp/shcount.tmp /tmp/shcount; "
+    "sleep 0.05; done"
+)
+THREAD_COUNTER = """import os, threading, time
+n = 0
+def count():
+    global n
+    while True:
+        n += 1
+        time.sleep(0.01)
+threading.Thread(target=count, daemon=True).start()
+while True:
+    with open("/tmp/tcount.tmp", "w") as f:
+        f.write(str(n))
+    os.replace("/tmp/tcount.tmp", "/tmp/tcount")
+    time.sleep(0.02)
+"""
+
+
+def memory_family(_: str | None) -> dict[str, Any]:
+    """A full snapshot of a sandbox running programs of several tasks (a shell that starts a
+    process per step, a Python program with a thread of its own), and a sandbox made from it:
+    both count on there (or the snapshot is refused, naming what it cannot take)."""
+    o: dict[str, Any] = {}
+    sb = Sandbox.create(timeout=300)
+    sb.files.write("/tmp/threads.py", THREAD_COUNTER)
+    sb.commands.run(SHELL_COUNTER, background=True)
+    sb.commands.run("python3 /tmp/threads.py", background=True)
+    sb.commands.run(
+        "for i in $(seq 100); do test -s /tmp/shcount && test -s /tmp/tcount && exit 0; sleep 0.1; done; exit 1"
+    )
+
+    def counts(s: Any) -> list[int]:
+        return [int(s.files.read(f)) for f in ("/tmp/shcount", "/tmp/tcount")]
+
+    made = attempt(sb.create_snapshot)
+    if "error" in made:
+        o["snapshot"] = made
+        before = counts(sb)
+        time.sleep(0.3)
+        o["source_runs_on"] = all(b > a for a, b in zip(before, counts(sb), strict=True))
+        sb.kill()
+        return o
+    snap = made["ok"]
+    copy = Sandbox.create(snap.snapshot_id, timeout=120)
+    first = counts(copy)
+    time.sleep(0.5)
+    o["copy"] = {"first": first, "then": counts(copy)}
+    copy.kill()
+    sb.kill()
+    Sandbox.delete_snapshot(snap.snapshot_id)
+    return o
+
+
 def pause_evicted(sandbox_id: str | None) -> dict[str, Any]:
     """A sandbox with a counter running, paused (the server evicts it past its bound of a pause);
     then, given its id, `connect` resumes it: the counter counts on."""
@@ -905,6 +962,7 @@ SCENARIOS = {
     "first_commands": first_commands,
     "snapshots": snapshots,
     "memory": memory,
+    "memory_family": memory_family,
     "memory_interpreter": memory_interpreter,
     "memory_refused": memory_refused,
     "pause_evicted": pause_evicted,
