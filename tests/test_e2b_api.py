@@ -269,7 +269,9 @@ async def test_filesystem_snapshots(make_server) -> None:
 @pytest.mark.requires("criu")
 @pytest.mark.timeout(900)
 @pytest.mark.parametrize("backend", ["local", "docker"])
-async def test_a_memory_snapshot_of_programs_with_children_and_threads(make_server, request, backend: str) -> None:
+async def test_a_memory_snapshot_of_programs_with_children_and_threads(
+    make_server, request, backend: str
+) -> None:
     """e2b's full snapshot of a sandbox running a shell that starts a process per step and a
     Python program with a thread of its own: on the local backend a sandbox made from it runs
     both on from the snapshot's moment (its pid namespace is its programs' user namespace's:

@@ -282,7 +282,9 @@ async def test_a_program_with_threads_and_child_processes_is_carried(
                 at_copy, child_at = await _count(b), await _child_count(b)
                 assert at_copy > 0 and child_at > 0  # the checkpoint's files
                 await wait_until(functools.partial(_above, b, at_copy), what="a copy's thread counting on")
-                await wait_until(lambda: child_counting(b, child_at), what="a copy's child counting on")
+                await wait_until(
+                    functools.partial(child_counting, b, child_at), what="a copy's child counting on"
+                )
                 [restored] = memory.programs_of(_agent(b))
                 assert memory._status_field(restored, "Threads") == "2"
                 assert memory._tree(restored)[1:], "the child shell is restored with its parent"

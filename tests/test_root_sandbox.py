@@ -215,9 +215,15 @@ async def test_a_restore_targets_pid_namespace_init_holds_nothing_root_inside_co
         # mount namespace either.
         agent_ns = os.readlink(f"/proc/{int(sb.handle.backend_data.pid)}/ns/pid")
         children = [
-            int(c) for task in Path("/proc/self/task").iterdir() for c in (task / "children").read_text().split()
+            int(c)
+            for task in Path("/proc/self/task").iterdir()
+            for c in (task / "children").read_text().split()
         ]
-        [init] = [c for c in children if _readlink(f"/proc/{c}/ns/pid") == agent_ns and c != sb.handle.backend_data.pid]
+        [init] = [
+            c
+            for c in children
+            if _readlink(f"/proc/{c}/ns/pid") == agent_ns and c != sb.handle.backend_data.pid
+        ]
         for ns in ("net", "mnt"):
             assert os.readlink(f"/proc/{init}/ns/{ns}") != os.readlink(f"/proc/self/ns/{ns}")
         for what, cmd in {

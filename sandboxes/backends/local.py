@@ -195,7 +195,9 @@ class LocalBackend(Backend):
             or None,
             # A template's zygote reaches the agent as an orphan its pid namespace's init takes,
             # which a restore target's is not (`Template.memory_restores`).
-            python_template="" if template.memory_restores else await self._python_templates.path_for(template),
+            python_template=""
+            if template.memory_restores
+            else await self._python_templates.path_for(template),
             programs_pid_ns=template.memory_restores,
         )
         return await native.launch_local(config)

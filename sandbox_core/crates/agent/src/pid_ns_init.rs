@@ -66,8 +66,8 @@ unsafe fn confine() -> i32 {
         jf,
         k,
     };
-    let load = (libc::BPF_LD | libc::BPF_W | libc::BPF_ABS) as u32;
-    let ret = (libc::BPF_RET | libc::BPF_K) as u32;
+    let load = libc::BPF_LD | libc::BPF_W | libc::BPF_ABS;
+    let ret = libc::BPF_RET | libc::BPF_K;
     let n = allowed.len() as u8;
     let mut prog = vec![
         stmt(load, 4), // seccomp_data.arch
@@ -109,7 +109,14 @@ unsafe fn isolate() -> i32 {
         return 1;
     }
     let none = std::ptr::null::<libc::c_char>();
-    if libc::mount(none, c(c"/"), none, libc::MS_REC | libc::MS_PRIVATE, std::ptr::null()) != 0 {
+    if libc::mount(
+        none,
+        c(c"/"),
+        none,
+        libc::MS_REC | libc::MS_PRIVATE,
+        std::ptr::null(),
+    ) != 0
+    {
         return 2;
     }
     // Any directory of the old root serves as the new root's mount point: it is gone once

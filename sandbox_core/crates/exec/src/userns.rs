@@ -2,14 +2,14 @@
 //! `base..base+65536`, a range no other sandbox has (the launcher allocates it); or, for an agent
 //! that is root of a user-namespaced pod (`create_in_pod`), ids 0..65535 of the pod's own, the
 //! one left (`AGENT_ID`) being the agent's. Root inside has capabilities only over what that
-//! namespace owns: the mount, network and cgroup namespaces belong to the host's user namespace,
-//! so a program that is root inside still cannot mount, trace the agent, open raw sockets or load
-//! modules. The local launcher makes it itself (`adopt`), and there it owns the agent's pid
-//! namespace, so that programs restored from a memory snapshot can be given their pids (the
-//! launcher's `programs_ns` says what root inside gains by it); elsewhere (a container's or a
-//! pod's agent) the pid namespace is the host's too.
+//! namespace owns: the mount, pid, network and cgroup namespaces belong to the host's user
+//! namespace, so a program that is root inside still cannot mount, trace the agent, open raw
+//! sockets or load modules. For a local sandbox memory snapshots are restored into, the launcher
+//! makes it itself (`adopt`), and there it owns the sandbox's pid namespace, so that restored
+//! programs can be given their pids (the launcher's `programs_ns` says what root inside gains by
+//! it).
 //!
-//! Elsewhere it is made once, before the agent starts any thread: a forked child takes the sandbox's own root id
+//! Otherwise it is made once, before the agent starts any thread: a forked child takes the sandbox's own root id
 //! (so that id, not the host's root, owns the namespace), unshares its user namespace, sends the
 //! agent an fd of it (over a socket pair: opening another uid's `/proc/<pid>/ns/user` would need
 //! CAP_SYS_PTRACE, which a container's agent does not have) and waits; the agent (root on the

@@ -152,7 +152,9 @@ unsafe fn child(m: &ChildMemory) -> ! {
     // Move every fd we hand over out of the way of 0..6 first, then into place (dup3 clears
     // CLOEXEC): listen -> 3, ready -> 4, token -> 5, /dev/null -> 0 and 1, the template -> 6,
     // the programs' user namespace -> 7.
-    let srcs = [p.listen, p.ready_w, p.token_r, p.devnull, p.template, p.userns];
+    let srcs = [
+        p.listen, p.ready_w, p.token_r, p.devnull, p.template, p.userns,
+    ];
     let mut high = [0usize; 6];
     for (i, fd) in srcs.iter().enumerate() {
         if *fd < 0 {

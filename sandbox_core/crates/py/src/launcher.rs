@@ -274,7 +274,12 @@ impl Drop for Inner {
                         .unwrap_or_else(|e| e.into_inner())
                         .take(),
                 ),
-                init: Mutex::new(self.init.get_mut().unwrap_or_else(|e| e.into_inner()).take()),
+                init: Mutex::new(
+                    self.init
+                        .get_mut()
+                        .unwrap_or_else(|e| e.into_inner())
+                        .take(),
+                ),
                 offloaded: true,
             };
             state.cleaned = true;

@@ -1,5 +1,7 @@
-//! A root sandbox's user namespace (its programs'), made by the launcher before the agent, and
-//! the sandbox's pid namespace, owned by it, with an init of its own.
+//! The user namespace of a sandbox that memory snapshots' programs are restored into
+//! (`LaunchConfig.programs_pid_ns`), made by the launcher before the agent, and the sandbox's pid
+//! namespace, owned by it, with an init of its own. Other sandboxes' agents make their programs'
+//! user namespace themselves and are their pid namespace's init (`sandbox_exec::userns`).
 //!
 //! The agent stays in the host's user namespace; its programs run in one whose ids 0..65536 are
 //! the host's `base..base+65536`. The sandbox's pid namespace belongs to that user namespace, not
@@ -126,8 +128,7 @@ pub fn make(base: u32, agent: &CString, join: &[RawFd]) -> std::io::Result<Progr
         let init = read(&mut report)?;
         // The init is this process's child (a sibling of the helper's): its namespace for
         // children is the new pid namespace, which has an init from now on.
-        let pid_ns = open(&format!("/proc/{init}/ns/pid"))
-            .inspect_err(|_| kill_init(init))?;
+        let pid_ns = open(&format!("/proc/{init}/ns/pid")).inspect_err(|_| kill_init(init))?;
         Ok(ProgramsNs {
             user,
             pid: pid_ns,
@@ -162,7 +163,10 @@ fn open(path: &str) -> std::io::Result<OwnedFd> {
 
 /// Runs `clone` with the calling thread's new children in the pid namespace `pid_ns`, then puts
 /// the thread's own back (its active one: `setns` allows it).
-pub fn in_pid_ns<T>(pid_ns: &OwnedFd, clone: impl FnOnce() -> std::io::Result<T>) -> std::io::Result<T> {
+pub fn in_pid_ns<T>(
+    pid_ns: &OwnedFd,
+    clone: impl FnOnce() -> std::io::Result<T>,
+) -> std::io::Result<T> {
     let own = open("/proc/thread-self/ns/pid")?;
     // SAFETY: setns of this thread's namespace for children, on valid fds.
     if unsafe { libc::setns(pid_ns.as_raw_fd(), libc::CLONE_NEWPID) } != 0 {
@@ -190,12 +194,18 @@ extern "C" fn helper_main(arg: *mut libc::c_void) -> libc::c_int {
 unsafe fn helper(p: &HelperPlan) -> ! {
     let report = |v: i32| {
         let b = v.to_le_bytes();
-        sys(libc::SYS_write, [p.report_w as usize, b.as_ptr() as usize, 4]);
+        sys(
+            libc::SYS_write,
+            [p.report_w as usize, b.as_ptr() as usize, 4],
+        );
     };
     // The launcher's word: `m` (the maps are written: make the init), anything else to end.
     let wait = || {
         let mut byte = 0u8;
-        sys(libc::SYS_read, [p.done_r as usize, &mut byte as *mut u8 as usize, 1]);
+        sys(
+            libc::SYS_read,
+            [p.done_r as usize, &mut byte as *mut u8 as usize, 1],
+        );
         byte
     };
     let b = p.base as usize;
@@ -243,7 +253,11 @@ extern "C" fn init_main(arg: *mut libc::c_void) -> libc::c_int {
         // Nothing of this process goes on into the init.
         sys(
             libc::SYS_close_range,
-            [0, libc::c_uint::MAX as usize, libc::CLOSE_RANGE_CLOEXEC as usize],
+            [
+                0,
+                libc::c_uint::MAX as usize,
+                libc::CLOSE_RANGE_CLOEXEC as usize,
+            ],
         );
         sys(
             libc::SYS_execve,

@@ -27,7 +27,10 @@ pub fn hold(proc: &std::path::Path) -> std::io::Result<()> {
 }
 
 fn open(path: &std::path::Path) -> std::io::Result<std::fs::File> {
-    std::fs::OpenOptions::new().read(true).write(true).open(path)
+    std::fs::OpenOptions::new()
+        .read(true)
+        .write(true)
+        .open(path)
 }
 
 /// Moves this pid namespace's last pid up to [`FLOOR`] (the writer's own pid namespace's: the
