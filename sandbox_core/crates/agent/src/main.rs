@@ -328,6 +328,7 @@ fn start(args: cli::Args) -> Result<i32, StartError> {
             image_ids_inside: args.pod_ids,
             layers,
             places_layer: places_layer.pop(),
+            programs_own_pids: args.userns_fd.is_some(),
             volumes,
             layered_volumes,
             disk: args.build_dir.clone(),

@@ -18,10 +18,10 @@ const NS_LAST_PID: &str = "/proc/sys/kernel/ns_last_pid";
 /// The pid namespace's `ns_last_pid`, opened before a new root makes `/proc/sys` read-only.
 static HELD: std::sync::OnceLock<std::fs::File> = std::sync::OnceLock::new();
 
-/// Opens `ns_last_pid` of the proc mounted at `proc` for [`start_programs_above_start_up`],
+/// Opens `path`, the pid namespace's `ns_last_pid`, for [`start_programs_above_start_up`],
 /// before it is made read-only.
-pub fn hold(proc: &std::path::Path) -> std::io::Result<()> {
-    let f = open(&proc.join("sys/kernel/ns_last_pid"))?;
+pub fn hold(path: &std::path::Path) -> std::io::Result<()> {
+    let f = open(path)?;
     let _ = HELD.set(f);
     Ok(())
 }

@@ -7,7 +7,8 @@
 //! /bin /lib .. symlinks into /usr as on the host (or read-only binds)
 //! /etc         a few host files read-only (ld.so.cache, alternatives, ...) + our passwd/group/hosts
 //! /dev         null zero full random urandom tty, shm
-//! /proc        this pid namespace only, other users' processes hidden; /proc/sys read-only
+//! /proc        this pid namespace only, other users' processes hidden (/proc/sys read-only
+//!              where the programs' user namespace owns the pid namespace)
 //! /sys/fs/cgroup  the sandbox's own cgroup subtree (cgroup namespace), root-owned
 //! /tmp, /mnt, <work>  private tmpfs, size-limited; the work dir belongs to the sandbox user
 //! /judge       the judge's scratch: a private tmpfs only the agent creates entries in
@@ -70,6 +71,9 @@ pub struct RootSpec {
     pub layers: Vec<PathBuf>,
     /// The lowest layer of the places only (`--places-layer`).
     pub places_layer: Option<PathBuf>,
+    /// Whether the programs' user namespace owns the pid namespace (`--userns-fd`): its root
+    /// could then set the namespace's `ns_last_pid` and `pid_max`, so `/proc/sys` is read-only.
+    pub programs_own_pids: bool,
     /// Volumes mounted in the sandbox (`setup::volumes`).
     pub volumes: Vec<super::volumes::Volume>,
     /// Layered volumes, directories of the sandbox's own (`setup::volumes`).
@@ -442,7 +446,7 @@ fn devpts(dev: &Path, spec: &RootSpec) {
     }
 }
 
-fn proc_fs(root: &Path) -> Result<(), SetupError> {
+fn proc_fs(root: &Path, read_only_sys: bool) -> Result<(), SetupError> {
     let target = root.join("proc");
     mkdirs(&target)?;
     let flags = libc::MS_NOSUID | libc::MS_NODEV | libc::MS_NOEXEC;
@@ -456,13 +460,19 @@ fn proc_fs(root: &Path) -> Result<(), SetupError> {
     )
     .or_else(|_| mount(None, &target, Some("proc"), flags, Some("hidepid=2")))
     .or_else(|_| mount(None, &target, Some("proc"), flags, None))?;
-    // The kernel's knobs are read-only. Root of a local sandbox's programs' user namespace, which
-    // owns the pid namespace there (the launcher's `programs_ns`), could otherwise set its
-    // `ns_last_pid` and `pid_max`; the agent's own write of the first comes later, through an fd
-    // opened now (`pids::hold`).
-    if let Err(e) = super::pids::hold(&target) {
-        eprintln!("sandbox-agent: programs' pids will go on from start-up's: {e}");
+    if !read_only_sys {
+        return Ok(());
     }
+    // Root of the programs' user namespace owns the pid namespace here (the launcher's
+    // `programs_ns`): the kernel's knobs are read-only, else it could set the namespace's
+    // `ns_last_pid` and `pid_max`. The agent's own write of the first comes later, through an
+    // fd opened now (`pids::hold`).
+    let last_pid = target.join("sys/kernel/ns_last_pid");
+    super::pids::hold(&last_pid).map_err(|source| SetupError::Mount {
+        what: "open".into(),
+        target: last_pid.display().to_string(),
+        source,
+    })?;
     let sys = target.join("sys");
     mount(Some(&sys), &sys, None, libc::MS_BIND, None)?;
     mount(
@@ -938,7 +948,7 @@ pub fn build(spec: &RootSpec) -> Result<(), SetupError> {
         host_view(root, spec)?;
     }
     dev(root, spec)?;
-    proc_fs(root)?;
+    proc_fs(root, spec.programs_own_pids)?;
     cgroups(root);
     // Root's inside the programs' user namespace (else it shows as nobody's there).
     let tmp_owner = match spec.userns {
