@@ -496,8 +496,9 @@ def _refuse_more_than_one_task(tree: Sequence[int]) -> None:
     gives each restored task its dumped id, which the kernel grants only to a process with
     CAP_CHECKPOINT_RESTORE over the pid namespace's owner, and every task but the first is made
     by the program itself, inside its user namespace, which has none there. Refused before
-    anything is dumped, rather than a snapshot that no sandbox can be made from. (A local
-    sandbox's pid namespace is its programs' user namespace's: `_pid_ns_owned_by_programs`.)"""
+    anything is dumped, rather than a snapshot that no sandbox can be made from. (The local
+    backend restores into sandboxes whose pid namespace is their programs' user namespace's:
+    `Template.memory_restores`.)"""
     for pid in tree:
         try:
             threads = int(_status_field(pid, "Threads"))
