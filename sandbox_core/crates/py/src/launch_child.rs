@@ -78,28 +78,45 @@ pub fn spawn(plan: ChildPlan, flags: libc::c_int) -> std::io::Result<(i32, Box<C
         envp,
         stack,
     });
-    // SAFETY: sigset operations on local values; the thread's mask is restored right after.
+    // SAFETY: the child runs on its own stack and reads only `mem`, which the launch keeps until
+    // it has exec'd or been reaped.
     let pid = unsafe {
-        let mut all: libc::sigset_t = std::mem::zeroed();
-        let mut old: libc::sigset_t = std::mem::zeroed();
-        libc::sigfillset(&mut all);
-        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
-        // The C library's clone runs `child_main` on the new stack (its top: stacks grow down
-        // on every architecture this builds for) and exits with its result.
-        let pid = libc::clone(
+        clone_blocked(
             child_main,
-            mem.stack.top(),
+            &mem.stack,
             flags | libc::CLONE_VM | libc::SIGCHLD,
             &*mem as *const ChildMemory as *mut libc::c_void,
-        );
-        let e = std::io::Error::last_os_error();
-        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
-        if pid < 0 {
-            return Err(e);
-        }
-        pid
+        )?
     };
     Ok((pid, mem))
+}
+
+/// Clones `f(arg)` on `stack` with `flags`, every signal blocked around the clone (the child
+/// starts with them blocked, and runs no handler of this process before it resets them); the
+/// calling thread's mask is restored right after.
+///
+/// # Safety
+/// `f` and whatever `arg` points to must stay valid for as long as the child runs in this
+/// process's memory (`CLONE_VM`).
+pub(crate) unsafe fn clone_blocked(
+    f: extern "C" fn(*mut libc::c_void) -> libc::c_int,
+    stack: &ChildStack,
+    flags: libc::c_int,
+    arg: *mut libc::c_void,
+) -> std::io::Result<i32> {
+    let mut all: libc::sigset_t = std::mem::zeroed();
+    let mut old: libc::sigset_t = std::mem::zeroed();
+    libc::sigfillset(&mut all);
+    libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
+    // The C library's clone runs `f` on the new stack (its top: stacks grow down on every
+    // architecture this builds for) and exits with its result.
+    let pid = libc::clone(f, stack.top(), flags, arg);
+    let e = std::io::Error::last_os_error();
+    libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
+    if pid < 0 {
+        return Err(e);
+    }
+    Ok(pid)
 }
 
 extern "C" fn child_main(arg: *mut libc::c_void) -> libc::c_int {

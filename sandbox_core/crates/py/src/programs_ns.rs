@@ -84,25 +84,15 @@ pub fn make(base: u32, agent: &CString, join: &[RawFd]) -> std::io::Result<Progr
     let stack = ChildStack::new()?;
     // SAFETY: prctl reads this process's flag.
     let dumpable = unsafe { libc::prctl(libc::PR_GET_DUMPABLE) };
-    // SAFETY: as in `launch_child::spawn`: every signal blocked around the clone; the helper runs
-    // on its own stack and reads only `plan`, which outlives it (it is reaped below).
+    // SAFETY: the helper runs on its own stack and reads only `plan`, which outlives it (it is
+    // reaped below).
     let pid = unsafe {
-        let mut all: libc::sigset_t = std::mem::zeroed();
-        let mut old: libc::sigset_t = std::mem::zeroed();
-        libc::sigfillset(&mut all);
-        libc::pthread_sigmask(libc::SIG_SETMASK, &all, &mut old);
-        let pid = libc::clone(
+        crate::launch_child::clone_blocked(
             helper_main,
-            stack.top(),
+            &stack,
             libc::CLONE_VM | libc::SIGCHLD,
             &*plan as *const HelperPlan as *mut libc::c_void,
-        );
-        let e = std::io::Error::last_os_error();
-        libc::pthread_sigmask(libc::SIG_SETMASK, &old, std::ptr::null_mut());
-        if pid < 0 {
-            return Err(e);
-        }
-        pid
+        )?
     };
     drop(report_w);
     let mut report = std::fs::File::from(report_r);
@@ -231,6 +221,8 @@ unsafe fn helper(p: &HelperPlan) -> ! {
     report(r.min(0) as i32);
     if r == 0 && wait() == b'm' {
         // The init: this process's sibling (the launcher reaps it), suspended until it execs.
+        // (The C library's clone writes `errno` only when it fails, into the launching thread's,
+        // which is blocked reading meanwhile.)
         let flags = libc::CLONE_VM | libc::CLONE_VFORK | libc::CLONE_PARENT | libc::SIGCHLD;
         let init = libc::clone(
             init_main,
