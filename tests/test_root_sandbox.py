@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import os
 import secrets
+import signal
 from pathlib import Path
 
 import pytest
@@ -193,24 +194,26 @@ def _readlink(path: str) -> str:
 async def test_a_restore_targets_pid_namespace_init_holds_nothing_root_inside_could_use(make_pool) -> None:
     """A local sandbox that memory snapshots' programs are restored into (`memory_restores`) has
     a pid namespace of its programs' user namespace's (so that a restored program's children and
-    threads get their pids), and its init is a process of that user namespace: root inside may see it and write its memory. It holds nothing: no fd,
-    no environment, an empty read-only root, namespaces of its own (not the host's network) and a
-    seccomp filter that lets it only wait and end; its signals from inside are ignored, and the
-    kernel knobs root would own over the pid namespace (`ns_last_pid`, `pid_max`) are
-    read-only."""
+    threads get their pids), and its init is a process of that user namespace: root inside may
+    see it and write its memory. It holds nothing: no fd but its stdin (a pipe whose other end
+    only the agent holds), no environment, an empty read-only root, namespaces of its own (not
+    the host's network) and a seccomp filter that lets it only read and end; its signals from
+    inside are ignored, the kernel knobs root would own over the pid namespace (`ns_last_pid`,
+    `pid_max`) are read-only, and the namespace ends with the agent."""
     pool = await make_pool(warm=0, templates={"root": ROOT.replace(memory_restores=True)})
     async with pool.sandbox(template="root") as sb:
         r = await sh(
             sb,
-            "cat /proc/1/cmdline | tr '\\0' ' '; echo; wc -c < /proc/1/environ; ls -A /proc/1/fd | wc -l; "
+            "cat /proc/1/cmdline | tr '\\0' ' '; echo; wc -c < /proc/1/environ; ls -A /proc/1/fd; readlink /proc/1/fd/0 | cut -d: -f1; "
             "ls -A /proc/1/root/ | wc -l; grep Seccomp: /proc/1/status; "
             "for ns in net mnt ipc uts; do [ $(readlink /proc/1/ns/$ns) != $(readlink /proc/self/ns/$ns) ] && echo own; done",
         )
         assert r.exit_code == 0, r
         lines = r.stdout.decode().splitlines()
         assert lines[0].split()[1:] == ["--pid-ns-init"], r
-        assert lines[1:5] == ["0", "0", "0", "Seccomp:\t2"], r
-        assert lines[5:] == ["own"] * 4, r
+        # No environment, one fd (its stdin: the pipe whose end is the agent's), an empty root.
+        assert lines[1:6] == ["0", "0", "pipe", "0", "Seccomp:\t2"], r
+        assert lines[6:] == ["own"] * 4, r
         # Seen from the host (the init is this process's child): not in the host's network or
         # mount namespace either.
         agent_ns = os.readlink(f"/proc/{int(sb.handle.backend_data.pid)}/ns/pid")
@@ -234,6 +237,15 @@ async def test_a_restore_targets_pid_namespace_init_holds_nothing_root_inside_co
             r = await sh(sb, cmd)
             assert (r.exit_code == 0) == (what == "end the init"), (what, r)
         assert (await sh(sb, "true")).exit_code == 0
+        # Its namespace ends with the agent, however the agent ends, as it would with an agent
+        # that is its init: the init reads its pipe's end and exits, killing every process
+        # there (its exit then waits for the launcher to reap the agent, its own child).
+        mark = f"{87000 + secrets.randbelow(399)}.{secrets.randbelow(10**9):09d}"
+        await sb.exec(["sh", "-c", f"sleep {mark} &"], keep_descendants=True)
+        await wait_until(lambda: bool(pgrep(f"sleep {mark}")), what="the program running")
+        os.kill(int(sb.handle.backend_data.pid), signal.SIGKILL)
+        await wait_until(lambda: not pgrep(f"sleep {mark}"), what="the program ended with the agent")
+    assert not Path(f"/proc/{init}").exists()  # reaped with the sandbox
 
 
 async def test_root_inside_cannot_stop_the_egress_helper(root_pool) -> None:

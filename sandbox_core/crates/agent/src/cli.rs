@@ -55,6 +55,11 @@ pub struct Args {
     /// ids (instead of made by the agent): it owns the agent's pid namespace.
     #[arg(long)]
     pub userns_fd: Option<i32>,
+    /// With --userns-fd: the write end of the pipe the pid namespace's init (not the agent)
+    /// watches, inherited at this fd and held for the agent's life: the init, and every process
+    /// of the namespace, ends with the agent.
+    #[arg(long)]
+    pub init_watch_fd: Option<i32>,
     /// With --user root, for an agent that is root of a user-namespaced pod (`hostUsers: false`),
     /// which has 65,536 ids and cannot idmap its root file system: the programs' user namespace
     /// maps ids 0..65534 to the same ids of the pod's (root inside owns the image's files), and

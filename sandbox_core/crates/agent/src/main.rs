@@ -283,6 +283,14 @@ fn start(args: cli::Args) -> Result<i32, StartError> {
     let token = read_token(&args)?;
     // SAFETY: geteuid has no preconditions.
     let is_root = unsafe { libc::geteuid() } == 0;
+    // Held for the agent's life, never by its programs: the pid namespace's init ends with it.
+    if let Some(fd) = args.init_watch_fd {
+        // SAFETY: fcntl on an inherited fd that this process keeps open until it exits.
+        if unsafe { libc::fcntl(fd, libc::F_SETFD, libc::FD_CLOEXEC) } != 0 {
+            let e = std::io::Error::last_os_error();
+            return Err(StartError::Flags(format!("--init-watch-fd {fd}: {e}")));
+        }
+    }
     // Before any thread: the user namespace is made by a fork.
     let programs = programs(&args, is_root)?;
     if let Some(h) = &args.hostname {

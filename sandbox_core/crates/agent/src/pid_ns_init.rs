@@ -3,14 +3,16 @@
 //! user namespace.
 //!
 //! It is a process of the programs' own user namespace, so root inside may trace it or write its
-//! memory (`/proc/1/mem`): it must hold nothing of the host's. It is started with no fd, no
-//! environment and no argument but this flag, and before anything else it leaves every
-//! namespace it was born in but the pid and time ones (the host's mount, network, ipc, uts and
-//! cgroup namespaces) for empty ones of its own, with an empty read-only root, and wears a
-//! seccomp filter that lets it only wait and end. Then it waits forever; its children (the orphans no subreaper takes: a restored program whose restorer
-//! ended) are reaped by the kernel (SIGCHLD ignored). Signals from inside its pid namespace
-//! reach it only for those it handles (none); the launcher kills it, and every process of the
-//! namespace with it.
+//! memory (`/proc/1/mem`): it must hold nothing of the host's. It is started with no fd but its
+//! stdin (the read end of a pipe only the agent holds the other end of), no environment and no
+//! argument but this flag, and before anything else it leaves every namespace it was born in but
+//! the pid and time ones (the host's mount, network, ipc, uts and cgroup namespaces) for empty
+//! ones of its own, with an empty read-only root, and wears a seccomp filter that lets it only
+//! read and end. It ends at the pipe's end, i.e. when the agent ends, however it does, and every
+//! process of the namespace with it. Its children (the orphans no subreaper takes: a restored
+//! program whose restorer ended) are reaped by the kernel (SIGCHLD ignored). Signals from inside
+//! its pid namespace reach it only for those it handles (none); the launcher kills it, and every
+//! process of the namespace with it.
 
 use std::ffi::CStr;
 
@@ -25,15 +27,19 @@ pub fn run() -> ! {
         // namespace then fails, and the launch with it.
         std::process::exit(code);
     }
-    // SAFETY: signal disposition, prctl and sigsuspend on local values.
+    // SAFETY: signal disposition, prctl and a read into a local buffer.
     unsafe {
         libc::signal(libc::SIGCHLD, libc::SIG_IGN);
         if confine() != 0 {
             std::process::exit(8);
         }
-        let none: libc::sigset_t = std::mem::zeroed();
+        // Nothing is ever written: the read returns at the pipe's end, once the agent is gone.
+        let mut byte = 0u8;
         loop {
-            libc::sigsuspend(&none);
+            let n = libc::read(0, (&mut byte as *mut u8).cast(), 1);
+            if n == 0 || (n < 0 && *libc::__errno_location() != libc::EINTR) {
+                libc::_exit(0);
+            }
         }
     }
 }
@@ -43,12 +49,12 @@ const AUDIT_ARCH: u32 = 0xC000_003E;
 #[cfg(target_arch = "aarch64")]
 const AUDIT_ARCH: u32 = 0xC000_00B7;
 
-/// A seccomp filter that lets it wait and end, nothing else: code written into its memory by
+/// A seccomp filter that lets it read and end, nothing else: code written into its memory by
 /// root inside (whose user namespace it is in) can do no more than end it, which ends the
 /// sandbox. Any other call kills it.
 unsafe fn confine() -> i32 {
     let allowed = [
-        libc::SYS_rt_sigsuspend,
+        libc::SYS_read,
         libc::SYS_rt_sigreturn,
         libc::SYS_restart_syscall,
         libc::SYS_exit,
@@ -98,8 +104,9 @@ unsafe fn confine() -> i32 {
 /// Empty namespaces of its own and an empty read-only root; the step that failed (1..) or 0.
 unsafe fn isolate() -> i32 {
     let c = |s: &'static CStr| s.as_ptr();
-    // The /dev/null the runtime may have opened for a closed stdio of the host's: closed too.
-    libc::syscall(libc::SYS_close_range, 0, libc::c_uint::MAX, 0);
+    // Its stdin is the pipe it watches; the /dev/null the runtime may have opened for the host's
+    // closed stdout and stderr goes.
+    libc::syscall(libc::SYS_close_range, 1, libc::c_uint::MAX, 0);
     let flags = libc::CLONE_NEWNS
         | libc::CLONE_NEWNET
         | libc::CLONE_NEWIPC

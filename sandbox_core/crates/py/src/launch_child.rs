@@ -41,12 +41,17 @@ pub struct ChildPlan {
     pub template: RawFd,
     /// The programs' user namespace (`programs_ns`), handed over at `USERNS_FD` (-1: none).
     pub userns: RawFd,
+    /// The write end of the pid namespace's init's pipe (`programs_ns`), handed over at
+    /// `INIT_WATCH_FD` (-1: none).
+    pub init_watch: RawFd,
 }
 
 /// Where the agent finds its connection to a Python template (`--python-template-fd`).
 pub const TEMPLATE_FD: RawFd = 6;
 /// Where the agent finds the programs' user namespace the launcher made (`--userns-fd`).
 pub const USERNS_FD: RawFd = 7;
+/// Where the agent finds the pipe its pid namespace's init watches (`--init-watch-fd`).
+pub const INIT_WATCH_FD: RawFd = 8;
 
 /// The memory a running child uses: its plan, the pointer arrays for execve, and its stack.
 /// Dropping it while the child has neither exec'd nor died would pull memory from under it, so
@@ -168,11 +173,17 @@ unsafe fn child(m: &ChildMemory) -> ! {
     }
     // Move every fd we hand over out of the way of 0..6 first, then into place (dup3 clears
     // CLOEXEC): listen -> 3, ready -> 4, token -> 5, /dev/null -> 0 and 1, the template -> 6,
-    // the programs' user namespace -> 7.
+    // the programs' user namespace -> 7, the init's pipe -> 8.
     let srcs = [
-        p.listen, p.ready_w, p.token_r, p.devnull, p.template, p.userns,
+        p.listen,
+        p.ready_w,
+        p.token_r,
+        p.devnull,
+        p.template,
+        p.userns,
+        p.init_watch,
     ];
-    let mut high = [0usize; 6];
+    let mut high = [0usize; 7];
     for (i, fd) in srcs.iter().enumerate() {
         if *fd < 0 {
             continue;
@@ -198,6 +209,7 @@ unsafe fn child(m: &ChildMemory) -> ! {
         (high[3], 1),
         (high[4], TEMPLATE_FD as usize),
         (high[5], USERNS_FD as usize),
+        (high[6], INIT_WATCH_FD as usize),
     ] {
         if from == 0 {
             continue; // no template, no user namespace

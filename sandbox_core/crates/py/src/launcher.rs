@@ -648,6 +648,7 @@ fn start(config: LaunchConfig) -> PyResult<Started> {
     let mut argv_s = agent_argv(&config, &namespaces);
     if programs_ns.is_some() {
         argv_s.push(format!("--userns-fd={}", launch_child::USERNS_FD));
+        argv_s.push(format!("--init-watch-fd={}", launch_child::INIT_WATCH_FD));
     }
     if template.is_some() {
         argv_s.push(format!(
@@ -669,6 +670,7 @@ fn start(config: LaunchConfig) -> PyResult<Started> {
         join: join_files.iter().map(AsRawFd::as_raw_fd).collect(),
         template: template.as_ref().map_or(-1, AsRawFd::as_raw_fd),
         userns: programs_ns.as_ref().map_or(-1, |ns| ns.user.as_raw_fd()),
+        init_watch: programs_ns.as_ref().map_or(-1, |ns| ns.watch.as_raw_fd()),
     };
     let spawned = match &programs_ns {
         Some(ns) => programs_ns::in_pid_ns(&ns.pid, || launch_child::spawn(plan, flags)),

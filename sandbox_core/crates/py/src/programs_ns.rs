@@ -11,10 +11,12 @@
 //! namespace. A pid namespace's first process is its init, and it can only be made by a process
 //! whose namespace for children it is, i.e. one of the owner user namespace (the kernel opens no
 //! `pid_for_children` of a namespace without an init): so its init is a small process of the
-//! programs' user namespace (`sandbox-agent --pid-ns-init`: it reaps and waits, holds no fd and
-//! can be signalled by no program), and the agent, cloned into the namespace once it has one, is
-//! its pid 2 and the programs' subreaper. Killing the init (the launcher's `kill`) kills every
-//! process of the namespace, the agent's included.
+//! programs' user namespace (`sandbox-agent --pid-ns-init`: it reaps and waits, holds no fd but
+//! the read end of a pipe only the agent holds the other end of, and can be signalled by no
+//! program), and the agent, cloned into the namespace once it has one, is its pid 2 and the
+//! programs' subreaper. The init ends when the agent does (the pipe's end), and every process of
+//! the namespace with it, as they do with an agent that is its init; killing the init (the
+//! launcher's `kill`) kills them all, the agent included.
 //!
 //! What root inside gains over the pid namespace is its own: choosing its next pid (`set_tid`),
 //! tracing the init (a process of its own user namespace, holding nothing). Signals, ptrace and
@@ -47,6 +49,9 @@ pub struct ProgramsNs {
     pub pid: OwnedFd,
     /// The pid namespace's init (this process's child).
     pub init: i32,
+    /// The write end of the init's stdin, for the agent alone to hold: the init ends (and every
+    /// process of the namespace with it) when the agent does, however it ends.
+    pub watch: OwnedFd,
 }
 
 /// What the helper reads: the id it takes and the pipes it talks on (prepared before the clone,
@@ -55,6 +60,8 @@ struct HelperPlan {
     base: u32,
     report_w: RawFd,
     done_r: RawFd,
+    /// The read end of the pipe the agent holds the other end of: the init's stdin.
+    watch_r: RawFd,
     /// v1 `tasks` files of the sandbox's cgroups, which the helper joins (the init is born there).
     join: Vec<RawFd>,
     agent: CString,
@@ -70,10 +77,12 @@ const INIT_FLAG: &std::ffi::CStr = c"--pid-ns-init";
 pub fn make(base: u32, agent: &CString, join: &[RawFd]) -> std::io::Result<ProgramsNs> {
     let (report_r, report_w) = sandbox_exec::fds::pipe()?;
     let (done_r, done_w) = sandbox_exec::fds::pipe()?;
+    let (watch_r, watch_w) = sandbox_exec::fds::pipe()?;
     let mut plan = Box::new(HelperPlan {
         base,
         report_w: report_w.as_raw_fd(),
         done_r: done_r.as_raw_fd(),
+        watch_r: watch_r.as_raw_fd(),
         join: join.to_vec(),
         agent: agent.clone(),
         argv: [std::ptr::null(); 3],
@@ -123,6 +132,7 @@ pub fn make(base: u32, agent: &CString, join: &[RawFd]) -> std::io::Result<Progr
             user,
             pid: pid_ns,
             init,
+            watch: watch_w,
         })
     })();
     let _ = std::io::Write::write_all(&mut done, b"x");
@@ -130,7 +140,7 @@ pub fn make(base: u32, agent: &CString, join: &[RawFd]) -> std::io::Result<Progr
     let mut status = 0;
     // SAFETY: reaping our own child; its plan and stack stay alive until it has ended.
     unsafe { libc::waitpid(pid, &mut status, 0) };
-    drop((plan, stack, done_r));
+    drop((plan, stack, done_r, watch_r));
     // The helper's change of ids marked the memory it shares with this process undumpable (the
     // kernel does so for any change of a task's ids); this process's own ids never changed.
     if dumpable == 1 {
@@ -242,7 +252,7 @@ extern "C" fn init_main(arg: *mut libc::c_void) -> libc::c_int {
     // SAFETY: `arg` is the plan, alive until the helper (suspended until this execs) has ended.
     unsafe {
         let p = &*(arg as *const HelperPlan);
-        // Nothing of this process goes on into the init.
+        // Nothing of this process goes on into the init but its stdin, the pipe it watches.
         sys(
             libc::SYS_close_range,
             [
@@ -251,6 +261,11 @@ extern "C" fn init_main(arg: *mut libc::c_void) -> libc::c_int {
                 libc::CLOSE_RANGE_CLOEXEC as usize,
             ],
         );
+        if sys(libc::SYS_dup3, [p.watch_r as usize, 0, 0]) < 0 {
+            loop {
+                sys(libc::SYS_exit, [127, 0, 0]);
+            }
+        }
         sys(
             libc::SYS_execve,
             [
