@@ -606,32 +606,30 @@ fn start(config: LaunchConfig) -> PyResult<Started> {
         Some(Ok(files)) => files,
         None => vec![],
     };
-    // A sandbox with an id range of its own: its programs' user namespace is made here, and owns
-    // the pid namespace the agent is cloned into, whose init it also makes (`programs_ns`).
+    // A sandbox memory snapshots' programs are restored into: its programs' user namespace is
+    // made here, and owns the pid namespace the agent is cloned into, whose init it also makes
+    // (`programs_ns`).
     let programs_ns = if root && config.id_base > 0 && config.programs_pid_ns {
         let joins: Vec<_> = join_files.iter().map(AsRawFd::as_raw_fd).collect();
         let made = cstring(config.agent_path.as_bytes()).and_then(|agent| {
             programs_ns::make(config.id_base, &agent, &joins)
                 .map_err(|e| launch_err(Step::UserNs, e.to_string()))
         });
-        let joined = match (&made, &cgroup) {
-            (Ok(ns), Some(cg)) if cg.version == Version::V2 => cg
-                .join(ns.init)
-                .map_err(|e| launch_err(Step::JoinCgroup, e.to_string())),
-            _ => Ok(()),
-        };
-        match (made, joined) {
-            (Ok(ns), Ok(())) => Some(ns),
-            (made, joined) => {
-                if let Ok(ns) = &made {
-                    programs_ns::kill_init(ns.init);
-                }
+        let ns = match made {
+            Ok(ns) => ns,
+            Err(e) => {
                 cleanup_early(&cgroup);
-                return Err(made.err().or(joined.err()).unwrap_or_else(|| {
-                    launch_err(Step::UserNs, "the pid namespace's init".to_string())
-                }));
+                return Err(e);
+            }
+        };
+        if let Some(cg) = cgroup.as_ref().filter(|cg| cg.version == Version::V2) {
+            if let Err(e) = cg.join(ns.init) {
+                programs_ns::kill_init(ns.init);
+                cleanup_early(&cgroup);
+                return Err(launch_err(Step::JoinCgroup, e.to_string()));
             }
         }
+        Some(ns)
     } else {
         None
     };
@@ -639,9 +637,8 @@ fn start(config: LaunchConfig) -> PyResult<Started> {
         flags &= !libc::CLONE_NEWPID;
     }
     // A template that is gone (the manager starts another) only means the agent starts its own
-    // zygote, as without one.
-    // A template's zygote is made a child of the agent by becoming an orphan in the agent's pid
-    // namespace, which only the namespace's init takes: not the agent when `programs_ns`.
+    // zygote, as without one. None serves a `programs_ns` sandbox: a template's zygote becomes
+    // the agent's child as an orphan of its pid namespace, which the namespace's init takes.
     let template = (!config.python_template.is_empty() && programs_ns.is_none())
         .then(|| sandbox_exec::template::connect(std::path::Path::new(&config.python_template)))
         .and_then(Result::ok);
