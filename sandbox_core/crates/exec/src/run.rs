@@ -607,10 +607,8 @@ impl Executor {
         let forked = match fast {
             Some((z, req)) => {
                 let rlimits = crate::spawn::rlimits(&cmd.limits, &iso);
-                // Made inside the exec's cgroup, where the template's child and the middle one
-                // are counted too while they fork: a lower pids limit takes the zygote's path.
                 let placed = match inner.template.get() {
-                    Some(t) if cmd.limits.max_pids >= 3 && z.first_run_in_place() => {
+                    Some(t) if z.first_run_in_place() => {
                         let run =
                             crate::zygote::request_json(&req, &rlimits, iso.landlock.is_some(), 0);
                         t.make_program(&prepared, &cmd.limits, &iso, &run, inner.reaper)

@@ -12,9 +12,10 @@
 //! interpreter fewer than a zygote and its worker, for a sandbox that runs Python once.
 //!
 //! The template never reads a request: per zygote the agent sends it one datagram carrying a
-//! socket of the request's own, and the template's child alone reads the request (the sandbox's
-//! environment, its ids, its namespaces) from it. So no sandbox's data lives in the template, whose
-//! memory every later sandbox of the template starts from.
+//! socket of the request's own and the agent's pid namespace, the template forks into that
+//! namespace, and the new process alone reads the request (the sandbox's environment, its ids,
+//! its namespaces) from the socket. So no sandbox's data lives in the template, whose memory
+//! every later sandbox of the template starts from.
 
 use std::io;
 use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
@@ -27,6 +28,8 @@ use crate::spawn::{Isolation, Prepared, Spawned};
 /// The namespaces the new zygote enters, in `zygote.py`'s `NS_ORDER` and then cgroup: all the
 /// agent's own but its user namespace (the programs' is sent apart).
 const NAMESPACES: [&str; 6] = ["net", "ipc", "uts", "pid", "mnt", "cgroup"];
+/// The pid namespace's place in `NAMESPACES`: the template forks into it.
+const PID_NS: usize = 3;
 
 pub(crate) struct Template {
     /// The connection to the template process.
@@ -166,7 +169,8 @@ impl Template {
         }
         // From here until the process is registered, the reaper must not reap it as an orphan.
         let adoption = reaper.begin_adopt();
-        crate::zygote::send_with_fds(&self.conn, b"z", &[theirs.as_raw_fd()])
+        let pid_ns = self.namespaces[PID_NS].as_raw_fd();
+        crate::zygote::send_with_fds(&self.conn, b"z", &[theirs.as_raw_fd(), pid_ns])
             .map_err(fail(Step::Fork))?;
         drop(theirs);
         crate::zygote::send_with_fds(&ours, json.as_bytes(), &fds).map_err(fail(Step::Fork))?;
@@ -178,7 +182,7 @@ impl Template {
                 source: io::Error::other(format!("the template said {reply:?}")),
             });
         };
-        // The middle process exited before the reply: the new process is our child now.
+        // The new process answers once the middle one exited: it is our child now.
         let child = adoption.adopt(pid).map_err(fail(Step::Fork))?;
         Ok(Made {
             child,
@@ -197,7 +201,7 @@ struct Made {
     stderr: OwnedFd,
 }
 
-/// The request the template's child reads (see `zygote.py`'s template role).
+/// The request the process the template makes reads (see `zygote.py`'s template role).
 fn request_json(
     prep: &Prepared,
     limits: &Limits,

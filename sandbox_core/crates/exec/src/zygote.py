@@ -22,6 +22,7 @@ import os
 import signal
 import socket
 import sys
+import time
 
 # Modules most programs import; loading them here makes them free in every worker. A worker is a
 # fresh fork, so nothing a program does to a module reaches the next one (the random module
@@ -359,8 +360,9 @@ def fork_worker(msg, fds):
 # every sandbox, with a listening SOCK_SEQPACKET socket as fd LISTEN and the read end of a pipe
 # whose end the manager holds as fd RETIRE: a zygote that sandboxes are made from
 # instead of starting one each. It never runs a sandbox's code and never reads a sandbox's request:
-# per connection (one per agent) it takes datagrams of one fd each, a socket of that request, and
-# forks a child that alone reads the request from it and makes the sandbox's zygote:
+# per connection (one per agent) it takes datagrams of two fds each, a socket of that request and
+# the agent's pid namespace, and forks into that namespace a process that alone reads the request
+# from the socket and becomes the sandbox's zygote:
 #   agent -> request socket: JSON {"uid", "gid", "groups", "rlimits", "cwd", "env", "seccomp"
 #       (the BPF program, hex)} + SCM_RIGHTS [stdin, stdout, stderr, the zygote's control socket,
 #       net, ipc, uts, pid, mnt, cgroup namespaces, the programs' user namespace, join files...]
@@ -368,17 +370,21 @@ def fork_worker(msg, fds):
 #       many fds last: its `go` pipe, then its Landlock ruleset if any): the new process runs it
 #       in place of serving, as a worker would (reporting on the control socket), with the
 #       exec's cgroup in the join files.
-#   template's child -> agent: {"pid": the new zygote's pid in the sandbox} or {"error": "..."}
-# The child joins the zygote's cgroup (join files) and, in the other hierarchies, the agent's; it
-# enters the sandbox's namespaces (but user and cgroup) as host root and forks twice, so that the
-# new zygote is a child of the agent (pid 1 of the sandbox's pid namespace) once the middle one
-# exits. The new zygote then does what a spawned program's start does before exec (spawn.rs
-# `child_main`): joins its cgroup and user namespaces, sets its session, rlimits, cwd,
-# groups, gid and uid, drops every capability exec would not have given it, sets no_new_privs and
-# wears the programs' seccomp filter, keeps only its stdio and control socket, and serves the agent
-# like a zygote it spawned. What every sandbox made from one template shares: the template's
-# address-space layout and its string-hash seed; the random module reseeds itself in every fork.
-NS_ORDER = ("net", "ipc", "uts", "pid", "mnt")  # entered by the template's child; then cgroup, user
+#   new process -> agent: {"pid": its pid in the sandbox} or {"error": "..."}
+# The template enters the agent's pid namespace for its children only while it forks a middle
+# process there, which forks the new one and exits, so that the new one is a child of the agent
+# (pid 1 of the sandbox's pid namespace); the template's pid namespace for children is its own
+# again right after. The new process joins the zygote's cgroup (join files) and, in the other
+# hierarchies, the agent's, enters the sandbox's other namespaces (but user and cgroup) as host
+# root, answers once it is the agent's child, and then does what a spawned program's start does
+# before exec (spawn.rs `child_main`): joins its cgroup and user namespaces, sets its session,
+# rlimits, cwd, groups, gid and uid, drops every capability exec would not have given it, sets
+# no_new_privs and wears the programs' seccomp filter, keeps only its stdio and control socket,
+# and serves the agent like a zygote it spawned. What every sandbox made from one template
+# shares: the template's address-space layout and its string-hash seed; the random module
+# reseeds itself in every fork.
+NS_ORDER = ("net", "ipc", "uts", "pid", "mnt")  # the request's order; then cgroup, user
+CLONE_NEWPID = 0x20000000
 N_STDIO_CTL = 4
 LIBC.setns.argtypes = [ctypes.c_int, ctypes.c_int]
 LIBC.setns.restype = ctypes.c_int
@@ -501,9 +507,58 @@ def cgroup_mounts():
     return mounts
 
 
-def make_for(sock):
-    """The template's child: reads one request from `sock` and answers it with the new zygote's
-    pid. Never returns."""
+def peer_pid(sock):
+    """The pid of the process that made the socket pair `sock` is an end of (the agent), as this
+    process's pid namespace sees it."""
+    with socket.socket(fileno=sock) as s:
+        try:
+            return struct.unpack("3i", s.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[0]
+        finally:
+            s.detach()
+
+
+def fork_into(sock, pid_ns):
+    """In the template: forks, into the pid namespace `pid_ns` (the agent's), the middle process
+    that forks `make_for` and exits. The template's own pid namespace for children is restored
+    before anything else; a request that cannot be forked is answered here. Returns whether a
+    middle process was made (the caller reaps it)."""
+    try:
+        agent = peer_pid(sock)  # the host's view, which the new process's /proc is
+        if agent <= 0 or os.fstat(pid_ns).st_ino == OWN_PID_NS_INO:
+            raise ValueError("not an agent's pid namespace")
+        check(LIBC.setns(pid_ns, CLONE_NEWPID) == 0, "setns pid")
+    except Exception as e:  # noqa: BLE001
+        answer_error(sock, e)
+        return False
+    try:
+        middle = os.fork()
+    except OSError as e:
+        middle, error = -1, e
+    if middle == 0:
+        try:
+            if os.fork() == 0:
+                make_for(sock, agent)
+        except OSError as e:
+            answer_error(sock, e)
+        os._exit(0)
+    if LIBC.setns(OWN_PID_NS, CLONE_NEWPID) != 0:
+        os._exit(1)  # it cannot go on making processes in a sandbox's namespace
+    if middle < 0:
+        answer_error(sock, error)
+    return middle > 0
+
+
+def answer_error(sock, e):
+    try:
+        os.write(sock, json.dumps({"error": f"{type(e).__name__}: {e}"}).encode())
+    except OSError:
+        pass
+
+
+def make_for(sock, agent):
+    """The new process, in the sandbox's pid namespace (`agent`: the agent's pid in the host's):
+    reads one request from `sock`, takes the sandbox's cgroups and namespaces, answers with its
+    pid once it is the agent's child, and becomes the zygote. Never returns."""
     try:
         # Nothing of the template's but its stdio (its log) reaches the sandbox's zygote.
         os.closerange(3, sock)
@@ -511,8 +566,6 @@ def make_for(sock):
         s = socket.socket(fileno=sock)
         s.settimeout(REQUEST_TIMEOUT_S)  # an agent that never sends holds the template no longer
         msg, ancdata, _flags, _addr = s.recvmsg(1 << 20, socket.CMSG_LEN(64 * 4))
-        # The agent made the socket pair: its pid, as this (the host's) pid namespace sees it.
-        agent = struct.unpack("3i", s.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[0]
         s.detach()
         fds = []
         for level, kind, data in ancdata:
@@ -525,28 +578,26 @@ def make_for(sock):
         # Its children inherit the cgroups (the zygote's own first): none moves again.
         join_cgroups_of(agent, fds[N_STDIO_CTL + n_ns : len(fds) - n_run])
         for name, fd in zip(NS_ORDER, fds[N_STDIO_CTL:]):
-            check(LIBC.setns(fd, 0) == 0, f"setns {name}")
-        r, w = os.pipe()
-        middle = os.fork()
-        if middle == 0:
-            os.close(r)
-            zygote = os.fork()
-            if zygote == 0:
-                os.close(w)
-                os.close(sock)
-                become_zygote(req, fds)
-            os.write(w, str(zygote).encode())
-            os._exit(0)
-        os.close(w)
-        pid = int(os.read(r, 32) or b"0")
-        os.waitpid(middle, 0)
-        reply = b'{"pid":%d}' % pid if pid > 0 else b'{"error":"fork failed"}'
-    except Exception as e:  # noqa: BLE001
-        reply = json.dumps({"error": f"{type(e).__name__}: {e}"}).encode()
-    try:
-        os.write(sock, reply)
-    finally:
+            if name != "pid":  # born there
+                check(LIBC.setns(fd, 0) == 0, f"setns {name}")
+        await_adoption(peer_pid(sock))
+        os.write(sock, b'{"pid":%d}' % os.getpid())
+        os.close(sock)
+    except BaseException as e:  # noqa: BLE001
+        answer_error(sock, e)
         os._exit(0)
+    become_zygote(req, fds)
+
+
+def await_adoption(agent):
+    """Until the middle process is gone and this one the agent's child (`agent`: its pid here),
+    which the agent checks when it adopts the pid it is told: the middle one exits right after
+    its fork, usually long before."""
+    deadline = time.monotonic() + REQUEST_TIMEOUT_S
+    while os.getppid() != agent:
+        if time.monotonic() > deadline:
+            raise TimeoutError("the middle process did not exit")
+        time.sleep(0.0001)
 
 
 def serve_template(listen_fd, retire_fd):
@@ -560,13 +611,15 @@ def serve_template(listen_fd, retire_fd):
     check(LIBC.prctl(PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0) == 0, "pdeathsig")
     if os.getppid() == 1:
         return
-    global CGROUP_MOUNTS
+    global CGROUP_MOUNTS, OWN_PID_NS, OWN_PID_NS_INO
     CGROUP_MOUNTS = cgroup_mounts()
+    OWN_PID_NS = os.open("/proc/self/ns/pid", os.O_RDONLY | os.O_CLOEXEC)
+    OWN_PID_NS_INO = os.fstat(OWN_PID_NS).st_ino
     listener = socket.socket(fileno=listen_fd)
     sel = selectors.DefaultSelector()
     sel.register(listener, selectors.EVENT_READ)
     sel.register(retire_fd, selectors.EVENT_READ)
-    fds_size = socket.CMSG_LEN(4)
+    fds_size = socket.CMSG_LEN(8)
     os.write(1, b"ready\n")
     # Children making zygotes run side by side (each waits on cgroup moves and its own forks);
     # the ended ones are reaped as the loop goes round.
@@ -604,10 +657,8 @@ def serve_template(listen_fd, retire_fd):
                 sel.unregister(conn)
                 conn.close()
                 continue
-            if len(fds) == 1 and not flags & socket.MSG_CTRUNC:
-                if os.fork() == 0:
-                    make_for(fds[0])
-                making += 1
+            if len(fds) == 2 and not flags & socket.MSG_CTRUNC:
+                making += fork_into(*fds)
             for fd in fds:
                 os.close(fd)
 
@@ -638,6 +689,7 @@ def template_parent_fork():
 MAX_FD = 1 << 20
 REQUEST_TIMEOUT_S = 10.0
 CGROUP_MOUNTS = []  # the template's `cgroup_mounts()`
+OWN_PID_NS, OWN_PID_NS_INO = -1, 0  # the template's pid namespace (an fd, its inode)
 PARENT_FORK = template_parent_fork() if sys.argv[2:3] == ["template"] else ParentFork()
 # The agent's own programs (argv[1] of `python3 -I -c SOURCE PRELUDE`), compiled once here: a
 # request's "entry" names one of their functions, which the worker calls instead of reading and
