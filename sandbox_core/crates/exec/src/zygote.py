@@ -489,8 +489,14 @@ def join_cgroups_of(pid, join_files):
             where = [m for t, o, m in mounts if t == "cgroup" and want <= o]
         if not where:
             continue  # a hierarchy this host does not mount: nothing to be moved in
-        with open(f"{where[0]}{path}/cgroup.procs", "w") as procs:
-            procs.write("0")
+        # On v1 through `tasks`, as the agent's children join (cgroup/mod.rs `join_file`): this
+        # process has one thread, and a thread's move skips the lock whose write side waits for an
+        # RCU grace period, milliseconds on an idle host. v2 has only `cgroup.procs`.
+        fd = os.open(f"{where[0]}{path}/{'cgroup.procs' if hid == '0' else 'tasks'}", os.O_WRONLY | os.O_CLOEXEC)
+        try:
+            check(os.write(fd, b"0") == 1, "join cgroup")
+        finally:
+            os.close(fd)
 
 
 def cgroup_mounts():
