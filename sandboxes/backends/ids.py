@@ -65,7 +65,7 @@ def _locked(root: Path, block: bool = True) -> Iterator[None]:
     if root not in _PRIVATE:
         make_private_dir(root)  # once per process: it may be in /dev/shm, which everyone writes
         _PRIVATE.add(root)
-    fd = os.open(root / ".lock", os.O_CREAT | os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
+    fd = os.open(f"{root}/.lock", os.O_CREAT | os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW, 0o600)
     try:
         try:
             fcntl.flock(fd, fcntl.LOCK_EX | (0 if block else fcntl.LOCK_NB))
@@ -141,11 +141,17 @@ def _claim(sandbox_id: str, root: Path, holder: Path | None, block: bool) -> int
         start = random.randrange(SLOTS)  # few collisions between hosts' pools, no list to shuffle
         for i in range(SLOTS):
             slot = (start + i) % SLOTS
-            path = root / str(slot)
-            if path.exists() and not _stale(path):
+            path = f"{root}/{slot}"
+            if os.path.exists(path) and not _stale(Path(path)):
                 continue
-            tmp = root / f".{slot}.{os.getpid()}"
-            tmp.write_text(f"{_owner()} {sandbox_id}" + (f" {holder}" if holder else "") + "\n")
+            # Plain system calls: a claim and a release come with every sandbox.
+            tmp = f"{root}/.{slot}.{os.getpid()}"
+            line = f"{_owner()} {sandbox_id}" + (f" {holder}" if holder else "") + "\n"
+            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, 0o666)
+            try:
+                os.write(fd, line.encode())
+            finally:
+                os.close(fd)
             os.replace(tmp, path)
             return FIRST_ID + slot * RANGE
     raise LaunchError(f"all {SLOTS} id ranges of this host are in use", step="id_range")
@@ -158,14 +164,19 @@ def release(base: int, sandbox_id: str, root: Path | None = None, *, block: bool
     slot, rest = divmod(base - FIRST_ID, RANGE)
     if rest or not 0 <= slot < SLOTS:
         return
-    path = root / str(slot)
+    path = f"{root}/{slot}"
     with _locked(root, block):
         try:
-            held = path.read_text().split()
+            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
         except OSError:
             return
+        try:
+            held = os.read(fd, 4096).decode(errors="replace").split()
+        finally:
+            os.close(fd)
         if held[2:3] == [sandbox_id]:
-            path.unlink(missing_ok=True)
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(path)
 
 
 def release_soon(base: int, sandbox_id: str, root: Path | None = None) -> None:

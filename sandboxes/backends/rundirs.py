@@ -78,26 +78,34 @@ def _filesystem(path: str) -> str | None:
     return kind
 
 
-def starttime(pid: int) -> int | None:
-    """Start time of `pid` in clock ticks since boot (field 22 of /proc/pid/stat), None if gone."""
+def _stat_fields(pid: int) -> list[bytes] | None:
+    """The fields of /proc/PID/stat after the command, None if the process is gone. Read with
+    plain system calls: this runs once per sandbox created and once per liveness check."""
     try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
+        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
     except OSError:
         return None
-    fields = stat[stat.rfind(")") + 2 :].split()
-    return int(fields[19])
+    try:
+        stat = os.read(fd, 4096)
+    except OSError:
+        return None
+    finally:
+        os.close(fd)
+    return stat[stat.rfind(b")") + 2 :].split()
+
+
+def starttime(pid: int) -> int | None:
+    """Start time of `pid` in clock ticks since boot (field 22 of /proc/pid/stat), None if gone."""
+    fields = _stat_fields(pid)
+    return None if fields is None else int(fields[19])
 
 
 def alive(pid: Any, starttime: Any) -> bool:
     """True when `pid` runs, is not a zombie and is the same process (same start time)."""
     if not isinstance(pid, int) or pid <= 0:
         return False
-    try:
-        stat = Path(f"/proc/{pid}/stat").read_text()
-    except OSError:
-        return False
-    fields = stat[stat.rfind(")") + 2 :].split()
-    if fields[0] in ("Z", "X"):
+    fields = _stat_fields(pid)
+    if fields is None or fields[0] in (b"Z", b"X"):
         return False
     return starttime is None or int(fields[19]) == starttime
 
@@ -118,8 +126,16 @@ def make_private_dir(p: Path) -> None:
 
 
 def write_json(path: Path, obj: dict) -> None:
-    tmp = path.with_name(path.name + ".tmp")
-    tmp.write_text(json.dumps(obj))
+    """`obj` as `path`, replaced whole (a reader sees the old file or the new one). Plain system
+    calls: this runs once per sandbox created."""
+    tmp = f"{path}.tmp"
+    data = memoryview(json.dumps(obj).encode())
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
+    try:
+        while data:
+            data = data[os.write(fd, data) :]
+    finally:
+        os.close(fd)
     os.replace(tmp, path)
 
 

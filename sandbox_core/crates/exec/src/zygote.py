@@ -571,7 +571,9 @@ def make_for(sock, agent):
         os.closerange(sock + 1, MAX_FD)
         s = socket.socket(fileno=sock)
         s.settimeout(REQUEST_TIMEOUT_S)  # an agent that never sends holds the template no longer
-        msg, ancdata, _flags, _addr = s.recvmsg(1 << 20, socket.CMSG_LEN(64 * 4))
+        # Its length first: a buffer of the largest request's size would be mapped and unmapped.
+        size = s.recv_into(bytearray(1), 1, socket.MSG_PEEK | socket.MSG_TRUNC)
+        msg, ancdata, _flags, _addr = s.recvmsg(max(size, 1), socket.CMSG_LEN(64 * 4))
         s.detach()
         fds = []
         for level, kind, data in ancdata:
