@@ -33,7 +33,7 @@ from typing import Any, Self, TypeVar
 
 from sandboxes import Cancelled
 
-from .overlap import SandboxLease, SandboxProvider, as_provider, rollout_pool_kwargs
+from .overlap import SandboxLease, SandboxProvider, as_provider
 
 __all__ = ["SandboxRuntime", "configure", "default_runtime", "shutdown_default_runtime"]
 
@@ -51,7 +51,7 @@ class SandboxRuntime:
     """An event loop thread with one sandbox source (embedded pool or remote client).
 
     `address` selects the remote client; otherwise an embedded `Pool(backend, warm,
-    **pool_kwargs)`, its sandboxes' Python zygotes started with them (see `rollout_pool_kwargs`). `source_factory` (an async callable returning a Pool / client / provider,
+    **pool_kwargs)`. `source_factory` (an async callable returning a Pool / client / provider,
     called on the runtime's loop) overrides both. The loop and the source start on first use.
     """
 
@@ -168,7 +168,7 @@ class SandboxRuntime:
             return client
         from sandboxes import Pool
 
-        pool = Pool(backend=self.backend, warm=self.warm, **rollout_pool_kwargs(self.pool_kwargs))
+        pool = Pool(backend=self.backend, warm=self.warm, **self.pool_kwargs)
         await pool.start()
         return pool
 

@@ -150,12 +150,13 @@ async def test_trl_reward_prefix_column_brings_the_prompts_imports(runtime, huma
     assert with_prefix == [1.0, 1.0, 1.0] and without[0] == 0.0
 
 
-def test_a_rollout_grades_through_a_zygote_started_with_its_sandbox(runtime) -> None:
-    """The runtime's pool starts each sandbox's Python zygote with it (one rollout grades once in
-    a fresh sandbox): the first `run_tests` in a leased sandbox is already a fork. An explicit
+def test_a_rollout_grades_through_a_fork_of_the_hosts_template(runtime) -> None:
+    """The runtime's pool takes the `Pool`'s defaults: a leased sandbox starts no zygote, and its
+    first grading, one rollout's only one, is made from the host's template interpreter (a root
+    manager's local sandboxes), a fork rather than an interpreter's start. An explicit
     `python_zygote` in `pool_kwargs` wins."""
 
-    async def first_grading() -> str:
+    async def first_grading() -> tuple[str, str]:
         lease = await runtime.lease()
         try:
             sb = await lease.get()
@@ -163,23 +164,24 @@ def test_a_rollout_grades_through_a_zygote_started_with_its_sandbox(runtime) -> 
                 "def f():\n    return 1\n", [sandboxes.TestCase(check="assert f() == 1")]
             )
             assert report.all_passed
-            return report.cases[0].path
+            mode = runtime.source.templates[runtime.source.default_template].python_zygote
+            return report.cases[0].path, mode
         finally:
             await lease.release()
 
-    assert runtime.call(first_grading, timeout=120) == "zygote"
-    lazy = SandboxRuntime(
-        backend="local", warm=1, pool_kwargs={"python_zygote": "lazy", "claim_timeout": 60.0}
+    assert runtime.call(first_grading, timeout=120) == ("zygote", "lazy")
+    eager = SandboxRuntime(
+        backend="local", warm=1, pool_kwargs={"python_zygote": "eager", "claim_timeout": 60.0}
     )
     try:
 
         async def template() -> str:
-            await lazy.provider()
-            return lazy.source.templates[lazy.source.default_template].python_zygote
+            await eager.provider()
+            return eager.source.templates[eager.source.default_template].python_zygote
 
-        assert lazy.call(template, timeout=120) == "lazy"
+        assert eager.call(template, timeout=120) == "eager"
     finally:
-        lazy.close()
+        eager.close()
 
 
 def test_verl_batch_infrastructure_failure_is_raised(native) -> None:
