@@ -463,9 +463,14 @@ def become_zygote(req, fds):
 
 
 def cgroups_of(pid="self"):
-    """{"hierarchy id:controllers": that line of /proc/PID/cgroup}"""
-    with open(f"/proc/{pid}/cgroup") as f:
-        return {line.rsplit(":", 1)[0]: line for line in f.read().splitlines()}
+    """{"hierarchy id:controllers": that line of /proc/PID/cgroup}, read with plain system calls
+    (a text file object costs more than the read)."""
+    fd = os.open(f"/proc/{pid}/cgroup", os.O_RDONLY | os.O_CLOEXEC)
+    try:
+        text = os.read(fd, 1 << 16).decode()
+    finally:
+        os.close(fd)
+    return {line.rsplit(":", 1)[0]: line for line in text.splitlines()}
 
 
 def join_cgroups_of(pid, join_files):
@@ -574,6 +579,8 @@ def make_for(sock, agent):
         # Its length first: a buffer of the largest request's size would be mapped and unmapped.
         size = s.recv_into(bytearray(1), 1, socket.MSG_PEEK | socket.MSG_TRUNC)
         msg, ancdata, _flags, _addr = s.recvmsg(max(size, 1), socket.CMSG_LEN(64 * 4))
+        # The agent made the socket pair: its pid, as this (the sandbox's) pid namespace sees it.
+        agent_here = struct.unpack("3i", s.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[0]
         s.detach()
         fds = []
         for level, kind, data in ancdata:
@@ -588,7 +595,7 @@ def make_for(sock, agent):
         for name, fd in zip(NS_ORDER, fds[N_STDIO_CTL:]):
             if name != "pid":  # born there
                 check(LIBC.setns(fd, 0) == 0, f"setns {name}")
-        await_adoption(peer_pid(sock))
+        await_adoption(agent_here)
         os.write(sock, b'{"pid":%d}' % os.getpid())
         os.close(sock)
     except BaseException as e:  # noqa: BLE001
