@@ -635,8 +635,8 @@ def serve_template(listen_fd, retire_fd):
     sel.register(retire_fd, selectors.EVENT_READ)
     fds_size = socket.CMSG_LEN(8)
     os.write(1, b"ready\n")
-    # Children making zygotes run side by side (each waits on cgroup moves and its own forks);
-    # the ended ones are reaped as the loop goes round.
+    # Its children are the middle processes, which exit right after their fork: reaped as the
+    # loop goes round.
     making = 0
     while len(sel.get_map()) > 0 or making:
         while making and os.waitpid(-1, os.WNOHANG)[0] > 0:
