@@ -29,7 +29,15 @@ from collections.abc import Iterator
 from pathlib import Path
 
 from ..errors import LaunchError
-from .rundirs import alive, default_run_root, make_private_dir, starttime, volatile_dir
+from .rundirs import (
+    alive,
+    default_run_root,
+    make_private_dir,
+    read_small,
+    replace_file,
+    starttime,
+    volatile_dir,
+)
 
 __all__ = [
     "FIRST_ID",
@@ -144,15 +152,8 @@ def _claim(sandbox_id: str, root: Path, holder: Path | None, block: bool) -> int
             path = f"{root}/{slot}"
             if os.path.exists(path) and not _stale(Path(path)):
                 continue
-            # Plain system calls: a claim and a release come with every sandbox.
-            tmp = f"{root}/.{slot}.{os.getpid()}"
             line = f"{_owner()} {sandbox_id}" + (f" {holder}" if holder else "") + "\n"
-            fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, 0o666)
-            try:
-                os.write(fd, line.encode())
-            finally:
-                os.close(fd)
-            os.replace(tmp, path)
+            replace_file(path, line.encode(), f"{root}/.{slot}.{os.getpid()}")
             return FIRST_ID + slot * RANGE
     raise LaunchError(f"all {SLOTS} id ranges of this host are in use", step="id_range")
 
@@ -167,13 +168,9 @@ def release(base: int, sandbox_id: str, root: Path | None = None, *, block: bool
     path = f"{root}/{slot}"
     with _locked(root, block):
         try:
-            fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
+            held = read_small(path).decode(errors="replace").split()
         except OSError:
             return
-        try:
-            held = os.read(fd, 4096).decode(errors="replace").split()
-        finally:
-            os.close(fd)
         if held[2:3] == [sandbox_id]:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(path)

@@ -78,19 +78,36 @@ def _filesystem(path: str) -> str | None:
     return kind
 
 
-def _stat_fields(pid: int) -> list[bytes] | None:
-    """The fields of /proc/PID/stat after the command, None if the process is gone. Read with
-    plain system calls: this runs once per sandbox created and once per liveness check."""
+def read_small(path: str) -> bytes:
+    """The first 4 KiB of the file `path` (not a symlink), read with plain system calls: the
+    records and /proc files a sandbox's start and end read are that small, and a file object
+    costs more than the read."""
+    fd = os.open(path, os.O_RDONLY | os.O_CLOEXEC | os.O_NOFOLLOW)
     try:
-        fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
-    except OSError:
-        return None
-    try:
-        stat = os.read(fd, 4096)
-    except OSError:
-        return None
+        return os.read(fd, 4096)
     finally:
         os.close(fd)
+
+
+def replace_file(path: str, data: bytes, tmp: str) -> None:
+    """`data` as `path`, through `tmp` and a rename (a reader sees the old file or the new one),
+    with plain system calls; neither is followed if a symlink."""
+    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC | os.O_NOFOLLOW, 0o666)
+    try:
+        view = memoryview(data)
+        while view:
+            view = view[os.write(fd, view) :]
+    finally:
+        os.close(fd)
+    os.replace(tmp, path)
+
+
+def _stat_fields(pid: int) -> list[bytes] | None:
+    """The fields of /proc/PID/stat after the command, None if the process is gone."""
+    try:
+        stat = read_small(f"/proc/{pid}/stat")
+    except OSError:
+        return None
     return stat[stat.rfind(b")") + 2 :].split()
 
 
@@ -126,17 +143,8 @@ def make_private_dir(p: Path) -> None:
 
 
 def write_json(path: Path, obj: dict) -> None:
-    """`obj` as `path`, replaced whole (a reader sees the old file or the new one). Plain system
-    calls: this runs once per sandbox created."""
-    tmp = f"{path}.tmp"
-    data = memoryview(json.dumps(obj).encode())
-    fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_CLOEXEC, 0o666)
-    try:
-        while data:
-            data = data[os.write(fd, data) :]
-    finally:
-        os.close(fd)
-    os.replace(tmp, path)
+    """`obj` as `path`, replaced whole (`replace_file`)."""
+    replace_file(str(path), json.dumps(obj).encode(), f"{path}.tmp")
 
 
 def read_json(path: Path) -> dict | None:

@@ -518,14 +518,10 @@ def cgroup_mounts():
     return mounts
 
 
-def peer_pid(sock):
-    """The pid of the process that made the socket pair `sock` is an end of (the agent), as this
+def peer_pid(s):
+    """The pid of the process that made the socket pair `s` is an end of (the agent), as this
     process's pid namespace sees it."""
-    with socket.socket(fileno=sock) as s:
-        try:
-            return struct.unpack("3i", s.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[0]
-        finally:
-            s.detach()
+    return struct.unpack("3i", s.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[0]
 
 
 def fork_into(sock, pid_ns):
@@ -534,7 +530,11 @@ def fork_into(sock, pid_ns):
     before anything else; a request that cannot be forked is answered here. Returns whether a
     middle process was made (the caller reaps it)."""
     try:
-        agent = peer_pid(sock)  # the host's view, which the new process's /proc is
+        s = socket.socket(fileno=sock)
+        try:
+            agent = peer_pid(s)  # the host's view, which the new process's /proc is
+        finally:
+            s.detach()
         if agent <= 0:
             raise ValueError("no agent at the request's socket")
         check(LIBC.setns(pid_ns, CLONE_NEWPID) == 0, "setns pid")
@@ -575,12 +575,11 @@ def make_for(sock, agent):
         os.closerange(3, sock)
         os.closerange(sock + 1, MAX_FD)
         s = socket.socket(fileno=sock)
-        s.settimeout(REQUEST_TIMEOUT_S)  # an agent that never sends holds the template no longer
+        s.settimeout(REQUEST_TIMEOUT_S)  # an agent that never sends holds this process no longer
         # Its length first: a buffer of the largest request's size would be mapped and unmapped.
         size = s.recv_into(bytearray(1), 1, socket.MSG_PEEK | socket.MSG_TRUNC)
         msg, ancdata, _flags, _addr = s.recvmsg(max(size, 1), socket.CMSG_LEN(64 * 4))
-        # The agent made the socket pair: its pid, as this (the sandbox's) pid namespace sees it.
-        agent_here = struct.unpack("3i", s.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))[0]
+        agent_here = peer_pid(s)  # as the sandbox's pid namespace sees it
         s.detach()
         fds = []
         for level, kind, data in ancdata:
